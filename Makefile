@@ -1,0 +1,52 @@
+# Two commands matter: `make demo` (the main job) and `make test`. Both install what is missing
+# first: the Python virtual environment, Azurite (npm, into this repository) and Java (for
+# PySpark). Re-running is fast because every step is skipped when its stamp is up to date.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PY_STAMP := $(VENV)/.installed
+NODE_STAMP := node_modules/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+PYTEST_ARGS ?=
+
+.PHONY: deps java test lint format lint-infra demo clean
+
+deps: $(PY_STAMP) $(NODE_STAMP) java
+
+$(PY_STAMP): requirements.txt requirements-dev.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	@touch $@
+
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+java:
+	@command -v java >/dev/null 2>&1 || { \
+	  echo "Java not found: installing openjdk-17-jre-headless (needed by PySpark)"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openjdk-17-jre-headless; }
+
+test: deps
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(PY_STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+
+format: $(PY_STAMP)
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+lint-infra:
+	bash scripts/lint-infra.sh
+
+demo: deps
+	$(PY) -m shared.local.demo
+
+clean:
+	rm -rf $(VENV) .venv-checkov node_modules .pytest_cache .mypy_cache .ruff_cache

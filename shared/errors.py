@@ -1,0 +1,64 @@
+"""The project's own error hierarchy.
+
+Adapters translate SDK exceptions into these at the edge (``raise X(...) from e``) so that the
+pipeline, the simulator and the tests reason about one set of outcomes whatever the backend.
+"""
+
+from __future__ import annotations
+
+
+class BusError(Exception):
+    """Base class of every error raised by this library."""
+
+
+class ConfigurationError(BusError):
+    """Settings are missing or contradictory; raised at start-up, never mid-message."""
+
+
+class InvalidName(BusError, ValueError):
+    """A container, blob, table, key or queue name breaks Azure's naming rules or ours."""
+
+
+class StorageError(BusError):
+    """A storage operation failed with a definite outcome: it was *not* applied."""
+
+
+class NotFound(StorageError):
+    """The addressed blob, entity, queue message or resource does not exist."""
+
+
+class AlreadyExists(StorageError):
+    """A create-if-absent found the item already there (HTTP 409)."""
+
+
+class PreconditionFailed(StorageError):
+    """An ETag condition did not hold: someone else changed the item first (HTTP 412)."""
+
+
+class TooLarge(StorageError):
+    """A payload, property, entity or batch exceeds a storage limit; nothing was written."""
+
+
+class TransactionFailed(StorageError):
+    """A table transaction was rejected as a whole because of one operation.
+
+    ``index`` is the position of the failing operation in the submitted batch and ``cause``
+    the error that operation alone would have raised (AlreadyExists, PreconditionFailed, ...).
+    """
+
+    def __init__(self, index: int, cause: StorageError) -> None:
+        super().__init__(f"transaction rejected at operation {index}: {cause}")
+        self.index = index
+        self.cause = cause
+
+
+class OutcomeUnknown(BusError):
+    """The request may or may not have been applied (timeout, connection loss, 5xx).
+
+    Callers must treat the target as in an unknown state: the exactly-once protocol abandons an
+    attempt id whose create ended like this, because the create may still land later.
+    """
+
+
+class InvalidValue(BusError, ValueError):
+    """A value cannot be stored as given (unsupported type, out of range, naive datetime)."""

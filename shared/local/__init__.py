@@ -1,0 +1,1 @@
+"""Local development support: the storage emulator launcher (and later the local host)."""

@@ -1,0 +1,81 @@
+"""Translation of Azure SDK exceptions into the project's errors: the adapter edge."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from azure.core.exceptions import (
+    AzureError,
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceModifiedError,
+    ResourceNotFoundError,
+    ServiceRequestError,
+    ServiceResponseError,
+)
+
+from shared.errors import (
+    AlreadyExists,
+    NotFound,
+    OutcomeUnknown,
+    PreconditionFailed,
+    StorageError,
+    TooLarge,
+)
+
+_PRECONDITION_CODES = {"ConditionNotMet", "UpdateConditionNotSatisfied"}
+_EXISTS_CODES = {"EntityAlreadyExists", "BlobAlreadyExists", "TableAlreadyExists"}
+_TOO_LARGE_CODES = {"RequestBodyTooLarge", "EntityTooLarge", "PropertyValueTooLarge"}
+
+
+def error_code(error: HttpResponseError) -> str:
+    """The service's error code. Some Table Storage 409s carry it only in the message text,
+    so fall back to searching the text for the codes we act on."""
+    code = getattr(error, "error_code", None)
+    if code:
+        return str(getattr(code, "value", code))
+    text = str(error)
+    for known in (*_PRECONDITION_CODES, *_EXISTS_CODES, *_TOO_LARGE_CODES):
+        if known in text:
+            return known
+    return ""
+
+
+def translate(error: AzureError, what: str) -> Exception:
+    """Map one SDK exception to the project's error for ``what`` (e.g. 'blob tokens/x')."""
+    if isinstance(error, ResourceNotFoundError):
+        return NotFound(f"{what}: not found")
+    if isinstance(error, ResourceModifiedError):
+        return PreconditionFailed(f"{what}: changed (ETag mismatch)")
+    if isinstance(error, ResourceExistsError):
+        code = error_code(error)
+        if code in _PRECONDITION_CODES:
+            return PreconditionFailed(f"{what}: changed (ETag mismatch)")
+        return AlreadyExists(f"{what}: already exists")
+    if isinstance(error, (ServiceRequestError, ServiceResponseError)):
+        return OutcomeUnknown(f"{what}: no response from storage ({error})")
+    if isinstance(error, HttpResponseError):
+        status = error.status_code or 0
+        code = error_code(error)
+        if status == 404 or code == "PopReceiptMismatch":
+            return NotFound(f"{what}: not found ({code})")
+        if status == 412 or code in _PRECONDITION_CODES:
+            return PreconditionFailed(f"{what}: changed (ETag mismatch)")
+        if status == 409 and code in _EXISTS_CODES:
+            return AlreadyExists(f"{what}: already exists")
+        if status == 413 or code in _TOO_LARGE_CODES:
+            return TooLarge(f"{what}: refused as too large ({code})")
+        if status == 408 or status >= 500:
+            return OutcomeUnknown(f"{what}: storage answered {status} {code}")
+        return StorageError(f"{what}: storage refused the request: {status} {code}")
+    return OutcomeUnknown(f"{what}: {type(error).__name__}: {error}")
+
+
+@contextmanager
+def translated(what: str) -> Iterator[None]:
+    """Run a block of SDK calls, re-raising SDK errors as the project's errors."""
+    try:
+        yield
+    except AzureError as e:
+        raise translate(e, what) from e

@@ -1,0 +1,147 @@
+"""Queue over the async Azure Storage Queue SDK, base64-encoded like the Functions host."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from datetime import UTC, datetime
+
+from azure.storage.queue import QueueMessage as SdkQueueMessage
+from azure.storage.queue.aio import QueueClient
+
+from shared.errors import AlreadyExists, InvalidValue, NotFound
+from shared.stores.azure.errors import translated
+from shared.stores.queue import (
+    MAX_RECEIVE_BATCH,
+    MAX_VISIBILITY_TIMEOUT,
+    MessageQueue,
+    QueueMessage,
+    check_message_size,
+)
+
+
+def encode(content: str) -> str:
+    return base64.b64encode(content.encode("utf-8")).decode("ascii")
+
+
+def decode(wire: str) -> str:
+    """Decode a base64 body; a body that is not base64 (sent by another tool) is returned as
+    it is, so the receiver can reject it as malformed instead of the whole receive failing."""
+    try:
+        return base64.b64decode(wire, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return wire
+
+
+def _seconds(value: float) -> int:
+    # The service takes whole seconds; round up so a message is never visible early.
+    return math.ceil(value)
+
+
+def _message(message: SdkQueueMessage) -> QueueMessage:
+    now = datetime.now(UTC)
+    return QueueMessage(
+        id=message.id,
+        content=decode(message.content or ""),
+        dequeue_count=message.dequeue_count or 0,
+        pop_receipt=message.pop_receipt or "",
+        inserted_on=message.inserted_on or now,
+        next_visible_on=message.next_visible_on or now,
+    )
+
+
+class AzureQueue(MessageQueue):
+    def __init__(self, client: QueueClient) -> None:
+        self._client = client
+        self.name = client.queue_name
+
+    def _what(self) -> str:
+        return f"queue {self.name}"
+
+    async def create_if_missing(self) -> None:
+        try:
+            with translated(self._what()):
+                await self._client.create_queue()
+        except AlreadyExists:
+            pass
+
+    async def delete_queue(self) -> None:
+        try:
+            with translated(self._what()):
+                await self._client.delete_queue()
+        except NotFound:
+            pass
+
+    async def send(
+        self, content: str, *, visibility_delay: float = 0.0, time_to_live: float | None = None
+    ) -> str:
+        check_message_size(content)
+        if not 0 <= visibility_delay <= MAX_VISIBILITY_TIMEOUT:
+            raise InvalidValue("visibility_delay must be between 0 and 7 days")
+        with translated(self._what()):
+            sent = await self._client.send_message(
+                encode(content),
+                visibility_timeout=_seconds(visibility_delay) or None,
+                time_to_live=None if time_to_live is None else _seconds(time_to_live),
+            )
+        return str(sent.id)
+
+    async def receive(
+        self, max_messages: int = 1, *, visibility_timeout: float = 30.0
+    ) -> list[QueueMessage]:
+        if not 1 <= max_messages <= MAX_RECEIVE_BATCH:
+            raise InvalidValue(f"max_messages must be 1-{MAX_RECEIVE_BATCH}")
+        if not 1 <= visibility_timeout <= MAX_VISIBILITY_TIMEOUT:
+            raise InvalidValue("visibility_timeout must be between 1 second and 7 days")
+        received: list[QueueMessage] = []
+        with translated(self._what()):
+            pages = self._client.receive_messages(
+                messages_per_page=max_messages,
+                max_messages=max_messages,
+                visibility_timeout=_seconds(visibility_timeout),
+            )
+            async for message in pages:
+                received.append(_message(message))
+        return received
+
+    async def delete(self, message_id: str, pop_receipt: str) -> None:
+        with translated(f"message {message_id} in {self._what()}"):
+            await self._client.delete_message(message_id, pop_receipt)
+
+    async def update(
+        self,
+        message_id: str,
+        pop_receipt: str,
+        *,
+        visibility_timeout: float,
+        content: str | None = None,
+    ) -> str:
+        if not 0 <= visibility_timeout <= MAX_VISIBILITY_TIMEOUT:
+            raise InvalidValue("visibility_timeout must be between 0 and 7 days")
+        if content is not None:
+            check_message_size(content)
+        with translated(f"message {message_id} in {self._what()}"):
+            updated = await self._client.update_message(
+                message_id,
+                pop_receipt,
+                content=None if content is None else encode(content),
+                visibility_timeout=_seconds(visibility_timeout),
+            )
+        return str(updated.pop_receipt)
+
+    async def peek(self, max_messages: int = 32) -> list[QueueMessage]:
+        if not 1 <= max_messages <= MAX_RECEIVE_BATCH:
+            raise InvalidValue(f"max_messages must be 1-{MAX_RECEIVE_BATCH}")
+        with translated(self._what()):
+            peeked = await self._client.peek_messages(max_messages=max_messages)
+        return [_message(m) for m in peeked]
+
+    async def approximate_count(self) -> int:
+        with translated(self._what()):
+            properties = await self._client.get_queue_properties()
+        return int(properties.approximate_message_count or 0)
+
+    async def clear(self) -> None:
+        with translated(self._what()):
+            await self._client.clear_messages()

@@ -1,0 +1,112 @@
+"""Blob container interface: the payload and compare-and-swap store of the protocol."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class BlobProperties:
+    """What a listing or a read tells about a blob without its content."""
+
+    name: str
+    etag: str
+    size: int
+    last_modified: datetime
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Blob:
+    """A blob's content with the properties current when it was read."""
+
+    properties: BlobProperties
+    data: bytes
+
+    @property
+    def etag(self) -> str:
+        return self.properties.etag
+
+    @property
+    def metadata(self) -> Mapping[str, str]:
+        return self.properties.metadata
+
+
+class BlobContainer(abc.ABC):
+    """One blob container.
+
+    Every write returns the blob's new ETag. ETags are opaque: compare them only for equality.
+    Metadata names are case-insensitive and come back lower-cased.
+    """
+
+    name: str
+
+    @abc.abstractmethod
+    async def create_if_missing(self) -> None:
+        """Create the container; do nothing if it already exists."""
+
+    @abc.abstractmethod
+    async def delete_container(self) -> None:
+        """Delete the container and everything in it; do nothing if it is absent."""
+
+    @abc.abstractmethod
+    async def create(
+        self, name: str, data: bytes, metadata: Mapping[str, str] | None = None
+    ) -> str:
+        """Create a blob only if no blob of that name exists (``If-None-Match: *``).
+
+        Sent as a single request without SDK retries: a retried create could report
+        AlreadyExists for a create that in fact succeeded.
+        Raises AlreadyExists if the name is taken, NotFound if the container is missing,
+        OutcomeUnknown when the request may or may not have been applied.
+        """
+
+    @abc.abstractmethod
+    async def read(self, name: str) -> Blob:
+        """Return content, metadata and ETag in one request. Raises NotFound."""
+
+    @abc.abstractmethod
+    async def get_properties(self, name: str) -> BlobProperties:
+        """Return metadata and ETag without the content. Raises NotFound."""
+
+    @abc.abstractmethod
+    async def upload(
+        self,
+        name: str,
+        data: bytes,
+        metadata: Mapping[str, str] | None = None,
+        *,
+        etag: str | None = None,
+    ) -> str:
+        """Replace the blob's content and metadata.
+
+        With ``etag`` the write applies only if the blob still has that ETag (``If-Match``):
+        PreconditionFailed if it changed or is gone (Azure answers 412 in both cases).
+        Without ``etag`` it creates or overwrites unconditionally.
+        """
+
+    @abc.abstractmethod
+    async def set_metadata(
+        self, name: str, metadata: Mapping[str, str], *, etag: str | None = None
+    ) -> str:
+        """Replace the blob's metadata (content unchanged), optionally ``If-Match: etag``.
+
+        Raises NotFound if the blob is absent (PreconditionFailed when ``etag`` was given),
+        PreconditionFailed if the ETag changed.
+        """
+
+    @abc.abstractmethod
+    async def delete(self, name: str, *, etag: str | None = None) -> None:
+        """Delete the blob, optionally only if it still has ``etag``.
+
+        Raises NotFound if absent (PreconditionFailed when ``etag`` was given), and
+        PreconditionFailed if the ETag changed.
+        """
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> AsyncIterator[BlobProperties]:
+        """Yield the properties (with metadata) of every blob whose name starts with ``prefix``,
+        in name order, fetching page by page."""

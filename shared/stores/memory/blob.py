@@ -1,0 +1,126 @@
+"""In-memory blob container with Azure's conditional-request rules."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+
+from shared.clock import to_datetime
+from shared.errors import AlreadyExists, NotFound, PreconditionFailed
+from shared.stores.blob import Blob, BlobContainer, BlobProperties
+from shared.stores.memory.state import MemoryState
+from shared.stores.names import check_blob_name, check_metadata
+
+
+@dataclass(frozen=True)
+class _Stored:
+    data: bytes
+    metadata: dict[str, str]
+    etag: str
+    modified: float
+
+
+class MemoryBlobContainer(BlobContainer):
+    def __init__(self, state: MemoryState, name: str) -> None:
+        self._state = state
+        self.name = name
+
+    def _blobs(self) -> dict[str, _Stored]:
+        try:
+            blobs: dict[str, _Stored] = self._state.containers[self.name]
+        except KeyError:
+            raise NotFound(f"container {self.name!r} does not exist") from None
+        return blobs
+
+    def _existing(self, name: str, etag: str | None) -> _Stored:
+        stored = self._blobs().get(name)
+        if stored is None and etag is not None:
+            # Azure (and Azurite) answer a conditional request on a missing blob with 412.
+            raise PreconditionFailed(f"blob {self.name}/{name} does not exist (ETag condition)")
+        if stored is None:
+            raise NotFound(f"blob {self.name}/{name} does not exist")
+        if etag is not None and stored.etag != etag:
+            raise PreconditionFailed(f"blob {self.name}/{name} changed (ETag mismatch)")
+        return stored
+
+    def _put(self, name: str, data: bytes, metadata: dict[str, str]) -> str:
+        etag = self._state.new_etag()
+        self._blobs()[name] = _Stored(bytes(data), metadata, etag, self._state.clock())
+        return etag
+
+    @staticmethod
+    def _properties(name: str, stored: _Stored) -> BlobProperties:
+        return BlobProperties(
+            name=name,
+            etag=stored.etag,
+            size=len(stored.data),
+            last_modified=to_datetime(stored.modified),
+            metadata=dict(stored.metadata),
+        )
+
+    async def create_if_missing(self) -> None:
+        with self._state.lock:
+            self._state.containers.setdefault(self.name, {})
+
+    async def delete_container(self) -> None:
+        with self._state.lock:
+            self._state.containers.pop(self.name, None)
+
+    async def create(
+        self, name: str, data: bytes, metadata: Mapping[str, str] | None = None
+    ) -> str:
+        check_blob_name(name)
+        clean = check_metadata(metadata or {})
+        with self._state.lock:
+            if name in self._blobs():
+                raise AlreadyExists(f"blob {self.name}/{name} already exists")
+            return self._put(name, data, clean)
+
+    async def read(self, name: str) -> Blob:
+        check_blob_name(name)
+        with self._state.lock:
+            stored = self._existing(name, None)
+            return Blob(self._properties(name, stored), stored.data)
+
+    async def get_properties(self, name: str) -> BlobProperties:
+        return (await self.read(name)).properties
+
+    async def upload(
+        self,
+        name: str,
+        data: bytes,
+        metadata: Mapping[str, str] | None = None,
+        *,
+        etag: str | None = None,
+    ) -> str:
+        check_blob_name(name)
+        clean = check_metadata(metadata or {})
+        with self._state.lock:
+            if etag is not None:
+                self._existing(name, etag)
+            return self._put(name, data, clean)
+
+    async def set_metadata(
+        self, name: str, metadata: Mapping[str, str], *, etag: str | None = None
+    ) -> str:
+        check_blob_name(name)
+        clean = check_metadata(metadata)
+        with self._state.lock:
+            stored = self._existing(name, etag)
+            return self._put(name, stored.data, clean)
+
+    async def delete(self, name: str, *, etag: str | None = None) -> None:
+        check_blob_name(name)
+        with self._state.lock:
+            self._existing(name, etag)
+            del self._blobs()[name]
+
+    async def list(self, prefix: str = "") -> AsyncIterator[BlobProperties]:
+        with self._state.lock:
+            snapshot = [
+                self._properties(name, stored)
+                for name, stored in sorted(self._blobs().items())
+                if name.startswith(prefix)
+            ]
+        for properties in snapshot:
+            yield properties

@@ -1,0 +1,168 @@
+"""The blob container contract, run against every backend."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from shared.errors import AlreadyExists, InvalidName, NotFound, PreconditionFailed
+from shared.stores.blob import BlobContainer
+from tests.conftest import Backend, unique_name
+
+
+@pytest.fixture
+async def container(backend: Backend) -> AsyncIterator[BlobContainer]:
+    container = backend.account.blob_container(unique_name("c"))
+    await container.create_if_missing()
+    yield container
+    await container.delete_container()
+
+
+async def test_create_then_read_returns_content_metadata_and_etag(
+    container: BlobContainer,
+) -> None:
+    etag = await container.create("a/b/c", b"payload", {"Claim": ""})
+
+    blob = await container.read("a/b/c")
+
+    assert blob.data == b"payload"
+    assert blob.etag == etag
+    assert dict(blob.metadata) == {"claim": ""}
+    assert blob.properties.size == 7
+
+
+async def test_create_refuses_an_existing_name_and_keeps_the_first_content(
+    container: BlobContainer,
+) -> None:
+    await container.create("x", b"first")
+
+    with pytest.raises(AlreadyExists):
+        await container.create("x", b"second")
+
+    assert (await container.read("x")).data == b"first"
+
+
+async def test_create_if_missing_is_idempotent(container: BlobContainer) -> None:
+    await container.create("x", b"1")
+    await container.create_if_missing()
+    assert (await container.read("x")).data == b"1"
+
+
+async def test_missing_container_and_blob_raise_not_found(
+    backend: Backend, container: BlobContainer
+) -> None:
+    with pytest.raises(NotFound):
+        await container.read("absent")
+    with pytest.raises(NotFound):
+        await container.get_properties("absent")
+    missing = backend.account.blob_container(unique_name("missing"))
+    with pytest.raises(NotFound):
+        await missing.create("x", b"")
+
+
+async def test_set_metadata_is_a_compare_and_swap(container: BlobContainer) -> None:
+    """Two claimers read the same ETag: exactly one claim lands."""
+    etag = await container.create("token", b"envelope", {"claim": ""})
+
+    new_etag = await container.set_metadata("token", {"claim": "c1"}, etag=etag)
+    with pytest.raises(PreconditionFailed):
+        await container.set_metadata("token", {"claim": "c2"}, etag=etag)
+
+    blob = await container.read("token")
+    assert blob.metadata["claim"] == "c1"
+    assert blob.etag == new_etag != etag
+    assert blob.data == b"envelope"
+
+
+async def test_set_metadata_on_a_missing_blob_is_not_found(container: BlobContainer) -> None:
+    with pytest.raises(NotFound):
+        await container.set_metadata("absent", {"claim": "c"})
+
+
+async def test_conditional_upload_replaces_only_the_expected_version(
+    container: BlobContainer,
+) -> None:
+    etag = await container.create("topic", b"[]")
+
+    etag2 = await container.upload("topic", b'["a"]', etag=etag)
+    with pytest.raises(PreconditionFailed):
+        await container.upload("topic", b'["b"]', etag=etag)
+
+    blob = await container.read("topic")
+    assert blob.data == b'["a"]'
+    assert blob.etag == etag2
+
+
+async def test_unconditional_upload_creates_or_overwrites(container: BlobContainer) -> None:
+    await container.upload("u", b"1", {"k": "v"})
+    await container.upload("u", b"2")
+    blob = await container.read("u")
+    assert blob.data == b"2"
+    assert dict(blob.metadata) == {}
+
+
+async def test_conditional_delete(container: BlobContainer) -> None:
+    etag = await container.create("d", b"")
+    await container.set_metadata("d", {"claim": "x"}, etag=etag)
+
+    with pytest.raises(PreconditionFailed):
+        await container.delete("d", etag=etag)
+    await container.delete("d")
+
+    with pytest.raises(NotFound):
+        await container.read("d")
+    with pytest.raises(NotFound):
+        await container.delete("d")
+
+
+async def test_list_by_prefix_in_name_order_with_metadata(container: BlobContainer) -> None:
+    for name in ["s1/m2/a", "s1/m1/b", "s2/m1/c", "s1x"]:
+        await container.create(name, name.encode(), {"claim": name[-1]})
+
+    listed = [p async for p in container.list("s1/")]
+
+    assert [p.name for p in listed] == ["s1/m1/b", "s1/m2/a"]
+    assert [p.metadata["claim"] for p in listed] == ["b", "a"]
+    assert all(p.etag for p in listed)
+    assert len([p async for p in container.list()]) == 4
+
+
+@pytest.mark.parametrize("name", ["", "a//b", "../x", "a/./b", "tab\tname", "back\\slash"])
+async def test_invalid_blob_names_are_refused_before_any_request(
+    container: BlobContainer, name: str
+) -> None:
+    with pytest.raises(InvalidName):
+        await container.create(name, b"")
+    with pytest.raises(InvalidName):
+        await container.read(name)
+
+
+@pytest.mark.parametrize("name", ["ab", "Upper", "a--b", "-ab", "a_b"])
+def test_invalid_container_names_are_refused(backend: Backend, name: str) -> None:
+    with pytest.raises(InvalidName):
+        backend.account.blob_container(name)
+
+
+async def test_metadata_names_must_be_identifiers(container: BlobContainer) -> None:
+    with pytest.raises(InvalidName):
+        await container.create("m", b"", {"not-an-identifier": "v"})
+    with pytest.raises(NotFound):
+        await container.read("m")
+
+
+async def test_conditional_requests_on_a_missing_blob_fail_the_precondition(
+    container: BlobContainer,
+) -> None:
+    """Azure answers 412, not 404, when an If-Match names a blob that is gone."""
+    etag = await container.create("gone", b"")
+    await container.delete("gone")
+
+    with pytest.raises(PreconditionFailed):
+        await container.upload("gone", b"x", etag=etag)
+    with pytest.raises(PreconditionFailed):
+        await container.set_metadata("gone", {"claim": "c"}, etag=etag)
+    with pytest.raises(PreconditionFailed):
+        await container.delete("gone", etag=etag)
+    with pytest.raises(NotFound):
+        await container.read("gone")
