@@ -1,0 +1,197 @@
+// Function App on the Flex Consumption plan (Linux, Python).
+//
+// The app runs as the user-assigned identity: the host reaches its storage
+// account (AzureWebJobsStorage__*), downloads the deployment package and sends
+// telemetry with Entra ID tokens for that identity. No account key,
+// SAS token or storage connection string is configured anywhere.
+
+@description('Required. Name of the Function App (also the default host name prefix).')
+param name string
+
+@description('Required. Name of the Flex Consumption plan.')
+param planName string
+
+@description('Optional. Azure region of the plan and the app.')
+param location string = resourceGroup().location
+
+@description('Optional. Tags applied to the plan and the app.')
+param tags object = {}
+
+@description('Required. Resource id of the user-assigned managed identity the app runs as.')
+param identityId string
+
+@description('Required. Client id of the user-assigned managed identity the app runs as.')
+param identityClientId string
+
+@description('Required. Name of the storage account used by the host and by the bus.')
+param storageAccountName string
+
+@description('Required. Name of the blob container that receives the deployment package.')
+param deploymentContainerName string
+
+@description('Required. Name of the Application Insights component that receives telemetry.')
+param appInsightsName string
+
+@description('Optional. Python version of the Functions worker.')
+@allowed([
+  '3.10'
+  '3.11'
+  '3.12'
+])
+param pythonVersion string = '3.11'
+
+@description('Optional. Upper bound on the number of instances the plan scales out to.')
+@minValue(1)
+@maxValue(1000)
+param maximumInstanceCount int = 40
+
+@description('Optional. Memory size of each instance in MB.')
+@allowed([
+  512
+  2048
+  4096
+])
+param instanceMemoryMB int = 2048
+
+@description('Optional. Extra app settings (name to value). They must not hold secrets; put those in Key Vault and reference them.')
+param additionalAppSettings object = {}
+
+resource storageAccount 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
+  name: storageAccountName
+}
+
+resource appInsights 'Microsoft.Insights/components@2020-02-02' existing = {
+  name: appInsightsName
+}
+
+// Identity-based settings only. The AzureWebJobsStorage__* group is the
+// host's storage connection (also used by queue triggers that name no other
+// connection); credential + clientId select the user-assigned identity.
+var identityAppSettings = [
+  {
+    name: 'AzureWebJobsStorage__blobServiceUri'
+    value: storageAccount.properties.primaryEndpoints.blob
+  }
+  {
+    name: 'AzureWebJobsStorage__queueServiceUri'
+    value: storageAccount.properties.primaryEndpoints.queue
+  }
+  {
+    name: 'AzureWebJobsStorage__tableServiceUri'
+    value: storageAccount.properties.primaryEndpoints.table
+  }
+  {
+    name: 'AzureWebJobsStorage__credential'
+    value: 'managedidentity'
+  }
+  {
+    name: 'AzureWebJobsStorage__clientId'
+    value: identityClientId
+  }
+  {
+    name: 'APPLICATIONINSIGHTS_CONNECTION_STRING'
+    value: appInsights.properties.ConnectionString
+  }
+  {
+    name: 'APPLICATIONINSIGHTS_AUTHENTICATION_STRING'
+    value: 'ClientId=${identityClientId};Authorization=AAD'
+  }
+]
+
+var extraAppSettings = [for setting in items(additionalAppSettings): {
+  name: setting.key
+  value: setting.value
+}]
+
+resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
+  // checkov:skip=CKV_AZURE_225:Zone redundancy for Flex Consumption exists only in regions with availability zones, and this template targets any Flex region; enable it per environment instead of forcing it here.
+  name: planName
+  location: location
+  tags: tags
+  kind: 'functionapp'
+  sku: {
+    name: 'FC1'
+    tier: 'FlexConsumption'
+  }
+  properties: {
+    reserved: true
+  }
+}
+
+resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
+  // checkov:skip=CKV_AZURE_222:No VNet or private endpoint exists in this template, so the public HTTPS endpoint is how deployments (func publish, OneDeploy) and any HTTP trigger reach the app; httpsOnly and TLS 1.2 apply.
+  // checkov:skip=CKV_AZURE_17:Incoming client certificates authenticate HTTP callers. The bus work is queue-triggered and the only HTTP route (api/health) is already protected by a function key.
+  // checkov:skip=CKV_AZURE_212:numberOfWorkers belongs to dedicated App Service plans. On Flex Consumption instance counts come from functionAppConfig.scaleAndConcurrency and the platform replaces failed instances.
+  // checkov:skip=CKV_AZURE_213:Health check probes a path anonymously, but the only HTTP route (api/health) requires a function key; the bus work is queue-triggered and Flex Consumption replaces failed instances itself.
+  name: name
+  location: location
+  tags: tags
+  kind: 'functionapp,linux'
+  identity: {
+    type: 'UserAssigned'
+    userAssignedIdentities: {
+      '${identityId}': {}
+    }
+  }
+  properties: {
+    serverFarmId: plan.id
+    httpsOnly: true
+    siteConfig: {
+      minTlsVersion: '1.2'
+      scmMinTlsVersion: '1.2'
+      ftpsState: 'Disabled'
+      http20Enabled: true
+      appSettings: concat(identityAppSettings, extraAppSettings)
+    }
+    functionAppConfig: {
+      deployment: {
+        storage: {
+          type: 'blobContainer'
+          value: '${storageAccount.properties.primaryEndpoints.blob}${deploymentContainerName}'
+          authentication: {
+            type: 'UserAssignedIdentity'
+            userAssignedIdentityResourceId: identityId
+          }
+        }
+      }
+      scaleAndConcurrency: {
+        maximumInstanceCount: maximumInstanceCount
+        instanceMemoryMB: instanceMemoryMB
+      }
+      runtime: {
+        name: 'python'
+        version: pythonVersion
+      }
+    }
+  }
+}
+
+// Publishing with user/password credentials is switched off; deployments
+// authenticate with Entra ID (az / func CLI tokens) instead.
+resource ftpCredentials 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01' = {
+  parent: functionApp
+  name: 'ftp'
+  properties: {
+    allow: false
+  }
+}
+
+resource scmCredentials 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01' = {
+  parent: functionApp
+  name: 'scm'
+  properties: {
+    allow: false
+  }
+}
+
+@description('Name of the Function App.')
+output name string = functionApp.name
+
+@description('Resource id of the Function App.')
+output id string = functionApp.id
+
+@description('Default host name of the Function App.')
+output defaultHostName string = functionApp.properties.defaultHostName
+
+@description('Resource id of the Flex Consumption plan.')
+output planId string = plan.id

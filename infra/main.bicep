@@ -1,0 +1,201 @@
+// Entry point: everything the exactly-once bus needs in one resource group.
+//
+//   identity.bicep     user-assigned managed identity the app runs as
+//   monitoring.bicep   Log Analytics workspace + Application Insights (no local auth)
+//   storage.bicep      storage account (no shared keys) with every queue, poison
+//                      queue, table and container named in resources.json
+//   roles.bicep        data-plane RBAC for the identity (and optionally a person)
+//   function-app.bicep Flex Consumption plan + Python Function App
+//
+// Deploy with:
+//   az deployment group create -g <rg> --template-file infra/main.bicep \
+//     --parameters infra/main.parameters.json
+targetScope = 'resourceGroup'
+
+@description('Required. Short prefix for resource names: 3-11 lowercase letters and digits, starting with a letter (for example eobusdev).')
+@minLength(3)
+@maxLength(11)
+param namePrefix string
+
+@description('Optional. Azure region of every resource; defaults to the resource group region. Must offer the Flex Consumption plan.')
+param location string = resourceGroup().location
+
+@description('Optional. Tags applied to every resource.')
+param tags object = {
+  project: 'exactly-once-bus'
+}
+
+@description('Optional. Whether the storage account public endpoint accepts traffic (access still needs an Entra ID token and a data role).')
+@allowed([
+  'Enabled'
+  'Disabled'
+])
+param storagePublicNetworkAccess string = 'Enabled'
+
+@description('Optional. Replication SKU of the storage account.')
+@allowed([
+  'Standard_LRS'
+  'Standard_ZRS'
+  'Standard_GRS'
+  'Standard_GZRS'
+  'Standard_RAGRS'
+  'Standard_RAGZRS'
+])
+param storageSkuName string = 'Standard_LRS'
+
+@description('Optional. Object id of the person (or pipeline) deploying, granted the same storage data roles as the app so local tools can use Entra ID; leave empty to skip.')
+param deployerPrincipalId string = ''
+
+@description('Optional. Principal type of deployerPrincipalId.')
+@allowed([
+  'User'
+  'ServicePrincipal'
+  'Group'
+])
+param deployerPrincipalType string = 'User'
+
+@description('Optional. Python version of the Functions worker.')
+@allowed([
+  '3.10'
+  '3.11'
+  '3.12'
+])
+param pythonVersion string = '3.11'
+
+@description('Optional. Upper bound on the number of Flex Consumption instances.')
+@minValue(1)
+@maxValue(1000)
+param maximumInstanceCount int = 40
+
+@description('Optional. Memory size of each Flex Consumption instance in MB.')
+@allowed([
+  512
+  2048
+  4096
+])
+param instanceMemoryMB int = 2048
+
+@description('Optional. Days the Log Analytics workspace keeps data.')
+@minValue(30)
+@maxValue(730)
+param logRetentionInDays int = 30
+
+@description('Optional. Extra, non-secret app settings for the Function App (name to value).')
+param additionalAppSettings object = {}
+
+// A deterministic suffix keeps globally unique names stable per resource group.
+var prefix = toLower(namePrefix)
+var suffix = uniqueString(subscription().id, resourceGroup().id, prefix)
+var storageAccountName = take('st${prefix}${suffix}', 24)
+var functionAppName = 'func-${prefix}-${suffix}'
+var planName = 'plan-${prefix}-${suffix}'
+var identityName = 'id-${prefix}-${suffix}'
+var appInsightsName = 'appi-${prefix}-${suffix}'
+var logAnalyticsName = 'log-${prefix}-${suffix}'
+
+module identity 'app/identity.bicep' = {
+  name: 'identity'
+  params: {
+    name: identityName
+    location: location
+    tags: tags
+  }
+}
+
+module monitoring 'app/monitoring.bicep' = {
+  name: 'monitoring'
+  params: {
+    logAnalyticsName: logAnalyticsName
+    appInsightsName: appInsightsName
+    location: location
+    tags: tags
+    retentionInDays: logRetentionInDays
+  }
+}
+
+module storage 'app/storage.bicep' = {
+  name: 'storage'
+  params: {
+    name: storageAccountName
+    location: location
+    tags: tags
+    skuName: storageSkuName
+    publicNetworkAccess: storagePublicNetworkAccess
+    logAnalyticsWorkspaceId: monitoring.outputs.logAnalyticsWorkspaceId
+  }
+}
+
+module appRoles 'app/roles.bicep' = {
+  name: 'roles-app'
+  params: {
+    storageAccountName: storage.outputs.name
+    principalId: identity.outputs.principalId
+    principalType: 'ServicePrincipal'
+    appInsightsName: monitoring.outputs.appInsightsName
+    assignMonitoringRole: true
+  }
+}
+
+module deployerRoles 'app/roles.bicep' = if (!empty(deployerPrincipalId)) {
+  name: 'roles-deployer'
+  params: {
+    storageAccountName: storage.outputs.name
+    principalId: deployerPrincipalId
+    principalType: deployerPrincipalType
+    appInsightsName: monitoring.outputs.appInsightsName
+    assignMonitoringRole: false
+  }
+}
+
+module functionApp 'app/function-app.bicep' = {
+  name: 'function-app'
+  params: {
+    name: functionAppName
+    planName: planName
+    location: location
+    tags: tags
+    identityId: identity.outputs.id
+    identityClientId: identity.outputs.clientId
+    storageAccountName: storage.outputs.name
+    deploymentContainerName: storage.outputs.deploymentContainerName
+    appInsightsName: monitoring.outputs.appInsightsName
+    pythonVersion: pythonVersion
+    maximumInstanceCount: maximumInstanceCount
+    instanceMemoryMB: instanceMemoryMB
+    additionalAppSettings: additionalAppSettings
+  }
+  // The host must be able to read its storage from its first start.
+  dependsOn: [
+    appRoles
+  ]
+}
+
+@description('Name of the Function App; pass it to func azure functionapp publish.')
+output functionAppName string = functionApp.outputs.name
+
+@description('Default host name of the Function App.')
+output functionAppHostName string = functionApp.outputs.defaultHostName
+
+@description('Name of the storage account.')
+output storageAccountName string = storage.outputs.name
+
+@description('Blob service endpoint of the storage account.')
+output storageBlobEndpoint string = storage.outputs.blobEndpoint
+
+@description('Queue service endpoint of the storage account.')
+output storageQueueEndpoint string = storage.outputs.queueEndpoint
+
+@description('Table service endpoint of the storage account.')
+output storageTableEndpoint string = storage.outputs.tableEndpoint
+
+@description('Client id of the user-assigned identity the app runs as.')
+output identityClientId string = identity.outputs.clientId
+
+@description('Object (principal) id of the user-assigned identity the app runs as.')
+output identityPrincipalId string = identity.outputs.principalId
+
+@description('Resource id of the user-assigned identity the app runs as.')
+output identityResourceId string = identity.outputs.id
+
+@description('Name of the Application Insights component.')
+output appInsightsName string = monitoring.outputs.appInsightsName

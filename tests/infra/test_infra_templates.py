@@ -1,0 +1,559 @@
+"""Structural checks on the Bicep templates under infra/.
+
+The templates are parsed with pycep-parser (no Bicep compiler is available)
+and the assertions look at the parsed declarations, not at raw text, except
+where the property being checked is textual by nature (checkov comments,
+key material that would only appear inside interpolated strings).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from provisioned import INFRA_DIR, bicep_files, dotted, parse_bicep, unwrap, walk
+
+MAIN = INFRA_DIR / "main.bicep"
+APP = INFRA_DIR / "app"
+
+EXPECTED_FILES = {
+    "main.bicep",
+    "app/identity.bicep",
+    "app/monitoring.bicep",
+    "app/storage.bicep",
+    "app/roles.bicep",
+    "app/function-app.bicep",
+}
+
+STORAGE_BLOB_DATA_OWNER = "b7e6dc6d-f1e8-4753-8033-0f276bb0955b"
+STORAGE_QUEUE_DATA_CONTRIBUTOR = "974c5e8b-45b9-4653-ba55-5f855dd0fb88"
+STORAGE_TABLE_DATA_CONTRIBUTOR = "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3"
+MONITORING_METRICS_PUBLISHER = "3913510d-42f4-4e42-8a64-420c390055eb"
+
+GUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
+
+ALL_FILES = bicep_files()
+FILE_IDS = [str(p.relative_to(INFRA_DIR)) for p in ALL_FILES]
+
+
+# --------------------------------------------------------------------------
+# helpers
+
+
+def load(relative: str) -> dict[str, Any]:
+    template: dict[str, Any] = parse_bicep(INFRA_DIR / relative)
+    return template
+
+
+def description(spec: dict[str, Any]) -> str | None:
+    for decorator in spec.get("decorators", []):
+        if decorator.get("type") == "description":
+            return str(decorator.get("argument") or "")
+    return None
+
+
+def decorator_argument(spec: dict[str, Any], kind: str) -> Any:
+    for decorator in spec.get("decorators", []):
+        if decorator.get("type") == kind:
+            return decorator.get("argument")
+    return None
+
+
+def resources_of_type(template: dict[str, Any], arm_type: str) -> dict[str, dict[str, Any]]:
+    return {name: r for name, r in template.get("resources", {}).items() if r["type"] == arm_type}
+
+
+def only_resource(template: dict[str, Any], arm_type: str) -> tuple[str, dict[str, Any]]:
+    found = resources_of_type(template, arm_type)
+    assert len(found) == 1, f"expected exactly one {arm_type}, found {sorted(found)}"
+    ((name, resource),) = found.items()
+    loop, condition, body = unwrap(resource["config"])
+    assert loop is None, f"{arm_type} {name} must not be a loop"
+    assert condition is None, f"{arm_type} {name} must be unconditional"
+    return name, body
+
+
+def modules_by_path(template: dict[str, Any], path: str) -> dict[str, dict[str, Any]]:
+    return {
+        name: m
+        for name, m in template.get("modules", {}).items()
+        if m.get("type") == "local" and m["detail"]["path"] == path
+    }
+
+
+def app_settings(function_app_template: dict[str, Any]) -> dict[str, Any]:
+    """The site's appSettings as name -> parsed value, following concat() of variables."""
+    _, site = only_resource(function_app_template, "Microsoft.Web/sites")
+    raw = site["properties"]["siteConfig"]["appSettings"]
+    variables = function_app_template.get("variables", {})
+
+    def expand(node: Any) -> list[Any]:
+        if isinstance(node, list):
+            return node
+        if isinstance(node, str) and node in variables:
+            return expand(variables[node]["value"])
+        if isinstance(node, dict) and node.get("function", {}).get("type") == "concat":
+            out: list[Any] = []
+            for arg in node["function"]["parameters"].values():
+                out.extend(expand(arg))
+            return out
+        if isinstance(node, dict) and "loop_type" in node:
+            # [for setting in items(additionalAppSettings): {...}] adds caller-chosen names.
+            return []
+        raise AssertionError(f"cannot follow appSettings expression {node!r}")
+
+    settings: dict[str, Any] = {}
+    for entry in expand(raw):
+        assert set(entry) == {"name", "value"}, entry
+        assert entry["name"] not in settings, f"duplicate app setting {entry['name']}"
+        settings[entry["name"]] = entry["value"]
+    return settings
+
+
+# --------------------------------------------------------------------------
+# files and parsing
+
+
+def test_expected_template_files_exist() -> None:
+    present = {str(p.relative_to(INFRA_DIR)) for p in ALL_FILES}
+    missing = EXPECTED_FILES - present
+    assert not missing, f"missing templates: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=FILE_IDS)
+def test_template_parses(path: Path) -> None:
+    template = parse_bicep(path)
+    assert isinstance(template, dict)
+    assert template.get("resources") or template.get("modules"), f"{path} declares nothing"
+
+
+def test_main_targets_resource_group() -> None:
+    assert load("main.bicep")["globals"]["scope"]["value"] == "resourceGroup"
+
+
+def test_main_modules_point_at_existing_files() -> None:
+    modules = load("main.bicep")["modules"]
+    assert modules
+    for name, module in modules.items():
+        assert module["type"] == "local", name
+        assert (INFRA_DIR / module["detail"]["path"]).is_file(), (
+            f"module {name} -> {module['detail']['path']}"
+        )
+
+
+# --------------------------------------------------------------------------
+# parameters and outputs
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=FILE_IDS)
+def test_every_parameter_has_required_or_optional_description(path: Path) -> None:
+    params = parse_bicep(path).get("parameters", {})
+    assert params, f"{path} has no parameters"
+    for name, spec in params.items():
+        text = description(spec)
+        assert text, f"{path.name}: param {name} has no @description"
+        has_default = spec.get("default") is not None
+        if has_default:
+            assert text.startswith("Optional. "), (
+                f"{path.name}: param {name} has a default; description must start 'Optional. '"
+            )
+        else:
+            assert text.startswith("Required. "), (
+                f"{path.name}: param {name} has no default; description must start 'Required. '"
+            )
+        assert len(text) > len("Optional. ") + 10, (
+            f"{path.name}: param {name} description is too thin"
+        )
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=FILE_IDS)
+def test_every_output_has_description(path: Path) -> None:
+    outputs = parse_bicep(path).get("outputs", {})
+    assert outputs, f"{path} has no outputs"
+    for name, spec in outputs.items():
+        text = description(spec)
+        assert (text or "").strip(), f"{path.name}: output {name} has no @description"
+
+
+def test_main_parameters_file_matches_main() -> None:
+    main_params = load("main.bicep")["parameters"]
+    document = json.loads((INFRA_DIR / "main.parameters.json").read_text(encoding="utf-8"))
+    given = document["parameters"]
+    unknown = set(given) - set(main_params)
+    assert not unknown, f"main.parameters.json sets unknown parameters {sorted(unknown)}"
+    required = {name for name, spec in main_params.items() if spec.get("default") is None}
+    assert required <= set(given), (
+        f"main.parameters.json misses required {sorted(required - set(given))}"
+    )
+    for name, entry in given.items():
+        assert set(entry) == {"value"}, (
+            f"{name} must be a plain value (no Key Vault references needed)"
+        )
+        allowed = decorator_argument(main_params[name], "allowed")
+        if allowed is not None:
+            assert entry["value"] in allowed, f"{name}={entry['value']!r} not in {allowed}"
+    prefix = given["namePrefix"]["value"]
+    assert re.fullmatch(r"[a-z][a-z0-9]{2,10}", prefix), prefix
+
+
+def test_main_has_sensible_defaults() -> None:
+    params = load("main.bicep")["parameters"]
+    assert dotted(params["location"]["default"]) is None  # an expression, not a fixed region
+    assert (
+        params["location"]["default"]["operator"]["operands"]["operand_1"]["function"]["type"]
+        == "resource_group"
+    )
+    assert params["tags"]["type"] == "object"
+    assert params["tags"]["default"] is not None
+    assert params["namePrefix"]["default"] is None
+    assert params["deployerPrincipalId"]["default"] == ""
+    assert params["storagePublicNetworkAccess"]["default"] == "Enabled"
+    assert sorted(decorator_argument(params["storagePublicNetworkAccess"], "allowed")) == [
+        "Disabled",
+        "Enabled",
+    ]
+
+
+# --------------------------------------------------------------------------
+# storage account
+
+
+def test_storage_account_is_locked_down() -> None:
+    _, account = only_resource(load("app/storage.bicep"), "Microsoft.Storage/storageAccounts")
+    props = account["properties"]
+    assert props["allowSharedKeyAccess"] is False
+    assert props["minimumTlsVersion"] == "TLS1_2"
+    assert props["supportsHttpsTrafficOnly"] is True
+    assert props["allowBlobPublicAccess"] is False
+    assert props["defaultToOAuthAuthentication"] is True
+    assert props["allowCrossTenantReplication"] is False
+    assert account["kind"] == "StorageV2"
+
+
+def test_storage_public_network_access_is_a_parameter() -> None:
+    storage = load("app/storage.bicep")
+    _, account = only_resource(storage, "Microsoft.Storage/storageAccounts")
+    reference = account["properties"]["publicNetworkAccess"]
+    assert reference in storage["parameters"], "publicNetworkAccess must come from a parameter"
+    assert sorted(decorator_argument(storage["parameters"][reference], "allowed")) == [
+        "Disabled",
+        "Enabled",
+    ]
+    (module,) = modules_by_path(load("main.bicep"), "app/storage.bicep").values()
+    _, _, body = unwrap(module["config"])
+    assert body["params"][reference] == "storagePublicNetworkAccess"
+
+
+def test_blob_containers_are_private() -> None:
+    containers = resources_of_type(
+        load("app/storage.bicep"), "Microsoft.Storage/storageAccounts/blobServices/containers"
+    )
+    assert len(containers) >= 2
+    for name, resource in containers.items():
+        _, _, body = unwrap(resource["config"])
+        assert body["properties"]["publicAccess"] == "None", name
+
+
+def test_storage_names_come_from_resources_json() -> None:
+    storage = load("app/storage.bicep")
+    loaders = [
+        spec["value"]["function"]["parameters"]["file_path"]
+        for spec in storage["variables"].values()
+        if isinstance(spec["value"], dict)
+        and spec["value"].get("function", {}).get("type") == "load_json_content"
+    ]
+    assert loaders, "storage.bicep must loadJsonContent the shared resources.json"
+    for relative in loaders:
+        assert (APP / relative).resolve() == (INFRA_DIR / "resources.json").resolve()
+
+
+# --------------------------------------------------------------------------
+# identity and roles
+
+
+def test_role_assignment_names_use_guid_of_scope_principal_and_role() -> None:
+    checked = 0
+    for path in ALL_FILES:
+        template = parse_bicep(path)
+        for name, resource in resources_of_type(
+            template, "Microsoft.Authorization/roleAssignments"
+        ).items():
+            _, _, body = unwrap(resource["config"])
+            function = body["name"]["function"]
+            assert function["type"] == "guid", f"{path.name}:{name} name must be guid(...)"
+            args = list(function["parameters"].values())
+            args = [a for a in args if a is not None]
+            assert len(args) == 3, f"{path.name}:{name} guid() must take scope, principal and role"
+            scope = body["scope"]
+            assert dotted(args[0]) == f"{scope}.id", (
+                f"{path.name}:{name} first guid() argument must be {scope}.id"
+            )
+            assert args[1] == body["properties"]["principalId"] == "principalId"
+            assert args[2] == body["properties"]["roleDefinitionId"], (
+                f"{path.name}:{name} third guid() argument must be the role definition id"
+            )
+            checked += 1
+    assert checked >= 2
+
+
+def test_roles_are_the_narrow_data_roles_only() -> None:
+    roles = load("app/roles.bicep")
+    granted = {s for node in walk(roles) if isinstance(node, str) for s in GUID.findall(node)}
+    assert granted == {
+        STORAGE_BLOB_DATA_OWNER,
+        STORAGE_QUEUE_DATA_CONTRIBUTOR,
+        STORAGE_TABLE_DATA_CONTRIBUTOR,
+        MONITORING_METRICS_PUBLISHER,
+    }
+    storage_roles = roles["variables"]["storageDataRoles"]["value"]
+    assert set(storage_roles.values()) == {
+        STORAGE_BLOB_DATA_OWNER,
+        STORAGE_QUEUE_DATA_CONTRIBUTOR,
+        STORAGE_TABLE_DATA_CONTRIBUTOR,
+    }
+    assignments = resources_of_type(roles, "Microsoft.Authorization/roleAssignments")
+    scopes = {}
+    for name, resource in assignments.items():
+        _, _, body = unwrap(resource["config"])
+        scopes[name] = roles["resources"][body["scope"]]["type"]
+    assert sorted(scopes.values()) == [
+        "Microsoft.Insights/components",
+        "Microsoft.Storage/storageAccounts",
+    ]
+    # Every other template leaves role definitions alone.
+    for path in ALL_FILES:
+        if path.name != "roles.bicep":
+            assert not resources_of_type(
+                parse_bicep(path), "Microsoft.Authorization/roleAssignments"
+            ), path.name
+
+
+def test_main_grants_roles_to_identity_and_optional_deployer() -> None:
+    main = load("main.bicep")
+    role_modules = modules_by_path(main, "app/roles.bicep")
+    by_principal = {}
+    for module in role_modules.values():
+        _, condition, body = unwrap(module["config"])
+        by_principal[dotted(body["params"]["principalId"])] = (condition, body["params"])
+    assert set(by_principal) == {"identity.outputs.principalId", "deployerPrincipalId"}
+
+    condition, params = by_principal["identity.outputs.principalId"]
+    assert condition is None
+    assert params["principalType"] == "ServicePrincipal"
+    assert dotted(params["appInsightsName"]) == "monitoring.outputs.appInsightsName"
+    assert params["assignMonitoringRole"] is True
+
+    condition, params = by_principal["deployerPrincipalId"]
+    # if (!empty(deployerPrincipalId))
+    assert condition["operator"]["type"] == "not"
+    inner = condition["operator"]["operands"]["bool_value"]["function"]
+    assert inner["type"] == "empty"
+    assert inner["parameters"]["item_to_test"] == "deployerPrincipalId"
+    assert params["principalType"] == "deployerPrincipalType"
+    # The deployer gets the storage data roles only, not telemetry publishing.
+    assert params["assignMonitoringRole"] is False
+
+
+def test_identity_is_user_assigned() -> None:
+    _, identity = only_resource(
+        load("app/identity.bicep"), "Microsoft.ManagedIdentity/userAssignedIdentities"
+    )
+    assert identity["name"] == "name"
+    outputs = load("app/identity.bicep")["outputs"]
+    assert dotted(outputs["clientId"]["value"]) == "identity.properties.clientId"
+    assert dotted(outputs["principalId"]["value"]) == "identity.properties.principalId"
+
+
+# --------------------------------------------------------------------------
+# no keys
+
+
+KEY_MATERIAL = re.compile(
+    r"listKeys|listAccountSas|listServiceSas|listConnectionStrings|AccountKey=|SharedAccessSignature=|DefaultEndpointsProtocol=",
+    re.IGNORECASE,
+)
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=FILE_IDS)
+def test_no_keys_or_key_based_connection_strings(path: Path) -> None:
+    template = parse_bicep(path)
+    for node in walk(template):
+        if not isinstance(node, dict):
+            continue
+        function = node.get("function")
+        if isinstance(function, dict):
+            assert function.get("type") != "list_func", (
+                f"{path.name} calls {function['parameters'].get('func_name')}"
+            )
+        operator = node.get("operator")
+        if isinstance(operator, dict) and operator.get("type") == "function_accessor":
+            func_name = operator["operands"]["func_name"]
+            assert not func_name.lower().startswith("list"), f"{path.name} calls .{func_name}()"
+    # Interpolated strings keep their ${...} expressions as text, so scan it too.
+    found = KEY_MATERIAL.search(path.read_text(encoding="utf-8"))
+    assert found is None, f"{path.name} mentions key material: {found and found.group(0)}"
+
+
+# --------------------------------------------------------------------------
+# function app
+
+
+def test_function_app_settings_are_identity_based() -> None:
+    template = load("app/function-app.bicep")
+    settings = app_settings(template)
+    assert (
+        dotted(settings["AzureWebJobsStorage__blobServiceUri"])
+        == "storageAccount.properties.primaryEndpoints.blob"
+    )
+    assert (
+        dotted(settings["AzureWebJobsStorage__queueServiceUri"])
+        == "storageAccount.properties.primaryEndpoints.queue"
+    )
+    assert (
+        dotted(settings["AzureWebJobsStorage__tableServiceUri"])
+        == "storageAccount.properties.primaryEndpoints.table"
+    )
+    assert settings["AzureWebJobsStorage__credential"] == "managedidentity"
+    assert settings["AzureWebJobsStorage__clientId"] == "identityClientId"
+    assert template["parameters"]["identityClientId"]["default"] is None
+    assert (
+        dotted(settings["APPLICATIONINSIGHTS_CONNECTION_STRING"])
+        == "appInsights.properties.ConnectionString"
+    )
+    assert (
+        settings["APPLICATIONINSIGHTS_AUTHENTICATION_STRING"]
+        == "ClientId=${identityClientId};Authorization=AAD"
+    )
+
+    # No key-based storage connection of any kind.
+    assert "AzureWebJobsStorage" not in settings
+    for name in settings:
+        assert not re.search(r"accountkey|sastoken|sas_token|sharedaccess", name, re.IGNORECASE), (
+            name
+        )
+        if "connection" in name.lower().replace("_", ""):
+            assert name == "APPLICATIONINSIGHTS_CONNECTION_STRING", (
+                f"unexpected connection-string setting {name}"
+            )
+    # Flex Consumption rejects these; the runtime comes from functionAppConfig.
+    for forbidden in (
+        "FUNCTIONS_WORKER_RUNTIME",
+        "FUNCTIONS_EXTENSION_VERSION",
+        "WEBSITE_RUN_FROM_PACKAGE",
+        "WEBSITE_CONTENTAZUREFILECONNECTIONSTRING",
+    ):
+        assert forbidden not in settings
+
+
+def test_function_app_runs_on_flex_consumption_as_the_identity() -> None:
+    template = load("app/function-app.bicep")
+    _, plan = only_resource(template, "Microsoft.Web/serverfarms")
+    assert plan["sku"] == {"name": "FC1", "tier": "FlexConsumption"}
+    assert plan["properties"]["reserved"] is True
+
+    _, site = only_resource(template, "Microsoft.Web/sites")
+    assert site["kind"] == "functionapp,linux"
+    assert site["identity"]["type"] == "UserAssigned"
+    assert [key.strip("'") for key in site["identity"]["userAssignedIdentities"]] == [
+        "${identityId}"
+    ]
+    props = site["properties"]
+    assert props["httpsOnly"] is True
+    assert dotted(props["serverFarmId"]) == "plan.id"
+    assert props["siteConfig"]["minTlsVersion"] == "1.2"
+    assert props["siteConfig"]["ftpsState"] == "Disabled"
+
+    config = props["functionAppConfig"]
+    assert config["runtime"]["name"] == "python"
+    assert config["runtime"]["version"] == "pythonVersion"
+    assert template["parameters"]["pythonVersion"]["default"] == "3.11"
+    assert load("main.bicep")["parameters"]["pythonVersion"]["default"] == "3.11"
+    storage = config["deployment"]["storage"]
+    assert storage["type"] == "blobContainer"
+    assert (
+        storage["value"]
+        == "${storageAccount.properties.primaryEndpoints.blob}${deploymentContainerName}"
+    )
+    assert storage["authentication"] == {
+        "type": "UserAssignedIdentity",
+        "userAssignedIdentityResourceId": "identityId",
+    }
+    scale = config["scaleAndConcurrency"]
+    assert scale["maximumInstanceCount"] == "maximumInstanceCount"
+    assert scale["instanceMemoryMB"] == "instanceMemoryMB"
+
+
+def test_basic_publishing_credentials_are_disabled() -> None:
+    policies = resources_of_type(
+        load("app/function-app.bicep"), "Microsoft.Web/sites/basicPublishingCredentialsPolicies"
+    )
+    seen = {}
+    for resource in policies.values():
+        _, _, body = unwrap(resource["config"])
+        seen[body["name"]] = body["properties"]["allow"]
+    assert seen == {"ftp": False, "scm": False}
+
+
+def test_main_wires_modules_together() -> None:
+    main = load("main.bicep")
+    (module,) = modules_by_path(main, "app/function-app.bicep").values()
+    loop, condition, body = unwrap(module["config"])
+    assert loop is None
+    assert condition is None
+    params = body["params"]
+    assert dotted(params["identityId"]) == "identity.outputs.id"
+    assert dotted(params["identityClientId"]) == "identity.outputs.clientId"
+    assert dotted(params["storageAccountName"]) == "storage.outputs.name"
+    assert dotted(params["deploymentContainerName"]) == "storage.outputs.deploymentContainerName"
+    assert dotted(params["appInsightsName"]) == "monitoring.outputs.appInsightsName"
+    # The app must not start before its identity can read storage.
+    assert "appRoles" in body.get("depends_on", body.get("dependsOn", []))
+
+
+def test_storage_deployment_container_is_the_one_the_app_uses() -> None:
+    storage = load("app/storage.bicep")
+    assert storage["variables"]["deploymentContainerName"]["value"] == "deployments"
+    assert (
+        storage["outputs"]["deploymentContainerName"]["value"]["operator"]["operands"]["operand_1"]
+        == "deploymentContainer"
+    )
+
+
+# --------------------------------------------------------------------------
+# monitoring
+
+
+def test_application_insights_is_workspace_based_without_local_auth() -> None:
+    monitoring = load("app/monitoring.bicep")
+    workspace_name, _ = only_resource(monitoring, "Microsoft.OperationalInsights/workspaces")
+    _, components = only_resource(monitoring, "Microsoft.Insights/components")
+    props = components["properties"]
+    assert props["DisableLocalAuth"] is True
+    assert dotted(props["WorkspaceResourceId"]) == f"{workspace_name}.id"
+
+
+# --------------------------------------------------------------------------
+# checkov suppressions
+
+
+SKIP = re.compile(r"//\s*checkov:skip=(CKV2?_[A-Z]+_\d+)(?::(.*))?$")
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=FILE_IDS)
+def test_checkov_skips_sit_inside_resource_bodies_with_a_reason(path: Path) -> None:
+    inside: str | None = None
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.startswith("resource ") and line.rstrip().endswith("{"):
+            inside = line.split()[1]
+        elif line.rstrip() in {"}", "}]"}:
+            inside = None
+        match = SKIP.search(line)
+        if match:
+            assert inside is not None, f"{path.name}:{number} checkov skip outside a resource body"
+            reason = (match.group(2) or "").strip()
+            assert len(reason) >= 30, (
+                f"{path.name}:{number} checkov skip {match.group(1)} needs a real reason"
+            )
