@@ -62,3 +62,26 @@ class OutcomeUnknown(BusError):
 
 class InvalidValue(BusError, ValueError):
     """A value cannot be stored as given (unsupported type, out of range, naive datetime)."""
+
+
+class MalformedSignal(BusError):
+    """A queue message is not a valid signal (bad JSON, wrong schema, a token name outside the
+    naming scheme). It is parked in the poison queue with this reason; nothing is read."""
+
+
+class UnknownMessageType(BusError):
+    """The envelope names a message type the endpoint has no handler for."""
+
+
+class MessageSchemaError(BusError):
+    """The envelope body does not validate against the registered message model."""
+
+
+class MessageTooLarge(BusError):
+    """An outgoing message (or the set of them) exceeds the configured limits; refused at send
+    time so that nothing is half-sent."""
+
+
+class ConflictRetriesExhausted(BusError):
+    """Optimistic-concurrency conflicts kept recurring within one invocation; the host will
+    redeliver the message later."""

@@ -10,8 +10,10 @@ import json
 import os
 from collections.abc import Mapping
 
+from shared.bus import Bus, BusConfig, Outcome
 from shared.health import check_storage
 from shared.resources import load_resources
+from shared.sample.app import app as sample_app
 from shared.settings import DEFAULT_SETTING, load_storage_settings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
@@ -20,6 +22,7 @@ STORAGE_SETTING_NAME = "BUS_STORAGE_SETTING"
 """App setting naming the connection setting to use (default ``AzureWebJobsStorage``)."""
 
 _account: StorageAccount | None = None
+_bus: Bus | None = None
 
 
 def storage_account(environ: Mapping[str, str] = os.environ) -> StorageAccount:
@@ -29,6 +32,26 @@ def storage_account(environ: Mapping[str, str] = os.environ) -> StorageAccount:
         setting = environ.get(STORAGE_SETTING_NAME, DEFAULT_SETTING)
         _account = AzureStorageAccount(load_storage_settings(environ, setting))
     return _account
+
+
+def bus() -> Bus:
+    """The worker's bus for the sample app, with names from infra/resources.json."""
+    global _bus
+    if _bus is None:
+        resources = load_resources()
+        config = BusConfig(
+            tokens_container=resources.containers["tokens"],
+            topics_container=resources.containers["topics"],
+            ingress_table=resources.tables["ingress"],
+        )
+        _bus = Bus(sample_app, storage_account(), config)
+    return _bus
+
+
+async def receive(endpoint: str, body: bytes, dequeue_count: int) -> Outcome:
+    """What every queue-triggered function does with its message. The host has already
+    base64-decoded the body; a body that is not UTF-8 is refused as a malformed signal."""
+    return await bus().receive(endpoint, body.decode("utf-8", errors="replace"), dequeue_count)
 
 
 async def health(account: StorageAccount | None = None) -> tuple[int, str]:

@@ -3,25 +3,60 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import azure.functions as func
 import pytest
+from azure.functions.queue import QueueMessage
 
 import function_app
 from shared import runtime
 from shared.local.azurite import AzuriteEndpoints
 from shared.provisioning import provision
-from shared.resources import load_resources
-from shared.settings import StorageSettings
+from shared.resources import load_resources, poison_queue
+from shared.sample.app import PlaceOrder
+from shared.sample.app import app as sample_app
 from shared.stores.azure import AzureStorageAccount
 from shared.stores.memory import MemoryStorageAccount
+from tests.infra.provisioned import provisioned_resources
 
 
-def test_every_function_is_declared_with_its_trigger() -> None:
+def declared_functions() -> dict[str, Any]:
     functions = {f.get_function_name(): f for f in function_app.app.get_functions()}
     function_app.app.functions_bindings = None  # get_functions() may only be called once
-    assert "health" in functions
-    trigger = functions["health"].get_trigger()
+    return functions
+
+
+def queue_triggers() -> dict[str, str]:
+    """function name -> queue name, for every queue-triggered function."""
+    found = {}
+    for name, function in declared_functions().items():
+        trigger = function.get_trigger()
+        if trigger.get_binding_name() == "queueTrigger":
+            found[name] = trigger.queue_name
+    return found
+
+
+def test_every_sample_endpoint_has_one_queue_trigger_on_its_own_queue() -> None:
+    triggers = queue_triggers()
+    assert sorted(triggers.values()) == sorted(sample_app.endpoints)
+    assert all(name == queue for name, queue in triggers.items())
+
+
+def test_every_queue_table_and_container_the_app_uses_is_provisioned_by_the_templates() -> None:
+    provisioned = provisioned_resources()
+    resources = load_resources()
+    used = {("queue", q) for q in queue_triggers().values()}
+    used |= {("queue", poison_queue(q)) for q in queue_triggers().values()}
+    used |= {("table", e) for e in sample_app.endpoints}
+    used |= {("table", resources.tables["ingress"])}
+    used |= {("container", resources.containers[c]) for c in ("tokens", "topics")}
+    assert used - provisioned == set()
+
+
+def test_the_health_route_is_declared() -> None:
+    trigger = declared_functions()["health"].get_trigger()
     assert trigger.get_binding_name() == "httpTrigger"
     assert trigger.name == "req"
 
@@ -38,17 +73,80 @@ async def test_health_reports_missing_resources_then_healthy_once_provisioned() 
     assert json.loads(body)["checked"] > 10
 
 
-@pytest.mark.azurite
-async def test_health_function_answers_against_azurite(
+@pytest.fixture
+async def deployed(
     azurite: AzuriteEndpoints, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[AzureStorageAccount]:
+    """The function app's runtime pointed at a freshly provisioned Azurite.
+
+    The sample app's names are fixed, so the emulator's queues are cleared first."""
+    monkeypatch.setenv("AzureWebJobsStorage", azurite.connection_string)
+    monkeypatch.setattr(runtime, "_account", None)
+    monkeypatch.setattr(runtime, "_bus", None)
+    account = runtime.storage_account()
+    assert isinstance(account, AzureStorageAccount)
+    await provision(account, load_resources())
+    for queue in load_resources().queue_names:
+        await account.queue(queue).clear()
+    await runtime.bus().subscribe_all()
+    yield account
+    await account.close()
+
+
+@pytest.mark.azurite
+async def test_the_queue_functions_run_the_sample_order_flow(
+    deployed: AzureStorageAccount,
 ) -> None:
-    account = AzureStorageAccount(StorageSettings(azurite.connection_string))
-    monkeypatch.setattr(runtime, "_account", account)
-    try:
-        await provision(account, load_resources())
-        request = func.HttpRequest("GET", "/api/health", body=b"")
-        response = await function_app.health(request)
-        assert response.status_code == 200
-        assert json.loads(response.get_body())["healthy"] is True
-    finally:
-        await account.close()
+    """Drive the declared functions as the host would: base64-decoded body, dequeue count."""
+    functions: dict[str, Callable[..., Any]] = {
+        name: getattr(function_app, name) for name in queue_triggers()
+    }
+    await (
+        runtime.bus()
+        .client("cli")
+        .send(
+            PlaceOrder(order_id="fa-1", customer="ada", amount_cents=1250),
+            to="orders",
+            idempotency_key="fa-1",
+        )
+    )
+
+    delivered = 0
+    for _ in range(10):
+        busy = False
+        for name, function in functions.items():
+            queue = deployed.queue(name)
+            for message in await queue.receive(32, visibility_timeout=30):
+                busy = True
+                await function(
+                    QueueMessage(
+                        id=message.id,
+                        body=message.content.encode(),
+                        dequeue_count=message.dequeue_count,
+                    )
+                )
+                await queue.delete(message.id, message.pop_receipt)
+                delivered += 1
+        if not busy:
+            break
+
+    assert delivered == 5  # PlaceOrder, OrderPlaced x2, ChargePayment, ShipOrder
+    payments = deployed.table("payments")
+    [state] = (await payments.query(partition_key="fa-1", row_keys=["state"])).entities
+    assert json.loads(str(state["data"]))["amount_cents"] == 1250
+    loyalty = deployed.table("loyalty")
+    [points] = (await loyalty.query(partition_key="ada", row_keys=["state"])).entities
+    assert json.loads(str(points["data"])) == {"orders": 1, "points": 12}
+
+
+@pytest.mark.azurite
+async def test_health_function_answers_against_azurite(deployed: AzureStorageAccount) -> None:
+    response = await function_app.health(func.HttpRequest("GET", "/api/health", body=b""))
+    assert response.status_code == 200
+    assert json.loads(response.get_body())["healthy"] is True
+
+
+def test_host_json_expects_base64_bodies_as_the_queue_adapter_writes_them() -> None:
+    with open("host.json") as f:
+        host = json.load(f)
+    assert host["extensions"]["queues"]["messageEncoding"] == "base64"

@@ -135,8 +135,9 @@ def test_helper_refuses_expressions_it_cannot_evaluate(tmp_path: Path) -> None:
 
 def test_names_the_library_uses_are_provisioned() -> None:
     # shared.resources reads the same JSON for the app and the Azurite provisioner.
-    resources = pytest.importorskip("shared.resources")
-    used = resources.load_resources()
+    from shared.resources import load_resources
+
+    used = load_resources()
     wanted = (
         {("queue", name) for name in used.queue_names}
         | {("table", name) for name in used.table_names}

@@ -1,0 +1,21 @@
+"""The exactly-once bus: declare endpoints and messages, then run them on a storage account."""
+
+from shared.bus.app import BusApp, Endpoint, NoState
+from shared.bus.config import BusConfig
+from shared.bus.context import HandlerContext
+from shared.bus.messages import Command, Event, Message
+from shared.bus.receiver import Outcome
+from shared.bus.runtime import Bus
+
+__all__ = [
+    "Bus",
+    "BusApp",
+    "BusConfig",
+    "Command",
+    "Endpoint",
+    "Event",
+    "HandlerContext",
+    "Message",
+    "NoState",
+    "Outcome",
+]

@@ -1,0 +1,92 @@
+"""Declaring endpoints and their handlers: the user-facing registration API."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel
+
+from shared.bus.context import HandlerContext
+from shared.bus.messages import Event, Message, MessageTypes
+from shared.resources import check_endpoint_name
+
+S = TypeVar("S", bound=BaseModel)
+M = TypeVar("M", bound=Message)
+
+Mode = Literal["token"]
+Handler = Callable[[HandlerContext[Any], Any], Awaitable[None] | None]
+
+
+class NoState(BaseModel):
+    """State for endpoints that keep none."""
+
+
+@dataclass
+class Endpoint(Generic[S]):
+    """A named message handler group with one queue, one table and one state model."""
+
+    name: str
+    state_type: type[S]
+    mode: Mode = "token"
+    handlers: dict[str, tuple[type[Message], Handler]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_endpoint_name(self.name)
+
+    def handles(self, model: type[M]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator: ``@endpoint.handles(PlaceOrder)`` on ``def f(ctx, message)`` (sync or
+        async). Handling an Event subscribes the endpoint to the event's topic."""
+
+        def register(function: Callable[..., Any]) -> Callable[..., Any]:
+            name = model.type_name()
+            if name in self.handlers:
+                raise ValueError(f"endpoint {self.name} already handles {name}")
+            self.handlers[name] = (model, function)
+            return function
+
+        return register
+
+    def handler_for(self, type_name: str) -> tuple[type[Message], Handler] | None:
+        return self.handlers.get(type_name)
+
+    @property
+    def topics(self) -> list[str]:
+        """Topics this endpoint subscribes to: those of the events it handles."""
+        return sorted(
+            model.topic() for model, _ in self.handlers.values() if issubclass(model, Event)
+        )
+
+
+async def call_handler(handler: Handler, context: HandlerContext[Any], message: Message) -> None:
+    result = handler(context, message)
+    if inspect.isawaitable(result):
+        await result
+
+
+class BusApp:
+    """All endpoints of one application and the message types they exchange."""
+
+    def __init__(self) -> None:
+        self.endpoints: dict[str, Endpoint[Any]] = {}
+        self.types = MessageTypes()
+
+    def endpoint(self, name: str, state: type[S] = NoState, mode: Mode = "token") -> Endpoint[S]:  # type: ignore[assignment]
+        if name in self.endpoints:
+            raise ValueError(f"endpoint {name} is declared twice")
+        endpoint: Endpoint[S] = Endpoint(name, state, mode)
+        self.endpoints[name] = endpoint
+        return endpoint
+
+    def message(self, model: type[M]) -> type[M]:
+        """Register a message model (also done implicitly by ``handles``)."""
+        self.types.register(model)
+        return model
+
+    def get(self, name: str) -> Endpoint[Any]:
+        try:
+            return self.endpoints[name]
+        except KeyError:
+            raise KeyError(f"no endpoint named {name!r}; known: {sorted(self.endpoints)}") from None

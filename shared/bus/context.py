@@ -1,0 +1,107 @@
+"""What a handler sees: the partition's typed state, its outputs, and deterministic helpers."""
+
+from __future__ import annotations
+
+import random as _random
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel
+
+from shared.bus.envelope import Envelope
+from shared.bus.ids import derived_id, stable_seed
+from shared.bus.messages import Command, Event, Message, body_of
+from shared.errors import MessageTooLarge
+from shared.resources import check_endpoint_name
+
+S = TypeVar("S", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class PendingOutput:
+    """A message the handler asked to send; ``to`` is None for a publish."""
+
+    message: Message
+    to: str | None
+    headers: dict[str, str]
+
+
+class HandlerContext(Generic[S]):
+    """Handed to every handler run.
+
+    ``state`` is the partition's state, to be mutated in place; it is saved atomically with the
+    outgoing messages. ``new_id()``, ``random()`` and ``now()`` are derived from the incoming
+    message (SHA-256 seeded), so a re-run for the same message and state yields the same ids,
+    numbers and time: required by state-based endpoints, harmless for the others.
+    """
+
+    def __init__(
+        self,
+        *,
+        endpoint: str,
+        envelope: Envelope,
+        state: S,
+        now: datetime,
+        max_payload_bytes: int,
+        max_outputs: int,
+    ) -> None:
+        self.endpoint = endpoint
+        self.envelope = envelope
+        self.state = state
+        self._now = now
+        self._random = _random.Random(stable_seed(envelope.id, "random"))
+        self._ids = 0
+        self._max_payload = max_payload_bytes
+        self._max_outputs = max_outputs
+        self.outputs: list[PendingOutput] = []
+
+    @property
+    def message_id(self) -> str:
+        return self.envelope.id
+
+    @property
+    def partition_key(self) -> str:
+        return self.envelope.partition_key
+
+    def now(self) -> datetime:
+        """The processing time, captured once per incoming message."""
+        return self._now
+
+    def random(self) -> float:
+        """A number in [0, 1) from a generator seeded by the incoming message id."""
+        return self._random.random()
+
+    def randint(self, low: int, high: int) -> int:
+        return self._random.randint(low, high)
+
+    def new_id(self) -> str:
+        """A fresh id that is the same on every run of this handler for this message."""
+        self._ids += 1
+        return derived_id(self.envelope.id, "new_id", self._ids)
+
+    def send(self, command: Command, *, to: str, headers: dict[str, str] | None = None) -> None:
+        """Send a command to endpoint ``to`` once this message's processing commits."""
+        if not isinstance(command, Command):
+            raise TypeError(f"send() takes a Command; publish() events ({type(command)!r})")
+        self._add(PendingOutput(command, check_endpoint_name(to), dict(headers or {})))
+
+    def publish(self, event: Event, *, headers: dict[str, str] | None = None) -> None:
+        """Publish an event to every subscriber of its topic once processing commits."""
+        if not isinstance(event, Event):
+            raise TypeError(f"publish() takes an Event; send() commands ({type(event)!r})")
+        self._add(PendingOutput(event, None, dict(headers or {})))
+
+    def _add(self, output: PendingOutput) -> None:
+        if len(self.outputs) >= self._max_outputs:
+            raise MessageTooLarge(
+                f"a handler may send at most {self._max_outputs} messages per incoming message"
+            )
+        size = len(output.message.model_dump_json().encode())
+        if size > self._max_payload:
+            raise MessageTooLarge(
+                f"{type(output.message).__name__} body is {size} bytes; the limit is "
+                f"{self._max_payload} (BusConfig.max_payload_bytes)"
+            )
+        body_of(output.message)  # fail now, inside the handler, if it cannot be serialised
+        self.outputs.append(output)

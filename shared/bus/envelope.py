@@ -1,0 +1,102 @@
+"""The envelope stored in a token blob, and the signal sent on a queue to announce it."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from shared.bus.messages import Kind
+from shared.errors import MalformedSignal
+
+_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_SENDER = r"[a-z][a-z0-9]{2,39}"
+# {sender}/{incoming-id}/{attempt-id}/{out-id}: every segment is constrained, so a signal can
+# only ever name a blob inside the token scheme (no '..', no other prefixes, no other container).
+TOKEN_NAME = re.compile(
+    rf"^(?P<sender>{_SENDER})/(?P<incoming>{_UUID})/(?P<attempt>{_UUID})/"
+    rf"(?P<out>{_UUID})$"
+)
+UUID_PATTERN = re.compile(rf"^{_UUID}$")
+MAX_SIGNAL_CHARS = 2048
+
+
+class Envelope(BaseModel):
+    """Everything about one message delivery except the queue signal."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    type: str
+    kind: Kind
+    source: str
+    destination: str
+    partition_key: str
+    correlation_id: str
+    causation_id: str | None
+    created_at: datetime
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: dict[str, Any]
+
+    def to_bytes(self) -> bytes:
+        return self.model_dump_json().encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Envelope:
+        return cls.model_validate_json(data)
+
+
+def token_name(sender: str, incoming_id: str, attempt_id: str, out_id: str) -> str:
+    name = f"{sender}/{incoming_id}/{attempt_id}/{out_id}"
+    if not TOKEN_NAME.match(name):
+        raise ValueError(f"token name {name!r} is outside the naming scheme")
+    return name
+
+
+def token_prefix(sender: str, incoming_id: str) -> str:
+    """Every token created while processing ``incoming_id`` at ``sender`` starts with this."""
+    return f"{sender}/{incoming_id}/"
+
+
+class Signal(BaseModel):
+    """The queue message: small, and pointing at exactly one token."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    message_id: str
+    attempt_id: str
+    token: str
+    partition_key: str
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def parse(cls, raw: str) -> Signal:
+        """Validate a queue message as a signal, or raise MalformedSignal saying why."""
+        if len(raw) > MAX_SIGNAL_CHARS:
+            raise MalformedSignal(
+                f"signal is {len(raw)} characters; at most {MAX_SIGNAL_CHARS} expected"
+            )
+        try:
+            data = json.loads(raw)
+        except ValueError as e:
+            raise MalformedSignal(f"signal is not JSON: {e}") from None
+        try:
+            signal = cls.model_validate(data)
+        except ValidationError as e:
+            details = "; ".join(
+                f"{'.'.join(map(str, err['loc'])) or 'signal'}: {err['msg']}" for err in e.errors()
+            )
+            raise MalformedSignal(f"signal has the wrong schema: {details}") from None
+        match = TOKEN_NAME.match(signal.token)
+        if match is None:
+            raise MalformedSignal(
+                f"token name {signal.token[:200]!r} is outside the token naming scheme"
+            )
+        if match["attempt"] != signal.attempt_id or match["out"] != signal.message_id:
+            raise MalformedSignal("signal's message or attempt id does not match its token name")
+        return signal

@@ -1,0 +1,27 @@
+"""Deterministic identifiers.
+
+Outgoing message ids derive from the incoming id and the output's position, so that any
+re-run of a handler for the same message names its outputs the same way (ConsistentOutput).
+Only attempt ids and claim ids are random: they must differ on every try.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+
+_NAMESPACE = uuid.UUID("6f1c1a52-27a4-4a8e-9d36-0b7e4c2f9a10")
+
+
+def derived_id(parent: str, *parts: object) -> str:
+    return str(uuid.uuid5(_NAMESPACE, ":".join([parent, *map(str, parts)])))
+
+
+def fresh_id() -> str:
+    return str(uuid.uuid4())
+
+
+def stable_seed(*parts: object) -> int:
+    """A 64-bit seed from SHA-256; Python's hash() is salted per process and would differ."""
+    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big")

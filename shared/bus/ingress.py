@@ -1,0 +1,160 @@
+"""Sending from outside the bus (HTTP, CLI, batch jobs): R5-R6 without an incoming message.
+
+The client's idempotency key names an ingress record; a retry with the same key within the
+ingress window finds the committed record and re-sends its signals instead of sending anew.
+This window (BusConfig.ingress_window_seconds, 7 days by default) is the only time window in
+the system: receivers deduplicate by token, without one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from shared.bus.config import BusConfig
+from shared.bus.context import PendingOutput
+from shared.bus.ids import derived_id
+from shared.bus.messages import Command, Event, Message
+from shared.bus.outgoing import create_tokens, discard_tokens, plan_deliveries, send_signals
+from shared.bus.records import OutgoingSignal
+from shared.bus.topics import RecipientLists
+from shared.clock import to_datetime
+from shared.errors import (
+    AlreadyExists,
+    ConflictRetriesExhausted,
+    InvalidName,
+    MessageTooLarge,
+    NotFound,
+    OutcomeUnknown,
+    PreconditionFailed,
+)
+from shared.resources import check_endpoint_name
+from shared.stores.account import StorageAccount
+from shared.stores.names import check_key
+from shared.stores.table import Entity
+
+INGRESS_ROW = "ingress"
+MAX_KEY_CHARS = 200
+
+
+@dataclass(frozen=True)
+class SendReceipt:
+    """What a client send did: the message ids it created, and whether it was a repeat."""
+
+    idempotency_key: str
+    message_ids: tuple[str, ...]
+    deduplicated: bool
+
+
+def check_idempotency_key(key: str) -> str:
+    if not key or len(key) > MAX_KEY_CHARS:
+        raise InvalidName(f"idempotency key must be 1-{MAX_KEY_CHARS} characters")
+    return check_key("Idempotency key", key)
+
+
+class IngressClient:
+    """Sends commands and publishes events on behalf of ``sender`` (e.g. 'http', 'cli')."""
+
+    def __init__(
+        self,
+        account: StorageAccount,
+        topics: RecipientLists,
+        config: BusConfig,
+        sender: str = "ingress",
+    ) -> None:
+        self.account = account
+        self.topics = topics
+        self.config = config
+        self.sender = check_endpoint_name(sender)
+        self.table = account.table(config.ingress_table)
+        self.tokens = account.blob_container(config.tokens_container)
+
+    async def send(self, command: Command, *, to: str, idempotency_key: str) -> SendReceipt:
+        if not isinstance(command, Command):
+            raise TypeError("send() takes a Command")
+        return await self._submit(
+            PendingOutput(command, check_endpoint_name(to), {}), idempotency_key
+        )
+
+    async def publish(self, event: Event, *, idempotency_key: str) -> SendReceipt:
+        if not isinstance(event, Event):
+            raise TypeError("publish() takes an Event")
+        return await self._submit(PendingOutput(event, None, {}), idempotency_key)
+
+    def _check_size(self, message: Message) -> None:
+        size = len(message.model_dump_json().encode())
+        if size > self.config.max_payload_bytes:
+            raise MessageTooLarge(
+                f"{type(message).__name__} body is {size} bytes; the limit is "
+                f"{self.config.max_payload_bytes}"
+            )
+
+    async def _submit(self, output: PendingOutput, key: str) -> SendReceipt:
+        check_idempotency_key(key)
+        self._check_size(output.message)
+        config = self.config
+        for round_number in range(config.max_conflict_rounds):
+            if round_number:
+                await config.sleep(config.backoff(round_number))
+            now = to_datetime(config.clock())
+            try:
+                existing: Entity | None = await self.table.get(key, INGRESS_ROW)
+            except NotFound:
+                existing = None
+            if existing is not None and _expires(existing) > now:
+                outgoing = _outgoing(existing)
+                await send_signals(self.account, outgoing)
+                return SendReceipt(key, tuple(o.message_id for o in outgoing), True)
+
+            # A fresh incoming id per round: only the round that commits is ever visible, and
+            # a key reused after its window gets new message ids rather than colliding.
+            incoming_id = derived_id(self.sender, key, config.new_id())
+            deliveries = await plan_deliveries(
+                [output],
+                sender=self.sender,
+                incoming_id=incoming_id,
+                correlation_id=incoming_id,
+                topics=self.topics,
+                config=config,
+            )
+            created = await create_tokens(
+                self.tokens, deliveries, sender=self.sender, incoming_id=incoming_id, config=config
+            )
+            record = Entity(
+                key,
+                INGRESS_ROW,
+                {
+                    "sender": self.sender,
+                    "incoming_id": incoming_id,
+                    "type": output.message.type_name(),
+                    "created_at": now,
+                    "expires_at": now + timedelta(seconds=config.ingress_window_seconds),
+                    "outgoing": json.dumps([o.model_dump() for o in created.committed_candidates]),
+                    "abandoned": json.dumps(created.abandoned),
+                },
+            )
+            try:
+                if existing is None:
+                    await self.table.insert(record)
+                else:
+                    await self.table.update(record, etag=existing.etag)
+            except (AlreadyExists, PreconditionFailed):
+                await discard_tokens(self.tokens, created.committed_candidates)
+                continue
+            except OutcomeUnknown:
+                continue  # may have landed: the next round reads the record and finds out
+            outgoing = tuple(created.committed_candidates)
+            await send_signals(self.account, outgoing)
+            return SendReceipt(key, tuple(o.message_id for o in outgoing), False)
+        raise ConflictRetriesExhausted(f"ingress key {key!r} kept conflicting")
+
+
+def _expires(entity: Entity) -> datetime:
+    value = entity["expires_at"]
+    assert isinstance(value, datetime)
+    return value
+
+
+def _outgoing(entity: Entity) -> tuple[OutgoingSignal, ...]:
+    return tuple(OutgoingSignal.model_validate(o) for o in json.loads(str(entity["outgoing"])))

@@ -1,0 +1,89 @@
+"""Message models: users subclass Command or Event (pydantic) and register them by type name."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from shared.errors import InvalidName
+
+_TYPE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.]{0,99}$")
+_TOPIC = re.compile(r"^[a-z0-9](?:[a-z0-9._-]{0,98}[a-z0-9])?$")
+
+Kind = Literal["command", "event"]
+
+
+class Message(BaseModel):
+    """Base of all messages. ``partition_by`` names the field whose value is the receiver's
+    partition key (its state and outbox records live in that table partition); without it all
+    messages of the type share one partition."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: ClassVar[Kind]
+    partition_by: ClassVar[str | None] = None
+
+    @classmethod
+    def type_name(cls) -> str:
+        return cls.__name__
+
+    def partition_key(self) -> str:
+        if self.partition_by is None:
+            return "default"
+        return str(getattr(self, self.partition_by))
+
+
+class Command(Message):
+    """Sent to exactly one named endpoint."""
+
+    kind: ClassVar[Kind] = "command"
+
+
+class Event(Message):
+    """Published to every endpoint subscribed to its topic (by default its type name)."""
+
+    kind: ClassVar[Kind] = "event"
+
+    @classmethod
+    def topic(cls) -> str:
+        return check_topic(cls.__name__.lower())
+
+
+def check_topic(name: str) -> str:
+    if not _TOPIC.match(name):
+        raise InvalidName(
+            f"invalid topic {name!r}: use 1-100 lowercase letters, digits, '.', '_' or '-'"
+        )
+    return name
+
+
+class MessageTypes:
+    """The registry of message models known to a bus, by type name."""
+
+    def __init__(self) -> None:
+        self._types: dict[str, type[Message]] = {}
+
+    def register(self, model: type[Message]) -> type[Message]:
+        name = model.type_name()
+        if not _TYPE_NAME.match(name):
+            raise InvalidName(f"invalid message type name {name!r}")
+        existing = self._types.get(name)
+        if existing is not None and existing is not model:
+            raise ValueError(f"two different message models are both named {name!r}")
+        self._types[name] = model
+        return model
+
+    def get(self, name: str) -> type[Message] | None:
+        return self._types.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._types
+
+    def names(self) -> list[str]:
+        return sorted(self._types)
+
+
+def body_of(message: Message) -> dict[str, Any]:
+    return message.model_dump(mode="json")

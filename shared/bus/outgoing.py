@@ -1,0 +1,156 @@
+"""Outgoing dispatch shared by the receive pipeline and client (ingress) sends: build the
+envelopes, create one token per delivery with an at-most-once attempt id, and signal."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from shared.bus.config import BusConfig
+from shared.bus.context import PendingOutput
+from shared.bus.envelope import Envelope, Signal, token_name
+from shared.bus.ids import derived_id
+from shared.bus.messages import Event, body_of
+from shared.bus.records import OutgoingSignal
+from shared.bus.topics import RecipientLists
+from shared.clock import to_datetime
+from shared.errors import AlreadyExists, MessageTooLarge, NotFound, OutcomeUnknown
+from shared.stores.account import StorageAccount
+from shared.stores.blob import BlobContainer
+
+log = logging.getLogger(__name__)
+
+UNCLAIMED = {"claim": ""}
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One envelope for one destination, not yet backed by a token."""
+
+    envelope: Envelope
+
+
+async def plan_deliveries(
+    outputs: list[PendingOutput],
+    *,
+    sender: str,
+    incoming_id: str,
+    correlation_id: str,
+    topics: RecipientLists,
+    config: BusConfig,
+) -> list[Delivery]:
+    """Expand sends and publishes into deliveries with deterministic message ids."""
+    deliveries: list[Delivery] = []
+    created_at = to_datetime(config.clock())
+    for index, output in enumerate(outputs):
+        message = output.message
+        if output.to is None:
+            assert isinstance(message, Event)
+            destinations: tuple[str, ...] = await topics.subscribers(message.topic())
+            headers = {**output.headers, "topic": message.topic()}
+        else:
+            destinations = (output.to,)
+            headers = output.headers
+        for destination in destinations:
+            deliveries.append(
+                Delivery(
+                    Envelope(
+                        id=derived_id(incoming_id, "out", index, destination),
+                        type=message.type_name(),
+                        kind=message.kind,
+                        source=sender,
+                        destination=destination,
+                        partition_key=message.partition_key(),
+                        correlation_id=correlation_id,
+                        causation_id=incoming_id,
+                        created_at=created_at,
+                        headers=headers,
+                        body=body_of(message),
+                    )
+                )
+            )
+    if len(deliveries) > config.max_outputs:
+        raise MessageTooLarge(
+            f"{len(deliveries)} deliveries (after expanding topics) exceed the limit of "
+            f"{config.max_outputs} per incoming message"
+        )
+    return deliveries
+
+
+@dataclass
+class CreatedTokens:
+    committed_candidates: list[OutgoingSignal]
+    abandoned: list[str]
+    """Token names whose create had an unknown outcome: they may land later, so they are
+    never signalled and are recorded for the cleanup to delete after the grace period."""
+
+
+async def create_tokens(
+    tokens: BlobContainer,
+    deliveries: list[Delivery],
+    *,
+    sender: str,
+    incoming_id: str,
+    config: BusConfig,
+) -> CreatedTokens:
+    """Create one token per delivery. A create whose outcome is unknown abandons its attempt id
+    for good and tries a new one: an attempt id is only ever committed if its create succeeded
+    on a single request."""
+    result = CreatedTokens([], [])
+    try:
+        for delivery in deliveries:
+            envelope = delivery.envelope
+            data = envelope.to_bytes()
+            for _ in range(config.max_create_attempts):
+                attempt_id = config.new_id()
+                name = token_name(sender, incoming_id, attempt_id, envelope.id)
+                try:
+                    await tokens.create(name, data, UNCLAIMED)
+                except (OutcomeUnknown, AlreadyExists):
+                    result.abandoned.append(name)
+                    continue
+                result.committed_candidates.append(
+                    OutgoingSignal(
+                        destination=envelope.destination,
+                        message_id=envelope.id,
+                        attempt_id=attempt_id,
+                        token=name,
+                        partition_key=envelope.partition_key,
+                        type=envelope.type,
+                    )
+                )
+                break
+            else:
+                raise OutcomeUnknown(
+                    f"could not create a token for {envelope.id} in "
+                    f"{config.max_create_attempts} attempts"
+                )
+    except Exception:
+        # Tokens this round created are never going to be committed: remove them now (their
+        # creation succeeded, so no late copy can appear). Crashes skip this; the cleanup
+        # finds such leftovers under the sender-scoped prefix.
+        await discard_tokens(tokens, result.committed_candidates)
+        raise
+    return result
+
+
+async def discard_tokens(tokens: BlobContainer, created: list[OutgoingSignal]) -> None:
+    for signal in created:
+        try:
+            await tokens.delete(signal.token)
+        except NotFound:
+            pass
+        except OutcomeUnknown:
+            log.warning("could not discard uncommitted token %s; cleanup will", signal.token)
+
+
+async def send_signals(account: StorageAccount, outgoing: tuple[OutgoingSignal, ...]) -> None:
+    """R6: at least once; a repeated signal is harmless because its token is claimed once."""
+    for out in outgoing:
+        signal = Signal(
+            message_id=out.message_id,
+            attempt_id=out.attempt_id,
+            token=out.token,
+            partition_key=out.partition_key,
+        )
+        await account.queue(out.destination).send(signal.to_json())

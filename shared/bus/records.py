@@ -1,0 +1,161 @@
+"""The rows an endpoint keeps in its table partition, and their entity encoding.
+
+Layout inside partition p: ``state`` (business state JSON), ``outbox|{m}`` (the outbox record
+of incoming message m) and ``audit|{m}`` (what processing m did; feeds the Spark audit).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from shared.errors import MessageTooLarge
+from shared.stores.names import MAX_PROPERTY_BYTES
+from shared.stores.table import Entity
+
+STATE_ROW = "state"
+OUTBOX_PREFIX = "outbox|"
+AUDIT_PREFIX = "audit|"
+
+OutboxStatus = Literal["claimed", "committed"]
+
+
+def outbox_row(message_id: str) -> str:
+    return f"{OUTBOX_PREFIX}{message_id}"
+
+
+def audit_row(message_id: str) -> str:
+    return f"{AUDIT_PREFIX}{message_id}"
+
+
+class OutgoingSignal(BaseModel):
+    """One committed outgoing message: where it goes and which token carries it.
+
+    The envelope itself lives in the token, which keeps the outbox record small."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    destination: str
+    message_id: str
+    attempt_id: str
+    token: str
+    partition_key: str
+    type: str
+
+
+def _json_property(name: str, value: str) -> str:
+    if len(value.encode("utf-16-le")) > MAX_PROPERTY_BYTES:
+        raise MessageTooLarge(
+            f"the {name} list of one message does not fit a table property "
+            f"({MAX_PROPERTY_BYTES} bytes); send fewer messages per handler run"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class OutboxRecord:
+    """O(m): created (status ``claimed``) before the token is claimed, committed together with
+    the state change, and retired by the cleanup once the incoming token is gone."""
+
+    partition_key: str
+    message_id: str
+    claim: str
+    incoming_token: str
+    started_at: datetime
+    status: OutboxStatus = "claimed"
+    committed_at: datetime | None = None
+    outgoing: tuple[OutgoingSignal, ...] = ()
+    abandoned: tuple[str, ...] = ()
+    etag: str = ""
+
+    @property
+    def committed(self) -> bool:
+        return self.status == "committed"
+
+    def committing(
+        self, outgoing: list[OutgoingSignal], abandoned: list[str], at: datetime
+    ) -> OutboxRecord:
+        return replace(
+            self,
+            status="committed",
+            committed_at=at,
+            outgoing=tuple(outgoing),
+            abandoned=tuple(sorted({*self.abandoned, *abandoned})),
+        )
+
+    def to_entity(self) -> Entity:
+        properties: dict[str, str | datetime] = {
+            "claim": self.claim,
+            "status": self.status,
+            "incoming": self.incoming_token,
+            "started_at": self.started_at,
+            "outgoing": _json_property(
+                "outgoing", json.dumps([o.model_dump() for o in self.outgoing])
+            ),
+            "abandoned": _json_property("abandoned", json.dumps(list(self.abandoned))),
+        }
+        if self.committed_at is not None:
+            properties["committed_at"] = self.committed_at
+        return Entity(self.partition_key, outbox_row(self.message_id), properties)
+
+    @classmethod
+    def from_entity(cls, entity: Entity) -> OutboxRecord:
+        p = entity.properties
+        status = str(p["status"])
+        assert status in ("claimed", "committed"), status
+        committed_at = p.get("committed_at")
+        started_at = p["started_at"]
+        assert isinstance(started_at, datetime)
+        return cls(
+            partition_key=entity.partition_key,
+            message_id=entity.row_key[len(OUTBOX_PREFIX) :],
+            claim=str(p["claim"]),
+            incoming_token=str(p["incoming"]),
+            started_at=started_at,
+            status="committed" if status == "committed" else "claimed",
+            committed_at=committed_at if isinstance(committed_at, datetime) else None,
+            outgoing=tuple(
+                OutgoingSignal.model_validate(o) for o in json.loads(str(p["outgoing"]))
+            ),
+            abandoned=tuple(json.loads(str(p["abandoned"]))),
+            etag=entity.etag,
+        )
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """What processing one message did, written in the same transaction as its effects."""
+
+    partition_key: str
+    endpoint: str
+    message_id: str
+    message_type: str
+    source: str
+    correlation_id: str
+    causation_id: str | None
+    sent_at: datetime
+    processed_at: datetime
+    mode: str
+    caused: list[dict[str, str]] = field(default_factory=list)
+
+    def to_entity(self) -> Entity:
+        return Entity(
+            self.partition_key,
+            audit_row(self.message_id),
+            {
+                "endpoint": self.endpoint,
+                "message_id": self.message_id,
+                "message_type": self.message_type,
+                "source": self.source,
+                "correlation_id": self.correlation_id,
+                "causation_id": self.causation_id or "",
+                "sent_at": self.sent_at,
+                "processed_at": self.processed_at,
+                "mode": self.mode,
+                "caused": _json_property("caused", json.dumps(self.caused)),
+            },
+        )

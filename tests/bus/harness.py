@@ -1,0 +1,158 @@
+"""Drives a bus the way the Functions host would, with faults, for the pipeline tests."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+
+from shared.bus import Bus, BusApp, BusConfig
+from shared.bus.receiver import Outcome
+from shared.bus.records import OUTBOX_PREFIX, STATE_ROW, OutboxRecord
+from shared.errors import NotFound
+from shared.host.queue_worker import QueueSettings, QueueWorker
+from shared.provisioning import provision
+from shared.resources import Resources, poison_queue
+from shared.stores.account import StorageAccount
+from shared.stores.instrumented import Instrumentation, InstrumentedAccount, SimulatedCrash
+from shared.stores.queue import QueueMessage
+from tests.bus.flow import Ledger
+from tests.conftest import Backend, unique_name
+
+
+@dataclass
+class Harness:
+    backend: Backend
+    app: BusApp
+    config: BusConfig
+    instrumentation: Instrumentation = field(default_factory=Instrumentation)
+    outcomes: Counter[Outcome] = field(default_factory=Counter)
+    crashes: int = 0
+
+    def __post_init__(self) -> None:
+        self.raw = self.backend.account
+        self.account = InstrumentedAccount(self.raw, self.instrumentation)
+        self.bus = Bus(self.app, self.account, self.config)  # instrumented: processing
+        self.setup_bus = Bus(self.app, self.raw, self.config)  # uncounted: setup and sends
+        settings = QueueSettings(max_dequeue_count=20, lease_seconds=30)
+        self.workers = {
+            name: QueueWorker(self.account, name, self._handler(name), settings)
+            for name in self.app.endpoints
+        }
+
+    @classmethod
+    async def create(cls, backend: Backend, app: BusApp, **config: object) -> Harness:
+        suffix = unique_name("")[:10]
+        settings: dict[str, object] = {
+            "tokens_container": f"tokens{suffix}",
+            "topics_container": f"topics{suffix}",
+            "ingress_table": f"ingress{suffix}",
+            "backoff_base": 0.001,
+            "topic_cache_seconds": 0.0,
+            **config,
+        }
+        bus_config = BusConfig(**settings)  # type: ignore[arg-type]
+        harness = cls(backend, app, bus_config)
+        await provision(
+            harness.raw,
+            Resources(
+                containers={
+                    "tokens": bus_config.tokens_container,
+                    "topics": bus_config.topics_container,
+                },
+                tables={"ingress": bus_config.ingress_table},
+                endpoints=tuple(app.endpoints),
+            ),
+        )
+        await harness.setup_bus.subscribe_all()
+        return harness
+
+    def _handler(self, endpoint: str):  # type: ignore[no-untyped-def]
+        async def handle(raw: str, dequeue_count: int) -> None:
+            outcome = await self.bus.receive(endpoint, raw, dequeue_count)
+            self.outcomes[outcome] += 1
+
+        return handle
+
+    async def deliver(self, endpoint: str, message: QueueMessage) -> None:
+        """One function invocation. A crash kills it before the acknowledgement; the
+        platform then makes the message visible again (its lease ran out)."""
+        try:
+            await self.workers[endpoint].run_one(message)
+        except SimulatedCrash:
+            self.crashes += 1
+            with contextlib.suppress(NotFound):  # gone if the crash came after the ack
+                await self.raw.queue(endpoint).update(
+                    message.id, message.pop_receipt, visibility_timeout=0
+                )
+
+    async def run_until_quiet(self, max_passes: int = 200) -> None:
+        """Deliver every queued message, again and again, until all queues are empty.
+
+        A message whose acknowledgement failed stays hidden for its lease; on the in-memory
+        backend the clock is moved past the lease so that it comes back, as it would."""
+        for _ in range(max_passes):
+            busy = False
+            for endpoint in self.app.endpoints:
+                messages = await self.raw.queue(endpoint).receive(32, visibility_timeout=30)
+                for message in messages:
+                    busy = True
+                    await self.deliver(endpoint, message)
+            if busy:
+                continue
+            hidden = sum([await self.raw.queue(e).approximate_count() for e in self.app.endpoints])
+            if hidden and self.backend.clock is not None:
+                self.backend.clock.advance(31)
+                continue
+            return
+        raise AssertionError("queues did not drain")
+
+    async def state(self, endpoint: str, partition: str) -> Ledger:
+        table = self.raw.table(endpoint)
+        page = await table.query(partition_key=partition, row_keys=[STATE_ROW])
+        if not page.entities:
+            return Ledger()
+        return Ledger.model_validate_json(str(page.entities[0]["data"]))
+
+    async def applied(self, endpoint: str) -> list[str]:
+        """Every message id applied at ``endpoint``, across partitions (duplicates kept)."""
+        ids: list[str] = []
+        async for entity in self.raw.table(endpoint).query_all():
+            if entity.row_key == STATE_ROW:
+                ids += Ledger.model_validate_json(str(entity["data"])).applied
+        return ids
+
+    async def audit_ids(self, endpoint: str) -> list[str]:
+        return [
+            str(e["message_id"])
+            async for e in self.raw.table(endpoint).query_all(row_key_prefix="audit|")
+        ]
+
+    async def outbox_records(self, endpoint: str) -> list[OutboxRecord]:
+        return [
+            OutboxRecord.from_entity(e)
+            async for e in self.raw.table(endpoint).query_all(row_key_prefix=OUTBOX_PREFIX)
+        ]
+
+    async def tokens(self) -> list[str]:
+        return [p.name async for p in self.raw.blob_container(self.config.tokens_container).list()]
+
+    async def queue_depths(self) -> dict[str, int]:
+        depths = {}
+        for endpoint in self.app.endpoints:
+            for name in (endpoint, poison_queue(endpoint)):
+                depths[name] = await self.raw.queue(name).approximate_count()
+        return depths
+
+    async def poison_messages(self, endpoint: str) -> list[dict[str, object]]:
+        messages = await self.raw.queue(poison_queue(endpoint)).peek(32)
+        return [json.loads(m.content) for m in messages]
+
+
+async def committed_tokens(account: StorageAccount, harness: Harness) -> set[str]:
+    names: set[str] = set()
+    for endpoint in harness.app.endpoints:
+        for record in await harness.outbox_records(endpoint):
+            names |= {o.token for o in record.outgoing}
+    return names
