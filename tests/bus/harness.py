@@ -52,6 +52,8 @@ class Harness:
             "topic_cache_seconds": 0.0,
             **config,
         }
+        if backend.clock is not None:
+            settings.setdefault("clock", backend.clock)  # one clock for stores and bus
         bus_config = BusConfig(**settings)  # type: ignore[arg-type]
         harness = cls(backend, app, bus_config)
         await provision(

@@ -1,0 +1,1 @@
+"""Removing state the protocol no longer needs, so that residue stays bounded."""
