@@ -10,7 +10,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel
 
 from shared.bus.context import HandlerContext
-from shared.bus.messages import Event, Message, MessageTypes
+from shared.bus.messages import Event, Message
 from shared.resources import check_endpoint_name
 
 S = TypeVar("S", bound=BaseModel)
@@ -67,11 +67,10 @@ async def call_handler(handler: Handler, context: HandlerContext[Any], message: 
 
 
 class BusApp:
-    """All endpoints of one application and the message types they exchange."""
+    """All endpoints of one application."""
 
     def __init__(self) -> None:
         self.endpoints: dict[str, Endpoint[Any]] = {}
-        self.types = MessageTypes()
 
     def endpoint(self, name: str, state: type[S] = NoState, mode: Mode = "token") -> Endpoint[S]:  # type: ignore[assignment]
         if name in self.endpoints:
@@ -79,11 +78,6 @@ class BusApp:
         endpoint: Endpoint[S] = Endpoint(name, state, mode)
         self.endpoints[name] = endpoint
         return endpoint
-
-    def message(self, model: type[M]) -> type[M]:
-        """Register a message model (also done implicitly by ``handles``)."""
-        self.types.register(model)
-        return model
 
     def get(self, name: str) -> Endpoint[Any]:
         try:

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from shared.bus.envelope import Envelope
 from shared.bus.ids import derived_id, stable_seed
-from shared.bus.messages import Command, Event, Message, body_of
+from shared.bus.messages import Command, Event, Message, check_payload_size
 from shared.errors import MessageTooLarge
 from shared.resources import check_endpoint_name
 
@@ -97,11 +97,5 @@ class HandlerContext(Generic[S]):
             raise MessageTooLarge(
                 f"a handler may send at most {self._max_outputs} messages per incoming message"
             )
-        size = len(output.message.model_dump_json().encode())
-        if size > self._max_payload:
-            raise MessageTooLarge(
-                f"{type(output.message).__name__} body is {size} bytes; the limit is "
-                f"{self._max_payload} (BusConfig.max_payload_bytes)"
-            )
-        body_of(output.message)  # fail now, inside the handler, if it cannot be serialised
+        check_payload_size(output.message, self._max_payload)
         self.outputs.append(output)

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from shared.bus.config import BusConfig
 from shared.bus.context import PendingOutput
 from shared.bus.ids import derived_id
-from shared.bus.messages import Command, Event, Message
+from shared.bus.messages import Command, Event, check_payload_size
 from shared.bus.outgoing import create_tokens, discard_tokens, plan_deliveries, send_signals
 from shared.bus.records import OutgoingSignal
 from shared.bus.topics import RecipientLists
@@ -24,7 +24,6 @@ from shared.errors import (
     AlreadyExists,
     ConflictRetriesExhausted,
     InvalidName,
-    MessageTooLarge,
     NotFound,
     OutcomeUnknown,
     PreconditionFailed,
@@ -82,17 +81,9 @@ class IngressClient:
             raise TypeError("publish() takes an Event")
         return await self._submit(PendingOutput(event, None, {}), idempotency_key)
 
-    def _check_size(self, message: Message) -> None:
-        size = len(message.model_dump_json().encode())
-        if size > self.config.max_payload_bytes:
-            raise MessageTooLarge(
-                f"{type(message).__name__} body is {size} bytes; the limit is "
-                f"{self.config.max_payload_bytes}"
-            )
-
     async def _submit(self, output: PendingOutput, key: str) -> SendReceipt:
         check_idempotency_key(key)
-        self._check_size(output.message)
+        check_payload_size(output.message, self.config.max_payload_bytes)
         config = self.config
         for round_number in range(config.max_conflict_rounds):
             if round_number:

@@ -7,9 +7,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from shared.errors import InvalidName
+from shared.errors import InvalidName, MessageTooLarge
 
-_TYPE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.]{0,99}$")
 _TOPIC = re.compile(r"^[a-z0-9](?:[a-z0-9._-]{0,98}[a-z0-9])?$")
 
 Kind = Literal["command", "event"]
@@ -59,31 +58,16 @@ def check_topic(name: str) -> str:
     return name
 
 
-class MessageTypes:
-    """The registry of message models known to a bus, by type name."""
-
-    def __init__(self) -> None:
-        self._types: dict[str, type[Message]] = {}
-
-    def register(self, model: type[Message]) -> type[Message]:
-        name = model.type_name()
-        if not _TYPE_NAME.match(name):
-            raise InvalidName(f"invalid message type name {name!r}")
-        existing = self._types.get(name)
-        if existing is not None and existing is not model:
-            raise ValueError(f"two different message models are both named {name!r}")
-        self._types[name] = model
-        return model
-
-    def get(self, name: str) -> type[Message] | None:
-        return self._types.get(name)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._types
-
-    def names(self) -> list[str]:
-        return sorted(self._types)
-
-
 def body_of(message: Message) -> dict[str, Any]:
     return message.model_dump(mode="json")
+
+
+def check_payload_size(message: Message, limit: int) -> None:
+    """Refuse a message whose serialised body exceeds ``limit`` bytes, before anything is
+    written (BusConfig.max_payload_bytes)."""
+    size = len(message.model_dump_json().encode())
+    if size > limit:
+        raise MessageTooLarge(
+            f"{type(message).__name__} body is {size} bytes; the limit is {limit} "
+            "(BusConfig.max_payload_bytes)"
+        )

@@ -23,13 +23,6 @@ log = logging.getLogger(__name__)
 UNCLAIMED = {"claim": ""}
 
 
-@dataclass(frozen=True)
-class Delivery:
-    """One envelope for one destination, not yet backed by a token."""
-
-    envelope: Envelope
-
-
 async def plan_deliveries(
     outputs: list[PendingOutput],
     *,
@@ -38,9 +31,10 @@ async def plan_deliveries(
     correlation_id: str,
     topics: RecipientLists,
     config: BusConfig,
-) -> list[Delivery]:
-    """Expand sends and publishes into deliveries with deterministic message ids."""
-    deliveries: list[Delivery] = []
+) -> list[Envelope]:
+    """Expand sends and publishes into one envelope per destination, with deterministic
+    message ids."""
+    deliveries: list[Envelope] = []
     created_at = to_datetime(config.clock())
     for index, output in enumerate(outputs):
         message = output.message
@@ -53,20 +47,18 @@ async def plan_deliveries(
             headers = output.headers
         for destination in destinations:
             deliveries.append(
-                Delivery(
-                    Envelope(
-                        id=derived_id(incoming_id, "out", index, destination),
-                        type=message.type_name(),
-                        kind=message.kind,
-                        source=sender,
-                        destination=destination,
-                        partition_key=message.partition_key(),
-                        correlation_id=correlation_id,
-                        causation_id=incoming_id,
-                        created_at=created_at,
-                        headers=headers,
-                        body=body_of(message),
-                    )
+                Envelope(
+                    id=derived_id(incoming_id, "out", index, destination),
+                    type=message.type_name(),
+                    kind=message.kind,
+                    source=sender,
+                    destination=destination,
+                    partition_key=message.partition_key(),
+                    correlation_id=correlation_id,
+                    causation_id=incoming_id,
+                    created_at=created_at,
+                    headers=headers,
+                    body=body_of(message),
                 )
             )
     if len(deliveries) > config.max_outputs:
@@ -87,7 +79,7 @@ class CreatedTokens:
 
 async def create_tokens(
     tokens: BlobContainer,
-    deliveries: list[Delivery],
+    deliveries: list[Envelope],
     *,
     sender: str,
     incoming_id: str,
@@ -98,8 +90,7 @@ async def create_tokens(
     on a single request."""
     result = CreatedTokens([], [])
     try:
-        for delivery in deliveries:
-            envelope = delivery.envelope
+        for envelope in deliveries:
             data = envelope.to_bytes()
             for _ in range(config.max_create_attempts):
                 attempt_id = config.new_id()

@@ -14,7 +14,6 @@ from shared.errors import NotFound
 from shared.host.queue_worker import QueueSettings, QueueWorker
 from shared.provisioning import provision
 from shared.resources import Resources, poison_queue
-from shared.stores.account import StorageAccount
 from shared.stores.instrumented import Instrumentation, InstrumentedAccount, SimulatedCrash
 from shared.stores.queue import QueueMessage
 from tests.bus.flow import Ledger
@@ -152,7 +151,7 @@ class Harness:
         return [json.loads(m.content) for m in messages]
 
 
-async def committed_tokens(account: StorageAccount, harness: Harness) -> set[str]:
+async def committed_tokens(harness: Harness) -> set[str]:
     names: set[str] = set()
     for endpoint in harness.app.endpoints:
         for record in await harness.outbox_records(endpoint):

@@ -204,7 +204,7 @@ async def test_a_fault_at_any_operation_then_redelivery_keeps_exactly_once(
                     await harness.applied(endpoint)
                 ), where
             leftovers = set(await harness.tokens())
-            assert not leftovers & await committed_tokens(harness.raw, harness), where
+            assert not leftovers & await committed_tokens(harness), where
             await assert_quiet(harness)
 
 
