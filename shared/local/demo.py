@@ -22,13 +22,13 @@ import random
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from shared.bus import Bus, BusConfig, Outcome
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
 from shared.cleanup.sweep import sweep_endpoint
-from shared.errors import NotFound
-from shared.local.azurite import Azurite
+from shared.host.queue_worker import Handler, QueueSettings, QueueWorker
+from shared.local.azurite import REPO_ROOT, Azurite
 from shared.local.chaos import DuplicatingAccount
 from shared.provisioning import provision
 from shared.resources import load_resources
@@ -79,44 +79,53 @@ def crash_plan(rate: float, seed: int) -> FaultPlan:
     return plan
 
 
-async def deliver(
-    bus: Bus, account: StorageAccount, endpoint: str, message: QueueMessage, run: Run
-) -> None:
-    """One function invocation: process, then acknowledge. A crash skips the acknowledgement
-    and the message reappears after its lease, as on the real platform."""
+def workers(
+    bus: Bus, processing: StorageAccount, options: Options, run: Run
+) -> dict[str, QueueWorker]:
+    """One queue worker per endpoint, with host.json's settings and the demo's short lease so
+    that a crashed message comes back within seconds."""
+    settings = replace(
+        QueueSettings.from_host_json(REPO_ROOT / "host.json"), lease_seconds=options.lease_seconds
+    )
+
+    def handler(endpoint: str) -> Handler:
+        async def handle(raw: str, dequeue_count: int) -> None:
+            run.outcomes[await bus.receive(endpoint, raw, dequeue_count)] += 1
+
+        return handle
+
+    return {
+        endpoint: QueueWorker(processing, endpoint, handler(endpoint), settings)
+        for endpoint in sample_app.endpoints
+    }
+
+
+async def deliver(worker: QueueWorker, message: QueueMessage, run: Run) -> None:
+    """One function invocation. A crash skips the acknowledgement and the message reappears
+    after its lease, as on the real platform."""
     try:
-        outcome = await bus.receive(endpoint, message.content, message.dequeue_count)
-        run.outcomes[outcome] += 1
-        await account.queue(endpoint).delete(message.id, message.pop_receipt)
+        if not await worker.run_one(message):
+            run.failures += 1
     except SimulatedCrash:
         run.crashes += 1
-    except NotFound:
-        pass  # lease lost to another copy; it will finish the work
-    except Exception:  # the host would retry: leave the message to reappear
-        run.failures += 1
 
 
 async def work(
-    bus: Bus,
-    processing: StorageAccount,
-    transport: StorageAccount,
-    endpoints: list[str],
-    options: Options,
-    run: Run,
+    workers: dict[str, QueueWorker], transport: StorageAccount, options: Options, run: Run
 ) -> None:
     """Poll every endpoint queue until all of them are empty."""
     while True:
         busy = False
-        for endpoint in endpoints:
+        for endpoint, worker in workers.items():
             batch = await transport.queue(endpoint).receive(
                 16, visibility_timeout=options.lease_seconds
             )
             if batch:
                 busy = True
-                await asyncio.gather(*(deliver(bus, processing, endpoint, m, run) for m in batch))
+                await asyncio.gather(*(deliver(worker, m, run) for m in batch))
         if busy:
             continue
-        waiting = sum([await transport.queue(e).approximate_count() for e in endpoints])
+        waiting = sum([await transport.queue(e).approximate_count() for e in workers])
         if waiting == 0:
             return
         await asyncio.sleep(0.2)  # crashed messages come back once their lease runs out
@@ -244,7 +253,7 @@ async def drive(connection_string: str, options: Options) -> Verdict:
         )
 
         run = Run()
-        await work(bus, processing, transport, list(sample_app.endpoints), options, run)
+        await work(workers(bus, processing, options, run), transport, options, run)
         elapsed = time.perf_counter() - started
         # Every worker has stopped, so no create can still be in flight: one sweep with no
         # grace period must leave nothing behind (BoundedResidue).
