@@ -20,6 +20,14 @@ class BlobProperties:
 
 
 @dataclass(frozen=True)
+class BlobPage:
+    """One page of a listing and the opaque token that continues it (None at the end)."""
+
+    items: list[BlobProperties]
+    continuation: str | None
+
+
+@dataclass(frozen=True)
 class Blob:
     """A blob's content with the properties current when it was read."""
 
@@ -110,3 +118,24 @@ class BlobContainer(abc.ABC):
     def list(self, prefix: str = "") -> AsyncIterator[BlobProperties]:
         """Yield the properties (with metadata) of every blob whose name starts with ``prefix``,
         in name order, fetching page by page."""
+
+    async def list_page(
+        self, prefix: str = "", *, page_size: int = 1000, continuation: str | None = None
+    ) -> BlobPage:
+        """One page of ``list(prefix)``: at most ``page_size`` blobs in name order, and a
+        continuation to pass back for the next page (None when the listing is complete).
+
+        Continuations are opaque and only valid for the container that returned them. This
+        default resumes after the last name returned; backends with server-side paging
+        override it.
+        """
+        if page_size < 1:
+            raise ValueError("page_size must be at least 1")
+        items: list[BlobProperties] = []
+        async for properties in self.list(prefix):
+            if continuation is not None and properties.name <= continuation:
+                continue
+            if len(items) == page_size:
+                return BlobPage(items, items[-1].name)
+            items.append(properties)
+        return BlobPage(items, None)

@@ -4,7 +4,10 @@ Every store call is one numbered operation. A fault plan may, at any operation:
 - ``CRASH_BEFORE``: the process dies before the request leaves (nothing applied);
 - ``CRASH_AFTER``: the request is applied, then the process dies (response lost);
 - ``ERROR_BEFORE``: the call fails with OutcomeUnknown without being applied (timeout);
-- ``ERROR_AFTER``: the call is applied but fails with OutcomeUnknown (response lost).
+- ``ERROR_AFTER``: the call is applied but fails with OutcomeUnknown (response lost);
+- ``LATE``: the call fails with OutcomeUnknown and is not applied yet; the request is held in
+  ``Instrumentation.held`` and applied whenever its holder lands it (a request delayed in the
+  network that reaches the service after the caller gave up on it).
 A crash is ``SimulatedCrash``, a BaseException, so no ``except Exception`` in the code under
 test can swallow it: like a real crash, nothing after it in that invocation runs.
 """
@@ -17,9 +20,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from shared.errors import OutcomeUnknown
+from shared.errors import OutcomeUnknown, StorageError
 from shared.stores.account import StorageAccount
-from shared.stores.blob import Blob, BlobContainer, BlobProperties
+from shared.stores.blob import Blob, BlobContainer, BlobPage, BlobProperties
 from shared.stores.queue import MessageQueue, QueueMessage
 from shared.stores.table import Entity, Page, Table, TableOperation
 
@@ -31,6 +34,7 @@ class Fault(enum.Enum):
     CRASH_AFTER = "crash-after"
     ERROR_BEFORE = "error-before"
     ERROR_AFTER = "error-after"
+    LATE = "late"
 
 
 class SimulatedCrash(BaseException):
@@ -47,6 +51,28 @@ class Operation:
 
 
 FaultPlan = Callable[[Operation], Fault | None]
+
+
+@dataclass
+class HeldRequest:
+    """A request given the ``LATE`` fault: its caller saw OutcomeUnknown, the service has not
+    applied it yet. ``land`` applies it; a late request that no longer applies (its ETag or
+    uniqueness condition fails now) changes nothing, as on the real service."""
+
+    operation: Operation
+    call: Callable[[], Awaitable[object]]
+    landed: bool = False
+
+    async def land(self) -> bool:
+        """Apply the request; returns whether the store accepted it."""
+        if self.landed:
+            raise RuntimeError(f"request {self.operation} has already landed")
+        self.landed = True
+        try:
+            await self.call()
+        except StorageError:
+            return False
+        return True
 
 
 def no_faults(operation: Operation) -> Fault | None:
@@ -67,6 +93,8 @@ class Instrumentation:
     injected: list[tuple[Operation, Fault]] = field(default_factory=list)
     on_operation: Callable[[Operation], Awaitable[None]] | None = None
     """Called before every operation; the simulator's scheduler yields control here."""
+    held: list[HeldRequest] = field(default_factory=list)
+    """Requests given the ``LATE`` fault, in the order they were sent."""
 
     @property
     def count(self) -> int:
@@ -87,6 +115,9 @@ class Instrumentation:
             raise SimulatedCrash(f"crash before {kind} {target}")
         if fault is Fault.ERROR_BEFORE:
             raise OutcomeUnknown(f"injected: {kind} {target} timed out before it was applied")
+        if fault is Fault.LATE:
+            self.held.append(HeldRequest(operation, call))
+            raise OutcomeUnknown(f"injected: {kind} {target} timed out; it may still land")
         result = await call()
         if fault is Fault.CRASH_AFTER:
             raise SimulatedCrash(f"crash after {kind} {target}")
@@ -175,6 +206,15 @@ class _Blobs(BlobContainer):
 
         for item in await self._i.run("blob.list", self._t(prefix), collect):
             yield item
+
+    async def list_page(
+        self, prefix: str = "", *, page_size: int = 1000, continuation: str | None = None
+    ) -> BlobPage:
+        return await self._i.run(
+            "blob.list",
+            self._t(prefix),
+            lambda: self._inner.list_page(prefix, page_size=page_size, continuation=continuation),
+        )
 
 
 class _Table(Table):

@@ -128,6 +128,31 @@ async def test_list_by_prefix_in_name_order_with_metadata(container: BlobContain
     assert len([p async for p in container.list()]) == 4
 
 
+async def test_list_page_resumes_from_its_continuation_until_done(
+    container: BlobContainer,
+) -> None:
+    names = [f"p/{i:02d}" for i in range(7)]
+    for name in reversed(names):
+        await container.create(name, b"x", {"origin": "o"})
+    await container.create("q/outside", b"x")
+
+    seen: list[str] = []
+    continuation: str | None = None
+    pages = 0
+    while True:
+        page = await container.list_page("p/", page_size=3, continuation=continuation)
+        pages += 1
+        assert len(page.items) <= 3
+        seen.extend(p.name for p in page.items)
+        continuation = page.continuation
+        if continuation is None:
+            break
+
+    assert seen == names
+    assert pages == 3
+    assert all(p.metadata == {"origin": "o"} for p in (await container.list_page("p/")).items)
+
+
 @pytest.mark.parametrize("name", ["", "a//b", "../x", "a/./b", "tab\tname", "back\\slash"])
 async def test_invalid_blob_names_are_refused_before_any_request(
     container: BlobContainer, name: str

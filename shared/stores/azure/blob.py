@@ -12,7 +12,7 @@ from azure.storage.blob.aio import ContainerClient
 
 from shared.errors import AlreadyExists, NotFound
 from shared.stores.azure.errors import translated
-from shared.stores.blob import Blob, BlobContainer, BlobProperties
+from shared.stores.blob import Blob, BlobContainer, BlobPage, BlobProperties
 from shared.stores.names import check_blob_name, check_metadata
 
 
@@ -125,3 +125,26 @@ class AzureBlobContainer(BlobContainer):
                 yield _properties(
                     item.name, item.etag, item.size, item.last_modified, item.metadata
                 )
+
+    async def list_page(
+        self, prefix: str = "", *, page_size: int = 1000, continuation: str | None = None
+    ) -> BlobPage:
+        # The service's own marker: resuming costs one request, not a re-listing.
+        if page_size < 1:
+            raise ValueError("page_size must be at least 1")
+        with translated(f"container {self.name}"):
+            # The SDK's page iterator carries the next marker but is typed as a plain iterator.
+            pages: Any = self._client.list_blobs(
+                name_starts_with=prefix or None, include=["metadata"], results_per_page=page_size
+            ).by_page(continuation_token=continuation)
+            items: list[BlobProperties] = []
+            async for page in pages:
+                item: SdkBlobProperties
+                async for item in page:
+                    items.append(
+                        _properties(
+                            item.name, item.etag, item.size, item.last_modified, item.metadata
+                        )
+                    )
+                break
+            return BlobPage(items, pages.continuation_token or None)
