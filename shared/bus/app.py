@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
@@ -11,12 +12,19 @@ from pydantic import BaseModel
 
 from shared.bus.context import HandlerContext
 from shared.bus.messages import Event, Message
+from shared.errors import ConfigurationError
 from shared.resources import check_endpoint_name
 
 S = TypeVar("S", bound=BaseModel)
 M = TypeVar("M", bound=Message)
 
-Mode = Literal["token"]
+Mode = Literal["token", "state_based", "entity_outbox", "processed_messages"]
+"""How an endpoint deduplicates (design notes section 5; ``docs/modes.md`` compares them):
+``token`` claims the incoming token (no time window); ``state_based`` keeps a versioned state
+stream and replays duplicates through the deterministic handler; ``entity_outbox`` keeps an
+outbox map inside the state entity; ``processed_messages`` inserts one row per processed
+message. All share the transport, the handler API and the outgoing side."""
+MODES: tuple[Mode, ...] = typing.get_args(Mode)
 Handler = Callable[[HandlerContext[Any], Any], Awaitable[None] | None]
 
 
@@ -35,6 +43,10 @@ class Endpoint(Generic[S]):
 
     def __post_init__(self) -> None:
         check_endpoint_name(self.name)
+        if self.mode not in MODES:
+            raise ConfigurationError(
+                f"endpoint {self.name}: unknown mode {self.mode!r}; choose one of {list(MODES)}"
+            )
 
     def handles(self, model: type[M]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Decorator: ``@endpoint.handles(PlaceOrder)`` on ``def f(ctx, message)`` (sync or

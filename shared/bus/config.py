@@ -28,6 +28,20 @@ class BusConfig:
     ingress_window_seconds: float = 7 * 24 * 3600.0
     """The only time window in the system: client retries with one idempotency key are
     deduplicated for this long."""
+    processed_retention_seconds: float = 7 * 24 * 3600.0
+    """processed_messages mode: how long a processed-message row deduplicates copies of its
+    message (its dedup window); ``expire_processed`` removes older rows."""
+    state_stream_retention_seconds: float = 7 * 24 * 3600.0
+    """state_based mode: how long a duplicate can still be replayed against the version before
+    it; ``truncate_state_streams`` removes older versions (never the latest)."""
+    entity_outbox_retention_seconds: float = 7 * 24 * 3600.0
+    """entity_outbox mode: how long a dispatched entry stays in the entity's outbox map to
+    deduplicate copies; older entries are dropped at the next commit of that entity or by
+    ``expire_entity_outboxes``."""
+    entity_max_bytes: int = 960 * 1024
+    """entity_outbox mode: the state entity (business state plus outbox map) is refused with
+    ``EntityOutboxFull`` above this size, kept under Table Storage's 1 MiB entity limit with a
+    margin for the service's own accounting."""
     clock: Clock = system_clock
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     new_id: Callable[[], str] = fresh_id

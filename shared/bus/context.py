@@ -33,7 +33,9 @@ class HandlerContext(Generic[S]):
     ``state`` is the partition's state, to be mutated in place; it is saved atomically with the
     outgoing messages. ``new_id()``, ``random()`` and ``now()`` are derived from the incoming
     message (SHA-256 seeded), so a re-run for the same message and state yields the same ids,
-    numbers and time: required by state-based endpoints, harmless for the others.
+    numbers and time: required by state-based endpoints, harmless for the others. ``seed`` and
+    ``now`` are what a state-based endpoint records with each version and passes back when it
+    replays a duplicate.
     """
 
     def __init__(
@@ -45,12 +47,14 @@ class HandlerContext(Generic[S]):
         now: datetime,
         max_payload_bytes: int,
         max_outputs: int,
+        seed: int | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.envelope = envelope
         self.state = state
         self._now = now
-        self._random = _random.Random(stable_seed(envelope.id, "random"))
+        self.seed = stable_seed(envelope.id, "random") if seed is None else seed
+        self._random = _random.Random(self.seed)
         self._ids = 0
         self._max_payload = max_payload_bytes
         self._max_outputs = max_outputs

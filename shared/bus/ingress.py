@@ -16,6 +16,7 @@ from shared.bus.config import BusConfig
 from shared.bus.context import PendingOutput
 from shared.bus.ids import derived_id
 from shared.bus.messages import Command, Event, check_payload_size
+from shared.bus.origin import Origin
 from shared.bus.outgoing import create_tokens, discard_tokens, plan_deliveries, send_signals
 from shared.bus.records import OutgoingSignal
 from shared.bus.topics import RecipientLists
@@ -110,7 +111,12 @@ class IngressClient:
                 config=config,
             )
             created = await create_tokens(
-                self.tokens, deliveries, sender=self.sender, incoming_id=incoming_id, config=config
+                self.tokens,
+                deliveries,
+                sender=self.sender,
+                incoming_id=incoming_id,
+                config=config,
+                origin=Origin(self.table.name, key, INGRESS_ROW).encode(),
             )
             record = Entity(
                 key,

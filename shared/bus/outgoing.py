@@ -21,6 +21,7 @@ from shared.stores.blob import BlobContainer
 log = logging.getLogger(__name__)
 
 UNCLAIMED = {"claim": ""}
+ORIGIN_METADATA = "origin"
 
 
 async def plan_deliveries(
@@ -84,11 +85,17 @@ async def create_tokens(
     sender: str,
     incoming_id: str,
     config: BusConfig,
+    origin: str = "",
 ) -> CreatedTokens:
     """Create one token per delivery. A create whose outcome is unknown abandons its attempt id
     for good and tries a new one: an attempt id is only ever committed if its create succeeded
-    on a single request."""
+    on a single request.
+
+    ``origin`` (see ``shared.bus.origin``) names the record whose commit decides whether the
+    token is ever signalled; it is stored in the token's metadata so the cleanup can tell an
+    abandoned token from one in flight without knowing the sender's partition."""
     result = CreatedTokens([], [])
+    metadata = {**UNCLAIMED, ORIGIN_METADATA: origin} if origin else UNCLAIMED
     try:
         for envelope in deliveries:
             data = envelope.to_bytes()
@@ -96,7 +103,7 @@ async def create_tokens(
                 attempt_id = config.new_id()
                 name = token_name(sender, incoming_id, attempt_id, envelope.id)
                 try:
-                    await tokens.create(name, data, UNCLAIMED)
+                    await tokens.create(name, data, metadata)
                 except (OutcomeUnknown, AlreadyExists):
                     result.abandoned.append(name)
                     continue

@@ -5,169 +5,47 @@ with a fresh claim id if absent; R4 claim the token by ETag compare-and-swap; R5
 handler, create the outgoing tokens and commit state + O(m) + audit row in one transaction;
 R6 signal the committed tokens; R7 delete token(a); R8 leave O(m) to the cleanup sweep (it
 is retired once token(a) is gone); R9 the caller acknowledges the queue message.
+
+What all modes share (signal parsing, poison parking, decoding, the handler call, the audit
+row) lives in ``shared.bus.pipeline``; ``send_signals`` and ``create_tokens`` are looked up in
+this module on purpose, so that a simulation can interpose on them for token mode.
 """
 
 from __future__ import annotations
 
 import contextlib
-import enum
-import json
 import logging
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
-from pydantic import BaseModel, ValidationError
-
-from shared.bus.app import Endpoint, call_handler
-from shared.bus.config import BusConfig
-from shared.bus.context import HandlerContext
 from shared.bus.envelope import Envelope, Signal
 from shared.bus.messages import Message
+from shared.bus.origin import Origin
 from shared.bus.outgoing import create_tokens, discard_tokens, plan_deliveries, send_signals
-from shared.bus.records import (
-    STATE_ROW,
-    AuditRecord,
-    OutboxRecord,
-    outbox_row,
-)
-from shared.bus.topics import RecipientLists
+from shared.bus.pipeline import Conflict, IncomingToken, Outcome, Pipeline, poison_body
+from shared.bus.records import STATE_ROW, OutboxRecord, outbox_row
 from shared.clock import to_datetime
 from shared.errors import (
     AlreadyExists,
     ConflictRetriesExhausted,
-    InvalidName,
-    MalformedSignal,
-    MessageSchemaError,
     NotFound,
     OutcomeUnknown,
     PreconditionFailed,
-    TooLarge,
     TransactionFailed,
-    UnknownMessageType,
 )
-from shared.resources import poison_queue
-from shared.stores.account import StorageAccount
-from shared.stores.blob import Blob
-from shared.stores.names import check_key
 from shared.stores.table import Entity, Insert, TableOperation, Update
+
+__all__ = ["Outcome", "Receiver", "create_tokens", "poison_body", "send_signals"]
 
 log = logging.getLogger(__name__)
 
-
-class Outcome(enum.Enum):
-    PROCESSED = "processed"
-    """This invocation ran the handler and committed its effects."""
-    RESUMED = "resumed"
-    """The effects were already committed (by an earlier or concurrent copy); this
-    invocation finished sending and deleting. No handler ran."""
-    DUPLICATE = "duplicate"
-    """The token was already gone: an earlier copy finished everything."""
-    POISONED = "poisoned"
-    ANOMALY = "anomaly"
+_Conflict = Conflict
+_Token = IncomingToken
 
 
-class _Conflict(Exception):
-    """Another writer got there first; go back to R2."""
+class Receiver(Pipeline):
+    """Token mode: deduplicates by claiming the incoming token for O(m)."""
 
-
-@dataclass
-class _Token:
-    name: str
-    etag: str
-    claim: str
-    envelope_bytes: bytes
-
-    @classmethod
-    def of(cls, blob: Blob) -> _Token:
-        return cls(blob.properties.name, blob.etag, blob.metadata.get("claim", ""), blob.data)
-
-
-def poison_body(endpoint: str, raw: str, reason: str, dequeue_count: int) -> str:
-    """A poison message keeps the original signal verbatim next to why it was parked, so an
-    operator can read the reason and replay the signal unchanged."""
-    return json.dumps(
-        {
-            "poison": {"endpoint": endpoint, "reason": reason, "dequeue_count": dequeue_count},
-            "signal": raw,
-        }
-    )
-
-
-class Receiver:
-    """Runs the pipeline for one endpoint. Stateless between messages; safe to share."""
-
-    def __init__(
-        self,
-        endpoint: Endpoint[Any],
-        account: StorageAccount,
-        topics: RecipientLists,
-        config: BusConfig,
-    ) -> None:
-        self.endpoint = endpoint
-        self.account = account
-        self.config = config
-        self.topics = topics
-        self.tokens = account.blob_container(config.tokens_container)
-        self.table = account.table(endpoint.name)
-
-    async def receive(self, raw: str, dequeue_count: int = 1) -> Outcome:
-        """Process one queue message. Returns normally when the message may be acknowledged;
-        raises when the host should redeliver it (handler errors, storage outages)."""
-        try:
-            signal = Signal.parse(raw)
-            check_key("PartitionKey", signal.partition_key)
-        except (MalformedSignal, InvalidName) as e:
-            return await self._poison(raw, str(e), dequeue_count)
-        try:
-            return await self._process(signal)
-        except (MalformedSignal, UnknownMessageType, MessageSchemaError) as e:
-            return await self._poison(raw, str(e), dequeue_count)
-
-    async def _poison(self, raw: str, reason: str, dequeue_count: int) -> Outcome:
-        log.error("endpoint %s: parking message in poison queue: %s", self.endpoint.name, reason)
-        queue = self.account.queue(poison_queue(self.endpoint.name))
-        try:
-            await queue.send(poison_body(self.endpoint.name, raw, reason, dequeue_count))
-        except TooLarge:
-            await queue.send(raw)  # no room for the reason beside it; the log has it
-        return Outcome.POISONED
-
-    async def _read_token(self, signal: Signal) -> _Token | None:
-        try:
-            return _Token.of(await self.tokens.read(signal.token))
-        except NotFound:
-            return None
-
-    def _decode(self, signal: Signal, token: _Token) -> tuple[Envelope, Message]:
-        try:
-            envelope = Envelope.from_bytes(token.envelope_bytes)
-        except ValidationError as e:
-            raise MalformedSignal(f"token {signal.token} does not hold an envelope: {e}") from None
-        if envelope.id != signal.message_id or envelope.partition_key != signal.partition_key:
-            raise MalformedSignal(
-                f"token {signal.token} holds message {envelope.id} for "
-                f"partition {envelope.partition_key!r}, not what the signal says"
-            )
-        if envelope.destination != self.endpoint.name:
-            raise MalformedSignal(
-                f"message {envelope.id} is addressed to "
-                f"{envelope.destination}, not {self.endpoint.name}"
-            )
-        found = self.endpoint.handler_for(envelope.type)
-        if found is None:
-            raise UnknownMessageType(
-                f"endpoint {self.endpoint.name} has no handler for message type "
-                f"{envelope.type!r} (message {envelope.id}); it handles "
-                f"{sorted(self.endpoint.handlers)}"
-            )
-        model, _ = found
-        try:
-            message = model.model_validate(envelope.body)
-        except ValidationError as e:
-            raise MessageSchemaError(
-                f"message {envelope.id} of type {envelope.type} does not match its schema: {e}"
-            ) from None
-        return envelope, message
+    mode = "token"
 
     async def _process(self, signal: Signal) -> Outcome:
         m, p = signal.message_id, signal.partition_key
@@ -236,7 +114,7 @@ class Receiver:
                     outbox = await self._run_and_commit(
                         envelope, message, outbox, rows.get(STATE_ROW), abandoned
                     )
-                except _Conflict:
+                except Conflict:
                     continue
                 outcome = Outcome.PROCESSED
             # R6
@@ -270,17 +148,8 @@ class Receiver:
         abandoned: list[str],
     ) -> OutboxRecord:
         endpoint = self.endpoint
-        state = self._load_state(state_entity)
-        context: HandlerContext[Any] = HandlerContext(
-            endpoint=endpoint.name,
-            envelope=envelope,
-            state=state,
-            now=outbox.started_at,
-            max_payload_bytes=self.config.max_payload_bytes,
-            max_outputs=self.config.max_outputs,
-        )
-        _, handler = endpoint.handlers[envelope.type]
-        await call_handler(handler, context, message)
+        state = self._load_state(None if state_entity is None else str(state_entity["data"]))
+        context = await self._run_handler(envelope, message, state, now=outbox.started_at)
 
         deliveries = await plan_deliveries(
             context.outputs,
@@ -296,31 +165,13 @@ class Receiver:
             sender=endpoint.name,
             incoming_id=envelope.id,
             config=self.config,
+            origin=Origin(endpoint.name, envelope.partition_key, outbox_row(envelope.id)).encode(),
         )
         abandoned.extend(created.abandoned)
         now = to_datetime(self.config.clock())
         committed = outbox.committing(created.committed_candidates, abandoned, now)
-        audit = AuditRecord(
-            partition_key=envelope.partition_key,
-            endpoint=endpoint.name,
-            message_id=envelope.id,
-            message_type=envelope.type,
-            source=envelope.source,
-            correlation_id=envelope.correlation_id,
-            causation_id=envelope.causation_id,
-            sent_at=envelope.created_at,
-            processed_at=now,
-            mode="token",
-            caused=[
-                {"id": o.message_id, "type": o.type, "destination": o.destination}
-                for o in committed.outgoing
-            ],
-        )
-        state_row = Entity(
-            envelope.partition_key,
-            STATE_ROW,
-            {"type": type(state).__name__, "data": state.model_dump_json()},
-        )
+        audit = self._audit(envelope, committed.outgoing, now)
+        state_row = self._state_entity(envelope.partition_key, state)
         state_op: TableOperation = (
             Insert(state_row) if state_entity is None else Update(state_row, state_entity.etag)
         )
@@ -336,16 +187,10 @@ class Receiver:
             # Someone else committed O(m) or changed the partition's state first. Our tokens
             # were created successfully and will never be committed: discard them now.
             await discard_tokens(self.tokens, created.committed_candidates)
-            raise _Conflict from e
+            raise Conflict from e
         except OutcomeUnknown as e:
             # The commit may still land: its tokens must stay. If it did land, the next round
             # finds O(m) committed with exactly these tokens; if not, the cleanup removes them.
             abandoned.extend(o.token for o in created.committed_candidates)
-            raise _Conflict from e
+            raise Conflict from e
         return replace(committed, etag=etags[1] or "")
-
-    def _load_state(self, entity: Entity | None) -> BaseModel:
-        state_type: type[BaseModel] = self.endpoint.state_type
-        if entity is None:
-            return state_type()
-        return state_type.model_validate_json(str(entity["data"]))

@@ -47,7 +47,8 @@ class OutgoingSignal(BaseModel):
     type: str
 
 
-def _json_property(name: str, value: str) -> str:
+def json_property(name: str, value: str) -> str:
+    """``value`` if it fits one table property, else a MessageTooLarge that says why."""
     if len(value.encode("utf-16-le")) > MAX_PROPERTY_BYTES:
         raise MessageTooLarge(
             f"the {name} list of one message does not fit a table property "
@@ -93,10 +94,10 @@ class OutboxRecord:
             "status": self.status,
             "incoming": self.incoming_token,
             "started_at": self.started_at,
-            "outgoing": _json_property(
+            "outgoing": json_property(
                 "outgoing", json.dumps([o.model_dump() for o in self.outgoing])
             ),
-            "abandoned": _json_property("abandoned", json.dumps(list(self.abandoned))),
+            "abandoned": json_property("abandoned", json.dumps(list(self.abandoned))),
         }
         if self.committed_at is not None:
             properties["committed_at"] = self.committed_at
@@ -156,6 +157,6 @@ class AuditRecord:
                 "sent_at": self.sent_at,
                 "processed_at": self.processed_at,
                 "mode": self.mode,
-                "caused": _json_property("caused", json.dumps(self.caused)),
+                "caused": json_property("caused", json.dumps(self.caused)),
             },
         )

@@ -4,12 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.bus.app import BusApp, Endpoint
+from shared.bus.app import BusApp, Endpoint, Mode
 from shared.bus.config import BusConfig
 from shared.bus.ingress import IngressClient
+from shared.bus.modes.entity_outbox import EntityOutboxPipeline
+from shared.bus.modes.processed_table import ProcessedMessagesPipeline
+from shared.bus.modes.state_based import StateBasedPipeline
+from shared.bus.pipeline import Pipeline
 from shared.bus.receiver import Outcome, Receiver
 from shared.bus.topics import RecipientLists
 from shared.stores.account import StorageAccount
+
+_PIPELINES: dict[Mode, type[Pipeline]] = {
+    "token": Receiver,
+    "state_based": StateBasedPipeline,
+    "entity_outbox": EntityOutboxPipeline,
+    "processed_messages": ProcessedMessagesPipeline,
+}
 
 
 class Bus:
@@ -24,12 +35,16 @@ class Bus:
             self.config.clock,
             self.config.topic_cache_seconds,
         )
-        self._receivers: dict[str, Receiver] = {}
+        self._receivers: dict[str, Pipeline] = {}
 
-    def receiver(self, endpoint: str) -> Receiver:
+    def receiver(self, endpoint: str) -> Pipeline:
+        """The receive pipeline of ``endpoint``, of the kind its mode asks for (``Receiver``
+        for token mode)."""
         receiver = self._receivers.get(endpoint)
         if receiver is None:
-            receiver = Receiver(self.app.get(endpoint), self.account, self.topics, self.config)
+            declared = self.app.get(endpoint)
+            kind = _PIPELINES[declared.mode]
+            receiver = kind(declared, self.account, self.topics, self.config)
             self._receivers[endpoint] = receiver
         return receiver
 

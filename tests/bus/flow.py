@@ -8,11 +8,13 @@ shows up as a repeated id.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel
 
 from shared.bus import BusApp, Command, Event, HandlerContext
+from shared.bus.app import Mode
 
 
 class PlaceOrder(Command):
@@ -61,12 +63,21 @@ class FlowNames:
         return [self.orders, self.payments, self.shipping, self.loyalty]
 
 
-def build_flow(names: FlowNames, *, publish: bool = True, charge: bool = True) -> BusApp:
+def build_flow(
+    names: FlowNames,
+    *,
+    publish: bool = True,
+    charge: bool = True,
+    mode: Mode | Sequence[Mode] = "token",
+) -> BusApp:
+    """``mode`` is every endpoint's mode, or one per endpoint (orders, payments, shipping,
+    loyalty) for a flow whose endpoints interoperate across modes."""
+    modes = [mode] * 4 if isinstance(mode, str) else list(mode)
     app = BusApp()
-    orders = app.endpoint(names.orders, state=Ledger)
-    payments = app.endpoint(names.payments, state=Ledger)
-    shipping = app.endpoint(names.shipping, state=Ledger)
-    loyalty = app.endpoint(names.loyalty, state=Ledger)
+    orders = app.endpoint(names.orders, state=Ledger, mode=modes[0])
+    payments = app.endpoint(names.payments, state=Ledger, mode=modes[1])
+    shipping = app.endpoint(names.shipping, state=Ledger, mode=modes[2])
+    loyalty = app.endpoint(names.loyalty, state=Ledger, mode=modes[3])
 
     @orders.handles(PlaceOrder)
     def place(ctx: HandlerContext[Ledger], cmd: PlaceOrder) -> None:

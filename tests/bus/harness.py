@@ -4,20 +4,72 @@ from __future__ import annotations
 
 import contextlib
 import json
+import typing
 from collections import Counter
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 
+import pytest
+
 from shared.bus import Bus, BusApp, BusConfig
+from shared.bus.app import Mode
+from shared.bus.envelope import TOKEN_NAME
+from shared.bus.modes.entity_outbox import StateEntity
+from shared.bus.modes.processed_table import PROCESSED_PREFIX, ProcessedRecord
+from shared.bus.modes.state_based import INDEX_PREFIX, IndexEntry
 from shared.bus.receiver import Outcome
 from shared.bus.records import OUTBOX_PREFIX, STATE_ROW, OutboxRecord
+from shared.clock import ManualClock
 from shared.errors import NotFound
 from shared.host.queue_worker import QueueSettings, QueueWorker
 from shared.provisioning import provision
 from shared.resources import Resources, poison_queue
+from shared.settings import StorageSettings
+from shared.stores.azure import AzureStorageAccount
 from shared.stores.instrumented import Instrumentation, InstrumentedAccount, SimulatedCrash
+from shared.stores.memory import MemoryStorageAccount
 from shared.stores.queue import QueueMessage
 from tests.bus.flow import Ledger
 from tests.conftest import Backend, unique_name
+
+MODES: tuple[Mode, ...] = typing.get_args(Mode)
+
+
+def backend_modes(
+    *, azurite: Iterable[Mode] = MODES, slow_azurite: Iterable[Mode] = ()
+) -> list[typing.Any]:
+    """Parameters for the ``backend`` fixture below: every mode on the in-memory stores, and
+    the given modes on Azurite (``slow_azurite`` ones only under ``-m slow``)."""
+    params = [pytest.param(("memory", m), id=f"memory-{m}") for m in MODES]
+    fast, slow = set(azurite), set(slow_azurite)
+    for m in MODES:
+        if m in fast or m in slow:
+            marks = [pytest.mark.azurite] + ([pytest.mark.slow] if m not in fast else [])
+            params.append(pytest.param(("azurite", m), id=f"azurite-{m}", marks=marks))
+    return params
+
+
+@pytest.fixture(name="backend", params=backend_modes())
+async def per_mode_backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    """Overrides the suite's ``backend`` in modules that import it: one backend per (store,
+    endpoint mode) pair; the ``mode`` fixture names the mode."""
+    name, _ = request.param
+    if name == "memory":
+        clock = ManualClock()
+        yield Backend("memory", MemoryStorageAccount(clock=clock), clock)
+        return
+    endpoints = request.getfixturevalue("azurite")
+    account = AzureStorageAccount(StorageSettings(connection_string=endpoints.connection_string))
+    try:
+        yield Backend("azurite", account)
+    finally:
+        await account.close()
+
+
+@pytest.fixture(name="mode")
+def endpoint_mode(request: pytest.FixtureRequest, backend: Backend) -> Mode:
+    chosen: Mode = request.node.callspec.params["backend"][1]
+    return chosen
 
 
 @dataclass
@@ -157,3 +209,27 @@ async def committed_tokens(harness: Harness) -> set[str]:
         for record in await harness.outbox_records(endpoint):
             names |= {o.token for o in record.outgoing}
     return names
+
+
+async def committed_attempts(harness: Harness) -> set[str]:
+    """Attempt ids of every output token committed by any endpoint, whatever its mode."""
+    attempts: set[str] = set()
+    for endpoint in harness.app.endpoints:
+        async for entity in harness.raw.table(endpoint).query_all():
+            key = entity.row_key
+            if key.startswith(OUTBOX_PREFIX):
+                attempts |= {o.attempt_id for o in OutboxRecord.from_entity(entity).outgoing}
+            elif key.startswith(PROCESSED_PREFIX):
+                attempts |= ProcessedRecord.from_entity(entity).committed_attempts
+            elif key.startswith(INDEX_PREFIX):
+                attempts |= IndexEntry.from_entity(entity).committed_attempts
+            elif key == STATE_ROW and "outbox_parts" in entity.properties:
+                for entry in StateEntity.from_entity(entity).entries.values():
+                    attempts |= set(entry.sent)
+    return attempts
+
+
+def attempt_of(token: str) -> str:
+    match = TOKEN_NAME.match(token)
+    assert match is not None, token
+    return match["attempt"]

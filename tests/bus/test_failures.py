@@ -1,4 +1,7 @@
-"""Bad input and failing handlers: clear reasons, the poison queue, nothing lost."""
+"""Bad input and failing handlers: clear reasons, the poison queue, nothing lost.
+
+Every endpoint mode on the in-memory stores; token mode on Azurite too (what is checked here
+is common to the modes: ``shared.bus.pipeline``)."""
 
 from __future__ import annotations
 
@@ -7,14 +10,22 @@ import json
 import pytest
 
 from shared.bus import BusApp, Command, HandlerContext, Outcome
+from shared.bus.app import Mode
 from shared.bus.envelope import Signal
 from shared.bus.ids import fresh_id
 from shared.bus.poison import replay, unwrap
 from shared.errors import InvalidName, MessageTooLarge
 from shared.resources import poison_queue
 from tests.bus.flow import Ledger, PlaceOrder
-from tests.bus.harness import Harness
+from tests.bus.harness import (
+    Harness,
+    backend_modes,
+    endpoint_mode,  # noqa: F401  (fixture "mode")
+    per_mode_backend,  # noqa: F401  (fixture "backend": one per store and mode)
+)
 from tests.conftest import Backend, unique_name
+
+pytestmark = pytest.mark.parametrize("backend", backend_modes(azurite=["token"]), indirect=True)
 
 
 class Flaky(Command):
@@ -23,10 +34,10 @@ class Flaky(Command):
     size: int = 0
 
 
-def flaky_app(name: str, failures: dict[str, int]) -> BusApp:
+def flaky_app(name: str, failures: dict[str, int], mode: Mode = "token") -> BusApp:
     """An endpoint whose handler fails while ``failures['left']`` is positive."""
     app = BusApp()
-    endpoint = app.endpoint(name, state=Ledger)
+    endpoint = app.endpoint(name, state=Ledger, mode=mode)
 
     @endpoint.handles(Flaky)
     def handle(ctx: HandlerContext[Ledger], cmd: Flaky) -> None:
@@ -76,9 +87,9 @@ def endpoint_name() -> str:
     ],
 )
 async def test_malformed_signals_are_parked_with_a_reason_and_read_nothing(
-    backend: Backend, endpoint_name: str, raw: str, reason: str
+    backend: Backend, mode: Mode, endpoint_name: str, raw: str, reason: str
 ) -> None:
-    harness = await Harness.create(backend, flaky_app(endpoint_name, {"left": 0}))
+    harness = await Harness.create(backend, flaky_app(endpoint_name, {"left": 0}, mode))
     await harness.raw.queue(endpoint_name).send(raw)
 
     await harness.run_until_quiet()
@@ -91,9 +102,9 @@ async def test_malformed_signals_are_parked_with_a_reason_and_read_nothing(
 
 
 async def test_a_signal_whose_ids_disagree_with_its_token_name_is_refused(
-    backend: Backend, endpoint_name: str
+    backend: Backend, mode: Mode, endpoint_name: str
 ) -> None:
-    harness = await Harness.create(backend, flaky_app(endpoint_name, {"left": 0}))
+    harness = await Harness.create(backend, flaky_app(endpoint_name, {"left": 0}, mode))
     sender, incoming, attempt, out = "client", fresh_id(), fresh_id(), fresh_id()
     raw = Signal(
         message_id=fresh_id(),
@@ -110,12 +121,12 @@ async def test_a_signal_whose_ids_disagree_with_its_token_name_is_refused(
 
 
 async def test_an_unknown_message_type_is_parked_and_replayable_once_handled(
-    backend: Backend, endpoint_name: str
+    backend: Backend, mode: Mode, endpoint_name: str
 ) -> None:
     """A message sent before its handler was deployed waits in the poison queue with its
     token intact; after the deployment, a replay processes it exactly once."""
     without = BusApp()
-    without.endpoint(endpoint_name, state=Ledger)
+    without.endpoint(endpoint_name, state=Ledger, mode=mode)
     harness = await Harness.create(backend, without)
     await harness.setup_bus.client().send(Flaky(key="k"), to=endpoint_name, idempotency_key="k1")
     await harness.run_until_quiet()
@@ -123,7 +134,7 @@ async def test_an_unknown_message_type_is_parked_and_replayable_once_handled(
     assert "has no handler for message type 'Flaky'" in str(parked["poison"])
     assert len(await harness.tokens()) == 1
 
-    fixed = Harness(backend, flaky_app(endpoint_name, {"left": 0}), harness.config)
+    fixed = Harness(backend, flaky_app(endpoint_name, {"left": 0}, mode), harness.config)
     assert await replay(fixed.raw, endpoint_name) == 1
     await fixed.run_until_quiet()
 
@@ -133,9 +144,9 @@ async def test_an_unknown_message_type_is_parked_and_replayable_once_handled(
 
 
 async def test_a_body_that_breaks_the_schema_is_parked_with_the_validation_error(
-    backend: Backend, endpoint_name: str
+    backend: Backend, mode: Mode, endpoint_name: str
 ) -> None:
-    harness = await Harness.create(backend, flaky_app(endpoint_name, {"left": 0}))
+    harness = await Harness.create(backend, flaky_app(endpoint_name, {"left": 0}, mode))
     await harness.setup_bus.client().send(
         PlaceOrder(order_id="o", amount=1), to=endpoint_name, idempotency_key="k"
     )
@@ -150,10 +161,10 @@ async def test_a_body_that_breaks_the_schema_is_parked_with_the_validation_error
 
 
 async def test_handler_errors_go_to_the_host_retries_then_succeed_exactly_once(
-    backend: Backend, endpoint_name: str
+    backend: Backend, mode: Mode, endpoint_name: str
 ) -> None:
     failures = {"left": 2}
-    harness = await Harness.create(backend, flaky_app(endpoint_name, failures))
+    harness = await Harness.create(backend, flaky_app(endpoint_name, failures, mode))
     await harness.setup_bus.client().send(Flaky(key="k"), to=endpoint_name, idempotency_key="k")
 
     await harness.run_until_quiet()
@@ -164,10 +175,10 @@ async def test_handler_errors_go_to_the_host_retries_then_succeed_exactly_once(
 
 
 async def test_a_handler_that_keeps_failing_is_poisoned_then_replayed_exactly_once(
-    backend: Backend, endpoint_name: str
+    backend: Backend, mode: Mode, endpoint_name: str
 ) -> None:
     failures = {"left": 1000}
-    harness = await Harness.create(backend, flaky_app(endpoint_name, failures))
+    harness = await Harness.create(backend, flaky_app(endpoint_name, failures, mode))
     for worker in harness.workers.values():
         worker.settings = type(worker.settings)(max_dequeue_count=3, lease_seconds=30)
     await harness.setup_bus.client().send(Flaky(key="k"), to=endpoint_name, idempotency_key="k")
@@ -188,10 +199,10 @@ async def test_a_handler_that_keeps_failing_is_poisoned_then_replayed_exactly_on
 
 
 async def test_oversized_payloads_are_refused_at_send_time(
-    backend: Backend, endpoint_name: str
+    backend: Backend, mode: Mode, endpoint_name: str
 ) -> None:
     harness = await Harness.create(
-        backend, flaky_app(endpoint_name, {"left": 0}), max_payload_bytes=1024
+        backend, flaky_app(endpoint_name, {"left": 0}, mode), max_payload_bytes=1024
     )
     client = harness.setup_bus.client()
     with pytest.raises(MessageTooLarge, match="limit is 1024"):
@@ -206,9 +217,9 @@ async def test_oversized_payloads_are_refused_at_send_time(
 
 
 async def test_a_client_retry_with_the_same_key_sends_once(
-    backend: Backend, endpoint_name: str
+    backend: Backend, mode: Mode, endpoint_name: str
 ) -> None:
-    harness = await Harness.create(backend, flaky_app(endpoint_name, {"left": 0}))
+    harness = await Harness.create(backend, flaky_app(endpoint_name, {"left": 0}, mode))
     client = harness.setup_bus.client()
 
     first = await client.send(Flaky(key="k"), to=endpoint_name, idempotency_key="same")
@@ -223,11 +234,12 @@ async def test_a_client_retry_with_the_same_key_sends_once(
 
 async def test_subscribing_is_idempotent_and_unsubscribing_stops_delivery(
     backend: Backend,
+    mode: Mode,
 ) -> None:
     from tests.bus.flow import FlowNames, build_flow
 
     names = FlowNames.with_suffix(unique_name("")[:8])
-    harness = await Harness.create(backend, build_flow(names, charge=False))
+    harness = await Harness.create(backend, build_flow(names, charge=False, mode=mode))
     topics = harness.setup_bus.topics
     assert await topics.subscribe("orderplaced", names.loyalty) is False
     assert set(await topics.subscribers("orderplaced")) == {names.loyalty, names.shipping}

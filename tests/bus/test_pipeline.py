@@ -1,7 +1,10 @@
-"""The token-mode pipeline end to end, on the in-memory stores and on Azurite.
+"""The receive pipeline end to end, in every endpoint mode, on the in-memory stores and on
+Azurite (the ``backend`` fixture here is one per store and mode; ``mode`` names the mode).
 
 In every scenario each state change must be applied exactly once and each output processed
 exactly once; handlers record the ids they apply, so a duplicate shows as a repeated id.
+Token-specific checks (the claim, the operation budget of R1-R9) apply to token mode; the
+other modes have their own budgets, measured in ``docs/modes.md``.
 """
 
 from __future__ import annotations
@@ -11,10 +14,18 @@ import asyncio
 import pytest
 
 from shared.bus import Outcome
+from shared.bus.app import Mode
 from shared.bus.ids import derived_id
 from shared.stores.instrumented import Fault, Operation, fault_at
 from tests.bus.flow import FlowNames, PlaceOrder, build_flow
-from tests.bus.harness import Harness, committed_tokens
+from tests.bus.harness import (
+    Harness,
+    attempt_of,
+    backend_modes,
+    committed_attempts,
+    endpoint_mode,  # noqa: F401  (fixture "mode")
+    per_mode_backend,  # noqa: F401  (fixture "backend": one per store and mode)
+)
 from tests.conftest import Backend, unique_name
 
 
@@ -38,9 +49,11 @@ async def assert_quiet(harness: Harness) -> None:
     assert {k: v for k, v in depths.items() if v} == {}
 
 
-async def test_a_command_is_processed_once(backend: Backend) -> None:
+async def test_a_command_is_processed_once(backend: Backend, mode: Mode) -> None:
     names = flow_names()
-    harness = await Harness.create(backend, build_flow(names, publish=False, charge=False))
+    harness = await Harness.create(
+        backend, build_flow(names, publish=False, charge=False, mode=mode)
+    )
 
     message_id = await place_order(harness, names)
     await harness.run_until_quiet()
@@ -53,9 +66,9 @@ async def test_a_command_is_processed_once(backend: Backend) -> None:
     await assert_quiet(harness)
 
 
-async def test_an_event_reaches_every_subscriber_once(backend: Backend) -> None:
+async def test_an_event_reaches_every_subscriber_once(backend: Backend, mode: Mode) -> None:
     names = flow_names()
-    harness = await Harness.create(backend, build_flow(names, charge=False))
+    harness = await Harness.create(backend, build_flow(names, charge=False, mode=mode))
 
     placed = await place_order(harness, names)
     await harness.run_until_quiet()
@@ -79,9 +92,9 @@ async def test_an_event_reaches_every_subscriber_once(backend: Backend) -> None:
     assert await harness.tokens() == []
 
 
-async def test_a_chain_of_three_endpoints(backend: Backend) -> None:
+async def test_a_chain_of_three_endpoints(backend: Backend, mode: Mode) -> None:
     names = flow_names()
-    harness = await Harness.create(backend, build_flow(names, publish=False))
+    harness = await Harness.create(backend, build_flow(names, publish=False, mode=mode))
 
     placed = await place_order(harness, names)
     await harness.run_until_quiet()
@@ -96,10 +109,10 @@ async def test_a_chain_of_three_endpoints(backend: Backend) -> None:
 
 
 async def test_the_same_signal_delivered_twice_in_a_row_is_processed_once(
-    backend: Backend,
+    backend: Backend, mode: Mode
 ) -> None:
     names = flow_names()
-    harness = await Harness.create(backend, build_flow(names, publish=False))
+    harness = await Harness.create(backend, build_flow(names, publish=False, mode=mode))
     placed = await place_order(harness, names)
     [signal] = await harness.raw.queue(names.orders).peek()
 
@@ -112,9 +125,11 @@ async def test_the_same_signal_delivered_twice_in_a_row_is_processed_once(
     assert harness.outcomes[Outcome.DUPLICATE] == 1
 
 
-async def test_concurrent_copies_of_one_signal_are_processed_once(backend: Backend) -> None:
+async def test_concurrent_copies_of_one_signal_are_processed_once(
+    backend: Backend, mode: Mode
+) -> None:
     names = flow_names()
-    harness = await Harness.create(backend, build_flow(names))
+    harness = await Harness.create(backend, build_flow(names, mode=mode))
     placed = await place_order(harness, names)
     queue = harness.raw.queue(names.orders)
     [signal] = await queue.peek()
@@ -138,39 +153,41 @@ async def test_concurrent_copies_of_one_signal_are_processed_once(backend: Backe
     await assert_quiet(harness)
 
 
-async def fault_free_operations(backend: Backend) -> list[Operation]:
+async def fault_free_operations(backend: Backend, flow_mode: Mode | list[Mode]) -> list[Operation]:
     names = flow_names()
-    harness = await Harness.create(backend, build_flow(names))
+    harness = await Harness.create(backend, build_flow(names, mode=flow_mode))
     await place_order(harness, names)
     await harness.run_until_quiet()
     return harness.instrumentation.operations
 
 
+BUDGET: dict[Mode, int] = {
+    "token": 7,
+    "state_based": 5,
+    "processed_messages": 5,
+    "entity_outbox": 6,
+}
+MODES_BUT_TOKEN: list[Mode] = [m for m in BUDGET if m != "token"]
 FAULTS = [Fault.CRASH_BEFORE, Fault.CRASH_AFTER, Fault.ERROR_BEFORE, Fault.ERROR_AFTER]
+MIXED: list[Mode] = ["state_based", "processed_messages", "token", "entity_outbox"]
+"""orders, payments, shipping, loyalty: every mode sends to and receives from another."""
 
 
-async def test_a_fault_at_any_operation_then_redelivery_keeps_exactly_once(
-    backend: Backend,
-) -> None:
-    """For every storage operation of the whole flow (R1-R9 at each of four endpoints) and
-    every kind of fault, the flow still ends with each effect applied exactly once.
-
-    On Azurite, where each scenario costs real requests, the crashes cover R1-R9 of the first
-    message (every operation up to its acknowledgement); the in-memory run covers them all."""
-    operations = await fault_free_operations(backend)
+async def check_every_fault(backend: Backend, flow_mode: Mode | list[Mode]) -> None:
+    operations = await fault_free_operations(backend, flow_mode)
     first_ack = next(i for i, op in enumerate(operations) if op.kind == "queue.delete")
     kinds = {op.kind for op in operations[: first_ack + 1]}
     assert {
         "blob.read",
-        "table.query",
-        "table.insert",
-        "blob.set_metadata",
+        "table.query" if flow_mode != "entity_outbox" else "table.get",
         "blob.create",
         "table.transact",
         "queue.send",
         "blob.delete",
         "queue.delete",
     } <= kinds
+    if flow_mode == "token":
+        assert {"table.insert", "blob.set_metadata"} <= kinds  # R3 and the claim, R4
     faults = FAULTS
     if backend.name != "memory":
         operations = operations[: first_ack + 1]
@@ -179,7 +196,7 @@ async def test_a_fault_at_any_operation_then_redelivery_keeps_exactly_once(
     for index, operation in enumerate(operations):
         for fault in faults:
             names = flow_names()
-            harness = await Harness.create(backend, build_flow(names))
+            harness = await Harness.create(backend, build_flow(names, mode=flow_mode))
             placed = await place_order(harness, names)
             harness.instrumentation.plan = fault_at(index, fault)
 
@@ -203,20 +220,49 @@ async def test_a_fault_at_any_operation_then_redelivery_keeps_exactly_once(
                 assert sorted(await harness.audit_ids(endpoint)) == sorted(
                     await harness.applied(endpoint)
                 ), where
-            leftovers = set(await harness.tokens())
-            assert not leftovers & await committed_tokens(harness), where
+            # NoLostMessages: no committed (signalled) token is left unconsumed.
+            leftovers = {attempt_of(t) for t in await harness.tokens()}
+            assert not leftovers & await committed_attempts(harness), where
             await assert_quiet(harness)
+
+
+@pytest.mark.parametrize(
+    "backend", backend_modes(azurite=["token"], slow_azurite=MODES_BUT_TOKEN), indirect=True
+)
+async def test_a_fault_at_any_operation_then_redelivery_keeps_exactly_once(
+    backend: Backend, mode: Mode
+) -> None:
+    """For every storage operation of the whole flow (R1-R9 at each of four endpoints) and
+    every kind of fault, the flow still ends with each effect applied exactly once.
+
+    On Azurite, where each scenario costs real requests, the crashes cover R1-R9 of the first
+    message (every operation up to its acknowledgement); the in-memory run covers them all.
+    The other modes run on Azurite under ``-m slow``."""
+    await check_every_fault(backend, mode)
+
+
+@pytest.mark.parametrize("backend", [pytest.param(("memory", "token"), id="memory")], indirect=True)
+async def test_endpoints_of_different_modes_interoperate_under_every_fault(
+    backend: Backend,
+) -> None:
+    """One flow with an endpoint in each mode: the shared transport never lets a duplicate
+    create a second token for one message, whichever mode sent it and whichever receives it."""
+    await check_every_fault(backend, MIXED)
 
 
 @pytest.mark.parametrize(
     ("charge", "publish", "outputs"), [(False, False, 0), (True, False, 1), (True, True, 3)]
 )
 async def test_the_happy_path_costs_at_most_seven_operations_plus_two_per_output(
-    backend: Backend, charge: bool, publish: bool, outputs: int
+    backend: Backend, mode: Mode, charge: bool, publish: bool, outputs: int
 ) -> None:
+    """Token mode: R1-R9 in at most 7 + 2n operations. The other modes skip the claim (no
+    O(m) insert, no metadata write): 5 + 2n, and one more for the entity outbox's clear."""
     names = flow_names()
     harness = await Harness.create(
-        backend, build_flow(names, charge=charge, publish=publish), topic_cache_seconds=60.0
+        backend,
+        build_flow(names, charge=charge, publish=publish, mode=mode),
+        topic_cache_seconds=60.0,
     )
     await place_order(harness, names, "warm-up")  # fills the topic cache, as in steady state
     await place_order(harness, names, "o2")
@@ -228,6 +274,7 @@ async def test_the_happy_path_costs_at_most_seven_operations_plus_two_per_output
     await harness.deliver(names.orders, second)
     used = harness.instrumentation.kinds_since(mark)
 
-    assert sum(used.values()) <= 7 + 2 * outputs, used
+    budget = BUDGET[mode] - (mode == "entity_outbox" and outputs == 0)  # no clear needed
+    assert sum(used.values()) <= budget + 2 * outputs, used
     assert used["blob.create"] == used["queue.send"] == outputs
     assert used["queue.delete"] == 1

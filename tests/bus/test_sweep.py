@@ -64,12 +64,13 @@ async def test_a_signalled_token_still_in_flight_is_never_swept(backend: Backend
     await harness.deliver(names.orders, message)  # orders done; ChargeCard waits in its queue
     [in_flight] = await harness.tokens()
 
-    assert await sweep_all(harness) == (1, 0)
+    # O(orders) is not retired while the token it committed waits to be consumed.
+    assert await sweep_all(harness) == (0, 0)
 
     assert await harness.tokens() == [in_flight]
     await harness.run_until_quiet()
     assert len(await harness.applied(names.shipping)) == 1
-    assert await sweep_all(harness) == (2, 0)
+    assert await sweep_all(harness) == (3, 0)
     assert await residue(harness) == (0, 0)
 
 

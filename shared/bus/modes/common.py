@@ -1,0 +1,177 @@
+"""The outgoing side and round structure shared by the non-token modes.
+
+Each mode runs rounds: read its dedup data and state, run the handler, create the output
+tokens (fresh attempt ids, before the commit), commit state + dedup record + audit row in one
+table transaction, then signal the committed tokens and delete the incoming token. A round
+that loses a race discards its tokens and starts again; a copy that finds the message already
+committed only re-sends the committed signals, so no token is ever created twice for one
+message (a token-mode receiver downstream would process a second token again).
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import json
+import logging
+from collections.abc import Callable, Collection, Sequence
+from datetime import datetime
+from typing import Any
+
+from shared.bus.context import HandlerContext
+from shared.bus.envelope import TOKEN_NAME, Envelope, Signal, token_prefix
+from shared.bus.messages import Message
+from shared.bus.origin import Origin
+from shared.bus.outgoing import (
+    CreatedTokens,
+    create_tokens,
+    discard_tokens,
+    plan_deliveries,
+    send_signals,
+)
+from shared.bus.pipeline import Conflict, Outcome, Pipeline
+from shared.bus.records import OutgoingSignal, json_property
+from shared.errors import (
+    ConflictRetriesExhausted,
+    InvalidValue,
+    NotFound,
+    OutcomeUnknown,
+    PreconditionFailed,
+    TransactionFailed,
+)
+from shared.stores.blob import BlobContainer
+from shared.stores.table import Entity, Insert, TableOperation, Update
+
+log = logging.getLogger(__name__)
+
+
+def signals_property(outgoing: Sequence[OutgoingSignal]) -> str:
+    return json_property("outgoing", json.dumps([o.model_dump() for o in outgoing]))
+
+
+def parse_signals(value: object) -> tuple[OutgoingSignal, ...]:
+    return tuple(OutgoingSignal.model_validate(o) for o in json.loads(str(value)))
+
+
+def state_operation(existing: Entity | None, row: Entity) -> TableOperation:
+    """Insert the first state of a partition; afterwards replace it only if unchanged."""
+    return Insert(row) if existing is None else Update(row, existing.etag)
+
+
+class ModePipeline(Pipeline):
+    """A pipeline whose dedup record is committed with the state, without a token claim."""
+
+    async def _process(self, signal: Signal) -> Outcome:
+        token = await self._read_token(signal)
+        if token is None:
+            # The incoming token is deleted only after the commit and the signals: whatever
+            # this copy is, an earlier one finished it.
+            return Outcome.DUPLICATE
+        envelope, message = self._decode(signal, token)
+        abandoned: list[str] = []  # unknown-outcome creates of rounds that did not commit
+        for round_number in range(self.config.max_conflict_rounds):
+            if round_number:
+                await self.config.sleep(self.config.backoff(round_number))
+            try:
+                return await self._round(signal, envelope, message, abandoned)
+            except Conflict:
+                continue
+        raise ConflictRetriesExhausted(
+            f"message {signal.message_id} at {self.endpoint.name}: still conflicting after "
+            f"{self.config.max_conflict_rounds} rounds; the host will redeliver it"
+        )
+
+    @abc.abstractmethod
+    async def _round(
+        self, signal: Signal, envelope: Envelope, message: Message, abandoned: list[str]
+    ) -> Outcome:
+        """One read-run-commit-signal round; raises Conflict to start again."""
+
+    async def _create_outputs(
+        self, context: HandlerContext[Any], envelope: Envelope, origin_row: str
+    ) -> CreatedTokens:
+        deliveries = await plan_deliveries(
+            context.outputs,
+            sender=self.endpoint.name,
+            incoming_id=envelope.id,
+            correlation_id=envelope.correlation_id,
+            topics=self.topics,
+            config=self.config,
+        )
+        return await create_tokens(
+            self.tokens,
+            deliveries,
+            sender=self.endpoint.name,
+            incoming_id=envelope.id,
+            config=self.config,
+            origin=Origin(self.endpoint.name, envelope.partition_key, origin_row).encode(),
+        )
+
+    async def _commit(
+        self,
+        build: Callable[[], list[TableOperation]],
+        created: CreatedTokens,
+        abandoned: list[str],
+    ) -> list[str | None]:
+        """Commit the round's operations, or clean up after it and raise Conflict."""
+        try:
+            operations = build()
+        except Exception:
+            # Refused before anything was written (a limit): these tokens never commit.
+            await discard_tokens(self.tokens, created.committed_candidates)
+            raise
+        try:
+            return await self.table.transact(operations)
+        except TransactionFailed as e:
+            # Another copy or another message changed the partition first: our tokens were
+            # created successfully and will never be committed, so no late copy can appear.
+            await discard_tokens(self.tokens, created.committed_candidates)
+            raise Conflict from e
+        except OutcomeUnknown as e:
+            # The commit may still land, so its tokens must stay. If it landed, the next round
+            # finds the dedup record listing exactly these tokens; if not, they are abandoned.
+            abandoned.extend(o.token for o in created.committed_candidates)
+            raise Conflict from e
+
+    async def _finish(self, outgoing: Sequence[OutgoingSignal], signal: Signal) -> None:
+        """Signal the committed outputs (again, for a copy: harmless, a consumed token is a
+        404 downstream), then delete the incoming token, which carried the payload."""
+        await send_signals(self.account, tuple(outgoing))
+        await self._delete_incoming(signal)
+
+    async def _delete_incoming(self, signal: Signal) -> None:
+        with contextlib.suppress(NotFound):
+            await self.tokens.delete(signal.token)
+
+
+def check_page_size(page_size: int, minimum: int = 1) -> int:
+    if page_size < minimum or page_size > 1000:
+        raise InvalidValue(f"page_size must be between {minimum} and 1000, got {page_size}")
+    return page_size
+
+
+async def drop_abandoned_tokens(
+    tokens: BlobContainer,
+    sender: str,
+    message_id: str,
+    committed_attempts: Collection[str],
+    *,
+    older_than: datetime,
+) -> bool:
+    """Before a dedup record is removed, delete the tokens its message's rounds created but
+    never committed (listed under the sender-scoped prefix ``{sender}/{m}/``). Committed tokens
+    are left alone: they were signalled and their receiver deletes them. Returns False when an
+    uncommitted token younger than ``older_than`` remains (its round may still be running);
+    the record must then stay, because it is what tells the cleanup that token's fate."""
+    clear = True
+    async for blob in tokens.list(token_prefix(sender, message_id)):
+        match = TOKEN_NAME.match(blob.name)
+        if match is not None and match["attempt"] in committed_attempts:
+            continue
+        if blob.last_modified >= older_than:
+            clear = False
+            continue
+        with contextlib.suppress(NotFound, PreconditionFailed):
+            await tokens.delete(blob.name, etag=blob.etag)
+            log.info("removed abandoned token %s", blob.name)
+    return clear

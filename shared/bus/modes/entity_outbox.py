@@ -1,0 +1,265 @@
+"""Entity-outbox mode (seed "outbox-based consistent messaging"): the outbox map inside the
+entity.
+
+Partition p's ``state`` row holds the business state (``data``) and the outbox map, split
+over ``outbox_0``, ``outbox_1``, ... (``outbox_parts`` of them) because one property holds at
+most 64 KiB. The map has one entry per incoming message processed: when it was committed,
+the committed attempt ids (``sent``), and the committed signals (``out``) until they have been
+dispatched. Processing a message writes the state and its entry in one update (with the audit
+row in the same transaction), then dispatches the signals, then clears ``out`` (a second,
+ETag-guarded update), as in the seed. A copy finds the entry in the same read that loads the
+state: it dispatches ``out`` again if it is still there, and does nothing else.
+
+The entity grows with the map. Dispatched entries older than
+``BusConfig.entity_outbox_retention_seconds`` are dropped whenever the entity is written, and
+by ``expire_entity_outboxes`` for entities that are not. An entity that would exceed
+``BusConfig.entity_max_bytes`` (below Azure's 1 MiB), a property over 64 KiB or Azure's
+property count is refused with ``EntityOutboxFull`` before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from shared.bus.envelope import Envelope, Signal
+from shared.bus.messages import Message
+from shared.bus.modes.common import (
+    ModePipeline,
+    check_page_size,
+    drop_abandoned_tokens,
+    state_operation,
+)
+from shared.bus.modes.errors import EntityOutboxFull
+from shared.bus.outgoing import send_signals
+from shared.bus.pipeline import Outcome
+from shared.bus.records import STATE_ROW, OutgoingSignal
+from shared.clock import to_datetime
+from shared.errors import NotFound, PreconditionFailed
+from shared.stores.blob import BlobContainer
+from shared.stores.names import MAX_CUSTOM_PROPERTIES, MAX_PROPERTY_BYTES
+from shared.stores.table import Entity, Insert, Table, TableOperation
+
+log = logging.getLogger(__name__)
+
+PART_PREFIX = "outbox_"
+PART_CHARS = (MAX_PROPERTY_BYTES - 1024) // 2  # strings are stored as UTF-16
+# Properties besides the map's parts: type, data, outbox_parts.
+_FIXED_PROPERTIES = 3
+
+
+@dataclass(frozen=True)
+class OutboxEntry:
+    at: datetime
+    sent: tuple[str, ...]
+    """Attempt ids of the committed output tokens; kept after dispatch, because the cleanup
+    reads them to tell a committed token in flight from an abandoned one."""
+    out: tuple[OutgoingSignal, ...] | None
+    """The committed signals until they have been dispatched, then None."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "at": self.at.isoformat(),
+            "sent": list(self.sent),
+            "out": None if self.out is None else [o.model_dump() for o in self.out],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> OutboxEntry:
+        out = data["out"]
+        return cls(
+            datetime.fromisoformat(data["at"]),
+            tuple(data["sent"]),
+            None if out is None else tuple(OutgoingSignal.model_validate(o) for o in out),
+        )
+
+
+@dataclass(frozen=True)
+class StateEntity:
+    """The decoded ``state`` row of an entity-outbox endpoint."""
+
+    partition_key: str
+    type_name: str
+    data: str | None
+    entries: dict[str, OutboxEntry] = field(default_factory=dict)
+    etag: str = ""
+
+    @classmethod
+    def from_entity(cls, entity: Entity) -> StateEntity:
+        parts = int(str(entity.get("outbox_parts", 0)))
+        text = "".join(str(entity[f"{PART_PREFIX}{i}"]) for i in range(parts))
+        entries = {m: OutboxEntry.from_json(e) for m, e in json.loads(text or "{}").items()}
+        return cls(
+            entity.partition_key, str(entity["type"]), str(entity["data"]), entries, entity.etag
+        )
+
+    def with_entry(self, message_id: str, entry: OutboxEntry) -> StateEntity:
+        return replace(self, entries={**self.entries, message_id: entry})
+
+    def cleared(self, message_id: str) -> StateEntity:
+        entry = self.entries[message_id]
+        return self.with_entry(message_id, replace(entry, out=None))
+
+    def pruned(self, older_than: datetime) -> StateEntity:
+        """Without the dispatched entries committed before ``older_than``."""
+        kept = {m: e for m, e in self.entries.items() if e.out is not None or e.at >= older_than}
+        return replace(self, entries=kept)
+
+    def to_entity(self, max_bytes: int) -> Entity:
+        """Encode, refusing with EntityOutboxFull what Table Storage would refuse."""
+        data = self.data or "{}"
+        text = json.dumps({m: e.to_json() for m, e in self.entries.items()})
+        parts = [text[i : i + PART_CHARS] for i in range(0, len(text), PART_CHARS)]
+        where = f"entity-outbox state of partition {self.partition_key!r}"
+        if len(data) * 2 > MAX_PROPERTY_BYTES:
+            raise EntityOutboxFull(
+                f"{where}: the business state is {len(data) * 2} bytes; a table property "
+                f"holds at most {MAX_PROPERTY_BYTES}"
+            )
+        if len(parts) + _FIXED_PROPERTIES > MAX_CUSTOM_PROPERTIES:
+            raise EntityOutboxFull(
+                f"{where}: the outbox map needs {len(parts)} properties; an entity has at "
+                f"most {MAX_CUSTOM_PROPERTIES}"
+            )
+        size = 2 * (len(self.partition_key) + len(STATE_ROW) + len(data) + len(text) + 200)
+        if size > max_bytes:
+            raise EntityOutboxFull(
+                f"{where}: with {len(self.entries)} outbox entries it would be about {size} "
+                f"bytes, over BusConfig.entity_max_bytes={max_bytes} (Azure allows 1 MiB per "
+                "entity); shorten entity_outbox_retention_seconds, run "
+                "expire_entity_outboxes, or spread the load over more partitions"
+            )
+        properties: dict[str, str | int] = {
+            "type": self.type_name,
+            "data": data,
+            "outbox_parts": len(parts),
+        }
+        for i, part in enumerate(parts):
+            properties[f"{PART_PREFIX}{i}"] = part
+        return Entity(self.partition_key, STATE_ROW, properties)
+
+
+class EntityOutboxPipeline(ModePipeline):
+    mode = "entity_outbox"
+
+    async def _read(self, partition_key: str) -> tuple[Entity | None, StateEntity]:
+        try:
+            entity = await self.table.get(partition_key, STATE_ROW)
+        except NotFound:
+            return None, StateEntity(partition_key, self.endpoint.state_type.__name__, None)
+        return entity, StateEntity.from_entity(entity)
+
+    def _horizon(self) -> datetime:
+        retention = timedelta(seconds=self.config.entity_outbox_retention_seconds)
+        return to_datetime(self.config.clock()) - retention
+
+    async def _round(
+        self, signal: Signal, envelope: Envelope, message: Message, abandoned: list[str]
+    ) -> Outcome:
+        m, p = signal.message_id, signal.partition_key
+        existing, stored = await self._read(p)
+        entry = stored.entries.get(m)
+        if entry is not None:
+            if entry.out is not None:
+                await self._dispatch(p, m, entry.out, stored)
+            await self._delete_incoming(signal)
+            return Outcome.RESUMED
+        state = self._load_state(stored.data)
+        now = to_datetime(self.config.clock())
+        context = await self._run_handler(envelope, message, state, now=now)
+        created = await self._create_outputs(context, envelope, STATE_ROW)
+        abandoned.extend(created.abandoned)
+        outgoing = tuple(created.committed_candidates)
+        committed_at = to_datetime(self.config.clock())
+        updated = replace(stored, data=state.model_dump_json()).pruned(self._horizon())
+        updated = updated.with_entry(
+            # Nothing to dispatch: the entry is born cleared, saving the second write.
+            m,
+            OutboxEntry(committed_at, tuple(o.attempt_id for o in outgoing), outgoing or None),
+        )
+
+        def build() -> list[TableOperation]:
+            return [
+                state_operation(existing, updated.to_entity(self.config.entity_max_bytes)),
+                Insert(self._audit(envelope, outgoing, committed_at).to_entity()),
+            ]
+
+        etags = await self._commit(build, created, abandoned)
+        if outgoing:
+            await self._dispatch(p, m, outgoing, replace(updated, etag=etags[0] or ""))
+        await self._delete_incoming(signal)
+        return Outcome.PROCESSED
+
+    async def _dispatch(
+        self, partition_key: str, message_id: str, out: tuple[OutgoingSignal, ...], at: StateEntity
+    ) -> None:
+        """Send the entry's signals, then clear them from the map. Clearing only saves space
+        and repeat sends: when it keeps losing to other writers it is left to the next copy or
+        to ``expire_entity_outboxes``."""
+        await send_signals(self.account, out)
+        stored = at
+        for _ in range(self.config.max_conflict_rounds):
+            entry = stored.entries.get(message_id)
+            if entry is None or entry.out is None:
+                return
+            cleared = stored.cleared(message_id).pruned(self._horizon())
+            try:
+                await self.table.update(
+                    cleared.to_entity(self.config.entity_max_bytes), etag=stored.etag
+                )
+                return
+            except PreconditionFailed:
+                _, stored = await self._read(partition_key)
+        log.warning(
+            "endpoint %s: could not clear the dispatched outbox entry of %s in partition %r",
+            self.endpoint.name,
+            message_id,
+            partition_key,
+        )
+
+
+async def expire_entity_outboxes(
+    table: Table,
+    *,
+    tokens: BlobContainer,
+    older_than: datetime,
+    page_size: int = 100,
+    continuation: str | None = None,
+) -> tuple[int, str | None]:
+    """Drop outbox entries committed before ``older_than`` (now minus
+    ``BusConfig.entity_outbox_retention_seconds``) from the entities of one page of up to
+    ``page_size`` partitions; returns how many entries were dropped and the continuation
+    (None when done). Each entity is rewritten with its ETag; one changed meanwhile is left for
+    the next pass. An entry whose signals were never dispatched is dropped too once no
+    uncommitted token of its message is left (a copy would dispatch them; after the window
+    there is none). Uncommitted tokens of dropped entries are deleted first.
+
+    A late duplicate beyond the window: its incoming token is normally gone (deleted right
+    after the first processing) and the copy is acknowledged without reading anything. Only a
+    message whose first processing committed but never finished and that is replayed after
+    its entry was dropped is processed a second time.
+    """
+    check_page_size(page_size)
+    page = await table.query(row_keys=[STATE_ROW], page_size=page_size, continuation=continuation)
+    dropped = 0
+    for entity in page.entities:
+        stored = StateEntity.from_entity(entity)
+        expired = [m for m, e in stored.entries.items() if e.at < older_than]
+        kept = dict(stored.entries)
+        for m in expired:
+            if await drop_abandoned_tokens(
+                tokens, table.name, m, stored.entries[m].sent, older_than=older_than
+            ):
+                del kept[m]
+        if len(kept) == len(stored.entries):
+            continue
+        trimmed = replace(stored, entries=kept)
+        try:
+            await table.update(trimmed.to_entity(1 << 30), etag=entity.etag)
+        except PreconditionFailed:
+            continue
+        dropped += len(stored.entries) - len(kept)
+    return dropped, page.continuation

@@ -1,0 +1,171 @@
+"""Processed-messages mode (seed "idempotent handlers"): one row per processed message.
+
+Partition p of the endpoint's table holds ``state`` (as in token mode), ``processed|{m}`` for
+every message processed (when, and the committed outgoing signals) and ``audit|{m}``. The
+processed row is inserted in the same transaction as the state change: a copy that arrives
+later finds it with the same query that reads the state and only re-sends the committed
+signals; a concurrent copy's insert fails the whole transaction, so its state change is
+never applied.
+
+Storage grows by one row per processed message until ``expire_processed`` removes rows older
+than the dedup window (``BusConfig.processed_retention_seconds``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+from shared.bus.envelope import Envelope, Signal
+from shared.bus.messages import Message
+from shared.bus.modes.common import (
+    ModePipeline,
+    check_page_size,
+    drop_abandoned_tokens,
+    parse_signals,
+    signals_property,
+    state_operation,
+)
+from shared.bus.pipeline import Outcome
+from shared.bus.records import STATE_ROW, OutgoingSignal, json_property
+from shared.clock import to_datetime
+from shared.errors import PreconditionFailed
+from shared.stores.blob import BlobContainer
+from shared.stores.table import Entity, Insert, Table, TableOperation
+
+PROCESSED_PREFIX = "processed|"
+
+
+def processed_row(message_id: str) -> str:
+    return f"{PROCESSED_PREFIX}{message_id}"
+
+
+@dataclass(frozen=True)
+class ProcessedRecord:
+    partition_key: str
+    message_id: str
+    committed_at: datetime
+    incoming_token: str
+    outgoing: tuple[OutgoingSignal, ...]
+    abandoned: tuple[str, ...]
+
+    @property
+    def committed_attempts(self) -> frozenset[str]:
+        return frozenset(o.attempt_id for o in self.outgoing)
+
+    def to_entity(self) -> Entity:
+        return Entity(
+            self.partition_key,
+            processed_row(self.message_id),
+            {
+                "committed_at": self.committed_at,
+                "incoming": self.incoming_token,
+                "outgoing": signals_property(self.outgoing),
+                "abandoned": json_property("abandoned", json.dumps(list(self.abandoned))),
+            },
+        )
+
+    @classmethod
+    def from_entity(cls, entity: Entity) -> ProcessedRecord:
+        committed_at = entity["committed_at"]
+        assert isinstance(committed_at, datetime)
+        return cls(
+            entity.partition_key,
+            entity.row_key[len(PROCESSED_PREFIX) :],
+            committed_at,
+            str(entity["incoming"]),
+            parse_signals(entity["outgoing"]),
+            tuple(json.loads(str(entity["abandoned"]))),
+        )
+
+
+class ProcessedMessagesPipeline(ModePipeline):
+    mode = "processed_messages"
+
+    async def _round(
+        self, signal: Signal, envelope: Envelope, message: Message, abandoned: list[str]
+    ) -> Outcome:
+        m, p = signal.message_id, signal.partition_key
+        rows = {
+            e.row_key: e
+            for e in (
+                await self.table.query(partition_key=p, row_keys=[STATE_ROW, processed_row(m)])
+            ).entities
+        }
+        done = rows.get(processed_row(m))
+        if done is not None:
+            await self._finish(ProcessedRecord.from_entity(done).outgoing, signal)
+            return Outcome.RESUMED
+        existing = rows.get(STATE_ROW)
+        state = self._load_state(None if existing is None else str(existing["data"]))
+        now = to_datetime(self.config.clock())
+        context = await self._run_handler(envelope, message, state, now=now)
+        created = await self._create_outputs(context, envelope, processed_row(m))
+        abandoned.extend(created.abandoned)
+        record = ProcessedRecord(
+            p,
+            m,
+            to_datetime(self.config.clock()),
+            signal.token,
+            tuple(created.committed_candidates),
+            tuple(sorted(set(abandoned))),
+        )
+
+        def build() -> list[TableOperation]:
+            return [
+                state_operation(existing, self._state_entity(p, state)),
+                Insert(record.to_entity()),
+                Insert(self._audit(envelope, record.outgoing, record.committed_at).to_entity()),
+            ]
+
+        await self._commit(build, created, abandoned)
+        await self._finish(record.outgoing, signal)
+        return Outcome.PROCESSED
+
+
+async def expire_processed(
+    table: Table,
+    *,
+    tokens: BlobContainer,
+    older_than: datetime,
+    page_size: int = 100,
+    continuation: str | None = None,
+) -> tuple[int, str | None]:
+    """Remove processed rows committed before ``older_than`` (now minus
+    ``BusConfig.processed_retention_seconds``), one page of up to ``page_size`` rows per call.
+    Returns how many were removed and the continuation for the next call (None when done).
+
+    Before a row goes, uncommitted tokens of its message's rounds still under
+    ``{endpoint}/{m}/`` are deleted (committed ones are in flight and left to their receiver);
+    a row whose uncommitted token is younger than ``older_than`` is kept for a later pass.
+    Rows are deleted with their ETag; ``audit|`` rows are the audit's and stay.
+
+    A late duplicate beyond the window: its incoming token is normally gone (deleted right
+    after the first processing), so the copy is acknowledged without reading anything. Only
+    a message whose first processing committed but never finished (for instance poisoned
+    after the commit) and that is replayed after its row expired is processed a second time.
+    """
+    check_page_size(page_size)
+    page = await table.query(
+        row_key_prefix=PROCESSED_PREFIX, page_size=page_size, continuation=continuation
+    )
+    removed = 0
+    for entity in page.entities:
+        record = ProcessedRecord.from_entity(entity)
+        if record.committed_at >= older_than:
+            continue
+        if not await drop_abandoned_tokens(
+            tokens,
+            table.name,
+            record.message_id,
+            record.committed_attempts,
+            older_than=older_than,
+        ):
+            continue
+        try:
+            await table.delete(entity.partition_key, entity.row_key, etag=entity.etag)
+        except PreconditionFailed:
+            continue
+        removed += 1
+    return removed, page.continuation

@@ -1,0 +1,365 @@
+"""State-based mode (seed "state-based consistent messaging"): a versioned state stream.
+
+Partition p of the endpoint's table holds:
+- ``state``: the latest state and its version number n (the stream's head, ETag-guarded);
+- ``version|{n}``: one immutable row per version: the message that produced it, the context
+  captured for the handler (time and random seed), the state after it, and a fingerprint of
+  the handler's outputs;
+- ``msgidx|{m}``: the message-id index, written in the same transaction as the version: the
+  version m produced and the committed outgoing signals. A copy of m is found with the same
+  query that reads the head, never by scanning the stream;
+- ``audit|{m}``.
+
+A copy of an already processed message restores the version before m's (a point read of
+``version|{n-1}`` and ``version|{n}`` in one query), re-runs the handler with the captured
+context, and compares: the same outputs (types, destinations, bodies, hence the same ids) and
+the same resulting state are required. It then re-sends the committed signals; nothing is
+committed again. A difference means the handler is not deterministic: it is logged with the
+differences as ``NondeterministicHandler`` and the outcome is ``Outcome.NONDETERMINISTIC``;
+the committed outputs, which are the ones sent, stand.
+
+Handlers must be deterministic: use ``ctx.now()``, ``ctx.random()``, ``ctx.new_id()``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from shared.bus.context import HandlerContext, PendingOutput
+from shared.bus.envelope import Envelope, Signal
+from shared.bus.ids import stable_seed
+from shared.bus.messages import Event, Message, body_of
+from shared.bus.modes.common import (
+    ModePipeline,
+    check_page_size,
+    drop_abandoned_tokens,
+    parse_signals,
+    signals_property,
+    state_operation,
+)
+from shared.bus.modes.errors import NondeterministicHandler
+from shared.bus.pipeline import Outcome
+from shared.bus.records import STATE_ROW, OutgoingSignal, json_property
+from shared.clock import to_datetime
+from shared.errors import PreconditionFailed
+from shared.stores.blob import BlobContainer
+from shared.stores.table import Entity, Insert, Table, TableOperation, encode_continuation
+
+log = logging.getLogger(__name__)
+
+VERSION_PREFIX = "version|"
+INDEX_PREFIX = "msgidx|"
+
+
+def version_row(version: int) -> str:
+    return f"{VERSION_PREFIX}{version:019d}"  # fixed width: RowKey order is version order
+
+
+def index_row(message_id: str) -> str:
+    return f"{INDEX_PREFIX}{message_id}"
+
+
+def fingerprint(outputs: list[PendingOutput]) -> list[dict[str, str]]:
+    """What a replay must reproduce of each output, in order. Destinations are compared as the
+    handler named them (an endpoint, or a topic): subscribers joining later are not the
+    handler's doing. Message ids derive from the incoming id, the index and the destination,
+    so equal fingerprints mean equal ids."""
+    result = []
+    for output in outputs:
+        message = output.message
+        target = output.to if output.to is not None else f"topic:{_topic(message)}"
+        canonical = json.dumps(
+            {"body": body_of(message), "headers": output.headers}, sort_keys=True
+        )
+        result.append(
+            {
+                "type": message.type_name(),
+                "to": target,
+                "sha256": hashlib.sha256(canonical.encode()).hexdigest(),
+            }
+        )
+    return result
+
+
+def _topic(message: Message) -> str:
+    assert isinstance(message, Event)
+    return message.topic()
+
+
+@dataclass(frozen=True)
+class Version:
+    partition_key: str
+    version: int
+    message_id: str
+    committed_at: datetime
+    now: datetime
+    """The handler's ``ctx.now()``, captured for replays."""
+    seed: int
+    """The seed of the handler's ``ctx.random()``, captured for replays."""
+    data: str
+    outputs: list[dict[str, str]]
+
+    def to_entity(self) -> Entity:
+        return Entity(
+            self.partition_key,
+            version_row(self.version),
+            {
+                "message_id": self.message_id,
+                "committed_at": self.committed_at,
+                "now": self.now,
+                "seed": str(self.seed),  # 64 unsigned bits do not fit Edm.Int64
+                "data": self.data,
+                "outputs": json_property("outputs", json.dumps(self.outputs)),
+            },
+        )
+
+    @classmethod
+    def from_entity(cls, entity: Entity) -> Version:
+        committed_at, now = entity["committed_at"], entity["now"]
+        assert isinstance(committed_at, datetime)
+        assert isinstance(now, datetime)
+        return cls(
+            entity.partition_key,
+            int(entity.row_key[len(VERSION_PREFIX) :]),
+            str(entity["message_id"]),
+            committed_at,
+            now,
+            int(str(entity["seed"])),
+            str(entity["data"]),
+            json.loads(str(entity["outputs"])),
+        )
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    partition_key: str
+    message_id: str
+    version: int
+    committed_at: datetime
+    outgoing: tuple[OutgoingSignal, ...]
+    abandoned: tuple[str, ...]
+
+    @property
+    def committed_attempts(self) -> frozenset[str]:
+        return frozenset(o.attempt_id for o in self.outgoing)
+
+    def to_entity(self) -> Entity:
+        return Entity(
+            self.partition_key,
+            index_row(self.message_id),
+            {
+                "version": self.version,
+                "committed_at": self.committed_at,
+                "outgoing": signals_property(self.outgoing),
+                "abandoned": json_property("abandoned", json.dumps(list(self.abandoned))),
+            },
+        )
+
+    @classmethod
+    def from_entity(cls, entity: Entity) -> IndexEntry:
+        committed_at = entity["committed_at"]
+        version = entity["version"]
+        assert isinstance(committed_at, datetime)
+        assert isinstance(version, int)
+        return cls(
+            entity.partition_key,
+            entity.row_key[len(INDEX_PREFIX) :],
+            version,
+            committed_at,
+            parse_signals(entity["outgoing"]),
+            tuple(json.loads(str(entity["abandoned"]))),
+        )
+
+
+class StateBasedPipeline(ModePipeline):
+    mode = "state_based"
+
+    async def _round(
+        self, signal: Signal, envelope: Envelope, message: Message, abandoned: list[str]
+    ) -> Outcome:
+        m, p = signal.message_id, signal.partition_key
+        rows = {
+            e.row_key: e
+            for e in (
+                await self.table.query(partition_key=p, row_keys=[STATE_ROW, index_row(m)])
+            ).entities
+        }
+        indexed = rows.get(index_row(m))
+        if indexed is not None:
+            return await self._replay(signal, envelope, message, IndexEntry.from_entity(indexed))
+        head = rows.get(STATE_ROW)
+        current = 0 if head is None else int(str(head["version"]))
+        state = self._load_state(None if head is None else str(head["data"]))
+        now = to_datetime(self.config.clock())
+        seed = stable_seed(m, "random")
+        context = await self._run_handler(envelope, message, state, now=now, seed=seed)
+        created = await self._create_outputs(context, envelope, index_row(m))
+        abandoned.extend(created.abandoned)
+        committed_at = to_datetime(self.config.clock())
+        data = state.model_dump_json()
+        version = Version(
+            p, current + 1, m, committed_at, now, seed, data, fingerprint(context.outputs)
+        )
+        entry = IndexEntry(
+            p,
+            m,
+            current + 1,
+            committed_at,
+            tuple(created.committed_candidates),
+            tuple(sorted(set(abandoned))),
+        )
+
+        def build() -> list[TableOperation]:
+            return [
+                state_operation(head, self._state_entity(p, state, version=current + 1)),
+                Insert(version.to_entity()),
+                Insert(entry.to_entity()),
+                Insert(self._audit(envelope, entry.outgoing, committed_at).to_entity()),
+            ]
+
+        await self._commit(build, created, abandoned)
+        await self._finish(entry.outgoing, signal)
+        return Outcome.PROCESSED
+
+    async def _replay(
+        self, signal: Signal, envelope: Envelope, message: Message, entry: IndexEntry
+    ) -> Outcome:
+        """A copy of a processed message: re-run the handler on the version before it and
+        check that it reproduces the committed run, then re-send the committed signals."""
+        n = entry.version
+        wanted = [version_row(n)] + ([version_row(n - 1)] if n > 1 else [])
+        rows = {
+            e.row_key: e
+            for e in (
+                await self.table.query(partition_key=entry.partition_key, row_keys=wanted)
+            ).entities
+        }
+        produced = rows.get(version_row(n))
+        before = rows.get(version_row(n - 1)) if n > 1 else None
+        outcome = Outcome.RESUMED
+        if produced is None or (n > 1 and before is None):
+            log.warning(
+                "endpoint %s: versions around %d of partition %r were truncated; re-sending "
+                "the committed outputs of message %s without a replay check",
+                self.endpoint.name,
+                n,
+                entry.partition_key,
+                entry.message_id,
+            )
+        else:
+            committed = Version.from_entity(produced)
+            restored = self._load_state(None if before is None else str(before["data"]))
+            context = await self._run_handler(
+                envelope, message, restored, now=committed.now, seed=committed.seed
+            )
+            differences = compare_replay(committed, context)
+            if differences:
+                error = NondeterministicHandler(self.endpoint.name, entry.message_id, differences)
+                log.error("%s", error)
+                outcome = Outcome.NONDETERMINISTIC
+        await self._finish(entry.outgoing, signal)
+        return outcome
+
+
+def compare_replay(committed: Version, replay: HandlerContext[Any]) -> list[str]:
+    """Every way the replay differs from the committed run, in words."""
+    differences: list[str] = []
+    again = fingerprint(replay.outputs)
+    if len(again) != len(committed.outputs):
+        differences.append(f"{len(committed.outputs)} outputs committed, {len(again)} on replay")
+    for index, (first, second) in enumerate(zip(committed.outputs, again, strict=False)):
+        if first != second:
+            differences.append(
+                f"output {index}: committed {first['type']} to {first['to']} "
+                f"(body sha256 {first['sha256'][:12]}), replay {second['type']} to "
+                f"{second['to']} (body sha256 {second['sha256'][:12]})"
+            )
+    state: BaseModel = replay.state
+    if state.model_dump_json() != committed.data:
+        differences.append(f"the state after version {committed.version} differs")
+    return differences
+
+
+async def truncate_state_streams(
+    table: Table,
+    *,
+    tokens: BlobContainer,
+    older_than: datetime,
+    page_size: int = 100,
+    continuation: str | None = None,
+) -> tuple[int, str | None]:
+    """Truncate every partition's stream: remove version k (and the index row of the message
+    that produced it) once version k+1 was committed before ``older_than`` (now minus
+    ``BusConfig.state_stream_retention_seconds``). So the latest version always stays, and so
+    does the version before every message still inside the window, which its duplicate needs
+    for the replay. Reads one page of up to ``page_size`` (at least 2) version rows per call;
+    returns how many versions were removed and the continuation (None when done).
+
+    Uncommitted tokens of a removed message's rounds are deleted first (see
+    ``drop_abandoned_tokens``); if one is younger than ``older_than`` the version stays.
+
+    A late duplicate beyond the window finds no index row. Its incoming token is normally gone
+    (deleted right after the first processing) and it is acknowledged without reading
+    anything; only a message whose first processing committed but never finished and that is
+    replayed after truncation is processed again, on the latest state. A duplicate whose own
+    version survives but whose previous one is gone (truncation racing it) re-sends the
+    committed outputs without the replay check.
+    """
+    check_page_size(page_size, minimum=2)
+    removed = 0
+    seen = 0
+    pending: Entity | None = None  # a version whose successor is not read yet
+    while True:
+        page = await table.query(
+            row_key_prefix=VERSION_PREFIX, page_size=page_size, continuation=continuation
+        )
+        for entity in page.entities:
+            seen += 1
+            if pending is not None and pending.partition_key == entity.partition_key:
+                successor = Version.from_entity(entity)
+                if successor.committed_at < older_than and await _remove_version(
+                    table, tokens, Version.from_entity(pending), pending.etag, older_than
+                ):
+                    removed += 1
+            pending = entity
+        if page.continuation is None:
+            return removed, None  # the last version of the last partition stays
+        continuation = page.continuation
+        if seen >= page_size and pending is not None:
+            # Whether ``pending`` is its partition's latest version is decided by the row
+            # after it: the next call starts from ``pending`` itself.
+            return removed, encode_continuation(pending.partition_key, pending.row_key)
+
+
+async def _remove_version(
+    table: Table, tokens: BlobContainer, version: Version, etag: str, older_than: datetime
+) -> bool:
+    try:
+        entry = IndexEntry.from_entity(
+            (
+                await table.query(
+                    partition_key=version.partition_key, row_keys=[index_row(version.message_id)]
+                )
+            ).entities[0]
+        )
+    except IndexError:
+        entry = None
+    attempts = entry.committed_attempts if entry is not None else frozenset()
+    if not await drop_abandoned_tokens(
+        tokens, table.name, version.message_id, attempts, older_than=older_than
+    ):
+        return False
+    # The index first: a version without its index row is never looked up.
+    await table.delete(version.partition_key, index_row(version.message_id))
+    try:
+        await table.delete(version.partition_key, version_row(version.version), etag=etag)
+    except PreconditionFailed:
+        return False
+    return True

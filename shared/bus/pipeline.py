@@ -1,0 +1,224 @@
+"""What every receive pipeline shares, whatever its deduplication mode.
+
+Signal parsing and poison parking, reading and decoding the incoming token, running the
+handler with its deterministic context, and building the audit row. A mode adds only its own
+deduplication and commit (``_process``): token mode in ``shared.bus.receiver``, the others in
+``shared.bus.modes``.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from shared.bus.app import Endpoint, call_handler
+from shared.bus.config import BusConfig
+from shared.bus.context import HandlerContext
+from shared.bus.envelope import Envelope, Signal
+from shared.bus.messages import Message
+from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal
+from shared.bus.topics import RecipientLists
+from shared.errors import (
+    InvalidName,
+    MalformedSignal,
+    MessageSchemaError,
+    NotFound,
+    TooLarge,
+    UnknownMessageType,
+)
+from shared.resources import poison_queue
+from shared.stores.account import StorageAccount
+from shared.stores.blob import Blob
+from shared.stores.names import check_key
+from shared.stores.table import Entity
+
+log = logging.getLogger("shared.bus.receiver")
+
+
+class Outcome(enum.Enum):
+    PROCESSED = "processed"
+    """This invocation ran the handler and committed its effects."""
+    RESUMED = "resumed"
+    """The effects were already committed (by an earlier or concurrent copy); this
+    invocation finished sending and deleting. Nothing was committed again."""
+    DUPLICATE = "duplicate"
+    """The token was already gone: an earlier copy finished everything."""
+    POISONED = "poisoned"
+    ANOMALY = "anomaly"
+    NONDETERMINISTIC = "nondeterministic"
+    """State-based mode: replaying a duplicate on the restored state produced other outputs
+    or another state than the committed run. The committed effects stand (they were sent,
+    once); the handler must be fixed. See ``shared.bus.modes.errors.NondeterministicHandler``."""
+
+
+class Conflict(Exception):
+    """Another writer got there first; start the round again from the read."""
+
+
+@dataclass
+class IncomingToken:
+    name: str
+    etag: str
+    claim: str
+    envelope_bytes: bytes
+
+    @classmethod
+    def of(cls, blob: Blob) -> IncomingToken:
+        return cls(blob.properties.name, blob.etag, blob.metadata.get("claim", ""), blob.data)
+
+
+def poison_body(endpoint: str, raw: str, reason: str, dequeue_count: int) -> str:
+    """A poison message keeps the original signal verbatim next to why it was parked, so an
+    operator can read the reason and replay the signal unchanged."""
+    return json.dumps(
+        {
+            "poison": {"endpoint": endpoint, "reason": reason, "dequeue_count": dequeue_count},
+            "signal": raw,
+        }
+    )
+
+
+class Pipeline(abc.ABC):
+    """One endpoint's receive pipeline. Stateless between messages; safe to share."""
+
+    mode: str
+
+    def __init__(
+        self,
+        endpoint: Endpoint[Any],
+        account: StorageAccount,
+        topics: RecipientLists,
+        config: BusConfig,
+    ) -> None:
+        self.endpoint = endpoint
+        self.account = account
+        self.config = config
+        self.topics = topics
+        self.tokens = account.blob_container(config.tokens_container)
+        self.table = account.table(endpoint.name)
+
+    async def receive(self, raw: str, dequeue_count: int = 1) -> Outcome:
+        """Process one queue message. Returns normally when the message may be acknowledged;
+        raises when the host should redeliver it (handler errors, storage outages)."""
+        try:
+            signal = Signal.parse(raw)
+            check_key("PartitionKey", signal.partition_key)
+        except (MalformedSignal, InvalidName) as e:
+            return await self._poison(raw, str(e), dequeue_count)
+        try:
+            return await self._process(signal)
+        except (MalformedSignal, UnknownMessageType, MessageSchemaError) as e:
+            return await self._poison(raw, str(e), dequeue_count)
+
+    @abc.abstractmethod
+    async def _process(self, signal: Signal) -> Outcome:
+        """Deduplicate, run, commit and signal: the mode's own part."""
+
+    async def _poison(self, raw: str, reason: str, dequeue_count: int) -> Outcome:
+        log.error("endpoint %s: parking message in poison queue: %s", self.endpoint.name, reason)
+        queue = self.account.queue(poison_queue(self.endpoint.name))
+        try:
+            await queue.send(poison_body(self.endpoint.name, raw, reason, dequeue_count))
+        except TooLarge:
+            await queue.send(raw)  # no room for the reason beside it; the log has it
+        return Outcome.POISONED
+
+    async def _read_token(self, signal: Signal) -> IncomingToken | None:
+        try:
+            return IncomingToken.of(await self.tokens.read(signal.token))
+        except NotFound:
+            return None
+
+    def _decode(self, signal: Signal, token: IncomingToken) -> tuple[Envelope, Message]:
+        try:
+            envelope = Envelope.from_bytes(token.envelope_bytes)
+        except ValidationError as e:
+            raise MalformedSignal(f"token {signal.token} does not hold an envelope: {e}") from None
+        if envelope.id != signal.message_id or envelope.partition_key != signal.partition_key:
+            raise MalformedSignal(
+                f"token {signal.token} holds message {envelope.id} for "
+                f"partition {envelope.partition_key!r}, not what the signal says"
+            )
+        if envelope.destination != self.endpoint.name:
+            raise MalformedSignal(
+                f"message {envelope.id} is addressed to "
+                f"{envelope.destination}, not {self.endpoint.name}"
+            )
+        found = self.endpoint.handler_for(envelope.type)
+        if found is None:
+            raise UnknownMessageType(
+                f"endpoint {self.endpoint.name} has no handler for message type "
+                f"{envelope.type!r} (message {envelope.id}); it handles "
+                f"{sorted(self.endpoint.handlers)}"
+            )
+        model, _ = found
+        try:
+            message = model.model_validate(envelope.body)
+        except ValidationError as e:
+            raise MessageSchemaError(
+                f"message {envelope.id} of type {envelope.type} does not match its schema: {e}"
+            ) from None
+        return envelope, message
+
+    async def _run_handler(
+        self,
+        envelope: Envelope,
+        message: Message,
+        state: BaseModel,
+        *,
+        now: datetime,
+        seed: int | None = None,
+    ) -> HandlerContext[Any]:
+        context: HandlerContext[Any] = HandlerContext(
+            endpoint=self.endpoint.name,
+            envelope=envelope,
+            state=state,
+            now=now,
+            seed=seed,
+            max_payload_bytes=self.config.max_payload_bytes,
+            max_outputs=self.config.max_outputs,
+        )
+        _, handler = self.endpoint.handlers[envelope.type]
+        await call_handler(handler, context, message)
+        return context
+
+    def _audit(
+        self, envelope: Envelope, outgoing: Iterable[OutgoingSignal], processed_at: datetime
+    ) -> AuditRecord:
+        return AuditRecord(
+            partition_key=envelope.partition_key,
+            endpoint=self.endpoint.name,
+            message_id=envelope.id,
+            message_type=envelope.type,
+            source=envelope.source,
+            correlation_id=envelope.correlation_id,
+            causation_id=envelope.causation_id,
+            sent_at=envelope.created_at,
+            processed_at=processed_at,
+            mode=self.mode,
+            caused=[
+                {"id": o.message_id, "type": o.type, "destination": o.destination} for o in outgoing
+            ],
+        )
+
+    def _load_state(self, data: str | None) -> BaseModel:
+        state_type: type[BaseModel] = self.endpoint.state_type
+        if data is None:
+            return state_type()
+        return state_type.model_validate_json(data)
+
+    def _state_entity(self, partition_key: str, state: BaseModel, **extra: Any) -> Entity:
+        """The ``state`` row every mode keeps its partition's business state in."""
+        return Entity(
+            partition_key,
+            STATE_ROW,
+            {"type": type(state).__name__, "data": state.model_dump_json(), **extra},
+        )

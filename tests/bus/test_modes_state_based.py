@@ -1,0 +1,154 @@
+"""State-based mode: duplicates are replayed on the restored version, a handler that is not
+deterministic is reported, and the stream is truncated by retention."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from datetime import timedelta
+
+import pytest
+from pydantic import BaseModel
+
+from shared.bus import BusApp, Command, HandlerContext, Outcome
+from shared.bus.modes.state_based import INDEX_PREFIX, VERSION_PREFIX, truncate_state_streams
+from shared.clock import ManualClock, to_datetime
+from shared.stores.instrumented import Fault, fault_at
+from shared.stores.memory import MemoryStorageAccount
+from tests.bus.harness import Harness
+from tests.conftest import Backend, unique_name
+
+
+class Fire(Command):
+    partition_by = "game"
+    game: str
+
+
+class Shot(Command):
+    partition_by = "game"
+    game: str
+    shot_id: str
+    roll: float
+    at: str
+
+
+class Range(BaseModel):
+    shots: int = 0
+    target: float = 0.0
+
+
+class Sink(BaseModel):
+    received: list[str] = []
+
+
+def shooting_app(suffix: str, deterministic: bool = True) -> tuple[BusApp, list[int]]:
+    runs: list[int] = []
+    counter = itertools.count()
+    app = BusApp()
+    shooter = app.endpoint(f"range{suffix}", state=Range, mode="state_based")
+    sink = app.endpoint(f"sink{suffix}", state=Sink)
+
+    @shooter.handles(Fire)
+    def fire(ctx: HandlerContext[Range], cmd: Fire) -> None:
+        runs.append(1)
+        ctx.state.shots += 1
+        ctx.state.target = ctx.random()
+        shot_id = ctx.new_id() if deterministic else f"shot-{next(counter)}"
+        ctx.send(
+            Shot(game=cmd.game, shot_id=shot_id, roll=ctx.random(), at=ctx.now().isoformat()),
+            to=sink.name,
+        )
+
+    @sink.handles(Shot)
+    def record(ctx: HandlerContext[Sink], shot: Shot) -> None:
+        ctx.state.received.append(shot.shot_id)
+
+    return app, runs
+
+
+def memory_backend() -> Backend:
+    clock = ManualClock()
+    return Backend("memory", MemoryStorageAccount(clock=clock), clock)
+
+
+async def run_with_crash_after_commit(deterministic: bool) -> tuple[Harness, list[int], str]:
+    suffix = unique_name("")[:8]
+    app, runs = shooting_app(suffix, deterministic)
+    harness = await Harness.create(memory_backend(), app)
+    await harness.setup_bus.client().send(Fire(game="g"), to=f"range{suffix}", idempotency_key="k")
+    # Operations at the shooter: blob.read, table.query, blob.create, table.transact, ...
+    harness.instrumentation.plan = fault_at(3, Fault.CRASH_AFTER)
+    await harness.run_until_quiet()
+    assert harness.instrumentation.injected[0][0].kind == "table.transact"
+    return harness, runs, suffix
+
+
+async def test_a_duplicate_is_replayed_on_the_version_before_it_with_identical_outputs() -> None:
+    harness, runs, suffix = await run_with_crash_after_commit(deterministic=True)
+
+    assert len(runs) == 2  # the first run committed, then crashed; the copy replayed
+    assert harness.outcomes[Outcome.RESUMED] == 1
+    assert harness.outcomes[Outcome.NONDETERMINISTIC] == 0
+    table = harness.raw.table(f"range{suffix}")
+    versions = [e async for e in table.query_all(row_key_prefix=VERSION_PREFIX)]
+    assert len(versions) == 1
+    state = await table.get("g", "state")
+    assert Range.model_validate_json(str(state["data"])).shots == 1
+    sink = [e async for e in harness.raw.table(f"sink{suffix}").query_all()]
+    [received] = [Sink.model_validate_json(str(e["data"])) for e in sink if e.row_key == "state"]
+    assert len(received.received) == 1
+    assert await harness.tokens() == []
+
+
+async def test_a_handler_that_is_not_deterministic_is_reported_and_not_applied_twice(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.ERROR):
+        harness, runs, suffix = await run_with_crash_after_commit(deterministic=False)
+
+    assert len(runs) == 2
+    assert harness.outcomes[Outcome.NONDETERMINISTIC] == 1
+    assert "handler is not deterministic" in caplog.text
+    assert "output 0: committed Shot" in caplog.text
+    state = await harness.raw.table(f"range{suffix}").get("g", "state")
+    assert Range.model_validate_json(str(state["data"])).shots == 1
+    rows = [e async for e in harness.raw.table(f"sink{suffix}").query_all()]
+    [sink] = [Sink.model_validate_json(str(e["data"])) for e in rows if e.row_key == "state"]
+    assert sink.received == ["shot-0"]  # the committed output, once
+    assert await harness.tokens() == []
+
+
+async def test_truncation_keeps_the_latest_version_and_what_duplicates_in_the_window_need() -> None:
+    backend = memory_backend()
+    assert backend.clock is not None
+    suffix = unique_name("")[:8]
+    app, _ = shooting_app(suffix)
+    harness = await Harness.create(backend, app)
+    shooter = f"range{suffix}"
+    for i in range(5):  # versions 1..5, one hour apart
+        await harness.setup_bus.client().send(Fire(game="g"), to=shooter, idempotency_key=f"{i}")
+        await harness.run_until_quiet()
+        backend.clock.advance(3600)
+    table = harness.raw.table(shooter)
+    tokens = harness.raw.blob_container(harness.config.tokens_container)
+    # The window starts between versions 3 and 4 (committed at +2 h and +3 h).
+    horizon = to_datetime(backend.clock()) - timedelta(hours=2, minutes=30)
+
+    removed, continuation = 0, None
+    while True:
+        count, continuation = await truncate_state_streams(
+            table, tokens=tokens, older_than=horizon, page_size=2, continuation=continuation
+        )
+        removed += count
+        if continuation is None:
+            break
+
+    versions = [
+        int(e.row_key[len(VERSION_PREFIX) :])
+        async for e in table.query_all(row_key_prefix=VERSION_PREFIX)
+    ]
+    indexed = [e async for e in table.query_all(row_key_prefix=INDEX_PREFIX)]
+    # Version 3 stays: the duplicate of the message that made version 4 replays on it.
+    assert versions == [3, 4, 5]
+    assert removed == 2
+    assert sorted(int(str(e["version"])) for e in indexed) == [3, 4, 5]
