@@ -1,0 +1,393 @@
+"""The cleanup job: bounded residue, never a signalled token, resumable, many instances."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+
+import pytest
+
+from shared.bus.envelope import token_name
+from shared.bus.ids import fresh_id
+from shared.bus.ingress import INGRESS_ROW, IngressClient
+from shared.bus.modes.processed_table import processed_row
+from shared.bus.origin import Origin
+from shared.bus.records import outbox_row
+from shared.cleanup.checkpoint import TASK_PARTITION, Checkpoints
+from shared.cleanup.job import endpoint_modes, run_cleanup
+from shared.cleanup.report import CleanupReport
+from shared.cleanup.settings import CleanupSettings
+from shared.cleanup.tasks import AbandonedTokens, standard_tasks
+from shared.clock import ManualClock, to_datetime
+from shared.errors import ConfigurationError, OutcomeUnknown
+from shared.stores.instrumented import Fault, SimulatedCrash, fault_at
+from shared.stores.memory import MemoryStorageAccount
+from tests.bus.flow import FlowNames, PlaceOrder, build_flow
+from tests.bus.harness import Harness
+from tests.conftest import Backend, unique_name
+
+
+def settings(**overrides: object) -> CleanupSettings:
+    base = CleanupSettings(grace_seconds=0, checkpoint_table=unique_name("cleanup"))
+    return replace(base, **overrides)  # type: ignore[arg-type]
+
+
+async def clean(
+    harness: Harness, cleanup: CleanupSettings, *, ahead: float = 2.0, owner: str | None = None
+) -> CleanupReport:
+    """Run the job with its clock ``ahead`` of the stores', so that on Azurite (whose
+    timestamps are the server's, in whole seconds) 'older than a zero grace' is certain."""
+    base = harness.config.clock
+    config = replace(harness.config, clock=lambda: base() + ahead)
+    return await run_cleanup(
+        harness.raw, endpoint_modes(harness.app), config=config, settings=cleanup, owner=owner
+    )
+
+
+async def residue(harness: Harness) -> tuple[int, int]:
+    records = sum([len(await harness.outbox_records(e)) for e in harness.app.endpoints])
+    return records, len(await harness.tokens())
+
+
+async def new_flow(backend: Backend, **flow: bool) -> tuple[Harness, FlowNames]:
+    names = FlowNames.with_suffix(unique_name("")[:8])
+    harness = await Harness.create(backend, build_flow(names, **flow))
+    return harness, names
+
+
+async def place_order(harness: Harness, names: FlowNames, order: str = "o") -> None:
+    await harness.setup_bus.client().send(
+        PlaceOrder(order_id=order, amount=1), to=names.orders, idempotency_key=f"k-{order}"
+    )
+
+
+@pytest.mark.parametrize("fault", [Fault.CRASH_AFTER, Fault.ERROR_AFTER])
+async def test_one_run_after_quiescence_leaves_no_tokens_or_outbox_records(
+    backend: Backend, fault: Fault
+) -> None:
+    # Given a flow whose first token create crashed after landing (or lost its response)
+    harness, names = await new_flow(backend, publish=False)
+    await place_order(harness, names)
+    harness.instrumentation.plan = fault_at(4, fault)  # R1, R2, R3, R4, then the create
+    await harness.run_until_quiet()
+    assert [op.kind for op, _ in harness.instrumentation.injected] == ["blob.create"]
+    assert await residue(harness) == (3, 1)
+
+    # When one cleanup run completes
+    report = await clean(harness, settings())
+
+    # Then nothing is left but the business state
+    assert report.complete
+    assert report.removed() == {"abandoned_tokens": 1, "outbox_records": 3}
+    assert await residue(harness) == (0, 0)
+    assert len(await harness.applied(names.shipping)) == 1
+
+
+async def test_a_signalled_token_still_in_flight_is_never_removed(backend: Backend) -> None:
+    harness, names = await new_flow(backend, publish=False)
+    await place_order(harness, names)
+    [message] = await harness.raw.queue(names.orders).receive()
+    await harness.deliver(names.orders, message)  # orders done; ChargeCard waits in its queue
+    [in_flight] = await harness.tokens()
+
+    report = await clean(harness, settings())
+
+    # O(orders) waits for the token it committed to be consumed before it retires.
+    assert await harness.tokens() == [in_flight]
+    assert report.removed() == {}
+    assert report.kept()["in_flight"] == 1
+    assert report.kept()["outputs_in_flight"] == 1
+    await harness.run_until_quiet()
+    assert len(await harness.applied(names.shipping)) == 1
+    await clean(harness, settings())
+    assert await residue(harness) == (0, 0)
+
+
+async def test_a_create_landing_after_its_record_retired_is_removed_after_the_grace(
+    backend: Backend,
+) -> None:
+    # Given a message fully processed and cleaned up
+    harness, names = await new_flow(backend, publish=False, charge=False)
+    await place_order(harness, names)
+    await harness.run_until_quiet()
+    [record] = await harness.outbox_records(names.orders)
+    await clean(harness, settings())
+    assert await residue(harness) == (0, 0)
+
+    # When a create from an abandoned attempt lands late, after O(m) was retired
+    late = token_name(names.orders, record.message_id, fresh_id(), fresh_id())
+    origin = Origin(names.orders, record.partition_key, outbox_row(record.message_id))
+    await harness.raw.blob_container(harness.config.tokens_container).create(
+        late, b"{}", {"claim": "", "origin": origin.encode()}
+    )
+
+    # Then it is kept while younger than the grace period, and removed after it
+    young = await clean(harness, settings(grace_seconds=600))
+    assert young.kept()["young"] == 1
+    assert await harness.tokens() == [late]
+    old = await clean(harness, settings(grace_seconds=600), ahead=601)
+    assert old.removed() == {"abandoned_tokens": 1}
+    assert await harness.tokens() == []
+
+
+async def test_tokens_of_a_client_that_crashed_before_its_record_are_removed(
+    backend: Backend,
+) -> None:
+    harness, names = await new_flow(backend, publish=False, charge=False)
+    client = IngressClient(harness.account, harness.setup_bus.topics, harness.config, "cli")
+    # Ingress reads its record, creates the token, then writes the record: crash before that.
+    harness.instrumentation.plan = fault_at(2, Fault.CRASH_BEFORE)
+    with pytest.raises(SimulatedCrash):
+        await client.send(PlaceOrder(order_id="o", amount=1), to=names.orders, idempotency_key="k")
+    [orphan] = await harness.tokens()
+    assert orphan.startswith("cli/")
+
+    report = await clean(harness, settings())
+
+    assert report.removed() == {"abandoned_tokens": 1}
+    assert await harness.tokens() == []
+    assert await harness.raw.queue(names.orders).approximate_count() == 0
+
+
+async def test_ingress_records_go_after_their_window_once_their_tokens_are_consumed(
+    backend: Backend,
+) -> None:
+    names = FlowNames.with_suffix(unique_name("")[:8])
+    harness = await Harness.create(
+        backend, build_flow(names, publish=False, charge=False), ingress_window_seconds=60
+    )
+    await place_order(harness, names)
+    ingress = harness.raw.table(harness.config.ingress_table)
+
+    within = await clean(harness, settings())
+    assert within.kept()["within_window"] == 1
+    past_but_pending = await clean(harness, settings(), ahead=61)
+    assert past_but_pending.kept()["outputs_in_flight"] == 1
+    assert len([e async for e in ingress.query_all(row_keys=[INGRESS_ROW])]) == 1
+
+    await harness.run_until_quiet()
+    done = await clean(harness, settings(), ahead=61)
+
+    assert done.removed()["ingress_records"] == 1
+    assert [e async for e in ingress.query_all(row_keys=[INGRESS_ROW])] == []
+
+
+async def test_audit_rows_are_kept_for_their_retention_and_no_longer(backend: Backend) -> None:
+    harness, names = await new_flow(backend, publish=False, charge=False)
+    for order in ("a", "b"):
+        await place_order(harness, names, order)
+    await harness.run_until_quiet()
+    day = 24 * 3600.0
+
+    kept = await clean(harness, settings(audit_retention_seconds=day))
+    assert kept.kept()["within_retention"] == 2
+    removed = await clean(harness, settings(audit_retention_seconds=day), ahead=day + 5)
+
+    assert removed.removed()["audit_rows"] == 2
+    assert await harness.audit_ids(names.orders) == []
+    assert sorted(await harness.applied(names.orders)) != []  # state is never touched
+
+
+async def test_a_run_out_of_budget_saves_its_place_and_the_next_run_resumes(
+    backend: Backend,
+) -> None:
+    harness, names = await new_flow(backend, publish=False, charge=False)
+    for order in "abcde":
+        await place_order(harness, names, order)
+    await harness.run_until_quiet()
+    assert await residue(harness) == (5, 0)
+    tiny = settings(page_size=2, budget_seconds=0)
+
+    task = f"outbox.{names.orders}"
+    runs: list[CleanupReport] = []
+    while not any(t.task == task and t.finished for r in runs for t in r.tasks):
+        runs.append(await clean(harness, tiny))
+        assert len(runs) < 20
+
+    # Each run did one page (a zero budget still makes progress), and a task interrupted by
+    # the budget went first in the next run, resuming where it stopped.
+    assert all(sum(t.pages for t in r.tasks) == 1 for r in runs)
+    orders = [t for r in runs for t in r.tasks if t.task == task and t.pages]
+    assert [t.finished for t in orders] == [False, False, True]
+    assert [r.tasks[0].task for r in runs[-3:]] == [task] * 3
+    assert sum(r.removed()["outbox_records"] for r in runs) == 5
+    assert await residue(harness) == (0, 0)
+
+
+async def test_a_task_leased_by_a_live_instance_is_skipped_and_resumed_when_it_lapses(
+    backend: Backend,
+) -> None:
+    harness, names = await new_flow(backend, publish=False, charge=False)
+    for order in "abc":
+        await place_order(harness, names, order)
+    await harness.run_until_quiet()
+    cleanup = settings(page_size=1, lease_seconds=30)
+    table = harness.raw.table(cleanup.checkpoint_table)
+    await table.create_if_missing()
+    checkpoints = Checkpoints(table, cleanup.lease_seconds)
+    task = f"outbox.{names.orders}"
+    now = to_datetime(time.time() if backend.clock is None else backend.clock())
+
+    # Given another instance that took the task, did one page, and went silent
+    held = await checkpoints.acquire(task, "dead-instance", now)
+    assert held is not None
+    first_page = await harness.raw.table(names.orders).query(row_key_prefix="outbox|", page_size=1)
+    await checkpoints.advance(held, first_page.continuation, now)
+
+    # When another instance runs while the lease is live, it leaves the task alone
+    during = await clean(harness, cleanup, ahead=5, owner="live-instance")
+    [skipped] = [t for t in during.tasks if t.task == task]
+    assert skipped.skipped == "leased by another instance"
+    assert len(await harness.outbox_records(names.orders)) == 3
+
+    # Then once the lease lapses, it resumes from the dead instance's checkpoint
+    after = await clean(harness, cleanup, ahead=40, owner="live-instance")
+    [resumed] = [t for t in after.tasks if t.task == task]
+    assert resumed.finished
+    assert resumed.removed["outbox_records"] == 2  # the first page was never redone
+    saved = await table.get(TASK_PARTITION, task)
+    assert saved["owner"] == "live-instance"
+    assert saved["continuation"] == ""
+
+
+async def test_instances_running_at_once_share_the_work_and_remove_everything_once(
+    backend: Backend,
+) -> None:
+    harness, names = await new_flow(backend)
+    for order in "abcd":
+        await place_order(harness, names, order)
+    await harness.run_until_quiet()
+    records, _ = await residue(harness)
+    cleanup = settings(page_size=1)
+
+    reports = await asyncio.gather(
+        *(clean(harness, cleanup, owner=f"instance-{i}") for i in range(3))
+    )
+
+    removed = sum(r.removed()["outbox_records"] for r in reports)
+    if removed < records:  # a task may have been leased by a sibling still running: rerun
+        reports.append(await clean(harness, cleanup, owner="instance-late", ahead=200))
+    assert sum(r.removed()["outbox_records"] for r in reports) == records
+    assert await residue(harness) == (0, 0)
+
+
+async def test_a_token_whose_origin_names_a_foreign_table_is_left_alone(
+    backend: Backend,
+) -> None:
+    harness, _ = await new_flow(backend, publish=False, charge=False)
+    tokens = harness.raw.blob_container(harness.config.tokens_container)
+    name = token_name("orders", fresh_id(), fresh_id(), fresh_id())
+    await tokens.create(name, b"{}", {"origin": Origin("secrets", "p", "r").encode()})
+
+    report = await clean(harness, settings(), owner="x")
+
+    assert report.kept()["bad_origin"] == 1
+    assert await harness.tokens() == [name]
+
+
+async def test_one_failing_task_does_not_stop_the_others(backend: Backend) -> None:
+    harness, names = await new_flow(backend, publish=False, charge=False)
+    await place_order(harness, names)
+    await harness.run_until_quiet()
+
+    class Broken(AbandonedTokens):
+        async def run_page(self, *args: object) -> str | None:  # type: ignore[override]
+            raise OutcomeUnknown("storage timed out")
+
+    tasks = [Broken(), *standard_tasks(endpoint_modes(harness.app))[1:]]
+    report = await run_cleanup(
+        harness.raw,
+        endpoint_modes(harness.app),
+        config=replace(harness.config, clock=lambda: harness.config.clock() + 2),
+        settings=settings(),
+        tasks=tasks,
+    )
+
+    assert report.tasks[0].skipped == "error: storage timed out"
+    assert not report.complete
+    assert report.removed()["outbox_records"] == 1
+
+
+def test_settings_come_from_app_settings_with_clear_errors() -> None:
+    parsed = CleanupSettings.from_env(
+        {"CLEANUP_GRACE_SECONDS": "900", "CLEANUP_PAGE_SIZE": "50", "CLEANUP_BUDGET_SECONDS": ""}
+    )
+    assert (parsed.grace_seconds, parsed.page_size, parsed.budget_seconds) == (900, 50, 240)
+    with pytest.raises(ConfigurationError, match="CLEANUP_GRACE_SECONDS"):
+        CleanupSettings.from_env({"CLEANUP_GRACE_SECONDS": "ten minutes"})
+    with pytest.raises(ConfigurationError, match="page_size"):
+        CleanupSettings(page_size=0)
+    with pytest.raises(ConfigurationError, match="grace_seconds"):
+        CleanupSettings(grace_seconds=-1)
+
+
+async def test_a_window_mode_token_outliving_its_rows_retention_is_kept_not_guessed(
+    backend: Backend,
+) -> None:
+    # Processed-message rows expire after their retention whether or not the tokens they
+    # committed were consumed, so a missing row only proves abandonment for a younger token.
+    harness, names = await new_flow(backend, publish=False, charge=False)
+    tokens = harness.raw.blob_container(harness.config.tokens_container)
+    week = harness.config.processed_retention_seconds
+
+    async def orphan() -> str:
+        incoming = fresh_id()
+        name = token_name(names.orders, incoming, fresh_id(), fresh_id())
+        origin = Origin(names.orders, "p", processed_row(incoming))
+        await tokens.create(name, b"{}", {"claim": "", "origin": origin.encode()})
+        return name
+
+    await orphan()
+    assert (await clean(harness, settings())).removed() == {"abandoned_tokens": 1}
+    old = await orphan()
+    report = await clean(harness, settings(), ahead=week + 10)
+    assert report.kept()["origin_expired"] == 1
+    assert await harness.tokens() == [old]
+
+
+@pytest.mark.parametrize(
+    ("mode", "kind", "prefix"),
+    [
+        ("processed_messages", "processed_rows", "processed|"),
+        ("state_based", "state_versions", "version|"),
+        ("entity_outbox", "entity_outbox_entries", None),
+    ],
+)
+async def test_window_modes_keep_their_dedup_data_for_the_retention_and_no_longer(
+    mode: str, kind: str, prefix: str | None
+) -> None:
+    clock = ManualClock()
+    memory = Backend("memory", MemoryStorageAccount(clock=clock), clock)
+    names = FlowNames.with_suffix(unique_name("")[:8])
+    flow = build_flow(names, publish=False, charge=False, mode=mode)  # type: ignore[arg-type]
+    harness = await Harness.create(memory, flow)
+    for key in ("k1", "k2", "k3"):  # three versions of one partition's state
+        await harness.setup_bus.client().send(
+            PlaceOrder(order_id="same", amount=1), to=names.orders, idempotency_key=key
+        )
+    await harness.run_until_quiet()
+    endpoints = endpoint_modes(harness.app)
+    retention = {
+        "processed_messages": harness.config.processed_retention_seconds,
+        "state_based": harness.config.state_stream_retention_seconds,
+        "entity_outbox": harness.config.entity_outbox_retention_seconds,
+    }[mode]
+
+    async def run(ahead: float) -> CleanupReport:
+        base = harness.config.clock
+        return await run_cleanup(
+            harness.raw,
+            endpoints,
+            config=replace(harness.config, clock=lambda: base() + ahead),
+            settings=settings(),
+        )
+
+    within = await run(60)
+    assert within.removed()[kind] == 0
+    assert await harness.tokens() == []
+    after = await run(retention + 60)
+    assert after.removed()[kind] > 0
+    if prefix is not None:
+        rows = [e async for e in harness.raw.table(names.orders).query_all(row_key_prefix=prefix)]
+        assert len(rows) < 3
