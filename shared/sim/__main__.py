@@ -1,0 +1,176 @@
+"""``python -m shared.sim``: the default exploration, or one replayed seed.
+
+The default exploration (``make simulate``) runs, in order:
+1. ``small`` exhaustively: every schedule with at most one deviation from the default order,
+   each with no fault and with every single fault at every operation;
+2. ``small`` exhaustively with up to two deviations and no fault;
+3. ``small-sweep`` exhaustively: a cleanup pass and time passing may come at any point,
+   with up to one deviation and one fault;
+4. seeded random search over larger configurations for the rest of the time budget.
+With two cores a second process takes phase 3 (the largest) and its own random seeds.
+It prints progress, every violation with its seed and schedule, and ends with
+``simulation: schedules=<N> faults=<F> violations=<V>``; the exit status is 1 on violations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+
+from shared.errors import ConfigurationError
+from shared.sim.explore import (
+    CONFIGS,
+    Summary,
+    config_named,
+    exhaustive,
+    random_search,
+    replay,
+    report,
+)
+from shared.sim.variants import VARIANTS, Variant
+
+DEFAULT_PLAN = (("small", 1, 1), ("small", 2, 0), ("small-sweep", 1, 1))
+"""(configuration, deviations, faults) explored exhaustively before the random search."""
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m shared.sim",
+        description="Explore interleavings and faults of the real pipeline; check invariants.",
+    )
+    parser.add_argument("--seed", help="replay one run: an integer, <config>@<n> or <config>:<d.d>")
+    parser.add_argument(
+        "--variant", choices=sorted(VARIANTS), help="explore a known-bad pipeline variant"
+    )
+    parser.add_argument("--config", choices=sorted(CONFIGS), help="explore one configuration")
+    parser.add_argument("--deviations", type=int, default=1, help="with --config (default 1)")
+    parser.add_argument("--faults", type=int, default=1, help="with --config (default 1)")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=170.0,
+        help="seconds for the whole exploration: the random search fills what the exhaustive "
+        "phases leave (default 170; the exhaustive phases always finish)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="processes; with 2 or more, a second process runs random search from the start",
+    )
+    parser.add_argument("--first-seed", type=int, default=0, help="first random seed (default 0)")
+    parser.add_argument("--verbose", action="store_true", help="print the schedule of a replay")
+    return parser.parse_args(argv)
+
+
+def _progress(label: str, started: float) -> Callable[[Summary], None]:
+    def show(summary: Summary) -> None:
+        print(
+            f"  {label}: {summary.schedules} schedules, {summary.violations} violations "
+            f"({time.monotonic() - started:.0f}s)",
+            flush=True,
+        )
+
+    return show
+
+
+Plan = tuple[tuple[str, int, int], ...]
+
+
+async def _work(
+    plan: Plan,
+    first_seed: int,
+    step: int,
+    deadline: float | None,
+    variant: Variant | None,
+    who: str,
+) -> Summary:
+    """Explore ``plan`` exhaustively, then search at random (seeds first_seed, first_seed +
+    step, ...) until ``deadline`` (at least a few seconds, however long the plan took)."""
+    total = Summary()
+    started = time.monotonic()
+    for name, deviations, faults in plan:
+        label = f"{who}exhaustive {name} (deviations<={deviations}, faults<={faults})"
+        print(label, flush=True)
+        summary = await exhaustive(
+            config_named(name),
+            max_deviations=deviations,
+            max_faults=faults,
+            variant=variant,
+            progress=_progress(label, started),
+        )
+        print(f"  {label}: {summary.line.removeprefix('simulation: ')}", flush=True)
+        total.merge(summary)
+    if deadline is not None:
+        label = f"{who}random search"
+        print(f"{label} from seed {first_seed}", flush=True)
+        summary = await random_search(
+            itertools.count(first_seed, step),
+            variant=variant,
+            deadline=max(deadline, time.monotonic() + 5),
+            progress=_progress(label, started),
+        )
+        print(f"  {label}: {summary.line.removeprefix('simulation: ')}", flush=True)
+        total.merge(summary)
+    return total
+
+
+def _second_process(
+    plan: Plan, first_seed: int, deadline_in: float | None, variant: str | None
+) -> Summary:
+    deadline = None if deadline_in is None else time.monotonic() + deadline_in
+    chosen = VARIANTS[variant] if variant else None
+    return asyncio.run(_work(plan, first_seed, 2, deadline, chosen, "[2] "))
+
+
+async def _explore(args: argparse.Namespace, variant: Variant | None) -> Summary:
+    plan: Plan = DEFAULT_PLAN
+    if args.config is not None:
+        plan = ((args.config, args.deviations, args.faults),)
+    searching = args.config is None and args.budget > 0
+    deadline = time.monotonic() + args.budget if searching else None
+    if args.jobs < 2 or not searching:
+        return await _work(plan, args.first_seed, 1, deadline, variant, "")
+    mine, theirs = plan[:-1], plan[-1:]
+    with ProcessPoolExecutor(max_workers=1) as pool:
+        helper = pool.submit(
+            _second_process, theirs, args.first_seed + 1, args.budget, args.variant
+        )
+        total = await _work(mine, args.first_seed, 2, deadline, variant, "")
+        total.merge(helper.result())
+    return total
+
+
+async def _main(args: argparse.Namespace) -> int:
+    variant = VARIANTS[args.variant] if args.variant else None
+    if args.seed:
+        result = await replay(args.seed, variant)
+        summary = Summary()
+        summary.add(args.seed, result)
+        if result.ok:
+            print("\n".join(result.trace) if args.verbose else f"seed {args.seed}: no violation")
+    else:
+        summary = await _explore(args, variant)
+    for seed, failed in summary.failures:
+        print(report(seed, failed))
+    print(summary.line)
+    return 1 if summary.violations else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    try:
+        return asyncio.run(_main(args))
+    except ConfigurationError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

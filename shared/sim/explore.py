@@ -1,0 +1,257 @@
+"""Exploration: exhaustive search of small configurations and seeded random search of larger
+ones, over the in-memory stores.
+
+A run is named by a seed string that replays it exactly:
+- ``<config>:<d>.<d>...`` for a run of a named configuration (``CONFIGS``) given its
+  decisions (what exhaustive search prints);
+- ``<n>`` (an integer) for random search: the configuration and every decision are drawn
+  from ``n``;
+- ``<config>@<n>`` for random decisions drawn from ``n`` over a named configuration.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from shared.clock import ManualClock
+from shared.errors import ConfigurationError
+from shared.sim.choices import Chooser, DepthFirst, Replay, Seeded
+from shared.sim.invariants import Observation
+from shared.sim.model import SHAPES
+from shared.sim.variants import Variant
+from shared.sim.world import ALL_FAULTS, RunResult, SimConfig, World, quiet_logs, reference_run
+from shared.stores.memory import MemoryStorageAccount
+
+CONFIGS: dict[str, SimConfig] = {
+    config.name: config
+    for config in (
+        # The issue's small configuration: one message, two concurrent copies, one output.
+        SimConfig(name="small", shape="single", messages=1, copies=2, concurrency=2),
+        # The same with a cleanup pass that may start at any point, and time that may pass.
+        SimConfig(name="small-sweep", shape="single", copies=2, concurrency=2, sweeps=1),
+        # Outside the timing assumptions: a process may also stall before any operation for
+        # longer than the grace period (a paused machine) while a cleanup pass runs. Not
+        # part of the default exploration: the cleanup's safety rests on those assumptions
+        # (see the README). The known-bad variants use it to show what the claim protects.
+        SimConfig(
+            name="small-unbounded",
+            shape="single",
+            copies=2,
+            concurrency=2,
+            faults=ALL_FAULTS,
+            timing="unbounded",
+        ),
+        # Outside the timing assumptions with cleanup passes running while copies are in
+        # flight and a short grace period: shows that the cleanup's safety depends on a
+        # committing round finishing within the grace period (see the README).
+        SimConfig(
+            name="small-unbounded-sweep",
+            shape="single",
+            copies=2,
+            concurrency=2,
+            sweeps=2,
+            sweep_grace=30.0,
+            faults=ALL_FAULTS,
+            timing="unbounded",
+        ),
+    )
+}
+
+
+def config_named(name: str) -> SimConfig:
+    try:
+        return CONFIGS[name]
+    except KeyError:
+        raise ConfigurationError(
+            f"no simulation configuration {name!r}; known: {sorted(CONFIGS)}"
+        ) from None
+
+
+@dataclass
+class Summary:
+    schedules: int = 0
+    faults: int = 0
+    violations: int = 0
+    failures: list[tuple[str, RunResult]] = field(default_factory=list)
+    """(seed, result) of the first violating runs."""
+
+    def add(self, seed: str, result: RunResult, keep: int = 5) -> None:
+        self.schedules += 1
+        self.faults += result.faults
+        if not result.ok:
+            self.violations += 1
+            if len(self.failures) < keep:
+                self.failures.append((seed, result))
+
+    def merge(self, other: Summary) -> None:
+        self.schedules += other.schedules
+        self.faults += other.faults
+        self.violations += other.violations
+        self.failures += other.failures[: max(0, 5 - len(self.failures))]
+
+    @property
+    def line(self) -> str:
+        return (
+            f"simulation: schedules={self.schedules} faults={self.faults} "
+            f"violations={self.violations}"
+        )
+
+
+_references: dict[tuple[object, ...], Observation] = {}
+
+
+async def reference_for(config: SimConfig) -> Observation:
+    """The fault-free outcome of ``config``'s messages (cached: it depends on the shape,
+    mode and message count only)."""
+    key = (config.shape, config.mode, config.messages)
+    if key not in _references:
+        clock = ManualClock()
+        _references[key] = await reference_run(config, MemoryStorageAccount(clock=clock), clock)
+    return _references[key]
+
+
+async def simulate(
+    config: SimConfig, chooser: Chooser, variant: Variant | None = None
+) -> RunResult:
+    """One run on fresh in-memory stores, checked against the reference."""
+    reference = await reference_for(config)
+    clock = ManualClock()
+    world = World(
+        config,
+        chooser,
+        MemoryStorageAccount(clock=clock),
+        clock,
+        wrap=variant.wrap if variant is not None else None,
+    )
+    with quiet_logs():
+        if variant is None:
+            return await world.run(reference)
+        with variant.patched():
+            return await world.run(reference)
+
+
+def exhaustive_seed(config: SimConfig, decisions: list[int]) -> str:
+    """Trailing default decisions are left out: a replay takes the defaults after the end."""
+    kept = list(decisions)
+    while kept and kept[-1] == 0:
+        kept.pop()
+    return f"{config.name}:{'.'.join(map(str, kept)) or '-'}"
+
+
+async def exhaustive(
+    config: SimConfig,
+    *,
+    max_deviations: int,
+    max_faults: int,
+    variant: Variant | None = None,
+    stop_at_first: bool = False,
+    stop_when: Callable[[RunResult], bool] | None = None,
+    progress: Callable[[Summary], None] | None = None,
+    limit: int | None = None,
+) -> Summary:
+    """Every decision sequence with at most ``max_deviations`` non-default scheduling
+    choices and ``max_faults`` faults, depth first."""
+    summary = Summary()
+    prefix: list[int] | None = []
+    while prefix is not None:
+        chooser = DepthFirst(prefix, max_deviations, max_faults)
+        result = await simulate(config, chooser, variant)
+        summary.add(exhaustive_seed(config, result.decisions), result)
+        if progress is not None and summary.schedules % 500 == 0:
+            progress(summary)
+        if (stop_at_first and summary.violations) or (stop_when and stop_when(result)):
+            break
+        if limit and summary.schedules >= limit:
+            break
+        prefix = chooser.next_prefix()
+    return summary
+
+
+def random_config(seed: int) -> tuple[SimConfig, Seeded]:
+    """A larger configuration and a random chooser, both drawn from ``seed``."""
+    rng = random.Random(f"config:{seed}")
+    config = SimConfig(
+        name=f"random-{seed}",
+        shape=rng.choice(SHAPES),
+        messages=rng.randint(1, 4),
+        copies=rng.randint(1, 3),
+        concurrency=rng.randint(1, 3),
+        sweeps=rng.randint(0, 2),
+        duplicates=rng.randint(0, 2),
+    )
+    chooser = Seeded(seed, max_faults=rng.randint(1, 4), fault_rate=rng.choice([0.02, 0.05, 0.1]))
+    return config, chooser
+
+
+def seeded_for(config: SimConfig, seed: int) -> Seeded:
+    """Random decisions for a named configuration (seed ``<config>@<n>``)."""
+    return Seeded(seed, max_faults=2, fault_rate=0.05)
+
+
+async def random_search(
+    seeds: Iterable[int],
+    *,
+    config: SimConfig | None = None,
+    variant: Variant | None = None,
+    deadline: float | None = None,
+    stop_at_first: bool = False,
+    stop_when: Callable[[RunResult], bool] | None = None,
+    progress: Callable[[Summary], None] | None = None,
+) -> Summary:
+    """Random runs, one per seed; ``stop_when`` ends the search at the first run it accepts."""
+    summary = Summary()
+    for seed in seeds:
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        if config is None:
+            run_config, chooser = random_config(seed)
+            name = str(seed)
+        else:
+            run_config, chooser = config, seeded_for(config, seed)
+            name = f"{config.name}@{seed}"
+        result = await simulate(run_config, chooser, variant)
+        summary.add(name, result)
+        if progress is not None and summary.schedules % 250 == 0:
+            progress(summary)
+        if (stop_at_first and summary.violations) or (stop_when and stop_when(result)):
+            break
+    return summary
+
+
+async def replay(seed: str, variant: Variant | None = None) -> RunResult:
+    """Run the one schedule ``seed`` names (as printed by a violation)."""
+    if "@" in seed:
+        name, _, digits = seed.partition("@")
+        if not digits.isdigit():
+            raise ConfigurationError(f"seed {seed!r}: expected <config>@<integer>")
+        config = config_named(name)
+        return await simulate(config, seeded_for(config, int(digits)), variant)
+    name, _, decisions = seed.partition(":")
+    if not decisions:
+        try:
+            number = int(seed)
+        except ValueError:
+            raise ConfigurationError(
+                f"seed {seed!r} is neither an integer nor <config>:<decisions>"
+            ) from None
+        config, chooser = random_config(number)
+        return await simulate(config, chooser, variant)
+    try:
+        recorded = [] if decisions == "-" else [int(d) for d in decisions.split(".")]
+    except ValueError:
+        raise ConfigurationError(
+            f"seed {seed!r}: decisions must be dot-separated integers"
+        ) from None
+    return await simulate(config_named(name), Replay(recorded), variant)
+
+
+def report(seed: str, result: RunResult) -> str:
+    """What a violation prints: the seed, the broken invariants and the schedule."""
+    lines = [f"violation in {result.config.name}, replay with: make simulate SEED={seed}"]
+    lines += [f"  {v}" for v in result.violations]
+    lines.append("  schedule:")
+    lines += [f"    {step}" for step in result.trace]
+    return "\n".join(lines)

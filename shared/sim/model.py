@@ -1,0 +1,128 @@
+"""The application the simulator drives: small, with every handler recording what it applied.
+
+Shapes (``Shape``):
+- ``single``: ``first`` handles Start and sends one Step to ``second`` (one outgoing message);
+- ``chain``: first -> second -> third, one Step each (a chain of three endpoints);
+- ``publish``: first publishes Happened to ``second``, ``third`` and ``fourth``;
+- ``mixed``: first sends a Step to second (which forwards to third) and publishes Happened
+  to third and fourth.
+
+Each handler appends one ``Applied`` entry (message id, source, causation, a digest of what it
+received) to its partition's state. The invariants read these entries back: a repeated id is
+a duplicated processing, an entry whose cause was never applied is a ghost, a missing entry is
+a lost message, a digest that differs from the reference run is an inconsistent output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel
+
+from shared.bus import BusApp, Command, Event, HandlerContext
+from shared.bus.app import Mode
+
+Shape = Literal["single", "chain", "publish", "mixed"]
+SHAPES: tuple[Shape, ...] = ("single", "chain", "publish", "mixed")
+ENDPOINTS = ("first", "second", "third", "fourth")
+
+
+class Start(Command):
+    partition_by = "key"
+    key: str
+
+
+class Step(Command):
+    partition_by = "key"
+    key: str
+    hop: int
+
+
+class Happened(Event):
+    partition_by = "key"
+    key: str
+
+
+class Applied(BaseModel):
+    id: str
+    source: str
+    causation: str | None
+    digest: str
+
+
+class Journal(BaseModel):
+    """What one partition of one endpoint applied, in order."""
+
+    applied: list[Applied] = []
+
+
+def digest(ctx: HandlerContext[Journal]) -> str:
+    """What the handler received, reduced to a short fingerprint (ConsistentOutput)."""
+    envelope = ctx.envelope
+    seen = json.dumps(
+        [envelope.type, envelope.source, envelope.causation_id, envelope.body], sort_keys=True
+    )
+    return hashlib.sha256(seen.encode()).hexdigest()[:16]
+
+
+def record(ctx: HandlerContext[Journal]) -> None:
+    ctx.state.applied.append(
+        Applied(
+            id=ctx.message_id,
+            source=ctx.envelope.source,
+            causation=ctx.envelope.causation_id,
+            digest=digest(ctx),
+        )
+    )
+
+
+@dataclass(frozen=True)
+class SimApp:
+    app: BusApp
+    shape: Shape
+    entry: str
+    """The endpoint the initial messages are sent to."""
+
+
+def build_app(shape: Shape, mode: Mode = "token", suffix: str = "") -> SimApp:
+    """The simulated application; ``mode`` is the endpoint mode every endpoint uses and
+    ``suffix`` keeps the names of concurrent runs on one real account apart."""
+    if shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; choose one of {SHAPES}")
+    used = {"single": 2, "chain": 3, "publish": 4, "mixed": 4}[shape]
+    names = [f"{name}{suffix}" for name in ENDPOINTS[:used]]
+    app = BusApp()
+    first, second, *rest = (app.endpoint(name, Journal, mode=mode) for name in names)
+
+    @first.handles(Start)
+    def start(ctx: HandlerContext[Journal], message: Start) -> None:
+        record(ctx)
+        if shape in ("single", "chain", "mixed"):
+            ctx.send(Step(key=message.key, hop=1), to=second.name)
+        if shape in ("publish", "mixed"):
+            ctx.publish(Happened(key=message.key))
+
+    @second.handles(Step)
+    def step(ctx: HandlerContext[Journal], message: Step) -> None:
+        record(ctx)
+        if shape in ("chain", "mixed"):
+            ctx.send(Step(key=message.key, hop=message.hop + 1), to=names[2])
+
+    if rest:
+        third = rest[0]
+
+        @third.handles(Step)
+        def last_step(ctx: HandlerContext[Journal], message: Step) -> None:
+            record(ctx)
+
+    subscribers = {"publish": (second, *rest), "mixed": tuple(rest)}.get(shape, ())
+    for endpoint in subscribers:
+        endpoint.handles(Happened)(_on_happened)
+    return SimApp(app, shape, first.name)
+
+
+def _on_happened(ctx: HandlerContext[Journal], event: Happened) -> None:
+    record(ctx)

@@ -1,0 +1,554 @@
+"""One simulated run: the real bus over instrumented stores, driven decision by decision.
+
+A run sends its initial messages through the ingress client (no faults there), puts extra
+copies of each signal in the queue, and then repeats: list the actions enabled now, ask the
+chooser for one, perform it. Actions:
+
+- ``step``: a live process performs its pending storage operation (possibly with a fault
+  chosen at that moment) and runs on to its next one;
+- ``start``: a new function invocation receives a message from an endpoint queue;
+- ``land``: a request held by a ``LATE`` fault reaches the service;
+- ``tick``: time passes by one lease, so messages whose invocation crashed or still runs
+  become visible again;
+- ``sweep``: a cleanup pass starts and interleaves with processing;
+- ``duplicate``: the network delivers one more copy of a queued signal.
+
+When nothing is enabled the run is quiet: every queue is empty, every held request has
+landed. Time then passes beyond the grace period, one cleanup pass runs, and the invariants
+are checked against the reference run.
+
+Timing (``bounded``): a tick is enabled only while every live invocation stays within
+``invocation_limit`` seconds of its start and every held request within ``late_limit`` of
+being sent, the assumptions the cleanup's grace period rests on. ``unbounded`` timing drops
+them (a paused process, a request stuck for hours): safety must still hold, but residue is
+then not checked, since bounding it is exactly what those assumptions buy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import random
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from shared.bus import Bus, BusConfig
+from shared.bus.app import Mode
+from shared.bus.envelope import Signal
+from shared.clock import ManualClock
+from shared.errors import ConfigurationError, MalformedSignal
+from shared.host.queue_worker import QueueSettings, QueueWorker
+from shared.provisioning import provision
+from shared.resources import Resources
+from shared.sim.choices import Chooser, Replay
+from shared.sim.cleanup import cleanup_pass, expire_audit_rows
+from shared.sim.invariants import (
+    NO_LOST_MESSAGES,
+    UNEXPECTED_ERROR,
+    Observation,
+    Violation,
+    check,
+    observe,
+)
+from shared.sim.model import Shape, Start, build_app
+from shared.sim.scheduler import REAL_STORE_TIMEOUT, Process, Scheduler
+from shared.sim.variants import incoming_token
+from shared.stores.account import StorageAccount
+from shared.stores.instrumented import (
+    Fault,
+    HeldRequest,
+    Instrumentation,
+    InstrumentedAccount,
+    Operation,
+)
+
+Timing = Literal["bounded", "unbounded"]
+CLIENT = "client"
+READS = frozenset(
+    {"blob.read", "blob.get_properties", "blob.list", "table.get", "table.query"}
+    | {"queue.peek", "queue.count"}
+)
+"""Operations that change nothing: a fault after them is the same as a fault before."""
+ALL_FAULTS = (Fault.CRASH_BEFORE, Fault.CRASH_AFTER, Fault.ERROR_BEFORE, Fault.ERROR_AFTER)
+
+
+class Stall(enum.Enum):
+    """A fault of the process rather than of a request: under ``unbounded`` timing a process
+    may freeze before an operation (a paused machine) until everything else is quiet, time
+    has passed beyond the grace period and a cleanup pass has run."""
+
+    STALL = "stall"
+
+
+STALL = Stall.STALL
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """What one simulated run contains and which faults and timings it may see."""
+
+    name: str = "custom"
+    shape: Shape = "single"
+    mode: Mode = "token"
+    """The endpoint mode of every simulated endpoint."""
+    messages: int = 1
+    copies: int = 2
+    """Copies of each initial signal queued at once (duplicate delivery)."""
+    concurrency: int = 2
+    """Function invocations that may run at the same time."""
+    faults: tuple[Fault, ...] = (*ALL_FAULTS, Fault.LATE)
+    """Fault kinds that may be injected (LATE only at writes)."""
+    sweeps: int = 0
+    """Cleanup passes that may start while messages are being processed."""
+    duplicates: int = 0
+    """Extra copies of queued signals the network may deliver during the run."""
+    sweep_grace: float = 100.0
+    """The cleanup's grace period; above invocation_limit + late_limit, as in production."""
+    timing: Timing = "bounded"
+    lease: float = 30.0
+    """Queue visibility while an invocation runs; time passes in steps of lease + 1 s."""
+    invocation_limit: float = 62.0
+    """Bounded timing: no invocation runs longer (the function timeout)."""
+    late_limit: float = 31.0
+    """Bounded timing: a late request lands within this long of being sent."""
+    max_ticks: int = 40
+    max_steps: int = 4000
+    max_dequeue_count: int = 10
+
+    def __post_init__(self) -> None:
+        if self.messages < 1 or self.copies < 1 or self.concurrency < 1:
+            raise ConfigurationError("messages, copies and concurrency must be at least 1")
+        if self.lease <= 0 or self.sweep_grace < 0:
+            raise ConfigurationError("lease must be positive and sweep_grace not negative")
+
+    @property
+    def tick(self) -> float:
+        return self.lease + 1
+
+    @property
+    def residue_checked(self) -> bool:
+        """Residue is bounded when the timing assumptions hold and either no cleanup runs
+        before the run is quiet or the grace period outlasts any invocation plus any late
+        request (design notes 3)."""
+        return self.timing == "bounded" and (
+            self.sweeps == 0 or self.sweep_grace > self.invocation_limit + self.late_limit
+        )
+
+
+@dataclass
+class RunResult:
+    config: SimConfig
+    decisions: list[int]
+    trace: list[str]
+    violations: list[Violation]
+    faults: int
+    observation: Observation
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: Literal["step", "start", "land", "tick", "sweep", "duplicate"]
+    weight: float
+    process: Process | None = None
+    queue: str = ""
+    held: HeldRequest | None = None
+
+
+AccountWrapper = Callable[[StorageAccount], StorageAccount]
+
+
+def counter_ids() -> Callable[[], str]:
+    """Claim and attempt ids from a counter, so that a run's ids replay exactly."""
+    state = {"next": 0}
+
+    def new_id() -> str:
+        state["next"] += 1
+        return str(uuid.UUID(int=state["next"]))
+
+    return new_id
+
+
+async def _no_sleep(seconds: float) -> None:
+    """Backoff between conflict rounds: time the simulation does not need to spend, since the
+    other processes only move when the scheduler lets them."""
+
+
+def describe(operation: Operation) -> str:
+    target = operation.target
+    return f"{operation.kind} {target if len(target) <= 60 else target[:57] + '...'}"
+
+
+@dataclass
+class World:
+    config: SimConfig
+    chooser: Chooser
+    account: StorageAccount
+    """The store the run uses (in-memory, or a real account for the Azurite matrix)."""
+    clock: ManualClock | None
+    """The manual clock of in-memory stores; None for real stores (time passes for real)."""
+    suffix: str = ""
+    wrap: AccountWrapper | None = None
+    """Wraps the instrumented account the bus uses: how pipeline variants change behaviour."""
+    trace: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        config = self.config
+        self.sim = build_app(config.shape, config.mode, self.suffix)
+        self.endpoints = list(self.sim.app.endpoints)
+        self.instrumentation = Instrumentation(plan=self._plan)
+        self.scheduler = Scheduler(None if self.clock is not None else REAL_STORE_TIMEOUT)
+        self.instrumentation.on_operation = self.scheduler.gate
+        instrumented: StorageAccount = InstrumentedAccount(self.account, self.instrumentation)
+        if self.wrap is not None:
+            instrumented = self.wrap(instrumented)
+        self.instrumented = instrumented
+        settings: dict[str, Any] = {
+            "tokens_container": f"tokens{self.suffix}",
+            "topics_container": f"topics{self.suffix}",
+            "ingress_table": f"ingress{self.suffix}",
+            "topic_cache_seconds": 0.0,
+            "sleep": _no_sleep,
+            "new_id": counter_ids(),
+            "jitter": random.Random(0),
+        }
+        if self.clock is not None:
+            settings["clock"] = self.clock  # one clock for the stores and the bus
+        self.bus_config = BusConfig(**settings)
+        self.bus = Bus(self.sim.app, instrumented, self.bus_config)
+        queue_settings = QueueSettings(
+            max_dequeue_count=config.max_dequeue_count, lease_seconds=config.lease
+        )
+        self.workers = {
+            name: QueueWorker(instrumented, name, self._handler(name), queue_settings)
+            for name in self.endpoints
+        }
+        self._planned: dict[int, Fault] = {}
+        self._held_at: dict[int, float] = {}
+        self._current: Process | None = None
+        self._queues: dict[str, tuple[bool, bool]] | None = None
+        self.ticks = self.sweeps_started = self.duplicates_sent = self.faults = 0
+
+    # -- the bus as the Functions host would run it ------------------------------------------
+
+    def _handler(self, endpoint: str) -> Callable[[str, int], Any]:
+        async def handle(raw: str, dequeue_count: int) -> None:
+            await self.bus.receive(endpoint, raw, dequeue_count)
+
+        return handle
+
+    def now(self) -> float:
+        return self.bus_config.clock()
+
+    async def setup(self) -> None:
+        await provision(
+            self.account,
+            Resources(
+                containers={
+                    "tokens": self.bus_config.tokens_container,
+                    "topics": self.bus_config.topics_container,
+                },
+                tables={"ingress": self.bus_config.ingress_table},
+                endpoints=tuple(self.endpoints),
+            ),
+        )
+        setup_bus = Bus(self.sim.app, self.account, self.bus_config)
+        await setup_bus.subscribe_all()
+        client = setup_bus.client(CLIENT)
+        for number in range(self.config.messages):
+            await client.send(
+                Start(key=f"k{number % 2}"), to=self.sim.entry, idempotency_key=f"m{number}"
+            )
+        queue = self.account.queue(self.sim.entry)
+        for message in await queue.peek(32):
+            for _ in range(self.config.copies - 1):
+                await queue.send(message.content)
+
+    # -- faults --------------------------------------------------------------------------------
+
+    def _plan(self, operation: Operation) -> Fault | None:
+        return self._planned.pop(operation.index, None)
+
+    def _fault_options(self, operation: Operation) -> list[Fault | Stall | None]:
+        allowed: tuple[Fault, ...] = self.config.faults
+        if operation.kind in READS:
+            before = (Fault.CRASH_BEFORE, Fault.ERROR_BEFORE)
+            allowed = tuple(f for f in allowed if f in before)
+        elif Fault.LATE in allowed and operation.kind == "queue.receive":
+            # A late receive only hides a message once more: the same as a crash after it.
+            allowed = tuple(f for f in allowed if f is not Fault.LATE)
+        if self.config.timing == "unbounded":
+            return [None, *allowed, STALL]
+        return [None, *allowed]
+
+    # -- actions -------------------------------------------------------------------------------
+
+    async def _queue_state(self) -> dict[str, tuple[bool, bool]]:
+        """Per endpoint queue: (has a visible message, has a hidden one). Only queue
+        operations, late requests, duplicates and time change it, so it is read again only
+        after those."""
+        if self._queues is None:
+            self._queues = {}
+            for name in self.endpoints:
+                queue = self.account.queue(name)
+                visible = len(await queue.peek(32))
+                self._queues[name] = (visible > 0, await queue.approximate_count() > visible)
+        return self._queues
+
+    def _tick_allowed(self) -> bool:
+        if self.ticks >= self.config.max_ticks:
+            return False
+        if self.config.timing == "unbounded":
+            return True
+        later = self.now() + self.config.tick
+        if any(later - p.started_at > self.config.invocation_limit for p in self.scheduler.live()):
+            return False
+        return all(
+            later - self._held_at[h.operation.index] <= self.config.late_limit
+            for h in self._unlanded()
+        )
+
+    def _unlanded(self) -> list[HeldRequest]:
+        return [h for h in self.instrumentation.held if not h.landed]
+
+    async def enabled(self) -> list[Action]:
+        """Every action possible now, the default (keep running the current process) first."""
+        actions: list[Action] = []
+        live = self.scheduler.live()
+        current = self._current
+        if current is not None and current.runnable:
+            actions.append(Action("step", 1.0, process=current))
+        actions += [Action("step", 1.0, process=p) for p in live if p.runnable and p is not current]
+        queues = await self._queue_state()
+        invocations = sum(1 for p in live if p.name.startswith("inv"))
+        if invocations < self.config.concurrency:
+            actions += [
+                Action("start", 1.0, queue=name) for name, (visible, _) in queues.items() if visible
+            ]
+        actions += [Action("land", 0.5, held=h) for h in self._unlanded()]
+        hidden = any(h for _, h in queues.values())
+        if (hidden or self.sweeps_started < self.config.sweeps) and self._tick_allowed():
+            actions.append(Action("tick", 0.3))
+        if self.sweeps_started < self.config.sweeps and not any(
+            p.name.startswith("sweep") for p in live
+        ):
+            actions.append(Action("sweep", 0.2))
+        if self.duplicates_sent < self.config.duplicates:
+            actions += [
+                Action("duplicate", 0.2, queue=name)
+                for name, (visible, _) in queues.items()
+                if visible
+            ]
+        # A tick alone is not progress: only when it may bring a hidden message back.
+        if not hidden and all(a.kind in ("tick", "sweep") for a in actions):
+            return []
+        return actions
+
+    async def perform(self, action: Action) -> None:
+        number = len(self.trace)
+        if action.kind == "step":
+            assert action.process is not None
+            await self._step(number, action.process)
+            return
+        self._queues = None  # every other action may change what the queues hold
+        if action.kind == "start":
+            self._current = await self.scheduler.spawn(
+                f"inv{len(self.scheduler.processes)}@{action.queue}",
+                lambda: self._invocation(action.queue),
+                self.now(),
+            )
+            self.trace.append(f"{number:4} start {self._current.name}")
+        elif action.kind == "land":
+            assert action.held is not None
+            accepted = await action.held.land()
+            self.trace.append(
+                f"{number:4} late request lands: {describe(action.held.operation)}"
+                + ("" if accepted else " (refused)")
+            )
+        elif action.kind == "tick":
+            await self._advance(self.config.tick)
+            self.ticks += 1
+            self.trace.append(f"{number:4} time passes {self.config.tick:.0f}s")
+        elif action.kind == "sweep":
+            self.sweeps_started += 1
+            self._current = await self.scheduler.spawn(
+                f"sweep{len(self.scheduler.processes)}", self._sweep, self.now()
+            )
+            self.trace.append(f"{number:4} start {self._current.name}")
+        else:
+            [message] = await self.account.queue(action.queue).peek(1)
+            await self.account.queue(action.queue).send(message.content)
+            self.duplicates_sent += 1
+            self.trace.append(f"{number:4} network duplicates a signal on {action.queue}")
+
+    async def _step(self, number: int, process: Process) -> None:
+        operation = process.pending
+        assert operation is not None
+        if operation.kind.startswith("queue."):
+            self._queues = None
+        options = self._fault_options(operation)
+        fault = None
+        if len(options) > 1:
+            fault = options[self.chooser.choose("fault", [1.0] * len(options))]
+        if fault is not None:
+            self.faults += 1
+        if isinstance(fault, Stall):
+            process.stalled = True
+            self.trace.append(
+                f"{number:4} {process.name}: stalls before {describe(operation)} for longer "
+                "than the grace period"
+            )
+            return
+        if fault is not None:
+            self._planned[operation.index] = fault
+        held_before = len(self.instrumentation.held)
+        self.trace.append(
+            f"{number:4} {process.name}: {describe(operation)}"
+            + (f"  [{fault.value}]" if fault is not None else "")
+        )
+        self._current = process
+        await self.scheduler.step(process)
+        for held in self.instrumentation.held[held_before:]:
+            self._held_at[held.operation.index] = self.now()
+
+    def _stalled(self) -> list[Process]:
+        return [p for p in self.scheduler.live() if p.stalled]
+
+    async def _resume(self) -> None:
+        """Everything else is quiet: the stalled processes wake up after more than the grace
+        period (and the audit retention), during which a cleanup pass ran."""
+        await self._advance(self.config.sweep_grace + 1)
+        await cleanup_pass(
+            self.account,
+            self.endpoints,
+            tokens_container=self.bus_config.tokens_container,
+            ingress_table=self.bus_config.ingress_table,
+            grace_seconds=self.config.sweep_grace,
+            clock=self.bus_config.clock,
+        )
+        await expire_audit_rows(self.account, self.endpoints)
+        self._queues = None
+        for process in self._stalled():
+            process.stalled = False
+        self.trace.append(
+            f"{len(self.trace):4} time passes beyond the grace period and the audit retention; "
+            "a cleanup pass runs; stalled processes resume"
+        )
+
+    async def _advance(self, seconds: float) -> None:
+        if self.clock is not None:
+            self.clock.advance(seconds)
+        else:
+            await asyncio.sleep(seconds)
+
+    async def _invocation(self, queue_name: str) -> str:
+        messages = await self.instrumented.queue(queue_name).receive(
+            1, visibility_timeout=self.config.lease
+        )
+        if not messages:
+            return "nothing to receive"
+        [message] = messages
+        with contextlib.suppress(MalformedSignal):
+            token = Signal.parse(message.content).token
+            incoming_token.set((self.bus_config.tokens_container, token))
+        acknowledged = await self.workers[queue_name].run_one(message)
+        return "acknowledged" if acknowledged else "released"
+
+    async def _sweep(self) -> str:
+        await cleanup_pass(
+            self.instrumented,
+            self.endpoints,
+            tokens_container=self.bus_config.tokens_container,
+            ingress_table=self.bus_config.ingress_table,
+            grace_seconds=self.config.sweep_grace,
+            clock=self.bus_config.clock,
+        )
+        return "swept"
+
+    # -- the whole run -------------------------------------------------------------------------
+
+    async def run(self, reference: Observation | None) -> RunResult:
+        """Run to quiescence, clean up once, and check the invariants against ``reference``
+        (None: this run is the reference)."""
+        await self.setup()
+        try:
+            stuck = await self._drive()
+        finally:
+            await self.scheduler.close()
+        # Real stores keep real time: their final pass uses no grace period instead of waiting
+        # for one (safe: nothing is in flight any more).
+        await self._advance(self.config.sweep_grace + 1 if self.clock is not None else 0)
+        await cleanup_pass(
+            self.account,
+            self.endpoints,
+            tokens_container=self.bus_config.tokens_container,
+            ingress_table=self.bus_config.ingress_table,
+            grace_seconds=self.config.sweep_grace if self.clock is not None else 0.0,
+            clock=self.bus_config.clock,
+        )
+        seen = await observe(self.account, self.endpoints, self.bus_config.tokens_container)
+        violations = list(stuck) + [
+            Violation(UNEXPECTED_ERROR, f"{p.name} {p.outcome}")
+            for p in self.scheduler.processes
+            if p.outcome.startswith("raised")
+        ]
+        if reference is not None:
+            violations += check(seen, reference, client=CLIENT, residue=self.config.residue_checked)
+        return RunResult(
+            self.config, list(self.chooser.decisions), self.trace, violations, self.faults, seen
+        )
+
+    async def _drive(self) -> list[Violation]:
+        for _ in range(self.config.max_steps):
+            actions = await self.enabled()
+            if not actions and not self._stalled():
+                return []
+            if not actions:
+                await self._resume()
+                continue
+            choice = 0
+            if len(actions) > 1:
+                choice = self.chooser.choose("schedule", [a.weight for a in actions])
+            await self.perform(actions[choice])
+        return [
+            Violation(
+                NO_LOST_MESSAGES,
+                f"the run did not become quiet within {self.config.max_steps} steps",
+            )
+        ]
+
+
+async def reference_run(
+    config: SimConfig, account: StorageAccount, clock: ManualClock | None, suffix: str = ""
+) -> Observation:
+    """The same messages processed one at a time, once each, without faults."""
+    plain = SimConfig(
+        name=f"{config.name}-reference",
+        shape=config.shape,
+        mode=config.mode,
+        messages=config.messages,
+        copies=1,
+        concurrency=1,
+        faults=(),
+        sweep_grace=config.sweep_grace,
+    )
+    world = World(plain, Replay([]), account, clock, suffix)
+    return (await world.run(None)).observation
+
+
+@contextlib.contextmanager
+def quiet_logs() -> Iterator[None]:
+    """The pipeline logs every injected failure; thousands of runs would drown the output."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logging.disable(previous)
