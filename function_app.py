@@ -49,3 +49,14 @@ async def loyalty(msg: func.QueueMessage) -> None:
 async def health(req: func.HttpRequest) -> func.HttpResponse:
     status, body = await runtime.health()
     return func.HttpResponse(body, status_code=status, mimetype="application/json")
+
+
+@app.route(route="messages", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
+async def ingress(req: func.HttpRequest) -> func.HttpResponse:
+    status, body = await runtime.ingress(req.headers, req.get_body())
+    return func.HttpResponse(body, status_code=status, mimetype="application/json")
+
+
+@app.timer_trigger(arg_name="timer", schedule="%CLEANUP_SCHEDULE%", use_monitor=False)
+async def cleanup(timer: func.TimerRequest) -> None:
+    await runtime.cleanup_now()

@@ -80,6 +80,9 @@ param instanceMemoryMB int = 2048
 @maxValue(730)
 param logRetentionInDays int = 30
 
+@description('Optional. NCRONTAB schedule (six fields, seconds first, UTC) of the cleanup timer function.')
+param cleanupSchedule string = '0 */5 * * * *'
+
 @description('Optional. Extra, non-secret app settings for the Function App (name to value).')
 param additionalAppSettings object = {}
 
@@ -162,6 +165,7 @@ module functionApp 'app/function-app.bicep' = {
     pythonVersion: pythonVersion
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB
+    cleanupSchedule: cleanupSchedule
     additionalAppSettings: additionalAppSettings
   }
   // The host must be able to read its storage from its first start.

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import azure.functions as func
 import pytest
 from azure.functions.queue import QueueMessage
+from azure.functions.timer import TimerRequest
 
 import function_app
 from shared import runtime
+from shared.host.ncrontab import Schedule
 from shared.local.azurite import AzuriteEndpoints
 from shared.provisioning import provision
 from shared.resources import load_resources, poison_queue
@@ -83,6 +86,7 @@ async def deployed(
     monkeypatch.setenv("AzureWebJobsStorage", azurite.connection_string)
     monkeypatch.setattr(runtime, "_account", None)
     monkeypatch.setattr(runtime, "_bus", None)
+    monkeypatch.setattr(runtime, "_ingress_bus", None)
     account = runtime.storage_account()
     assert isinstance(account, AzureStorageAccount)
     await provision(account, load_resources())
@@ -93,24 +97,12 @@ async def deployed(
     await account.close()
 
 
-@pytest.mark.azurite
-async def test_the_queue_functions_run_the_sample_order_flow(
-    deployed: AzureStorageAccount,
-) -> None:
-    """Drive the declared functions as the host would: base64-decoded body, dequeue count."""
+async def deliver_all(deployed: AzureStorageAccount) -> int:
+    """Call the declared queue functions with every message until the queues are quiet, as
+    the host would: base64-decoded body, dequeue count. Returns how many were delivered."""
     functions: dict[str, Callable[..., Any]] = {
         name: getattr(function_app, name) for name in queue_triggers()
     }
-    await (
-        runtime.bus()
-        .client("cli")
-        .send(
-            PlaceOrder(order_id="fa-1", customer="ada", amount_cents=1250),
-            to="orders",
-            idempotency_key="fa-1",
-        )
-    )
-
     delivered = 0
     for _ in range(10):
         busy = False
@@ -129,8 +121,25 @@ async def test_the_queue_functions_run_the_sample_order_flow(
                 delivered += 1
         if not busy:
             break
+    return delivered
 
-    assert delivered == 5  # PlaceOrder, OrderPlaced x2, ChargePayment, ShipOrder
+
+@pytest.mark.azurite
+async def test_the_queue_functions_run_the_sample_order_flow(
+    deployed: AzureStorageAccount,
+) -> None:
+    """Drive the declared functions as the host would: base64-decoded body, dequeue count."""
+    await (
+        runtime.bus()
+        .client("cli")
+        .send(
+            PlaceOrder(order_id="fa-1", customer="ada", amount_cents=1250),
+            to="orders",
+            idempotency_key="fa-1",
+        )
+    )
+
+    assert await deliver_all(deployed) == 5  # PlaceOrder, OrderPlaced x2, ChargePayment, ShipOrder
     payments = deployed.table("payments")
     [state] = (await payments.query(partition_key="fa-1", row_keys=["state"])).entities
     assert json.loads(str(state["data"]))["amount_cents"] == 1250
@@ -150,3 +159,43 @@ def test_host_json_expects_base64_bodies_as_the_queue_adapter_writes_them() -> N
     with open("host.json") as f:
         host = json.load(f)
     assert host["extensions"]["queues"]["messageEncoding"] == "base64"
+
+
+def test_the_ingress_route_takes_posts_with_a_function_key() -> None:
+    trigger = declared_functions()["ingress"].get_trigger()
+    assert trigger.get_binding_name() == "httpTrigger"
+    assert trigger.route == "messages"
+    assert [m.value for m in trigger.methods] == ["POST"]
+    assert trigger.auth_level == func.AuthLevel.FUNCTION
+
+
+def test_the_cleanup_timer_reads_its_schedule_from_an_app_setting_with_a_sample_value() -> None:
+    trigger = declared_functions()["cleanup"].get_trigger()
+    assert trigger.get_binding_name() == "timerTrigger"
+    assert trigger.schedule == "%CLEANUP_SCHEDULE%"
+    with open("local.settings.sample.json") as f:
+        sample = json.load(f)["Values"]["CLEANUP_SCHEDULE"]
+    schedule = Schedule.parse(sample)
+    start = datetime(2026, 1, 1, 0, 1, tzinfo=UTC)
+    assert schedule.next_after(start) == datetime(2026, 1, 1, 0, 5, tzinfo=UTC)
+
+
+@pytest.mark.azurite
+async def test_the_cleanup_timer_function_runs_one_pass(deployed: AzureStorageAccount) -> None:
+    await function_app.cleanup(TimerRequest())
+    # Once a message and everything it caused are processed, a pass (grace 0) retires its
+    # outbox record.
+    await (
+        runtime.bus()
+        .client("cli")
+        .send(
+            PlaceOrder(order_id="fa-2", customer="ada", amount_cents=100),
+            to="orders",
+            idempotency_key="fa-2",
+        )
+    )
+    assert await deliver_all(deployed) == 5
+    orders = deployed.table("orders")
+    assert [e async for e in orders.query_all(partition_key="fa-2", row_key_prefix="outbox|")]
+    await runtime.cleanup_now(deployed, grace_seconds=0)
+    assert [e async for e in orders.query_all(partition_key="fa-2", row_key_prefix="outbox|")] == []

@@ -53,7 +53,10 @@ param maximumInstanceCount int = 40
 ])
 param instanceMemoryMB int = 2048
 
-@description('Optional. Extra app settings (name to value). They must not hold secrets; put those in Key Vault and reference them.')
+@description('Optional. NCRONTAB schedule (six fields, seconds first, UTC) of the cleanup timer function; the host does not index the function without it.')
+param cleanupSchedule string = '0 */5 * * * *'
+
+@description('Optional. Extra app settings (name to value), overriding the defaults above. They must not hold secrets; put those in Key Vault and reference them.')
 param additionalAppSettings object = {}
 
 resource storageAccount 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
@@ -98,7 +101,7 @@ var identityAppSettings = [
   }
 ]
 
-var extraAppSettings = [for setting in items(additionalAppSettings): {
+var extraAppSettings = [for setting in items(union({ CLEANUP_SCHEDULE: cleanupSchedule }, additionalAppSettings)): {
   name: setting.key
   value: setting.value
 }]
@@ -120,9 +123,9 @@ resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
 
 resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
   // checkov:skip=CKV_AZURE_222:No VNet or private endpoint exists in this template, so the public HTTPS endpoint is how deployments (func publish, OneDeploy) and any HTTP trigger reach the app; httpsOnly and TLS 1.2 apply.
-  // checkov:skip=CKV_AZURE_17:Incoming client certificates authenticate HTTP callers. The bus work is queue-triggered and the only HTTP route (api/health) is already protected by a function key.
+  // checkov:skip=CKV_AZURE_17:Incoming client certificates authenticate HTTP callers. The bus work is queue-triggered and its HTTP routes (api/health and the api/messages ingress) are protected by function keys.
   // checkov:skip=CKV_AZURE_212:numberOfWorkers belongs to dedicated App Service plans. On Flex Consumption instance counts come from functionAppConfig.scaleAndConcurrency and the platform replaces failed instances.
-  // checkov:skip=CKV_AZURE_213:Health check probes a path anonymously, but the only HTTP route (api/health) requires a function key; the bus work is queue-triggered and Flex Consumption replaces failed instances itself.
+  // checkov:skip=CKV_AZURE_213:Health check probes a path anonymously, but every HTTP route (api/health, api/messages) requires a function key; the bus work is queue-triggered and Flex Consumption replaces failed instances itself.
   name: name
   location: location
   tags: tags

@@ -1,1 +1,3 @@
-"""Running queue-triggered handlers the way the Azure Functions host does, without the host."""
+"""The local Functions host: runs the queue, timer and HTTP triggers a ``function_app.py``
+declares, with host.json's semantics, where Core Tools are not available
+(``python -m shared.host``)."""

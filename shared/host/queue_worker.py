@@ -1,6 +1,8 @@
 """Queue polling with the semantics of the Functions queue trigger (host.json ``queues``):
-batches of ``batchSize``, a failed message made visible again after ``visibilityTimeout``,
-and moved to ``<queue>-poison`` once it has failed ``maxDequeueCount`` times."""
+batches of ``batchSize``, a new batch fetched once no more than ``newBatchThreshold`` messages
+are still running, polling that backs off to ``maxPollingInterval`` while the queue is empty,
+a failed message made visible again after ``visibilityTimeout``, and moved to
+``<queue>-poison`` once it has failed ``maxDequeueCount`` times."""
 
 from __future__ import annotations
 
@@ -8,19 +10,23 @@ import asyncio
 import contextlib
 import json
 import logging
+import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shared.errors import NotFound, OutcomeUnknown
+from shared.errors import BusError, ConfigurationError, NotFound, OutcomeUnknown
 from shared.resources import poison_queue
 from shared.stores.account import StorageAccount
-from shared.stores.queue import QueueMessage
+from shared.stores.queue import MAX_RECEIVE_BATCH, QueueMessage
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[str, int], Awaitable[Any]]
+
+MIN_POLLING_INTERVAL = 0.1
+"""First wait after an empty receive; doubles (with jitter) up to maxPollingInterval."""
 
 
 @dataclass(frozen=True)
@@ -30,24 +36,55 @@ class QueueSettings:
     max_dequeue_count: int = 5
     visibility_timeout: float = 0.0
     """Delay before a failed message is retried."""
+    max_polling_interval: float = 60.0
     lease_seconds: float = 60.0
     """How long a received message stays hidden while its function runs."""
+    renew_lease: bool = False
+    """Extend the lease every ``lease_seconds / 2`` while the function runs, as the Functions
+    host does, so a short lease (quick recovery after a crash) is safe for slow functions."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.batch_size <= MAX_RECEIVE_BATCH:
+            raise ConfigurationError(f"batchSize must be 1-{MAX_RECEIVE_BATCH}")
+        if self.new_batch_threshold < 0 or self.max_dequeue_count < 1:
+            raise ConfigurationError("newBatchThreshold must be >= 0, maxDequeueCount >= 1")
+        if self.lease_seconds <= 0 or self.visibility_timeout < 0:
+            raise ConfigurationError("lease and visibilityTimeout must be positive")
 
     @classmethod
     def from_host_json(cls, path: Path) -> QueueSettings:
-        queues = json.loads(path.read_text()).get("extensions", {}).get("queues", {})
-        return cls(
-            batch_size=int(queues.get("batchSize", 16)),
-            new_batch_threshold=int(queues.get("newBatchThreshold", 8)),
-            max_dequeue_count=int(queues.get("maxDequeueCount", 5)),
-            visibility_timeout=_timespan(queues.get("visibilityTimeout", "00:00:00")),
-        )
+        try:
+            host = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise ConfigurationError(f"cannot read {path}: {e}") from e
+        queues = host.get("extensions", {}).get("queues", {})
+        encoding = str(queues.get("messageEncoding", "base64")).lower()
+        if encoding != "base64":
+            # The queue adapters always write base64 (the Functions default); reading plain
+            # text here would hand functions garbage.
+            raise ConfigurationError(
+                f"{path}: messageEncoding {encoding!r} is not supported; use 'base64'"
+            )
+        batch_size = int(queues.get("batchSize", 16))
+        try:
+            return cls(
+                batch_size=batch_size,
+                new_batch_threshold=int(queues.get("newBatchThreshold", batch_size // 2)),
+                max_dequeue_count=int(queues.get("maxDequeueCount", 5)),
+                visibility_timeout=timespan(queues.get("visibilityTimeout", "00:00:00")),
+                max_polling_interval=timespan(queues.get("maxPollingInterval", "00:01:00")),
+            )
+        except ValueError as e:
+            raise ConfigurationError(f"{path}: invalid queues setting: {e}") from e
 
 
-def _timespan(value: str) -> float:
+def timespan(value: str) -> float:
     """host.json time spans are 'hh:mm:ss' (optionally with fractional seconds)."""
-    hours, minutes, seconds = value.split(":")
-    return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+    try:
+        hours, minutes, seconds = str(value).split(":")
+        return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+    except ValueError:
+        raise ConfigurationError(f"invalid time span {value!r}: expected 'hh:mm:ss'") from None
 
 
 class QueueWorker:
@@ -67,19 +104,64 @@ class QueueWorker:
 
     async def poll_once(self) -> int:
         """Receive one batch and run it concurrently; returns how many messages were taken."""
-        messages = await self.queue.receive(
-            min(self.settings.batch_size, 32), visibility_timeout=self.settings.lease_seconds
-        )
+        messages = await self._receive()
         if messages:
             await asyncio.gather(*(self.run_one(m) for m in messages))
         return len(messages)
 
+    async def _receive(self) -> list[QueueMessage]:
+        return await self.queue.receive(
+            self.settings.batch_size, visibility_timeout=self.settings.lease_seconds
+        )
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Poll until ``stopping`` is set, then wait for the messages still running.
+
+        Like the Functions host, a new batch is fetched as soon as no more than
+        ``new_batch_threshold`` messages are running, so up to batch_size +
+        new_batch_threshold run at once."""
+        running: set[asyncio.Task[bool]] = set()
+        delay = MIN_POLLING_INTERVAL
+
+        def finished(task: asyncio.Task[bool]) -> None:
+            running.discard(task)
+            # Only a crash escapes run_one (it catches every Exception): the message is not
+            # acknowledged and comes back after its lease, as when a real worker dies.
+            if not task.cancelled() and (error := task.exception()) is not None:
+                log.warning("queue %s: invocation ended abruptly: %r", self.queue.name, error)
+
+        while not stopping.is_set():
+            if len(running) > self.settings.new_batch_threshold:
+                await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                continue
+            try:
+                messages = await self._receive()
+            except (BusError, OSError) as e:
+                # Storage unreachable or throttling: keep the host alive and try again later.
+                log.warning("queue %s: receive failed: %s", self.queue.name, e)
+                messages = []
+            for message in messages:
+                task = asyncio.create_task(self.run_one(message))
+                running.add(task)
+                task.add_done_callback(finished)
+            if messages:
+                delay = MIN_POLLING_INTERVAL
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), delay)
+            # Randomised exponential backoff, as the host does, so idle queues cost little.
+            delay = min(self.settings.max_polling_interval, delay * random.uniform(1.5, 2.5))
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
+
     async def run_one(self, message: QueueMessage) -> bool:
         """Invoke the handler; acknowledge on success, release or poison on failure."""
+        lease = _Lease(self, message)
         try:
-            await self.handler(message.content, message.dequeue_count)
+            await lease.hold(self.handler(message.content, message.dequeue_count))
         except Exception as e:
-            return await self._failed(message, e)
+            return await self._failed(lease.current, e)
+        message = lease.current
         try:
             await self.queue.delete(message.id, message.pop_receipt)
         except NotFound:
@@ -111,8 +193,58 @@ class QueueWorker:
             message.dequeue_count,
             error,
         )
-        with contextlib.suppress(NotFound):
+        # If the release is lost too, the message still reappears when its lease runs out.
+        with contextlib.suppress(NotFound, OutcomeUnknown):
             await self.queue.update(
                 message.id, message.pop_receipt, visibility_timeout=self.settings.visibility_timeout
             )
         return False
+
+
+class _Lease:
+    """Keeps a received message hidden while its function runs (when renewal is on). Each
+    renewal changes the pop receipt, so the acknowledgement must use ``current``."""
+
+    def __init__(self, worker: QueueWorker, message: QueueMessage) -> None:
+        self.worker = worker
+        self.current = message
+
+    async def hold(self, work: Awaitable[Any]) -> None:
+        settings = self.worker.settings
+        if not settings.renew_lease:
+            await work
+            return
+        done = asyncio.Event()
+        renewing = asyncio.create_task(self._renew(done, settings.lease_seconds))
+        try:
+            await work
+        finally:
+            # Let an update in flight finish rather than cancel it: a cancelled update may
+            # still change the pop receipt, and the acknowledgement would then miss.
+            done.set()
+            await renewing
+
+    async def _renew(self, done: asyncio.Event, lease: float) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), lease / 2)
+            if done.is_set():
+                return
+            message = self.current
+            try:
+                receipt = await self.worker.queue.update(
+                    message.id, message.pop_receipt, visibility_timeout=lease
+                )
+            except (BusError, OSError) as e:
+                log.warning(
+                    "queue %s: renewing %s failed: %s", self.worker.queue.name, message.id, e
+                )
+                return
+            self.current = QueueMessage(
+                message.id,
+                message.content,
+                message.dequeue_count,
+                receipt,
+                message.inserted_on,
+                message.next_visible_on,
+            )

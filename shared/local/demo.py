@@ -1,51 +1,56 @@
 """``make demo``: the main job, against an embedded Azurite.
 
 It starts the emulator on free ports, provisions every resource in ``infra/resources.json``,
-and drives the sample app (orders and shooting range) with about 1,000 deliveries while the
-transport misbehaves: about 30% of signals are sent twice, and workers crash at random
-storage operations (the message then comes back when its lease runs out). Once every queue
-is empty it checks the outcome from the business state and the audit rows, prints a table,
-and ends with one summary line; it exits non-zero when anything was lost, duplicated or
+and starts the local Functions host (``python -m shared.host``, reading ``function_app.py``)
+as a separate process. Clients then post about 275 orders and shots to the HTTP ingress
+(``POST /api/messages`` with an Idempotency-Key; about 30% of requests are repeated, and
+every failed request is retried with its key) which make about 1,000 deliveries through the
+sample app, while the host misbehaves on purpose: about 30% of its signals are sent twice,
+1% of its storage operations crash the invocation, and mid-run the whole host is killed with
+SIGKILL and started again. Once every queue is empty the host is stopped gracefully, one
+cleanup pass runs, and the outcome is checked from the business state and the audit rows.
+The last line sums it up; the exit code is non-zero when anything was lost, duplicated or
 made up.
-
-After the queues drain, one outbox sweep runs; residue is what is left of tokens and outbox
-records after it. Workers run in this process for now; a separate local host process killed
-with SIGKILL mid-run is still to come.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
+import os
 import random
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-from shared.bus import Bus, BusConfig, Outcome
+import aiohttp
+
+from shared import runtime
+from shared.bus import Outcome
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
-from shared.cleanup.sweep import sweep_endpoint
-from shared.host.queue_worker import Handler, QueueSettings, QueueWorker
+from shared.host.chaos import CRASH_RATE, DUPLICATE_RATE, SEED
+from shared.host.process import HostProcess
 from shared.local.azurite import REPO_ROOT, Azurite
-from shared.local.chaos import DuplicatingAccount
 from shared.provisioning import provision
-from shared.resources import load_resources
-from shared.sample.app import FireAt, PlaceOrder
+from shared.resources import load_resources, poison_queue
 from shared.sample.app import app as sample_app
-from shared.settings import StorageSettings
+from shared.settings import DEFAULT_SETTING, StorageSettings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
-from shared.stores.instrumented import (
-    Fault,
-    FaultPlan,
-    Instrumentation,
-    InstrumentedAccount,
-    Operation,
-    SimulatedCrash,
+
+FUNCTION_KEY = "demo-function-key"
+DELIVERIES_PER_ORDER = (
+    5  # PlaceOrder, OrderPlaced to loyalty and shipping, ChargePayment, ShipOrder
 )
-from shared.stores.queue import QueueMessage
+DELIVERIES_PER_SHOT = 2  # FireAt, then Hit or Missed to the leaderboard
 
 
 @dataclass
@@ -54,81 +59,30 @@ class Options:
     shots: int = 125
     duplicate_rate: float = 0.3
     crash_rate: float = 0.01
-    lease_seconds: float = 3.0
+    kill_at: float = 0.4
+    """Fraction of the expected deliveries processed when the host is killed (0: no kill)."""
+    lease_seconds: float = 4.0
+    concurrency: int = 8
     seed: int = 2026
+    timeout: float = 600.0
 
 
 @dataclass
-class Run:
-    outcomes: Counter[Outcome] = field(default_factory=Counter)
-    crashes: int = 0
-    failures: int = 0
-    swept_records: int = 0
-    swept_tokens: int = 0
+class Request:
+    key: str
+    payload: dict[str, Any]
 
 
-def crash_plan(rate: float, seed: int) -> FaultPlan:
-    """Crash before or after a random ``rate`` of storage operations, reproducibly."""
-    chooser = random.Random(seed)
+@dataclass
+class Clients:
+    """What the HTTP clients saw."""
 
-    def plan(operation: Operation) -> Fault | None:
-        if chooser.random() < rate:
-            return chooser.choice([Fault.CRASH_BEFORE, Fault.CRASH_AFTER])
-        return None
-
-    return plan
-
-
-def workers(
-    bus: Bus, processing: StorageAccount, options: Options, run: Run
-) -> dict[str, QueueWorker]:
-    """One queue worker per endpoint, with host.json's settings and the demo's short lease so
-    that a crashed message comes back within seconds."""
-    settings = replace(
-        QueueSettings.from_host_json(REPO_ROOT / "host.json"), lease_seconds=options.lease_seconds
-    )
-
-    def handler(endpoint: str) -> Handler:
-        async def handle(raw: str, dequeue_count: int) -> None:
-            run.outcomes[await bus.receive(endpoint, raw, dequeue_count)] += 1
-
-        return handle
-
-    return {
-        endpoint: QueueWorker(processing, endpoint, handler(endpoint), settings)
-        for endpoint in sample_app.endpoints
-    }
-
-
-async def deliver(worker: QueueWorker, message: QueueMessage, run: Run) -> None:
-    """One function invocation. A crash skips the acknowledgement and the message reappears
-    after its lease, as on the real platform."""
-    try:
-        if not await worker.run_one(message):
-            run.failures += 1
-    except SimulatedCrash:
-        run.crashes += 1
-
-
-async def work(
-    workers: dict[str, QueueWorker], transport: StorageAccount, options: Options, run: Run
-) -> None:
-    """Poll every endpoint queue until all of them are empty."""
-    while True:
-        busy = False
-        for endpoint, worker in workers.items():
-            batch = await transport.queue(endpoint).receive(
-                16, visibility_timeout=options.lease_seconds
-            )
-            if batch:
-                busy = True
-                await asyncio.gather(*(deliver(worker, m, run) for m in batch))
-        if busy:
-            continue
-        waiting = sum([await transport.queue(e).approximate_count() for e in workers])
-        if waiting == 0:
-            return
-        await asyncio.sleep(0.2)  # crashed messages come back once their lease runs out
+    receipts: dict[str, list[str]] = field(default_factory=dict)
+    requests: int = 0
+    retries: int = 0
+    repeats: int = 0
+    inconsistent: list[str] = field(default_factory=list)
+    unsent: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -151,6 +105,151 @@ class Verdict:
             and self.processed == self.sent
         )
 
+    def line(self) -> str:
+        return (
+            f"demo: sent={self.sent} processed={self.processed} "
+            f"duplicates_suppressed={self.duplicates_suppressed} lost={self.lost} "
+            f"ghosts={self.ghosts} residue={self.residue} "
+            f"verdict={'PASS' if self.passed else 'FAIL'}"
+        )
+
+
+def plan_requests(options: Options) -> tuple[list[Request], dict[str, int], Counter[str]]:
+    """The client requests (orders and shots interleaved), the order amounts and the shots
+    per game they must lead to."""
+    chooser = random.Random(options.seed)
+    orders: dict[str, int] = {}
+    shots: Counter[str] = Counter()
+    order_requests, shot_requests = [], []
+    for i in range(options.orders):
+        order_id, amount = f"order{i}", 100 * chooser.randint(1, 50)
+        orders[order_id] = amount
+        body = {"order_id": order_id, "customer": f"cust{i % 20}", "amount_cents": amount}
+        order_requests.append(
+            Request(order_id, {"type": "PlaceOrder", "to": "orders", "body": body})
+        )
+    for i in range(options.shots):
+        game = f"game{i % 10}"
+        shots[game] += 1
+        body = {"game_id": game, "position": chooser.randint(0, 9)}
+        shot_requests.append(Request(f"shot{i}", {"type": "FireAt", "body": body}))
+    mixed = order_requests + shot_requests
+    chooser.shuffle(mixed)
+    return mixed, orders, shots
+
+
+async def post(
+    session: aiohttp.ClientSession,
+    host: HostProcess,
+    request: Request,
+    clients: Clients,
+    deadline: float,
+) -> list[str] | None:
+    """POST until the ingress answers 200/202; a dead or restarting host, a crash inside the
+    function (500) or storage trouble (503) are retried with the same Idempotency-Key."""
+    delay = 0.1
+    while time.monotonic() < deadline:
+        clients.requests += 1
+        try:
+            async with session.post(
+                f"{host.url}/api/messages",
+                json=request.payload,
+                headers={"Idempotency-Key": request.key, "x-functions-key": FUNCTION_KEY},
+            ) as response:
+                if response.status in (200, 202):
+                    return [str(i) for i in (await response.json())["message_ids"]]
+                if response.status < 500:
+                    raise RuntimeError(
+                        f"{request.key}: HTTP {response.status} {await response.text()}"
+                    )
+        except (aiohttp.ClientError, TimeoutError):
+            pass
+        clients.retries += 1
+        await asyncio.sleep(delay)
+        delay = min(2.0, delay * 2)
+    return None
+
+
+async def send_all(
+    host: HostProcess, requests: list[Request], options: Options, clients: Clients
+) -> None:
+    chooser = random.Random(options.seed + 1)
+    deadline = time.monotonic() + options.timeout
+    pending = asyncio.Queue[Request]()
+    for request in requests:
+        pending.put_nowait(request)
+
+    async def client(session: aiohttp.ClientSession) -> None:
+        while not pending.empty():
+            request = pending.get_nowait()
+            ids = await post(session, host, request, clients, deadline)
+            if ids is None:
+                clients.unsent.append(request.key)
+                continue
+            clients.receipts[request.key] = ids
+            if chooser.random() < options.duplicate_rate:
+                # The client did not see the answer and sends again: same key, same ids.
+                clients.repeats += 1
+                again = await post(session, host, request, clients, deadline)
+                if again is not None and again != ids:
+                    clients.inconsistent.append(request.key)
+
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        await asyncio.gather(*(client(session) for _ in range(options.concurrency)))
+
+
+def read_outcomes(path: Path) -> Counter[str]:
+    outcomes: Counter[str] = Counter()
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                outcomes[str(json.loads(line)["outcome"])] += 1
+    return outcomes
+
+
+def processed_so_far(path: Path) -> int:
+    """Cheap count of committed deliveries, polled while the host runs."""
+    if not path.exists():
+        return 0
+    return path.read_bytes().count(f'"outcome": "{Outcome.PROCESSED.value}"'.encode())
+
+
+async def kill_midway(
+    host: HostProcess, outcome_log: Path, options: Options, sent: asyncio.Event
+) -> float | None:
+    """SIGKILL the host once the clients are done and the given share of deliveries is
+    processed, then restart it. Returns when the kill happened (seconds into the run).
+
+    Waiting for the clients keeps the kill away from ingress requests: one killed between
+    its token create and its ingress record leaves a token that only the cleanup job's
+    ingress pass removes (the client's retry itself is exactly-once either way)."""
+    if options.kill_at <= 0:
+        return None
+    expected = options.orders * DELIVERIES_PER_ORDER + options.shots * DELIVERIES_PER_SHOT
+    started = time.monotonic()
+    while not sent.is_set() or processed_so_far(outcome_log) < options.kill_at * expected:
+        if time.monotonic() - started > options.timeout:
+            return None
+        await asyncio.sleep(0.25)
+    host.kill()
+    killed_at = time.monotonic() - started
+    print(f"  host killed with SIGKILL after {killed_at:.1f}s; restarting it")
+    await asyncio.to_thread(host.start)
+    return killed_at
+
+
+async def quiescent(account: StorageAccount, deadline: float) -> bool:
+    """Every endpoint queue empty, twice in a row (counts include leased messages)."""
+    calm = 0
+    while time.monotonic() < deadline:
+        waiting = sum([await account.queue(e).approximate_count() for e in sample_app.endpoints])
+        calm = calm + 1 if waiting == 0 else 0
+        if calm == 2:
+            return True
+        await asyncio.sleep(0.5)
+    return False
+
 
 async def rows(account: StorageAccount, table: str, prefix: str) -> list[dict[str, object]]:
     return [
@@ -164,9 +263,11 @@ async def verify(
     roots: set[str],
     orders: dict[str, int],
     shots: Counter[str],
-    run: Run,
+    suppressed: int,
     tokens_container: str,
 ) -> Verdict:
+    """The invariants, from storage alone: every message sent (the clients' and every one a
+    handler caused) has exactly one audit row, the business state is exact, nothing is left."""
     endpoints = list(sample_app.endpoints)
     audited: Counter[str] = Counter()
     expected = set(roots)
@@ -185,18 +286,22 @@ async def verify(
     for order_id, amount in orders.items():
         if states["payments"].get(order_id, {}).get("amount_cents") != amount:
             errors.append(f"payment of {order_id} is not exactly {amount}")
+        if not states["shipping"].get(order_id, {}).get("shipment_id"):
+            errors.append(f"order {order_id} was not shipped")
     customers = Counter(f"cust{int(o[5:]) % 20}" for o in orders)
     for customer, count in customers.items():
         if states["loyalty"].get(customer, {}).get("orders") != count:
             errors.append(f"loyalty of {customer} is not {count} orders")
+        if len(states["shipping"].get(customer, {}).get("pick_list", [])) != count:
+            errors.append(f"pick list of {customer} does not hold {count} orders")
     for game, count in shots.items():
         score = states["leaderboard"].get(game, {})
         if score.get("hits", 0) + score.get("misses", 0) != count:
             errors.append(f"leaderboard of {game} does not count {count} shots")
         if states["shootingrange"].get(game, {}).get("shots") != count:
             errors.append(f"range of {game} did not take {count} shots")
+    errors += [f"{m} was processed {n} times" for m, n in audited.items() if n > 1]
     tokens_left = len([p async for p in account.blob_container(tokens_container).list()])
-    suppressed = run.outcomes[Outcome.DUPLICATE] + run.outcomes[Outcome.RESUMED]
     return Verdict(
         sent=len(expected),
         processed=len(audited),
@@ -208,105 +313,163 @@ async def verify(
     )
 
 
-async def drive(connection_string: str, options: Options) -> Verdict:
+def run_audit(connection_string: str, workdir: Path) -> int | None:
+    """The Spark audit (``python -m shared.audit run``) over the same storage, in its own
+    process (it starts a JVM); None when PySpark is not installed."""
+    if importlib.util.find_spec("pyspark") is None:
+        return None
+    started = time.monotonic()
+    command = [sys.executable, "-m", "shared.audit", "run", "--out", str(workdir / "audit")]
+    command += ["--master", "local[2]", "--splits", "2", "--quiet"]
+    result = subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        env={
+            **os.environ,
+            DEFAULT_SETTING: connection_string,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "PYSPARK_PYTHON": sys.executable,  # Spark's workers need this venv's packages
+        },
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    for line in result.stdout.strip().splitlines()[-12:]:
+        print(f"  audit: {line}")
+    if result.returncode != 0:
+        for line in result.stderr.strip().splitlines()[-12:]:
+            print(f"  audit: {line}")
+    print(f"  spark audit: exit code {result.returncode} in {time.monotonic() - started:.0f}s")
+    return result.returncode
+
+
+async def drive(connection_string: str, options: Options, workdir: Path) -> Verdict:
     resources = load_resources()
-    config = BusConfig(
-        tokens_container=resources.containers["tokens"],
-        topics_container=resources.containers["topics"],
-        ingress_table=resources.tables["ingress"],
+    config = runtime.bus_config()
+    outcome_log = workdir / "outcomes.jsonl"
+    host = HostProcess(
+        REPO_ROOT / "function_app.py",
+        {
+            **os.environ,
+            DEFAULT_SETTING: connection_string,
+            "CLEANUP_SCHEDULE": os.environ.get("CLEANUP_SCHEDULE", "0 */5 * * * *"),
+            "BUS_HOST_FUNCTION_KEY": FUNCTION_KEY,
+            runtime.OUTCOME_LOG_SETTING: str(outcome_log),
+            DUPLICATE_RATE: str(options.duplicate_rate),
+            CRASH_RATE: str(options.crash_rate),
+            SEED: str(options.seed),
+        },
+        workdir / "host.log",
+        args=["--lease-seconds", str(options.lease_seconds)],
     )
     async with AzureStorageAccount(StorageSettings(connection_string)) as raw:
         print(f"  {(await provision(raw, resources)).summary()}")
-        transport = DuplicatingAccount(raw, options.duplicate_rate, options.seed)
-        processing = InstrumentedAccount(
-            transport, Instrumentation(plan=crash_plan(options.crash_rate, options.seed))
-        )
-        bus = Bus(sample_app, processing, config)
-        await Bus(sample_app, raw, config).subscribe_all()
-        client = Bus(sample_app, transport, config).client("demo")
-
-        started = time.perf_counter()
-        roots: set[str] = set()
-        orders: dict[str, int] = {}
-        shots: Counter[str] = Counter()
-        chooser = random.Random(options.seed)
-        for i in range(options.orders):
-            order_id, amount = f"order{i}", 100 * chooser.randint(1, 50)
-            receipt = await client.send(
-                PlaceOrder(order_id=order_id, customer=f"cust{i % 20}", amount_cents=amount),
-                to="orders",
-                idempotency_key=order_id,
-            )
-            roots |= set(receipt.message_ids)
-            orders[order_id] = amount
-        for i in range(options.shots):
-            game = f"game{i % 10}"
-            receipt = await client.send(
-                FireAt(game_id=game, position=chooser.randint(0, 9)),
-                to="shootingrange",
-                idempotency_key=f"shot{i}",
-            )
-            roots |= set(receipt.message_ids)
-            shots[game] += 1
+        await runtime.build_bus(raw).subscribe_all()
+        requests, orders, shots = plan_requests(options)
+        started = time.monotonic()
+        await asyncio.to_thread(host.start)
         print(
-            f"  sent {len(roots)} client messages; {transport.duplicated} signals duplicated so far"
+            f"  local host started on {host.url} (pid {host.process.pid if host.process else '?'})"
         )
 
-        run = Run()
-        await work(workers(bus, processing, options, run), transport, options, run)
-        elapsed = time.perf_counter() - started
-        # Every worker has stopped, so no create can still be in flight: one sweep with no
-        # grace period must leave nothing behind (BoundedResidue).
-        for endpoint in sample_app.endpoints:
-            report = await sweep_endpoint(
-                raw, endpoint, tokens_container=config.tokens_container, grace_seconds=0
-            )
-            run.swept_records += report.outbox_records_removed
-            run.swept_tokens += report.abandoned_tokens_removed
-        verdict = await verify(raw, roots, orders, shots, run, config.tokens_container)
+        clients = Clients()
+        sent = asyncio.Event()
+        killer = asyncio.create_task(kill_midway(host, outcome_log, options, sent))
+        await send_all(host, requests, options, clients)
+        sent.set()
+        print(
+            f"  clients: {len(clients.receipts)} messages accepted in {clients.requests} requests "
+            f"({clients.repeats} repeated on purpose, {clients.retries} retried after errors)"
+        )
+        deadline = time.monotonic() + options.timeout
+        await killer
+        calm = await quiescent(raw, deadline)
+        elapsed = time.monotonic() - started
+        stop_code = await asyncio.to_thread(host.stop)
+        print(
+            f"  queues {'empty' if calm else 'NOT EMPTY'} after {elapsed:.1f}s; host stopped "
+            f"gracefully with exit code {stop_code} after {host.starts} starts"
+        )
+        swept = await runtime.cleanup_now(raw, grace_seconds=0)
+        poisoned = {
+            e: await raw.queue(poison_queue(e)).approximate_count() for e in sample_app.endpoints
+        }
+        outcomes = read_outcomes(outcome_log)
+        suppressed = outcomes[Outcome.DUPLICATE.value] + outcomes[Outcome.RESUMED.value]
+        roots = {i for ids in clients.receipts.values() for i in ids}
+        verdict = await verify(raw, roots, orders, shots, suppressed, config.tokens_container)
 
-    print(
-        f"  processed in {elapsed:.1f}s; signals sent {transport.sent}, duplicated "
-        f"{transport.duplicated} ({100 * transport.duplicated / max(transport.sent, 1):.0f}%); "
-        f"worker crashes {run.crashes}; handler failures {run.failures}"
-    )
+    verdict.lost += len(clients.unsent)
+    verdict.state_errors += [
+        f"ingress key {k} answered with other ids" for k in clients.inconsistent
+    ]
+    verdict.state_errors += [f"{n} messages in {q}-poison" for q, n in poisoned.items() if n]
+    if not calm:
+        verdict.state_errors.append("queues did not drain before the timeout")
+    if stop_code != 0:
+        verdict.state_errors.append(f"host did not stop gracefully (exit code {stop_code})")
+
     print()
-    print(f"  {'outcome':<28}{'count':>8}")
+    print(f"  {'host deliveries':<34}{'count':>8}")
     for outcome in Outcome:
-        print(f"  {outcome.value:<28}{run.outcomes[outcome]:>8}")
-    print(f"  {'outbox records swept':<28}{run.swept_records:>8}")
-    print(f"  {'abandoned tokens swept':<28}{run.swept_tokens:>8}")
+        print(f"  {outcome.value:<34}{outcomes[outcome.value]:>8}")
+    print(f"  {'host starts (1 + restarts)':<34}{host.starts:>8}")
+    print(f"  {'messages in poison queues':<34}{sum(poisoned.values()):>8}")
+    removed = swept["removed"]
+    print(f"  {'outbox records retired':<34}{removed.get('outbox_records', 0):>8}")
+    print(f"  {'abandoned tokens removed':<34}{removed.get('abandoned_tokens', 0):>8}")
     for error in verdict.state_errors[:10]:
-        print(f"  STATE ERROR: {error}")
+        print(f"  ERROR: {error}")
+    if not verdict.passed:
+        print(f"  host output: {workdir / 'host.log'}")
     print()
     return verdict
 
 
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m shared.local.demo",
+        description="Exactly-once under duplicates and crashes, on an embedded Azurite.",
+    )
+    d = Options()
+    p.add_argument("--orders", type=int, default=d.orders, help="orders placed (5 deliveries each)")
+    p.add_argument("--shots", type=int, default=d.shots, help="shots fired (2 deliveries each)")
+    p.add_argument("--duplicate-rate", type=float, default=d.duplicate_rate)
+    p.add_argument("--crash-rate", type=float, default=d.crash_rate, help="per storage operation")
+    p.add_argument(
+        "--kill-at", type=float, default=d.kill_at, help="share processed at the SIGKILL (0: none)"
+    )
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--keep", action="store_true", help="keep the work folder (host log)")
+    p.add_argument("--no-audit", action="store_true", help="skip the Spark audit")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--orders", type=int, default=Options.orders)
-    parser.add_argument("--shots", type=int, default=Options.shots)
-    parser.add_argument("--duplicate-rate", type=float, default=Options.duplicate_rate)
-    parser.add_argument("--crash-rate", type=float, default=Options.crash_rate)
-    parser.add_argument("--seed", type=int, default=Options.seed)
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     options = Options(
         orders=args.orders,
         shots=args.shots,
         duplicate_rate=args.duplicate_rate,
         crash_rate=args.crash_rate,
+        kill_at=args.kill_at,
         seed=args.seed,
     )
+    started = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="bus-demo-"))
     print("demo: starting Azurite on free ports")
-    with Azurite() as endpoints:
-        verdict = asyncio.run(drive(endpoints.connection_string, options))
-    v = verdict
-    print(
-        f"demo: sent={v.sent} processed={v.processed} "
-        f"duplicates_suppressed={v.duplicates_suppressed} lost={v.lost} ghosts={v.ghosts} "
-        f"residue={v.residue} verdict={'PASS' if v.passed else 'FAIL'}"
-    )
-    return 0 if v.passed else 1
+    with Azurite(location=str(workdir / "azurite")) as endpoints:
+        verdict = asyncio.run(drive(endpoints.connection_string, options, workdir))
+        wanted = verdict.passed and not args.no_audit
+        audit = run_audit(endpoints.connection_string, workdir) if wanted else None
+    if audit is not None and audit != 0:
+        verdict.state_errors.append(f"the Spark audit failed (exit code {audit})")
+    print(f"  total {time.monotonic() - started:.0f}s")
+    if not args.keep and verdict.passed:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(verdict.line())
+    return 0 if verdict.passed else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,198 @@
+"""The operator commands, each an async function of an open storage account.
+
+They print what they did (JSON where a script may read it) and return an exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from collections import Counter
+from typing import Any
+
+from shared import runtime
+from shared.bus import Command
+from shared.bus.poison import replay
+from shared.bus.records import OUTBOX_PREFIX, OutboxRecord
+from shared.cli.progress import Progress
+from shared.errors import NotFound
+from shared.http_ingress import build_message
+from shared.provisioning import provision
+from shared.resources import load_resources, poison_queue
+from shared.sample.app import app as sample_app
+from shared.stores.account import StorageAccount
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_CONFIGURATION = 3
+EXIT_UNHEALTHY = 4
+
+
+def _print_json(value: object) -> None:
+    print(json.dumps(value, indent=2, default=str))
+
+
+async def provision_command(account: StorageAccount) -> int:
+    print((await provision(account, load_resources())).summary())
+    return EXIT_OK
+
+
+async def send_command(
+    account: StorageAccount,
+    type_name: str,
+    body: dict[str, Any],
+    *,
+    to: str | None,
+    key: str | None,
+    publish: bool,
+) -> int:
+    """``send`` a command or ``publish`` an event through the ingress (exactly once per key
+    within the ingress window)."""
+    message, destination = build_message(sample_app, type_name, body, to)
+    if publish and isinstance(message, Command):
+        raise ValueError(f"{type_name} is a command: use `send`, not `publish`")
+    if not publish and not isinstance(message, Command):
+        raise ValueError(f"{type_name} is an event: use `publish`, not `send`")
+    if key is None:
+        key = f"cli-{uuid.uuid4()}"
+        print(f"no --key given: using {key} (pass it again to retry safely)", file=sys.stderr)
+    client = runtime.build_bus(account).client("cli")
+    if isinstance(message, Command):
+        assert destination is not None
+        receipt = await client.send(message, to=destination, idempotency_key=key)
+    else:
+        receipt = await client.publish(message, idempotency_key=key)  # type: ignore[arg-type]
+    _print_json(
+        {
+            "idempotency_key": receipt.idempotency_key,
+            "message_ids": list(receipt.message_ids),
+            "deduplicated": receipt.deduplicated,
+        }
+    )
+    return EXIT_OK
+
+
+async def subscribe_command(
+    account: StorageAccount, topic: str | None, endpoint: str | None, *, subscribe: bool
+) -> int:
+    bus = runtime.build_bus(account)
+    if topic is None:
+        for done_topic, done_endpoint in await bus.subscribe_all():
+            print(f"{done_endpoint} subscribed to {done_topic}")
+        return EXIT_OK
+    assert endpoint is not None
+    if subscribe:
+        changed = await bus.topics.subscribe(topic, endpoint)
+        print(f"{endpoint} {'subscribed to' if changed else 'was already subscribed to'} {topic}")
+    else:
+        changed = await bus.topics.unsubscribe(topic, endpoint)
+        print(f"{endpoint} {'unsubscribed from' if changed else 'was not subscribed to'} {topic}")
+    return EXIT_OK
+
+
+async def status_report(account: StorageAccount, progress: bool | None) -> dict[str, Any]:
+    """Queue depths, poison counts and open outbox records per endpoint; tokens in flight."""
+    endpoints = list(sample_app.endpoints)
+    bar = Progress("status", len(endpoints) + 1, enabled=progress)
+    rows: dict[str, dict[str, Any]] = {}
+    missing: list[str] = []
+    for endpoint in endpoints:
+        row: dict[str, Any] = {}
+        for label, queue in (("queue", endpoint), ("poison", poison_queue(endpoint))):
+            try:
+                row[label] = await account.queue(queue).approximate_count()
+            except NotFound:
+                row[label] = None
+                missing.append(f"queue {queue}")
+        states: Counter[str] = Counter()
+        try:
+            async for entity in account.table(endpoint).query_all(row_key_prefix=OUTBOX_PREFIX):
+                states[OutboxRecord.from_entity(entity).status] += 1
+        except NotFound:
+            missing.append(f"table {endpoint}")
+        row["outbox_claimed"] = states["claimed"]
+        row["outbox_committed"] = states["committed"]
+        rows[endpoint] = row
+        bar.advance(note=endpoint)
+    senders: Counter[str] = Counter()
+    try:
+        container = runtime.bus_config().tokens_container
+        async for blob in account.blob_container(container).list():
+            senders[blob.name.split("/", 1)[0]] += 1
+    except NotFound:
+        missing.append("container tokens")
+    bar.advance(note="tokens")
+    bar.finish()
+    return {
+        "endpoints": rows,
+        "tokens_in_flight": sum(senders.values()),
+        "tokens_by_sender": dict(sorted(senders.items())),
+        "missing": missing,
+    }
+
+
+async def status_command(
+    account: StorageAccount, *, as_json: bool, check: bool, progress: bool | None
+) -> int:
+    report = await status_report(account, progress)
+    if as_json:
+        _print_json(report)
+    else:
+        header = f"{'endpoint':<16}{'queue':>8}{'poison':>8}{'outbox open':>13}{'committed':>11}"
+        print(header)
+        for name, row in report["endpoints"].items():
+            queue = "-" if row["queue"] is None else row["queue"]
+            poison = "-" if row["poison"] is None else row["poison"]
+            print(
+                f"{name:<16}{queue:>8}{poison:>8}{row['outbox_claimed']:>13}"
+                f"{row['outbox_committed']:>11}"
+            )
+        by_sender = ", ".join(f"{k} {v}" for k, v in report["tokens_by_sender"].items())
+        print(
+            f"tokens in flight: {report['tokens_in_flight']}"
+            + (f" ({by_sender})" * bool(by_sender))
+        )
+        for item in report["missing"]:
+            print(f"missing: {item} (run `bus provision`)")
+    if report["missing"]:
+        return EXIT_CONFIGURATION
+    poisoned = sum(row["poison"] or 0 for row in report["endpoints"].values())
+    return EXIT_UNHEALTHY if check and poisoned else EXIT_OK
+
+
+async def replay_command(
+    account: StorageAccount, endpoints: list[str], *, limit: int, progress: bool | None
+) -> int:
+    """Move poison messages back to their queues; each is processed exactly once."""
+    unknown = sorted(set(endpoints) - set(sample_app.endpoints))
+    if unknown:
+        raise ValueError(f"unknown endpoints {unknown}; known: {sorted(sample_app.endpoints)}")
+    total = 0
+    for endpoint in endpoints:
+        waiting = await account.queue(poison_queue(endpoint)).approximate_count()
+        bar = Progress(f"replay {endpoint}", min(waiting, limit), enabled=progress)
+        moved = 0
+        while moved < limit:
+            # Small steps so the bar moves; replay() itself re-sends before it deletes.
+            step = await replay(account, endpoint, limit=min(32, limit - moved))
+            if step == 0:
+                break
+            moved += step
+            bar.advance(step)
+        bar.finish()
+        print(f"{endpoint}: replayed {moved} poison messages")
+        total += moved
+    print(f"replayed {total} messages")
+    return EXIT_OK
+
+
+async def cleanup_command(account: StorageAccount, *, grace_seconds: float | None) -> int:
+    print("cleanup: running one pass over every endpoint...", file=sys.stderr)
+    if grace_seconds is None:
+        report = await runtime.cleanup_now(account)
+    else:
+        report = await runtime.cleanup_now(account, grace_seconds=grace_seconds)
+    _print_json(report)
+    return EXIT_OK

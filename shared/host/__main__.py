@@ -1,0 +1,109 @@
+"""``python -m shared.host``: run a function app locally, where Core Tools are not available.
+
+It reads ``function_app.py`` (its bindings), ``host.json`` and ``local.settings.json`` from
+the app folder; environment variables win over local.settings.json values. It prints
+``host: ready`` with the HTTP port once every trigger is running, and stops gracefully on
+SIGTERM or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import secrets
+import signal
+import sys
+from pathlib import Path
+
+from shared.errors import BusError
+from shared.host.functions import load_functions
+from shared.host.host import HostConfig, LocalHost, load_local_settings
+from shared.host.http import Keys
+
+FUNCTION_KEY_SETTING = "BUS_HOST_FUNCTION_KEY"
+MASTER_KEY_SETTING = "BUS_HOST_MASTER_KEY"
+
+EXIT_OK = 0
+EXIT_CONFIGURATION = 3
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m shared.host",
+        description="Run the queue, timer and HTTP functions of a function app locally.",
+    )
+    p.add_argument("--app", type=Path, default=Path("function_app.py"), help="the app file")
+    p.add_argument("--host-json", type=Path, help="default: host.json beside the app")
+    p.add_argument(
+        "--settings", type=Path, help="default: local.settings.json beside the app (optional)"
+    )
+    p.add_argument("--bind", default="127.0.0.1", help="HTTP listen address")
+    p.add_argument("--port", type=int, default=7071, help="HTTP port (0: any free port)")
+    p.add_argument(
+        "--lease-seconds",
+        type=float,
+        help="how long a received queue message stays hidden while running (renewed at "
+        "half-time); a crashed host's messages come back after this long (default 60)",
+    )
+    p.add_argument("--drain-seconds", type=float, default=30.0, help="graceful stop budget")
+    p.add_argument("--functions", nargs="+", help="run only these functions")
+    p.add_argument("--verbose", action="store_true", help="log every storage warning")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    folder = args.app.resolve().parent
+    try:
+        for name, value in load_local_settings(
+            args.settings or folder / "local.settings.json"
+        ).items():
+            os.environ.setdefault(name, value)
+        config = HostConfig.from_host_json(
+            args.host_json or folder / "host.json", args.lease_seconds
+        )
+        config = HostConfig(config.queues, config.function_timeout, args.drain_seconds)
+        app = load_functions(args.app, os.environ, set(args.functions) if args.functions else None)
+    except BusError as e:
+        print(f"host: configuration error: {e}", file=sys.stderr)
+        return EXIT_CONFIGURATION
+    keys = Keys(
+        os.environ.get(FUNCTION_KEY_SETTING) or secrets.token_urlsafe(24),
+        os.environ.get(MASTER_KEY_SETTING) or secrets.token_urlsafe(24),
+    )
+    host = LocalHost(app, config, os.environ, keys)
+    try:
+        asyncio.run(_serve(host, args.bind, args.port))
+    except BusError as e:
+        print(f"host: configuration error: {e}", file=sys.stderr)
+        return EXIT_CONFIGURATION
+    except OSError as e:
+        print(f"host: cannot listen on {args.bind}:{args.port}: {e}", file=sys.stderr)
+        return EXIT_CONFIGURATION
+    print("host: stopped", flush=True)
+    return EXIT_OK
+
+
+async def _serve(host: LocalHost, bind: str, port: int) -> None:
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+
+    def ready(host: LocalHost) -> None:
+        print("Functions:", *host.describe(), sep="\n")
+        if host.app.http and FUNCTION_KEY_SETTING not in os.environ:
+            print(f"function key for this run: {host.keys.function} (set {FUNCTION_KEY_SETTING})")
+        print(f"host: ready port={host.port} pid={os.getpid()}", flush=True)
+
+    await host.run(stopping, bind, port, ready)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

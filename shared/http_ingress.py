@@ -1,0 +1,153 @@
+"""HTTP ingress: ``POST /api/messages`` sends a command or publishes an event exactly once
+per ``Idempotency-Key`` within the ingress window (BusConfig.ingress_window_seconds).
+
+Request body: ``{"type": "PlaceOrder", "to": "orders", "body": {...}}``. ``to`` names the
+destination of a command; it may be left out when exactly one endpoint handles the type, and
+must be left out for an event (events go to the topic's subscribers).
+
+Answers (JSON): 202 with ``{"idempotency_key", "message_ids", "deduplicated": false}`` for a
+new key; 200 with the same message ids and ``"deduplicated": true`` for a repeat; 400 with
+``{"error": ...}`` for bad input; 413 for a body over the payload limit; 503 when storage
+could not be reached (retry with the same key).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from shared.bus import Bus, BusApp, Command, Event, Message
+from shared.bus.ingress import SendReceipt, check_idempotency_key
+from shared.errors import BusError, InvalidName, MessageTooLarge, OutcomeUnknown, StorageError
+
+log = logging.getLogger(__name__)
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+ENVELOPE_SLACK_BYTES = 4096
+"""Room for ``type``/``to`` and JSON framing around a body of the maximum payload size."""
+
+
+class BadRequest(BusError):
+    """The request cannot be turned into a message; the text says why (HTTP 400)."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: dict[str, Any]
+
+    def json(self) -> str:
+        return json.dumps(self.body)
+
+
+def message_types(app: BusApp) -> dict[str, type[Message]]:
+    """Every message type some endpoint of ``app`` handles, by type name."""
+    found: dict[str, type[Message]] = {}
+    for endpoint in app.endpoints.values():
+        for name, (model, _) in endpoint.handlers.items():
+            found[name] = model
+    return found
+
+
+def handlers_of(app: BusApp, type_name: str) -> list[str]:
+    return sorted(e.name for e in app.endpoints.values() if type_name in e.handlers)
+
+
+def build_message(
+    app: BusApp, type_name: str, body: object, to: str | None
+) -> tuple[Message, str | None]:
+    """The validated message and its destination (None for an event); BadRequest otherwise."""
+    model = message_types(app).get(type_name)
+    if model is None:
+        known = ", ".join(sorted(message_types(app)))
+        raise BadRequest(f"unknown message type {type_name!r}; known types: {known}")
+    if not isinstance(body, dict):
+        raise BadRequest("'body' must be a JSON object with the message's fields")
+    try:
+        message = model.model_validate(body)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}" for err in e.errors()
+        )
+        raise BadRequest(f"invalid {type_name}: {problems}") from None
+    if isinstance(message, Event):
+        if to is not None:
+            raise BadRequest(f"{type_name} is an event: it is published, leave out 'to'")
+        return message, None
+    handlers = handlers_of(app, type_name)
+    if to is None:
+        if len(handlers) != 1:
+            raise BadRequest(f"{type_name} is a command: say which endpoint gets it with 'to'")
+        return message, handlers[0]
+    if to not in handlers:
+        raise BadRequest(f"endpoint {to!r} does not handle {type_name}; handled by {handlers}")
+    return message, to
+
+
+def parse_request(app: BusApp, raw: bytes) -> tuple[Message, str | None]:
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise BadRequest('the body must be JSON: {"type": ..., "body": {...}}') from None
+    if not isinstance(data, dict):
+        raise BadRequest("the body must be a JSON object")
+    extra = set(data) - {"type", "to", "body"}
+    if extra:
+        raise BadRequest(f"unexpected fields {sorted(extra)}; allowed: type, to, body")
+    type_name, to = data.get("type"), data.get("to")
+    if not isinstance(type_name, str):
+        raise BadRequest("'type' (the message type name) is required")
+    if to is not None and not isinstance(to, str):
+        raise BadRequest("'to' must be an endpoint name")
+    return build_message(app, type_name, data.get("body", {}), to)
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    wanted = name.lower()
+    for key, value in headers.items():
+        if key.lower() == wanted:
+            return value
+    return None
+
+
+async def handle(bus: Bus, headers: Mapping[str, str], raw: bytes) -> Answer:
+    """The whole ingress request, independent of the HTTP framework."""
+    limit = bus.config.max_payload_bytes + ENVELOPE_SLACK_BYTES
+    if len(raw) > limit:
+        return Answer(413, {"error": f"request body is {len(raw)} bytes; the limit is {limit}"})
+    key = _header(headers, IDEMPOTENCY_HEADER)
+    if key is None or not key.strip():
+        return Answer(400, {"error": f"the {IDEMPOTENCY_HEADER} header is required"})
+    try:
+        check_idempotency_key(key)
+        message, to = parse_request(bus.app, raw)
+        client = bus.client("http")
+        receipt: SendReceipt
+        if isinstance(message, Command):
+            assert to is not None
+            receipt = await client.send(message, to=to, idempotency_key=key)
+        else:
+            assert isinstance(message, Event)
+            receipt = await client.publish(message, idempotency_key=key)
+    except (BadRequest, InvalidName) as e:
+        return Answer(400, {"error": str(e)})
+    except MessageTooLarge as e:
+        return Answer(413, {"error": str(e)})
+    except (StorageError, OutcomeUnknown, BusError) as e:
+        log.warning("ingress %s failed: %s", key, e)
+        return Answer(
+            503, {"error": f"storage unavailable, retry with the same {IDEMPOTENCY_HEADER}: {e}"}
+        )
+    return Answer(
+        200 if receipt.deduplicated else 202,
+        {
+            "idempotency_key": receipt.idempotency_key,
+            "message_ids": list(receipt.message_ids),
+            "deduplicated": receipt.deduplicated,
+        },
+    )

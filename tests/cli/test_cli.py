@@ -1,0 +1,179 @@
+"""The operator CLI against Azurite, through ``main(argv)`` as the console script calls it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from shared.cli import main
+from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
+from shared.resources import poison_queue
+from shared.settings import DEV_KEY, StorageSettings
+from shared.stores.azure import AzureStorageAccount
+from tests.host.emulator import private_azurite
+
+pytestmark = pytest.mark.azurite
+
+ORDER = '{"order_id": "c1", "customer": "ada", "amount_cents": 700}'
+PLACED = '{"order_id": "c2", "customer": "bob", "amount_cents": 100}'
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[AzuriteEndpoints]:
+    yield from private_azurite()
+
+
+Run = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def bus(emulator: AzuriteEndpoints, capsys: pytest.CaptureFixture[str]) -> Run:
+    """Run ``bus <args>``; returns (exit code, stdout, stderr)."""
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = main(["--connection-string", emulator.connection_string, "--no-progress", *args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    assert run("provision")[0] == 0
+    assert run("subscribe", "--all")[0] == 0
+    return run
+
+
+def account(emulator: AzuriteEndpoints) -> AzureStorageAccount:
+    return AzureStorageAccount(StorageSettings(emulator.connection_string))
+
+
+def test_send_is_exactly_once_per_key(bus: Run) -> None:
+    code, out, _ = bus("send", "PlaceOrder", "--to", "orders", "--key", "cli-1", "--body", ORDER)
+    assert code == 0
+    first = json.loads(out)
+    assert first["deduplicated"] is False
+    assert len(first["message_ids"]) == 1
+    code, out, _ = bus("send", "PlaceOrder", "--key", "cli-1", "--body", ORDER)  # --to inferred
+    assert code == 0
+    assert json.loads(out) == {**first, "deduplicated": True}
+
+
+def test_publish_reaches_every_subscriber_and_unsubscribe_takes_one_away(bus: Run) -> None:
+    code, out, _ = bus("publish", "OrderPlaced", "--key", "pub-1", "--body", PLACED)
+    assert (code, len(json.loads(out)["message_ids"])) == (0, 2)
+    code, out, _ = bus("unsubscribe", "orderplaced", "shipping")
+    assert (code, out.strip()) == (0, "shipping unsubscribed from orderplaced")
+    assert bus("unsubscribe", "orderplaced", "shipping")[1].strip() == (
+        "shipping was not subscribed to orderplaced"
+    )
+    code, out, _ = bus("publish", "OrderPlaced", "--key", "pub-2", "--body", PLACED)
+    assert len(json.loads(out)["message_ids"]) == 1
+    assert (
+        bus("subscribe", "orderplaced", "shipping")[1].strip()
+        == "shipping subscribed to orderplaced"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["send", "PlaceOrder", "--body", "{nope"], "--body is not valid JSON"),
+        (["send", "Nope", "--body", "{}"], "unknown message type 'Nope'"),
+        (["send", "PlaceOrder", "--body", '{"order_id": "x"}'], "invalid PlaceOrder: customer"),
+        (["publish", "PlaceOrder", "--body", ORDER], "PlaceOrder is a command: use `send`"),
+        (["send", "OrderPlaced", "--body", PLACED], "OrderPlaced is an event: use `publish`"),
+        (["send", "PlaceOrder", "--key", "a/b", "--body", ORDER], "Idempotency key"),
+        (["replay", "nosuchendpoint"], "unknown endpoints ['nosuchendpoint']"),
+    ],
+)
+def test_bad_input_exits_2_with_the_reason(bus: Run, args: list[str], message: str) -> None:
+    code, _, err = bus(*args)
+    assert code == 2
+    assert message in err
+
+
+def test_usage_errors_exit_2(bus: Run) -> None:
+    for args in (["subscribe", "onlytopic"], ["replay"], ["frobnicate"]):
+        with pytest.raises(SystemExit) as exited:
+            bus(*args)
+        assert exited.value.code == 2
+
+
+def test_poison_shows_in_status_and_replay_moves_it_back(
+    bus: Run, emulator: AzuriteEndpoints
+) -> None:
+    async def park() -> None:
+        async with account(emulator) as a:
+            await a.queue("payments").clear()
+            poison = a.queue(poison_queue("payments"))
+            await poison.send('{"poison": {"reason": "test"}, "signal": "raw-signal"}')
+
+    asyncio.run(park())
+    code, out, _ = bus("status", "--json", "--check")
+    assert code == 4
+    report = json.loads(out)
+    assert report["endpoints"]["payments"]["poison"] == 1
+    assert report["tokens_in_flight"] >= 1
+    assert bus("status")[1].splitlines()[0].split() == [
+        "endpoint",
+        "queue",
+        "poison",
+        "outbox",
+        "open",
+        "committed",
+    ]
+
+    code, out, _ = bus("replay", "payments")
+    assert code == 0
+    assert "payments: replayed 1 poison messages" in out
+
+    async def replayed() -> list[str]:
+        async with account(emulator) as a:
+            return [m.content for m in await a.queue("payments").peek()]
+
+    assert asyncio.run(replayed()) == ["raw-signal"]  # unwrapped to the original signal
+    code, out, _ = bus("status", "--json", "--check")
+    assert code == 0
+    assert json.loads(out)["endpoints"]["payments"]["poison"] == 0
+
+
+def test_status_exits_3_and_names_missing_resources(bus: Run, emulator: AzuriteEndpoints) -> None:
+    async def drop() -> None:
+        async with account(emulator) as a:
+            await a.queue(poison_queue("loyalty")).delete_queue()
+
+    asyncio.run(drop())
+    code, out, _ = bus("status")
+    assert code == 3
+    assert "missing: queue loyalty-poison (run `bus provision`)" in out
+    assert bus("provision")[0] == 0
+    assert bus("status")[0] == 0
+
+
+def test_cleanup_runs_one_pass_and_reports_it(bus: Run) -> None:
+    code, out, err = bus("cleanup", "--grace-seconds", "0")
+    assert code == 0
+    assert "cleanup: running" in err
+    assert isinstance(json.loads(out), dict)  # the pass's report, as JSON
+
+
+def test_storage_refusals_exit_1(emulator: AzuriteEndpoints) -> None:
+    wrong_key = emulator.connection_string.replace(DEV_KEY, "d3Jvbmcga2V5")
+    assert main(["--connection-string", wrong_key, "--no-progress", "status"]) == 1
+
+
+def test_help_and_the_module_entry_point(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "shared.cli", "--help"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0
+    assert "exit codes: 0 done, 1 failed" in result.stdout
+    for command in ("send", "publish", "subscribe", "unsubscribe", "status", "replay", "cleanup"):
+        assert command in result.stdout

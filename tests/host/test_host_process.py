@@ -1,0 +1,108 @@
+"""The local host as a separate process: killed with SIGKILL mid-run and restarted, the work
+still completes exactly once; a SIGTERM stops it gracefully."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shared import runtime
+from shared.host.process import HostProcess
+from shared.local import demo
+from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
+from shared.provisioning import provision
+from shared.resources import load_resources
+from shared.sample.app import FireAt, PlaceOrder
+from shared.settings import StorageSettings
+from shared.stores.azure import AzureStorageAccount
+from tests.host.emulator import private_azurite
+
+pytestmark = pytest.mark.azurite
+
+
+@pytest.fixture(scope="module")
+def own_azurite() -> Iterator[AzuriteEndpoints]:
+    """The sample app's resource names are fixed, and this module checks every row."""
+    yield from private_azurite()
+
+
+def host_for(endpoints: AzuriteEndpoints, work: Path) -> HostProcess:
+    return HostProcess(
+        REPO_ROOT / "function_app.py",
+        {
+            **os.environ,
+            "AzureWebJobsStorage": endpoints.connection_string,
+            "CLEANUP_SCHEDULE": "0 0 0 1 1 *",
+            runtime.OUTCOME_LOG_SETTING: str(work / "outcomes.jsonl"),
+        },
+        work / "host.log",
+        args=["--lease-seconds", "2"],
+    )
+
+
+async def test_work_completes_exactly_once_after_the_host_is_killed_mid_run(
+    own_azurite: AzuriteEndpoints, tmp_path: Path
+) -> None:
+    orders = {f"order{i}": 100 * (i + 1) for i in range(6)}
+    shots: Counter[str] = Counter({"g0": 2, "g1": 1})
+    expected = 5 * len(orders) + 2 * sum(shots.values())
+    host = host_for(own_azurite, tmp_path)
+    async with AzureStorageAccount(StorageSettings(own_azurite.connection_string)) as account:
+        await provision(account, load_resources())
+        bus = runtime.build_bus(account)
+        await bus.subscribe_all()
+        client, roots = bus.client("test"), set()
+        for order_id, amount in orders.items():
+            # customers as the demo's verification expects them: cust<order number % 20>
+            customer = f"cust{int(order_id[5:]) % 20}"
+            cmd = PlaceOrder(order_id=order_id, customer=customer, amount_cents=amount)
+            roots |= set(
+                (await client.send(cmd, to="orders", idempotency_key=order_id)).message_ids
+            )
+        for game, count in shots.items():
+            for n in range(count):
+                shot = FireAt(game_id=game, position=n)
+                receipt = await client.send(shot, to="shootingrange", idempotency_key=f"{game}-{n}")
+                roots |= set(receipt.message_ids)
+
+        await asyncio.to_thread(host.start)
+        outcomes = tmp_path / "outcomes.jsonl"
+        deadline = time.monotonic() + 120
+        # The host is another process writing a file: polling is the only way to watch it.
+        while demo.processed_so_far(outcomes) < 8 and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        host.kill()
+        at_kill = demo.processed_so_far(outcomes)
+        assert 8 <= at_kill < expected, "the kill must land mid-run"
+        assert host.process is not None
+        assert host.process.returncode == -9
+
+        await asyncio.to_thread(host.start)
+        assert await demo.quiescent(account, time.monotonic() + 120)
+        assert await asyncio.to_thread(host.stop) == 0  # SIGTERM: a graceful stop
+        assert "host: stopped" in (tmp_path / "host.log").read_text()
+
+        await runtime.cleanup_now(account, grace_seconds=0)
+        verdict = await demo.verify(
+            account, roots, orders, shots, 0, runtime.bus_config().tokens_container
+        )
+    assert verdict.state_errors == []
+    assert (verdict.sent, verdict.processed, verdict.lost, verdict.ghosts) == (
+        expected,
+        expected,
+        0,
+        0,
+    )
+    assert verdict.residue == 0
+
+
+@pytest.mark.slow
+def test_the_full_demo_passes() -> None:
+    """``make demo`` itself: 1,000 deliveries, duplicates, crashes and a SIGKILL."""
+    assert demo.main([]) == 0

@@ -1,0 +1,173 @@
+"""HTTP ingress: exactly one send per Idempotency-Key, clear 400s, 413 and key checks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from shared import http_ingress, runtime
+from shared.bus import Bus
+from shared.host.functions import load_functions
+from shared.host.http import HttpFrontEnd, Keys
+from shared.provisioning import provision
+from shared.resources import load_resources
+from shared.stores.memory import MemoryStorageAccount
+
+REPO = Path(__file__).resolve().parents[2]
+ORDER = {
+    "type": "PlaceOrder",
+    "to": "orders",
+    "body": {"order_id": "o1", "customer": "ada", "amount_cents": 1250},
+}
+
+
+@pytest.fixture
+async def bus() -> Bus:
+    account = MemoryStorageAccount()
+    await provision(account, load_resources())
+    bus = runtime.build_bus(account)
+    await bus.subscribe_all()
+    return bus
+
+
+async def post(
+    bus: Bus, payload: object, key: str | None = "k1", raw: bytes | None = None
+) -> http_ingress.Answer:
+    headers = {} if key is None else {"idempotency-key": key}  # header names are case-blind
+    return await http_ingress.handle(
+        bus, headers, raw if raw is not None else json.dumps(payload).encode()
+    )
+
+
+async def test_a_new_key_sends_once_and_a_repeat_gets_the_same_receipt(bus: Bus) -> None:
+    first = await post(bus, ORDER)
+    assert first.status == 202
+    assert first.body["deduplicated"] is False
+    [message_id] = first.body["message_ids"]
+    again = await post(bus, ORDER)
+    assert again.status == 200
+    assert again.body == {**first.body, "deduplicated": True}
+    # The repeat re-sends the committed signal (harmless: one token, one processing) and
+    # never creates a new message.
+    signals = await bus.account.queue("orders").peek()
+    assert [json.loads(m.content)["message_id"] for m in signals] == [message_id] * 2
+
+
+async def test_an_event_is_published_to_every_subscriber(bus: Bus) -> None:
+    event = {
+        "type": "OrderPlaced",
+        "body": {"order_id": "o2", "customer": "bob", "amount_cents": 300},
+    }
+    answer = await post(bus, event, key="evt-1")
+    assert answer.status == 202
+    assert len(answer.body["message_ids"]) == 2  # loyalty and shipping
+    assert await bus.account.queue("loyalty").approximate_count() == 1
+    assert await bus.account.queue("shipping").approximate_count() == 1
+
+
+async def test_a_command_goes_to_its_only_handler_when_to_is_left_out(bus: Bus) -> None:
+    answer = await post(bus, {"type": "FireAt", "body": {"game_id": "g", "position": 3}})
+    assert answer.status == 202
+    assert await bus.account.queue("shootingrange").approximate_count() == 1
+
+
+@pytest.mark.parametrize(
+    ("payload", "key", "message"),
+    [
+        (ORDER, None, "the Idempotency-Key header is required"),
+        (ORDER, "bad/key", "Idempotency key"),
+        (ORDER, "x" * 201, "idempotency key must be 1-200 characters"),
+        ("not an object", "k", "the body must be a JSON object"),
+        (
+            {"type": "Nope", "body": {}},
+            "k",
+            "unknown message type 'Nope'; known types: ChargePayment",
+        ),
+        ({"body": {}}, "k", "'type' (the message type name) is required"),
+        (
+            {"type": "PlaceOrder", "to": "orders", "body": {"order_id": "o"}},
+            "k",
+            "invalid PlaceOrder: customer: Field required",
+        ),
+        (
+            {**ORDER, "body": {**ORDER["body"], "amount_cents": 0}},
+            "k",
+            "amount_cents: Input should be greater than 0",
+        ),
+        ({**ORDER, "to": "payments"}, "k", "endpoint 'payments' does not handle PlaceOrder"),
+        (
+            {"type": "Hit", "to": "leaderboard", "body": {"game_id": "g", "position": 1}},
+            "k",
+            "Hit is an event",
+        ),
+        ({**ORDER, "extra": 1}, "k", "unexpected fields ['extra']"),
+        ({**ORDER, "body": [1]}, "k", "'body' must be a JSON object"),
+    ],
+)
+async def test_bad_input_is_a_400_that_says_what_is_wrong(
+    bus: Bus, payload: object, key: str | None, message: str
+) -> None:
+    answer = await post(bus, payload, key=key)
+    assert answer.status == 400
+    assert message in answer.body["error"]
+    assert await bus.account.queue("orders").approximate_count() == 0
+
+
+async def test_bad_json_is_a_400(bus: Bus) -> None:
+    answer = await post(bus, None, raw=b"{not json")
+    assert (answer.status, answer.body["error"]) == (
+        400,
+        'the body must be JSON: {"type": ..., "body": {...}}',
+    )
+
+
+async def test_an_oversized_body_is_a_413_before_anything_is_read(bus: Bus) -> None:
+    huge = b"x" * (bus.config.max_payload_bytes + http_ingress.ENVELOPE_SLACK_BYTES + 1)
+    assert (await post(bus, None, raw=huge)).status == 413
+
+
+async def test_a_message_over_the_payload_limit_is_a_413(bus: Bus) -> None:
+    small = Bus(bus.app, bus.account, runtime.bus_config().__class__(max_payload_bytes=100))
+    payload = {**ORDER, "body": {**ORDER["body"], "customer": "c" * 200}}
+    answer = await post(small, payload)
+    assert answer.status == 413
+    assert "limit is 100" in answer.body["error"]
+
+
+@pytest.fixture
+async def served(bus: Bus, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[TestClient[Any, Any]]:
+    """The real function_app.py's HTTP functions behind the local host's front end, with
+    the runtime's ingress bus on in-memory storage."""
+    monkeypatch.setattr(runtime, "_ingress_bus", bus)
+    loaded = load_functions(REPO / "function_app.py", {"CLEANUP_SCHEDULE": "0 */5 * * * *"})
+    front = HttpFrontEnd(loaded.http, Keys("fn", "master"), function_timeout=10)
+    async with TestClient(TestServer(front.app)) as client:
+        yield client
+
+
+async def test_the_ingress_function_answers_over_http_with_function_keys(
+    served: TestClient[Any, Any],
+) -> None:
+    headers = {"Idempotency-Key": "http-1"}
+    assert (await served.post("/api/messages", json=ORDER, headers=headers)).status == 401
+    response = await served.post(
+        "/api/messages", json=ORDER, headers={**headers, "x-functions-key": "fn"}
+    )
+    assert response.status == 202
+    receipt = await response.json()
+    response = await served.post("/api/messages?code=fn", json=ORDER, headers=headers)
+    assert (response.status, (await response.json())["message_ids"]) == (
+        200,
+        receipt["message_ids"],
+    )
+    response = await served.post("/api/messages?code=fn", data=b"[", headers=headers)
+    assert response.status == 400
+    assert response.content_type == "application/json"
+    big = b"x" * (300 * 1024)
+    assert (await served.post("/api/messages?code=fn", data=big, headers=headers)).status == 413
+    assert (await served.get("/api/messages?code=fn")).status == 405
