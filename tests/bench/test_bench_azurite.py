@@ -1,0 +1,49 @@
+"""The bench on Azurite: host processes, per-process memory, results.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from shared.bench.modes import AT_LEAST_ONCE, TOKEN, bench_modes, select
+from shared.bench.report import results_document, write_results
+from shared.bench.runner import Plan, measure
+from shared.local.azurite import AzuriteEndpoints
+from shared.settings import StorageSettings
+from shared.stores.azure import AzureStorageAccount
+
+pytestmark = pytest.mark.azurite
+
+
+async def test_floor_and_token_run_in_host_processes_on_azurite(
+    azurite: AzuriteEndpoints, tmp_path: Path
+) -> None:
+    """Given Azurite, when the floor runs in two host processes and token mode in one, then
+    both drain every message, report each process's peak memory, and results.json says how
+    they compare."""
+    floor, token = select(bench_modes(), [AT_LEAST_ONCE, TOKEN])
+    connection = azurite.connection_string
+    async with AzureStorageAccount(StorageSettings(connection)) as raw:
+        results = [
+            await measure(
+                raw,
+                mode,
+                Plan(4, concurrency=4, processes=processes),
+                separate_processes=True,
+                connection_string=connection,
+            )
+            for mode, processes in ((floor, 2), (token, 1))
+        ]
+
+    for result in results:
+        assert result.ok, result.error
+        assert result.handled == 8
+        assert result.peak_rss_mb is not None
+        assert result.peak_rss_mb > 10
+    assert results[0].processes == 2
+    assert results[0].residue == 0 < results[1].residue
+    path = tmp_path / "results.json"
+    write_results(path, results_document(results, [], {}))
+    assert json.loads(path.read_text())["ratio_token_vs_at_least_once"] > 0
