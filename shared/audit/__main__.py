@@ -1,0 +1,7 @@
+"""``python -m shared.audit --help``."""
+
+import sys
+
+from shared.audit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,350 @@
+"""The audit's checks, each a pure function from DataFrames to a DataFrame.
+
+Inputs have the columns of ``shared.audit.rows``: ``audit`` (one row per processing, written
+in the same transaction as its state change) and ``ingress`` (one row per client send).
+
+A *delivery* is one message to one destination, identified by ``(destination, message_id)``:
+a published event has a separate message id per subscriber (uuid5 of the incoming id, the
+output's index and the destination), so both parts are needed only to be safe against a
+future id scheme that reuses an id across destinations; the audit never relies on ids being
+globally unique.
+
+- *sent*: every delivery in an ingress record's ``outgoing`` plus every entry of an audit row's
+  ``caused`` list (what a handler sent, committed with its state change);
+- *processed*: every audit row, keyed ``(endpoint, message_id)``.
+
+Inside one table partition the RowKey ``audit|{m}`` is unique, so a second processing of a
+delivery can only show up as a second audit row elsewhere: in another partition (the message's
+partition key changed), in another table (the endpoint was moved between tables or modes), or
+in merged or repeated exports. That is why duplicates are counted per delivery key across every
+input row, not per stored row key.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from shared.audit.schema import DELIVERIES_SCHEMA
+
+DEFAULT_PERCENTILES = (0.5, 0.9, 0.99)
+HISTOGRAM_STEPS_PER_DOUBLING = 4
+"""Latency histogram buckets grow by 2**(1/4) (about 19%): fine enough to read p50 and p99
+off the plot, few enough (about 80 buckets from 1 ms to an hour) to collect."""
+
+_NICE_BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
+
+
+def sent_deliveries(audit: DataFrame, ingress: DataFrame) -> DataFrame:
+    """One row per delivery sent: ``sender, destination, message_id, message_type, sent_at,
+    origin`` (``client`` for ingress sends, ``handler`` for messages a handler sent). A message
+    sent twice (its sender was processed twice) appears twice."""
+    by_handlers = audit.select(
+        F.col("endpoint").alias("sender"),
+        F.col("processed_at").alias("sent_at"),
+        F.explode(F.from_json("caused", DELIVERIES_SCHEMA)).alias("m"),
+        F.lit("handler").alias("origin"),
+    )
+    by_clients = ingress.select(
+        F.col("sender"),
+        F.col("created_at").alias("sent_at"),
+        F.explode(F.from_json("outgoing", DELIVERIES_SCHEMA)).alias("m"),
+        F.lit("client").alias("origin"),
+    )
+    return by_handlers.unionByName(by_clients).select(
+        "sender",
+        F.col("m.destination").alias("destination"),
+        F.col("m.id").alias("message_id"),
+        F.col("m.type").alias("message_type"),
+        "sent_at",
+        "origin",
+    )
+
+
+def processed_deliveries(audit: DataFrame) -> DataFrame:
+    """One row per delivery processed at least once: ``endpoint, message_id, processings``,
+    the sender and type the envelope named, and the first and last processing times."""
+    return audit.groupBy("endpoint", "message_id").agg(
+        F.count(F.lit(1)).alias("processings"),
+        F.min("source").alias("source"),
+        F.min("message_type").alias("message_type"),
+        F.min("processed_at").alias("first_processed_at"),
+        F.max("processed_at").alias("last_processed_at"),
+    )
+
+
+def duplicate_processings(audit: DataFrame) -> DataFrame:
+    """Deliveries with more than one audit row (NoDuplicatedProcessing: must be empty), with
+    the tables and partitions their rows came from."""
+    return (
+        audit.groupBy("endpoint", "message_id")
+        .agg(
+            F.count(F.lit(1)).alias("processings"),
+            F.sort_array(F.collect_set(F.concat_ws("/", "table", "partition_key"))).alias(
+                "locations"
+            ),
+            F.sort_array(F.collect_list("mode")).alias("modes"),
+            F.min("processed_at").alias("first_processed_at"),
+            F.max("processed_at").alias("last_processed_at"),
+        )
+        .where(F.col("processings") > 1)
+    )
+
+
+def edge_code(sender: Column, message_type: Column) -> Column:
+    """A 64-bit code for a flow edge's sender and message type. The reconciliation carries
+    codes instead of strings: Spark aggregates fixed-width values in a hash table, whereas a
+    string-valued aggregate (min, first) forces a sort of every row."""
+    return F.xxhash64(sender, message_type)
+
+
+def reconcile(
+    sent: DataFrame, audit: DataFrame, *, as_of: datetime, lost_after: timedelta
+) -> DataFrame:
+    """Every delivery seen on either side, once, with its verdict.
+
+    One shuffle: the sent and the processed deliveries are unioned and grouped by
+    ``(destination, message_id)``. Columns: ``destination, message_id, sends, processings,
+    sent_at`` (earliest send), ``sent_edge`` / ``processed_edge`` (``edge_code`` of the sender
+    and type as the sending side and as the audit row name them; ``edge_names`` turns them
+    back into names), and the flags ``duplicate`` (processed more than once), ``ghost``
+    (processed, never sent), ``lost`` (sent before ``as_of - lost_after`` and never
+    processed) and ``in_flight`` (sent since then and not processed yet: not a violation,
+    the message may still be on its way).
+    """
+    sends = sent.select(
+        "destination",
+        "message_id",
+        edge_code(F.col("sender"), F.col("message_type")).alias("edge"),
+        F.lit(1).alias("is_send"),
+        F.unix_micros("sent_at").alias("sent_us"),
+    )
+    processed = audit.select(
+        F.col("endpoint").alias("destination"),
+        "message_id",
+        edge_code(F.col("source"), F.col("message_type")).alias("edge"),
+        F.lit(0).alias("is_send"),
+        F.lit(None).cast("long").alias("sent_us"),
+    )
+    is_send = F.col("is_send") == 1
+    per_delivery = (
+        sends.unionByName(processed)
+        .groupBy("destination", "message_id")
+        .agg(
+            F.sum("is_send").alias("sends"),
+            F.sum(1 - F.col("is_send")).alias("processings"),
+            F.min("sent_us").alias("sent_us"),
+            F.min(F.when(is_send, F.col("edge"))).alias("sent_edge"),
+            F.min(F.when(~is_send, F.col("edge"))).alias("processed_edge"),
+        )
+    )
+    cutoff = int((as_of - lost_after).timestamp() * 1_000_000)
+    processings: Column = F.col("processings")
+    was_sent: Column = F.col("sends") > 0
+    unprocessed: Column = was_sent & (processings == 0)
+    overdue: Column = F.coalesce(F.col("sent_us") < F.lit(cutoff), F.lit(True))
+    return per_delivery.select(
+        "destination",
+        "message_id",
+        "sends",
+        "processings",
+        F.timestamp_micros("sent_us").alias("sent_at"),
+        "sent_edge",
+        "processed_edge",
+        (processings > 1).alias("duplicate"),
+        (~was_sent).alias("ghost"),
+        (unprocessed & overdue).alias("lost"),
+        (unprocessed & ~overdue).alias("in_flight"),
+    )
+
+
+def edge_names(audit: DataFrame, ingress: DataFrame) -> DataFrame:
+    """``edge, sender, message_type`` for the edge codes of every processed delivery and every
+    client send, from columns that need no JSON parsing (so this costs a cheap scan). An edge
+    whose every delivery was lost is missing here; ``sent_edge_names`` names those."""
+    return (
+        audit.select(
+            edge_code(F.col("source"), F.col("message_type")).alias("edge"),
+            F.col("source").alias("sender"),
+            "message_type",
+        )
+        .unionByName(
+            ingress.select(
+                edge_code(F.col("sender"), F.col("message_type")).alias("edge"),
+                "sender",
+                "message_type",
+            )
+        )
+        .distinct()
+    )
+
+
+def sent_edge_names(sent: DataFrame, edges: list[int]) -> DataFrame:
+    """Names of the given edge codes from the sent deliveries (parses every row's JSON, so
+    it is only run for edges ``edge_names`` did not name)."""
+    code = edge_code(F.col("sender"), F.col("message_type"))
+    return (
+        sent.where(code.isin(edges)).select(code.alias("edge"), "sender", "message_type").distinct()
+    )
+
+
+def named(reconciled: DataFrame, names: DataFrame) -> DataFrame:
+    """The reconciliation with ``sender`` and ``message_type`` of each delivery (the sending
+    side's names, or the audit row's for a ghost). For small results: samples, tests."""
+    edge = F.coalesce("sent_edge", "processed_edge").alias("edge")
+    return reconciled.withColumn("edge", edge).join(F.broadcast(names), "edge", "left")
+
+
+def lost_messages(
+    sent: DataFrame, audit: DataFrame, *, as_of: datetime, lost_after: timedelta
+) -> DataFrame:
+    """Deliveries sent before ``as_of - lost_after`` and never processed (NoLostMessages)."""
+    return reconcile(sent, audit, as_of=as_of, lost_after=lost_after).where("lost")
+
+
+def ghost_messages(sent: DataFrame, audit: DataFrame) -> DataFrame:
+    """Deliveries processed that nobody sent (NoGhostMessages): no ingress record and no
+    committed ``caused`` entry names them. The time threshold plays no part here."""
+    far_past = datetime(1970, 1, 1, tzinfo=UTC)
+    return reconcile(sent, audit, as_of=far_past, lost_after=timedelta(0)).where("ghost")
+
+
+def flow_graph(reconciled: DataFrame) -> DataFrame:
+    """Who sends which message types to whom: one row per ``(edge, destination)`` with how
+    many deliveries were sent, processed, duplicated, lost, in flight and made up (ghosts).
+    Join with ``edge_names`` for the sender and type (``shared.audit.compute`` does)."""
+
+    def count_of(flag: str) -> Column:
+        return F.sum(F.col(flag).cast("long")).alias(flag)
+
+    edge = F.coalesce("sent_edge", "processed_edge").alias("edge")
+    return reconciled.groupBy(edge, "destination").agg(
+        F.sum((~F.col("ghost")).cast("long")).alias("sent"),
+        F.sum((F.col("processings") > 0).cast("long")).alias("processed"),
+        count_of("duplicate"),
+        count_of("lost"),
+        count_of("in_flight"),
+        count_of("ghost"),
+    )
+
+
+def invalid_rows(audit: DataFrame, ingress: DataFrame) -> DataFrame:
+    """Rows the audit cannot vouch for: a key or time missing, or a ``caused``/``outgoing``
+    list that is not valid JSON of deliveries. Columns: ``kind, table, partition_key, problem``."""
+
+    def problems(df: DataFrame, kind: str, required: list[str], deliveries: str) -> DataFrame:
+        checks = [F.when(F.col(c).isNull(), F.lit(f"{c} missing")) for c in required]
+        parsed = F.from_json(deliveries, DELIVERIES_SCHEMA)
+        checks.append(
+            F.when(
+                parsed.isNull()
+                | F.exists(parsed, lambda m: m.id.isNull() | m.destination.isNull()),
+                F.lit(f"{deliveries} unreadable"),
+            )
+        )
+        return df.select(
+            F.lit(kind).alias("kind"),
+            "table",
+            "partition_key",
+            F.concat_ws("; ", F.array(*checks)).alias("problem"),
+        ).where(F.col("problem") != "")
+
+    audit_required = ["endpoint", "message_id", "sent_at", "processed_at"]
+    return problems(audit, "audit", audit_required, "caused").unionByName(
+        problems(
+            ingress.withColumnRenamed("idempotency_key", "partition_key"),
+            "ingress",
+            ["sender", "created_at"],
+            "outgoing",
+        )
+    )
+
+
+def latencies(audit: DataFrame) -> DataFrame:
+    """``endpoint, latency_ms, processed_at``: from the envelope's creation (when it was sent)
+    to the commit of its processing. Clocks of different hosts may disagree a little, so
+    small negative values are possible and are kept."""
+    micros = F.unix_micros(F.col("processed_at")) - F.unix_micros(F.col("sent_at"))
+    return audit.where(F.col("sent_at").isNotNull() & F.col("processed_at").isNotNull()).select(
+        "endpoint", (micros / 1000.0).alias("latency_ms"), "processed_at"
+    )
+
+
+def latency_percentiles(
+    audit: DataFrame, percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
+) -> DataFrame:
+    """Per endpoint: ``count, mean_ms, max_ms``, one ``p{NN}_ms`` column per percentile
+    (Spark's percentile_approx: an actual latency whose rank is within 1/10,000 of the
+    requested one), and the first and last processing time."""
+    approx = F.percentile_approx("latency_ms", list(percentiles), 10_000)
+    ranked = (
+        latencies(audit)
+        .groupBy("endpoint")
+        .agg(
+            F.count(F.lit(1)).alias("count"),
+            F.avg("latency_ms").alias("mean_ms"),
+            F.max("latency_ms").alias("max_ms"),
+            approx.alias("ranks"),
+            F.min("processed_at").alias("first_processed_at"),
+            F.max("processed_at").alias("last_processed_at"),
+        )
+    )
+    return ranked.select(
+        "endpoint",
+        "count",
+        "mean_ms",
+        *[F.col("ranks")[i].alias(percentile_column(p)) for i, p in enumerate(percentiles)],
+        "max_ms",
+        "first_processed_at",
+        "last_processed_at",
+    )
+
+
+def percentile_column(p: float) -> str:
+    return f"p{round(p * 100):02d}_ms" if round(p * 100, 6) == round(p * 100) else f"p{p}_ms"
+
+
+def histogram_bucket(latency_ms: Column) -> Column:
+    """Bucket i holds latencies in [2**(i/4), 2**((i+1)/4)) ms; everything under 1 ms
+    (including negative clock skew) is bucket 0."""
+    clamped = F.greatest(latency_ms, F.lit(1.0))
+    return F.floor(F.log2(clamped) * HISTOGRAM_STEPS_PER_DOUBLING).cast("int")
+
+
+def bucket_bounds(bucket: int) -> tuple[float, float]:
+    lower = 0.0 if bucket == 0 else 2 ** (bucket / HISTOGRAM_STEPS_PER_DOUBLING)
+    return lower, 2 ** ((bucket + 1) / HISTOGRAM_STEPS_PER_DOUBLING)
+
+
+def latency_histogram(audit: DataFrame) -> DataFrame:
+    """``endpoint, bucket, count`` on the logarithmic buckets of ``histogram_bucket``."""
+    return (
+        latencies(audit)
+        .groupBy("endpoint", histogram_bucket(F.col("latency_ms")).alias("bucket"))
+        .agg(F.count(F.lit(1)).alias("count"))
+    )
+
+
+def choose_bucket_seconds(span_seconds: float, max_buckets: int = 120) -> int:
+    """The smallest round bucket width (1 s, 2 s, 5 s, ... 1 day) giving at most
+    ``max_buckets`` buckets over the span."""
+    for width in _NICE_BUCKETS:
+        if span_seconds / width <= max_buckets:
+            return width
+    days = int(span_seconds // (86400 * max_buckets)) + 1
+    return days * 86400
+
+
+def throughput(audit: DataFrame, bucket_seconds: int) -> DataFrame:
+    """Processings per time bucket and endpoint: ``bucket_start, endpoint, count``."""
+    if bucket_seconds < 1:
+        raise ValueError("bucket_seconds must be at least 1")
+    seconds = F.unix_seconds(F.col("processed_at"))
+    start = F.timestamp_seconds(F.floor(seconds / bucket_seconds) * bucket_seconds)
+    return (
+        audit.where(F.col("processed_at").isNotNull())
+        .groupBy(start.alias("bucket_start"), "endpoint")
+        .agg(F.count(F.lit(1)).alias("count"))
+    )

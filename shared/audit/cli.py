@@ -1,0 +1,216 @@
+"""``python -m shared.audit``: ``run`` audits, ``export`` copies audit rows to Parquet.
+
+Exit codes: 0 every invariant holds (or the export finished), 1 an invariant is violated,
+2 a usage or configuration error (bad arguments, no storage settings, Spark cannot start).
+pyspark is imported only by ``run``, so ``export`` works without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from shared.errors import BusError, ConfigurationError
+from shared.resources import load_resources
+from shared.settings import DEFAULT_SETTING, load_storage_settings
+
+EXIT_OK, EXIT_VIOLATED, EXIT_USAGE = 0, 1, 2
+
+
+def _names(value: str) -> list[str]:
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("expected a comma-separated list of names")
+    return names
+
+
+def _timestamp(value: str) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not an ISO-8601 time: {value!r}") from e
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _add_storage_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("storage (defaults from infra/resources.json)")
+    group.add_argument(
+        "--connection-setting",
+        default=DEFAULT_SETTING,
+        metavar="NAME",
+        help="environment setting holding the storage connection, read like the Functions "
+        "host reads it (connection string, UseDevelopmentStorage=true, or NAME__accountName "
+        "for identity-based access); default %(default)s",
+    )
+    group.add_argument(
+        "--endpoints", type=_names, metavar="A,B", help="endpoint tables holding audit rows"
+    )
+    group.add_argument(
+        "--ingress-tables", type=_names, metavar="T", help="tables holding ingress records"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m shared.audit",
+        description="Verify from the audit rows that every message sent was processed exactly "
+        "once, and report latency, throughput and the message flow.",
+        epilog="Exit codes: 0 ok, 1 an invariant is violated, 2 usage or configuration error.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser(
+        "run",
+        help="audit (Spark): duplicates, lost and ghost messages, latency, throughput, flow",
+        description="Audit with Spark. Reads Table Storage directly (one Spark task per range "
+        "of partition keys) unless --input names an export.",
+    )
+    run.add_argument(
+        "--input",
+        metavar="PATH",
+        help="read an export (PATH/audit and PATH/ingress) instead of Table Storage",
+    )
+    run.add_argument("--format", choices=("parquet", "json"), default="parquet")
+    _add_storage_options(run)
+    run.add_argument(
+        "--splits",
+        type=int,
+        default=16,
+        help="partition-key ranges (Spark tasks) per table when reading Table Storage",
+    )
+    run.add_argument(
+        "--split-points",
+        type=_names,
+        metavar="K1,K2",
+        help="explicit partition-key boundaries instead of --splits",
+    )
+    run.add_argument(
+        "--master",
+        help="Spark master (default local[*]; under spark-submit its --master applies)",
+    )
+    run.add_argument(
+        "--lost-after",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="a message unprocessed for longer than this is lost; default %(default)s",
+    )
+    run.add_argument("--as-of", type=_timestamp, metavar="ISO-TIME", help="'now' for --lost-after")
+    run.add_argument(
+        "--out",
+        type=Path,
+        default=Path("audit-report"),
+        help="folder for summary.json and report.html; default %(default)s",
+    )
+    run.add_argument("--quiet", action="store_true", help="no progress lines")
+
+    export = commands.add_parser(
+        "export",
+        help="copy audit rows and ingress records to Parquet, paged and resumable",
+        description="Export page by page; rerun the same command to resume after a stop.",
+    )
+    export.add_argument("--out", type=Path, required=True, help="destination folder")
+    export.add_argument(
+        "--checkpoint", type=Path, help="checkpoint file (default OUT/_checkpoint.json)"
+    )
+    export.add_argument("--format", choices=("parquet", "json"), default="parquet")
+    export.add_argument("--page-size", type=int, default=1000, help="rows per page (1-1000)")
+    export.add_argument("--max-pages", type=int, help="stop after this many pages (resume later)")
+    export.add_argument(
+        "--restart", action="store_true", help="ignore an existing checkpoint, start over"
+    )
+    _add_storage_options(export)
+    export.add_argument("--quiet", action="store_true", help="no progress lines")
+    return parser
+
+
+def _tables(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    if args.endpoints and args.ingress_tables:
+        return list(args.endpoints), list(args.ingress_tables)
+    resources = load_resources()
+    return (
+        list(args.endpoints or resources.endpoints),
+        list(args.ingress_tables or [resources.tables["ingress"]]),
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    from shared.audit.job import AuditJob
+
+    job = AuditJob(
+        input_path=args.input,
+        file_format=args.format,
+        settings=None if args.input else load_storage_settings(os.environ, args.connection_setting),
+        tables=None if args.input else _tables(args),
+        splits=args.splits,
+        split_points=args.split_points,
+        master=args.master,
+        as_of=args.as_of or datetime.now(UTC),
+        lost_after=timedelta(seconds=args.lost_after),
+        out=args.out,
+        quiet=args.quiet,
+    )
+    summary = job.run()
+    return EXIT_VIOLATED if summary.invariants.violated else EXIT_OK
+
+
+def _export(args: argparse.Namespace) -> int:
+    from shared.audit.export import export
+    from shared.stores.azure import AzureStorageAccount
+
+    settings = load_storage_settings(os.environ, args.connection_setting)
+    endpoint_tables, ingress_tables = _tables(args)
+
+    def progress(line: str) -> None:
+        if not args.quiet:
+            print(f"  {line}", file=sys.stderr, flush=True)
+
+    async def go() -> int:
+        async with AzureStorageAccount(settings) as account:
+            result = await export(
+                account,
+                args.out,
+                endpoint_tables=endpoint_tables,
+                ingress_tables=ingress_tables,
+                checkpoint_path=args.checkpoint,
+                page_size=args.page_size,
+                file_format=args.format,
+                restart=args.restart,
+                max_pages=args.max_pages,
+                progress=progress,
+            )
+        state = "complete" if result.complete else "stopped early; rerun to resume"
+        print(
+            f"export: rows={sum(result.rows.values())} pages={sum(result.pages.values())} "
+            f"out={args.out} {state}"
+        )
+        return EXIT_OK
+
+    return asyncio.run(go())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse exits 2 on bad usage and 0 for --help
+        return int(e.code or 0)
+    try:
+        if args.command == "run":
+            if args.splits < 1:
+                parser.error("--splits must be at least 1")
+            return _run(args)
+        return _export(args)
+    except SystemExit as e:
+        return int(e.code or 0)
+    except (ConfigurationError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except BusError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE

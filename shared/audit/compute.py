@@ -1,0 +1,244 @@
+"""Runs the checks of ``shared.audit.checks`` and collects their small results into an
+``AuditSummary``. Only aggregates and a bounded sample of offending keys reach the driver, so
+its memory does not grow with the number of rows."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pyspark.sql import DataFrame, Row, Window
+from pyspark.sql import functions as F
+
+from shared.audit import checks
+from shared.audit.summary import (
+    SAMPLE_LIMIT,
+    AuditSummary,
+    EndpointLatency,
+    FlowEdge,
+    HistogramBucket,
+    Invariants,
+    ThroughputPoint,
+)
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    as_of: datetime
+    """The moment 'now' for the lost-message threshold (tz-aware)."""
+    lost_after: timedelta = timedelta(minutes=5)
+    """A delivery unprocessed for longer than this is lost; younger ones are in flight."""
+    sample_limit: int = SAMPLE_LIMIT
+
+    def __post_init__(self) -> None:
+        if self.as_of.tzinfo is None:
+            raise ValueError("as_of must carry a time zone")
+        if self.lost_after < timedelta(0):
+            raise ValueError("lost_after must not be negative")
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+class _Stages:
+    def __init__(self, progress: Progress, total: int) -> None:
+        self.progress = progress
+        self.total = total
+        self.done = 0
+        self.timings: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        self.done += 1
+        self.progress(f"[{self.done}/{self.total}] {name} ...")
+        started = time.perf_counter()
+        yield
+        elapsed = time.perf_counter() - started
+        self.timings[name] = round(elapsed, 3)
+        self.progress(f"[{self.done}/{self.total}] {name}: {elapsed:.1f} s")
+
+
+def _plain(row: Row) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in row.asDict().items():
+        out[key] = value.astimezone(UTC).isoformat() if isinstance(value, datetime) else value
+    return out
+
+
+def run_audit(
+    audit: DataFrame,
+    ingress: DataFrame,
+    options: AuditOptions,
+    progress: Progress = _quiet,
+) -> AuditSummary:
+    """Every check over the given inputs; the verdict is FAIL when an invariant is violated."""
+    stages = _Stages(progress, 6)
+    samples: dict[str, list[dict[str, Any]]] = {}
+    limit = options.sample_limit
+
+    with stages.stage("counting rows"):
+        audit_rows = audit.count()
+        ingress_rows = ingress.count()
+    with stages.stage("checking row contents"):
+        invalid = checks.invalid_rows(audit, ingress)
+        invalid_count = invalid.count()
+        if invalid_count and limit:
+            samples["invalid_rows"] = [_plain(r) for r in invalid.limit(limit).collect()]
+    with stages.stage("latency percentiles"):
+        latency_rows = checks.latency_percentiles(audit).orderBy("endpoint").collect()
+    latency = [
+        EndpointLatency(
+            endpoint=str(r["endpoint"]),
+            count=int(r["count"]),
+            mean_ms=float(r["mean_ms"]),
+            p50_ms=float(r["p50_ms"]),
+            p90_ms=float(r["p90_ms"]),
+            p99_ms=float(r["p99_ms"]),
+            max_ms=float(r["max_ms"]),
+        )
+        for r in latency_rows
+    ]
+    with stages.stage("latency histogram"):
+        histogram = []
+        for r in checks.latency_histogram(audit).orderBy("endpoint", "bucket").collect():
+            lower, upper = checks.bucket_bounds(int(r["bucket"]))
+            histogram.append(HistogramBucket(str(r["endpoint"]), lower, upper, int(r["count"])))
+    firsts = [r["first_processed_at"] for r in latency_rows if r["first_processed_at"]]
+    lasts = [r["last_processed_at"] for r in latency_rows if r["last_processed_at"]]
+    span = (max(lasts) - min(firsts)).total_seconds() if firsts else 0.0
+    bucket_seconds = checks.choose_bucket_seconds(span)
+    with stages.stage("throughput"):
+        points = [
+            ThroughputPoint(
+                r["bucket_start"].astimezone(UTC).isoformat(), str(r["endpoint"]), int(r["count"])
+            )
+            for r in checks.throughput(audit, bucket_seconds)
+            .orderBy("bucket_start", "endpoint")
+            .collect()
+        ]
+    with stages.stage("reconciling sent and processed"):
+        sent = checks.sent_deliveries(audit, ingress)
+        reconciled = checks.reconcile(
+            sent, audit, as_of=options.as_of, lost_after=options.lost_after
+        )
+        flow_rows = checks.flow_graph(reconciled).collect()
+        names = {
+            int(r["edge"]): (str(r["sender"]), str(r["message_type"]))
+            for r in checks.edge_names(audit, ingress).collect()
+        }
+        unnamed = [int(r["edge"]) for r in flow_rows if r["edge"] not in names]
+        if unnamed:  # edges none of whose deliveries was processed
+            names.update(
+                (int(r["edge"]), (str(r["sender"]), str(r["message_type"])))
+                for r in checks.sent_edge_names(sent, unnamed).collect()
+            )
+        edges = sorted(
+            (_edge(r, names) for r in flow_rows),
+            key=lambda e: (e.sender, e.destination, e.message_type),
+        )
+        totals = {k: sum(getattr(e, k) for e in edges) for k in _COUNTS}
+        if limit and (totals["duplicate"] or totals["lost"] or totals["ghost"]):
+            names_frame = audit.sparkSession.createDataFrame(
+                [(edge, sender, kind) for edge, (sender, kind) in names.items()],
+                "edge long, sender string, message_type string",
+            )
+            _collect_samples(audit, checks.named(reconciled, names_frame), totals, limit, samples)
+
+    invariants = Invariants(
+        duplicates=totals["duplicate"],
+        lost=totals["lost"],
+        ghosts=totals["ghost"],
+        invalid_rows=invalid_count,
+    )
+    return AuditSummary(
+        verdict="FAIL" if invariants.violated else "PASS",
+        as_of=options.as_of.astimezone(UTC).isoformat(),
+        lost_after_seconds=options.lost_after.total_seconds(),
+        audit_rows=audit_rows,
+        ingress_rows=ingress_rows,
+        sent=totals["sent"],
+        processed=totals["processed"],
+        in_flight=totals["in_flight"],
+        invariants=invariants,
+        samples=samples,
+        latency=latency,
+        histogram=histogram,
+        throughput_bucket_seconds=bucket_seconds,
+        throughput=points,
+        flow=edges,
+        timings=stages.timings,
+    )
+
+
+_COUNTS = ("sent", "processed", "duplicate", "lost", "in_flight", "ghost")
+
+
+def _edge(row: Row, names: dict[int, tuple[str, str]]) -> FlowEdge:
+    sender, message_type = names.get(int(row["edge"]), ("?", "?"))
+    return FlowEdge(
+        sender=sender,
+        destination=str(row["destination"]),
+        message_type=message_type,
+        sent=int(row["sent"] or 0),
+        processed=int(row["processed"] or 0),
+        duplicate=int(row["duplicate"] or 0),
+        lost=int(row["lost"] or 0),
+        in_flight=int(row["in_flight"] or 0),
+        ghost=int(row["ghost"] or 0),
+    )
+
+
+def _collect_samples(
+    audit: DataFrame,
+    reconciled: DataFrame,
+    totals: dict[str, int],
+    limit: int,
+    samples: dict[str, list[dict[str, Any]]],
+) -> None:
+    """Name up to ``limit`` offending deliveries of each kind. Runs only when something is
+    wrong, so a clean audit pays for the reconciliation once; a failing one pays one more
+    pass, plus a scan of the audit rows of the sampled duplicates for where they were."""
+    kinds = F.filter(
+        F.array(
+            F.when(F.col("duplicate"), F.lit("duplicates")),
+            F.when(F.col("lost"), F.lit("lost")),
+            F.when(F.col("ghost"), F.lit("ghosts")),
+        ),
+        lambda kind: kind.isNotNull(),
+    )
+    rank = F.row_number().over(Window.partitionBy("kind").orderBy("destination", "message_id"))
+    offending = (
+        reconciled.where(F.col("duplicate") | F.col("lost") | F.col("ghost"))
+        .select(
+            F.explode(kinds).alias("kind"),
+            "destination",
+            "message_id",
+            "sender",
+            "message_type",
+            "sent_at",
+            "processings",
+        )
+        .withColumn("rank", rank)
+        .where(F.col("rank") <= limit)
+        .drop("rank")
+        .orderBy("kind", "destination", "message_id")
+    )
+    for row in offending.collect():
+        sample = _plain(row)
+        samples.setdefault(sample.pop("kind"), []).append(sample)
+    duplicates = samples.get("duplicates", [])
+    if duplicates:
+        keys = audit.sparkSession.createDataFrame(
+            [(d["destination"], d["message_id"]) for d in duplicates],
+            "endpoint string, message_id string",
+        )
+        rows = audit.join(F.broadcast(keys), ["endpoint", "message_id"], "left_semi")
+        detail = checks.duplicate_processings(rows).orderBy("endpoint", "message_id")
+        samples["duplicates"] = [_plain(r) for r in detail.collect()]

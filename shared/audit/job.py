@@ -1,0 +1,103 @@
+"""The audit job: read, check, write ``summary.json`` and ``report.html``, print the summary.
+
+Runnable as a file under ``spark-submit`` with the arguments of ``python -m shared.audit run``:
+
+    spark-submit --master yarn shared/audit/job.py --input abfss://.../audit-export
+
+On a cluster the ``shared`` package is zipped and shipped to the executors automatically;
+they need ``azure-data-tables`` (and ``azure-identity`` for identity-based access) only when
+reading Table Storage directly.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file: make the repository's package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from shared.audit.compute import AuditOptions, run_audit
+from shared.audit.console import ProgressPrinter, render_console
+from shared.audit.file_source import FileFormat, read_files
+from shared.audit.report import render_html
+from shared.audit.session import get_session, is_local, remove_shipped, ship_package
+from shared.audit.summary import AuditSummary
+from shared.audit.table_source import read_tables
+from shared.errors import ConfigurationError
+from shared.settings import StorageSettings
+
+
+def under_spark_submit() -> bool:
+    """spark-submit starts the JVM first and hands its port to the Python driver."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+@dataclass
+class AuditJob:
+    as_of: datetime
+    lost_after: timedelta
+    out: Path
+    input_path: str | None = None
+    file_format: FileFormat = "parquet"
+    settings: StorageSettings | None = None
+    tables: tuple[list[str], list[str]] | None = None
+    splits: int = 16
+    split_points: list[str] | None = None
+    master: str | None = None
+    quiet: bool = False
+
+    def run(self) -> AuditSummary:
+        progress = ProgressPrinter(enabled=not self.quiet)
+        master = self.master or (None if under_spark_submit() else "local[*]")
+        progress(f"starting Spark ({master or 'from spark-submit'})")
+        spark = get_session(master)
+        shipped = None if is_local(spark) else ship_package(spark)
+        try:
+            if self.input_path is not None:
+                progress(f"reading {self.file_format} export at {self.input_path}")
+                audit, ingress = read_files(spark, self.input_path, self.file_format)
+            else:
+                if self.settings is None or self.tables is None:
+                    raise ConfigurationError("reading Table Storage needs settings and tables")
+                endpoint_tables, ingress_tables = self.tables
+                progress(
+                    f"reading Table Storage ({self.settings.describe()}): "
+                    f"{len(endpoint_tables)} endpoint tables, {self.splits} ranges each"
+                )
+                audit, ingress = read_tables(
+                    spark,
+                    self.settings,
+                    endpoint_tables=endpoint_tables,
+                    ingress_tables=ingress_tables,
+                    splits=self.splits,
+                    boundaries=self.split_points,
+                )
+            summary = run_audit(
+                audit,
+                ingress,
+                AuditOptions(as_of=self.as_of, lost_after=self.lost_after),
+                progress,
+            )
+        finally:
+            if shipped is not None:
+                remove_shipped(shipped)
+        write_outputs(summary, self.out)
+        progress(f"wrote {self.out / 'summary.json'} and {self.out / 'report.html'}")
+        print(render_console(summary), flush=True)
+        return summary
+
+
+def write_outputs(summary: AuditSummary, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(summary.to_json() + "\n")
+    (out / "report.html").write_text(render_html(summary))
+
+
+if __name__ == "__main__":
+    from shared.audit.cli import main
+
+    sys.exit(main(["run", *sys.argv[1:]]))

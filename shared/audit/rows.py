@@ -1,0 +1,115 @@
+"""Audit rows and ingress records as flat rows: the one input format every reader produces.
+
+Table Storage, the exported Parquet/JSON files and the synthetic bench data all use these
+columns. ``caused`` (audit) and ``outgoing`` (ingress) are JSON lists of
+``{"id", "type", "destination"}``: one entry per delivery, because a published event gets its
+own message id per subscriber (``shared.bus.outgoing.plan_deliveries``).
+
+No pyspark here: the exporter and the single-process baseline use these too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
+from shared.bus.ingress import INGRESS_ROW
+from shared.bus.records import AUDIT_PREFIX
+
+AUDIT_COLUMNS = (
+    "table",
+    "partition_key",
+    "endpoint",
+    "message_id",
+    "message_type",
+    "source",
+    "correlation_id",
+    "causation_id",
+    "mode",
+    "sent_at",
+    "processed_at",
+    "caused",
+)
+INGRESS_COLUMNS = (
+    "table",
+    "idempotency_key",
+    "sender",
+    "incoming_id",
+    "message_type",
+    "created_at",
+    "outgoing",
+)
+TIMESTAMP_COLUMNS = frozenset({"sent_at", "processed_at", "created_at"})
+
+Value = str | datetime | None
+Row = tuple[Value, ...]
+
+
+def is_audit_key(row_key: str) -> bool:
+    return row_key.startswith(AUDIT_PREFIX)
+
+
+def is_ingress_key(row_key: str) -> bool:
+    return row_key == INGRESS_ROW
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _time(value: object) -> datetime | None:
+    """A UTC datetime; the SDK hands out a datetime subclass carrying the raw service text,
+    which Spark and pyarrow do not need to see."""
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        return None
+    return datetime.fromtimestamp(value.timestamp(), tz=UTC)
+
+
+def audit_row(table: str, partition_key: str, properties: Mapping[str, object]) -> Row:
+    """One audit row (RowKey ``audit|{m}``) from its stored properties. Missing or mistyped
+    values become None, which the audit reports as an invalid row instead of guessing."""
+    return (
+        table,
+        partition_key,
+        _text(properties.get("endpoint")),
+        _text(properties.get("message_id")),
+        _text(properties.get("message_type")),
+        _text(properties.get("source")),
+        _text(properties.get("correlation_id")),
+        _text(properties.get("causation_id")) or None,
+        _text(properties.get("mode")),
+        _time(properties.get("sent_at")),
+        _time(properties.get("processed_at")),
+        _text(properties.get("caused")),
+    )
+
+
+def deliveries_of_ingress(outgoing: object) -> str | None:
+    """The ingress record keeps full outgoing signals; keep only what identifies a delivery.
+    Unreadable JSON is passed through unchanged so that the audit counts it as invalid."""
+    if not isinstance(outgoing, str):
+        return None
+    try:
+        signals = json.loads(outgoing)
+        return json.dumps(
+            [
+                {"id": s["message_id"], "type": s["type"], "destination": s["destination"]}
+                for s in signals
+            ]
+        )
+    except (ValueError, KeyError, TypeError):
+        return outgoing
+
+
+def ingress_row(table: str, partition_key: str, properties: Mapping[str, object]) -> Row:
+    """One ingress record (PartitionKey = the client's idempotency key, RowKey ``ingress``)."""
+    return (
+        table,
+        partition_key,
+        _text(properties.get("sender")),
+        _text(properties.get("incoming_id")),
+        _text(properties.get("type")),
+        _time(properties.get("created_at")),
+        deliveries_of_ingress(properties.get("outgoing")),
+    )

@@ -1,0 +1,81 @@
+"""The Spark session the audit runs in: local by default, or whatever ``spark-submit`` set up."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from shared.errors import ConfigurationError
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+"""The directory holding the ``shared`` package: Python workers must be able to import it."""
+
+DEFAULT_CONF: dict[str, str] = {
+    # Timestamps are UTC everywhere in the bus; the machine's zone must not shift buckets.
+    "spark.sql.session.timeZone": "UTC",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    # Few, small shuffles: the default 200 partitions would be mostly empty tasks locally.
+    "spark.sql.shuffle.partitions": "16",
+    "spark.sql.adaptive.enabled": "true",
+}
+
+
+def get_session(
+    master: str | None = "local[*]",
+    app_name: str = "bus-audit",
+    conf: dict[str, str] | None = None,
+) -> SparkSession:
+    """The active session if ``spark-submit`` made one, else a new one on ``master``.
+
+    Local runs bind to the loopback address (this machine's host name may not resolve), and
+    the package's directory is put on the workers' PYTHONPATH so that mapPartitions functions
+    defined in ``shared`` import there."""
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if master and master.startswith("local"):
+        # Local Python workers must run this interpreter (its virtual environment has the
+        # storage SDK), not whatever 'python3' is first on PATH.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    paths = [str(PACKAGE_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    try:
+        session = builder.getOrCreate()
+    except Exception as e:  # the JVM failed to start: no Java, bad master URL, ...
+        raise ConfigurationError(f"Spark could not start ({master}): {e}") from e
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def ship_package(session: SparkSession) -> Path:
+    """Zip the ``shared`` package and add it to the job, for clusters whose executors do not
+    have this repository. Returns the zip's path (kept for the session's lifetime)."""
+    folder = Path(tempfile.mkdtemp(prefix="bus-audit-"))
+    archive = folder / "shared.zip"
+    source = PACKAGE_ROOT / "shared"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(source.rglob("*.py")):
+            zf.write(path, path.relative_to(PACKAGE_ROOT))
+    session.sparkContext.addPyFile(str(archive))
+    return archive
+
+
+def is_local(session: SparkSession) -> bool:
+    return (session.sparkContext.master or "").startswith("local")
+
+
+def remove_shipped(archive: Path) -> None:
+    shutil.rmtree(archive.parent, ignore_errors=True)

@@ -1,0 +1,104 @@
+"""What an audit run found, as plain data: the JSON summary, the report and the console all
+render this one object. No pyspark here."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SAMPLE_LIMIT = 20
+"""Offending deliveries listed by key in the summary; the counts are always complete."""
+
+
+@dataclass(frozen=True)
+class Invariants:
+    duplicates: int
+    """Deliveries processed more than once (NoDuplicatedProcessing)."""
+    lost: int
+    """Deliveries sent before the threshold and never processed (NoLostMessages)."""
+    ghosts: int
+    """Deliveries processed that nobody sent (NoGhostMessages)."""
+    invalid_rows: int
+    """Rows the audit cannot read: it then cannot vouch for exactly-once either."""
+
+    @property
+    def violated(self) -> bool:
+        return any((self.duplicates, self.lost, self.ghosts, self.invalid_rows))
+
+
+@dataclass(frozen=True)
+class EndpointLatency:
+    endpoint: str
+    count: int
+    mean_ms: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    max_ms: float
+
+
+@dataclass(frozen=True)
+class HistogramBucket:
+    endpoint: str
+    lower_ms: float
+    upper_ms: float
+    count: int
+
+
+@dataclass(frozen=True)
+class ThroughputPoint:
+    bucket_start: str
+    """ISO-8601 UTC."""
+    endpoint: str
+    count: int
+
+
+@dataclass(frozen=True)
+class FlowEdge:
+    sender: str
+    destination: str
+    message_type: str
+    sent: int
+    processed: int
+    duplicate: int
+    lost: int
+    in_flight: int
+    ghost: int
+
+
+@dataclass
+class AuditSummary:
+    verdict: str
+    as_of: str
+    lost_after_seconds: float
+    audit_rows: int
+    ingress_rows: int
+    sent: int
+    """Distinct deliveries sent (by clients and by handlers)."""
+    processed: int
+    """Distinct deliveries with at least one audit row."""
+    in_flight: int
+    invariants: Invariants
+    samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    latency: list[EndpointLatency] = field(default_factory=list)
+    histogram: list[HistogramBucket] = field(default_factory=list)
+    throughput_bucket_seconds: int = 60
+    throughput: list[ThroughputPoint] = field(default_factory=list)
+    flow: list[FlowEdge] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    """Seconds spent in each stage of the run."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False, default=str)
+
+    def one_line(self) -> str:
+        inv = self.invariants
+        return (
+            f"audit: sent={self.sent} processed={self.processed} duplicates={inv.duplicates} "
+            f"lost={inv.lost} ghosts={inv.ghosts} invalid={inv.invalid_rows} "
+            f"in_flight={self.in_flight} verdict={self.verdict}"
+        )

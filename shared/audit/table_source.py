@@ -1,0 +1,152 @@
+"""Reads audit rows and ingress records straight from Table Storage, in parallel.
+
+No Hadoop connector for Table Storage exists here, so each Spark task runs the Python SDK
+itself inside ``mapPartitions``: the driver only plans *slices* (a table and a range of
+PartitionKeys), and every task pages through its slices with the server-side filter
+``PartitionKey ge lo and PartitionKey lt hi`` plus a RowKey filter. Ranges are contiguous, so
+together they cover every possible key whatever the keys look like; how evenly rows spread
+over them depends on the keys (hashes and ids spread well; a common prefix lands in few
+ranges), hence ``splits`` can be raised, or exact boundaries given.
+"""
+
+from __future__ import annotations
+
+import logging
+import string
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Literal
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+
+from shared.audit.rows import Row, audit_row, ingress_row
+from shared.audit.schema import AUDIT_SCHEMA, INGRESS_SCHEMA
+from shared.bus.ingress import INGRESS_ROW
+from shared.bus.records import AUDIT_PREFIX
+from shared.errors import ConfigurationError
+from shared.settings import StorageSettings
+
+log = logging.getLogger(__name__)
+
+Kind = Literal["audit", "ingress"]
+
+# Sorted by code point, which is how Table Storage orders keys.
+_ALPHABET = "".join(sorted(string.digits + string.ascii_letters))
+PAGE_SIZE = 1000
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One task's share: rows of ``kind`` in ``table`` with low <= PartitionKey < high
+    (``high`` None: no upper bound)."""
+
+    table: str
+    kind: Kind
+    low: str
+    high: str | None
+
+
+def key_boundaries(splits: int) -> list[str]:
+    """``splits - 1`` ascending boundary strings spread evenly over alphanumeric keys (one
+    character deep while that suffices, then two)."""
+    if splits < 1:
+        raise ConfigurationError("splits must be at least 1")
+    depth = 1 if splits <= len(_ALPHABET) else 2
+    universe = list(_ALPHABET) if depth == 1 else [a + b for a in _ALPHABET for b in _ALPHABET]
+    if splits > len(universe):
+        raise ConfigurationError(f"at most {len(universe)} splits per table")
+    return [universe[(i * len(universe)) // splits] for i in range(1, splits)]
+
+
+def plan_slices(
+    tables: Sequence[str], kind: Kind, splits: int, boundaries: Sequence[str] | None = None
+) -> list[Slice]:
+    """Slices covering every PartitionKey of every table."""
+    cuts = sorted(set(boundaries)) if boundaries else key_boundaries(splits)
+    lows = ["", *cuts]
+    highs: list[str | None] = [*cuts, None]
+    return [Slice(t, kind, lo, hi) for t in tables for lo, hi in zip(lows, highs, strict=True)]
+
+
+def slice_filter(piece: Slice) -> tuple[str, dict[str, str]]:
+    """The OData filter and its parameters for one slice (the SDK quotes parameters)."""
+    clauses = ["PartitionKey ge @low"]
+    parameters = {"low": piece.low}
+    if piece.high is not None:
+        clauses.append("PartitionKey lt @high")
+        parameters["high"] = piece.high
+    if piece.kind == "audit":
+        # Every RowKey starting with 'audit|' sorts below 'audit}' ('}' follows '|').
+        clauses.append("RowKey ge @rlow and RowKey lt @rhigh")
+        parameters.update(rlow=AUDIT_PREFIX, rhigh=AUDIT_PREFIX[:-1] + "}")
+    else:
+        clauses.append("RowKey eq @row")
+        parameters["row"] = INGRESS_ROW
+    return " and ".join(clauses), parameters
+
+
+def _service_client(settings: StorageSettings) -> Any:
+    """A synchronous SDK client: tasks are plain Python functions, no event loop needed."""
+    from azure.data.tables import TableServiceClient
+
+    if settings.connection_string is not None:
+        return TableServiceClient.from_connection_string(settings.connection_string)
+    credential: Any
+    if settings.managed_identity:
+        from azure.identity import ManagedIdentityCredential
+
+        credential = ManagedIdentityCredential(client_id=settings.client_id)
+    else:
+        from azure.identity import DefaultAzureCredential
+
+        credential = DefaultAzureCredential(managed_identity_client_id=settings.client_id)
+    if settings.table_service_uri is None:
+        raise ConfigurationError("no table service URI in the storage settings")
+    return TableServiceClient(endpoint=settings.table_service_uri, credential=credential)
+
+
+def read_slices(settings: StorageSettings, slices: Iterable[Slice]) -> Iterator[Row]:
+    """Runs inside a Spark task: every row of the given slices, as audit or ingress rows.
+    A table that does not exist has no rows (an endpoint that was never provisioned)."""
+    from azure.core.exceptions import ResourceNotFoundError
+
+    with _service_client(settings) as service:
+        for piece in slices:
+            query, parameters = slice_filter(piece)
+            convert = audit_row if piece.kind == "audit" else ingress_row
+            client = service.get_table_client(piece.table)
+            try:
+                for entity in client.query_entities(
+                    query, parameters=parameters, results_per_page=PAGE_SIZE
+                ):
+                    yield convert(piece.table, str(entity["PartitionKey"]), entity)
+            except ResourceNotFoundError:
+                log.warning("table %s does not exist; reading it as empty", piece.table)
+
+
+def read_tables(
+    spark: SparkSession,
+    settings: StorageSettings,
+    *,
+    endpoint_tables: Sequence[str],
+    ingress_tables: Sequence[str],
+    splits: int = 16,
+    boundaries: Sequence[str] | None = None,
+) -> tuple[DataFrame, DataFrame]:
+    """(audit, ingress) DataFrames read by Spark tasks, one task per slice. They are persisted
+    (memory, spilling to disk) because every check reads them again and a re-read would
+    query the storage account again."""
+
+    def frame(tables: Sequence[str], kind: Kind) -> DataFrame:
+        schema = AUDIT_SCHEMA if kind == "audit" else INGRESS_SCHEMA
+        slices = plan_slices(tables, kind, splits, boundaries)
+        if not slices:
+            return spark.createDataFrame([], schema)
+        rdd = spark.sparkContext.parallelize(slices, len(slices)).mapPartitions(
+            partial(read_slices, settings)
+        )
+        return spark.createDataFrame(rdd, schema).persist(StorageLevel.MEMORY_AND_DISK)
+
+    return frame(endpoint_tables, "audit"), frame(ingress_tables, "ingress")

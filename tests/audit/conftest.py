@@ -1,0 +1,97 @@
+"""One local Spark session for the whole test run (start-up costs seconds), and helpers to
+build audit inputs by hand.
+
+Under CI a test that needs Spark fails when Spark cannot start; elsewhere it is skipped with
+the reason, as with Azurite."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from tests.conftest import UNDER_CI
+
+T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    try:
+        from shared.audit.session import get_session
+
+        # Tiny inputs: a couple of shuffle partitions, and no code generation whose compile
+        # time would dominate every query.
+        session = get_session(
+            "local[2]",
+            app_name="bus-audit-tests",
+            conf={"spark.sql.shuffle.partitions": "2", "spark.sql.codegen.wholeStage": "false"},
+        )
+    except Exception as e:  # ImportError without pyspark, ConfigurationError without Java
+        if UNDER_CI:
+            pytest.fail(f"Spark is required under CI and could not start: {e}")
+        pytest.skip(f"Spark unavailable (run `make deps`): {e}")
+    yield session
+    session.stop()
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def utc(value: datetime | None) -> datetime | None:
+    """Spark hands timestamps back as naive local times; compare them in UTC."""
+    return None if value is None else value.astimezone(UTC)
+
+
+def caused(*deliveries: tuple[str, str, str]) -> str:
+    """JSON of (message id, type, destination) triples, as the receiver writes it."""
+    return json.dumps([{"id": i, "type": t, "destination": d} for i, t, d in deliveries])
+
+
+def audit(
+    endpoint: str,
+    message_id: str,
+    *,
+    source: str = "client",
+    message_type: str = "Cmd",
+    sent: float = 0.0,
+    processed: float = 0.1,
+    sends: tuple[tuple[str, str, str], ...] = (),
+    partition: str = "p1",
+    table: str | None = None,
+    mode: str = "token",
+) -> tuple[object, ...]:
+    """An audit row in the column order of ``shared.audit.rows.AUDIT_COLUMNS``."""
+    return (
+        table or endpoint,
+        partition,
+        endpoint,
+        message_id,
+        message_type,
+        source,
+        "corr",
+        None,
+        mode,
+        at(sent),
+        at(processed),
+        caused(*sends),
+    )
+
+
+def ingress(
+    key: str, *sends: tuple[str, str, str], sender: str = "client", created: float = 0.0
+) -> tuple[object, ...]:
+    """An ingress record in the column order of ``shared.audit.rows.INGRESS_COLUMNS``."""
+    return (
+        "ingress",
+        key,
+        sender,
+        f"in-{key}",
+        sends[0][1] if sends else "Cmd",
+        at(created),
+        caused(*sends),
+    )
