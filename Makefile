@@ -48,5 +48,23 @@ lint-infra:
 demo: deps
 	$(PY) -m shared.local.demo
 
+# The Spark audit against the same checks in one Python process, at 1M and 10M synthetic
+# audit rows on local[2] (docs/audit.md). Prints figures; not a timed test.
+.PHONY: audit-bench
+audit-bench: deps
+	$(PY) -m shared.audit.bench
+
+# Deterministic simulation of the real pipeline under interleavings and faults (README);
+# `make simulate SEED=<seed>` replays the one run a violation printed.
+.PHONY: simulate
+simulate: deps
+	$(PY) -m shared.sim $(if $(SEED),--seed $(SEED))
+
+# The cost of exactly-once: every mode side by side on one Azurite (docs/benchmarks.md).
+# Writes bench/results.json; QUICK=1 runs the same at a small size into bench/results-quick.json.
+.PHONY: bench
+bench: deps
+	$(PY) -m shared.bench $(if $(QUICK),--quick)
+
 clean:
 	rm -rf $(VENV) .venv-checkov node_modules .pytest_cache .mypy_cache .ruff_cache
