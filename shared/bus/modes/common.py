@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -40,7 +41,7 @@ from shared.errors import (
     TransactionFailed,
 )
 from shared.stores.blob import BlobContainer
-from shared.stores.table import Entity, Insert, TableOperation, Update
+from shared.stores.table import Entity, Insert, TableOperation, TableValue, Update
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,42 @@ def signals_property(outgoing: Sequence[OutgoingSignal]) -> str:
 
 def parse_signals(value: object) -> tuple[OutgoingSignal, ...]:
     return tuple(OutgoingSignal.model_validate(o) for o in json.loads(str(value)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommitRow:
+    """What every window mode's dedup row records about one processed message: when it was
+    committed, the output signals it committed (the cleanup reads their attempt ids) and the
+    attempt ids its rounds abandoned."""
+
+    partition_key: str
+    message_id: str
+    committed_at: datetime
+    outgoing: tuple[OutgoingSignal, ...]
+    abandoned: tuple[str, ...]
+
+    @property
+    def committed_attempts(self) -> frozenset[str]:
+        return frozenset(o.attempt_id for o in self.outgoing)
+
+    def commit_properties(self) -> dict[str, TableValue]:
+        return {
+            "committed_at": self.committed_at,
+            "outgoing": signals_property(self.outgoing),
+            "abandoned": json_property("abandoned", json.dumps(list(self.abandoned))),
+        }
+
+    @staticmethod
+    def commit_fields(entity: Entity, row_prefix: str) -> dict[str, Any]:
+        committed_at = entity["committed_at"]
+        assert isinstance(committed_at, datetime)
+        return {
+            "partition_key": entity.partition_key,
+            "message_id": entity.row_key[len(row_prefix) :],
+            "committed_at": committed_at,
+            "outgoing": parse_signals(entity["outgoing"]),
+            "abandoned": tuple(json.loads(str(entity["abandoned"]))),
+        }
 
 
 def state_operation(existing: Entity | None, row: Entity) -> TableOperation:

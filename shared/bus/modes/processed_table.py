@@ -13,22 +13,20 @@ than the dedup window (``BusConfig.processed_retention_seconds``).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 
 from shared.bus.envelope import Envelope, Signal
 from shared.bus.messages import Message
 from shared.bus.modes.common import (
+    CommitRow,
     ModePipeline,
     check_page_size,
     drop_abandoned_tokens,
-    parse_signals,
-    signals_property,
     state_operation,
 )
 from shared.bus.pipeline import Outcome
-from shared.bus.records import STATE_ROW, OutgoingSignal, json_property
+from shared.bus.records import STATE_ROW
 from shared.clock import to_datetime
 from shared.errors import PreconditionFailed
 from shared.stores.blob import BlobContainer
@@ -41,42 +39,22 @@ def processed_row(message_id: str) -> str:
     return f"{PROCESSED_PREFIX}{message_id}"
 
 
-@dataclass(frozen=True)
-class ProcessedRecord:
-    partition_key: str
-    message_id: str
-    committed_at: datetime
+@dataclass(frozen=True, kw_only=True)
+class ProcessedRecord(CommitRow):
     incoming_token: str
-    outgoing: tuple[OutgoingSignal, ...]
-    abandoned: tuple[str, ...]
-
-    @property
-    def committed_attempts(self) -> frozenset[str]:
-        return frozenset(o.attempt_id for o in self.outgoing)
 
     def to_entity(self) -> Entity:
         return Entity(
             self.partition_key,
             processed_row(self.message_id),
-            {
-                "committed_at": self.committed_at,
-                "incoming": self.incoming_token,
-                "outgoing": signals_property(self.outgoing),
-                "abandoned": json_property("abandoned", json.dumps(list(self.abandoned))),
-            },
+            {"incoming": self.incoming_token, **self.commit_properties()},
         )
 
     @classmethod
     def from_entity(cls, entity: Entity) -> ProcessedRecord:
-        committed_at = entity["committed_at"]
-        assert isinstance(committed_at, datetime)
         return cls(
-            entity.partition_key,
-            entity.row_key[len(PROCESSED_PREFIX) :],
-            committed_at,
-            str(entity["incoming"]),
-            parse_signals(entity["outgoing"]),
-            tuple(json.loads(str(entity["abandoned"]))),
+            incoming_token=str(entity["incoming"]),
+            **CommitRow.commit_fields(entity, PROCESSED_PREFIX),
         )
 
 
@@ -104,12 +82,12 @@ class ProcessedMessagesPipeline(ModePipeline):
         created = await self._create_outputs(context, envelope, processed_row(m))
         abandoned.extend(created.abandoned)
         record = ProcessedRecord(
-            p,
-            m,
-            to_datetime(self.config.clock()),
-            signal.token,
-            tuple(created.committed_candidates),
-            tuple(sorted(set(abandoned))),
+            partition_key=p,
+            message_id=m,
+            committed_at=to_datetime(self.config.clock()),
+            incoming_token=signal.token,
+            outgoing=tuple(created.committed_candidates),
+            abandoned=tuple(sorted(set(abandoned))),
         )
 
         def build() -> list[TableOperation]:

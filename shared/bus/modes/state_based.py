@@ -37,16 +37,15 @@ from shared.bus.envelope import Envelope, Signal
 from shared.bus.ids import stable_seed
 from shared.bus.messages import Event, Message, body_of
 from shared.bus.modes.common import (
+    CommitRow,
     ModePipeline,
     check_page_size,
     drop_abandoned_tokens,
-    parse_signals,
-    signals_property,
     state_operation,
 )
 from shared.bus.modes.errors import NondeterministicHandler
 from shared.bus.pipeline import Outcome
-from shared.bus.records import STATE_ROW, OutgoingSignal, json_property
+from shared.bus.records import STATE_ROW, json_property
 from shared.clock import to_datetime
 from shared.errors import PreconditionFailed
 from shared.stores.blob import BlobContainer
@@ -137,45 +136,24 @@ class Version:
         )
 
 
-@dataclass(frozen=True)
-class IndexEntry:
-    partition_key: str
-    message_id: str
-    version: int
-    committed_at: datetime
-    outgoing: tuple[OutgoingSignal, ...]
-    abandoned: tuple[str, ...]
+@dataclass(frozen=True, kw_only=True)
+class IndexEntry(CommitRow):
+    """The message-id index row: which version message m produced, and what it committed."""
 
-    @property
-    def committed_attempts(self) -> frozenset[str]:
-        return frozenset(o.attempt_id for o in self.outgoing)
+    version: int
 
     def to_entity(self) -> Entity:
         return Entity(
             self.partition_key,
             index_row(self.message_id),
-            {
-                "version": self.version,
-                "committed_at": self.committed_at,
-                "outgoing": signals_property(self.outgoing),
-                "abandoned": json_property("abandoned", json.dumps(list(self.abandoned))),
-            },
+            {"version": self.version, **self.commit_properties()},
         )
 
     @classmethod
     def from_entity(cls, entity: Entity) -> IndexEntry:
-        committed_at = entity["committed_at"]
         version = entity["version"]
-        assert isinstance(committed_at, datetime)
         assert isinstance(version, int)
-        return cls(
-            entity.partition_key,
-            entity.row_key[len(INDEX_PREFIX) :],
-            version,
-            committed_at,
-            parse_signals(entity["outgoing"]),
-            tuple(json.loads(str(entity["abandoned"]))),
-        )
+        return cls(version=version, **CommitRow.commit_fields(entity, INDEX_PREFIX))
 
 
 class StateBasedPipeline(ModePipeline):
@@ -208,12 +186,12 @@ class StateBasedPipeline(ModePipeline):
             p, current + 1, m, committed_at, now, seed, data, fingerprint(context.outputs)
         )
         entry = IndexEntry(
-            p,
-            m,
-            current + 1,
-            committed_at,
-            tuple(created.committed_candidates),
-            tuple(sorted(set(abandoned))),
+            partition_key=p,
+            message_id=m,
+            version=current + 1,
+            committed_at=committed_at,
+            outgoing=tuple(created.committed_candidates),
+            abandoned=tuple(sorted(set(abandoned))),
         )
 
         def build() -> list[TableOperation]:
