@@ -29,6 +29,12 @@ def unique_name(prefix: str) -> str:
 
 @pytest.fixture(scope="session")
 def azurite() -> Iterator[AzuriteEndpoints]:
+    yield from started_azurite()
+
+
+def started_azurite() -> Iterator[AzuriteEndpoints]:
+    """A fresh emulator for as long as the generator runs: under CI a failure to start fails
+    the test instead of skipping it."""
     emulator = Azurite()
     try:
         endpoints = emulator.start()

@@ -60,12 +60,7 @@ class Receiver(Pipeline):
             if round_number:
                 await self.config.sleep(self.config.backoff(round_number))
             # R2: state and O(m) in one query.
-            rows = {
-                e.row_key: e
-                for e in (
-                    await self.table.query(partition_key=p, row_keys=[STATE_ROW, outbox_row(m)])
-                ).entities
-            }
+            rows = await self._read_partition_rows(p, outbox_row(m))
             outbox_entity = rows.get(outbox_row(m))
             # R3
             if outbox_entity is None:

@@ -16,7 +16,7 @@ from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.resources import poison_queue
 from shared.settings import DEV_KEY, StorageSettings
 from shared.stores.azure import AzureStorageAccount
-from tests.host.emulator import private_azurite
+from tests.conftest import started_azurite
 
 pytestmark = pytest.mark.azurite
 
@@ -26,7 +26,7 @@ PLACED = '{"order_id": "c2", "customer": "bob", "amount_cents": 100}'
 
 @pytest.fixture(scope="module")
 def emulator() -> Iterator[AzuriteEndpoints]:
-    yield from private_azurite()
+    yield from started_azurite()  # private: these tests read the sample app's fixed-name tables
 
 
 Run = Callable[..., tuple[int, str, str]]

@@ -21,7 +21,7 @@ from shared.resources import load_resources
 from shared.sample.app import FireAt, PlaceOrder
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
-from tests.host.emulator import private_azurite
+from tests.conftest import started_azurite
 
 pytestmark = pytest.mark.azurite
 
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.azurite
 @pytest.fixture(scope="module")
 def own_azurite() -> Iterator[AzuriteEndpoints]:
     """The sample app's resource names are fixed, and this module checks every row."""
-    yield from private_azurite()
+    yield from started_azurite()  # private: these tests read the sample app's fixed-name tables
 
 
 def host_for(endpoints: AzuriteEndpoints, work: Path) -> HostProcess:

@@ -65,12 +65,7 @@ class ProcessedMessagesPipeline(ModePipeline):
         self, signal: Signal, envelope: Envelope, message: Message, abandoned: list[str]
     ) -> Outcome:
         m, p = signal.message_id, signal.partition_key
-        rows = {
-            e.row_key: e
-            for e in (
-                await self.table.query(partition_key=p, row_keys=[STATE_ROW, processed_row(m)])
-            ).entities
-        }
+        rows = await self._read_partition_rows(p, processed_row(m))
         done = rows.get(processed_row(m))
         if done is not None:
             await self._finish(ProcessedRecord.from_entity(done).outgoing, signal)

@@ -163,12 +163,7 @@ class StateBasedPipeline(ModePipeline):
         self, signal: Signal, envelope: Envelope, message: Message, abandoned: list[str]
     ) -> Outcome:
         m, p = signal.message_id, signal.partition_key
-        rows = {
-            e.row_key: e
-            for e in (
-                await self.table.query(partition_key=p, row_keys=[STATE_ROW, index_row(m)])
-            ).entities
-        }
+        rows = await self._read_partition_rows(p, index_row(m))
         indexed = rows.get(index_row(m))
         if indexed is not None:
             return await self._replay(signal, envelope, message, IndexEntry.from_entity(indexed))
