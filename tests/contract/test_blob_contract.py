@@ -32,6 +32,22 @@ async def test_create_then_read_returns_content_metadata_and_etag(
     assert blob.properties.size == 7
 
 
+@pytest.mark.parametrize("name", ["a b+c", "ü/ñ%20x", "q?x#y&z=1", "~tilde'quote"])
+async def test_names_that_need_escaping_address_their_own_blob(
+    container: BlobContainer, name: str
+) -> None:
+    etag = await container.create(name, b"data", {"k": "v"})
+    await container.create("decoy", b"other")
+
+    etag = await container.set_metadata(name, {"k": "w"}, etag=etag)
+    blob = await container.read(name)
+
+    assert (blob.data, blob.etag, dict(blob.metadata)) == (b"data", etag, {"k": "w"})
+    assert [b.name async for b in container.list()] == sorted([name, "decoy"])
+    await container.delete(name, etag=etag)
+    assert [b.name async for b in container.list()] == ["decoy"]
+
+
 async def test_create_refuses_an_existing_name_and_keeps_the_first_content(
     container: BlobContainer,
 ) -> None:

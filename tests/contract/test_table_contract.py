@@ -190,6 +190,41 @@ async def test_transaction_commits_every_operation_together(table: Table) -> Non
         await table.get("p", "old")
 
 
+async def test_a_transaction_round_trips_every_supported_type_and_awkward_keys(
+    table: Table,
+) -> None:
+    when = datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=timezone(timedelta(hours=-5)))
+    values = {
+        "text": "héllo ☃ \"quoted\" 'single' \r\n--boundary-like",
+        "small": -42,
+        "big": 2**40 + 3,
+        "ratio": 0.25,
+        "whole_float": 2.0,
+        "flag": False,
+        "raw": b"\x00\x01\xff",
+        "when": when,
+    }
+    keys = ["it's", "a|b c", "ünï", "100%"]
+    first = await table.insert(row("p k", keys[1], v=1))
+
+    etags = await table.transact(
+        [
+            Insert(Entity("p k", keys[0], values)),
+            Update(Entity("p k", keys[1], values), etag=first),
+            Upsert(Entity("p k", keys[2], values)),
+            Upsert(Entity("p k", keys[3], values)),
+        ]
+    )
+
+    for key, etag in zip(keys, etags, strict=True):
+        got = await table.get("p k", key)
+        assert got.etag == etag
+        assert got.properties == {**values, "when": when.astimezone(UTC)}
+        assert type(got["whole_float"]) is float
+    await table.transact([Delete("p k", keys[0], etag=etags[0]), Delete("p k", keys[3])])
+    assert [e.row_key async for e in table.query_all(partition_key="p k")] == keys[1:3]
+
+
 @pytest.mark.parametrize(
     ("failing", "cause"),
     [

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
+from urllib.parse import quote
 
 from azure.core import MatchConditions
+from azure.core.rest import HttpRequest
 from azure.storage.blob import BlobProperties as SdkBlobProperties
 from azure.storage.blob.aio import ContainerClient
 
 from shared.errors import AlreadyExists, NotFound
+from shared.stores.azure.direct import DirectResponse, send
 from shared.stores.azure.errors import translated
 from shared.stores.blob import Blob, BlobContainer, BlobPage, BlobProperties
 from shared.stores.names import check_blob_name, check_metadata
@@ -28,6 +32,28 @@ def _properties(
     )
 
 
+def _blob_headers(metadata: Mapping[str, str], length: int) -> dict[str, str]:
+    return {
+        "x-ms-blob-type": "BlockBlob",
+        "Content-Type": "application/octet-stream",
+        "Content-Length": str(length),
+        **{f"x-ms-meta-{k}": v for k, v in metadata.items()},
+    }
+
+
+def _metadata(headers: Mapping[str, str]) -> dict[str, str]:
+    return {k[10:]: v for k, v in headers.items() if k.lower().startswith("x-ms-meta-")}
+
+
+def _http_date(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def _conditions(etag: str | None) -> dict[str, Any]:
     # Only pass the keywords when set: an explicit etag=None leaks through some SDK calls
     # down to the HTTP session, which rejects it.
@@ -40,6 +66,33 @@ class AzureBlobContainer(BlobContainer):
     def __init__(self, client: ContainerClient) -> None:
         self._client = client
         self.name = client.container_name
+        base, _, query = client.url.partition("?")
+        self._base = base.rstrip("/")
+        self._query = query  # a SAS from the connection string travels in the URL
+
+    def _url(self, name: str, comp: str | None = None) -> str:
+        params = [p for p in (f"comp={comp}" if comp else "", self._query) if p]
+        url = f"{self._base}/{quote(name, safe='~/')}"
+        return url + ("?" + "&".join(params) if params else "")
+
+    async def _send(
+        self,
+        method: str,
+        name: str,
+        expected: tuple[int, ...],
+        headers: dict[str, str],
+        *,
+        comp: str | None = None,
+        data: bytes | None = None,
+        **options: Any,
+    ) -> DirectResponse:
+        request = HttpRequest(
+            method,
+            self._url(name, comp),
+            headers={"x-ms-version": self._client.api_version, **headers},
+            content=data,
+        )
+        return await send(self._client._pipeline, request, self._what(name), expected, **options)
 
     def _what(self, name: str) -> str:
         return f"blob {self.name}/{name}"
@@ -63,21 +116,30 @@ class AzureBlobContainer(BlobContainer):
     ) -> str:
         check_blob_name(name)
         clean = check_metadata(metadata or {})
-        with translated(self._what(name)):
-            # overwrite=False sends If-None-Match: *. No SDK retries: a retried create can
-            # answer 409 for a first try that did land, hiding that our own write succeeded.
-            result = await self._client.get_blob_client(name).upload_blob(
-                data, metadata=clean, overwrite=False, retry_total=0
-            )
-        return str(result["etag"])
+        # If-None-Match: * makes it a create. No retries: a retried create can answer 409 for
+        # a first try that did land, hiding that our own write succeeded.
+        response = await self._send(
+            "PUT",
+            name,
+            (201,),
+            {**_blob_headers(clean, len(data)), "If-None-Match": "*"},
+            data=data,
+            retry_total=0,
+        )
+        return response.headers["etag"]
 
     async def read(self, name: str) -> Blob:
         check_blob_name(name)
-        with translated(self._what(name)):
-            downloader = await self._client.download_blob(name)
-            data = await downloader.readall()
-        p = downloader.properties
-        return Blob(_properties(name, p.etag, p.size, p.last_modified, p.metadata), data)
+        response = await self._send("GET", name, (200,), {})
+        headers = response.headers
+        properties = _properties(
+            name,
+            headers["etag"],
+            len(response.body),
+            _http_date(headers.get("last-modified")),
+            _metadata(headers),
+        )
+        return Blob(properties, response.body)
 
     async def get_properties(self, name: str) -> BlobProperties:
         check_blob_name(name)
@@ -106,16 +168,15 @@ class AzureBlobContainer(BlobContainer):
     ) -> str:
         check_blob_name(name)
         clean = check_metadata(metadata)
-        with translated(self._what(name)):
-            result = await self._client.get_blob_client(name).set_blob_metadata(
-                clean, **_conditions(etag)
-            )
-        return str(result["etag"])
+        headers = {f"x-ms-meta-{k}": v for k, v in clean.items()}
+        if etag is not None:
+            headers["If-Match"] = etag
+        response = await self._send("PUT", name, (200,), headers, comp="metadata")
+        return response.headers["etag"]
 
     async def delete(self, name: str, *, etag: str | None = None) -> None:
         check_blob_name(name)
-        with translated(self._what(name)):
-            await self._client.delete_blob(name, **_conditions(etag))
+        await self._send("DELETE", name, (202,), {} if etag is None else {"If-Match": etag})
 
     async def list(self, prefix: str = "") -> AsyncIterator[BlobProperties]:
         with translated(f"container {self.name}"):

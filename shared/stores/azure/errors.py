@@ -56,20 +56,24 @@ def translate(error: AzureError, what: str) -> Exception:
     if isinstance(error, (ServiceRequestError, ServiceResponseError)):
         return OutcomeUnknown(f"{what}: no response from storage ({error})")
     if isinstance(error, HttpResponseError):
-        status = error.status_code or 0
-        code = error_code(error)
-        if status == 404 or code == "PopReceiptMismatch":
-            return NotFound(f"{what}: not found ({code})")
-        if status == 412 or code in _PRECONDITION_CODES:
-            return PreconditionFailed(f"{what}: changed (ETag mismatch)")
-        if status == 409 and code in _EXISTS_CODES:
-            return AlreadyExists(f"{what}: already exists")
-        if status == 413 or code in _TOO_LARGE_CODES:
-            return TooLarge(f"{what}: refused as too large ({code})")
-        if status == 408 or status >= 500:
-            return OutcomeUnknown(f"{what}: storage answered {status} {code}")
-        return StorageError(f"{what}: storage refused the request: {status} {code}")
+        return from_status(error.status_code or 0, error_code(error), what)
     return OutcomeUnknown(f"{what}: {type(error).__name__}: {error}")
+
+
+def from_status(status: int, code: str, what: str) -> StorageError | OutcomeUnknown:
+    """The project's error for an HTTP status and service error code (for answers read by
+    the project itself, such as the parts of a table transaction's response)."""
+    if status == 404 or code == "PopReceiptMismatch":
+        return NotFound(f"{what}: not found ({code})")
+    if status == 412 or code in _PRECONDITION_CODES:
+        return PreconditionFailed(f"{what}: changed (ETag mismatch)")
+    if status == 409 and code in _EXISTS_CODES:
+        return AlreadyExists(f"{what}: already exists")
+    if status == 413 or code in _TOO_LARGE_CODES:
+        return TooLarge(f"{what}: refused as too large ({code})")
+    if status == 408 or status >= 500:
+        return OutcomeUnknown(f"{what}: storage answered {status} {code}")
+    return StorageError(f"{what}: storage refused the request: {status} {code}")
 
 
 @contextmanager

@@ -7,12 +7,18 @@ from datetime import datetime
 from typing import Any
 
 from azure.core import MatchConditions
-from azure.core.exceptions import AzureError
-from azure.data.tables import EdmType, EntityProperty, TableTransactionError, UpdateMode
+from azure.core.rest import HttpRequest
+from azure.data.tables import EdmType, EntityProperty, UpdateMode
 from azure.data.tables.aio import TableClient
 
-from shared.errors import AlreadyExists, StorageError, TransactionFailed
-from shared.stores.azure.errors import translate, translated
+from shared.errors import AlreadyExists, OutcomeUnknown, StorageError, TooLarge, TransactionFailed
+from shared.stores.azure.batch import (
+    MalformedBatchResponse,
+    PartResponse,
+    decode_batch,
+    encode_batch,
+)
+from shared.stores.azure.errors import from_status, translated
 from shared.stores.names import check_key
 from shared.stores.table import (
     Delete,
@@ -107,6 +113,9 @@ class AzureTable(Table):
     def __init__(self, client: TableClient) -> None:
         self._client = client
         self.name = client.table_name
+        account_url = client.url.split("?", 1)[0].rstrip("/")
+        self._table_url = f"{account_url}/{self.name}"
+        self._batch_url = f"{account_url}/$batch"
 
     def _what(self, pk: str | None = None, rk: str | None = None) -> str:
         if pk is None:
@@ -199,31 +208,59 @@ class AzureTable(Table):
 
     async def transact(self, operations: Sequence[TableOperation]) -> list[str | None]:
         check_transaction(operations)
-        batch: list[Any] = []
-        for op in operations:
-            if isinstance(op, Insert):
-                batch.append(("create", to_sdk(op.entity)))
-            elif isinstance(op, Update):
-                conditions = _conditions(op.etag)
-                batch.append(
-                    ("update", to_sdk(op.entity), {"mode": UpdateMode.REPLACE, **conditions})
-                )
-            elif isinstance(op, Upsert):
-                batch.append(("upsert", to_sdk(op.entity), {"mode": UpdateMode.REPLACE}))
-            else:
-                key = {"PartitionKey": op.partition_key, "RowKey": op.row_key}
-                batch.append(("delete", key, _conditions(op.etag)))
-        try:
-            results = await self._client.submit_transaction(batch)
-        except TableTransactionError as e:
-            index = e.index if 0 <= e.index < len(operations) else 0
-            cause = translate(e, f"operation {index} of a transaction on table {self.name}")
-            if not isinstance(cause, StorageError):
-                raise cause from e
-            raise TransactionFailed(index, cause) from e
-        except AzureError as e:
-            raise translate(e, f"transaction on table {self.name}") from e
-        etags: list[str | None] = []
-        for op, result in zip(operations, results, strict=False):
-            etags.append(None if isinstance(op, Delete) else str(result.get("etag")))
-        return etags
+        clean = [_normalised(op) for op in operations]
+        encoded = encode_batch(self._table_url, clean)
+        request = HttpRequest(
+            "POST",
+            self._batch_url,
+            headers={
+                "x-ms-version": self._client.api_version,
+                "DataServiceVersion": "3.0",
+                "MaxDataServiceVersion": "3.0;NetFx",
+                "Content-Type": encoded.content_type,
+                "Accept": "application/json",
+            },
+            content=encoded.body,
+        )
+        what = f"transaction on table {self.name}"
+        with translated(what):
+            # The SDK's own pipeline (authentication, retries, transport): only the body is
+            # the project's (see shared.stores.azure.batch for why).
+            response = await self._client._client.send_request(request, stream=True)
+            body = await response.read()
+        if response.status_code != 202:
+            error = PartResponse(response.status_code, {}, body.decode("utf-8", "replace"))
+            raise self._failed(error, len(operations))
+        parts = decode_batch(response.headers.get("content-type", ""), body)
+        failed = next((p for p in parts if not 200 <= p.status < 300), None)
+        if failed is not None:
+            raise self._failed(failed, len(operations))
+        if len(parts) != len(operations):
+            raise MalformedBatchResponse(
+                f"{what}: {len(parts)} answers for {len(operations)} operations"
+            )
+        return [
+            None if isinstance(op, Delete) else (part.etag or "")
+            for op, part in zip(operations, parts, strict=True)
+        ]
+
+    def _failed(self, part: PartResponse, operations: int) -> StorageError | OutcomeUnknown:
+        code, _ = part.error()
+        index = part.failed_index(operations)
+        cause = from_status(
+            part.status, code, f"operation {index} of a transaction on table {self.name}"
+        )
+        if isinstance(cause, (TooLarge, OutcomeUnknown)):
+            # Not one operation's fault: the whole request was refused or may have landed.
+            return cause
+        return TransactionFailed(index, cause)
+
+
+def _normalised(op: TableOperation) -> TableOperation:
+    if isinstance(op, Insert):
+        return Insert(normalise_entity(op.entity))
+    if isinstance(op, Update):
+        return Update(normalise_entity(op.entity), op.etag)
+    if isinstance(op, Upsert):
+        return Upsert(normalise_entity(op.entity))
+    return op
