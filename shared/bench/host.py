@@ -15,11 +15,14 @@ checked first, so every forwarded message was already enqueued when the sink's i
 from __future__ import annotations
 
 import asyncio
+import cProfile
+import os
 import resource
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from multiprocessing.connection import Connection
+from pathlib import Path
 
 from shared.bench.floor import floor_handlers
 from shared.bench.modes import as_mode
@@ -211,9 +214,21 @@ async def _serve(spec: HostSpec, conn: Connection) -> HostResult:
 
 
 def process_main(spec: HostSpec, conn: Connection) -> None:
-    """Body of a host process: report READY, wait for GO, drain, send the result back."""
+    """Body of a host process: report READY, wait for GO, drain, send the result back.
+
+    With ``BENCH_PROFILE`` set to a directory, the host runs under cProfile and writes
+    ``<label>-<pid>.prof`` there: where a mode's client CPU goes (see docs/benchmarks.md)."""
+    profile_dir = os.environ.get("BENCH_PROFILE")
+    profiler = cProfile.Profile() if profile_dir else None
     try:
-        conn.send(asdict(asyncio.run(_serve(spec, conn))))
+        if profiler is not None:
+            profiler.enable()
+        result = asyncio.run(_serve(spec, conn))
+        if profiler is not None and profile_dir:
+            profiler.disable()
+            Path(profile_dir).mkdir(parents=True, exist_ok=True)
+            profiler.dump_stats(str(Path(profile_dir) / f"{spec.label}-{os.getpid()}.prof"))
+        conn.send(asdict(result))
     except Exception as e:
         conn.send({"error": f"{type(e).__name__}: {e}"})
         raise
