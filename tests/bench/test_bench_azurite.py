@@ -47,3 +47,32 @@ async def test_floor_and_token_run_in_host_processes_on_azurite(
     path = tmp_path / "results.json"
     write_results(path, results_document(results, [], {}))
     assert json.loads(path.read_text())["ratio_token_vs_at_least_once"] > 0
+
+
+def test_the_per_operation_costs_cover_every_kind_the_pipelines_use(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Given a fresh Azurite, when every operation kind runs twice, then each has a row with
+    the host's and the emulator's CPU and the wall time per operation."""
+    from shared.bench.ops import main as ops_main
+
+    assert ops_main(["--count", "2"]) == 0
+
+    rows = capsys.readouterr().out.splitlines()[3:]
+    kinds = [" ".join(r.split()[:-3]) for r in rows]
+    assert kinds == [
+        "queue.send",
+        "queue.receive (1 message)",
+        "blob.create",
+        "blob.read",
+        "blob.set_metadata (If-Match)",
+        "table.insert",
+        "table.get",
+        "table.upsert",
+        "table.query (1 partition, 2 rows)",
+        "table.transact (3 entities)",
+        "blob.delete",
+        "queue.delete",
+    ]
+    walls = [float(r.split()[-1]) for r in rows]
+    assert all(w > 0 for w in walls)
