@@ -54,11 +54,12 @@ demo: deps
 audit-bench: deps
 	$(PY) -m shared.audit.bench
 
-# Deterministic simulation of the real pipeline under interleavings and faults (README);
-# `make simulate SEED=<seed>` replays the one run a violation printed.
+# Deterministic simulation of the real pipeline under interleavings and faults, every endpoint
+# mode, about 4 minutes (README); `make simulate SEED=<seed>` replays the one run a violation
+# printed; `make simulate MODE=<mode>` explores one endpoint mode only.
 .PHONY: simulate
 simulate: deps
-	$(PY) -m shared.sim $(if $(SEED),--seed $(SEED))
+	$(PY) -m shared.sim $(if $(SEED),--seed $(SEED)) $(if $(MODE),--mode $(MODE))
 
 # The cost of exactly-once: every mode side by side on one Azurite (docs/benchmarks.md).
 # Writes bench/results.json; QUICK=1 runs the same at a small size into bench/results-quick.json.

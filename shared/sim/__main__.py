@@ -1,13 +1,17 @@
 """``python -m shared.sim``: the default exploration, or one replayed seed.
 
-The default exploration (``make simulate``) runs, in order:
+The default exploration (``make simulate``) runs, for token mode:
 1. ``small`` exhaustively: every schedule with at most one deviation from the default order,
    each with no fault and with every single fault at every operation;
 2. ``small`` exhaustively with up to two deviations and no fault;
 3. ``small-sweep`` exhaustively: a cleanup pass and time passing may come at any point,
    with up to one deviation and one fault;
-4. seeded random search over larger configurations for the rest of the time budget.
-With two cores a second process takes phase 3 (the largest) and its own random seeds.
+for each window mode (``processed_messages``, ``state_based``, ``entity_outbox``):
+4. ``small-<mode>`` and ``small-sweep-<mode>`` exhaustively with up to one deviation and one
+   fault (bounded timing: every run stays inside the mode's dedup window);
+and then seeded random search over larger configurations in every mode for the rest of the
+time budget. With two cores the phases are dealt to two processes (``DEFAULT_PLAN``), each
+then searching its own random seeds. ``--mode`` keeps the phases and random runs of one mode.
 It prints progress, every violation with its seed and schedule, and ends with
 ``simulation: schedules=<N> faults=<F> violations=<V>``; the exit status is 1 on violations.
 """
@@ -23,6 +27,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 
+from shared.bus.app import MODES, Mode
 from shared.errors import ConfigurationError
 from shared.sim.explore import (
     CONFIGS,
@@ -35,8 +40,27 @@ from shared.sim.explore import (
 )
 from shared.sim.variants import VARIANTS, Variant
 
-DEFAULT_PLAN = (("small", 1, 1), ("small", 2, 0), ("small-sweep", 1, 1))
-"""(configuration, deviations, faults) explored exhaustively before the random search."""
+Phase = tuple[str, int, int]
+"""(configuration, deviations, faults) explored exhaustively."""
+Plan = tuple[Phase, ...]
+
+DEFAULT_PLAN: tuple[Plan, Plan] = (
+    (
+        ("small", 1, 1),
+        ("small", 2, 0),
+        ("small-processed_messages", 1, 1),
+        ("small-state_based", 1, 1),
+        ("small-entity_outbox", 1, 1),
+        ("small-sweep-state_based", 1, 1),
+    ),
+    (
+        ("small-sweep", 1, 1),
+        ("small-sweep-processed_messages", 1, 1),
+        ("small-sweep-entity_outbox", 1, 1),
+    ),
+)
+"""The phases explored exhaustively before the random search, dealt to two processes so
+that both take about as long (measured); with one process they run one after the other."""
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -49,14 +73,17 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         "--variant", choices=sorted(VARIANTS), help="explore a known-bad pipeline variant"
     )
     parser.add_argument("--config", choices=sorted(CONFIGS), help="explore one configuration")
+    parser.add_argument(
+        "--mode", choices=MODES, help="the default exploration restricted to one endpoint mode"
+    )
     parser.add_argument("--deviations", type=int, default=1, help="with --config (default 1)")
     parser.add_argument("--faults", type=int, default=1, help="with --config (default 1)")
     parser.add_argument(
         "--budget",
         type=float,
-        default=170.0,
+        default=240.0,
         help="seconds for the whole exploration: the random search fills what the exhaustive "
-        "phases leave (default 170; the exhaustive phases always finish)",
+        "phases leave (default 240; the exhaustive phases always finish)",
     )
     parser.add_argument(
         "--jobs",
@@ -80,15 +107,13 @@ def _progress(label: str, started: float) -> Callable[[Summary], None]:
     return show
 
 
-Plan = tuple[tuple[str, int, int], ...]
-
-
 async def _work(
     plan: Plan,
     first_seed: int,
     step: int,
     deadline: float | None,
     variant: Variant | None,
+    modes: tuple[Mode, ...],
     who: str,
 ) -> Summary:
     """Explore ``plan`` exhaustively, then search at random (seeds first_seed, first_seed +
@@ -112,6 +137,7 @@ async def _work(
         print(f"{label} from seed {first_seed}", flush=True)
         summary = await random_search(
             itertools.count(first_seed, step),
+            modes=modes,
             variant=variant,
             deadline=max(deadline, time.monotonic() + 5),
             progress=_progress(label, started),
@@ -122,27 +148,48 @@ async def _work(
 
 
 def _second_process(
-    plan: Plan, first_seed: int, deadline_in: float | None, variant: str | None
+    plan: Plan,
+    first_seed: int,
+    deadline_in: float | None,
+    variant: str | None,
+    modes: tuple[Mode, ...],
 ) -> Summary:
     deadline = None if deadline_in is None else time.monotonic() + deadline_in
     chosen = VARIANTS[variant] if variant else None
-    return asyncio.run(_work(plan, first_seed, 2, deadline, chosen, "[2] "))
+    return asyncio.run(_work(plan, first_seed, 2, deadline, chosen, modes, "[2] "))
+
+
+def _modes(args: argparse.Namespace, variant: Variant | None) -> tuple[Mode, ...]:
+    """The modes explored: all, or the one asked for, and only those a variant changes."""
+    chosen = [m for m in MODES if args.mode is None or m == args.mode]
+    if variant is not None:
+        chosen = [m for m in chosen if m in variant.modes]
+    if not chosen:
+        raise ConfigurationError(
+            f"variant {args.variant} changes modes {list(variant.modes if variant else ())}, "
+            f"not {args.mode}"
+        )
+    return tuple(chosen)
+
+
+def _keep(plan: Plan, modes: tuple[Mode, ...]) -> Plan:
+    return tuple(phase for phase in plan if config_named(phase[0]).mode in modes)
 
 
 async def _explore(args: argparse.Namespace, variant: Variant | None) -> Summary:
-    plan: Plan = DEFAULT_PLAN
+    modes = _modes(args, variant)
+    first, second = (_keep(plan, modes) for plan in DEFAULT_PLAN)
     if args.config is not None:
-        plan = ((args.config, args.deviations, args.faults),)
+        first, second = ((args.config, args.deviations, args.faults),), ()
     searching = args.config is None and args.budget > 0
     deadline = time.monotonic() + args.budget if searching else None
     if args.jobs < 2 or not searching:
-        return await _work(plan, args.first_seed, 1, deadline, variant, "")
-    mine, theirs = plan[:-1], plan[-1:]
+        return await _work(first + second, args.first_seed, 1, deadline, variant, modes, "")
     with ProcessPoolExecutor(max_workers=1) as pool:
         helper = pool.submit(
-            _second_process, theirs, args.first_seed + 1, args.budget, args.variant
+            _second_process, second, args.first_seed + 1, args.budget, args.variant, modes
         )
-        total = await _work(mine, args.first_seed, 2, deadline, variant, "")
+        total = await _work(first, args.first_seed, 2, deadline, variant, modes, "")
         total.merge(helper.result())
     return total
 

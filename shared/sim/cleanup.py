@@ -1,35 +1,76 @@
-"""The one place the simulator calls the cleanup, so a fuller cleanup job can replace the
-outbox sweep here without touching the rest of the simulator."""
+"""The one place the simulator calls the cleanup: the real tasks of ``shared.cleanup``, run to
+the end in the calling process so the simulator can interleave them with processing.
+
+Per endpoint, by its mode:
+- ``token``: ``sweep_endpoint`` (the endpoint's abandoned tokens, then its O(m) records);
+- a window mode: the endpoint's abandoned tokens (``AbandonedTokens``, judged by the mode's
+  origin rows), then ``ModeRetention`` (``expire_processed``, ``truncate_state_streams`` or
+  ``expire_entity_outboxes``), in the order of ``standard_tasks``. The job's other tasks
+  have nothing to do here: a window-mode table holds no O(m), the simulated client's ingress
+  records outlive every run (their window is days) and audit rows are the audit's.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
+from shared.bus.app import Mode
+from shared.bus.config import BusConfig
 from shared.bus.records import AUDIT_PREFIX
+from shared.cleanup.report import TaskReport
+from shared.cleanup.settings import CleanupSettings
 from shared.cleanup.sweep import sweep_endpoint
-from shared.clock import Clock
+from shared.cleanup.tasks import AbandonedTokens, CleanupContext, CleanupTask, ModeRetention
+from shared.clock import Clock, to_datetime
 from shared.stores.account import StorageAccount
 
 
 async def cleanup_pass(
     account: StorageAccount,
-    endpoints: Iterable[str],
+    endpoints: Mapping[str, Mode],
     *,
     tokens_container: str,
     ingress_table: str,
     grace_seconds: float,
+    window_seconds: float,
     clock: Clock,
 ) -> None:
-    """One cleanup pass over every endpoint."""
-    for endpoint in endpoints:
-        await sweep_endpoint(
-            account,
-            endpoint,
+    """One cleanup pass over every endpoint; ``window_seconds`` is the retention of every
+    window mode's dedup records (its dedup window)."""
+    for endpoint, mode in endpoints.items():
+        if mode == "token":
+            await sweep_endpoint(
+                account,
+                endpoint,
+                tokens_container=tokens_container,
+                ingress_table=ingress_table,
+                grace_seconds=grace_seconds,
+                clock=clock,
+            )
+            continue
+        config = BusConfig(
             tokens_container=tokens_container,
             ingress_table=ingress_table,
-            grace_seconds=grace_seconds,
             clock=clock,
+            processed_retention_seconds=window_seconds,
+            state_stream_retention_seconds=window_seconds,
+            entity_outbox_retention_seconds=window_seconds,
         )
+        context = CleanupContext(
+            account,
+            config,
+            CleanupSettings(grace_seconds=grace_seconds, page_size=1000),
+            (endpoint,),
+            to_datetime(clock()),
+        )
+        tasks: list[CleanupTask] = [AbandonedTokens(f"{endpoint}/"), ModeRetention(endpoint, mode)]
+        for task in tasks:
+            report = TaskReport(task.id)
+            continuation: str | None = None
+            while True:
+                continuation = await task.run_page(context, continuation, report)
+                if continuation is None:
+                    break
 
 
 async def expire_audit_rows(account: StorageAccount, endpoints: Iterable[str]) -> int:

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass, field, replace
 
+from shared.bus.app import MODES, Mode
 from shared.clock import ManualClock
 from shared.errors import ConfigurationError
 from shared.sim.choices import Chooser, DepthFirst, Replay, Seeded
 from shared.sim.invariants import Observation
 from shared.sim.model import SHAPES
+from shared.sim.readings import WINDOW_MODES
 from shared.sim.variants import Variant
 from shared.sim.world import ALL_FAULTS, RunResult, SimConfig, World, quiet_logs, reference_run
 from shared.stores.memory import MemoryStorageAccount
@@ -59,6 +61,15 @@ CONFIGS: dict[str, SimConfig] = {
         ),
     )
 }
+
+# The same small configurations for every window mode (``small-processed_messages``, ...):
+# bounded timing keeps the whole run inside the dedup window (``SimConfig.window``). The
+# unbounded one lets a stalled process wake up past the window: not part of the default
+# exploration, it shows the late duplicate those modes document.
+for _mode in WINDOW_MODES:
+    for _base in ("small", "small-sweep", "small-unbounded"):
+        _config = replace(CONFIGS[_base], name=f"{_base}-{_mode}", mode=_mode)
+        CONFIGS[_config.name] = _config
 
 
 def config_named(name: str) -> SimConfig:
@@ -171,10 +182,13 @@ async def exhaustive(
 
 
 def random_config(seed: int) -> tuple[SimConfig, Seeded]:
-    """A larger configuration and a random chooser, both drawn from ``seed``."""
+    """A larger configuration in any endpoint mode and a random chooser, both drawn from
+    ``seed``. The mode is drawn from a stream of its own, so a seed still draws the shape,
+    counts and faults it drew before modes were added."""
     rng = random.Random(f"config:{seed}")
     config = SimConfig(
         name=f"random-{seed}",
+        mode=random.Random(f"mode:{seed}").choice(MODES),
         shape=rng.choice(SHAPES),
         messages=rng.randint(1, 4),
         copies=rng.randint(1, 3),
@@ -195,19 +209,23 @@ async def random_search(
     seeds: Iterable[int],
     *,
     config: SimConfig | None = None,
+    modes: Collection[Mode] = MODES,
     variant: Variant | None = None,
     deadline: float | None = None,
     stop_at_first: bool = False,
     stop_when: Callable[[RunResult], bool] | None = None,
     progress: Callable[[Summary], None] | None = None,
 ) -> Summary:
-    """Random runs, one per seed; ``stop_when`` ends the search at the first run it accepts."""
+    """Random runs, one per seed; ``stop_when`` ends the search at the first run it accepts.
+    Without ``config``, seeds that draw a mode outside ``modes`` are skipped."""
     summary = Summary()
     for seed in seeds:
         if deadline is not None and time.monotonic() >= deadline:
             break
         if config is None:
             run_config, chooser = random_config(seed)
+            if run_config.mode not in modes:
+                continue
             name = str(seed)
         else:
             run_config, chooser = config, seeded_for(config, seed)

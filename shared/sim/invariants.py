@@ -3,6 +3,36 @@
 A run is compared with its reference: the same configuration run once without faults,
 duplicates or concurrency. The reference says which messages must exist (every output has a
 deterministic id) and what each handler must have seen.
+
+Every invariant means the same thing in every endpoint mode; what differs is where the
+mode keeps the evidence (``shared.sim.readings``). The handler journal in the ``state`` row
+and the ``audit|{m}`` rows are read in every mode; the window modes' dedup records
+(``processed|{m}`` rows, the state-based ``version|{n}`` stream and ``msgidx|{m}`` index,
+the entity-outbox map inside the ``state`` row) are read as well:
+
+- NoDuplicatedProcessing: no message applied twice (its id once in the journal; state-based:
+  in one version only). Window modes, while the run stays inside the dedup window: every
+  applied message has its dedup record, exactly one, since without it the next copy would
+  apply the message again.
+- NoGhostMessages: nothing applied that the fault-free run does not send there, or whose
+  cause was never applied.
+- NoLostMessages: everything the fault-free run applies is applied, nothing is poisoned or
+  left queued; no dedup record or audit row names a message the state never applied (every
+  copy of it would be skipped).
+- ConsistentOutput: each message's content and each audit row's outputs equal the
+  fault-free run's; a window mode's record commits the same signals as the audit row says;
+  state-based: the stream is the state's history (versions 1..n, one per applied message in
+  journal order, the head at n holding the latest version's state, each index row pointing
+  at its message's version, each version's output fingerprints equal to the fault-free
+  run's).
+- BoundedResidue (checked when the timing assumptions hold, ``SimConfig.residue_checked``):
+  after the cleanup pass that follows the quiet run by more than the grace period, no token
+  is left in any mode and no O(m) in token mode. Token mode has no window, so that is all.
+  The window modes legitimately keep one dedup record per message for their window, so for
+  them time then moves past the window and one more cleanup pass (the same tasks) runs; after
+  it no token is left and the dedup data is down to what ``ModeRows.beyond_window`` allows:
+  no ``processed|`` row, no entry in any entity-outbox map, and of each state-based stream
+  only the head version with its index row.
 """
 
 from __future__ import annotations
@@ -11,9 +41,11 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 
+from shared.bus.app import Mode
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
 from shared.resources import poison_queue
 from shared.sim.model import Applied, Journal
+from shared.sim.readings import WINDOW_MODES, ModeRows
 from shared.stores.account import StorageAccount
 
 NO_DUPLICATED_PROCESSING = "NoDuplicatedProcessing"
@@ -46,37 +78,54 @@ class Violation:
 class Observation:
     """What the stores hold once a run is quiet and one cleanup pass has run."""
 
+    mode: Mode = "token"
     applied: dict[str, list[Applied]] = field(default_factory=dict)
+    journals: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    """endpoint -> partition -> the message ids its journal applied, in order."""
     caused: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     """endpoint -> message id -> ids of the messages its audit row says it caused."""
+    rows: dict[str, ModeRows] = field(default_factory=dict)
+    """endpoint -> its mode's dedup data."""
     poisoned: dict[str, int] = field(default_factory=dict)
     queued: dict[str, int] = field(default_factory=dict)
     tokens: list[str] = field(default_factory=list)
     outbox_records: dict[str, int] = field(default_factory=dict)
+    within_window: bool = True
+    """False once simulated time went past the dedup window while copies were still about
+    (a stall under unbounded timing): dedup records may then have expired legitimately."""
+    beyond: Observation | None = None
+    """Window modes: the stores after one more cleanup pass past the dedup window."""
 
     def expected(self) -> dict[tuple[str, str], Applied]:
         return {(e, a.id): a for e, entries in self.applied.items() for a in entries}
 
 
 async def observe(
-    account: StorageAccount, endpoints: list[str], tokens_container: str
+    account: StorageAccount, endpoints: list[str], tokens_container: str, mode: Mode = "token"
 ) -> Observation:
-    seen = Observation()
+    seen = Observation(mode)
     for endpoint in endpoints:
         table = account.table(endpoint)
         entries: list[Applied] = []
+        journals: dict[str, list[str]] = {}
         caused: dict[str, list[str]] = {}
+        rows = ModeRows(mode)
         outbox = 0
         async for entity in table.query_all():
             if entity.row_key == STATE_ROW:
-                entries += Journal.model_validate_json(str(entity["data"])).applied
+                journal = Journal.model_validate_json(str(entity["data"])).applied
+                entries += journal
+                journals[entity.partition_key] = [a.id for a in journal]
             elif entity.row_key.startswith(AUDIT_PREFIX):
                 ids = sorted(str(c["id"]) for c in json.loads(str(entity["caused"])))
                 caused[entity.row_key[len(AUDIT_PREFIX) :]] = ids
             elif entity.row_key.startswith(OUTBOX_PREFIX):
                 outbox += 1
+            rows.read(entity)
         seen.applied[endpoint] = entries
+        seen.journals[endpoint] = journals
         seen.caused[endpoint] = caused
+        seen.rows[endpoint] = rows
         seen.outbox_records[endpoint] = outbox
         seen.queued[endpoint] = await account.queue(endpoint).approximate_count()
         seen.poisoned[endpoint] = await account.queue(poison_queue(endpoint)).approximate_count()
@@ -131,6 +180,14 @@ def check(
                         f"{endpoint} processing {message_id} caused {caused}, not {wanted}",
                     )
                 )
+            if (endpoint, message_id) not in applied_ids:
+                found.append(
+                    Violation(
+                        NO_LOST_MESSAGES,
+                        f"{endpoint} has an audit row for {message_id}, which its state never "
+                        "applied",
+                    )
+                )
         missing = sorted(m for (e, m) in expected if e == endpoint and (e, m) not in applied_ids)
         if missing:
             found.append(
@@ -151,18 +208,172 @@ def check(
                     "run stopped",
                 )
             )
+        found += _dedup_records(run, endpoint)
+        found += _state_stream(run, reference, endpoint)
     if residue:
-        if run.tokens:
+        found += _residue(run)
+    return found
+
+
+def _dedup_records(run: Observation, endpoint: str) -> list[Violation]:
+    """A window mode's dedup records against the journal and the audit rows."""
+    rows = run.rows.get(endpoint)
+    if rows is None or rows.mode not in WINDOW_MODES:
+        return []
+    found: list[Violation] = []
+    applied = {a.id for a in run.applied.get(endpoint, [])}
+    audited = run.caused.get(endpoint, {})
+    records = rows.by_message()
+    for message_id, same in sorted(records.items()):
+        if len(same) > 1:
+            found.append(
+                Violation(
+                    NO_DUPLICATED_PROCESSING,
+                    f"{endpoint} recorded message {message_id} as processed {len(same)} times",
+                )
+            )
+        if message_id not in applied:
+            found.append(
+                Violation(
+                    NO_LOST_MESSAGES,
+                    f"{endpoint} recorded {message_id} as processed but its state never applied "
+                    "it: every copy would be skipped",
+                )
+            )
+        caused = audited.get(message_id)
+        for record in same:
+            if caused is None:
+                continue
+            signals = list(record.signals) if record.signals is not None else None
+            if record.outputs != len(caused) or (signals is not None and signals != caused):
+                committed = signals if signals is not None else f"{record.outputs} signal(s)"
+                found.append(
+                    Violation(
+                        CONSISTENT_OUTPUT,
+                        f"{endpoint}'s {rows.mode} record of {message_id} committed {committed}; "
+                        f"its audit row says {caused}",
+                    )
+                )
+    if run.within_window:
+        unrecorded = sorted(applied - records.keys())
+        if unrecorded:
+            found.append(
+                Violation(
+                    NO_DUPLICATED_PROCESSING,
+                    f"{endpoint} applied {', '.join(unrecorded)} without its {rows.mode} "
+                    "dedup record inside the dedup window: the next copy would apply it again",
+                )
+            )
+    return found
+
+
+def _state_stream(run: Observation, reference: Observation, endpoint: str) -> list[Violation]:
+    """State-based: the version stream must be the history of the state (inside the window,
+    before any truncation)."""
+    rows = run.rows.get(endpoint)
+    if rows is None or rows.mode != "state_based" or not run.within_window:
+        return []
+    found: list[Violation] = []
+    journals = run.journals.get(endpoint, {})
+    for partition in sorted(journals.keys() | rows.versions.keys()):
+        versions = rows.versions.get(partition, [])
+        messages = [v.message_id for v in versions]
+        repeated = sorted(m for m, n in Counter(messages).items() if n > 1)
+        if repeated:
+            found.append(
+                Violation(
+                    NO_DUPLICATED_PROCESSING,
+                    f"{endpoint} partition {partition!r}: {', '.join(repeated)} produced more "
+                    "than one version each",
+                )
+            )
+        head = rows.heads.get(partition)
+        journal = journals.get(partition, [])
+        numbers = [v.number for v in versions]
+        if (
+            numbers != list(range(1, len(versions) + 1))
+            or head is None
+            or head.version != len(versions)
+            or messages != journal
+        ):
+            found.append(
+                Violation(
+                    CONSISTENT_OUTPUT,
+                    f"{endpoint} partition {partition!r}: the stream "
+                    f"{list(zip(numbers, messages, strict=True))} with head "
+                    f"{None if head is None else head.version} is not the history of a state "
+                    f"that applied {journal}",
+                )
+            )
+        elif versions and head is not None and versions[-1].data != head.data:
+            found.append(
+                Violation(
+                    CONSISTENT_OUTPUT,
+                    f"{endpoint} partition {partition!r}: the latest version's state differs "
+                    "from the state row",
+                )
+            )
+    produced = {(p, v.number): v for p, vs in rows.versions.items() for v in vs}
+    for record in rows.records:
+        version = produced.get((record.partition, record.version or 0))
+        if version is None or version.message_id != record.message_id:
+            found.append(
+                Violation(
+                    CONSISTENT_OUTPUT,
+                    f"{endpoint}'s index row of {record.describe()} points at version "
+                    f"{record.version}, which {record.message_id} did not produce",
+                )
+            )
+    reference_rows = reference.rows.get(endpoint)
+    if reference_rows is not None:
+        wanted = {v.message_id: v.outputs for vs in reference_rows.versions.values() for v in vs}
+        for version in produced.values():
+            outputs = wanted.get(version.message_id)
+            if outputs is not None and outputs != version.outputs:
+                found.append(
+                    Violation(
+                        CONSISTENT_OUTPUT,
+                        f"{endpoint} version {version.number} records other outputs for "
+                        f"{version.message_id} than the fault-free run",
+                    )
+                )
+    return found
+
+
+def _residue(run: Observation) -> list[Violation]:
+    found: list[Violation] = []
+    if run.tokens:
+        found.append(
+            Violation(
+                BOUNDED_RESIDUE,
+                f"{len(run.tokens)} token(s) left after the cleanup pass: "
+                + ", ".join(run.tokens[:3]),
+            )
+        )
+    records = {e: n for e, n in run.outbox_records.items() if n}
+    if records:
+        found.append(
+            Violation(BOUNDED_RESIDUE, f"outbox records left after the cleanup: {records}")
+        )
+    later = run.beyond
+    if later is None:
+        return found
+    if later.tokens:
+        found.append(
+            Violation(
+                BOUNDED_RESIDUE,
+                f"{len(later.tokens)} token(s) left after the cleanup pass beyond the dedup "
+                "window: " + ", ".join(later.tokens[:3]),
+            )
+        )
+    for endpoint, rows in sorted(later.rows.items()):
+        left = rows.beyond_window()
+        if left:
             found.append(
                 Violation(
                     BOUNDED_RESIDUE,
-                    f"{len(run.tokens)} token(s) left after the cleanup pass: "
-                    + ", ".join(run.tokens[:3]),
+                    f"{endpoint} kept {len(left)} row(s) of dedup data after a cleanup pass "
+                    f"beyond the dedup window: {', '.join(left[:3])}",
                 )
-            )
-        records = {e: n for e, n in run.outbox_records.items() if n}
-        if records:
-            found.append(
-                Violation(BOUNDED_RESIDUE, f"outbox records left after the cleanup: {records}")
             )
     return found

@@ -2,26 +2,46 @@
 the simulator must find the violation that rule prevents. They prove the checker can fail.
 
 The pipeline code itself is not edited: a variant either wraps the stores the bus uses or
-swaps one module-level name that ``shared.bus.receiver`` calls, for the duration of a run.
+swaps one module-level name that the code under test calls, for the duration of a run.
+
+The variants of the window modes each break what one reading of the invariants checks
+(``shared.sim.invariants``): the dedup record committed with the state, the state committed
+with the record, the signals the record commits, the state-based stream, and the retention
+that bounds the residue.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import shared.bus.outgoing as outgoing
 import shared.bus.receiver as receiver
+import shared.cleanup.tasks as cleanup_tasks
+from shared.bus.app import Mode
 from shared.bus.envelope import Envelope, token_name
-from shared.bus.records import OUTBOX_PREFIX, OutgoingSignal
+from shared.bus.modes.entity_outbox import StateEntity
+from shared.bus.modes.processed_table import PROCESSED_PREFIX
+from shared.bus.modes.state_based import INDEX_PREFIX, VERSION_PREFIX
+from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW, OutgoingSignal
 from shared.errors import AlreadyExists, NotFound, OutcomeUnknown
 from shared.stores.account import StorageAccount
 from shared.stores.blob import Blob, BlobContainer, BlobProperties
 from shared.stores.queue import MessageQueue
-from shared.stores.table import Entity, Page, Table, TableOperation, Update, operation_key
+from shared.stores.table import (
+    Delete,
+    Entity,
+    Page,
+    Table,
+    TableOperation,
+    Update,
+    operation_key,
+)
 
 AccountWrapper = Callable[[StorageAccount], StorageAccount]
 
@@ -39,6 +59,8 @@ class Variant:
     """The rule of the protocol this variant breaks."""
     wrap: AccountWrapper | None = None
     patch: Callable[[], contextlib.AbstractContextManager[None]] | None = None
+    modes: tuple[Mode, ...] = ("token",)
+    """The endpoint modes whose code this variant changes (it is explored only there)."""
 
     @contextlib.contextmanager
     def patched(self) -> Iterator[None]:
@@ -299,6 +321,146 @@ REUSED_ATTEMPT_ID = Variant(
     patch=_reuse_attempt_ids,
 )
 
+# -- window modes: commits that leave out or alter part of what they must write -------------
+
+Rewrite = Callable[[TableOperation], TableOperation | None]
+
+
+def _rewriting(rewrite: Rewrite) -> type[_Table]:
+    """A table whose transactions pass every operation through ``rewrite`` (None: the
+    operation is left out, and the others still commit together)."""
+
+    class Rewriting(_Table):
+        async def transact(self, operations: Sequence[TableOperation]) -> list[str | None]:
+            changed = [rewrite(op) for op in operations]
+            kept = [op for op in changed if op is not None]
+            if not kept:
+                return [None] * len(operations)
+            etags = iter(await self.inner.transact(kept))
+            return [None if op is None else next(etags) for op in changed]
+
+    return Rewriting
+
+
+def _leave_out(*prefixes: str) -> Rewrite:
+    def rewrite(op: TableOperation) -> TableOperation | None:
+        return None if operation_key(op)[1].startswith(prefixes) else op
+
+    return rewrite
+
+
+def _state_without_outbox_map(op: TableOperation) -> TableOperation | None:
+    if isinstance(op, Delete) or op.entity.row_key != STATE_ROW:
+        return op
+    if "outbox_parts" not in op.entity.properties:
+        return op
+    emptied = dataclasses.replace(StateEntity.from_entity(op.entity), entries={})
+    return dataclasses.replace(op, entity=emptied.to_entity(1 << 30))
+
+
+def _state_left_out(op: TableOperation) -> TableOperation | None:
+    return None if operation_key(op)[1] == STATE_ROW else op
+
+
+def _signals_unrecorded(op: TableOperation) -> TableOperation | None:
+    if isinstance(op, Delete) or not op.entity.row_key.startswith(PROCESSED_PREFIX):
+        return op
+    entity = op.entity
+    emptied = Entity(entity.partition_key, entity.row_key, {**entity.properties, "outgoing": "[]"})
+    return dataclasses.replace(op, entity=emptied)
+
+
+def _commit_variant(name: str, rule: str, mode: Mode, rewrite: Rewrite) -> Variant:
+    table = _rewriting(rewrite)
+    return Variant(name, rule, wrap=lambda account: _Account(account, table=table), modes=(mode,))
+
+
+NO_PROCESSED_ROW = _commit_variant(
+    "no-processed-row",
+    "processed_messages: processed|{m} commits with the state",
+    "processed_messages",
+    _leave_out(PROCESSED_PREFIX),
+)
+NO_PROCESSED_OR_AUDIT_ROW = _commit_variant(
+    "no-processed-or-audit-row",
+    "processed_messages: processed|{m} commits with the state, and so does audit|{m}, whose "
+    "insert otherwise stops a second commit",
+    "processed_messages",
+    _leave_out(PROCESSED_PREFIX, AUDIT_PREFIX),
+)
+NO_STATE_WITH_RECORD = _commit_variant(
+    "no-state-with-record",
+    "processed_messages: the state change commits with processed|{m}",
+    "processed_messages",
+    _state_left_out,
+)
+SIGNALS_UNRECORDED = _commit_variant(
+    "signals-unrecorded",
+    "processed_messages: processed|{m} records the signals its commit created",
+    "processed_messages",
+    _signals_unrecorded,
+)
+NO_INDEX_ROW = _commit_variant(
+    "no-index-row",
+    "state_based: msgidx|{m} commits with the version",
+    "state_based",
+    _leave_out(INDEX_PREFIX),
+)
+NO_VERSION_ROW = _commit_variant(
+    "no-version-row",
+    "state_based: version|{n} commits with the state row",
+    "state_based",
+    _leave_out(VERSION_PREFIX),
+)
+NO_OUTBOX_ENTRY = _commit_variant(
+    "no-outbox-entry",
+    "entity_outbox: the entry for m commits inside the state row",
+    "entity_outbox",
+    _state_without_outbox_map,
+)
+
+
+@contextlib.contextmanager
+def _retention_keeps_everything() -> Iterator[None]:
+    """Every mode's expiry is asked for the records older than the beginning of time."""
+    original = dict(cleanup_tasks._MODE_EXPIRY)
+    never = datetime.min.replace(tzinfo=UTC)
+
+    def keeping(expire: cleanup_tasks.Expiry) -> cleanup_tasks.Expiry:
+        async def expire_nothing(table: Table, **kwargs: Any) -> tuple[int, str | None]:
+            return await expire(table, **{**kwargs, "older_than": never})
+
+        return expire_nothing
+
+    for mode, (kind, expire, retention) in original.items():
+        cleanup_tasks._MODE_EXPIRY[mode] = (kind, keeping(expire), retention)
+    try:
+        yield
+    finally:
+        cleanup_tasks._MODE_EXPIRY.update(original)
+
+
+NO_RETENTION = Variant(
+    "no-retention",
+    "window modes: the cleanup removes dedup records older than the retention period",
+    patch=_retention_keeps_everything,
+    modes=("processed_messages", "state_based", "entity_outbox"),
+)
+
 VARIANTS = {
-    v.name: v for v in (NO_CLAIM, NO_OUTBOX_IN_COMMIT, DELETE_BEFORE_SEND, REUSED_ATTEMPT_ID)
+    v.name: v
+    for v in (
+        NO_CLAIM,
+        NO_OUTBOX_IN_COMMIT,
+        DELETE_BEFORE_SEND,
+        REUSED_ATTEMPT_ID,
+        NO_PROCESSED_ROW,
+        NO_PROCESSED_OR_AUDIT_ROW,
+        NO_STATE_WITH_RECORD,
+        SIGNALS_UNRECORDED,
+        NO_INDEX_ROW,
+        NO_VERSION_ROW,
+        NO_OUTBOX_ENTRY,
+        NO_RETENTION,
+    )
 }

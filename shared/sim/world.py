@@ -15,13 +15,21 @@ chooser for one, perform it. Actions:
 
 When nothing is enabled the run is quiet: every queue is empty, every held request has
 landed. Time then passes beyond the grace period, one cleanup pass runs, and the invariants
-are checked against the reference run.
+are checked against the reference run. In a window mode (``processed_messages``,
+``state_based``, ``entity_outbox``) time then passes beyond the dedup window too and one more
+cleanup pass runs, after which the residue of the dedup records is checked.
 
 Timing (``bounded``): a tick is enabled only while every live invocation stays within
 ``invocation_limit`` seconds of its start and every held request within ``late_limit`` of
 being sent, the assumptions the cleanup's grace period rests on. ``unbounded`` timing drops
 them (a paused process, a request stuck for hours): safety must still hold, but residue is
 then not checked, since bounding it is exactly what those assumptions buy.
+
+The dedup window (``SimConfig.window``) of the window modes: under bounded timing it must
+outlast the longest run, so every copy of a message arrives inside its window, which is the
+only place those modes promise to recognise one. Under unbounded timing a stalled process
+wakes up after the window as well (and after the audit retention), where a window mode may
+legitimately process a message again (``docs/modes.md``, "Retention and late duplicates").
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ from shared.sim.invariants import (
     observe,
 )
 from shared.sim.model import Shape, Start, build_app
+from shared.sim.readings import WINDOW_MODES
 from shared.sim.scheduler import REAL_STORE_TIMEOUT, Process, Scheduler
 from shared.sim.variants import incoming_token
 from shared.stores.account import StorageAccount
@@ -118,12 +127,31 @@ class SimConfig:
     max_ticks: int = 40
     max_steps: int = 4000
     max_dequeue_count: int = 10
+    window: float = 3600.0
+    """Window modes: how long a dedup record is kept (every mode's retention setting). Under
+    bounded timing it must outlast the longest run (max_ticks ticks and the final grace)."""
+    stall_outlasts_audit: bool = True
+    """Unbounded timing: a stall also outlasts the audit retention (the audit rows are
+    removed while it lasts). Every mode inserts the audit row in its commit, so while the
+    row is there a second commit of the message fails whatever else expired."""
 
     def __post_init__(self) -> None:
         if self.messages < 1 or self.copies < 1 or self.concurrency < 1:
             raise ConfigurationError("messages, copies and concurrency must be at least 1")
         if self.lease <= 0 or self.sweep_grace < 0:
             raise ConfigurationError("lease must be positive and sweep_grace not negative")
+        longest = self.max_ticks * self.tick + self.sweep_grace + 1
+        if self.windowed and self.timing == "bounded" and self.window <= longest:
+            raise ConfigurationError(
+                f"the dedup window ({self.window:.0f}s) must outlast the longest bounded run "
+                f"({longest:.0f}s): copies past the window are outside what mode {self.mode} "
+                "promises"
+            )
+
+    @property
+    def windowed(self) -> bool:
+        """Whether the mode's dedup records expire after ``window``."""
+        return self.mode in WINDOW_MODES
 
     @property
     def tick(self) -> float:
@@ -203,6 +231,7 @@ class World:
         config = self.config
         self.sim = build_app(config.shape, config.mode, self.suffix)
         self.endpoints = list(self.sim.app.endpoints)
+        self.modes = {name: config.mode for name in self.endpoints}
         self.instrumentation = Instrumentation(plan=self._plan)
         self.scheduler = Scheduler(None if self.clock is not None else REAL_STORE_TIMEOUT)
         self.instrumentation.on_operation = self.scheduler.gate
@@ -218,6 +247,9 @@ class World:
             "sleep": _no_sleep,
             "new_id": counter_ids(),
             "jitter": random.Random(0),
+            "processed_retention_seconds": config.window,
+            "state_stream_retention_seconds": config.window,
+            "entity_outbox_retention_seconds": config.window,
         }
         if self.clock is not None:
             settings["clock"] = self.clock  # one clock for the stores and the bus
@@ -235,6 +267,8 @@ class World:
         self._current: Process | None = None
         self._queues: dict[str, tuple[bool, bool]] | None = None
         self.ticks = self.sweeps_started = self.duplicates_sent = self.faults = 0
+        self.past_window = False
+        """A stalled process woke up after the dedup window (window modes only)."""
 
     # -- the bus as the Functions host would run it ------------------------------------------
 
@@ -421,25 +455,39 @@ class World:
     def _stalled(self) -> list[Process]:
         return [p for p in self.scheduler.live() if p.stalled]
 
-    async def _resume(self) -> None:
-        """Everything else is quiet: the stalled processes wake up after more than the grace
-        period (and the audit retention), during which a cleanup pass ran."""
-        await self._advance(self.config.sweep_grace + 1)
+    async def _cleanup(self, account: StorageAccount, grace: float, window: float) -> None:
         await cleanup_pass(
-            self.account,
-            self.endpoints,
+            account,
+            self.modes,
             tokens_container=self.bus_config.tokens_container,
             ingress_table=self.bus_config.ingress_table,
-            grace_seconds=self.config.sweep_grace,
+            grace_seconds=grace,
+            window_seconds=window,
             clock=self.bus_config.clock,
         )
-        await expire_audit_rows(self.account, self.endpoints)
+
+    async def _resume(self) -> None:
+        """Everything else is quiet: the stalled processes wake up after more than the grace
+        period, the dedup window of a window mode and (``stall_outlasts_audit``) the audit
+        retention, during which a cleanup pass ran."""
+        beyond = self.config.window if self.config.windowed else self.config.sweep_grace
+        await self._advance(max(beyond, self.config.sweep_grace) + 1)
+        await self._cleanup(self.account, self.config.sweep_grace, self.config.window)
+        if self.config.stall_outlasts_audit:
+            await expire_audit_rows(self.account, self.endpoints)
+        self.past_window = self.config.windowed
         self._queues = None
         for process in self._stalled():
             process.stalled = False
+        passed = ["the grace period"]
+        if self.config.windowed:
+            passed.append("the dedup window")
+        if self.config.stall_outlasts_audit:
+            passed.append("the audit retention")
+        spans = ", ".join(passed[:-1]) + " and " + passed[-1] if len(passed) > 1 else passed[0]
         self.trace.append(
-            f"{len(self.trace):4} time passes beyond the grace period and the audit retention; "
-            "a cleanup pass runs; stalled processes resume"
+            f"{len(self.trace):4} time passes beyond {spans}; a cleanup pass runs; "
+            "stalled processes resume"
         )
 
     async def _advance(self, seconds: float) -> None:
@@ -462,14 +510,7 @@ class World:
         return "acknowledged" if acknowledged else "released"
 
     async def _sweep(self) -> str:
-        await cleanup_pass(
-            self.instrumented,
-            self.endpoints,
-            tokens_container=self.bus_config.tokens_container,
-            ingress_table=self.bus_config.ingress_table,
-            grace_seconds=self.config.sweep_grace,
-            clock=self.bus_config.clock,
-        )
+        await self._cleanup(self.instrumented, self.config.sweep_grace, self.config.window)
         return "swept"
 
     # -- the whole run -------------------------------------------------------------------------
@@ -482,18 +523,19 @@ class World:
             stuck = await self._drive()
         finally:
             await self.scheduler.close()
-        # Real stores keep real time: their final pass uses no grace period instead of waiting
-        # for one (safe: nothing is in flight any more).
-        await self._advance(self.config.sweep_grace + 1 if self.clock is not None else 0)
-        await cleanup_pass(
-            self.account,
-            self.endpoints,
-            tokens_container=self.bus_config.tokens_container,
-            ingress_table=self.bus_config.ingress_table,
-            grace_seconds=self.config.sweep_grace if self.clock is not None else 0.0,
-            clock=self.bus_config.clock,
-        )
-        seen = await observe(self.account, self.endpoints, self.bus_config.tokens_container)
+        # Real stores keep real time: their final passes use no grace period and no window
+        # instead of waiting for them (safe: nothing is in flight any more).
+        manual = self.clock is not None
+        grace = self.config.sweep_grace if manual else 0.0
+        window = self.config.window if manual else 0.0
+        await self._advance(grace + 1 if manual else 0)
+        await self._cleanup(self.account, grace, window)
+        seen = await self._observe()
+        seen.within_window = not self.past_window
+        if self.config.windowed:
+            await self._advance(window + 1 if manual else 0)
+            await self._cleanup(self.account, grace, window)
+            seen.beyond = await self._observe()
         violations = list(stuck) + [
             Violation(UNEXPECTED_ERROR, f"{p.name} {p.outcome}")
             for p in self.scheduler.processes
@@ -503,6 +545,11 @@ class World:
             violations += check(seen, reference, client=CLIENT, residue=self.config.residue_checked)
         return RunResult(
             self.config, list(self.chooser.decisions), self.trace, violations, self.faults, seen
+        )
+
+    async def _observe(self) -> Observation:
+        return await observe(
+            self.account, self.endpoints, self.bus_config.tokens_container, self.config.mode
         )
 
     async def _drive(self) -> list[Violation]:
@@ -538,6 +585,7 @@ async def reference_run(
         concurrency=1,
         faults=(),
         sweep_grace=config.sweep_grace,
+        window=config.window,
     )
     world = World(plain, Replay([]), account, clock, suffix)
     return (await world.run(None)).observation
