@@ -21,7 +21,10 @@ TOKEN_NAME = re.compile(
     rf"(?P<out>{_UUID})$"
 )
 UUID_PATTERN = re.compile(rf"^{_UUID}$")
-MAX_SIGNAL_CHARS = 2048
+MAX_INLINE_ENVELOPE_CHARS = 8192
+"""Envelopes up to this size travel in the signal too (see ``Signal.envelope``)."""
+MAX_SIGNAL_CHARS = 2048 + MAX_INLINE_ENVELOPE_CHARS
+_ETAG = re.compile(r'^"?[0-9A-Za-z]{1,64}"?$')
 
 
 class Envelope(BaseModel):
@@ -62,7 +65,15 @@ def token_prefix(sender: str, incoming_id: str) -> str:
 
 
 class Signal(BaseModel):
-    """The queue message: small, and pointing at exactly one token."""
+    """The queue message: small, and pointing at exactly one token.
+
+    ``etag`` and ``envelope`` are hints the sender adds when it signals a token it has just
+    created: the token's ETag as created and a copy of its envelope. With them, token mode
+    skips reading the token (R1) and claims it straight away with ``If-Match: etag``; the
+    claim succeeding proves the token exists unchanged since its creation, so the copy is
+    what it holds. A failed claim, a signal re-sent from a committed outbox record (which
+    keeps no envelopes) or a hint that does not match the signal fall back to reading the
+    token. The token stays the source of truth; the hints only save a request."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -70,9 +81,11 @@ class Signal(BaseModel):
     attempt_id: str
     token: str
     partition_key: str
+    etag: str | None = None
+    envelope: str | None = None
 
     def to_json(self) -> str:
-        return self.model_dump_json()
+        return self.model_dump_json(exclude_none=True)
 
     @classmethod
     def parse(cls, raw: str) -> Signal:
@@ -99,4 +112,14 @@ class Signal(BaseModel):
             )
         if match["attempt"] != signal.attempt_id or match["out"] != signal.message_id:
             raise MalformedSignal("signal's message or attempt id does not match its token name")
+        if signal.etag is not None and not _ETAG.match(signal.etag):
+            # It becomes a request header: nothing but an ETag's characters may get there.
+            raise MalformedSignal(f"signal's token ETag {signal.etag[:80]!r} is not an ETag")
+        if (signal.envelope is None) != (signal.etag is None):
+            raise MalformedSignal("a signal carries its token's ETag and envelope together")
+        if signal.envelope is not None and len(signal.envelope) > MAX_INLINE_ENVELOPE_CHARS:
+            raise MalformedSignal(
+                f"signal's envelope copy is {len(signal.envelope)} characters; "
+                f"at most {MAX_INLINE_ENVELOPE_CHARS} expected"
+            )
         return signal

@@ -142,7 +142,7 @@ class IngressClient:
             except OutcomeUnknown:
                 continue  # may have landed: the next round reads the record and finds out
             outgoing = tuple(created.committed_candidates)
-            await send_signals(self.account, outgoing)
+            await send_signals(self.account, outgoing, created.hints)
             return SendReceipt(key, tuple(o.message_id for o in outgoing), False)
         raise ConflictRetriesExhausted(f"ingress key {key!r} kept conflicting")
 

@@ -4,11 +4,11 @@ envelopes, create one token per delivery with an at-most-once attempt id, and si
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shared.bus.config import BusConfig
 from shared.bus.context import PendingOutput
-from shared.bus.envelope import Envelope, Signal, token_name
+from shared.bus.envelope import MAX_INLINE_ENVELOPE_CHARS, Envelope, Signal, token_name
 from shared.bus.ids import derived_id
 from shared.bus.messages import Event, body_of
 from shared.bus.records import OutgoingSignal
@@ -70,12 +70,26 @@ async def plan_deliveries(
     return deliveries
 
 
+@dataclass(frozen=True)
+class SignalHint:
+    """What the creator of a token knows about it without reading it (``Signal.etag`` and
+    ``Signal.envelope``). Kept in memory only: outbox records stay small."""
+
+    etag: str
+    envelope: str
+
+
+Hints = dict[str, SignalHint]
+"""Token name -> hint, for the tokens an invocation created itself."""
+
+
 @dataclass
 class CreatedTokens:
     committed_candidates: list[OutgoingSignal]
     abandoned: list[str]
     """Token names whose create had an unknown outcome: they may land later, so they are
     never signalled and are recorded for the cleanup to delete after the grace period."""
+    hints: Hints = field(default_factory=dict)
 
 
 async def create_tokens(
@@ -103,10 +117,13 @@ async def create_tokens(
                 attempt_id = config.new_id()
                 name = token_name(sender, incoming_id, attempt_id, envelope.id)
                 try:
-                    await tokens.create(name, data, metadata)
+                    etag = await tokens.create(name, data, metadata)
                 except (OutcomeUnknown, AlreadyExists):
                     result.abandoned.append(name)
                     continue
+                text = data.decode("utf-8")
+                if len(text) <= MAX_INLINE_ENVELOPE_CHARS:
+                    result.hints[name] = SignalHint(etag, text)
                 result.committed_candidates.append(
                     OutgoingSignal(
                         destination=envelope.destination,
@@ -142,13 +159,19 @@ async def discard_tokens(tokens: BlobContainer, created: list[OutgoingSignal]) -
             log.warning("could not discard uncommitted token %s; cleanup will", signal.token)
 
 
-async def send_signals(account: StorageAccount, outgoing: tuple[OutgoingSignal, ...]) -> None:
-    """R6: at least once; a repeated signal is harmless because its token is claimed once."""
+async def send_signals(
+    account: StorageAccount, outgoing: tuple[OutgoingSignal, ...], hints: Hints | None = None
+) -> None:
+    """R6: at least once; a repeated signal is harmless because its token is claimed once.
+    ``hints`` (tokens this invocation created) let the receiver skip reading the token."""
     for out in outgoing:
+        hint = (hints or {}).get(out.token)
         signal = Signal(
             message_id=out.message_id,
             attempt_id=out.attempt_id,
             token=out.token,
             partition_key=out.partition_key,
+            etag=None if hint is None else hint.etag,
+            envelope=None if hint is None else hint.envelope,
         )
         await account.queue(out.destination).send(signal.to_json())

@@ -20,17 +20,26 @@ from dataclasses import replace
 from shared.bus.envelope import Envelope, Signal
 from shared.bus.messages import Message
 from shared.bus.origin import Origin
-from shared.bus.outgoing import create_tokens, discard_tokens, plan_deliveries, send_signals
+from shared.bus.outgoing import (
+    Hints,
+    create_tokens,
+    discard_tokens,
+    plan_deliveries,
+    send_signals,
+)
 from shared.bus.pipeline import Conflict, IncomingToken, Outcome, Pipeline, poison_body
 from shared.bus.records import STATE_ROW, OutboxRecord, outbox_row
 from shared.clock import to_datetime
 from shared.errors import (
     AlreadyExists,
     ConflictRetriesExhausted,
+    MalformedSignal,
+    MessageSchemaError,
     NotFound,
     OutcomeUnknown,
     PreconditionFailed,
     TransactionFailed,
+    UnknownMessageType,
 )
 from shared.stores.table import Entity, Insert, TableOperation, Update
 
@@ -49,12 +58,21 @@ class Receiver(Pipeline):
 
     async def _process(self, signal: Signal) -> Outcome:
         m, p = signal.message_id, signal.partition_key
-        token = await self._read_token(signal)  # R1
-        if token is None:
-            return Outcome.DUPLICATE
-        envelope, message = self._decode(signal, token)
+        hinted = self._from_hints(signal)
+        if hinted is not None:
+            # R1 skipped: the claim below is conditional on the ETag the token was created
+            # with, so it fails (and we read the token after all) unless the token still
+            # exists exactly as created -- holding the envelope the signal carries.
+            token, envelope, message = hinted
+        else:
+            read = await self._read_token(signal)  # R1
+            if read is None:
+                return Outcome.DUPLICATE
+            token = read
+            envelope, message = self._decode(signal, token)
         inserted: OutboxRecord | None = None  # an O(m) this invocation created, if any
         abandoned: list[str] = []  # unknown-outcome creates from rounds that did not commit
+        hints: Hints = {}  # for the tokens this invocation committed, if it did
 
         for round_number in range(self.config.max_conflict_rounds):
             if round_number:
@@ -85,10 +103,12 @@ class Receiver(Pipeline):
                         signal.token, {"claim": outbox.claim}, etag=token.etag
                     )
                 except (PreconditionFailed, NotFound):
-                    token = await self._read_token(signal)  # back to R1
-                    if token is None:
+                    reread = await self._read_token(signal)  # back to R1
+                    if reread is None:
                         await self._drop_unused_outbox(inserted)
                         return Outcome.DUPLICATE
+                    token = reread
+                    envelope, message = self._decode(signal, token)
                     continue
                 token = replace(token, etag=new_etag, claim=outbox.claim)
             elif token.claim != outbox.claim:
@@ -107,13 +127,13 @@ class Receiver(Pipeline):
             if not outbox.committed:
                 try:
                     outbox = await self._run_and_commit(
-                        envelope, message, outbox, rows.get(STATE_ROW), abandoned
+                        envelope, message, outbox, rows.get(STATE_ROW), abandoned, hints
                     )
                 except Conflict:
                     continue
                 outcome = Outcome.PROCESSED
             # R6
-            await send_signals(self.account, outbox.outgoing)
+            await send_signals(self.account, outbox.outgoing, hints)
             # R7
             with contextlib.suppress(NotFound):
                 await self.tokens.delete(signal.token)
@@ -123,6 +143,25 @@ class Receiver(Pipeline):
             f"message {m} at {self.endpoint.name}: still conflicting after "
             f"{self.config.max_conflict_rounds} rounds; the host will redeliver it"
         )
+
+    def _from_hints(self, signal: Signal) -> tuple[IncomingToken, Envelope, Message] | None:
+        """The token as the signal's hints describe it, or None to read it (no hints, or
+        hints that do not decode into this signal's message: the token decides then)."""
+        if signal.etag is None or signal.envelope is None:
+            return None
+        token = IncomingToken(signal.token, signal.etag, "", signal.envelope.encode("utf-8"))
+        try:
+            envelope, message = self._decode(signal, token)
+        except (MalformedSignal, UnknownMessageType, MessageSchemaError) as e:
+            log.warning(
+                "endpoint %s: ignoring the envelope copy in the signal for %s (%s); "
+                "reading the token",
+                self.endpoint.name,
+                signal.token,
+                e,
+            )
+            return None
+        return token, envelope, message
 
     async def _drop_unused_outbox(self, inserted: OutboxRecord | None) -> None:
         """An O(m) we inserted whose token turned out to be gone claims nothing: remove it
@@ -141,6 +180,7 @@ class Receiver(Pipeline):
         outbox: OutboxRecord,
         state_entity: Entity | None,
         abandoned: list[str],
+        hints: Hints,
     ) -> OutboxRecord:
         endpoint = self.endpoint
         state = self._load_state(None if state_entity is None else str(state_entity["data"]))
@@ -188,4 +228,5 @@ class Receiver(Pipeline):
             # finds O(m) committed with exactly these tokens; if not, the cleanup removes them.
             abandoned.extend(o.token for o in created.committed_candidates)
             raise Conflict from e
+        hints.update(created.hints)
         return replace(committed, etag=etags[1] or "")

@@ -84,6 +84,20 @@ def fault_at(index: int, fault: Fault) -> FaultPlan:
     return lambda op: fault if op.index == index else None
 
 
+def fault_at_first(kind: str, fault: Fault) -> FaultPlan:
+    """Inject ``fault`` at the first operation of ``kind`` (e.g. 'blob.create'), wherever
+    it falls in the sequence."""
+    hit: list[int] = []
+
+    def plan(op: Operation) -> Fault | None:
+        if op.kind != kind or (hit and hit[0] != op.index):
+            return None
+        hit.append(op.index)
+        return fault
+
+    return plan
+
+
 @dataclass
 class Instrumentation:
     """Shared by every store handle of one instrumented account."""

@@ -56,6 +56,23 @@ def endpoint_name() -> str:
     return f"flaky{unique_name('')[:8]}"
 
 
+_MESSAGE, _ATTEMPT = "0f0e0d0c-0b0a-4908-8706-050403020100", "1f0e0d0c-0b0a-4908-8706-050403020100"
+
+
+def _hinted(etag: str = '"0x8DBF3F9B7D4A1C2"', envelope: str | None = "{}") -> str:
+    """A signal whose names are valid but whose token hints are not."""
+    return json.dumps(
+        {
+            "message_id": _MESSAGE,
+            "attempt_id": _ATTEMPT,
+            "token": f"client/2f0e0d0c-0b0a-4908-8706-050403020100/{_ATTEMPT}/{_MESSAGE}",
+            "partition_key": "p",
+            "etag": etag,
+            **({} if envelope is None else {"envelope": envelope}),
+        }
+    )
+
+
 @pytest.mark.parametrize(
     ("raw", "reason"),
     [
@@ -84,6 +101,9 @@ def endpoint_name() -> str:
             ),
             "wrong schema",
         ),
+        (_hinted(etag='"0x1"\r\nx-ms-delete-snapshots: include'), "is not an ETag"),
+        (_hinted(envelope=None), "ETag and envelope together"),
+        (_hinted(envelope="{" + " " * 9000 + "}"), "envelope copy is 9002 characters"),
     ],
 )
 async def test_malformed_signals_are_parked_with_a_reason_and_read_nothing(

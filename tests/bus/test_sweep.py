@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from shared.cleanup.sweep import sweep_endpoint
-from shared.stores.instrumented import Fault, fault_at
+from shared.stores.instrumented import Fault, fault_at_first
 from tests.bus.flow import FlowNames, PlaceOrder, build_flow
 from tests.bus.harness import Harness
 from tests.conftest import Backend, unique_name
@@ -40,8 +40,7 @@ async def test_one_sweep_after_quiescence_leaves_no_tokens_or_outbox_records(
         await harness.setup_bus.client().send(
             PlaceOrder(order_id="o", amount=1), to=names.orders, idempotency_key="k"
         )
-        create_index = 4  # R1 read, R2 query, R3 insert, R4 claim, then the first create
-        harness.instrumentation.plan = fault_at(create_index, fault)
+        harness.instrumentation.plan = fault_at_first("blob.create", fault)
         await harness.run_until_quiet()
         assert [op.kind for op, _ in harness.instrumentation.injected] == ["blob.create"]
         records, tokens = await residue(harness)

@@ -21,7 +21,7 @@ from shared.cleanup.settings import CleanupSettings
 from shared.cleanup.tasks import AbandonedTokens, standard_tasks
 from shared.clock import ManualClock, to_datetime
 from shared.errors import ConfigurationError, OutcomeUnknown
-from shared.stores.instrumented import Fault, SimulatedCrash, fault_at
+from shared.stores.instrumented import Fault, SimulatedCrash, fault_at, fault_at_first
 from shared.stores.memory import MemoryStorageAccount
 from tests.bus.flow import FlowNames, PlaceOrder, build_flow
 from tests.bus.harness import Harness
@@ -69,7 +69,7 @@ async def test_one_run_after_quiescence_leaves_no_tokens_or_outbox_records(
     # Given a flow whose first token create crashed after landing (or lost its response)
     harness, names = await new_flow(backend, publish=False)
     await place_order(harness, names)
-    harness.instrumentation.plan = fault_at(4, fault)  # R1, R2, R3, R4, then the create
+    harness.instrumentation.plan = fault_at_first("blob.create", fault)
     await harness.run_until_quiet()
     assert [op.kind for op, _ in harness.instrumentation.injected] == ["blob.create"]
     assert await residue(harness) == (3, 1)
