@@ -240,7 +240,9 @@ async def expire_entity_outboxes(
     A late duplicate beyond the window: its incoming token is normally gone (deleted right
     after the first processing) and the copy is acknowledged without reading anything. Only a
     message whose first processing committed but never finished and that is replayed after
-    its entry was dropped is processed a second time.
+    its entry was dropped can be processed a second time, and only once the message's audit
+    row (inserted by the same commit, kept for the audit retention) is gone too: while it
+    exists a second commit fails on it.
     """
     check_page_size(page_size)
     page = await table.query(row_keys=[STATE_ROW], page_size=page_size, continuation=continuation)

@@ -117,7 +117,8 @@ async def expire_processed(
     A late duplicate beyond the window: its incoming token is normally gone (deleted right
     after the first processing), so the copy is acknowledged without reading anything. Only
     a message whose first processing committed but never finished (for instance poisoned
-    after the commit) and that is replayed after its row expired is processed a second time.
+    after the commit) and that is replayed after its row expired can be processed a second
+    time, and only once its audit row (same commit, kept for the audit retention) is gone too.
     """
     check_page_size(page_size)
     page = await table.query(
