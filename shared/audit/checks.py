@@ -22,6 +22,7 @@ input row, not per stored row key.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import Column, DataFrame
@@ -37,20 +38,43 @@ off the plot, few enough (about 80 buckets from 1 ms to an hour) to collect."""
 _NICE_BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
 
 
+AUDIT_REQUIRED = ("endpoint", "message_id", "sent_at", "processed_at")
+"""Audit columns a row is invalid without."""
+INGRESS_REQUIRED = ("sender", "created_at")
+"""Ingress columns a record is invalid without."""
+DELIVERIES = "deliveries"
+"""The column ``parse_deliveries`` adds: the parsed ``caused`` / ``outgoing`` list."""
+
+
+def parse_deliveries(df: DataFrame, column: str) -> DataFrame:
+    """``df`` with its JSON list of deliveries ``column`` parsed into a ``deliveries`` column
+    (null when it is not readable JSON). Parsing costs more than reading the row (``from_json``
+    takes a few microseconds per row), so the checks that need the list take it parsed, and
+    ``shared.audit.compute`` parses each row once for all of them."""
+    return df.withColumn(DELIVERIES, F.from_json(column, DELIVERIES_SCHEMA))
+
+
 def sent_deliveries(audit: DataFrame, ingress: DataFrame) -> DataFrame:
     """One row per delivery sent: ``sender, destination, message_id, message_type, sent_at,
     origin`` (``client`` for ingress sends, ``handler`` for messages a handler sent). A message
     sent twice (its sender was processed twice) appears twice."""
+    return sent_from_parsed(
+        parse_deliveries(audit, "caused"), parse_deliveries(ingress, "outgoing")
+    )
+
+
+def sent_from_parsed(audit: DataFrame, ingress: DataFrame) -> DataFrame:
+    """``sent_deliveries`` of inputs that ``parse_deliveries`` already parsed."""
     by_handlers = audit.select(
         F.col("endpoint").alias("sender"),
         F.col("processed_at").alias("sent_at"),
-        F.explode(F.from_json("caused", DELIVERIES_SCHEMA)).alias("m"),
+        F.explode(DELIVERIES).alias("m"),
         F.lit("handler").alias("origin"),
     )
     by_clients = ingress.select(
         F.col("sender"),
         F.col("created_at").alias("sent_at"),
-        F.explode(F.from_json("outgoing", DELIVERIES_SCHEMA)).alias("m"),
+        F.explode(DELIVERIES).alias("m"),
         F.lit("client").alias("origin"),
     )
     return by_handlers.unionByName(by_clients).select(
@@ -129,8 +153,13 @@ def reconcile(
         F.lit(None).cast("long").alias("sent_us"),
     )
     is_send = F.col("is_send") == 1
+    # Nearly every key is unique on each side of the shuffle (a delivery's send and its
+    # processing come from different rows), so a map-side partial aggregation would hash
+    # every row only to pass it on unreduced. Shuffling by the key first lets Spark plan a
+    # single aggregation after the shuffle instead.
     per_delivery = (
         sends.unionByName(processed)
+        .repartition("destination", "message_id")
         .groupBy("destination", "message_id")
         .agg(
             F.sum("is_send").alias("sends"),
@@ -230,33 +259,47 @@ def flow_graph(reconciled: DataFrame) -> DataFrame:
     )
 
 
+def row_problems(required: Sequence[str], deliveries: str) -> list[Column]:
+    """One column per check of a row that ``parse_deliveries`` parsed: null when the check
+    passes, else what is wrong (a required column missing, or the ``deliveries`` list not
+    valid JSON of deliveries that each name an id and a destination)."""
+    problems = [F.when(F.col(c).isNull(), F.lit(f"{c} missing")) for c in required]
+    parsed = F.col(DELIVERIES)
+    problems.append(
+        F.when(
+            parsed.isNull() | F.exists(parsed, lambda m: m.id.isNull() | m.destination.isNull()),
+            F.lit(f"{deliveries} unreadable"),
+        )
+    )
+    return problems
+
+
+def is_invalid(problems: list[Column]) -> Column:
+    """True when any of ``row_problems`` found something."""
+    return F.coalesce(*problems).isNotNull()
+
+
 def invalid_rows(audit: DataFrame, ingress: DataFrame) -> DataFrame:
     """Rows the audit cannot vouch for: a key or time missing, or a ``caused``/``outgoing``
     list that is not valid JSON of deliveries. Columns: ``kind, table, partition_key, problem``."""
 
-    def problems(df: DataFrame, kind: str, required: list[str], deliveries: str) -> DataFrame:
-        checks = [F.when(F.col(c).isNull(), F.lit(f"{c} missing")) for c in required]
-        parsed = F.from_json(deliveries, DELIVERIES_SCHEMA)
-        checks.append(
-            F.when(
-                parsed.isNull()
-                | F.exists(parsed, lambda m: m.id.isNull() | m.destination.isNull()),
-                F.lit(f"{deliveries} unreadable"),
+    def problems(df: DataFrame, kind: str, required: Sequence[str], deliveries: str) -> DataFrame:
+        return (
+            parse_deliveries(df, deliveries)
+            .select(
+                F.lit(kind).alias("kind"),
+                "table",
+                "partition_key",
+                F.concat_ws("; ", F.array(*row_problems(required, deliveries))).alias("problem"),
             )
+            .where(F.col("problem") != "")
         )
-        return df.select(
-            F.lit(kind).alias("kind"),
-            "table",
-            "partition_key",
-            F.concat_ws("; ", F.array(*checks)).alias("problem"),
-        ).where(F.col("problem") != "")
 
-    audit_required = ["endpoint", "message_id", "sent_at", "processed_at"]
-    return problems(audit, "audit", audit_required, "caused").unionByName(
+    return problems(audit, "audit", AUDIT_REQUIRED, "caused").unionByName(
         problems(
             ingress.withColumnRenamed("idempotency_key", "partition_key"),
             "ingress",
-            ["sender", "created_at"],
+            INGRESS_REQUIRED,
             "outgoing",
         )
     )

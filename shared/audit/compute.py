@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pyspark.sql import DataFrame, Row, Window
+from pyspark.sql import Column, DataFrame, Observation, Row, Window
 from pyspark.sql import functions as F
 
 from shared.audit import checks
@@ -79,18 +79,61 @@ def run_audit(
     progress: Progress = _quiet,
 ) -> AuditSummary:
     """Every check over the given inputs; the verdict is FAIL when an invariant is violated."""
-    stages = _Stages(progress, 6)
+    stages = _Stages(progress, 5)
     samples: dict[str, list[dict[str, Any]]] = {}
     limit = options.sample_limit
 
-    with stages.stage("counting rows"):
-        audit_rows = audit.count()
-        ingress_rows = ingress.count()
-    with stages.stage("checking row contents"):
-        invalid = checks.invalid_rows(audit, ingress)
-        invalid_count = invalid.count()
+    with stages.stage("reconciling sent and processed, checking rows"):
+        # One pass over the inputs parses each row's deliveries once and serves three
+        # checks: the row counts and the invalid rows are observed on the parsed rows as
+        # they stream into the reconciliation, instead of a scan and a parse of their own.
+        audit_seen, ingress_seen = Observation("audit rows"), Observation("ingress rows")
+        parsed_audit = checks.parse_deliveries(audit, "caused").observe(
+            audit_seen, *_row_metrics(checks.AUDIT_REQUIRED, "caused")
+        )
+        parsed_ingress = checks.parse_deliveries(ingress, "outgoing").observe(
+            ingress_seen, *_row_metrics(checks.INGRESS_REQUIRED, "outgoing")
+        )
+        observed = checks.reconcile(
+            checks.sent_from_parsed(parsed_audit, parsed_ingress),
+            audit,
+            as_of=options.as_of,
+            lost_after=options.lost_after,
+        )
+        flow_rows = checks.flow_graph(observed).collect()
+        audit_rows, audit_invalid = _observed(audit_seen)
+        ingress_rows, ingress_invalid = _observed(ingress_seen)
+        invalid_count = audit_invalid + ingress_invalid
         if invalid_count and limit:
+            invalid = checks.invalid_rows(audit, ingress)
             samples["invalid_rows"] = [_plain(r) for r in invalid.limit(limit).collect()]
+        # Naming edges and sampling offenders run further jobs: they use the plain frames,
+        # an observation reports one run only.
+        sent = checks.sent_deliveries(audit, ingress)
+        reconciled = checks.reconcile(
+            sent, audit, as_of=options.as_of, lost_after=options.lost_after
+        )
+        names = {
+            int(r["edge"]): (str(r["sender"]), str(r["message_type"]))
+            for r in checks.edge_names(audit, ingress).collect()
+        }
+        unnamed = [int(r["edge"]) for r in flow_rows if r["edge"] not in names]
+        if unnamed:  # edges none of whose deliveries was processed
+            names.update(
+                (int(r["edge"]), (str(r["sender"]), str(r["message_type"])))
+                for r in checks.sent_edge_names(sent, unnamed).collect()
+            )
+        edges = sorted(
+            (_edge(r, names) for r in flow_rows),
+            key=lambda e: (e.sender, e.destination, e.message_type),
+        )
+        totals = {k: sum(getattr(e, k) for e in edges) for k in _COUNTS}
+        if limit and (totals["duplicate"] or totals["lost"] or totals["ghost"]):
+            names_frame = audit.sparkSession.createDataFrame(
+                [(edge, sender, kind) for edge, (sender, kind) in names.items()],
+                "edge long, sender string, message_type string",
+            )
+            _collect_samples(audit, checks.named(reconciled, names_frame), totals, limit, samples)
     with stages.stage("latency percentiles"):
         latency_rows = checks.latency_percentiles(audit).orderBy("endpoint").collect()
     latency = [
@@ -123,33 +166,6 @@ def run_audit(
             .orderBy("bucket_start", "endpoint")
             .collect()
         ]
-    with stages.stage("reconciling sent and processed"):
-        sent = checks.sent_deliveries(audit, ingress)
-        reconciled = checks.reconcile(
-            sent, audit, as_of=options.as_of, lost_after=options.lost_after
-        )
-        flow_rows = checks.flow_graph(reconciled).collect()
-        names = {
-            int(r["edge"]): (str(r["sender"]), str(r["message_type"]))
-            for r in checks.edge_names(audit, ingress).collect()
-        }
-        unnamed = [int(r["edge"]) for r in flow_rows if r["edge"] not in names]
-        if unnamed:  # edges none of whose deliveries was processed
-            names.update(
-                (int(r["edge"]), (str(r["sender"]), str(r["message_type"])))
-                for r in checks.sent_edge_names(sent, unnamed).collect()
-            )
-        edges = sorted(
-            (_edge(r, names) for r in flow_rows),
-            key=lambda e: (e.sender, e.destination, e.message_type),
-        )
-        totals = {k: sum(getattr(e, k) for e in edges) for k in _COUNTS}
-        if limit and (totals["duplicate"] or totals["lost"] or totals["ghost"]):
-            names_frame = audit.sparkSession.createDataFrame(
-                [(edge, sender, kind) for edge, (sender, kind) in names.items()],
-                "edge long, sender string, message_type string",
-            )
-            _collect_samples(audit, checks.named(reconciled, names_frame), totals, limit, samples)
 
     invariants = Invariants(
         duplicates=totals["duplicate"],
@@ -175,6 +191,20 @@ def run_audit(
         flow=edges,
         timings=stages.timings,
     )
+
+
+def _row_metrics(required: tuple[str, ...], deliveries: str) -> list[Column]:
+    problems = checks.row_problems(required, deliveries)
+    return [
+        F.count(F.lit(1)).alias("rows"),
+        F.sum(checks.is_invalid(problems).cast("long")).alias("invalid"),
+    ]
+
+
+def _observed(observation: Observation) -> tuple[int, int]:
+    """(rows, invalid rows) an observation counted; an empty input leaves the sum null."""
+    metrics = observation.get
+    return int(metrics.get("rows") or 0), int(metrics.get("invalid") or 0)
 
 
 _COUNTS = ("sent", "processed", "duplicate", "lost", "in_flight", "ghost")

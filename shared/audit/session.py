@@ -19,12 +19,27 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONF: dict[str, str] = {
     # Timestamps are UTC everywhere in the bus; the machine's zone must not shift buckets.
     "spark.sql.session.timeZone": "UTC",
+}
+"""Settings every run needs, local or on a cluster."""
+
+LOCAL_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
-    # Few, small shuffles: the default 200 partitions would be mostly empty tasks locally.
+    # The reconciliation's one big shuffle (every delivery's send and processing, tens of
+    # bytes each) in partitions small enough for a task's hash table to hold them without
+    # spilling under a 1 GiB heap; adaptive execution merges them again when the data is
+    # small. The default 200 would mostly be empty tasks on a few local cores.
     "spark.sql.shuffle.partitions": "16",
     "spark.sql.adaptive.enabled": "true",
 }
+"""Defaults for a local master only: under ``spark-submit`` the cluster's own settings (its
+spark-defaults, ``--conf``) stay in force. ``conf`` given to ``get_session`` overrides both."""
+
+
+def session_conf(master: str | None, conf: dict[str, str] | None = None) -> dict[str, str]:
+    """What ``get_session`` sets on a new session for ``master`` (None: spark-submit's)."""
+    local = LOCAL_CONF if master is not None and master.startswith("local") else {}
+    return {**DEFAULT_CONF, **local, **(conf or {})}
 
 
 def get_session(
@@ -50,7 +65,7 @@ def get_session(
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
-    for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
+    for key, value in session_conf(master, conf).items():
         builder = builder.config(key, value)
     try:
         session = builder.getOrCreate()

@@ -303,22 +303,25 @@ def test_throughput_counts_processings_per_bucket_and_endpoint(spark: Any) -> No
         checks.throughput(audit_df, 0)
 
 
+def spoiled(row: Any, index: int, value: object) -> tuple[Any, ...]:
+    """``row`` with one field replaced: how a bad row is planted."""
+    fields = list(row)
+    fields[index] = value
+    return tuple(fields)
+
+
 def test_unreadable_rows_are_reported(spark: Any) -> None:
     from shared.audit import checks
 
     rows, sends = clean_flow()
-    broken = list(audit("orders", "m8", partition="p8"))
-    broken[11] = "{not json"
-    missing_id = list(audit("orders", "m9", partition="p9"))
-    missing_id[3] = None
-    no_destination = list(audit("orders", "m10", partition="p10"))
-    no_destination[11] = '[{"id": "x", "type": "T"}]'
-    bad_ingress = list(ingress("k2", ("m11", "T", "orders")))
-    bad_ingress[6] = "oops"
+    broken = spoiled(audit("orders", "m8", partition="p8"), 11, "{not json")
+    missing_id = spoiled(audit("orders", "m9", partition="p9"), 3, None)
+    no_destination = spoiled(
+        audit("orders", "m10", partition="p10"), 11, '[{"id": "x", "type": "T"}]'
+    )
+    bad_ingress = spoiled(ingress("k2", ("m11", "T", "orders")), 6, "oops")
     audit_df, ingress_df = frames(
-        spark,
-        [*rows, tuple(broken), tuple(missing_id), tuple(no_destination)],
-        [*sends, tuple(bad_ingress)],
+        spark, [*rows, broken, missing_id, no_destination], [*sends, bad_ingress]
     )
 
     problems = sorted(
@@ -342,3 +345,24 @@ def test_throughput_buckets_are_round_and_few(span: float, width: int) -> None:
 
     assert choose_bucket_seconds(span) == width
     assert span / width <= 120
+
+
+def test_run_audit_counts_rows_and_invalid_rows_in_its_one_pass(spark: Any) -> None:
+    from shared.audit.compute import AuditOptions, run_audit
+
+    rows, sends = clean_flow()
+    broken = spoiled(audit("orders", "m8", partition="p8"), 11, "{not json")
+    no_time = spoiled(audit("orders", "m9", partition="p9"), 10, None)
+    bad_ingress = spoiled(ingress("k2", ("m11", "T", "orders")), 6, "oops")
+    audit_df, ingress_df = frames(spark, [*rows, broken, no_time], [*sends, bad_ingress])
+
+    summary = run_audit(audit_df, ingress_df, AuditOptions(as_of=at(3600)))
+
+    assert (summary.audit_rows, summary.ingress_rows) == (len(rows) + 2, len(sends) + 1)
+    assert summary.invariants.invalid_rows == 3
+    assert summary.verdict == "FAIL"
+    assert sorted(s["partition_key"] for s in summary.samples["invalid_rows"]) == [
+        "k2",
+        "p8",
+        "p9",
+    ]
