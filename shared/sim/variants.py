@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,12 +31,11 @@ from shared.bus.modes.state_based import INDEX_PREFIX, VERSION_PREFIX
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW, OutgoingSignal
 from shared.errors import AlreadyExists, NotFound, OutcomeUnknown
 from shared.stores.account import StorageAccount
-from shared.stores.blob import Blob, BlobContainer, BlobProperties
-from shared.stores.queue import MessageQueue
+from shared.stores.blob import BlobContainer
+from shared.stores.delegating import DelegatingAccount, DelegatingBlobContainer, DelegatingTable
 from shared.stores.table import (
     Delete,
     Entity,
-    Page,
     Table,
     TableOperation,
     Update,
@@ -71,108 +70,22 @@ class Variant:
             yield
 
 
-class _Blobs(BlobContainer):
+class _Blobs(DelegatingBlobContainer):
     """Passes every call to ``inner``; variants override what they change."""
 
-    def __init__(self, inner: BlobContainer) -> None:
-        self.inner = inner
-        self.name = inner.name
 
-    async def create_if_missing(self) -> None:
-        await self.inner.create_if_missing()
-
-    async def delete_container(self) -> None:
-        await self.inner.delete_container()
-
-    async def create(
-        self, name: str, data: bytes, metadata: Mapping[str, str] | None = None
-    ) -> str:
-        return await self.inner.create(name, data, metadata)
-
-    async def read(self, name: str) -> Blob:
-        return await self.inner.read(name)
-
-    async def get_properties(self, name: str) -> BlobProperties:
-        return await self.inner.get_properties(name)
-
-    async def upload(
-        self,
-        name: str,
-        data: bytes,
-        metadata: Mapping[str, str] | None = None,
-        *,
-        etag: str | None = None,
-    ) -> str:
-        return await self.inner.upload(name, data, metadata, etag=etag)
-
-    async def set_metadata(
-        self, name: str, metadata: Mapping[str, str], *, etag: str | None = None
-    ) -> str:
-        return await self.inner.set_metadata(name, metadata, etag=etag)
-
-    async def delete(self, name: str, *, etag: str | None = None) -> None:
-        await self.inner.delete(name, etag=etag)
-
-    async def list(self, prefix: str = "") -> AsyncIterator[BlobProperties]:
-        async for item in self.inner.list(prefix):
-            yield item
+class _Table(DelegatingTable):
+    """Passes every call to ``inner``; variants override what they change."""
 
 
-class _Table(Table):
-    def __init__(self, inner: Table) -> None:
-        self.inner = inner
-        self.name = inner.name
-
-    async def create_if_missing(self) -> None:
-        await self.inner.create_if_missing()
-
-    async def delete_table(self) -> None:
-        await self.inner.delete_table()
-
-    async def get(self, partition_key: str, row_key: str) -> Entity:
-        return await self.inner.get(partition_key, row_key)
-
-    async def query(
-        self,
-        *,
-        partition_key: str | None = None,
-        row_key_prefix: str | None = None,
-        row_keys: Sequence[str] | None = None,
-        page_size: int = 1000,
-        continuation: str | None = None,
-    ) -> Page:
-        return await self.inner.query(
-            partition_key=partition_key,
-            row_key_prefix=row_key_prefix,
-            row_keys=row_keys,
-            page_size=page_size,
-            continuation=continuation,
-        )
-
-    async def insert(self, entity: Entity) -> str:
-        return await self.inner.insert(entity)
-
-    async def update(self, entity: Entity, *, etag: str | None = None) -> str:
-        return await self.inner.update(entity, etag=etag)
-
-    async def upsert(self, entity: Entity) -> str:
-        return await self.inner.upsert(entity)
-
-    async def delete(self, partition_key: str, row_key: str, *, etag: str | None = None) -> None:
-        await self.inner.delete(partition_key, row_key, etag=etag)
-
-    async def transact(self, operations: Sequence[TableOperation]) -> list[str | None]:
-        return await self.inner.transact(operations)
-
-
-class _Account(StorageAccount):
+class _Account(DelegatingAccount):
     def __init__(
         self,
         inner: StorageAccount,
         blobs: type[_Blobs] = _Blobs,
         table: type[_Table] = _Table,
     ) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._blobs = blobs
         self._table = table
 
@@ -181,9 +94,6 @@ class _Account(StorageAccount):
 
     def table(self, name: str) -> Table:
         return self._table(self.inner.table(name))
-
-    def queue(self, name: str) -> MessageQueue:
-        return self.inner.queue(name)
 
 
 # -- no claim step (R4) ----------------------------------------------------------------------
