@@ -4,7 +4,7 @@ never set them in Azure.
 
 - ``BUS_CHAOS_DUPLICATE_RATE``: probability (0-1) that a queue message is sent twice.
 - ``BUS_CHAOS_CRASH_RATE``: probability (0-1) that a storage operation of a queue-triggered
-  invocation crashes it, before or after the operation is applied.
+  or HTTP invocation crashes it, before or after the operation is applied.
 - ``BUS_CHAOS_SEED``: makes both reproducible.
 """
 
