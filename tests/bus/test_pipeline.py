@@ -379,3 +379,26 @@ async def test_a_hinted_copy_after_the_message_finished_changes_nothing(
     assert await harness.applied(names.orders) == [placed]
     assert harness.outcomes[Outcome.DUPLICATE] == 1
     assert await harness.outbox_records(names.orders) == records_before
+
+
+@pytest.mark.parametrize("backend", [pytest.param(("memory", "token"), id="memory")], indirect=True)
+@pytest.mark.parametrize("sender_mode", MODES_BUT_TOKEN)
+async def test_every_mode_hints_the_signals_it_sends_to_a_token_endpoint(
+    backend: Backend, sender_mode: Mode
+) -> None:
+    """Orders in ``sender_mode`` charges payments in token mode: the charge's signal carries
+    its token's ETag and envelope, so payments claims the token without reading it."""
+    names = flow_names()
+    flow = build_flow(names, publish=False, mode=[sender_mode, "token", "token", "token"])
+    harness = await Harness.create(backend, flow)
+    placed = await place_order(harness, names)
+    [order] = await harness.raw.queue(names.orders).receive(1, visibility_timeout=30)
+    await harness.deliver(names.orders, order)
+
+    [charge] = await harness.raw.queue(names.payments).receive(1, visibility_timeout=30)
+    assert {"etag", "envelope"} <= json.loads(charge.content).keys()
+    mark = harness.instrumentation.count
+    await harness.deliver(names.payments, charge)
+
+    assert harness.instrumentation.kinds_since(mark)["blob.read"] == 0
+    assert await harness.applied(names.payments) == [derived_id(placed, "out", 0, names.payments)]

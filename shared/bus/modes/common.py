@@ -25,6 +25,7 @@ from shared.bus.messages import Message
 from shared.bus.origin import Origin
 from shared.bus.outgoing import (
     CreatedTokens,
+    Hints,
     create_tokens,
     discard_tokens,
     plan_deliveries,
@@ -170,10 +171,13 @@ class ModePipeline(Pipeline):
             abandoned.extend(o.token for o in created.committed_candidates)
             raise Conflict from e
 
-    async def _finish(self, outgoing: Sequence[OutgoingSignal], signal: Signal) -> None:
+    async def _finish(
+        self, outgoing: Sequence[OutgoingSignal], signal: Signal, hints: Hints | None = None
+    ) -> None:
         """Signal the committed outputs (again, for a copy: harmless, a consumed token is a
-        404 downstream), then delete the incoming token, which carried the payload."""
-        await send_signals(self.account, tuple(outgoing))
+        404 downstream), then delete the incoming token, which carried the payload.
+        ``hints`` (tokens this round created) spare a token-mode receiver its read."""
+        await send_signals(self.account, tuple(outgoing), hints)
         await self._delete_incoming(signal)
 
     async def _delete_incoming(self, signal: Signal) -> None:

@@ -34,7 +34,7 @@ from shared.bus.modes.common import (
     state_operation,
 )
 from shared.bus.modes.errors import EntityOutboxFull
-from shared.bus.outgoing import send_signals
+from shared.bus.outgoing import Hints, send_signals
 from shared.bus.pipeline import Outcome
 from shared.bus.records import STATE_ROW, OutgoingSignal
 from shared.clock import to_datetime
@@ -189,17 +189,24 @@ class EntityOutboxPipeline(ModePipeline):
 
         etags = await self._commit(build, created, abandoned)
         if outgoing:
-            await self._dispatch(p, m, outgoing, replace(updated, etag=etags[0] or ""))
+            await self._dispatch(
+                p, m, outgoing, replace(updated, etag=etags[0] or ""), created.hints
+            )
         await self._delete_incoming(signal)
         return Outcome.PROCESSED
 
     async def _dispatch(
-        self, partition_key: str, message_id: str, out: tuple[OutgoingSignal, ...], at: StateEntity
+        self,
+        partition_key: str,
+        message_id: str,
+        out: tuple[OutgoingSignal, ...],
+        at: StateEntity,
+        hints: Hints | None = None,
     ) -> None:
         """Send the entry's signals, then clear them from the map. Clearing only saves space
         and repeat sends: when it keeps losing to other writers it is left to the next copy or
         to ``expire_entity_outboxes``."""
-        await send_signals(self.account, out)
+        await send_signals(self.account, out, hints)
         stored = at
         for _ in range(self.config.max_conflict_rounds):
             entry = stored.entries.get(message_id)

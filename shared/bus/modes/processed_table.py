@@ -93,7 +93,7 @@ class ProcessedMessagesPipeline(ModePipeline):
             ]
 
         await self._commit(build, created, abandoned)
-        await self._finish(record.outgoing, signal)
+        await self._finish(record.outgoing, signal, created.hints)
         return Outcome.PROCESSED
 
 

@@ -198,7 +198,7 @@ class StateBasedPipeline(ModePipeline):
             ]
 
         await self._commit(build, created, abandoned)
-        await self._finish(entry.outgoing, signal)
+        await self._finish(entry.outgoing, signal, created.hints)
         return Outcome.PROCESSED
 
     async def _replay(
