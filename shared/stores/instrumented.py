@@ -16,15 +16,21 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from shared.errors import OutcomeUnknown, StorageError
 from shared.stores.account import StorageAccount
-from shared.stores.blob import Blob, BlobContainer, BlobPage, BlobProperties
-from shared.stores.queue import MessageQueue, QueueMessage
-from shared.stores.table import Entity, Page, Table, TableOperation
+from shared.stores.blob import BlobContainer
+from shared.stores.delegating import (
+    DelegatingAccount,
+    DelegatingBlobContainer,
+    DelegatingQueue,
+    DelegatingTable,
+)
+from shared.stores.queue import MessageQueue
+from shared.stores.table import Table
 
 T = TypeVar("T")
 
@@ -140,9 +146,9 @@ class Instrumentation:
         return result
 
 
-class InstrumentedAccount(StorageAccount):
+class InstrumentedAccount(DelegatingAccount):
     def __init__(self, inner: StorageAccount, instrumentation: Instrumentation | None = None):
-        self.inner = inner
+        super().__init__(inner)
         self.instrumentation = instrumentation or Instrumentation()
 
     def blob_container(self, name: str) -> BlobContainer:
@@ -154,212 +160,29 @@ class InstrumentedAccount(StorageAccount):
     def queue(self, name: str) -> MessageQueue:
         return _Queue(self.inner.queue(name), self.instrumentation)
 
-    async def close(self) -> None:
-        await self.inner.close()
 
-
-class _Blobs(BlobContainer):
+class _Blobs(DelegatingBlobContainer):
     def __init__(self, inner: BlobContainer, instrumentation: Instrumentation) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._i = instrumentation
-        self.name = inner.name
 
-    def _t(self, blob: str) -> str:
-        return f"{self.name}/{blob}"
-
-    async def create_if_missing(self) -> None:
-        await self._inner.create_if_missing()
-
-    async def delete_container(self) -> None:
-        await self._inner.delete_container()
-
-    async def create(
-        self, name: str, data: bytes, metadata: Mapping[str, str] | None = None
-    ) -> str:
-        return await self._i.run(
-            "blob.create", self._t(name), lambda: self._inner.create(name, data, metadata)
-        )
-
-    async def read(self, name: str) -> Blob:
-        return await self._i.run("blob.read", self._t(name), lambda: self._inner.read(name))
-
-    async def get_properties(self, name: str) -> BlobProperties:
-        return await self._i.run(
-            "blob.get_properties", self._t(name), lambda: self._inner.get_properties(name)
-        )
-
-    async def upload(
-        self,
-        name: str,
-        data: bytes,
-        metadata: Mapping[str, str] | None = None,
-        *,
-        etag: str | None = None,
-    ) -> str:
-        return await self._i.run(
-            "blob.upload",
-            self._t(name),
-            lambda: self._inner.upload(name, data, metadata, etag=etag),
-        )
-
-    async def set_metadata(
-        self, name: str, metadata: Mapping[str, str], *, etag: str | None = None
-    ) -> str:
-        return await self._i.run(
-            "blob.set_metadata",
-            self._t(name),
-            lambda: self._inner.set_metadata(name, metadata, etag=etag),
-        )
-
-    async def delete(self, name: str, *, etag: str | None = None) -> None:
-        await self._i.run("blob.delete", self._t(name), lambda: self._inner.delete(name, etag=etag))
-
-    async def list(self, prefix: str = "") -> AsyncIterator[BlobProperties]:
-        async def collect() -> list[BlobProperties]:
-            return [p async for p in self._inner.list(prefix)]
-
-        for item in await self._i.run("blob.list", self._t(prefix), collect):
-            yield item
-
-    async def list_page(
-        self, prefix: str = "", *, page_size: int = 1000, continuation: str | None = None
-    ) -> BlobPage:
-        return await self._i.run(
-            "blob.list",
-            self._t(prefix),
-            lambda: self._inner.list_page(prefix, page_size=page_size, continuation=continuation),
-        )
+    async def _call(self, kind: str, target: str, call: Callable[[], Awaitable[T]]) -> T:
+        return await self._i.run(kind, target, call)
 
 
-class _Table(Table):
+class _Table(DelegatingTable):
     def __init__(self, inner: Table, instrumentation: Instrumentation) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._i = instrumentation
-        self.name = inner.name
 
-    async def create_if_missing(self) -> None:
-        await self._inner.create_if_missing()
-
-    async def delete_table(self) -> None:
-        await self._inner.delete_table()
-
-    async def get(self, partition_key: str, row_key: str) -> Entity:
-        return await self._i.run(
-            "table.get",
-            f"{self.name}/{partition_key}/{row_key}",
-            lambda: self._inner.get(partition_key, row_key),
-        )
-
-    async def query(
-        self,
-        *,
-        partition_key: str | None = None,
-        row_key_prefix: str | None = None,
-        row_keys: Sequence[str] | None = None,
-        page_size: int = 1000,
-        continuation: str | None = None,
-    ) -> Page:
-        return await self._i.run(
-            "table.query",
-            f"{self.name}/{partition_key or '*'}",
-            lambda: self._inner.query(
-                partition_key=partition_key,
-                row_key_prefix=row_key_prefix,
-                row_keys=row_keys,
-                page_size=page_size,
-                continuation=continuation,
-            ),
-        )
-
-    async def insert(self, entity: Entity) -> str:
-        return await self._i.run(
-            "table.insert", self._target(entity), lambda: self._inner.insert(entity)
-        )
-
-    async def update(self, entity: Entity, *, etag: str | None = None) -> str:
-        return await self._i.run(
-            "table.update", self._target(entity), lambda: self._inner.update(entity, etag=etag)
-        )
-
-    async def upsert(self, entity: Entity) -> str:
-        return await self._i.run(
-            "table.upsert", self._target(entity), lambda: self._inner.upsert(entity)
-        )
-
-    async def delete(self, partition_key: str, row_key: str, *, etag: str | None = None) -> None:
-        await self._i.run(
-            "table.delete",
-            f"{self.name}/{partition_key}/{row_key}",
-            lambda: self._inner.delete(partition_key, row_key, etag=etag),
-        )
-
-    async def transact(self, operations: Sequence[TableOperation]) -> list[str | None]:
-        return await self._i.run(
-            "table.transact", self.name, lambda: self._inner.transact(operations)
-        )
-
-    def _target(self, entity: Entity) -> str:
-        return f"{self.name}/{entity.partition_key}/{entity.row_key}"
+    async def _call(self, kind: str, target: str, call: Callable[[], Awaitable[T]]) -> T:
+        return await self._i.run(kind, target, call)
 
 
-class _Queue(MessageQueue):
+class _Queue(DelegatingQueue):
     def __init__(self, inner: MessageQueue, instrumentation: Instrumentation) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._i = instrumentation
-        self.name = inner.name
 
-    async def create_if_missing(self) -> None:
-        await self._inner.create_if_missing()
-
-    async def delete_queue(self) -> None:
-        await self._inner.delete_queue()
-
-    async def send(
-        self, content: str, *, visibility_delay: float = 0.0, time_to_live: float | None = None
-    ) -> str:
-        return await self._i.run(
-            "queue.send",
-            self.name,
-            lambda: self._inner.send(
-                content, visibility_delay=visibility_delay, time_to_live=time_to_live
-            ),
-        )
-
-    async def receive(
-        self, max_messages: int = 1, *, visibility_timeout: float = 30.0
-    ) -> list[QueueMessage]:
-        return await self._i.run(
-            "queue.receive",
-            self.name,
-            lambda: self._inner.receive(max_messages, visibility_timeout=visibility_timeout),
-        )
-
-    async def delete(self, message_id: str, pop_receipt: str) -> None:
-        await self._i.run(
-            "queue.delete", self.name, lambda: self._inner.delete(message_id, pop_receipt)
-        )
-
-    async def update(
-        self,
-        message_id: str,
-        pop_receipt: str,
-        *,
-        visibility_timeout: float,
-        content: str | None = None,
-    ) -> str:
-        return await self._i.run(
-            "queue.update",
-            self.name,
-            lambda: self._inner.update(
-                message_id, pop_receipt, visibility_timeout=visibility_timeout, content=content
-            ),
-        )
-
-    async def peek(self, max_messages: int = 32) -> list[QueueMessage]:
-        return await self._i.run("queue.peek", self.name, lambda: self._inner.peek(max_messages))
-
-    async def approximate_count(self) -> int:
-        return await self._i.run("queue.count", self.name, self._inner.approximate_count)
-
-    async def clear(self) -> None:
-        await self._inner.clear()
+    async def _call(self, kind: str, target: str, call: Callable[[], Awaitable[T]]) -> T:
+        return await self._i.run(kind, target, call)
