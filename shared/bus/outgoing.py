@@ -112,7 +112,8 @@ async def create_tokens(
     metadata = {**UNCLAIMED, ORIGIN_METADATA: origin} if origin else UNCLAIMED
     try:
         for envelope in deliveries:
-            data = envelope.to_bytes()
+            text = envelope.model_dump_json()
+            data = text.encode("utf-8")
             for _ in range(config.max_create_attempts):
                 attempt_id = config.new_id()
                 name = token_name(sender, incoming_id, attempt_id, envelope.id)
@@ -121,18 +122,10 @@ async def create_tokens(
                 except (OutcomeUnknown, AlreadyExists):
                     result.abandoned.append(name)
                     continue
-                text = data.decode("utf-8")
                 if len(text) <= MAX_INLINE_ENVELOPE_CHARS:
                     result.hints[name] = SignalHint(etag, text)
                 result.committed_candidates.append(
-                    OutgoingSignal(
-                        destination=envelope.destination,
-                        message_id=envelope.id,
-                        attempt_id=attempt_id,
-                        token=name,
-                        partition_key=envelope.partition_key,
-                        type=envelope.type,
-                    )
+                    OutgoingSignal.for_token(envelope, attempt_id, name)
                 )
                 break
             else:

@@ -9,13 +9,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from shared.errors import MessageTooLarge
 from shared.stores.names import MAX_PROPERTY_BYTES
 from shared.stores.table import Entity
+
+if TYPE_CHECKING:
+    from shared.bus.envelope import Envelope
 
 STATE_ROW = "state"
 OUTBOX_PREFIX = "outbox|"
@@ -45,6 +48,18 @@ class OutgoingSignal(BaseModel):
     token: str
     partition_key: str
     type: str
+
+    @classmethod
+    def for_token(cls, envelope: Envelope, attempt_id: str, token: str) -> OutgoingSignal:
+        """The signal for ``token``, created for ``envelope`` under ``attempt_id``."""
+        return cls(
+            destination=envelope.destination,
+            message_id=envelope.id,
+            attempt_id=attempt_id,
+            token=token,
+            partition_key=envelope.partition_key,
+            type=envelope.type,
+        )
 
 
 def json_property(name: str, value: str) -> str:

@@ -206,16 +206,7 @@ def _reuse_attempt_ids() -> Iterator[None]:
                 except OutcomeUnknown:
                     continue  # retried with the same attempt id
                 break
-            result.committed_candidates.append(
-                OutgoingSignal(
-                    destination=envelope.destination,
-                    message_id=envelope.id,
-                    attempt_id=attempt_id,
-                    token=name,
-                    partition_key=envelope.partition_key,
-                    type=envelope.type,
-                )
-            )
+            result.committed_candidates.append(OutgoingSignal.for_token(envelope, attempt_id, name))
         return result
 
     receiver.create_tokens = create_reusing

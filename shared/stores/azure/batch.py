@@ -29,7 +29,9 @@ from urllib.parse import quote
 from shared.errors import InvalidValue, StorageError
 from shared.stores.table import Delete, Entity, Insert, TableOperation, TableValue, Update
 
-_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+"""Integers outside this range are typed ``Edm.Int64``; inside it the JSON number is read
+back as ``Edm.Int32``."""
 _CRLF = "\r\n"
 
 
@@ -77,7 +79,7 @@ def _json_value(name: str, value: TableValue, out: dict[str, object]) -> None:
     if isinstance(value, bool):
         out[name] = value
     elif isinstance(value, int):
-        if _INT32_MIN <= value <= _INT32_MAX:
+        if INT32_MIN <= value <= INT32_MAX:
             out[name] = value
         else:
             out[name] = str(value)

@@ -16,7 +16,6 @@ from typing import Any
 
 from azure.core.rest import HttpRequest
 
-from shared.errors import OutcomeUnknown, StorageError
 from shared.stores.azure.errors import from_status, translated
 
 
@@ -44,9 +43,5 @@ async def send(
         body: bytes = response.content if request.method == "GET" else b""
     status = int(response.status_code)
     if status not in expected:
-        raise error_for(status, response.headers.get("x-ms-error-code", ""), what)
+        raise from_status(status, response.headers.get("x-ms-error-code", ""), what)
     return DirectResponse(status, response.headers, body)
-
-
-def error_for(status: int, code: str, what: str) -> StorageError | OutcomeUnknown:
-    return from_status(status, code, what)

@@ -13,6 +13,8 @@ from azure.data.tables.aio import TableClient
 
 from shared.errors import AlreadyExists, OutcomeUnknown, StorageError, TooLarge, TransactionFailed
 from shared.stores.azure.batch import (
+    INT32_MAX,
+    INT32_MIN,
     MalformedBatchResponse,
     PartResponse,
     decode_batch,
@@ -36,8 +38,6 @@ from shared.stores.table import (
     normalise_entity,
 )
 
-_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
-
 
 def to_sdk(entity: Entity) -> dict[str, Any]:
     """Our entity as the SDK's dict; ints beyond 32 bits are typed Int64 explicitly because the
@@ -48,7 +48,7 @@ def to_sdk(entity: Entity) -> dict[str, Any]:
         if (
             isinstance(value, int)
             and not isinstance(value, bool)
-            and not (_INT32_MIN <= value <= _INT32_MAX)
+            and not (INT32_MIN <= value <= INT32_MAX)
         ):
             result[name] = EntityProperty(value, EdmType.INT64)
         else:
