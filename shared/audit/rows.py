@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from shared.bus.ingress import INGRESS_ROW
-from shared.bus.records import AUDIT_PREFIX
+from shared.bus.records import AUDIT_PREFIX, OutgoingSignal
 
 AUDIT_COLUMNS = (
     "table",
@@ -91,15 +91,13 @@ def deliveries_of_ingress(outgoing: object) -> str | None:
     if not isinstance(outgoing, str):
         return None
     try:
-        signals = json.loads(outgoing)
-        return json.dumps(
-            [
-                {"id": s["message_id"], "type": s["type"], "destination": s["destination"]}
-                for s in signals
-            ]
-        )
-    except (ValueError, KeyError, TypeError):
+        # Parsed as the bus reads it: stored signals leave out the ids their token name holds.
+        signals = [OutgoingSignal.model_validate(s) for s in json.loads(outgoing)]
+    except (ValueError, TypeError):  # pydantic's ValidationError is a ValueError
         return outgoing
+    return json.dumps(
+        [{"id": s.message_id, "type": s.type, "destination": s.destination} for s in signals]
+    )
 
 
 def ingress_row(table: str, partition_key: str, properties: Mapping[str, object]) -> Row:

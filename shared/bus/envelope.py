@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 from datetime import datetime
@@ -10,21 +12,24 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shared.bus.messages import Kind
-from shared.errors import MalformedSignal
+from shared.errors import InvalidName, MalformedSignal
 
 _UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 _SENDER = r"[a-z][a-z0-9]{2,39}"
-# {sender}/{incoming-id}/{attempt-id}/{out-id}: every segment is constrained, so a signal can
-# only ever name a blob inside the token scheme (no '..', no other prefixes, no other container).
+_DIGEST = r"[A-Za-z0-9_-]{43}"
+# {sender}/{incoming-id}/{attempt-id}/{out-id}/{digest}: every segment is constrained, so a
+# signal can only ever name a blob inside the token scheme (no '..', no other prefixes, no other
+# container). Always matched whole (``fullmatch``): '$' alone would accept a trailing newline.
+# The digest (see ``envelope_digest``) binds the name to the exact envelope bytes the token was
+# created with; names from before it was added have no digest and are only ever read (R1).
 TOKEN_NAME = re.compile(
-    rf"^(?P<sender>{_SENDER})/(?P<incoming>{_UUID})/(?P<attempt>{_UUID})/"
-    rf"(?P<out>{_UUID})$"
+    rf"(?P<sender>{_SENDER})/(?P<incoming>{_UUID})/(?P<attempt>{_UUID})/"
+    rf"(?P<out>{_UUID})(?:/(?P<digest>{_DIGEST}))?"
 )
-UUID_PATTERN = re.compile(rf"^{_UUID}$")
 MAX_INLINE_ENVELOPE_CHARS = 8192
 """Envelopes up to this size travel in the signal too (see ``Signal.envelope``)."""
 MAX_SIGNAL_CHARS = 2048 + MAX_INLINE_ENVELOPE_CHARS
-_ETAG = re.compile(r'^"?[0-9A-Za-z]{1,64}"?$')
+_ETAG = re.compile(r'"?[0-9A-Za-z]{1,64}"?')
 
 
 class Envelope(BaseModel):
@@ -52,10 +57,24 @@ class Envelope(BaseModel):
         return cls.model_validate_json(data)
 
 
-def token_name(sender: str, incoming_id: str, attempt_id: str, out_id: str) -> str:
-    name = f"{sender}/{incoming_id}/{attempt_id}/{out_id}"
-    if not TOKEN_NAME.match(name):
-        raise ValueError(f"token name {name!r} is outside the naming scheme")
+def envelope_digest(envelope_bytes: bytes) -> str:
+    """SHA-256 of a token's exact envelope bytes, unpadded base64url (43 characters).
+
+    It is the last segment of the token's name. A signal's envelope copy whose digest equals
+    the name's is, byte for byte, what the token was created with (finding another one would
+    take a SHA-256 second preimage); together with the claim's ``If-Match`` on the creation
+    ETag, the hinted path then processes exactly the token's content."""
+    digest = hashlib.sha256(envelope_bytes).digest()
+    return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
+
+
+def token_name(
+    sender: str, incoming_id: str, attempt_id: str, out_id: str, envelope_bytes: bytes
+) -> str:
+    """The name of the token that carries ``envelope_bytes``."""
+    name = f"{sender}/{incoming_id}/{attempt_id}/{out_id}/{envelope_digest(envelope_bytes)}"
+    if not TOKEN_NAME.fullmatch(name):
+        raise InvalidName(f"token name {name!r} is outside the naming scheme")
     return name
 
 
@@ -68,12 +87,14 @@ class Signal(BaseModel):
     """The queue message: small, and pointing at exactly one token.
 
     ``etag`` and ``envelope`` are hints the sender adds when it signals a token it has just
-    created: the token's ETag as created and a copy of its envelope. With them, token mode
-    skips reading the token (R1) and claims it straight away with ``If-Match: etag``; the
-    claim succeeding proves the token exists unchanged since its creation, so the copy is
-    what it holds. A failed claim, a signal re-sent from a committed outbox record (which
-    keeps no envelopes) or a hint that does not match the signal fall back to reading the
-    token. The token stays the source of truth; the hints only save a request."""
+    created: the token's ETag as created and a copy of its envelope. Anyone who may send to
+    the queue can write a signal, so the copy is used only when ``bound_envelope_copy``
+    proves it is the token's content: its SHA-256 equals the digest in the token's name. Token
+    mode then skips reading the token (R1) and claims it straight away with
+    ``If-Match: etag``; the claim succeeding proves the token still exists unclaimed and
+    unchanged since its creation. A copy that is not bound, a failed claim, or a signal re-sent
+    from a committed outbox record (which keeps no envelopes) falls back to reading the token.
+    The token stays the source of truth; the hints only save a request."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -86,6 +107,19 @@ class Signal(BaseModel):
 
     def to_json(self) -> str:
         return self.model_dump_json(exclude_none=True)
+
+    def bound_envelope_copy(self) -> str | None:
+        """The envelope copy if the token's name proves it is byte for byte the envelope the
+        token was created with; None without a copy, for names without a digest (from before
+        digests), or for a copy that is not the token's (forged or corrupted)."""
+        if self.envelope is None or self.etag is None:
+            return None
+        match = TOKEN_NAME.fullmatch(self.token)
+        if match is None or match["digest"] is None:
+            return None
+        if match["digest"] != envelope_digest(self.envelope.encode("utf-8")):
+            return None
+        return self.envelope
 
     @classmethod
     def parse(cls, raw: str) -> Signal:
@@ -105,14 +139,14 @@ class Signal(BaseModel):
                 f"{'.'.join(map(str, err['loc'])) or 'signal'}: {err['msg']}" for err in e.errors()
             )
             raise MalformedSignal(f"signal has the wrong schema: {details}") from None
-        match = TOKEN_NAME.match(signal.token)
+        match = TOKEN_NAME.fullmatch(signal.token)
         if match is None:
             raise MalformedSignal(
                 f"token name {signal.token[:200]!r} is outside the token naming scheme"
             )
         if match["attempt"] != signal.attempt_id or match["out"] != signal.message_id:
             raise MalformedSignal("signal's message or attempt id does not match its token name")
-        if signal.etag is not None and not _ETAG.match(signal.etag):
+        if signal.etag is not None and not _ETAG.fullmatch(signal.etag):
             # It becomes a request header: nothing but an ETag's characters may get there.
             raise MalformedSignal(f"signal's token ETag {signal.etag[:80]!r} is not an ETag")
         if (signal.envelope is None) != (signal.etag is None):

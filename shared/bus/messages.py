@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict
 
 from shared.errors import InvalidName, MessageTooLarge
 
-_TOPIC = re.compile(r"^[a-z0-9](?:[a-z0-9._-]{0,98}[a-z0-9])?$")
+_TOPIC = re.compile(r"[a-z0-9](?:[a-z0-9._-]{0,98}[a-z0-9])?")
 
 Kind = Literal["command", "event"]
 
@@ -51,7 +51,7 @@ class Event(Message):
 
 
 def check_topic(name: str) -> str:
-    if not _TOPIC.match(name):
+    if not _TOPIC.fullmatch(name):
         raise InvalidName(
             f"invalid topic {name!r}: use 1-100 lowercase letters, digits, '.', '_' or '-'"
         )

@@ -116,7 +116,7 @@ async def create_tokens(
             data = text.encode("utf-8")
             for _ in range(config.max_create_attempts):
                 attempt_id = config.new_id()
-                name = token_name(sender, incoming_id, attempt_id, envelope.id)
+                name = token_name(sender, incoming_id, attempt_id, envelope.id, data)
                 try:
                     etag = await tokens.create(name, data, metadata)
                 except (OutcomeUnknown, AlreadyExists):

@@ -60,9 +60,10 @@ class Receiver(Pipeline):
         m, p = signal.message_id, signal.partition_key
         hinted = self._from_hints(signal)
         if hinted is not None:
-            # R1 skipped: the claim below is conditional on the ETag the token was created
-            # with, so it fails (and we read the token after all) unless the token still
-            # exists exactly as created -- holding the envelope the signal carries.
+            # R1 skipped: the copy is the token's content (its digest is in the token's name)
+            # and addressed here; the claim below is conditional on the ETag the token was
+            # created with, so it fails (and we read the token after all) unless the token
+            # still exists unclaimed, exactly as created.
             token, envelope, message = hinted
         else:
             read = await self._read_token(signal)  # R1
@@ -145,11 +146,22 @@ class Receiver(Pipeline):
         )
 
     def _from_hints(self, signal: Signal) -> tuple[IncomingToken, Envelope, Message] | None:
-        """The token as the signal's hints describe it, or None to read it (no hints, or
-        hints that do not decode into this signal's message: the token decides then)."""
+        """The token as the signal's hints describe it, or None to read it: no hints, a copy
+        the token's name does not vouch for, or one that does not decode into this signal's
+        message for this endpoint (the token decides then)."""
         if signal.etag is None or signal.envelope is None:
             return None
-        token = IncomingToken(signal.token, signal.etag, "", signal.envelope.encode("utf-8"))
+        copy = signal.bound_envelope_copy()
+        if copy is None:
+            # Checked before any write: a forged copy must not even reach R3.
+            log.warning(
+                "endpoint %s: the envelope copy in the signal for %s is not the token's "
+                "(its digest differs from the token name's); reading the token",
+                self.endpoint.name,
+                signal.token,
+            )
+            return None
+        token = IncomingToken(signal.token, signal.etag, "", copy.encode("utf-8"))
         try:
             envelope, message = self._decode(signal, token)
         except (MalformedSignal, UnknownMessageType, MessageSchemaError) as e:

@@ -9,10 +9,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
+from shared.bus.envelope import TOKEN_NAME
 from shared.errors import MessageTooLarge
 from shared.stores.names import MAX_PROPERTY_BYTES
 from shared.stores.table import Entity
@@ -48,6 +55,30 @@ class OutgoingSignal(BaseModel):
     token: str
     partition_key: str
     type: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ids_from_token_name(cls, data: Any) -> Any:
+        """Stored forms leave out the ids their token name already holds (see below)."""
+        if isinstance(data, dict) and not {"message_id", "attempt_id"} <= data.keys():
+            match = TOKEN_NAME.fullmatch(str(data.get("token", "")))
+            if match is not None:
+                return {"message_id": match["out"], "attempt_id": match["attempt"], **data}
+        return data
+
+    @model_serializer(mode="wrap")
+    def _without_ids_in_token_name(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """The message and attempt ids are segments of the token's name: storing them twice
+        would cost a third of an outbox record, which must hold up to ``max_outputs`` of
+        these in one 64 KiB table property."""
+        data = handler(self)
+        match = TOKEN_NAME.fullmatch(self.token)
+        if match is not None and (match["out"], match["attempt"]) == (
+            self.message_id,
+            self.attempt_id,
+        ):
+            del data["message_id"], data["attempt_id"]
+        return data
 
     @classmethod
     def for_token(cls, envelope: Envelope, attempt_id: str, token: str) -> OutgoingSignal:

@@ -147,7 +147,7 @@ class AbandonedTokens(CleanupTask):
         raw = blob.metadata.get(ORIGIN_METADATA)
         if not raw:
             return "no_origin"  # from before origins were recorded: the outbox task's job
-        name = TOKEN_NAME.match(blob.name)
+        name = TOKEN_NAME.fullmatch(blob.name)
         try:
             origin: Origin | None = Origin.decode(raw)
         except InvalidValue:

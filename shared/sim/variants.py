@@ -197,7 +197,7 @@ def _reuse_attempt_ids() -> Iterator[None]:
         result = outgoing.CreatedTokens([], [])
         for envelope in deliveries:
             attempt_id = config.new_id()
-            name = token_name(sender, incoming_id, attempt_id, envelope.id)
+            name = token_name(sender, incoming_id, attempt_id, envelope.id, envelope.to_bytes())
             for _try in range(config.max_create_attempts):
                 try:
                     await tokens.create(name, envelope.to_bytes(), metadata)

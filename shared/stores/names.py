@@ -11,10 +11,11 @@ from collections.abc import Mapping
 
 from shared.errors import InvalidName, TooLarge
 
-_CONTAINER_OR_QUEUE = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}$")
-_TABLE = re.compile(r"^[A-Za-z][A-Za-z0-9]{2,62}$")
+# Names from outside are matched whole (``fullmatch``): '$' would accept a trailing newline.
+_CONTAINER_OR_QUEUE = re.compile(r"[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}")
+_TABLE = re.compile(r"[A-Za-z][A-Za-z0-9]{2,62}")
 _KEY_FORBIDDEN = re.compile(r"[/\\#?\x00-\x1f\x7f-\x9f]")
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 MAX_BLOB_NAME = 1024
@@ -30,7 +31,7 @@ RESERVED_PROPERTIES = frozenset({"PartitionKey", "RowKey", "Timestamp", "etag"})
 
 def check_container_name(name: str) -> str:
     """Blob containers: 3-63 lowercase letters, digits and single hyphens."""
-    if not _CONTAINER_OR_QUEUE.match(name):
+    if not _CONTAINER_OR_QUEUE.fullmatch(name):
         raise InvalidName(
             f"invalid container name {name!r}: use 3-63 lowercase letters, digits and single "
             "hyphens, starting and ending with a letter or digit"
@@ -40,7 +41,7 @@ def check_container_name(name: str) -> str:
 
 def check_queue_name(name: str) -> str:
     """Queues follow the same rule as containers."""
-    if not _CONTAINER_OR_QUEUE.match(name):
+    if not _CONTAINER_OR_QUEUE.fullmatch(name):
         raise InvalidName(
             f"invalid queue name {name!r}: use 3-63 lowercase letters, digits and single "
             "hyphens, starting and ending with a letter or digit"
@@ -50,7 +51,7 @@ def check_queue_name(name: str) -> str:
 
 def check_table_name(name: str) -> str:
     """Tables: 3-63 letters and digits, starting with a letter; 'tables' is reserved."""
-    if not _TABLE.match(name) or name.lower() == "tables":
+    if not _TABLE.fullmatch(name) or name.lower() == "tables":
         raise InvalidName(
             f"invalid table name {name!r}: use 3-63 letters and digits, starting with a letter"
         )
@@ -91,7 +92,7 @@ def check_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
     total = 0
     result: dict[str, str] = {}
     for key, value in metadata.items():
-        if not _IDENTIFIER.match(key):
+        if not _IDENTIFIER.fullmatch(key):
             raise InvalidName(f"invalid metadata name {key!r}: must be an identifier")
         if not isinstance(value, str) or not value.isascii() or _CONTROL.search(value):
             raise InvalidName(f"metadata {key!r} must be printable ASCII text")

@@ -230,6 +230,6 @@ async def committed_attempts(harness: Harness) -> set[str]:
 
 
 def attempt_of(token: str) -> str:
-    match = TOKEN_NAME.match(token)
+    match = TOKEN_NAME.fullmatch(token)
     assert match is not None, token
     return match["attempt"]

@@ -116,7 +116,7 @@ async def test_a_create_landing_after_its_record_retired_is_removed_after_the_gr
     assert await residue(harness) == (0, 0)
 
     # When a create from an abandoned attempt lands late, after O(m) was retired
-    late = token_name(names.orders, record.message_id, fresh_id(), fresh_id())
+    late = token_name(names.orders, record.message_id, fresh_id(), fresh_id(), b"{}")
     origin = Origin(names.orders, record.partition_key, outbox_row(record.message_id))
     await harness.raw.blob_container(harness.config.tokens_container).create(
         late, b"{}", {"claim": "", "origin": origin.encode()}
@@ -277,7 +277,7 @@ async def test_a_token_whose_origin_names_a_foreign_table_is_left_alone(
 ) -> None:
     harness, _ = await new_flow(backend, publish=False, charge=False)
     tokens = harness.raw.blob_container(harness.config.tokens_container)
-    name = token_name("orders", fresh_id(), fresh_id(), fresh_id())
+    name = token_name("orders", fresh_id(), fresh_id(), fresh_id(), b"{}")
     await tokens.create(name, b"{}", {"origin": Origin("secrets", "p", "r").encode()})
 
     report = await clean(harness, settings(), owner="x")
@@ -333,7 +333,7 @@ async def test_a_window_mode_token_outliving_its_rows_retention_is_kept_not_gues
 
     async def orphan() -> str:
         incoming = fresh_id()
-        name = token_name(names.orders, incoming, fresh_id(), fresh_id())
+        name = token_name(names.orders, incoming, fresh_id(), fresh_id(), b"{}")
         origin = Origin(names.orders, "p", processed_row(incoming))
         await tokens.create(name, b"{}", {"claim": "", "origin": origin.encode()})
         return name

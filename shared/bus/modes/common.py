@@ -206,7 +206,7 @@ async def drop_abandoned_tokens(
     the record must then stay, because it is what tells the cleanup that token's fate."""
     clear = True
     async for blob in tokens.list(token_prefix(sender, message_id)):
-        match = TOKEN_NAME.match(blob.name)
+        match = TOKEN_NAME.fullmatch(blob.name)
         if match is not None and match["attempt"] in committed_attempts:
             continue
         if blob.last_modified >= older_than:
