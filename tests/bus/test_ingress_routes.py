@@ -1,0 +1,145 @@
+"""What the HTTP ingress (and the CLI, which builds messages the same way) says about types
+no endpoint takes, and how it routes to endpoints of other apps."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from shared import http_ingress
+from shared.bus import Bus, BusApp, BusConfig, Command, Event, HandlerContext
+from shared.clock import ManualClock
+from shared.provisioning import provision
+from shared.resources import Resources
+from shared.stores.memory import MemoryStorageAccount
+from tests.bus.flow import Ledger
+
+
+class Reserve(Command):
+    partition_by = "sku"
+    sku: str
+
+
+class Invoice(Command):
+    """Taken by an endpoint of another app only."""
+
+    partition_by = "number"
+    number: str
+
+
+class Orphaned(Command):
+    """Declared, taken by no endpoint."""
+
+    key: str
+
+
+class Reserved(Event):
+    """Handled by ``stock`` itself: published to its subscribers."""
+
+    partition_by = "sku"
+    sku: str
+
+
+class Unheard(Event):
+    """Declared, subscribed by no endpoint of this app or another."""
+
+    sku: str
+
+
+@dataclass
+class Ingress:
+    bus: Bus
+
+    async def post(self, payload: object, key: str = "k1") -> http_ingress.Answer:
+        raw = json.dumps(payload).encode()
+        return await http_ingress.handle(self.bus, {"Idempotency-Key": key}, raw)
+
+
+@pytest.fixture
+async def ingress() -> Ingress:
+    app = BusApp()
+    stock = app.endpoint("stock", state=Ledger)
+    app.external_endpoint("billing", accepts=[Invoice])
+
+    @stock.handles(Reserve)
+    def reserve(ctx: HandlerContext[Ledger], cmd: Reserve) -> None:
+        ctx.state.applied.append(ctx.message_id)
+
+    @stock.handles(Reserved)
+    def reserved(ctx: HandlerContext[Ledger], event: Reserved) -> None:
+        ctx.state.applied.append(ctx.message_id)
+
+    clock = ManualClock()
+    account = MemoryStorageAccount(clock=clock)
+    config = BusConfig(clock=clock)
+    await provision(
+        account,
+        Resources(
+            containers={"tokens": config.tokens_container, "topics": config.topics_container},
+            tables={"ingress": config.ingress_table},
+            endpoints=("stock", "billing"),  # billing's queue stands for the other app's
+        ),
+    )
+    bus = Bus(app, account, config)
+    await bus.subscribe_all()
+    return Ingress(bus)
+
+
+@pytest.mark.parametrize(
+    ("payload", "error"),
+    [
+        (
+            {"type": "Unheard", "body": {"sku": "s"}},
+            "Unheard is an event without subscribers (no endpoint of this app handles it and "
+            "no external endpoint accepts it): it would reach nobody",
+        ),
+        (
+            {"type": "Unheard", "to": "stock", "body": {"sku": "s"}},
+            "it would reach nobody; events are published, leave out 'to'",
+        ),
+        (
+            {"type": "Reserved", "to": "stock", "body": {"sku": "s"}},
+            "Reserved is an event: it is published to its topic's subscribers, not sent to one "
+            "endpoint; leave out 'to'",
+        ),
+        (
+            {"type": "Orphaned", "to": "stock", "body": {"key": "s"}},
+            "Orphaned is a command no endpoint takes",
+        ),
+        (
+            {"type": "NoSuchType", "body": {}},
+            "unknown message type 'NoSuchType'; known types: Invoice, Reserve, Reserved",
+        ),
+        (
+            {"type": "Invoice", "to": "stock", "body": {"number": "n"}},
+            "endpoint 'stock' does not handle Invoice; handled by ['billing']",
+        ),
+    ],
+)
+async def test_a_type_no_endpoint_takes_is_named_for_what_it_is(
+    ingress: Ingress, payload: dict[str, object], error: str
+) -> None:
+    answer = await ingress.post(payload)
+    assert answer.status == 400
+    assert error in answer.body["error"]
+
+
+async def test_a_command_for_an_external_endpoint_goes_to_its_queue(ingress: Ingress) -> None:
+    answer = await ingress.post({"type": "Invoice", "body": {"number": "n1"}})  # to inferred
+    assert answer.status == 202
+    [signal] = await ingress.bus.account.queue("billing").peek()
+    assert json.loads(signal.content)["message_id"] == answer.body["message_ids"][0]
+
+
+async def test_a_stale_subscriber_is_refused_with_the_reason_before_anything_is_sent(
+    ingress: Ingress,
+) -> None:
+    await ingress.bus.topics.subscribe("reserved", "stokc")
+    answer = await ingress.post({"type": "Reserved", "body": {"sku": "s"}})
+    assert answer.status == 503
+    assert "topic reserved lists subscriber 'stokc', which is no endpoint" in answer.body["error"]
+    assert await ingress.bus.account.queue("stock").approximate_count() == 0
+    tokens = ingress.bus.account.blob_container(ingress.bus.config.tokens_container)
+    assert [blob async for blob in tokens.list()] == []
