@@ -54,8 +54,13 @@ class Routes:
         check_endpoint_name(name)
         if name in self._endpoints or name in self.external:
             raise ValueError(f"endpoint {name} is declared twice")
-        if not accepts:
-            raise ValueError(f"external endpoint {name}: name the message types it accepts")
+        if not accepts or not all(
+            isinstance(model, type) and issubclass(model, Message) for model in accepts
+        ):
+            raise ValueError(
+                f"external endpoint {name}: accepts must list the message types (Command or "
+                f"Event classes) it takes, got {list(accepts)!r}"
+            )
         declared = ExternalEndpoint(name, {model.type_name(): model for model in accepts})
         self.external[name] = declared
         return declared

@@ -1,5 +1,5 @@
-"""What the HTTP ingress (and the CLI, which builds messages the same way) says about types
-no endpoint takes, and how it routes to endpoints of other apps."""
+"""Declaring endpoints of other apps, and what the HTTP ingress (and the CLI, which builds
+messages the same way) says about types no endpoint takes."""
 
 from __future__ import annotations
 
@@ -46,6 +46,25 @@ class Unheard(Event):
     """Declared, subscribed by no endpoint of this app or another."""
 
     sku: str
+
+
+def test_an_external_endpoint_is_declared_once_with_the_message_types_it_takes() -> None:
+    app = BusApp()
+    app.endpoint("stock")
+    app.external_endpoint("billing", accepts=[Invoice, Reserved])
+    assert app.routes.receivers_of("Invoice") == ["billing"]
+    for name, accepts in (
+        ("stock", [Invoice]),  # an endpoint of this app
+        ("billing", [Invoice]),  # declared already
+        ("ledger", []),
+        ("ledger", ["Invoice"]),  # a name, not the class
+    ):
+        with pytest.raises(ValueError, match=name):
+            app.external_endpoint(name, accepts=accepts)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="declared twice"):
+        app.endpoint("billing")
+    with pytest.raises(ValueError, match="invalid"):
+        app.external_endpoint("Not A Queue", accepts=[Invoice])
 
 
 @dataclass
