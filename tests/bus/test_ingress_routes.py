@@ -10,7 +10,9 @@ import pytest
 
 from shared import http_ingress
 from shared.bus import Bus, BusApp, BusConfig, Command, Event, HandlerContext
+from shared.bus.routes import UndeliverableMessage
 from shared.clock import ManualClock
+from shared.errors import InvalidName
 from shared.provisioning import provision
 from shared.resources import Resources
 from shared.stores.memory import MemoryStorageAccount
@@ -162,3 +164,20 @@ async def test_a_stale_subscriber_is_refused_with_the_reason_before_anything_is_
     assert await ingress.bus.account.queue("stock").approximate_count() == 0
     tokens = ingress.bus.account.blob_container(ingress.bus.config.tokens_container)
     assert [blob async for blob in tokens.list()] == []
+
+
+async def test_a_library_client_is_checked_like_a_handler(ingress: Ingress) -> None:
+    """``bus.client()`` is used without the HTTP layer: the same checks stop it before the
+    ingress record or a token is written."""
+    client = ingress.bus.client("batch")
+    with pytest.raises(UndeliverableMessage, match="'stokc', which is no endpoint"):
+        await client.send(Reserve(sku="s"), to="stokc", idempotency_key="k1")
+    with pytest.raises(UndeliverableMessage, match="billing, which does not handle it"):
+        await client.send(Reserve(sku="s"), to="billing", idempotency_key="k2")
+    with pytest.raises(InvalidName, match="Reserve has an unusable partition key"):
+        await client.send(Reserve(sku="a#b"), to="stock", idempotency_key="k3")
+
+    bus = ingress.bus
+    tokens = bus.account.blob_container(bus.config.tokens_container)
+    assert [blob async for blob in tokens.list()] == []
+    assert [row async for row in bus.account.table(bus.config.ingress_table).query_all()] == []
