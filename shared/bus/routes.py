@@ -15,7 +15,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from shared.bus.messages import Message
+from shared.bus.messages import Event, Message
 from shared.errors import BusError
 from shared.resources import check_endpoint_name
 
@@ -26,10 +26,14 @@ class UndeliverableMessage(BusError):
 
 
 class HandlesTypes(Protocol):
-    """An endpoint of this app, as far as routing cares: the type names it handles."""
+    """An endpoint of this app, as far as routing cares: the type names it handles and the
+    topics of the events among them."""
 
     @property
     def handlers(self) -> Mapping[str, object]: ...
+
+    @property
+    def topics(self) -> list[str]: ...
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,25 @@ class Routes:
         """Every known endpoint, own or external, that takes ``type_name``."""
         names = [*self._endpoints, *self.external]
         return sorted(n for n in names if type_name in (self.accepted_by(n) or ()))
+
+    def check_subscription(self, topic: str, endpoint: str) -> None:
+        """Refuse, before the recipient list changes, a subscriber that could never take the
+        topic's events (every publish would then be refused until it is removed)."""
+        local = self._endpoints.get(endpoint)
+        external = self.external.get(endpoint)
+        if local is not None:
+            topics = set(local.topics)
+        elif external is not None:
+            topics = {m.topic() for m in external.accepts.values() if issubclass(m, Event)}
+        else:
+            raise ValueError(
+                f"{endpoint!r} is no endpoint of this app; an endpoint of another app must be "
+                f"declared with app.external_endpoint({endpoint!r}, accepts=[...])"
+            )
+        if topic not in topics:
+            raise ValueError(
+                f"{endpoint} takes no event of topic {topic}; its topics: {sorted(topics)}"
+            )
 
     def check_send(self, sender: str, destination: str, type_name: str) -> None:
         accepted = self.accepted_by(destination)

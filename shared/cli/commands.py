@@ -85,6 +85,7 @@ async def subscribe_command(
         return EXIT_OK
     assert endpoint is not None
     if subscribe:
+        bus.app.routes.check_subscription(topic, endpoint)
         changed = await bus.topics.subscribe(topic, endpoint)
         print(f"{endpoint} {'subscribed to' if changed else 'was already subscribed to'} {topic}")
     else:

@@ -181,3 +181,16 @@ async def test_a_library_client_is_checked_like_a_handler(ingress: Ingress) -> N
     tokens = bus.account.blob_container(bus.config.tokens_container)
     assert [blob async for blob in tokens.list()] == []
     assert [row async for row in bus.account.table(bus.config.ingress_table).query_all()] == []
+
+
+def test_a_subscription_is_checked_against_the_app_before_the_list_changes() -> None:
+    app = BusApp()
+    stock = app.endpoint("stock")
+    stock.handles(Reserved)(lambda ctx, event: None)
+    app.external_endpoint("billing", accepts=[Invoice, Unheard])
+    app.routes.check_subscription("reserved", "stock")
+    app.routes.check_subscription("unheard", "billing")
+    with pytest.raises(ValueError, match="'stokc' is no endpoint of this app"):
+        app.routes.check_subscription("reserved", "stokc")
+    with pytest.raises(ValueError, match=r"billing takes no event of topic reserved; .*unheard"):
+        app.routes.check_subscription("reserved", "billing")

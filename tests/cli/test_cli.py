@@ -91,6 +91,8 @@ def test_publish_reaches_every_subscriber_and_unsubscribe_takes_one_away(bus: Ru
         ),
         (["send", "PlaceOrder", "--key", "a/b", "--body", ORDER], "Idempotency key"),
         (["replay", "nosuchendpoint"], "unknown endpoints ['nosuchendpoint']"),
+        (["subscribe", "hit", "loyaltee"], "'loyaltee' is no endpoint of this app"),
+        (["subscribe", "hit", "loyalty"], "loyalty takes no event of topic hit"),
     ],
 )
 def test_bad_input_exits_2_with_the_reason(bus: Run, args: list[str], message: str) -> None:
