@@ -23,6 +23,8 @@ from pydantic import ValidationError
 
 from shared.bus import Bus, BusApp, Command, Event, Message
 from shared.bus.ingress import SendReceipt, check_idempotency_key
+from shared.bus.messages import declared_type
+from shared.bus.routes import UndeliverableMessage
 from shared.errors import BusError, InvalidName, MessageTooLarge, OutcomeUnknown, StorageError
 
 log = logging.getLogger(__name__)
@@ -46,16 +48,30 @@ class Answer:
 
 
 def message_types(app: BusApp) -> dict[str, type[Message]]:
-    """Every message type some endpoint of ``app`` handles, by type name."""
+    """Every message type some endpoint of ``app``, or an external endpoint it declares,
+    takes, by type name."""
     found: dict[str, type[Message]] = {}
+    for external in app.routes.external.values():
+        found.update(external.accepts)
     for endpoint in app.endpoints.values():
         for name, (model, _) in endpoint.handlers.items():
             found[name] = model
     return found
 
 
-def handlers_of(app: BusApp, type_name: str) -> list[str]:
-    return sorted(e.name for e in app.endpoints.values() if type_name in e.handlers)
+def unroutable(app: BusApp, type_name: str, to: str | None) -> str:
+    """Why a type no endpoint takes cannot be sent, saying what the type is when known."""
+    declared = declared_type(type_name)
+    if declared is None:
+        known = ", ".join(sorted(message_types(app)))
+        return f"unknown message type {type_name!r}; known types: {known}"
+    nobody = "no endpoint of this app handles it and no external endpoint accepts it"
+    if issubclass(declared, Event):
+        extra = "; events are published, leave out 'to'" if to is not None else ""
+        return (
+            f"{type_name} is an event without subscribers ({nobody}): it would reach nobody{extra}"
+        )
+    return f"{type_name} is a command no endpoint takes ({nobody})"
 
 
 def build_message(
@@ -64,8 +80,7 @@ def build_message(
     """The validated message and its destination (None for an event); BadRequest otherwise."""
     model = message_types(app).get(type_name)
     if model is None:
-        known = ", ".join(sorted(message_types(app)))
-        raise BadRequest(f"unknown message type {type_name!r}; known types: {known}")
+        raise BadRequest(unroutable(app, type_name, to))
     if not isinstance(body, dict):
         raise BadRequest("'body' must be a JSON object with the message's fields")
     try:
@@ -77,9 +92,12 @@ def build_message(
         raise BadRequest(f"invalid {type_name}: {problems}") from None
     if isinstance(message, Event):
         if to is not None:
-            raise BadRequest(f"{type_name} is an event: it is published, leave out 'to'")
+            raise BadRequest(
+                f"{type_name} is an event: it is published to its topic's subscribers, not "
+                "sent to one endpoint; leave out 'to'"
+            )
         return message, None
-    handlers = handlers_of(app, type_name)
+    handlers = app.routes.receivers_of(type_name)
     if to is None:
         if len(handlers) != 1:
             raise BadRequest(f"{type_name} is a command: say which endpoint gets it with 'to'")
@@ -138,6 +156,9 @@ async def handle(bus: Bus, headers: Mapping[str, str], raw: bytes) -> Answer:
         return Answer(400, {"error": str(e)})
     except MessageTooLarge as e:
         return Answer(413, {"error": str(e)})
+    except UndeliverableMessage as e:
+        log.error("ingress %s: %s", key, e)  # a recipient list the app does not allow
+        return Answer(503, {"error": f"cannot be delivered as the bus is configured: {e}"})
     except (StorageError, OutcomeUnknown, BusError) as e:
         log.warning("ingress %s failed: %s", key, e)
         return Answer(

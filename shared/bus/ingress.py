@@ -19,6 +19,7 @@ from shared.bus.messages import Command, Event, check_payload_size
 from shared.bus.origin import Origin
 from shared.bus.outgoing import create_tokens, discard_tokens, plan_deliveries, send_signals
 from shared.bus.records import OutgoingSignal
+from shared.bus.routes import Routes
 from shared.bus.topics import RecipientLists
 from shared.clock import to_datetime
 from shared.errors import (
@@ -54,7 +55,8 @@ def check_idempotency_key(key: str) -> str:
 
 
 class IngressClient:
-    """Sends commands and publishes events on behalf of ``sender`` (e.g. 'http', 'cli')."""
+    """Sends commands and publishes events on behalf of ``sender`` (e.g. 'http', 'cli'), to
+    the destinations ``routes`` (the app's) allows."""
 
     def __init__(
         self,
@@ -62,9 +64,12 @@ class IngressClient:
         topics: RecipientLists,
         config: BusConfig,
         sender: str = "ingress",
+        *,
+        routes: Routes,
     ) -> None:
         self.account = account
         self.topics = topics
+        self.routes = routes
         self.config = config
         self.sender = check_endpoint_name(sender)
         self.table = account.table(config.ingress_table)
@@ -108,6 +113,7 @@ class IngressClient:
                 incoming_id=incoming_id,
                 correlation_id=incoming_id,
                 topics=self.topics,
+                routes=self.routes,
                 config=config,
             )
             created = await create_tokens(

@@ -15,6 +15,7 @@ from shared import runtime
 from shared.bus import Command
 from shared.bus.poison import replay
 from shared.bus.records import OUTBOX_PREFIX, OutboxRecord
+from shared.bus.unsubscribed import unsubscribed_counts
 from shared.cli.progress import Progress
 from shared.errors import NotFound
 from shared.http_ingress import build_message
@@ -84,6 +85,7 @@ async def subscribe_command(
         return EXIT_OK
     assert endpoint is not None
     if subscribe:
+        bus.app.routes.check_subscription(topic, endpoint)
         changed = await bus.topics.subscribe(topic, endpoint)
         print(f"{endpoint} {'subscribed to' if changed else 'was already subscribed to'} {topic}")
     else:
@@ -125,10 +127,17 @@ async def status_report(account: StorageAccount, progress: bool | None) -> dict[
         missing.append("container tokens")
     bar.advance(note="tokens")
     bar.finish()
+    topics = account.blob_container(runtime.bus_config().topics_container)
+    try:
+        dropped = await unsubscribed_counts(topics)
+    except NotFound:
+        dropped = {}
+        missing.append("container topics")
     return {
         "endpoints": rows,
         "tokens_in_flight": sum(senders.values()),
         "tokens_by_sender": dict(sorted(senders.items())),
+        "unsubscribed_events": dropped,
         "missing": missing,
     }
 
@@ -154,6 +163,8 @@ async def status_command(
             f"tokens in flight: {report['tokens_in_flight']}"
             + (f" ({by_sender})" * bool(by_sender))
         )
+        for topic, count in report["unsubscribed_events"].items():
+            print(f"events dropped, topic {topic} has no subscriber: {count}")
         for item in report["missing"]:
             print(f"missing: {item} (run `bus provision`)")
     if report["missing"]:

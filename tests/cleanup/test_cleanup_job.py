@@ -135,7 +135,13 @@ async def test_tokens_of_a_client_that_crashed_before_its_record_are_removed(
     backend: Backend,
 ) -> None:
     harness, names = await new_flow(backend, publish=False, charge=False)
-    client = IngressClient(harness.account, harness.setup_bus.topics, harness.config, "cli")
+    client = IngressClient(
+        harness.account,
+        harness.setup_bus.topics,
+        harness.config,
+        "cli",
+        routes=harness.app.routes,
+    )
     # Ingress reads its record, creates the token, then writes the record: crash before that.
     harness.instrumentation.plan = fault_at(2, Fault.CRASH_BEFORE)
     with pytest.raises(SimulatedCrash):

@@ -85,8 +85,14 @@ def test_publish_reaches_every_subscriber_and_unsubscribe_takes_one_away(bus: Ru
         (["send", "PlaceOrder", "--body", '{"order_id": "x"}'], "invalid PlaceOrder: customer"),
         (["publish", "PlaceOrder", "--body", ORDER], "PlaceOrder is a command: use `send`"),
         (["send", "OrderPlaced", "--body", PLACED], "OrderPlaced is an event: use `publish`"),
+        (
+            ["send", "OrderPlaced", "--to", "loyalty", "--body", PLACED],
+            "OrderPlaced is an event: it is published to its topic's subscribers",
+        ),
         (["send", "PlaceOrder", "--key", "a/b", "--body", ORDER], "Idempotency key"),
         (["replay", "nosuchendpoint"], "unknown endpoints ['nosuchendpoint']"),
+        (["subscribe", "hit", "loyaltee"], "'loyaltee' is no endpoint of this app"),
+        (["subscribe", "hit", "loyalty"], "loyalty takes no event of topic hit"),
     ],
 )
 def test_bad_input_exits_2_with_the_reason(bus: Run, args: list[str], message: str) -> None:
@@ -138,6 +144,20 @@ def test_poison_shows_in_status_and_replay_moves_it_back(
     code, out, _ = bus("status", "--json", "--check")
     assert code == 0
     assert json.loads(out)["endpoints"]["payments"]["poison"] == 0
+
+
+def test_an_event_published_without_subscribers_is_counted_in_status(bus: Run) -> None:
+    """Not dropped silently: the receipt lists no message and ``bus status`` counts it."""
+    assert bus("unsubscribe", "hit", "leaderboard")[0] == 0
+    shot = '{"game_id": "nobody", "position": 1}'
+    for key in ("hit-1", "hit-2"):
+        code, out, _ = bus("publish", "Hit", "--key", key, "--body", shot)
+        assert code == 0
+        assert json.loads(out)["message_ids"] == []
+    code, out, _ = bus("status", "--json")
+    assert code == 0
+    assert json.loads(out)["unsubscribed_events"] == {"hit": 2}
+    assert "events dropped, topic hit has no subscriber: 2" in bus("status")[1]
 
 
 def test_status_exits_3_and_names_missing_resources(bus: Run, emulator: AzuriteEndpoints) -> None:

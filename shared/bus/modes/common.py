@@ -134,6 +134,7 @@ class ModePipeline(Pipeline):
             incoming_id=envelope.id,
             correlation_id=envelope.correlation_id,
             topics=self.topics,
+            routes=self.endpoint.routes,
             config=self.config,
         )
         return await create_tokens(
