@@ -67,7 +67,7 @@ class AzureBlobContainer(BlobContainer):
     def __init__(self, client: ContainerClient, call_seconds: float) -> None:
         self._client = client
         self._seconds = call_seconds
-        self._pipeline = blob_pipeline(client)
+        self._blob_pipeline = blob_pipeline(client)
         self.name = client.container_name
         base, _, query = client.url.partition("?")
         self._base = base.rstrip("/")
@@ -96,7 +96,7 @@ class AzureBlobContainer(BlobContainer):
             content=data,
         )
         return await send(
-            self._pipeline, request, self._what(name), expected, self._seconds, **options
+            self._blob_pipeline, request, self._what(name), expected, self._seconds, **options
         )
 
     def _what(self, name: str) -> str:
