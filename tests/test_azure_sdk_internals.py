@@ -41,8 +41,11 @@ def pins() -> dict[str, str]:
 @pytest.fixture
 async def account() -> AsyncIterator[AzureStorageAccount]:
     # Building clients opens no connection: no emulator needed.
-    async with AzureStorageAccount(StorageSettings(DEV_CONNECTION_STRING)) as built:
+    built = AzureStorageAccount(StorageSettings(DEV_CONNECTION_STRING))
+    try:
         yield built
+    finally:
+        await built.close()
 
 
 @pytest.mark.parametrize("distribution", PINNED_SDKS)
