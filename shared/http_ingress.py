@@ -13,8 +13,10 @@ could not be reached (retry with the same key).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +28,7 @@ from shared.bus.ingress import SendReceipt, check_idempotency_key
 from shared.bus.messages import declared_type
 from shared.bus.routes import UndeliverableMessage
 from shared.errors import BusError, InvalidName, MessageTooLarge, OutcomeUnknown, StorageError
+from shared.settings import load_storage_timeouts
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +137,20 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
 
 
 async def handle(bus: Bus, headers: Mapping[str, str], raw: bytes) -> Answer:
-    """The whole ingress request, independent of the HTTP framework."""
+    """The whole ingress request, independent of the HTTP framework, within BUS_INGRESS_TIMEOUT:
+    a request stopped midway is a crash the protocol recovers from, the retry answers once."""
+    seconds = load_storage_timeouts(os.environ).ingress
+    try:
+        async with asyncio.timeout(seconds):
+            return await _handle(bus, headers, raw)
+    except TimeoutError:
+        error = (
+            f"storage did not answer within {seconds:g} s, retry with the same {IDEMPOTENCY_HEADER}"
+        )
+        return Answer(503, {"error": error})
+
+
+async def _handle(bus: Bus, headers: Mapping[str, str], raw: bytes) -> Answer:
     limit = bus.config.max_payload_bytes + ENVELOPE_SLACK_BYTES
     if len(raw) > limit:
         return Answer(413, {"error": f"request body is {len(raw)} bytes; the limit is {limit}"})

@@ -8,8 +8,9 @@ One setting name (``AzureWebJobsStorage`` by default) either holds a connection 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shared.errors import ConfigurationError
 
@@ -28,6 +29,54 @@ DEV_CONNECTION_STRING = (
 
 
 @dataclass(frozen=True)
+class StorageTimeouts:
+    """How long storage may stay silent, in seconds: a frozen account must end a request
+    (503 at the ingress) or a poll (the queue worker backs off), never hang it.
+
+    ``connect`` and ``read`` bound each HTTP attempt (``read`` is silence on the socket);
+    ``call`` bounds one store call, the SDK's retries included; ``ingress`` bounds one
+    ``POST /api/messages``, all its storage calls included. Each is read from the environment
+    variable named beside it."""
+
+    connect: float = 3.0  # BUS_STORAGE_CONNECT_TIMEOUT
+    read: float = 5.0  # BUS_STORAGE_READ_TIMEOUT
+    call: float = 8.0  # BUS_STORAGE_CALL_TIMEOUT
+    ingress: float = 12.0  # BUS_INGRESS_TIMEOUT
+
+
+_TIMEOUT_VARIABLES = {
+    "connect": "BUS_STORAGE_CONNECT_TIMEOUT",
+    "read": "BUS_STORAGE_READ_TIMEOUT",
+    "call": "BUS_STORAGE_CALL_TIMEOUT",
+    "ingress": "BUS_INGRESS_TIMEOUT",
+}
+
+
+def load_storage_timeouts(environ: Mapping[str, str]) -> StorageTimeouts:
+    """The timeouts set in ``environ``, the defaults for the rest."""
+    values: dict[str, float] = {}
+    for name, variable in _TIMEOUT_VARIABLES.items():
+        text = environ.get(variable, "").strip()
+        if not text:
+            continue
+        try:
+            values[name] = float(text)
+        except ValueError:
+            raise ConfigurationError(
+                f"{variable} must be a number of seconds, got {text!r}"
+            ) from None
+        if not (math.isfinite(values[name]) and values[name] > 0):
+            raise ConfigurationError(f"{variable} must be a positive number of seconds")
+    timeouts = StorageTimeouts(**values)
+    if max(timeouts.connect, timeouts.read) > timeouts.call or timeouts.call > timeouts.ingress:
+        raise ConfigurationError(
+            "storage timeouts must nest: connect and read <= call <= ingress, got "
+            f"{timeouts.connect:g}, {timeouts.read:g}, {timeouts.call:g}, {timeouts.ingress:g}"
+        )
+    return timeouts
+
+
+@dataclass(frozen=True)
 class StorageSettings:
     """Where the account is and how to authenticate.
 
@@ -42,6 +91,7 @@ class StorageSettings:
     table_service_uri: str | None = None
     client_id: str | None = None
     managed_identity: bool = False
+    timeouts: StorageTimeouts = field(default_factory=StorageTimeouts)
 
     @property
     def uses_identity(self) -> bool:
@@ -77,13 +127,13 @@ def load_storage_settings(
     if value:
         parts = parse_connection_string(value)
         if parts.get("UseDevelopmentStorage", "").lower() == "true":
-            return StorageSettings(connection_string=DEV_CONNECTION_STRING)
+            return StorageSettings(DEV_CONNECTION_STRING, timeouts=load_storage_timeouts(environ))
         if not ("AccountName" in parts or "BlobEndpoint" in parts):
             raise ConfigurationError(
                 f"setting {setting} is not a storage connection string "
                 "(expected AccountName=... or UseDevelopmentStorage=true)"
             )
-        return StorageSettings(connection_string=value)
+        return StorageSettings(connection_string=value, timeouts=load_storage_timeouts(environ))
 
     def sub(name: str) -> str | None:
         found = environ.get(f"{setting}__{name}", "").strip()
@@ -114,4 +164,5 @@ def load_storage_settings(
         table_service_uri=uris["table"],
         client_id=sub("clientId"),
         managed_identity=credential == "managedidentity",
+        timeouts=load_storage_timeouts(environ),
     )
