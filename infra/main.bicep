@@ -32,7 +32,7 @@ param tags object = {
 ])
 param storagePublicNetworkAccess string = 'Enabled'
 
-@description('Optional. Replication SKU of the storage account.')
+@description('Optional. Replication SKU of the storage account. Standard_ZRS keeps messages in flight through the loss of one zone; Standard_GZRS adds an asynchronous copy in the paired region; Standard_LRS only for regions without availability zones (docs/deploy.md, "Storage redundancy").')
 @allowed([
   'Standard_LRS'
   'Standard_ZRS'
@@ -41,7 +41,7 @@ param storagePublicNetworkAccess string = 'Enabled'
   'Standard_RAGRS'
   'Standard_RAGZRS'
 ])
-param storageSkuName string = 'Standard_LRS'
+param storageSkuName string = 'Standard_ZRS'
 
 @description('Optional. Object id of the person (or pipeline) deploying, granted the same storage data roles as the app so local tools can use Entra ID; leave empty to skip.')
 param deployerPrincipalId string = ''

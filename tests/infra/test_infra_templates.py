@@ -18,6 +18,7 @@ from provisioned import INFRA_DIR, bicep_files, dotted, parse_bicep, unwrap, wal
 
 MAIN = INFRA_DIR / "main.bicep"
 APP = INFRA_DIR / "app"
+DEPLOY_MD = INFRA_DIR.parent / "docs" / "deploy.md"
 
 EXPECTED_FILES = {
     "main.bicep",
@@ -231,6 +232,40 @@ def test_storage_account_is_locked_down() -> None:
     assert props["defaultToOAuthAuthentication"] is True
     assert props["allowCrossTenantReplication"] is False
     assert account["kind"] == "StorageV2"
+
+
+ZONE_REDUNDANT = {"Standard_ZRS", "Standard_GZRS", "Standard_RAGZRS"}
+
+
+def test_storage_is_zone_redundant_by_default() -> None:
+    storage = load("app/storage.bicep")
+    _, account = only_resource(storage, "Microsoft.Storage/storageAccounts")
+    reference = account["sku"]["name"]
+    sku = storage["parameters"][reference]
+    assert sku["default"] == "Standard_ZRS"
+    allowed = set(decorator_argument(sku, "allowed"))
+    assert {"Standard_LRS", "Standard_ZRS", "Standard_GZRS"} <= allowed
+
+    main = load("main.bicep")
+    main_sku = main["parameters"]["storageSkuName"]
+    assert main_sku["default"] == "Standard_ZRS"
+    assert set(decorator_argument(main_sku, "allowed")) == allowed
+    (module,) = modules_by_path(main, "app/storage.bicep").values()
+    _, _, body = unwrap(module["config"])
+    assert body["params"][reference] == "storageSkuName"
+
+    document = json.loads((INFRA_DIR / "main.parameters.json").read_text(encoding="utf-8"))
+    assert document["parameters"]["storageSkuName"]["value"] in ZONE_REDUNDANT
+
+
+def test_deploy_md_says_what_each_replication_choice_means_for_messages_in_flight() -> None:
+    text = DEPLOY_MD.read_text(encoding="utf-8")
+    start = text.index("## Storage redundancy")
+    section = text[start : text.index("\n## ", start + 1)]
+    for sku in ("Standard_LRS", "Standard_ZRS", "Standard_GRS", "Standard_GZRS"):
+        assert f"| `{sku}`" in section, f"no row for {sku}"
+    for record in ("token", "outbox record", "queue"):
+        assert record in section, f"the section does not say what happens to each {record}"
 
 
 def test_storage_public_network_access_is_a_parameter() -> None:
