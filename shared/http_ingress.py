@@ -163,10 +163,12 @@ async def _handle(bus: Bus, headers: Mapping[str, str], raw: bytes) -> Answer:
         client = bus.client("http")
         receipt: SendReceipt
         if isinstance(message, Command):
-            assert to is not None
+            if to is None:
+                raise BadRequest(f"{message.type_name()} is a command: name its endpoint in 'to'")
             receipt = await client.send(message, to=to, idempotency_key=key)
         else:
-            assert isinstance(message, Event)
+            if not isinstance(message, Event):
+                raise BadRequest(f"{message.type_name()} is neither a Command nor an Event")
             receipt = await client.publish(message, idempotency_key=key)
     except (BadRequest, InvalidName) as e:
         return Answer(400, {"error": str(e)})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import platform
@@ -72,11 +73,7 @@ async def run_all(
     partitions: int | None,
     rounds: int,
 ) -> tuple[list[Measurement], list[Measurement]]:
-    def emulator_cpu() -> float:
-        assert emulator_pid is not None
-        return process_cpu_seconds(emulator_pid)
-
-    cpu = emulator_cpu if emulator_pid is not None else None
+    cpu = None if emulator_pid is None else functools.partial(process_cpu_seconds, emulator_pid)
     async with AzureStorageAccount(StorageSettings(connection_string)) as raw:
 
         def progress(mode: BenchMode, result: Round | None, error: str | None) -> None:

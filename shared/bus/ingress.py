@@ -25,6 +25,7 @@ from shared.clock import to_datetime
 from shared.errors import (
     AlreadyExists,
     ConflictRetriesExhausted,
+    CorruptRecord,
     InvalidName,
     NotFound,
     OutcomeUnknown,
@@ -155,7 +156,10 @@ class IngressClient:
 
 def _expires(entity: Entity) -> datetime:
     value = entity["expires_at"]
-    assert isinstance(value, datetime)
+    if not isinstance(value, datetime):
+        raise CorruptRecord(
+            f"ingress row {entity.partition_key!r}/{entity.row_key!r}: expires_at {value!r}"
+        )
     return value
 
 

@@ -32,7 +32,7 @@ from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, OutboxRecord, Outgoi
 from shared.cleanup.origins import kind_of
 from shared.cleanup.report import TaskReport
 from shared.cleanup.settings import CleanupSettings
-from shared.errors import InvalidName, InvalidValue, NotFound, PreconditionFailed
+from shared.errors import CorruptRecord, InvalidName, InvalidValue, NotFound, PreconditionFailed
 from shared.stores.account import StorageAccount
 from shared.stores.blob import BlobContainer, BlobProperties
 from shared.stores.table import Entity, Table
@@ -220,7 +220,11 @@ class OutboxRecords(CleanupTask):
                 elif await _delete_row(table, entity):
                     report.removed["unused_outbox_records"] += 1
                 continue
-            assert record.committed_at is not None
+            if record.committed_at is None:
+                raise CorruptRecord(
+                    f"outbox row {entity.partition_key!r}/{entity.row_key!r}: "
+                    "committed without committed_at"
+                )
             if not context.is_old(record.committed_at):
                 report.kept["young"] += 1
                 continue

@@ -18,7 +18,7 @@ from shared.bus.records import OUTBOX_PREFIX, OutboxRecord
 from shared.bus.unsubscribed import unsubscribed_counts
 from shared.cli.progress import Progress
 from shared.errors import NotFound
-from shared.http_ingress import build_message
+from shared.http_ingress import BadRequest, build_message
 from shared.provisioning import provision
 from shared.resources import load_resources, poison_queue
 from shared.sample.app import app as sample_app
@@ -61,7 +61,8 @@ async def send_command(
         print(f"no --key given: using {key} (pass it again to retry safely)", file=sys.stderr)
     client = runtime.build_bus(account).client("cli")
     if isinstance(message, Command):
-        assert destination is not None
+        if destination is None:
+            raise BadRequest(f"{type_name} is a command: name its endpoint with --to")
         receipt = await client.send(message, to=destination, idempotency_key=key)
     else:
         receipt = await client.publish(message, idempotency_key=key)  # type: ignore[arg-type]
@@ -83,7 +84,8 @@ async def subscribe_command(
         for done_topic, done_endpoint in await bus.subscribe_all():
             print(f"{done_endpoint} subscribed to {done_topic}")
         return EXIT_OK
-    assert endpoint is not None
+    if endpoint is None:
+        raise BadRequest(f"topic {topic!r}: name the endpoint, or leave out both for all")
     if subscribe:
         bus.app.routes.check_subscription(topic, endpoint)
         changed = await bus.topics.subscribe(topic, endpoint)

@@ -181,7 +181,8 @@ def _command(
         if args.limit < 1:
             usage("--limit must be at least 1")
         return lambda a: c.replay_command(a, names, limit=args.limit, progress=args.progress)
-    assert args.command == "cleanup"
+    if args.command != "cleanup":
+        usage(f"unknown command {args.command!r}")
     return lambda a: c.cleanup_command(a, grace_seconds=args.grace_seconds)
 
 

@@ -10,6 +10,7 @@ from azure.storage.blob.aio import BlobServiceClient
 from azure.storage.blob.aio import ExponentialRetry as BlobRetry
 from azure.storage.queue.aio import QueueServiceClient
 
+from shared.errors import ConfigurationError
 from shared.settings import StorageSettings, StorageTimeouts
 from shared.stores.account import StorageAccount
 from shared.stores.azure.blob import AzureBlobContainer
@@ -74,9 +75,14 @@ class AzureStorageAccount(StorageAccount):
             self._tables = TableServiceClient.from_connection_string(conn, **options)
         else:
             self._credential = _credential(settings)
-            assert settings.blob_service_uri
-            assert settings.queue_service_uri
-            assert settings.table_service_uri
+            if not (
+                settings.blob_service_uri
+                and settings.queue_service_uri
+                and settings.table_service_uri
+            ):
+                raise ConfigurationError(
+                    "storage settings need a connection string or all three service URIs"
+                )
             self._blobs = BlobServiceClient(
                 settings.blob_service_uri, credential=self._credential, **blob_options
             )
