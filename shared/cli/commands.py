@@ -1,4 +1,5 @@
-"""The operator commands, each an async function of an open storage account.
+"""The operator commands, each an async function of a worker (the configured app on an open
+storage account).
 
 They print what they did (JSON where a script may read it) and return an exit code.
 """
@@ -11,7 +12,6 @@ import uuid
 from collections import Counter
 from typing import Any
 
-from shared import runtime
 from shared.bus import Command
 from shared.bus.poison import replay
 from shared.bus.records import OUTBOX_PREFIX, OutboxRecord
@@ -19,9 +19,8 @@ from shared.cli.progress import Progress
 from shared.errors import NotFound
 from shared.http_ingress import build_message
 from shared.provisioning import provision
-from shared.resources import load_resources, poison_queue
-from shared.sample.app import app as sample_app
-from shared.stores.account import StorageAccount
+from shared.resources import check_resources_file, poison_queue, resources_json
+from shared.runtime import Worker
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -34,13 +33,22 @@ def _print_json(value: object) -> None:
     print(json.dumps(value, indent=2, default=str))
 
 
-async def provision_command(account: StorageAccount) -> int:
-    print((await provision(account, load_resources())).summary())
+async def resources_command(worker: Worker) -> int:
+    """Print ``infra/resources.json`` for the app: ``bus resources > infra/resources.json``."""
+    print(resources_json(worker.resources), end="")
+    return EXIT_OK
+
+
+async def provision_command(worker: Worker) -> int:
+    """Create the app's resources, once ``infra/resources.json`` (what Bicep provisions in
+    Azure) matches the app."""
+    check_resources_file(worker.resources)
+    print((await provision(worker.account(), worker.resources)).summary())
     return EXIT_OK
 
 
 async def send_command(
-    account: StorageAccount,
+    worker: Worker,
     type_name: str,
     body: dict[str, Any],
     *,
@@ -50,7 +58,7 @@ async def send_command(
 ) -> int:
     """``send`` a command or ``publish`` an event through the ingress (exactly once per key
     within the ingress window)."""
-    message, destination = build_message(sample_app, type_name, body, to)
+    message, destination = build_message(worker.app, type_name, body, to)
     if publish and isinstance(message, Command):
         raise ValueError(f"{type_name} is a command: use `send`, not `publish`")
     if not publish and not isinstance(message, Command):
@@ -58,7 +66,7 @@ async def send_command(
     if key is None:
         key = f"cli-{uuid.uuid4()}"
         print(f"no --key given: using {key} (pass it again to retry safely)", file=sys.stderr)
-    client = runtime.build_bus(account).client("cli")
+    client = worker.bus().client("cli")
     if isinstance(message, Command):
         assert destination is not None
         receipt = await client.send(message, to=destination, idempotency_key=key)
@@ -75,9 +83,9 @@ async def send_command(
 
 
 async def subscribe_command(
-    account: StorageAccount, topic: str | None, endpoint: str | None, *, subscribe: bool
+    worker: Worker, topic: str | None, endpoint: str | None, *, subscribe: bool
 ) -> int:
-    bus = runtime.build_bus(account)
+    bus = worker.bus()
     if topic is None:
         for done_topic, done_endpoint in await bus.subscribe_all():
             print(f"{done_endpoint} subscribed to {done_topic}")
@@ -92,9 +100,9 @@ async def subscribe_command(
     return EXIT_OK
 
 
-async def status_report(account: StorageAccount, progress: bool | None) -> dict[str, Any]:
+async def status_report(worker: Worker, progress: bool | None) -> dict[str, Any]:
     """Queue depths, poison counts and open outbox records per endpoint; tokens in flight."""
-    endpoints = list(sample_app.endpoints)
+    account, endpoints = worker.account(), list(worker.app.endpoints)
     bar = Progress("status", len(endpoints) + 1, enabled=progress)
     rows: dict[str, dict[str, Any]] = {}
     missing: list[str] = []
@@ -118,7 +126,7 @@ async def status_report(account: StorageAccount, progress: bool | None) -> dict[
         bar.advance(note=endpoint)
     senders: Counter[str] = Counter()
     try:
-        container = runtime.bus_config().tokens_container
+        container = worker.config.tokens_container
         async for blob in account.blob_container(container).list():
             senders[blob.name.split("/", 1)[0]] += 1
     except NotFound:
@@ -134,9 +142,9 @@ async def status_report(account: StorageAccount, progress: bool | None) -> dict[
 
 
 async def status_command(
-    account: StorageAccount, *, as_json: bool, check: bool, progress: bool | None
+    worker: Worker, *, as_json: bool, check: bool, progress: bool | None
 ) -> int:
-    report = await status_report(account, progress)
+    report = await status_report(worker, progress)
     if as_json:
         _print_json(report)
     else:
@@ -163,12 +171,13 @@ async def status_command(
 
 
 async def replay_command(
-    account: StorageAccount, endpoints: list[str], *, limit: int, progress: bool | None
+    worker: Worker, endpoints: list[str], *, limit: int, progress: bool | None
 ) -> int:
     """Move poison messages back to their queues; each is processed exactly once."""
-    unknown = sorted(set(endpoints) - set(sample_app.endpoints))
+    account, known = worker.account(), sorted(worker.app.endpoints)
+    unknown = sorted(set(endpoints) - set(known))
     if unknown:
-        raise ValueError(f"unknown endpoints {unknown}; known: {sorted(sample_app.endpoints)}")
+        raise ValueError(f"unknown endpoints {unknown}; known: {known}")
     total = 0
     for endpoint in endpoints:
         waiting = await account.queue(poison_queue(endpoint)).approximate_count()
@@ -188,11 +197,8 @@ async def replay_command(
     return EXIT_OK
 
 
-async def cleanup_command(account: StorageAccount, *, grace_seconds: float | None) -> int:
+async def cleanup_command(worker: Worker, *, grace_seconds: float | None) -> int:
     print("cleanup: running one pass over every endpoint...", file=sys.stderr)
-    if grace_seconds is None:
-        report = await runtime.cleanup_now(account)
-    else:
-        report = await runtime.cleanup_now(account, grace_seconds=grace_seconds)
+    report = await worker.cleanup(grace_seconds=grace_seconds)
     _print_json(report)
     return EXIT_OK
