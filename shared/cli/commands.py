@@ -10,6 +10,7 @@ import json
 import sys
 import uuid
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from shared.bus import Command
@@ -19,7 +20,7 @@ from shared.cli.progress import Progress
 from shared.errors import NotFound
 from shared.http_ingress import build_message
 from shared.provisioning import provision
-from shared.resources import check_resources_file, poison_queue, resources_json
+from shared.resources import RESOURCES_FILE, check_resources_file, poison_queue, resources_json
 from shared.runtime import Worker
 
 EXIT_OK = 0
@@ -39,10 +40,10 @@ async def resources_command(worker: Worker) -> int:
     return EXIT_OK
 
 
-async def provision_command(worker: Worker) -> int:
+async def provision_command(worker: Worker, resources_file: Path = RESOURCES_FILE) -> int:
     """Create the app's resources, once ``infra/resources.json`` (what Bicep provisions in
     Azure) matches the app."""
-    check_resources_file(worker.resources)
+    check_resources_file(worker.resources, resources_file)
     print((await provision(worker.account(), worker.resources)).summary())
     return EXIT_OK
 

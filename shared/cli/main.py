@@ -31,6 +31,7 @@ from shared.errors import (
     StorageError,
 )
 from shared.http_ingress import BadRequest
+from shared.resources import RESOURCES_FILE
 from shared.runtime import Worker
 from shared.settings import (
     LOCAL_SETTINGS_FILE,
@@ -99,7 +100,13 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "resources", help="print infra/resources.json for the app (bus resources > infra/...)"
     )
-    sub.add_parser("provision", help="create every queue, container and table (idempotent)")
+    s = sub.add_parser("provision", help="create every queue, container and table (idempotent)")
+    s.add_argument(
+        "--resources-file",
+        type=Path,
+        default=RESOURCES_FILE,
+        help="must match the app: what Bicep provisions (default: %(default)s)",
+    )
 
     for name, verb in (("send", "send a command"), ("publish", "publish an event")):
         s = sub.add_parser(name, help=f"{verb} exactly once per --key")
@@ -162,7 +169,7 @@ def _command(args: argparse.Namespace, usage: Callable[[str], None]) -> Command:
     """The chosen command bound to its arguments (usage errors are raised before any I/O)."""
     c = commands
     if args.command == "provision":
-        return c.provision_command
+        return lambda w: c.provision_command(w, args.resources_file)
     if args.command in ("send", "publish"):
         body = _body(args.body)
         to = getattr(args, "to", None)
