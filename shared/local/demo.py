@@ -1,6 +1,6 @@
 """``make demo``: the main job, against an embedded Azurite.
 
-It starts the emulator on free ports, provisions every resource in ``infra/resources.json``,
+It starts the emulator on free ports, provisions every resource of the sample app,
 and starts the local Functions host (``python -m shared.host``, reading ``function_app.py``)
 as a separate process. Clients then post about 275 orders and shots to the HTTP ingress
 (``POST /api/messages`` with an Idempotency-Key; about 30% of requests are repeated, and
