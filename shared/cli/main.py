@@ -4,11 +4,12 @@ Settings are resolved like the function app's (``shared.settings``): a command-l
 else the environment, else ``local.settings.json`` Values in the current folder, else the
 defaults. The app is the one named by ``BUS_APP`` (``--app``; default the sample app).
 Storage: ``--connection-string``, else the connection setting named by ``--setting`` (default
-``BUS_STORAGE_SETTING``, else AzureWebJobsStorage; with nothing configured under that default
-name, the local emulator). A ``--setting`` that names nothing is an error.
+``BUS_STORAGE_SETTING``, else AzureWebJobsStorage). A connection setting that no source sets
+is an error, never a silent fallback to the emulator.
 
-Exit codes: 0 done; 1 failed (storage error); 2 bad usage or input; 3 configuration
-(no connection, resources missing); 4 ``status --check`` found poison messages.
+Exit codes: 0 done; 1 failed (storage error, unreachable or refused); 2 bad usage or input;
+3 configuration (no connection, an app that cannot be loaded, a stale resources file,
+resources missing); 4 ``status --check`` found poison messages.
 """
 
 from __future__ import annotations
