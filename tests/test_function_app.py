@@ -137,6 +137,23 @@ def test_function_app_indexes_exactly_the_functions_of_the_app_named_by_bus_app(
     }
 
 
+def test_bus_app_is_read_from_local_settings_json_when_the_environment_has_none(
+    tmp_path: Path,
+) -> None:
+    write_user_app(tmp_path)
+    values = {"BUS_APP": "myshop.app:app", "CLEANUP_SCHEDULE": "0 */5 * * * *"}
+    (tmp_path / "local.settings.json").write_text(json.dumps({"Values": values}))
+    result = index_function_app(tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert sorted(json.loads(result.stdout)) == [
+        "billing",
+        "cleanup",
+        "health",
+        "ingress",
+        "inventory",
+    ]
+
+
 @pytest.mark.parametrize(
     ("reference", "message"),
     [
