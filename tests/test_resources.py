@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from shared.app_loader import configured_app
 from shared.errors import ConfigurationError, NotFound
 from shared.provisioning import provision
 from shared.resources import (
@@ -19,7 +20,7 @@ from shared.resources import (
     resources_for,
     resources_json,
 )
-from shared.sample.app import app as sample_app
+from shared.settings import resolve_settings
 from tests.conftest import Backend, unique_name
 
 
@@ -33,10 +34,10 @@ def test_the_repository_resource_file_is_valid() -> None:
         assert endpoint in resources.table_names
 
 
-def test_the_repository_resource_file_is_what_bus_resources_prints_for_the_app() -> None:
-    """Bicep provisions what this file lists: it must be the app's names. On failure the
-    message names the command that regenerates it."""
-    expected = resources_for(sample_app.endpoints)
+def test_the_repository_resource_file_is_what_bus_resources_prints_for_the_configured_app() -> None:
+    """Bicep provisions what this file lists: it must be the names of the app (``BUS_APP``,
+    the sample when unset). On failure the message names the command that regenerates it."""
+    expected = resources_for(configured_app(resolve_settings()).endpoints)
     check_resources_file(expected)
     assert RESOURCES_FILE.read_text() == resources_json(expected)
 
