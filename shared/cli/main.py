@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.app_loader import APP_SETTING, configured_app
+from shared.bus import BusApp, Command, Event
 from shared.cli import commands
 from shared.errors import (
     BusError,
@@ -31,7 +32,7 @@ from shared.errors import (
     OutcomeUnknown,
     StorageError,
 )
-from shared.http_ingress import BadRequest
+from shared.http_ingress import BadRequest, message_types
 from shared.resources import RESOURCES_FILE
 from shared.runtime import Worker
 from shared.settings import (
@@ -64,7 +65,8 @@ examples:
   bus cleanup"""
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(app: BusApp | None = None) -> argparse.ArgumentParser:
+    """The command line; with ``app`` the send and publish help list its message types."""
     p = argparse.ArgumentParser(
         prog="bus",
         description="Operate the exactly-once bus: send, publish, subscriptions, status, "
@@ -109,8 +111,17 @@ def parser() -> argparse.ArgumentParser:
         help="must match the app: what Bicep provisions (default: %(default)s)",
     )
 
-    for name, verb in (("send", "send a command"), ("publish", "publish an event")):
-        s = sub.add_parser(name, help=f"{verb} exactly once per --key")
+    handled = message_types(app) if app is not None else {}
+    for name, verb, kind in (
+        ("send", "send a command", Command),
+        ("publish", "publish an event", Event),
+    ):
+        types = ", ".join(sorted(n for n, m in handled.items() if issubclass(m, kind)))
+        s = sub.add_parser(
+            name,
+            help=f"{verb} exactly once per --key",
+            description=f"Types of the app: {types}" if types else None,
+        )
         s.add_argument("type", help="message type name, e.g. PlaceOrder")
         s.add_argument("--body", required=True, help="JSON object, or @file.json")
         s.add_argument("--key", help="idempotency key (default: a new one, printed)")
@@ -163,10 +174,10 @@ def _body(text: str) -> dict[str, Any]:
     return value
 
 
-Command = Callable[[Worker], Awaitable[int]]
+Run = Callable[[Worker], Awaitable[int]]
 
 
-def _command(args: argparse.Namespace, usage: Callable[[str], None]) -> Command:
+def _command(args: argparse.Namespace, usage: Callable[[str], None]) -> Run:
     """The chosen command bound to its arguments (usage errors are raised before any I/O)."""
     c = commands
     if args.command == "provision":
@@ -210,7 +221,7 @@ def _command(args: argparse.Namespace, usage: Callable[[str], None]) -> Command:
     return lambda a: c.cleanup_command(a, grace_seconds=args.grace_seconds)
 
 
-async def _run(args: argparse.Namespace, command: Command) -> int:
+async def _run(args: argparse.Namespace, command: Run) -> int:
     settings = settings_of(args)
     app = configured_app(settings)
     if args.command in WITHOUT_STORAGE:
@@ -229,8 +240,21 @@ async def _run(args: argparse.Namespace, command: Command) -> int:
         return await command(worker)
 
 
+def _app_for_help(argv: list[str] | None) -> BusApp | None:
+    """The app, read before the full parse so that ``bus send --help`` lists its types; an app
+    that cannot be loaded is reported when a command runs."""
+    early = argparse.ArgumentParser(add_help=False)
+    for option in ("--app", "--setting", "--connection-string"):
+        early.add_argument(option)
+    early.add_argument("--settings-file", type=Path, default=LOCAL_SETTINGS_FILE)
+    try:
+        return configured_app(settings_of(early.parse_known_args(argv)[0]))
+    except BusError:
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = parser()
+    p = parser(_app_for_help(argv))
     args = p.parse_args(argv)
     try:
         command = _command(args, p.error)

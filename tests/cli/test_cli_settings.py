@@ -11,6 +11,7 @@ import pytest
 from shared.cli import main
 from shared.local.azurite import AzuriteEndpoints
 from shared.resources import RESOURCES_FILE
+from tests.conftest import unique_name
 
 Run = Callable[..., tuple[int, str, str]]
 
@@ -67,3 +68,25 @@ def test_a_bus_app_that_cannot_be_loaded_exits_3_naming_it(bus: Run) -> None:
     code, _, err = bus("--app", "nosuchshop.app:app", "resources")
     assert code == 3
     assert "BUS_APP=nosuchshop.app:app from the command line: no module named 'nosuchshop'" in err
+
+
+def test_send_help_lists_the_command_types_of_the_app_named_by_bus_app(
+    bus: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    package = unique_name("shop")
+    (tmp_path / package).mkdir()
+    (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / package / "app.py").write_text(
+        "from shared.bus import BusApp, Command\n"
+        "app = BusApp()\n"
+        "class ReserveStock(Command):\n"
+        "    partition_by = 'sku'\n"
+        "    sku: str\n"
+        "app.endpoint('inventory').handles(ReserveStock)(lambda ctx, cmd: None)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("BUS_APP", f"{package}.app:app")
+    with pytest.raises(SystemExit) as exited:
+        main(["send", "--help"])
+    assert exited.value.code == 0
+    assert "Types of the app: ReserveStock\n" in capsys.readouterr().out
