@@ -1,4 +1,5 @@
-"""The operator commands, each an async function of an open storage account.
+"""The operator commands, each an async function of a worker (the configured app on an open
+storage account).
 
 They print what they did (JSON where a script may read it) and return an exit code.
 """
@@ -9,9 +10,9 @@ import json
 import sys
 import uuid
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
-from shared import runtime
 from shared.bus import Command
 from shared.bus.poison import replay
 from shared.bus.records import OUTBOX_PREFIX, OutboxRecord
@@ -20,9 +21,8 @@ from shared.cli.progress import Progress
 from shared.errors import NotFound
 from shared.http_ingress import BadRequest, build_message
 from shared.provisioning import provision
-from shared.resources import load_resources, poison_queue
-from shared.sample.app import app as sample_app
-from shared.stores.account import StorageAccount
+from shared.resources import RESOURCES_FILE, check_resources_file, poison_queue, resources_json
+from shared.runtime import Worker
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -35,13 +35,22 @@ def _print_json(value: object) -> None:
     print(json.dumps(value, indent=2, default=str))
 
 
-async def provision_command(account: StorageAccount) -> int:
-    print((await provision(account, load_resources())).summary())
+async def resources_command(worker: Worker) -> int:
+    """Print ``infra/resources.json`` for the app: ``bus resources > infra/resources.json``."""
+    print(resources_json(worker.resources), end="")
+    return EXIT_OK
+
+
+async def provision_command(worker: Worker, resources_file: Path = RESOURCES_FILE) -> int:
+    """Create the app's resources, once ``infra/resources.json`` (what Bicep provisions in
+    Azure) matches the app."""
+    check_resources_file(worker.resources, resources_file)
+    print((await provision(worker.account(), worker.resources)).summary())
     return EXIT_OK
 
 
 async def send_command(
-    account: StorageAccount,
+    worker: Worker,
     type_name: str,
     body: dict[str, Any],
     *,
@@ -51,7 +60,7 @@ async def send_command(
 ) -> int:
     """``send`` a command or ``publish`` an event through the ingress (exactly once per key
     within the ingress window)."""
-    message, destination = build_message(sample_app, type_name, body, to)
+    message, destination = build_message(worker.app, type_name, body, to)
     if publish and isinstance(message, Command):
         raise ValueError(f"{type_name} is a command: use `send`, not `publish`")
     if not publish and not isinstance(message, Command):
@@ -59,7 +68,7 @@ async def send_command(
     if key is None:
         key = f"cli-{uuid.uuid4()}"
         print(f"no --key given: using {key} (pass it again to retry safely)", file=sys.stderr)
-    client = runtime.build_bus(account).client("cli")
+    client = worker.bus().client("cli")
     if isinstance(message, Command):
         if destination is None:
             raise BadRequest(f"{type_name} is a command: name its endpoint with --to")
@@ -77,9 +86,9 @@ async def send_command(
 
 
 async def subscribe_command(
-    account: StorageAccount, topic: str | None, endpoint: str | None, *, subscribe: bool
+    worker: Worker, topic: str | None, endpoint: str | None, *, subscribe: bool
 ) -> int:
-    bus = runtime.build_bus(account)
+    bus = worker.bus()
     if topic is None:
         for done_topic, done_endpoint in await bus.subscribe_all():
             print(f"{done_endpoint} subscribed to {done_topic}")
@@ -96,9 +105,9 @@ async def subscribe_command(
     return EXIT_OK
 
 
-async def status_report(account: StorageAccount, progress: bool | None) -> dict[str, Any]:
+async def status_report(worker: Worker, progress: bool | None) -> dict[str, Any]:
     """Queue depths, poison counts and open outbox records per endpoint; tokens in flight."""
-    endpoints = list(sample_app.endpoints)
+    account, endpoints = worker.account(), list(worker.app.endpoints)
     bar = Progress("status", len(endpoints) + 1, enabled=progress)
     rows: dict[str, dict[str, Any]] = {}
     missing: list[str] = []
@@ -122,14 +131,14 @@ async def status_report(account: StorageAccount, progress: bool | None) -> dict[
         bar.advance(note=endpoint)
     senders: Counter[str] = Counter()
     try:
-        container = runtime.bus_config().tokens_container
+        container = worker.config.tokens_container
         async for blob in account.blob_container(container).list():
             senders[blob.name.split("/", 1)[0]] += 1
     except NotFound:
         missing.append("container tokens")
     bar.advance(note="tokens")
     bar.finish()
-    topics = account.blob_container(runtime.bus_config().topics_container)
+    topics = account.blob_container(worker.config.topics_container)
     try:
         dropped = await unsubscribed_counts(topics)
     except NotFound:
@@ -145,9 +154,9 @@ async def status_report(account: StorageAccount, progress: bool | None) -> dict[
 
 
 async def status_command(
-    account: StorageAccount, *, as_json: bool, check: bool, progress: bool | None
+    worker: Worker, *, as_json: bool, check: bool, progress: bool | None
 ) -> int:
-    report = await status_report(account, progress)
+    report = await status_report(worker, progress)
     if as_json:
         _print_json(report)
     else:
@@ -176,12 +185,13 @@ async def status_command(
 
 
 async def replay_command(
-    account: StorageAccount, endpoints: list[str], *, limit: int, progress: bool | None
+    worker: Worker, endpoints: list[str], *, limit: int, progress: bool | None
 ) -> int:
     """Move poison messages back to their queues; each is processed exactly once."""
-    unknown = sorted(set(endpoints) - set(sample_app.endpoints))
+    account, known = worker.account(), sorted(worker.app.endpoints)
+    unknown = sorted(set(endpoints) - set(known))
     if unknown:
-        raise ValueError(f"unknown endpoints {unknown}; known: {sorted(sample_app.endpoints)}")
+        raise ValueError(f"unknown endpoints {unknown}; known: {known}")
     total = 0
     for endpoint in endpoints:
         waiting = await account.queue(poison_queue(endpoint)).approximate_count()
@@ -201,11 +211,8 @@ async def replay_command(
     return EXIT_OK
 
 
-async def cleanup_command(account: StorageAccount, *, grace_seconds: float | None) -> int:
+async def cleanup_command(worker: Worker, *, grace_seconds: float | None) -> int:
     print("cleanup: running one pass over every endpoint...", file=sys.stderr)
-    if grace_seconds is None:
-        report = await runtime.cleanup_now(account)
-    else:
-        report = await runtime.cleanup_now(account, grace_seconds=grace_seconds)
+    report = await worker.cleanup(grace_seconds=grace_seconds)
     _print_json(report)
     return EXIT_OK

@@ -20,7 +20,6 @@ from typing import Any
 from aiohttp import web
 from azure.functions.queue import QueueMessage
 
-from shared.errors import ConfigurationError
 from shared.host.functions import LoadedApp, QueueFunction, invoke
 from shared.host.http import ROUTE_PREFIX, HttpFrontEnd, Keys
 from shared.host.queue_worker import Handler, QueueSettings, QueueWorker, timespan
@@ -47,19 +46,6 @@ class HostConfig:
             queues = replace(queues, lease_seconds=lease_seconds)
         timeout = json.loads(path.read_text()).get("functionTimeout")
         return cls(queues, timespan(timeout) if timeout else DEFAULT_FUNCTION_TIMEOUT)
-
-
-def load_local_settings(path: Path) -> dict[str, str]:
-    """The ``Values`` of a local.settings.json (absent file: no values)."""
-    if not path.exists():
-        return {}
-    try:
-        values = json.loads(path.read_text()).get("Values", {})
-    except (OSError, ValueError, AttributeError) as e:
-        raise ConfigurationError(f"cannot read {path}: {e}") from e
-    if not isinstance(values, dict):
-        raise ConfigurationError(f"{path}: 'Values' must be an object")
-    return {str(k): str(v) for k, v in values.items()}
 
 
 class LocalHost:

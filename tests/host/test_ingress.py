@@ -11,11 +11,10 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from shared import http_ingress, runtime
-from shared.bus import Bus
+from shared.bus import Bus, BusConfig
 from shared.host.functions import load_functions
 from shared.host.http import HttpFrontEnd, Keys
 from shared.provisioning import provision
-from shared.resources import load_resources
 from shared.stores.memory import MemoryStorageAccount
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,8 +28,9 @@ ORDER = {
 @pytest.fixture
 async def bus() -> Bus:
     account = MemoryStorageAccount()
-    await provision(account, load_resources())
-    bus = runtime.build_bus(account)
+    worker = runtime.Worker.for_account(account)
+    await provision(account, worker.resources)
+    bus = worker.bus()
     await bus.subscribe_all()
     return bus
 
@@ -132,7 +132,7 @@ async def test_an_oversized_body_is_a_413_before_anything_is_read(bus: Bus) -> N
 
 
 async def test_a_message_over_the_payload_limit_is_a_413(bus: Bus) -> None:
-    small = Bus(bus.app, bus.account, runtime.bus_config().__class__(max_payload_bytes=100))
+    small = Bus(bus.app, bus.account, BusConfig(max_payload_bytes=100))
     payload = {**ORDER, "body": {**ORDER["body"], "customer": "c" * 200}}
     answer = await post(small, payload)
     assert answer.status == 413
@@ -142,8 +142,8 @@ async def test_a_message_over_the_payload_limit_is_a_413(bus: Bus) -> None:
 @pytest.fixture
 async def served(bus: Bus, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[TestClient[Any, Any]]:
     """The real function_app.py's HTTP functions behind the local host's front end, with
-    the runtime's ingress bus on in-memory storage."""
-    monkeypatch.setattr(runtime, "_ingress_bus", bus)
+    the process's worker on in-memory storage."""
+    monkeypatch.setattr(runtime, "_worker", runtime.Worker.for_account(bus.account))
     loaded = load_functions(REPO / "function_app.py", {"CLEANUP_SCHEDULE": "0 */5 * * * *"})
     front = HttpFrontEnd(loaded.http, Keys("fn", "master"), function_timeout=10)
     async with TestClient(TestServer(front.app)) as client:
