@@ -18,7 +18,6 @@ from shared import http_ingress, runtime
 from shared.errors import OutcomeUnknown
 from shared.host.queue_worker import QueueSettings, QueueWorker
 from shared.provisioning import provision
-from shared.resources import load_resources
 from shared.settings import StorageSettings, StorageTimeouts, load_storage_timeouts
 from shared.stores.azure import AzureStorageAccount
 from shared.stores.table import Entity, Insert
@@ -191,8 +190,9 @@ async def test_the_ingress_answers_503_at_its_deadline_when_each_call_keeps_with
     raw = json.dumps(order).encode()
     headers = {"Idempotency-Key": "split-o9"}
     async with AzureStorageAccount(settings) as account:
-        await provision(account, load_resources())
-        bus = runtime.build_bus(account)
+        worker = runtime.Worker.for_account(account)
+        await provision(account, worker.resources)
+        bus = worker.bus()
         await bus.subscribe_all()
         with azurite.frozen():
             started = time.monotonic()

@@ -21,7 +21,6 @@ from shared.host.process import HostProcess
 from shared.local import demo
 from shared.local.azurite import REPO_ROOT
 from shared.provisioning import provision
-from shared.resources import load_resources
 from shared.settings import StorageSettings, StorageTimeouts
 from shared.stores.azure import AzureStorageAccount
 from tests.frozen_azurite import FreezableAzurite, started_freezable
@@ -79,8 +78,9 @@ async def test_a_frozen_account_gets_503_in_time_and_the_retry_is_processed_once
         AzureStorageAccount(settings) as account,
         aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session,
     ):
-        await provision(account, load_resources())
-        await runtime.build_bus(account).subscribe_all()
+        worker = runtime.Worker.for_account(account)
+        await provision(account, worker.resources)
+        await worker.bus().subscribe_all()
         await asyncio.to_thread(host.start)
         try:
             with azurite.frozen():
@@ -108,9 +108,9 @@ async def test_a_frozen_account_gets_503_in_time_and_the_retry_is_processed_once
             stopped = await asyncio.to_thread(host.stop)
         assert stopped == 0
 
-        await runtime.cleanup_now(account, grace_seconds=0)
+        await worker.cleanup(grace_seconds=0)
         verdict = await demo.verify(
-            account, roots, {"order7": 700}, Counter(), 0, runtime.bus_config().tokens_container
+            account, roots, {"order7": 700}, Counter(), 0, worker.config.tokens_container
         )
     assert verdict.state_errors == []
     # PlaceOrder causes four more messages in the sample app: five, each processed once.
