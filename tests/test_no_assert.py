@@ -21,6 +21,7 @@ from shared.bus.modes.state_based import IndexEntry, Version
 from shared.bus.records import OutboxRecord, outbox_row
 from shared.cli.commands import subscribe_command
 from shared.errors import ConfigurationError, CorruptRecord
+from shared.runtime import Worker
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
 from shared.stores.memory import MemoryStorageAccount
@@ -173,7 +174,7 @@ async def test_the_ingress_answers_400_for_a_type_that_is_neither_command_nor_ev
 async def test_subscribing_a_topic_without_an_endpoint_is_a_bad_request() -> None:
     account = MemoryStorageAccount()
     with pytest.raises(http_ingress.BadRequest, match="name the endpoint"):
-        await subscribe_command(account, "OrderPlaced", None, subscribe=True)
+        await subscribe_command(Worker.for_account(account), "OrderPlaced", None, subscribe=True)
 
 
 def test_identity_settings_without_every_service_uri_are_a_configuration_error() -> None:
@@ -188,7 +189,7 @@ GUARDS_UNDER_O = textwrap.dedent(
     from tests.test_no_assert import (
         AzureStorageAccount, IndexEntry, OutboxRecord, StorageSettings, Version, http_ingress,
         index_entity, outbox_entity, ping_bus, subscribe_command, version_entity,
-        with_property, MemoryStorageAccount,
+        with_property, MemoryStorageAccount, Worker,
     )
 
     def raised(call):
@@ -211,7 +212,7 @@ GUARDS_UNDER_O = textwrap.dedent(
         "account": raised(lambda: AzureStorageAccount(
             StorageSettings(blob_service_uri="https://a.blob.core.windows.net"))),
         "subscribe": raised(lambda: subscribe_command(
-            MemoryStorageAccount(), "t", None, subscribe=True)),
+            Worker.for_account(MemoryStorageAccount()), "t", None, subscribe=True)),
         "ingress": raised(lambda: http_ingress.handle(ping_bus(), {"Idempotency-Key": "k"}, body)),
     }))
     """
