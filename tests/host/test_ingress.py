@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import RawTestServer, TestClient
 
 from shared import http_ingress, runtime
 from shared.bus import Bus, BusConfig
@@ -146,7 +146,7 @@ async def served(bus: Bus, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Tes
     monkeypatch.setattr(runtime, "_worker", runtime.Worker.for_account(bus.account))
     loaded = load_functions(REPO / "function_app.py", {"CLEANUP_SCHEDULE": "0 */5 * * * *"})
     front = HttpFrontEnd(loaded.http, Keys("fn", "master"), function_timeout=10)
-    async with TestClient(TestServer(front.app)) as client:
+    async with TestClient(RawTestServer(front.dispatch)) as client:
         yield client
 
 
