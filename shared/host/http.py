@@ -24,6 +24,7 @@ from http import HTTPStatus
 
 import azure.functions as func
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 
 from shared.errors import ConfigurationError
 from shared.host.functions import HttpFunction, invoke
@@ -50,7 +51,10 @@ class Keys:
         if given is None:
             return False
         accepted = [self.master] if level == "admin" else [self.function, self.master]
-        return any(hmac.compare_digest(given.encode(), key.encode()) for key in accepted)
+        # surrogateescape: header bytes that are not UTF-8 arrive as lone surrogates; they
+        # must compare unequal, not fail to encode.
+        offered = given.encode("utf-8", "surrogateescape")
+        return any(hmac.compare_digest(offered, key.encode()) for key in accepted)
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,9 @@ async def read_body(request: web.BaseRequest, limit: int, seconds: float) -> byt
         raise BodyRefused(
             408, f"the request body did not arrive within {seconds:g} seconds"
         ) from None
+    except RequestPayloadError as e:
+        # Malformed chunking or a Content-Encoding the body does not match.
+        raise BodyRefused(400, f"the request body cannot be read: {e}") from None
     return b"".join(chunks)
 
 
