@@ -18,7 +18,7 @@ import asyncio
 import hmac
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 
@@ -133,13 +133,11 @@ class HttpFrontEnd:
         function_timeout: float,
         *,
         max_request_bytes: int = MAX_REQUEST_BYTES,
-        body_read_seconds: float = BODY_READ_SECONDS,
     ):
         self.routes = [Route.compile(f) for f in functions]
         self.keys = keys
         self.function_timeout = function_timeout
         self.max_request_bytes = max_request_bytes
-        self.body_read_seconds = body_read_seconds
 
     def runner(self, shutdown_timeout: float) -> web.ServerRunner:
         return web.ServerRunner(JsonErrorServer(self.dispatch), shutdown_timeout=shutdown_timeout)
@@ -165,7 +163,7 @@ class HttpFrontEnd:
                 401, "a valid function key is required (x-functions-key or ?code=)"
             )
         try:
-            body = await read_body(request, self.max_request_bytes, self.body_read_seconds)
+            body = await read_body(request, self.max_request_bytes, BODY_READ_SECONDS)
         except BodyRefused as e:
             response = error_response(e.status, str(e))
             response.force_close()  # the rest of the body is not read: the connection is spent
@@ -247,10 +245,7 @@ class JsonErrorHandler(web.RequestHandler):
 class JsonErrorServer(web.Server):
     """The low-level aiohttp server with ``JsonErrorHandler`` for every connection."""
 
-    def __init__(self, handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]):
+    def __call__(self) -> web.RequestHandler:
         # lingering_time=0: a body left unread (refused as too large or too slow) is not
         # drained after the answer; the connection is closed instead.
-        super().__init__(handler, lingering_time=0)
-
-    def __call__(self) -> web.RequestHandler:
         return JsonErrorHandler(self, loop=asyncio.get_running_loop(), lingering_time=0)
