@@ -9,7 +9,8 @@ regard to case, ``/api`` included, as on Azure.
 Bodies are read with two bounds: at most ``max_request_bytes`` (a larger Content-Length is
 refused with 413 before anything is read, a streamed body as soon as it passes the limit) and
 within ``BODY_READ_SECONDS`` (408 otherwise), so a client can hold neither memory nor a
-connection. Every error the host itself answers is JSON: ``{"error": "..."}``.
+connection; a connection that has not sent its first request's headers within
+``HEADERS_SECONDS`` is closed. Every error the host itself answers is JSON: ``{"error": "..."}``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ MAX_REQUEST_BYTES = 100 * 1024 * 1024
 """The Functions host's own request size limit (100 MB); functions set tighter ones."""
 BODY_READ_SECONDS = 5.0
 """How long a request body may take to arrive once its headers are in."""
+HEADERS_SECONDS = 5.0
+"""How long a new connection may take to send its first request's headers."""
 _PREFIX = re.compile(rf"/{ROUTE_PREFIX}/", re.IGNORECASE)
 _PARAMETER = re.compile(r"\{(\*?)([A-Za-z_][A-Za-z0-9_]*)(?::[^}?]*)?(\??)\}")
 
@@ -143,6 +146,8 @@ class HttpFrontEnd:
         return web.ServerRunner(JsonErrorServer(self.dispatch), shutdown_timeout=shutdown_timeout)
 
     async def dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
+        if isinstance(request.protocol, JsonErrorHandler):
+            request.protocol.headers_arrived()
         prefix = _PREFIX.match(request.path)
         if prefix is None:
             return error_response(404, "not found")
@@ -220,7 +225,32 @@ def error_response(status: int, message: str) -> web.Response:
 
 class JsonErrorHandler(web.RequestHandler):
     """aiohttp's connection handler, answering the errors it raises itself (a malformed
-    request line or header, an error outside any function) in the host's JSON error form."""
+    request line or header, an error outside any function) in the host's JSON error form,
+    and closing a connection whose first request's headers do not arrive in time."""
+
+    _headers_due: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        # aiohttp bounds idle time only between requests of a kept-alive connection: one
+        # that never completes its first request's headers would be held open for ever.
+        self._headers_due = asyncio.get_running_loop().call_later(
+            HEADERS_SECONDS, self._headers_overdue
+        )
+
+    def headers_arrived(self) -> None:
+        if self._headers_due is not None:
+            self._headers_due.cancel()
+            self._headers_due = None
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.headers_arrived()
+        super().connection_lost(exc)
+
+    def _headers_overdue(self) -> None:
+        self._headers_due = None
+        log.info("closing a connection that sent no request within %gs", HEADERS_SECONDS)
+        self.force_close()
 
     def handle_error(
         self,

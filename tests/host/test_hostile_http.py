@@ -32,6 +32,8 @@ LIMIT = 1024 * 1024
 """The host's request size limit in this module (``--max-request-bytes``)."""
 BODY_SECONDS = 5.0
 """shared.host.http.BODY_READ_SECONDS, as a client measures it."""
+HEADERS_SECONDS = 5.0
+"""shared.host.http.HEADERS_SECONDS, as a client measures it."""
 
 
 @dataclass(frozen=True)
@@ -266,6 +268,19 @@ def test_a_body_that_does_not_arrive_in_time_is_a_408(host: HostProcess, drip: b
     assert reply.status == 408
     assert "did not arrive within" in str(reply.json()["error"])
     assert BODY_SECONDS <= reply.seconds < BODY_SECONDS + 3
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [b"", b"POST /api/messages HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k"],
+    ids=["nothing", "half-the-headers"],
+)
+def test_a_connection_that_sends_no_whole_request_is_closed(host: HostProcess, sent: bytes) -> None:
+    with socket.create_connection(("127.0.0.1", host.port), timeout=20) as sock:
+        started = time.monotonic()
+        sock.sendall(sent)
+        assert sock.recv(1) == b"", "closed without an answer: there is no request to answer"
+        assert HEADERS_SECONDS <= time.monotonic() - started < HEADERS_SECONDS + 3
 
 
 @pytest.mark.parametrize("path", ["/API/MESSAGES", "/Api/Messages", "/api/MESSAGES/"])
