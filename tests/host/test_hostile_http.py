@@ -7,6 +7,7 @@ is sent."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import os
 import socket
@@ -243,6 +244,16 @@ def test_a_streamed_body_is_refused_once_it_passes_the_limit(host: HostProcess) 
     assert reply.status == 413
     assert f"passed {LIMIT} bytes" in str(reply.json()["error"])
     assert sent < 50 * LIMIT
+
+
+def test_a_compressed_body_is_limited_by_what_it_inflates_to(host: HostProcess) -> None:
+    """20 KB on the wire, 20 MB once inflated: the limit applies to what is read."""
+    bomb = gzip.compress(b"\0" * (20 * LIMIT))
+    assert len(bomb) < LIMIT // 10
+    request = post_bytes("/api/messages", bomb, extra=b"Content-Encoding: gzip\r\n")
+    reply = exchange(host.port, request)
+    assert reply.status == 413
+    assert f"passed {LIMIT} bytes" in str(reply.json()["error"])
 
 
 @pytest.mark.parametrize("drip", [False, True], ids=["stalls", "drips"])
