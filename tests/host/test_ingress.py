@@ -12,9 +12,11 @@ from aiohttp.test_utils import RawTestServer, TestClient
 
 from shared import http_ingress, runtime
 from shared.bus import Bus, BusConfig
+from shared.errors import InvalidName
 from shared.host.functions import load_functions
 from shared.host.http import HttpFrontEnd, Keys
 from shared.provisioning import provision
+from shared.sample.app import OrderPlaced, PlaceOrder
 from shared.stores.memory import MemoryStorageAccount
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,6 +118,24 @@ async def test_bad_input_is_a_400_that_says_what_is_wrong(
     assert answer.status == 400
     assert message in answer.body["error"]
     assert await bus.account.queue("orders").approximate_count() == 0
+
+
+@pytest.mark.parametrize("partition", ["a/b", "a\\b", "a#b", "a?b", "nl\n", "x" * 513])
+async def test_every_ingress_client_refuses_a_partition_key_storage_refuses(
+    bus: Bus, partition: str
+) -> None:
+    """Not only HTTP: the CLI and batch jobs send through the same client."""
+    client = bus.client("cli")
+    command = PlaceOrder(order_id=partition, customer="ada", amount_cents=1)
+    with pytest.raises(InvalidName, match="partition key of PlaceOrder"):
+        await client.send(command, to="orders", idempotency_key="k1")
+    event = OrderPlaced(order_id="o", customer=partition, amount_cents=1)
+    with pytest.raises(InvalidName, match="partition key of OrderPlaced"):
+        await client.publish(event, idempotency_key="k2")
+    for queue in ("orders", "loyalty", "shipping"):
+        assert await bus.account.queue(queue).approximate_count() == 0
+    assert (await bus.account.table(bus.config.ingress_table).query()).entities == []
+    assert [b async for b in bus.account.blob_container(bus.config.tokens_container).list()] == []
 
 
 async def test_bad_json_is_a_400(bus: Bus) -> None:
