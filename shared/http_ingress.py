@@ -115,6 +115,10 @@ def parse_request(app: BusApp, raw: bytes) -> tuple[Message, str | None]:
         data = json.loads(raw)
     except ValueError:
         raise BadRequest('the body must be JSON: {"type": ..., "body": {...}}') from None
+    except RecursionError:
+        # The parser recurses once per level: a few thousand '[' exhaust the stack.
+        raise BadRequest("the body is nested too deeply to be a message") from None
+    _check_unicode(data)
     if not isinstance(data, dict):
         raise BadRequest("the body must be a JSON object")
     extra = set(data) - {"type", "to", "body"}
@@ -126,6 +130,17 @@ def parse_request(app: BusApp, raw: bytes) -> tuple[Message, str | None]:
     if to is not None and not isinstance(to, str):
         raise BadRequest("'to' must be an endpoint name")
     return build_message(app, type_name, data.get("body", {}), to)
+
+
+def _check_unicode(data: object) -> None:
+    """JSON may escape lone surrogates (``"\\udcff"``), which no UTF-8 text can hold: every
+    later step (the envelope, storage) would fail on them, so they are refused here."""
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequest(
+            "the body holds text that is not valid Unicode (a lone surrogate)"
+        ) from None
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:

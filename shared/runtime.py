@@ -17,7 +17,7 @@ from shared import http_ingress
 from shared.app_loader import configured_app
 from shared.bus import Bus, BusApp, BusConfig, Outcome
 from shared.cleanup.now import cleanup_pass
-from shared.health import check_storage
+from shared.health import check
 from shared.host.chaos import with_crashes, with_duplicates
 from shared.local.outcome_log import OutcomeLog
 from shared.resources import CONTAINERS, TABLES, Resources, resources_for
@@ -105,8 +105,8 @@ class Worker:
         return answer.status, answer.json()
 
     async def health(self) -> tuple[int, str]:
-        """HTTP status and JSON body for the health endpoint: 200 when every resource answers."""
-        report = await check_storage(self.account(), self.resources)
+        """Status and JSON body for the health endpoint (``shared.health.check``): 200 or 503."""
+        report = await check(self.account(), self.resources)
         return (200 if report.healthy else 503), json.dumps(report.as_dict())
 
     async def cleanup(

@@ -8,13 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import RawTestServer, TestClient
 
 from shared import http_ingress, runtime
 from shared.bus import Bus, BusConfig
+from shared.errors import InvalidName
 from shared.host.functions import load_functions
 from shared.host.http import HttpFrontEnd, Keys
 from shared.provisioning import provision
+from shared.sample.app import OrderPlaced, PlaceOrder
 from shared.stores.memory import MemoryStorageAccount
 
 REPO = Path(__file__).resolve().parents[2]
@@ -118,6 +120,24 @@ async def test_bad_input_is_a_400_that_says_what_is_wrong(
     assert await bus.account.queue("orders").approximate_count() == 0
 
 
+@pytest.mark.parametrize("partition", ["a/b", "a\\b", "a#b", "a?b", "nl\n", "x" * 513])
+async def test_every_ingress_client_refuses_a_partition_key_storage_refuses(
+    bus: Bus, partition: str
+) -> None:
+    """Not only HTTP: the CLI and batch jobs send through the same client."""
+    client = bus.client("cli")
+    command = PlaceOrder(order_id=partition, customer="ada", amount_cents=1)
+    with pytest.raises(InvalidName, match="partition key of PlaceOrder"):
+        await client.send(command, to="orders", idempotency_key="k1")
+    event = OrderPlaced(order_id="o", customer=partition, amount_cents=1)
+    with pytest.raises(InvalidName, match="partition key of OrderPlaced"):
+        await client.publish(event, idempotency_key="k2")
+    for queue in ("orders", "loyalty", "shipping"):
+        assert await bus.account.queue(queue).approximate_count() == 0
+    assert (await bus.account.table(bus.config.ingress_table).query()).entities == []
+    assert [b async for b in bus.account.blob_container(bus.config.tokens_container).list()] == []
+
+
 async def test_bad_json_is_a_400(bus: Bus) -> None:
     answer = await post(bus, None, raw=b"{not json")
     assert (answer.status, answer.body["error"]) == (
@@ -146,7 +166,7 @@ async def served(bus: Bus, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Tes
     monkeypatch.setattr(runtime, "_worker", runtime.Worker.for_account(bus.account))
     loaded = load_functions(REPO / "function_app.py", {"CLEANUP_SCHEDULE": "0 */5 * * * *"})
     front = HttpFrontEnd(loaded.http, Keys("fn", "master"), function_timeout=10)
-    async with TestClient(TestServer(front.app)) as client:
+    async with TestClient(RawTestServer(front.dispatch)) as client:
         yield client
 
 
