@@ -10,14 +10,17 @@ import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from shared import http_ingress
 from shared.bus import Bus, BusConfig, Outcome
+from shared.bus.pipeline import queue_text
 from shared.cleanup.job import endpoint_modes, run_cleanup
 from shared.cleanup.settings import CleanupSettings
 from shared.health import check_storage
 from shared.host.chaos import with_crashes, with_duplicates
+from shared.host.queue_worker import QueueSettings
 from shared.resources import load_resources
 from shared.sample.app import app as sample_app
 from shared.settings import DEFAULT_SETTING, load_storage_settings
@@ -29,6 +32,8 @@ STORAGE_SETTING_NAME = "BUS_STORAGE_SETTING"
 OUTCOME_LOG_SETTING = "BUS_OUTCOME_LOG"
 """Optional file to which every receive appends ``{"endpoint", "outcome"}`` (one JSON line);
 the demo reads it to count suppressed duplicates across host restarts."""
+
+HOST_JSON = Path(__file__).resolve().parents[1] / "host.json"
 
 _account: StorageAccount | None = None
 _bus: Bus | None = None
@@ -53,6 +58,8 @@ def bus_config() -> BusConfig:
         tokens_container=resources.containers["tokens"],
         topics_container=resources.containers["topics"],
         ingress_table=resources.tables["ingress"],
+        parked_container=resources.containers["parked"],
+        max_dequeue_count=QueueSettings.from_host_json(HOST_JSON).max_dequeue_count,
     )
 
 
@@ -90,8 +97,8 @@ async def close() -> None:
 
 async def receive(endpoint: str, body: bytes, dequeue_count: int) -> Outcome:
     """What every queue-triggered function does with its message. The host has already
-    base64-decoded the body; a body that is not UTF-8 is refused as a malformed signal."""
-    outcome = await bus().receive(endpoint, body.decode("utf-8", errors="replace"), dequeue_count)
+    base64-decoded the body; a body that is not UTF-8 is parked whole (``queue_text``)."""
+    outcome = await bus().receive(endpoint, queue_text(body), dequeue_count)
     log_path = os.environ.get(OUTCOME_LOG_SETTING)
     if log_path:
         _append_line(log_path, json.dumps({"endpoint": endpoint, "outcome": outcome.value}))
