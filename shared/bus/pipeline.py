@@ -174,7 +174,8 @@ class Pipeline(abc.ABC):
         if last is None or dequeue_count < last:
             error.add_note(where)  # the host logs the error with its traceback, and this
             raise error
-        log.error("%s failed: %s: %s", where, type(error).__name__, error, exc_info=error)
+        first = (str(error).splitlines() or [""])[0]
+        log.error("%s failed: %s: %s", where, type(error).__name__, first, exc_info=error)
         reason = error_reason(
             self.endpoint.name,
             error,

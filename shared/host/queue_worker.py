@@ -217,7 +217,7 @@ class QueueWorker:
         return False
 
     async def _move_to_poison(self, message: QueueMessage, error: Exception) -> None:
-        text = f"{type(error).__name__}: {_text(error)}"
+        text = f"{type(error).__name__}: {str(error) or _text(error)}"
         if notes := getattr(error, "__notes__", None):
             text += f" ({'; '.join(map(str, notes))})"
         reason = replace(
@@ -245,9 +245,11 @@ class QueueWorker:
 
 
 def _text(error: BaseException) -> str:
+    """The error's first line: the log line stays one line (the traceback has the rest)."""
     if isinstance(error, TimeoutError) and not str(error):
         return "the function did not finish within functionTimeout"
-    return str(error)
+    lines = str(error).splitlines()
+    return lines[0][:500] if lines else ""
 
 
 def _message_id(content: str) -> str | None:
