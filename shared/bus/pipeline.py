@@ -154,7 +154,7 @@ class Pipeline(abc.ABC):
             signal = Signal.parse(raw)
             check_key("PartitionKey", signal.partition_key)
         except (MalformedSignal, InvalidName) as e:
-            return await self._poison(raw, str(e), dequeue_count)
+            return await self._poison(raw, str(e), dequeue_count, type(e).__name__)
         delivery.message_id = signal.message_id
         try:
             return await self._process(signal)
@@ -172,7 +172,8 @@ class Pipeline(abc.ABC):
         )
         last = self.config.max_dequeue_count
         if last is None or dequeue_count < last:
-            error.add_note(where)  # the host logs the error with its traceback, and this
+            # The host logs the error with its traceback; the note says which message it was.
+            error.add_note(where)
             raise error
         first = (str(error).splitlines() or [""])[0]
         log.error("%s failed: %s: %s", where, type(error).__name__, first, exc_info=error)
@@ -196,9 +197,7 @@ class Pipeline(abc.ABC):
         page = await self.table.query(partition_key=partition_key, row_keys=[STATE_ROW, dedup_row])
         return {e.row_key: e for e in page.entities}
 
-    async def _poison(
-        self, raw: str, reason: str, dequeue_count: int, error_type: str = "MalformedSignal"
-    ) -> Outcome:
+    async def _poison(self, raw: str, reason: str, dequeue_count: int, error_type: str) -> Outcome:
         log.error("endpoint %s: parking message in poison queue: %s", self.endpoint.name, reason)
         delivery = _delivery.get() or Delivery()
         await self._park(

@@ -240,7 +240,9 @@ class QueueWorker:
         log.error(
             "queue %s: moved %s to %s (%s)", self.queue.name, message.id, self.poison.name, form
         )
-        with contextlib.suppress(NotFound):
+        # Should the delete be lost, the message is moved once more: a duplicate in poison,
+        # which a replay sends twice and the pipeline recognises.
+        with contextlib.suppress(NotFound, OutcomeUnknown):
             await self.queue.delete(message.id, message.pop_receipt)
 
 
