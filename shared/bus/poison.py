@@ -205,6 +205,8 @@ async def _replay_one(
             await account.queue(endpoint).send(parked.signal)
         except TooLarge as e:
             return f"its signal cannot be sent: {e}"
+        except UnicodeEncodeError:
+            return "its signal is not valid text (a lone surrogate escaped in its JSON)"
         return None
     original = parked.original
     if original is None:

@@ -104,6 +104,7 @@ async def test_replay_skips_and_reports_what_it_cannot_unwrap_and_replays_the_re
         '{"poison": 5, "signal": "x"}',
         '{"poison": {}, "signal": 7}',
         '{"poison": {}, "extra": 1}',
+        '{"poison": {}, "signal": "\\ud800"}',  # valid JSON, but no text can be sent
         json.dumps({"poison": {"original": f"{other}/{uuid.uuid4()}"}}),  # another queue's
         json.dumps({"poison": {"original": f"{name}/../tokens/x"}}),
         json.dumps({"poison": {"original": f"{name}/{uuid.uuid4()}"}}),  # blob missing
@@ -117,6 +118,7 @@ async def test_replay_skips_and_reports_what_it_cannot_unwrap_and_replays_the_re
     assert len(report.skipped) == len(damaged)
     assert all(line.startswith(f"{name}: skipped poison message ") for line in report.skipped)
     assert sum("cannot unwrap it" in line for line in report.skipped) == 5
+    assert sum("not valid text" in line for line in report.skipped) == 1
     assert sum("is not in container" in line for line in report.skipped) == 1
     sent = sorted(m.content for m in await harness.raw.queue(name).peek())
     assert sent == sorted(
