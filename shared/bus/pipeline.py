@@ -155,6 +155,10 @@ class Pipeline(abc.ABC):
             check_key("PartitionKey", signal.partition_key)
         except (MalformedSignal, InvalidName) as e:
             return await self._poison(raw, str(e), dequeue_count, type(e).__name__)
+        except RecursionError:  # JSON nested deeper than the parser goes
+            return await self._poison(
+                raw, "signal is nested too deeply", dequeue_count, "MalformedSignal"
+            )
         delivery.message_id = signal.message_id
         try:
             return await self._process(signal)

@@ -87,6 +87,19 @@ async def test_a_hostile_message_too_large_to_park_whole_is_parked_by_reference_
     assert [b.name async for b in container.list()] == []  # deleted once the replay was sent
 
 
+async def test_deeply_nested_json_is_parked_at_once(backend: Backend) -> None:
+    harness = await harness_with(backend, {"left": 0})
+    name = only_endpoint(harness)
+    await harness.raw.queue(name).send("[" * 5000)
+
+    await harness.run_until_quiet()
+
+    [parked] = await harness.raw.queue(poison_queue(name)).peek()
+    poisoned = unwrap(parked.content, name)
+    assert poisoned.info["reason"] == "signal is nested too deeply"
+    assert poisoned.info["dequeue_count"] == 1
+
+
 async def test_replay_skips_and_reports_what_it_cannot_unwrap_and_replays_the_rest(
     backend: Backend,
 ) -> None:
