@@ -20,7 +20,7 @@ from shared.stores.names import check_container_name, check_queue_name, check_ta
 RESOURCES_FILE = Path(__file__).resolve().parents[1] / "infra" / "resources.json"
 POISON_SUFFIX = "-poison"
 GENERATE_COMMAND = "bus resources > infra/resources.json"
-CONTAINERS = {"tokens": "tokens", "topics": "topics"}
+CONTAINERS = {"tokens": "tokens", "topics": "topics", "parked": "parked"}
 """Blob containers every app shares: outgoing tokens, and topics' recipient lists."""
 TABLES = {"ingress": "ingress", "cleanup": "cleanup"}
 """Tables every app shares: ingress records, and the cleanup job's checkpoints."""

@@ -11,19 +11,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from shared import http_ingress
 from shared.app_loader import configured_app
 from shared.bus import Bus, BusApp, BusConfig, Outcome
+from shared.bus.pipeline import queue_text
 from shared.cleanup.now import cleanup_pass
 from shared.health import check
 from shared.host.chaos import with_crashes, with_duplicates
+from shared.host.queue_worker import QueueSettings
 from shared.local.outcome_log import OutcomeLog
 from shared.resources import CONTAINERS, TABLES, Resources, resources_for
 from shared.settings import Settings, resolve_settings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
+
+HOST_JSON = Path(__file__).resolve().parents[1] / "host.json"
 
 
 def bus_config() -> BusConfig:
@@ -32,6 +37,8 @@ def bus_config() -> BusConfig:
         tokens_container=CONTAINERS["tokens"],
         topics_container=CONTAINERS["topics"],
         ingress_table=TABLES["ingress"],
+        parked_container=CONTAINERS["parked"],
+        max_dequeue_count=QueueSettings.from_host_json(HOST_JSON).max_dequeue_count,
     )
 
 
@@ -92,9 +99,8 @@ class Worker:
 
     async def receive(self, endpoint: str, body: bytes, dequeue_count: int) -> Outcome:
         """What every queue-triggered function does with its message. The host has already
-        base64-decoded the body; a body that is not UTF-8 is refused as a malformed signal."""
-        text = body.decode("utf-8", errors="replace")
-        outcome = await self.bus().receive(endpoint, text, dequeue_count)
+        base64-decoded the body; a body that is not UTF-8 is parked whole (``queue_text``)."""
+        outcome = await self.bus().receive(endpoint, queue_text(body), dequeue_count)
         if self._outcome_log is not None:
             self._outcome_log.record(endpoint, outcome)
         return outcome

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ import function_app
 from shared import runtime
 from shared.bindings import blueprint
 from shared.bus import BusApp
+from shared.bus.poison import unwrap
 from shared.errors import ConfigurationError
 from shared.host.ncrontab import Schedule
 from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
@@ -188,7 +190,7 @@ def test_every_queue_table_and_container_the_app_uses_is_provisioned_by_the_temp
     used |= {("queue", poison_queue(q)) for q in queue_triggers().values()}
     used |= {("table", e) for e in sample_app.endpoints}
     used |= {("table", resources.tables["ingress"])}
-    used |= {("container", resources.containers[c]) for c in ("tokens", "topics")}
+    used |= {("container", resources.containers[c]) for c in ("tokens", "topics", "parked")}
     assert used - provisioned == set()
 
 
@@ -281,6 +283,20 @@ async def test_the_queue_functions_run_the_sample_order_flow(
     loyalty = deployed.table("loyalty")
     [points] = (await loyalty.query(partition_key="ada", row_keys=["state"])).entities
     assert json.loads(str(points["data"])) == {"orders": 1, "points": 12}
+
+
+@pytest.mark.azurite
+async def test_a_body_that_is_not_utf8_is_parked_whole(deployed: AzureStorageAccount) -> None:
+    """On Azure the host hands the function the decoded bytes; they may be anything."""
+    body = b'\xff\xfe{"message_id": "\x80"}'
+
+    await user_function("loyalty")(QueueMessage(id="m", body=body, dequeue_count=1))
+
+    [parked] = await deployed.queue(poison_queue("loyalty")).peek()
+    poisoned = unwrap(parked.content, "loyalty")
+    assert poisoned.signal is not None
+    assert base64.b64decode(poisoned.signal) == body  # not a byte lost
+    assert poisoned.info["error_type"] == "MalformedSignal"
 
 
 @pytest.mark.azurite

@@ -27,7 +27,7 @@ from tests.conftest import Backend, unique_name
 def test_the_repository_resource_file_is_valid() -> None:
     resources = load_resources()
     assert resources.endpoints
-    assert {"tokens", "topics"} <= set(resources.containers)
+    assert {"tokens", "topics", "parked"} <= set(resources.containers)
     for endpoint in resources.endpoints:
         assert endpoint in resources.queue_names
         assert poison_queue(endpoint) in resources.queue_names

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.bus import Command
-from shared.bus.poison import replay
+from shared.bus.poison import replay_report
 from shared.bus.records import OUTBOX_PREFIX, OutboxRecord
 from shared.bus.unsubscribed import unsubscribed_counts
 from shared.cli.progress import Progress
@@ -192,22 +192,23 @@ async def replay_command(
     unknown = sorted(set(endpoints) - set(known))
     if unknown:
         raise ValueError(f"unknown endpoints {unknown}; known: {known}")
-    total = 0
+    container = worker.config.parked_container
+    total = skipped = 0
     for endpoint in endpoints:
         waiting = await account.queue(poison_queue(endpoint)).approximate_count()
         bar = Progress(f"replay {endpoint}", min(waiting, limit), enabled=progress)
-        moved = 0
-        while moved < limit:
-            # Small steps so the bar moves; replay() itself re-sends before it deletes.
-            step = await replay(account, endpoint, limit=min(32, limit - moved))
-            if step == 0:
-                break
-            moved += step
-            bar.advance(step)
+        # One pass: what cannot be replayed stays hidden for the pass, so it is met once.
+        report = await replay_report(account, endpoint, limit, container, step=bar.advance)
         bar.finish()
-        print(f"{endpoint}: replayed {moved} poison messages")
-        total += moved
-    print(f"replayed {total} messages")
+        for line in report.skipped:
+            print(line)
+        print(
+            f"{endpoint}: replayed {report.replayed} poison messages"
+            + (f", skipped {len(report.skipped)}" if report.skipped else "")
+        )
+        total += report.replayed
+        skipped += len(report.skipped)
+    print(f"replayed {total} messages" + (f", skipped {skipped}" if skipped else ""))
     return EXIT_OK
 
 

@@ -210,7 +210,10 @@ async def test_a_handler_that_keeps_failing_is_poisoned_then_replayed_exactly_on
     await harness.run_until_quiet()
     assert failures["left"] == 997
     [parked] = await harness.raw.queue(poison_queue(endpoint_name)).peek()
-    assert unwrap(parked.content).signal == parked.content  # the host moves the raw signal
+    moved = unwrap(parked.content)  # moved by the host, with the last error
+    assert moved.signal is not None
+    assert Signal.parse(moved.signal)
+    assert moved.reason.startswith("RuntimeError: payment provider unavailable")
     assert await harness.applied(endpoint_name) == []
 
     failures["left"] = 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import binascii
 import math
 from datetime import UTC, datetime
 
@@ -30,7 +29,7 @@ def decode(wire: str) -> str:
     it is, so the receiver can reject it as malformed instead of the whole receive failing."""
     try:
         return base64.b64decode(wire, validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
+    except ValueError:  # not base64 (binascii.Error), non-ASCII text, or bytes not UTF-8
         return wire
 
 
