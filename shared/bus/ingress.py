@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from shared.bus.config import BusConfig
 from shared.bus.context import PendingOutput
 from shared.bus.ids import derived_id
-from shared.bus.messages import Command, Event, Message, check_payload_size
+from shared.bus.messages import Command, Event, check_payload_size, checked_partition_key
 from shared.bus.origin import Origin
 from shared.bus.outgoing import create_tokens, discard_tokens, plan_deliveries, send_signals
 from shared.bus.records import OutgoingSignal
@@ -52,26 +52,7 @@ class SendReceipt:
 def check_idempotency_key(key: str) -> str:
     if not key or len(key) > MAX_KEY_CHARS:
         raise InvalidName(f"idempotency key must be 1-{MAX_KEY_CHARS} characters")
-    return check_key("Idempotency key", _check_text("Idempotency key", key))
-
-
-def check_partition_key(message: Message) -> str:
-    """The receiver keeps the message's state in this table partition: a key Table Storage
-    refuses would be accepted here and parked there, so it is refused before anything is sent."""
-    where = f"partition key of {message.type_name()}"
-    if message.partition_by is not None:
-        where += f" (field {message.partition_by!r})"
-    return check_key(where, _check_text(where, message.partition_key()))
-
-
-def _check_text(kind: str, value: str) -> str:
-    """Text that cannot be encoded (lone surrogates: undecodable header bytes, or escapes
-    in JSON) is no key: storage could not even be asked."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidName(f"{kind} {value!r} is not valid Unicode text") from None
-    return value
+    return check_key("Idempotency key", key)
 
 
 class IngressClient:
@@ -109,7 +90,7 @@ class IngressClient:
 
     async def _submit(self, output: PendingOutput, key: str) -> SendReceipt:
         check_idempotency_key(key)
-        check_partition_key(output.message)
+        checked_partition_key(output.message)
         check_payload_size(output.message, self.config.max_payload_bytes)
         config = self.config
         for round_number in range(config.max_conflict_rounds):

@@ -78,7 +78,10 @@ def checked_partition_key(message: Message) -> str:
     try:
         return check_key("PartitionKey", message.partition_key())
     except InvalidName as e:
-        raise InvalidName(f"{message.type_name()} has an unusable partition key: {e}") from None
+        field = "" if message.partition_by is None else f" (from field {message.partition_by!r})"
+        raise InvalidName(
+            f"{message.type_name()} has an unusable partition key: {e}{field}"
+        ) from None
 
 
 def body_of(message: Message) -> dict[str, Any]:

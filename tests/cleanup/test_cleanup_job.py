@@ -410,7 +410,7 @@ async def test_bad_rows_are_skipped_and_reported_and_the_pass_still_finishes(
     harness, names = await new_flow(backend, publish=False, charge=False)
     table = harness.raw.table(names.orders)
     old = to_datetime(harness.config.clock() - 3600)
-    token = token_name(names.orders, fresh_id(), fresh_id(), fresh_id())
+    token = token_name(names.orders, fresh_id(), fresh_id(), fresh_id(), b"{}")
 
     def outbox(partition: str, **fields: object) -> Entity:
         properties: dict[str, object] = {

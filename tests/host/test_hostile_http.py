@@ -164,7 +164,8 @@ async def test_a_partition_key_table_storage_refuses_is_a_400_and_nothing_is_sen
     reply = await asyncio.to_thread(exchange, host.port, post_bytes("/api/messages", body))
     assert reply.status == 400
     error = str(reply.json()["error"])
-    assert "partition key of PlaceOrder (field 'order_id')" in error
+    assert "PlaceOrder has an unusable partition key" in error
+    assert "(from field 'order_id')" in error
     assert complaint in error
     assert await orders_queued(account) == before
 

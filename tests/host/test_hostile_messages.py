@@ -20,8 +20,9 @@ from shared.bus.poison import unwrap
 from shared.host.process import HostProcess
 from shared.local import demo
 from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
+from shared.local.outcome_log import OUTCOME_LOG_SETTING
 from shared.provisioning import provision
-from shared.resources import load_resources, poison_queue
+from shared.resources import poison_queue
 from shared.sample.app import ChargePayment, FireAt
 from shared.settings import StorageSettings
 from shared.stores.account import StorageAccount
@@ -52,7 +53,7 @@ def host_for(endpoints: AzuriteEndpoints, work: Path) -> HostProcess:
             **os.environ,
             "AzureWebJobsStorage": endpoints.connection_string,
             "CLEANUP_SCHEDULE": "0 0 0 1 1 *",
-            runtime.OUTCOME_LOG_SETTING: str(work / "outcomes.jsonl"),
+            OUTCOME_LOG_SETTING: str(work / "outcomes.jsonl"),
         },
         work / "host.log",
         args=["--lease-seconds", "2", "--host-json", str(work / "host.json"), "--verbose"],
@@ -75,8 +76,9 @@ async def test_hostile_messages_are_parked_and_the_workers_keep_going(
     host = host_for(own_azurite, tmp_path)
     connection = own_azurite.connection_string
     async with AzureStorageAccount(StorageSettings(connection)) as account:
-        await provision(account, load_resources())
-        bus = runtime.build_bus(account)
+        worker = runtime.Worker.for_account(account)
+        await provision(account, worker.resources)
+        bus = worker.bus()
         await bus.subscribe_all()
         await send_raw(connection, "loyalty", NON_ASCII)
         await send_raw(connection, "leaderboard", NOT_UTF8)
