@@ -7,13 +7,18 @@ import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import asyncpg
 import pytest
 
+from shared.bus.state.schema import migrate
+from shared.bus.state.stores import SqlDatabase
 from shared.clock import ManualClock
 from shared.errors import ConfigurationError
 from shared.local.azurite import Azurite, AzuriteEndpoints
+from shared.local.postgres import PostgresServer
 from shared.settings import StorageSettings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
@@ -46,6 +51,33 @@ def started_azurite() -> Iterator[AzuriteEndpoints]:
     emulator.stop()
 
 
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[str]:
+    """A private PostgreSQL server for the session, with the bus schema; its libpq URL.
+    Under CI a failure to start fails the test instead of skipping it."""
+    server = PostgresServer()
+    try:
+        url = server.start()
+        # Its own thread and loop: the fixture may be set up from inside a running loop.
+        with ThreadPoolExecutor(1) as thread:
+            thread.submit(asyncio.run, _migrated(url)).result()
+    except ConfigurationError as e:
+        server.stop()
+        if UNDER_CI:
+            pytest.fail(f"PostgreSQL is required under CI and could not start: {e}")
+        pytest.skip(f"PostgreSQL unavailable (run `make deps`): {e}")
+    yield url
+    server.stop()
+
+
+async def _migrated(url: str) -> None:
+    connection = await asyncpg.connect(url)
+    try:
+        await migrate(connection)
+    finally:
+        await connection.close()
+
+
 @dataclass
 class Backend:
     """A storage account plus a way to let time pass that suits it."""
@@ -53,6 +85,8 @@ class Backend:
     name: str
     account: StorageAccount
     clock: ManualClock | None = None
+    sql: SqlDatabase | None = None
+    """Where this backend's ``store="postgres"`` endpoints keep their rows, if it has any."""
 
     async def elapse(self, seconds: float) -> None:
         """Memory moves its manual clock; Azurite really waits."""

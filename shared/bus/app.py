@@ -26,6 +26,12 @@ stream and replays duplicates through the deterministic handler; ``entity_outbox
 outbox map inside the state entity; ``processed_messages`` inserts one row per processed
 message. All share the transport, the handler API and the outgoing side."""
 MODES: tuple[Mode, ...] = typing.get_args(Mode)
+Store = Literal["table", "postgres"]
+"""Where an endpoint keeps its state, outbox records and audit rows (``docs/postgres.md``):
+its Table Storage table, or PostgreSQL (token mode), committed in one SQL transaction that a
+handler's own writes can join. Tokens, signals and recipient lists stay in Blob and Queue
+storage either way, so endpoints of both stores talk to each other."""
+STORES: tuple[Store, ...] = typing.get_args(Store)
 Handler = Callable[[HandlerContext[Any], Any], Awaitable[None] | None]
 
 
@@ -40,6 +46,7 @@ class Endpoint(Generic[S]):
     name: str
     state_type: type[S]
     mode: Mode = "token"
+    store: Store = "table"
     handlers: dict[str, tuple[type[Message], Handler]] = field(default_factory=dict)
     routes: Routes = field(kw_only=True, repr=False, compare=False)
     """The app's destinations, which every output of this endpoint is checked against."""
@@ -49,6 +56,17 @@ class Endpoint(Generic[S]):
         if self.mode not in MODES:
             raise ConfigurationError(
                 f"endpoint {self.name}: unknown mode {self.mode!r}; choose one of {list(MODES)}"
+            )
+        if self.store not in STORES:
+            raise ConfigurationError(
+                f"endpoint {self.name}: unknown store {self.store!r}; choose one of {list(STORES)}"
+            )
+        if self.store == "postgres" and self.mode != "token":
+            # The other modes' rows (state stream, entity outbox map, processed rows) have
+            # no PostgreSQL layout yet: refuse rather than silently keep them in a table.
+            raise ConfigurationError(
+                f"endpoint {self.name}: store='postgres' supports token mode only, "
+                f"not {self.mode!r}"
             )
 
     def handles(self, model: type[M]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -88,10 +106,16 @@ class BusApp:
         self.endpoints: dict[str, Endpoint[Any]] = {}
         self.routes = Routes(self.endpoints)
 
-    def endpoint(self, name: str, state: type[S] = NoState, mode: Mode = "token") -> Endpoint[S]:  # type: ignore[assignment]
+    def endpoint(
+        self,
+        name: str,
+        state: type[S] = NoState,  # type: ignore[assignment]
+        mode: Mode = "token",
+        store: Store = "table",
+    ) -> Endpoint[S]:
         if name in self.endpoints or name in self.routes.external:
             raise ValueError(f"endpoint {name} is declared twice")
-        endpoint: Endpoint[S] = Endpoint(name, state, mode, routes=self.routes)
+        endpoint: Endpoint[S] = Endpoint(name, state, mode, store, routes=self.routes)
         self.endpoints[name] = endpoint
         return endpoint
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random as _random
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
@@ -42,6 +42,10 @@ class HandlerContext(Generic[S]):
     numbers and time: required by state-based endpoints, harmless for the others. ``seed`` and
     ``now`` are what a state-based endpoint records with each version and passes back when it
     replays a duplicate.
+
+    ``sql`` is the open database transaction of an endpoint whose state is in PostgreSQL (an
+    asyncpg connection inside BEGIN): what the handler writes with it commits together with
+    the state, the outbox record and the audit row, or not at all. None for Table Storage.
     """
 
     def __init__(
@@ -54,8 +58,10 @@ class HandlerContext(Generic[S]):
         max_payload_bytes: int,
         max_outputs: int,
         seed: int | None = None,
+        sql: Any = None,
     ) -> None:
         self.endpoint = endpoint
+        self.sql = sql
         self.envelope = envelope
         self.state = state
         self._now = now

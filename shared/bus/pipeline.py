@@ -29,6 +29,8 @@ from shared.bus.messages import Message
 from shared.bus.poison import Reason, error_reason, park
 from shared.bus.poison import poison_body as wrapped
 from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal
+from shared.bus.state.base import EndpointState
+from shared.bus.state.table import TableEndpointState
 from shared.bus.topics import RecipientLists
 from shared.errors import (
     InvalidName,
@@ -116,6 +118,8 @@ class Pipeline(abc.ABC):
         account: StorageAccount,
         topics: RecipientLists,
         config: BusConfig,
+        *,
+        state: EndpointState | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.account = account
@@ -123,6 +127,8 @@ class Pipeline(abc.ABC):
         self.topics = topics
         self.tokens = account.blob_container(config.tokens_container)
         self.table = account.table(endpoint.name)
+        self.state_store = state or TableEndpointState(self.table)
+        """Token mode's state, O(m) and audit rows, in whichever store the endpoint uses."""
 
     async def receive(self, raw: str, dequeue_count: int = 1) -> Outcome:
         """Process one queue message. Returns normally when the message may be acknowledged;
@@ -273,6 +279,7 @@ class Pipeline(abc.ABC):
         *,
         now: datetime,
         seed: int | None = None,
+        sql: Any = None,
     ) -> HandlerContext[Any]:
         context: HandlerContext[Any] = HandlerContext(
             endpoint=self.endpoint.name,
@@ -280,6 +287,7 @@ class Pipeline(abc.ABC):
             state=state,
             now=now,
             seed=seed,
+            sql=sql,
             max_payload_bytes=self.config.max_payload_bytes,
             max_outputs=self.config.max_outputs,
         )

@@ -28,7 +28,8 @@ from shared.bus.outgoing import (
     send_signals,
 )
 from shared.bus.pipeline import Conflict, IncomingToken, Outcome, Pipeline, poison_body
-from shared.bus.records import STATE_ROW, OutboxRecord, outbox_row
+from shared.bus.records import OutboxRecord, outbox_row
+from shared.bus.state.base import StateRow, StateTransaction, StateWrite
 from shared.clock import to_datetime
 from shared.errors import (
     AlreadyExists,
@@ -41,7 +42,6 @@ from shared.errors import (
     TransactionFailed,
     UnknownMessageType,
 )
-from shared.stores.table import Entity, Insert, TableOperation, Update
 
 __all__ = ["Outcome", "Receiver", "create_tokens", "poison_body", "send_signals"]
 
@@ -79,10 +79,9 @@ class Receiver(Pipeline):
             if round_number:
                 await self.config.sleep(self.config.backoff(round_number))
             # R2: state and O(m) in one query.
-            rows = await self._read_partition_rows(p, outbox_row(m))
-            outbox_entity = rows.get(outbox_row(m))
+            snapshot = await self.state_store.read(p, m)
             # R3
-            if outbox_entity is None:
+            if snapshot.outbox is None:
                 record = OutboxRecord(
                     p,
                     m,
@@ -91,12 +90,12 @@ class Receiver(Pipeline):
                     started_at=to_datetime(self.config.clock()),
                 )
                 try:
-                    etag = await self.table.insert(record.to_entity())
+                    etag = await self.state_store.insert_outbox(record)
                 except AlreadyExists:
                     continue
                 outbox = inserted = replace(record, etag=etag)
             else:
-                outbox = OutboxRecord.from_entity(outbox_entity)
+                outbox = snapshot.outbox
             # R4
             if not token.claim:
                 try:
@@ -128,7 +127,7 @@ class Receiver(Pipeline):
             if not outbox.committed:
                 try:
                     outbox = await self._run_and_commit(
-                        envelope, message, outbox, rows.get(STATE_ROW), abandoned, hints
+                        envelope, message, outbox, snapshot.state, abandoned, hints
                     )
                 except Conflict:
                     continue
@@ -181,22 +180,39 @@ class Receiver(Pipeline):
         if inserted is None:
             return
         with contextlib.suppress(PreconditionFailed, OutcomeUnknown):
-            await self.table.delete(
-                inserted.partition_key, outbox_row(inserted.message_id), etag=inserted.etag
-            )
+            await self.state_store.delete_outbox(inserted)
 
     async def _run_and_commit(
         self,
         envelope: Envelope,
         message: Message,
         outbox: OutboxRecord,
-        state_entity: Entity | None,
+        stored: StateRow | None,
+        abandoned: list[str],
+        hints: Hints,
+    ) -> OutboxRecord:
+        # The store's transaction spans the handler, so that a handler's own writes through
+        # ``ctx.sql`` (PostgreSQL) commit or roll back with the bus's rows.
+        async with self.state_store.begin() as transaction:
+            return await self._run_in(
+                transaction, envelope, message, outbox, stored, abandoned, hints
+            )
+
+    async def _run_in(
+        self,
+        transaction: StateTransaction,
+        envelope: Envelope,
+        message: Message,
+        outbox: OutboxRecord,
+        stored: StateRow | None,
         abandoned: list[str],
         hints: Hints,
     ) -> OutboxRecord:
         endpoint = self.endpoint
-        state = self._load_state(None if state_entity is None else str(state_entity["data"]))
-        context = await self._run_handler(envelope, message, state, now=outbox.started_at)
+        state = self._load_state(None if stored is None else stored.data)
+        context = await self._run_handler(
+            envelope, message, state, now=outbox.started_at, sql=transaction.sql
+        )
 
         deliveries = await plan_deliveries(
             context.outputs,
@@ -219,18 +235,14 @@ class Receiver(Pipeline):
         now = to_datetime(self.config.clock())
         committed = outbox.committing(created.committed_candidates, abandoned, now)
         audit = self._audit(envelope, committed.outgoing, now)
-        state_row = self._state_entity(envelope.partition_key, state)
-        state_op: TableOperation = (
-            Insert(state_row) if state_entity is None else Update(state_row, state_entity.etag)
+        write = StateWrite(
+            envelope.partition_key,
+            type(state).__name__,
+            state.model_dump_json(),
+            None if stored is None else stored.version,
         )
         try:
-            etags = await self.table.transact(
-                [
-                    state_op,
-                    Update(committed.to_entity(), etag=outbox.etag),
-                    Insert(audit.to_entity()),
-                ]
-            )
+            version = await transaction.commit(write, committed, audit)
         except TransactionFailed as e:
             # Someone else committed O(m) or changed the partition's state first. Our tokens
             # were created successfully and will never be committed: discard them now.
@@ -242,4 +254,4 @@ class Receiver(Pipeline):
             abandoned.extend(o.token for o in created.committed_candidates)
             raise Conflict from e
         hints.update(created.hints)
-        return replace(committed, etag=etags[1] or "")
+        return replace(committed, etag=version)

@@ -12,6 +12,9 @@ from shared.bus.modes.processed_table import ProcessedMessagesPipeline
 from shared.bus.modes.state_based import StateBasedPipeline
 from shared.bus.pipeline import Pipeline
 from shared.bus.receiver import Outcome, Receiver
+from shared.bus.state.base import EndpointState
+from shared.bus.state.stores import SqlDatabase
+from shared.bus.state.stores import endpoint_state as state_of
 from shared.bus.topics import RecipientLists
 from shared.stores.account import StorageAccount
 
@@ -25,10 +28,17 @@ _PIPELINES: dict[Mode, type[Pipeline]] = {
 
 class Bus:
     def __init__(
-        self, app: BusApp, account: StorageAccount, config: BusConfig | None = None
+        self,
+        app: BusApp,
+        account: StorageAccount,
+        config: BusConfig | None = None,
+        *,
+        sql: SqlDatabase | None = None,
     ) -> None:
         self.app = app
         self.account = account
+        self.sql = sql
+        """Where ``store="postgres"`` endpoints keep their rows (None: no such endpoint)."""
         self.config = config or BusConfig()
         self.topics = RecipientLists(
             account.blob_container(self.config.topics_container),
@@ -44,9 +54,20 @@ class Bus:
         if receiver is None:
             declared = self.app.get(endpoint)
             kind = _PIPELINES[declared.mode]
-            receiver = kind(declared, self.account, self.topics, self.config)
+            receiver = kind(
+                declared,
+                self.account,
+                self.topics,
+                self.config,
+                state=self.endpoint_state(endpoint),
+            )
             self._receivers[endpoint] = receiver
         return receiver
+
+    def endpoint_state(self, endpoint: str) -> EndpointState:
+        """Where ``endpoint`` keeps its state, O(m) and audit rows."""
+        declared = self.app.get(endpoint)
+        return state_of(declared.name, declared.store, self.account, self.sql)
 
     async def receive(self, endpoint: str, raw: str, dequeue_count: int = 1) -> Outcome:
         """Entry point of a queue-triggered function."""

@@ -1,0 +1,115 @@
+"""The endpoint-state seam: what every store of state + O(m) + audit rows must do.
+
+The contract (``tests/contract/test_endpoint_state_contract.py`` runs it on every store):
+
+- ``read`` returns the partition's state row and O(m) as of one moment (one query, R2).
+- ``insert_outbox`` creates O(m) only if absent (a unique key); ``AlreadyExists`` otherwise.
+- ``delete_outbox`` removes O(m) only while its version is the one given (the pipeline drops
+  an unused O(m) with it; the cleanup retires committed ones with it).
+- A ``StateTransaction`` commits the state (inserted if it was absent, else only while its
+  version is unchanged), O(m) (only while its version is unchanged) and the audit row (only if
+  absent) all or nothing; when one condition fails nothing is written and
+  ``TransactionFailed`` is raised. ``OutcomeUnknown`` means the commit may or may not have
+  landed. A handler's own writes through ``StateTransaction.sql`` (PostgreSQL) belong to the
+  same transaction: they land with the bus's rows or not at all.
+
+Versions are opaque strings: the ETag on Table Storage, the version column in PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from shared.bus.records import AuditRecord, OutboxRecord
+from shared.stores.table import Entity
+
+StoreKind = Literal["table", "postgres"]
+STORES: tuple[StoreKind, ...] = ("table", "postgres")
+
+
+@dataclass(frozen=True)
+class StateRow:
+    """A partition's business state as stored: its type name, JSON and version."""
+
+    partition_key: str
+    type: str
+    data: str
+    version: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """R2's answer: what exists now of the partition's state and this message's O(m)."""
+
+    state: StateRow | None
+    outbox: OutboxRecord | None
+
+
+@dataclass(frozen=True)
+class StateWrite:
+    """The state a commit writes, and the version it replaces (None: insert, must be absent)."""
+
+    partition_key: str
+    type: str
+    data: str
+    expected: str | None
+
+
+class StateTransaction(abc.ABC):
+    """One open unit of work, from before the handler runs to the commit."""
+
+    @property
+    def sql(self) -> Any:
+        """The open database connection a handler may write its own tables with (PostgreSQL);
+        None where the store has no such transaction (Table Storage)."""
+        return None
+
+    @abc.abstractmethod
+    async def commit(self, state: StateWrite, outbox: OutboxRecord, audit: AuditRecord) -> str:
+        """Write state, the committed O(m) (guarded by ``outbox.etag``) and the audit row in
+        one transaction and end it. Returns O(m)'s new version. Raises TransactionFailed
+        (nothing written) or OutcomeUnknown."""
+
+
+class EndpointState(abc.ABC):
+    """One endpoint's rows. ``kind`` names the store in logs and operation counts."""
+
+    name: str
+    kind: str
+
+    @abc.abstractmethod
+    async def read(self, partition_key: str, message_id: str) -> Snapshot:
+        """The state row and O(m) of ``partition_key`` in one query."""
+
+    @abc.abstractmethod
+    async def insert_outbox(self, record: OutboxRecord) -> str:
+        """Create O(m); returns its version. AlreadyExists if it exists."""
+
+    @abc.abstractmethod
+    async def delete_outbox(self, record: OutboxRecord) -> None:
+        """Delete O(m) while its version is ``record.etag`` (PreconditionFailed if changed;
+        nothing to do if it is gone)."""
+
+    @abc.abstractmethod
+    def begin(self) -> AbstractAsyncContextManager[StateTransaction]:
+        """Open a unit of work. Leaving it without ``commit`` rolls everything back."""
+
+    @abc.abstractmethod
+    def states(self) -> AsyncIterator[StateRow]:
+        """Every partition's state row (for tools and tests)."""
+
+    @abc.abstractmethod
+    def outbox_records(self) -> AsyncIterator[OutboxRecord]:
+        """Every O(m) of the endpoint (the cleanup retires them)."""
+
+    @abc.abstractmethod
+    def audit_entities(self) -> AsyncIterator[Entity]:
+        """Every audit row, in the Table Storage entity layout the audit reads."""
+
+    @abc.abstractmethod
+    async def expire_audit(self, before: Any) -> int:
+        """Delete audit rows processed before ``before`` (a datetime); returns how many."""

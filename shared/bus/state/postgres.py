@@ -1,0 +1,322 @@
+"""Endpoint state in PostgreSQL (asyncpg): the state, O(m) and audit rows of every endpoint in
+the ``bus`` schema (``shared.bus.state.schema``), one SQL transaction per commit.
+
+The compare-and-swap is the same as on Table Storage: a row's version (drawn from one
+sequence, never reused) stands in for the ETag, an UPDATE ... WHERE version = expected that
+matches no row is the 412, and the primary keys of O(m) and the audit row are the 409s. The
+transaction opens before the handler runs, so a handler's own writes through ``ctx.sql`` land
+with the bus's rows or not at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+from shared.bus.records import AuditRecord, OutboxRecord, OutgoingSignal, audit_row
+from shared.bus.state.base import EndpointState, Snapshot, StateRow, StateTransaction, StateWrite
+from shared.bus.state.connection import Pools
+from shared.bus.state.schema import SCHEMA
+from shared.errors import (
+    AlreadyExists,
+    OutcomeUnknown,
+    PreconditionFailed,
+    StorageError,
+    TransactionFailed,
+)
+from shared.stores.table import Entity
+
+T = TypeVar("T")
+Connection = asyncpg.Connection | PoolConnectionProxy
+
+# Errors after which nobody knows whether the server applied the request.
+_UNKNOWN = (OSError, TimeoutError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError)
+# A concurrent transaction won: retry from the read, as after a 412.
+_LOST_RACE = (asyncpg.SerializationError, asyncpg.DeadlockDetectedError)
+
+_OUTBOX_COLUMNS = (
+    "partition_key, message_id, claim, status, incoming_token, started_at, committed_at, "
+    "outgoing::text AS outgoing, abandoned::text AS abandoned, version"
+)
+
+
+async def _translated(what: str, call: Callable[[], Awaitable[T]]) -> T:
+    try:
+        return await call()
+    except asyncpg.UniqueViolationError as e:
+        raise AlreadyExists(f"{what}: {e}") from e
+    except _UNKNOWN as e:
+        raise OutcomeUnknown(f"{what}: PostgreSQL did not answer: {e}") from e
+    except asyncpg.PostgresError as e:
+        raise StorageError(f"{what}: {type(e).__name__}: {e}") from e
+
+
+def _outbox(record: Any) -> OutboxRecord:
+    return OutboxRecord(
+        partition_key=record["partition_key"],
+        message_id=record["message_id"],
+        claim=record["claim"],
+        incoming_token=record["incoming_token"],
+        started_at=record["started_at"],
+        status="committed" if record["status"] == "committed" else "claimed",
+        committed_at=record["committed_at"],
+        outgoing=tuple(OutgoingSignal.model_validate(o) for o in json.loads(record["outgoing"])),
+        abandoned=tuple(json.loads(record["abandoned"])),
+        etag=str(record["version"]),
+    )
+
+
+def _json_outgoing(record: OutboxRecord) -> str:
+    return json.dumps([o.model_dump() for o in record.outgoing])
+
+
+class PostgresTransaction(StateTransaction):
+    def __init__(self, endpoint: str, connection: Connection) -> None:
+        self._endpoint = endpoint
+        self._connection = connection
+        self.committed = False
+
+    @property
+    def sql(self) -> Connection:
+        return self._connection
+
+    async def commit(self, state: StateWrite, outbox: OutboxRecord, audit: AuditRecord) -> str:
+        try:
+            version = await self._write(state, outbox, audit)
+        except _LOST_RACE as e:
+            raise TransactionFailed(0, PreconditionFailed(f"concurrent commit: {e}")) from e
+        except _UNKNOWN as e:
+            # Not committed yet: the server rolls back a transaction whose client is gone.
+            raise TransactionFailed(0, PreconditionFailed(f"connection lost: {e}")) from e
+        except asyncpg.PostgresError as e:
+            raise StorageError(f"commit at {self._endpoint}: {type(e).__name__}: {e}") from e
+        try:
+            await self._connection.execute("COMMIT")
+        except _UNKNOWN as e:
+            raise OutcomeUnknown(f"COMMIT at {self._endpoint}: no answer: {e}") from e
+        except _LOST_RACE as e:
+            raise TransactionFailed(0, PreconditionFailed(f"concurrent commit: {e}")) from e
+        self.committed = True
+        return version
+
+    async def _write(self, state: StateWrite, outbox: OutboxRecord, audit: AuditRecord) -> str:
+        c, e = self._connection, self._endpoint
+        if state.expected is None:
+            row = await c.fetchval(
+                f"INSERT INTO {SCHEMA}.state (endpoint, partition_key, type, data, version) "
+                f"VALUES ($1, $2, $3, $4::jsonb, nextval('{SCHEMA}.row_version')) "
+                "ON CONFLICT DO NOTHING RETURNING version",
+                e,
+                state.partition_key,
+                state.type,
+                state.data,
+            )
+            if row is None:
+                raise TransactionFailed(0, AlreadyExists("the state row exists"))
+        else:
+            row = await c.fetchval(
+                f"UPDATE {SCHEMA}.state SET type = $3, data = $4::jsonb, "
+                f"version = nextval('{SCHEMA}.row_version') "
+                "WHERE endpoint = $1 AND partition_key = $2 AND version = $5 RETURNING version",
+                e,
+                state.partition_key,
+                state.type,
+                state.data,
+                int(state.expected),
+            )
+            if row is None:
+                raise TransactionFailed(0, PreconditionFailed("the state has changed"))
+        version = await c.fetchval(
+            f"UPDATE {SCHEMA}.outbox SET status = $4, committed_at = $5, "
+            f"outgoing = $6::jsonb, abandoned = $7::jsonb, "
+            f"version = nextval('{SCHEMA}.row_version') "
+            "WHERE endpoint = $1 AND partition_key = $2 AND message_id = $3 AND version = $8 "
+            "RETURNING version",
+            e,
+            outbox.partition_key,
+            outbox.message_id,
+            outbox.status,
+            outbox.committed_at,
+            _json_outgoing(outbox),
+            json.dumps(list(outbox.abandoned)),
+            int(outbox.etag),
+        )
+        if version is None:
+            raise TransactionFailed(1, PreconditionFailed(f"O({outbox.message_id}) has changed"))
+        inserted = await c.fetchval(
+            f"INSERT INTO {SCHEMA}.audit (endpoint, partition_key, message_id, message_type, "
+            "source, correlation_id, causation_id, sent_at, processed_at, mode, caused) "
+            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb) "
+            "ON CONFLICT DO NOTHING RETURNING 1",
+            e,
+            audit.partition_key,
+            audit.message_id,
+            audit.message_type,
+            audit.source,
+            audit.correlation_id,
+            audit.causation_id or "",
+            audit.sent_at,
+            audit.processed_at,
+            audit.mode,
+            json.dumps(audit.caused),
+        )
+        if inserted is None:
+            raise TransactionFailed(2, AlreadyExists(f"audit row of {audit.message_id} exists"))
+        return str(version)
+
+
+class PostgresEndpointState(EndpointState):
+    kind = "sql"
+
+    def __init__(self, endpoint: str, url: str, pools: Pools) -> None:
+        self.name = endpoint
+        self.url = url
+        self._pools = pools
+
+    async def _pool(self) -> asyncpg.Pool:
+        return await self._pools.pool(self.url)
+
+    async def read(self, partition_key: str, message_id: str) -> Snapshot:
+        async def query() -> Snapshot:
+            pool = await self._pool()
+            # One statement, so both rows are read from one snapshot.
+            rows = await pool.fetch(
+                f"SELECT 's' AS kind, partition_key, type, data::text AS data, version, "
+                "NULL AS message_id, NULL AS claim, NULL AS status, NULL AS incoming_token, "
+                "NULL::timestamptz AS started_at, NULL::timestamptz AS committed_at, "
+                "NULL AS outgoing, NULL AS abandoned "
+                f"FROM {SCHEMA}.state WHERE endpoint = $1 AND partition_key = $2 "
+                "UNION ALL "
+                "SELECT 'o', partition_key, NULL, NULL, version, message_id, claim, status, "
+                "incoming_token, started_at, committed_at, outgoing::text, abandoned::text "
+                f"FROM {SCHEMA}.outbox "
+                "WHERE endpoint = $1 AND partition_key = $2 AND message_id = $3",
+                self.name,
+                partition_key,
+                message_id,
+            )
+            state: StateRow | None = None
+            outbox: OutboxRecord | None = None
+            for row in rows:
+                if row["kind"] == "s":
+                    state = StateRow(
+                        row["partition_key"], row["type"], row["data"], str(row["version"])
+                    )
+                else:
+                    outbox = _outbox(row)
+            return Snapshot(state, outbox)
+
+        return await _translated(f"reading {self.name}/{partition_key}", query)
+
+    async def insert_outbox(self, record: OutboxRecord) -> str:
+        async def insert() -> str:
+            pool = await self._pool()
+            version = await pool.fetchval(
+                f"INSERT INTO {SCHEMA}.outbox (endpoint, partition_key, message_id, claim, "
+                "status, incoming_token, started_at, committed_at, outgoing, abandoned, version) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::jsonb, "
+                f"nextval('{SCHEMA}.row_version')) RETURNING version",
+                self.name,
+                record.partition_key,
+                record.message_id,
+                record.claim,
+                record.status,
+                record.incoming_token,
+                record.started_at,
+                record.committed_at,
+                _json_outgoing(record),
+                json.dumps(list(record.abandoned)),
+            )
+            return str(version)
+
+        return await _translated(f"inserting O({record.message_id}) at {self.name}", insert)
+
+    async def delete_outbox(self, record: OutboxRecord) -> None:
+        async def delete() -> None:
+            pool = await self._pool()
+            status = await pool.fetchval(
+                "WITH gone AS ("
+                f"  DELETE FROM {SCHEMA}.outbox WHERE endpoint = $1 AND partition_key = $2 "
+                "   AND message_id = $3 AND version = $4 RETURNING 1) "
+                "SELECT CASE WHEN EXISTS (SELECT 1 FROM gone) THEN 'deleted' "
+                f" WHEN EXISTS (SELECT 1 FROM {SCHEMA}.outbox WHERE endpoint = $1 "
+                "   AND partition_key = $2 AND message_id = $3) THEN 'changed' "
+                " ELSE 'absent' END",
+                self.name,
+                record.partition_key,
+                record.message_id,
+                int(record.etag),
+            )
+            if status == "changed":
+                raise PreconditionFailed(f"O({record.message_id}) has changed")
+
+        await _translated(f"deleting O({record.message_id}) at {self.name}", delete)
+
+    @contextlib.asynccontextmanager
+    async def begin(self) -> AsyncIterator[StateTransaction]:
+        pool = await _translated(f"connecting for {self.name}", self._pool)
+        connection = await _translated(f"connecting for {self.name}", pool.acquire)
+        transaction = PostgresTransaction(self.name, connection)
+        try:
+            await _translated(f"BEGIN at {self.name}", lambda: connection.execute("BEGIN"))
+            yield transaction
+        finally:
+            if not transaction.committed:
+                with contextlib.suppress(*_UNKNOWN, asyncpg.PostgresError):
+                    await connection.execute("ROLLBACK")
+            await pool.release(connection)
+
+    async def states(self) -> AsyncIterator[StateRow]:
+        pool = await self._pool()
+        async with pool.acquire() as c, c.transaction():
+            async for row in c.cursor(
+                f"SELECT partition_key, type, data::text AS data, version FROM {SCHEMA}.state "
+                "WHERE endpoint = $1 ORDER BY partition_key",
+                self.name,
+            ):
+                yield StateRow(row["partition_key"], row["type"], row["data"], str(row["version"]))
+
+    async def outbox_records(self) -> AsyncIterator[OutboxRecord]:
+        pool = await self._pool()
+        async with pool.acquire() as c, c.transaction():
+            async for row in c.cursor(
+                f"SELECT {_OUTBOX_COLUMNS} FROM {SCHEMA}.outbox WHERE endpoint = $1 "
+                "ORDER BY partition_key, message_id",
+                self.name,
+            ):
+                yield _outbox(row)
+
+    async def audit_entities(self) -> AsyncIterator[Entity]:
+        pool = await self._pool()
+        async with pool.acquire() as c, c.transaction():
+            async for row in c.cursor(
+                "SELECT partition_key, message_id, message_type, source, correlation_id, "
+                "causation_id, sent_at, processed_at, mode, caused::text AS caused "
+                f"FROM {SCHEMA}.audit WHERE endpoint = $1 ORDER BY partition_key, message_id",
+                self.name,
+            ):
+                properties: dict[str, Any] = dict(row)
+                del properties["partition_key"]
+                yield Entity(
+                    row["partition_key"],
+                    audit_row(row["message_id"]),
+                    {"endpoint": self.name, **properties},
+                )
+
+    async def expire_audit(self, before: datetime) -> int:
+        async def expire() -> int:
+            pool = await self._pool()
+            status = await pool.execute(
+                f"DELETE FROM {SCHEMA}.audit WHERE endpoint = $1 AND processed_at < $2",
+                self.name,
+                before,
+            )
+            return int(str(status).rsplit(" ", 1)[-1])
+
+        return await _translated(f"expiring audit rows of {self.name}", expire)

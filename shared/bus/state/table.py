@@ -1,0 +1,96 @@
+"""Endpoint state in the endpoint's Table Storage table: state, O(m) and audit rows share the
+partition, and the commit is one entity-group transaction (design notes section 2)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import datetime
+
+from shared.bus.records import (
+    AUDIT_PREFIX,
+    OUTBOX_PREFIX,
+    STATE_ROW,
+    AuditRecord,
+    OutboxRecord,
+    outbox_row,
+)
+from shared.bus.state.base import EndpointState, Snapshot, StateRow, StateTransaction, StateWrite
+from shared.stores.table import Entity, Insert, Table, TableOperation, Update
+
+
+def state_row(entity: Entity) -> StateRow:
+    return StateRow(
+        entity.partition_key, str(entity.get("type", "")), str(entity["data"]), entity.etag
+    )
+
+
+class TableTransaction(StateTransaction):
+    """Table Storage has no transaction spanning the handler: the commit is the batch."""
+
+    def __init__(self, table: Table) -> None:
+        self._table = table
+
+    async def commit(self, state: StateWrite, outbox: OutboxRecord, audit: AuditRecord) -> str:
+        entity = Entity(state.partition_key, STATE_ROW, {"type": state.type, "data": state.data})
+        state_op: TableOperation = (
+            Insert(entity) if state.expected is None else Update(entity, state.expected)
+        )
+        etags = await self._table.transact(
+            [state_op, Update(outbox.to_entity(), etag=outbox.etag), Insert(audit.to_entity())]
+        )
+        return etags[1] or ""
+
+
+class TableEndpointState(EndpointState):
+    kind = "table"
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self.name = table.name
+
+    async def read(self, partition_key: str, message_id: str) -> Snapshot:
+        page = await self.table.query(
+            partition_key=partition_key, row_keys=[STATE_ROW, outbox_row(message_id)]
+        )
+        rows = {e.row_key: e for e in page.entities}
+        state = rows.get(STATE_ROW)
+        outbox = rows.get(outbox_row(message_id))
+        return Snapshot(
+            None if state is None else state_row(state),
+            None if outbox is None else OutboxRecord.from_entity(outbox),
+        )
+
+    async def insert_outbox(self, record: OutboxRecord) -> str:
+        return await self.table.insert(record.to_entity())
+
+    async def delete_outbox(self, record: OutboxRecord) -> None:
+        await self.table.delete(
+            record.partition_key, outbox_row(record.message_id), etag=record.etag
+        )
+
+    @contextlib.asynccontextmanager
+    async def begin(self) -> AsyncIterator[StateTransaction]:
+        yield TableTransaction(self.table)
+
+    async def states(self) -> AsyncIterator[StateRow]:
+        async for entity in self.table.query_all():
+            if entity.row_key == STATE_ROW:
+                yield state_row(entity)
+
+    async def outbox_records(self) -> AsyncIterator[OutboxRecord]:
+        async for entity in self.table.query_all(row_key_prefix=OUTBOX_PREFIX):
+            yield OutboxRecord.from_entity(entity)
+
+    async def audit_entities(self) -> AsyncIterator[Entity]:
+        async for entity in self.table.query_all(row_key_prefix=AUDIT_PREFIX):
+            yield entity
+
+    async def expire_audit(self, before: datetime) -> int:
+        removed = 0
+        async for entity in self.audit_entities():
+            processed = entity.get("processed_at")
+            if isinstance(processed, datetime) and processed < before:
+                await self.table.delete(entity.partition_key, entity.row_key, etag=entity.etag)
+                removed += 1
+        return removed

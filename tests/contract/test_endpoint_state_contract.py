@@ -1,0 +1,288 @@
+"""The endpoint-state contract (``shared.bus.state.base``), run against every store: Table
+Storage in memory and on Azurite, the in-memory model of PostgreSQL and a real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from shared.bus.records import AuditRecord, OutboxRecord
+from shared.bus.state.base import EndpointState, StateWrite
+from shared.bus.state.connection import PostgresSettings
+from shared.bus.state.memory_sql import MemorySqlDatabase
+from shared.bus.state.stores import PostgresDatabase
+from shared.bus.state.table import TableEndpointState
+from shared.errors import AlreadyExists, PreconditionFailed, TransactionFailed
+from shared.settings import StorageSettings
+from shared.stores.azure import AzureStorageAccount
+from shared.stores.memory import MemoryStorageAccount
+from tests.conftest import unique_name
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(
+    params=[
+        "memory-table",
+        pytest.param("azurite-table", marks=pytest.mark.azurite),
+        "memory-sql",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
+)
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[EndpointState]:
+    """A fresh endpoint's rows in the store named by the parameter."""
+    name = unique_name("e")
+    if request.param == "memory-table":
+        table = MemoryStorageAccount().table(name)
+        await table.create_if_missing()
+        yield TableEndpointState(table)
+    elif request.param == "azurite-table":
+        endpoints = request.getfixturevalue("azurite")
+        settings = StorageSettings(connection_string=endpoints.connection_string)
+        account = AzureStorageAccount(settings)
+        table = account.table(name)
+        await table.create_if_missing()
+        yield TableEndpointState(table)
+        await table.delete_table()
+        await account.close()
+    elif request.param == "memory-sql":
+        yield MemorySqlDatabase().endpoint_state(name)
+    else:
+        database = PostgresDatabase(PostgresSettings(url=request.getfixturevalue("postgres")))
+        yield database.endpoint_state(name)
+        await database.close()
+
+
+def claimed(partition: str = "p1", message: str = "m1") -> OutboxRecord:
+    return OutboxRecord(partition, message, claim="c1", incoming_token="tok/1", started_at=T0)
+
+
+def audit(partition: str = "p1", message: str = "m1", at: datetime = T0) -> AuditRecord:
+    return AuditRecord(
+        partition_key=partition,
+        endpoint="e",
+        message_id=message,
+        message_type="Pay",
+        source="ingress",
+        correlation_id="corr",
+        causation_id=None,
+        sent_at=at,
+        processed_at=at,
+        mode="token",
+    )
+
+
+async def claim(store: EndpointState, partition: str = "p1", message: str = "m1") -> OutboxRecord:
+    record = claimed(partition, message)
+    return replace(record, etag=await store.insert_outbox(record))
+
+
+def first_state(data: str = '{"n": 1}', partition: str = "p1") -> StateWrite:
+    return StateWrite(partition, "Counter", data, expected=None)
+
+
+async def test_an_empty_partition_reads_as_nothing(store: EndpointState) -> None:
+    snapshot = await store.read("p1", "m1")
+    assert snapshot.state is None
+    assert snapshot.outbox is None
+
+
+async def test_an_outbox_record_is_created_once(store: EndpointState) -> None:
+    record = await claim(store)
+
+    snapshot = await store.read("p1", "m1")
+
+    assert snapshot.outbox == record
+    assert snapshot.outbox.etag
+    with pytest.raises(AlreadyExists):
+        await store.insert_outbox(claimed())
+
+
+async def test_a_commit_writes_state_outbox_and_audit_together(store: EndpointState) -> None:
+    record = await claim(store)
+
+    async with store.begin() as transaction:
+        version = await transaction.commit(
+            first_state(), record.committing([], ["lost-attempt"], T0), audit()
+        )
+
+    snapshot = await store.read("p1", "m1")
+    assert snapshot.state is not None
+    assert snapshot.outbox is not None
+    assert json.loads(snapshot.state.data) == {"n": 1}
+    assert snapshot.outbox.committed
+    assert snapshot.outbox.abandoned == ("lost-attempt",)
+    assert snapshot.outbox.etag == version != record.etag
+    assert [e["message_id"] async for e in store.audit_entities()] == ["m1"]
+
+
+async def _assert_nothing_committed(store: EndpointState, record: OutboxRecord) -> None:
+    snapshot = await store.read(record.partition_key, record.message_id)
+    assert snapshot.outbox == record
+    assert [e async for e in store.audit_entities()] == []
+
+
+async def test_a_stale_state_version_fails_the_whole_commit(store: EndpointState) -> None:
+    setup = await claim(store, message="m0")
+    async with store.begin() as transaction:
+        await transaction.commit(first_state(), setup.committing([], [], T0), audit(message="m0"))
+    state = (await store.read("p1", "m0")).state
+    assert state is not None
+    other = await claim(store, message="m2")
+    async with store.begin() as transaction:
+        await transaction.commit(
+            StateWrite("p1", "Counter", '{"n": 2}', state.version),
+            other.committing([], [], T0),
+            audit(message="m2"),
+        )
+    record = await claim(store)
+
+    with pytest.raises(TransactionFailed) as failed:
+        async with store.begin() as transaction:
+            await transaction.commit(
+                StateWrite("p1", "Counter", '{"n": 3}', state.version),
+                record.committing([], [], T0),
+                audit(),
+            )
+
+    assert failed.value.index == 0
+    snapshot = await store.read("p1", "m1")
+    assert snapshot.outbox == record
+    assert snapshot.state is not None
+    assert json.loads(snapshot.state.data) == {"n": 2}
+
+
+async def test_a_state_that_appeared_meanwhile_fails_the_commit(store: EndpointState) -> None:
+    setup = await claim(store, message="m0")
+    async with store.begin() as transaction:
+        await transaction.commit(first_state(), setup.committing([], [], T0), audit(message="m0"))
+    record = await claim(store)
+
+    with pytest.raises(TransactionFailed) as failed:
+        async with store.begin() as transaction:
+            await transaction.commit(first_state(), record.committing([], [], T0), audit())
+
+    assert failed.value.index == 0
+    snapshot = await store.read("p1", "m1")
+    assert snapshot.outbox == record
+
+
+async def test_a_changed_outbox_record_fails_the_commit(store: EndpointState) -> None:
+    record = await claim(store)
+    await store.delete_outbox(record)
+    again = await claim(store)  # same key, a new version
+
+    with pytest.raises(TransactionFailed) as failed:
+        async with store.begin() as transaction:
+            await transaction.commit(first_state(), record.committing([], [], T0), audit())
+
+    assert failed.value.index == 1
+    await _assert_nothing_committed(store, again)
+    assert (await store.read("p1", "m1")).state is None
+
+
+async def test_an_existing_audit_row_fails_the_commit(store: EndpointState) -> None:
+    setup = await claim(store, partition="p1", message="m1")
+    async with store.begin() as transaction:
+        await transaction.commit(first_state(partition="p1"), setup.committing([], [], T0), audit())
+    await store.delete_outbox((await store.read("p1", "m1")).outbox or setup)
+    record = await claim(store)
+    state = (await store.read("p1", "m1")).state
+    assert state is not None
+
+    with pytest.raises(TransactionFailed) as failed:
+        async with store.begin() as transaction:
+            await transaction.commit(
+                StateWrite("p1", "Counter", '{"n": 9}', state.version),
+                record.committing([], [], T0),
+                audit(),
+            )
+
+    assert failed.value.index == 2
+    snapshot = await store.read("p1", "m1")
+    assert snapshot.outbox == record
+    assert snapshot.state is not None
+    assert json.loads(snapshot.state.data) == {"n": 1}
+
+
+async def test_leaving_a_transaction_without_commit_writes_nothing(store: EndpointState) -> None:
+    record = await claim(store)
+
+    with pytest.raises(RuntimeError):
+        async with store.begin():
+            raise RuntimeError("the handler failed")
+
+    await _assert_nothing_committed(store, record)
+    assert (await store.read("p1", "m1")).state is None
+
+
+async def test_only_one_of_two_concurrent_commits_wins(store: EndpointState) -> None:
+    first, second = await claim(store, message="m1"), await claim(store, message="m2")
+
+    async def commit(record: OutboxRecord) -> str:
+        async with store.begin() as transaction:
+            return await transaction.commit(
+                first_state(f'{{"by": "{record.message_id}"}}'),
+                record.committing([], [], T0),
+                audit(message=record.message_id),
+            )
+
+    results = await asyncio.gather(commit(first), commit(second), return_exceptions=True)
+
+    failures = [r for r in results if isinstance(r, TransactionFailed)]
+    assert len(failures) == 1, results
+    assert len([e async for e in store.audit_entities()]) == 1
+
+
+async def test_deleting_an_outbox_record_is_guarded_by_its_version(store: EndpointState) -> None:
+    record = await claim(store)
+    async with store.begin() as transaction:
+        committed = replace(
+            record.committing([], [], T0),
+            etag=await transaction.commit(first_state(), record.committing([], [], T0), audit()),
+        )
+
+    with pytest.raises(PreconditionFailed):
+        await store.delete_outbox(record)  # the claimed version, since committed
+    await store.delete_outbox(committed)
+    await store.delete_outbox(committed)  # already gone: nothing to do
+
+    assert (await store.read("p1", "m1")).outbox is None
+    assert [r async for r in store.outbox_records()] == []
+
+
+async def test_hostile_keys_are_data_not_syntax(store: EndpointState) -> None:
+    partition = "o'; DROP TABLE bus.state; --☃"
+    record = await claim(store, partition=partition, message="m'1")
+    async with store.begin() as transaction:
+        await transaction.commit(
+            first_state(partition=partition),
+            record.committing([], [], T0),
+            audit(partition=partition, message="m'1"),
+        )
+
+    snapshot = await store.read(partition, "m'1")
+    assert snapshot.outbox is not None
+    assert snapshot.outbox.committed
+    assert [s.partition_key async for s in store.states()] == [partition]
+
+
+async def test_audit_rows_expire_after_their_retention(store: EndpointState) -> None:
+    for index, at in enumerate([T0, T0 + timedelta(days=40)]):
+        record = await claim(store, partition=f"p{index}", message=f"m{index}")
+        async with store.begin() as transaction:
+            await transaction.commit(
+                first_state(partition=f"p{index}"),
+                record.committing([], [], at),
+                audit(partition=f"p{index}", message=f"m{index}", at=at),
+            )
+
+    removed = await store.expire_audit(T0 + timedelta(days=10))
+
+    assert removed == 1
+    assert [e["message_id"] async for e in store.audit_entities()] == ["m1"]
