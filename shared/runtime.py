@@ -18,6 +18,10 @@ from shared import http_ingress
 from shared.app_loader import configured_app
 from shared.bus import Bus, BusApp, BusConfig, Outcome
 from shared.bus.pipeline import queue_text
+from shared.bus.state.base import EndpointState
+from shared.bus.state.connection import PostgresSettings
+from shared.bus.state.instrumented import InstrumentedSql
+from shared.bus.state.stores import PostgresDatabase, SqlDatabase
 from shared.cleanup.now import cleanup_pass
 from shared.health import check
 from shared.host.chaos import with_crashes, with_duplicates
@@ -27,6 +31,7 @@ from shared.resources import CONTAINERS, TABLES, Resources, resources_for
 from shared.settings import Settings, resolve_settings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
+from shared.stores.instrumented import InstrumentedAccount
 
 HOST_JSON = Path(__file__).resolve().parents[1] / "host.json"
 
@@ -62,6 +67,7 @@ class Worker:
         self._account: StorageAccount | None = None
         self._bus: Bus | None = None
         self._ingress_bus: Bus | None = None
+        self._sql: PostgresDatabase | None = None
         self._outcome_log = OutcomeLog.from_settings(settings)
 
     @classmethod
@@ -82,6 +88,24 @@ class Worker:
             self._account = with_duplicates(raw, self.settings.values)
         return self._account
 
+    def sql(self) -> PostgresDatabase | None:
+        """The database of the app's ``store="postgres"`` endpoints (None if it has none),
+        from ``BUS_POSTGRES_URL`` and its per-endpoint variants (``shared.bus.state``)."""
+        if self._sql is None and any(e.store == "postgres" for e in self.app.endpoints.values()):
+            self._sql = PostgresDatabase(PostgresSettings.from_env(self.settings.values))
+        return self._sql
+
+    def sql_states(self) -> dict[str, EndpointState]:
+        """The rows of each endpoint that keeps them in PostgreSQL, by endpoint name."""
+        sql = self.sql()
+        if sql is None:
+            return {}
+        return {
+            e.name: sql.endpoint_state(e.name)
+            for e in self.app.endpoints.values()
+            if e.store == "postgres"
+        }
+
     def bus(self) -> Bus:
         """The bus of queue-triggered processing."""
         if self._bus is None:
@@ -95,7 +119,11 @@ class Worker:
         return self._ingress_bus
 
     def _new_bus(self) -> Bus:
-        return Bus(self.app, with_crashes(self.account(), self.settings.values), self.config)
+        account = with_crashes(self.account(), self.settings.values)
+        sql: SqlDatabase | None = self.sql()
+        if sql is not None and isinstance(account, InstrumentedAccount):
+            sql = InstrumentedSql(sql, account.instrumentation)  # the demo's crashes, here too
+        return Bus(self.app, account, self.config, sql=sql)
 
     async def receive(self, endpoint: str, body: bytes, dequeue_count: int) -> Outcome:
         """What every queue-triggered function does with its message. The host has already
@@ -129,11 +157,15 @@ class Worker:
             self.settings,
             grace_seconds=grace_seconds,
             progress=progress,
+            sql=self.sql_states(),
         )
 
     async def close(self) -> None:
         """Release the connections this worker opened; it reopens them on next use."""
         account, self._account, self._bus, self._ingress_bus = self._account, None, None, None
+        sql, self._sql = self._sql, None
+        if sql is not None:
+            await sql.close()
         if account is not None and self._given_account is None:
             await account.close()
 

@@ -17,6 +17,7 @@ from datetime import datetime
 
 from shared.bus.app import BusApp
 from shared.bus.config import BusConfig
+from shared.bus.state.base import EndpointState
 from shared.cleanup.checkpoint import EPOCH, Checkpoint, Checkpoints, LeaseLost
 from shared.cleanup.report import CleanupReport, TaskReport
 from shared.cleanup.settings import CleanupSettings
@@ -45,11 +46,13 @@ async def run_cleanup(
     owner: str | None = None,
     monotonic: Callable[[], float] = time.monotonic,
     progress: Progress | None = None,
+    sql: Mapping[str, EndpointState] | None = None,
 ) -> CleanupReport:
     """Run every cleanup task once (or until the budget is spent) and report what happened.
 
     ``endpoints`` maps each endpoint to its mode (``{e.name: e.mode}`` of a BusApp); bare
-    names are taken as token mode.
+    names are taken as token mode. ``sql`` holds the rows of the endpoints that keep them in
+    a SQL database (``Bus.sql_states``).
 
     At least one page of one task runs per call, so even a zero budget makes progress.
     """
@@ -84,7 +87,9 @@ async def run_cleanup(
         if checkpoint is None:
             task_report.skipped = "leased by another instance"
             continue
-        context = CleanupContext(account, config, settings, tuple(sorted(endpoints)), now())
+        context = CleanupContext(
+            account, config, settings, tuple(sorted(endpoints)), now(), dict(sql or {})
+        )
         pages_run += await _run_task(
             task, context, checkpoints, checkpoint, task_report, over_budget, progress
         )

@@ -3,12 +3,13 @@ function and ``bus cleanup`` run."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from shared.bus.app import BusApp
 from shared.bus.config import BusConfig
+from shared.bus.state.base import EndpointState
 from shared.cleanup.job import endpoint_modes, run_cleanup
 from shared.cleanup.settings import CleanupSettings
 from shared.resources import TABLES
@@ -24,6 +25,7 @@ async def cleanup_pass(
     *,
     grace_seconds: float | None = None,
     progress: Callable[[str], None] | None = None,
+    sql: Mapping[str, EndpointState] | None = None,
 ) -> dict[str, Any]:
     """One run over every endpoint of ``app``: paged, resumable, within the ``CLEANUP_*``
     settings' time budget (``shared.cleanup``). Returns the JSON-ready report: totals removed
@@ -37,5 +39,6 @@ async def cleanup_pass(
         config=config,
         settings=replace(cleanup, checkpoint_table=TABLES["cleanup"]),
         progress=progress,
+        sql=sql,
     )
     return report.to_dict()

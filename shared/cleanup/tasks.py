@@ -14,10 +14,11 @@ signalled is deleted (design notes section 3):
 from __future__ import annotations
 
 import abc
+import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from shared.bus.config import BusConfig
@@ -29,6 +30,7 @@ from shared.bus.modes.state_based import truncate_state_streams
 from shared.bus.origin import Origin
 from shared.bus.outgoing import ORIGIN_METADATA
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, OutboxRecord, OutgoingSignal
+from shared.bus.state.base import EndpointState
 from shared.cleanup.origins import kind_of
 from shared.cleanup.report import TaskReport, describe
 from shared.cleanup.settings import CleanupSettings
@@ -63,6 +65,9 @@ class CleanupContext:
     settings: CleanupSettings
     endpoints: tuple[str, ...]
     now: datetime
+    sql: Mapping[str, EndpointState] = field(default_factory=dict)
+    """Endpoints whose O(m) and audit rows are in a SQL database (``store="postgres"``),
+    with their rows; every other endpoint keeps them in its table."""
 
     @property
     def grace(self) -> timedelta:
@@ -107,6 +112,14 @@ async def _delete_blob(tokens: BlobContainer, name: str, etag: str) -> bool:
 async def _delete_row(table: Table, entity: Entity) -> bool:
     try:
         await table.delete(entity.partition_key, entity.row_key, etag=entity.etag)
+    except PreconditionFailed:
+        return False  # changed since we read it: look again next pass
+    return True
+
+
+async def _delete_record(store: EndpointState, record: OutboxRecord) -> bool:
+    try:
+        await store.delete_outbox(record)
     except PreconditionFailed:
         return False  # changed since we read it: look again next pass
     return True
@@ -178,6 +191,8 @@ class AbandonedTokens(CleanupTask):
             # Never let a token's metadata point the cleanup at an arbitrary table.
             log.warning("token %s has an origin outside this bus: %r", blob.name, raw)
             return "bad_origin"
+        if origin.table in context.sql:
+            return await _judge_sql_origin(context.sql[origin.table], origin, blob, name["attempt"])
         if origin not in rows:
             rows[origin] = await _get_row(context.account.table(origin.table), origin)
         row = rows[origin]
@@ -205,6 +220,30 @@ class AbandonedTokens(CleanupTask):
         return "abandoned"
 
 
+async def _judge_sql_origin(
+    store: EndpointState, origin: Origin, blob: BlobProperties, attempt: str
+) -> str:
+    """The token's origin is O(m) of a SQL endpoint: the same rules as for a table's O(m)
+    (it outlives every token it committed; an uncommitted one is fenced before deleting)."""
+    if not origin.row_key.startswith(OUTBOX_PREFIX):
+        log.warning("token %s names a non-outbox row of SQL endpoint %s", blob.name, store.name)
+        return "bad_origin"
+    message_id = origin.row_key[len(OUTBOX_PREFIX) :]
+    record = (await store.read(origin.partition_key, message_id)).outbox
+    committed = set() if record is None else {o.attempt_id for o in record.outgoing}
+    if attempt in committed:
+        return "in_flight"
+    if blob.metadata.get("claim"):
+        log.error("token %s is claimed but its origin never committed it", blob.name)
+        return "claimed_not_committed"
+    if record is not None and not record.committed:
+        try:
+            await store.fence_outbox(record)
+        except (PreconditionFailed, NotFound):
+            return "origin_changed"
+    return "abandoned"
+
+
 async def _get_row(table: Table, origin: Origin) -> Entity | None:
     try:
         return await table.get(origin.partition_key, origin.row_key)
@@ -222,6 +261,9 @@ class OutboxRecords(CleanupTask):
     async def run_page(
         self, context: CleanupContext, continuation: str | None, report: TaskReport
     ) -> str | None:
+        store = context.sql.get(self.endpoint)
+        if store is not None:
+            return await self._run_sql_page(context, store, continuation, report)
         table = context.account.table(self.endpoint)
         page = await table.query(
             row_key_prefix=OUTBOX_PREFIX,
@@ -230,15 +272,35 @@ class OutboxRecords(CleanupTask):
         )
         for entity in page.entities:
             try:
-                await self._judge(context, table, entity, report)
+                record = OutboxRecord.from_entity(entity)
+                await self._judge(
+                    context, record, functools.partial(_delete_row, table, entity), report
+                )
             except ROW_ERRORS as e:
                 _skip_bad_row(report, _row(table, entity), e)
         return page.continuation
 
+    async def _run_sql_page(
+        self,
+        context: CleanupContext,
+        store: EndpointState,
+        continuation: str | None,
+        report: TaskReport,
+    ) -> str | None:
+        records, following = await store.outbox_page(continuation, context.settings.page_size)
+        for record in records:
+            await self._judge(
+                context, record, functools.partial(_delete_record, store, record), report
+            )
+        return following
+
     async def _judge(
-        self, context: CleanupContext, table: Table, entity: Entity, report: TaskReport
+        self,
+        context: CleanupContext,
+        record: OutboxRecord,
+        delete: Callable[[], Awaitable[bool]],
+        report: TaskReport,
     ) -> None:
-        record = OutboxRecord.from_entity(entity)
         if not record.committed:
             # A claim nobody committed. While the incoming token exists the message is still
             # to be processed (maybe parked in the poison queue): keep the claim.
@@ -246,7 +308,7 @@ class OutboxRecords(CleanupTask):
                 report.kept["young"] += 1
             elif await _exists(context.tokens, record.incoming_token):
                 report.kept["incoming_pending"] += 1
-            elif await _delete_row(table, entity):
+            elif await delete():
                 report.removed["unused_outbox_records"] += 1
             return
         if record.committed_at is None:
@@ -260,7 +322,7 @@ class OutboxRecords(CleanupTask):
             report.kept["outputs_in_flight"] += 1
         elif await _exists(context.tokens, record.incoming_token):
             report.kept["incoming_pending"] += 1  # R7 not done yet; a redelivery will
-        elif await _delete_row(table, entity):
+        elif await delete():
             report.removed["outbox_records"] += 1
 
 
@@ -311,13 +373,17 @@ class AuditRows(CleanupTask):
     async def run_page(
         self, context: CleanupContext, continuation: str | None, report: TaskReport
     ) -> str | None:
+        cutoff = context.now - timedelta(seconds=context.settings.audit_retention_seconds)
+        store = context.sql.get(self.endpoint)
+        if store is not None:  # one indexed DELETE does the whole endpoint
+            report.removed["audit_rows"] += await store.expire_audit(cutoff)
+            return None
         table = context.account.table(self.endpoint)
         page = await table.query(
             row_key_prefix=AUDIT_PREFIX,
             page_size=context.settings.page_size,
             continuation=continuation,
         )
-        cutoff = context.now - timedelta(seconds=context.settings.audit_retention_seconds)
         for entity in page.entities:
             processed_at = entity.properties.get("processed_at")
             if isinstance(processed_at, datetime) and processed_at > cutoff:

@@ -46,6 +46,10 @@ async def provision_command(worker: Worker, resources_file: Path = RESOURCES_FIL
     Azure) matches the app."""
     check_resources_file(worker.resources, resources_file)
     print((await provision(worker.account(), worker.resources)).summary())
+    sql = worker.sql()
+    if sql is not None:  # the schema of endpoints that keep their state in PostgreSQL
+        for line in await sql.migrate(worker.sql_states()):
+            print(line)
     return EXIT_OK
 
 

@@ -7,9 +7,10 @@ import json
 import typing
 from collections import Counter
 from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
+from pydantic import BaseModel
 
 from shared.bus import Bus, BusApp, BusConfig
 from shared.bus.app import Mode
@@ -18,7 +19,12 @@ from shared.bus.modes.entity_outbox import StateEntity
 from shared.bus.modes.processed_table import PROCESSED_PREFIX, ProcessedRecord
 from shared.bus.modes.state_based import INDEX_PREFIX, IndexEntry
 from shared.bus.receiver import Outcome
-from shared.bus.records import OUTBOX_PREFIX, STATE_ROW, OutboxRecord
+from shared.bus.records import STATE_ROW, OutboxRecord, outbox_row
+from shared.bus.state.base import EndpointState
+from shared.bus.state.connection import PostgresSettings
+from shared.bus.state.instrumented import InstrumentedSql
+from shared.bus.state.memory_sql import MemorySqlDatabase
+from shared.bus.state.stores import PostgresDatabase
 from shared.clock import ManualClock
 from shared.errors import NotFound
 from shared.host.queue_worker import QueueSettings, QueueWorker
@@ -33,20 +39,34 @@ from tests.bus.flow import Ledger
 from tests.conftest import Backend, unique_name
 
 MODES: tuple[Mode, ...] = typing.get_args(Mode)
+S = typing.TypeVar("S", bound=BaseModel)
+
+
+SQL_BACKENDS = [
+    pytest.param(("memory-sql", "token"), id="memory-sql-token"),
+    pytest.param(
+        ("postgres", "token"),
+        id="postgres-token",
+        marks=[pytest.mark.azurite, pytest.mark.postgres],
+    ),
+]
+"""Token mode with its endpoints' state in PostgreSQL: in the in-memory model of it (with
+the in-memory storage account) and in a real server (with Azurite)."""
 
 
 def backend_modes(
-    *, azurite: Iterable[Mode] = MODES, slow_azurite: Iterable[Mode] = ()
+    *, azurite: Iterable[Mode] = MODES, slow_azurite: Iterable[Mode] = (), sql: bool = True
 ) -> list[typing.Any]:
     """Parameters for the ``backend`` fixture below: every mode on the in-memory stores, and
-    the given modes on Azurite (``slow_azurite`` ones only under ``-m slow``)."""
+    the given modes on Azurite (``slow_azurite`` ones only under ``-m slow``); with ``sql``,
+    token mode with PostgreSQL endpoints too (``SQL_BACKENDS``)."""
     params = [pytest.param(("memory", m), id=f"memory-{m}") for m in MODES]
     fast, slow = set(azurite), set(slow_azurite)
     for m in MODES:
         if m in fast or m in slow:
             marks = [pytest.mark.azurite] + ([pytest.mark.slow] if m not in fast else [])
             params.append(pytest.param(("azurite", m), id=f"azurite-{m}", marks=marks))
-    return params
+    return params + (SQL_BACKENDS if sql else [])
 
 
 @pytest.fixture(name="backend", params=backend_modes())
@@ -54,16 +74,22 @@ async def per_mode_backend(request: pytest.FixtureRequest) -> AsyncIterator[Back
     """Overrides the suite's ``backend`` in modules that import it: one backend per (store,
     endpoint mode) pair; the ``mode`` fixture names the mode."""
     name, _ = request.param
-    if name == "memory":
+    if name in ("memory", "memory-sql"):
         clock = ManualClock()
-        yield Backend("memory", MemoryStorageAccount(clock=clock), clock)
+        sql = MemorySqlDatabase() if name == "memory-sql" else None
+        yield Backend(name, MemoryStorageAccount(clock=clock), clock, sql)
         return
     endpoints = request.getfixturevalue("azurite")
     account = AzureStorageAccount(StorageSettings(connection_string=endpoints.connection_string))
+    database = None
+    if name == "postgres":
+        database = PostgresDatabase(PostgresSettings(url=request.getfixturevalue("postgres")))
     try:
-        yield Backend("azurite", account)
+        yield Backend(name, account, sql=database)
     finally:
         await account.close()
+        if database is not None:
+            await database.close()
 
 
 @pytest.fixture(name="mode")
@@ -84,8 +110,12 @@ class Harness:
     def __post_init__(self) -> None:
         self.raw = self.backend.account
         self.account = InstrumentedAccount(self.raw, self.instrumentation)
-        self.bus = Bus(self.app, self.account, self.config)  # instrumented: processing
-        self.setup_bus = Bus(self.app, self.raw, self.config)  # uncounted: setup and sends
+        sql = self.backend.sql
+        counted = None if sql is None else InstrumentedSql(sql, self.instrumentation)
+        # instrumented: processing
+        self.bus = Bus(self.app, self.account, self.config, sql=counted)
+        # uncounted: setup, sends and reading the outcome
+        self.setup_bus = Bus(self.app, self.raw, self.config, sql=sql)
         settings = QueueSettings(max_dequeue_count=20, lease_seconds=30)
         self.workers = {
             name: QueueWorker(self.account, name, self._handler(name), settings)
@@ -106,6 +136,12 @@ class Harness:
         if backend.clock is not None:
             settings.setdefault("clock", backend.clock)  # one clock for stores and bus
         bus_config = BusConfig(**settings)  # type: ignore[arg-type]
+        if backend.sql is not None:
+            # A SQL backend runs the same flow with its token-mode endpoints' rows in the
+            # database; endpoints of the other modes stay on tables and talk to them.
+            for name, endpoint in app.endpoints.items():
+                if endpoint.mode == "token":
+                    app.endpoints[name] = replace(endpoint, store="postgres")
         harness = cls(backend, app, bus_config)
         await provision(
             harness.raw,
@@ -161,32 +197,48 @@ class Harness:
             return
         raise AssertionError("queues did not drain")
 
+    def rows(self, endpoint: str) -> EndpointState:
+        """Where ``endpoint`` keeps state, O(m) and audit rows (its table or the database)."""
+        return self.setup_bus.endpoint_state(endpoint)
+
+    async def row_keys(self, endpoint: str) -> list[tuple[str, str]]:
+        """(partition, row) of every row ``endpoint`` keeps, whichever its store; SQL rows are
+        named as their Table Storage counterparts would be."""
+        if self.app.get(endpoint).store == "table":
+            return [
+                (e.partition_key, e.row_key) async for e in self.raw.table(endpoint).query_all()
+            ]
+        rows = self.rows(endpoint)
+        keys = [(s.partition_key, STATE_ROW) async for s in rows.states()]
+        keys += [(o.partition_key, outbox_row(o.message_id)) async for o in rows.outbox_records()]
+        keys += [(e.partition_key, e.row_key) async for e in rows.audit_entities()]
+        return sorted(keys)
+
     async def state(self, endpoint: str, partition: str) -> Ledger:
-        table = self.raw.table(endpoint)
-        page = await table.query(partition_key=partition, row_keys=[STATE_ROW])
-        if not page.entities:
-            return Ledger()
-        return Ledger.model_validate_json(str(page.entities[0]["data"]))
+        async for row in self.rows(endpoint).states():
+            if row.partition_key == partition:
+                return Ledger.model_validate_json(row.data)
+        return Ledger()
+
+    async def applied_state(self, endpoint: str, partition: str, model: type[S]) -> S:
+        """The state of ``partition`` at ``endpoint`` as ``model`` (its default if none)."""
+        async for row in self.rows(endpoint).states():
+            if row.partition_key == partition:
+                return model.model_validate_json(row.data)
+        return model()
 
     async def applied(self, endpoint: str) -> list[str]:
         """Every message id applied at ``endpoint``, across partitions (duplicates kept)."""
         ids: list[str] = []
-        async for entity in self.raw.table(endpoint).query_all():
-            if entity.row_key == STATE_ROW:
-                ids += Ledger.model_validate_json(str(entity["data"])).applied
+        async for row in self.rows(endpoint).states():
+            ids += Ledger.model_validate_json(row.data).applied
         return ids
 
     async def audit_ids(self, endpoint: str) -> list[str]:
-        return [
-            str(e["message_id"])
-            async for e in self.raw.table(endpoint).query_all(row_key_prefix="audit|")
-        ]
+        return [str(e["message_id"]) async for e in self.rows(endpoint).audit_entities()]
 
     async def outbox_records(self, endpoint: str) -> list[OutboxRecord]:
-        return [
-            OutboxRecord.from_entity(e)
-            async for e in self.raw.table(endpoint).query_all(row_key_prefix=OUTBOX_PREFIX)
-        ]
+        return [r async for r in self.rows(endpoint).outbox_records()]
 
     async def tokens(self) -> list[str]:
         return [p.name async for p in self.raw.blob_container(self.config.tokens_container).list()]
@@ -215,11 +267,13 @@ async def committed_attempts(harness: Harness) -> set[str]:
     """Attempt ids of every output token committed by any endpoint, whatever its mode."""
     attempts: set[str] = set()
     for endpoint in harness.app.endpoints:
+        for record in await harness.outbox_records(endpoint):
+            attempts |= {o.attempt_id for o in record.outgoing}
+        if harness.app.get(endpoint).store != "table":
+            continue
         async for entity in harness.raw.table(endpoint).query_all():
             key = entity.row_key
-            if key.startswith(OUTBOX_PREFIX):
-                attempts |= {o.attempt_id for o in OutboxRecord.from_entity(entity).outgoing}
-            elif key.startswith(PROCESSED_PREFIX):
+            if key.startswith(PROCESSED_PREFIX):
                 attempts |= ProcessedRecord.from_entity(entity).committed_attempts
             elif key.startswith(INDEX_PREFIX):
                 attempts |= IndexEntry.from_entity(entity).committed_attempts

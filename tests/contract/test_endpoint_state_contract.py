@@ -17,7 +17,7 @@ from shared.bus.state.connection import PostgresSettings
 from shared.bus.state.memory_sql import MemorySqlDatabase
 from shared.bus.state.stores import PostgresDatabase
 from shared.bus.state.table import TableEndpointState
-from shared.errors import AlreadyExists, PreconditionFailed, TransactionFailed
+from shared.errors import AlreadyExists, NotFound, PreconditionFailed, TransactionFailed
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
 from shared.stores.memory import MemoryStorageAccount
@@ -286,3 +286,34 @@ async def test_audit_rows_expire_after_their_retention(store: EndpointState) -> 
 
     assert removed == 1
     assert [e["message_id"] async for e in store.audit_entities()] == ["m1"]
+
+
+async def test_a_fenced_outbox_record_can_no_longer_be_committed(store: EndpointState) -> None:
+    record = await claim(store)
+
+    fenced = await store.fence_outbox(record)
+
+    assert fenced.etag != record.etag
+    with pytest.raises(TransactionFailed):
+        async with store.begin() as transaction:
+            await transaction.commit(first_state(), record.committing([], [], T0), audit())
+    with pytest.raises(PreconditionFailed):
+        await store.fence_outbox(record)
+    await store.delete_outbox(fenced)
+    with pytest.raises(NotFound):
+        await store.fence_outbox(fenced)
+
+
+async def test_outbox_records_page_in_key_order(store: EndpointState) -> None:
+    for partition, message in [("p2", "m1"), ("p1", "m2"), ("p1", "m1")]:
+        await claim(store, partition=partition, message=message)
+
+    seen: list[tuple[str, str]] = []
+    continuation: str | None = None
+    for _ in range(5):
+        page, continuation = await store.outbox_page(continuation, page_size=2)
+        seen += [(r.partition_key, r.message_id) for r in page]
+        if continuation is None:
+            break
+
+    assert seen == [("p1", "m1"), ("p1", "m2"), ("p2", "m1")]

@@ -19,16 +19,34 @@ Versions are opaque strings: the ETag on Table Storage, the version column in Po
 from __future__ import annotations
 
 import abc
+import json
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from shared.bus.records import AuditRecord, OutboxRecord
+from shared.errors import InvalidValue
 from shared.stores.table import Entity
 
 StoreKind = Literal["table", "postgres"]
 STORES: tuple[StoreKind, ...] = ("table", "postgres")
+
+
+def next_page(last: OutboxRecord) -> str:
+    """The continuation of a SQL outbox page: the key of its last record (plain text, so it
+    survives in the cleanup's checkpoint)."""
+    return json.dumps([last.partition_key, last.message_id])
+
+
+def page_after(continuation: str | None) -> tuple[str, str] | None:
+    if continuation is None:
+        return None
+    try:
+        partition_key, message_id = json.loads(continuation)
+        return str(partition_key), str(message_id)
+    except (ValueError, TypeError) as e:
+        raise InvalidValue(f"malformed continuation {continuation!r}") from e
 
 
 @dataclass(frozen=True)
@@ -93,6 +111,18 @@ class EndpointState(abc.ABC):
     async def delete_outbox(self, record: OutboxRecord) -> None:
         """Delete O(m) while its version is ``record.etag`` (PreconditionFailed if changed;
         nothing to do if it is gone)."""
+
+    @abc.abstractmethod
+    async def fence_outbox(self, record: OutboxRecord) -> OutboxRecord:
+        """Rewrite O(m) unchanged under a new version, while its version is ``record.etag``
+        (PreconditionFailed if changed, NotFound if gone): a round that read the old version
+        can no longer commit through it (the cleanup does this before deleting a token)."""
+
+    @abc.abstractmethod
+    async def outbox_page(
+        self, continuation: str | None, page_size: int
+    ) -> tuple[list[OutboxRecord], str | None]:
+        """One page of O(m) records in key order and where the next starts (None: done)."""
 
     @abc.abstractmethod
     def begin(self) -> AbstractAsyncContextManager[StateTransaction]:

@@ -17,10 +17,19 @@ from datetime import datetime
 from typing import Any
 
 from shared.bus.records import AuditRecord, OutboxRecord
-from shared.bus.state.base import EndpointState, Snapshot, StateRow, StateTransaction, StateWrite
+from shared.bus.state.base import (
+    EndpointState,
+    Snapshot,
+    StateRow,
+    StateTransaction,
+    StateWrite,
+    next_page,
+    page_after,
+)
 from shared.errors import (
     AlreadyExists,
     InvalidValue,
+    NotFound,
     PreconditionFailed,
     TransactionFailed,
 )
@@ -63,7 +72,9 @@ class MemorySqlTransaction(StateTransaction):
 
     async def commit(self, state: StateWrite, outbox: OutboxRecord, audit: AuditRecord) -> str:
         if self.done:
-            raise InvalidValue("this transaction has already ended")
+            # A COMMIT travels on the transaction's connection ahead of its ROLLBACK, so one
+            # whose answer was lost either landed before the rollback or never lands.
+            raise TransactionFailed(0, PreconditionFailed("the transaction has ended"))
         self.done = True
         db, name = self._store.db, self._store.name
         state_key = (name, state.partition_key)
@@ -118,6 +129,26 @@ class MemorySqlState(EndpointState):
         if stored.etag != record.etag:
             raise PreconditionFailed(f"O({record.message_id}) has changed")
         del self.db.outboxes[key]
+
+    async def fence_outbox(self, record: OutboxRecord) -> OutboxRecord:
+        key = (self.name, record.partition_key, record.message_id)
+        stored = self.db.outboxes.get(key)
+        if stored is None:
+            raise NotFound(f"O({record.message_id}) is gone")
+        if stored.etag != record.etag:
+            raise PreconditionFailed(f"O({record.message_id}) has changed")
+        fenced = self.db.outboxes[key] = replace(stored, etag=self.db.next_version())
+        return fenced
+
+    async def outbox_page(
+        self, continuation: str | None, page_size: int
+    ) -> tuple[list[OutboxRecord], str | None]:
+        after = page_after(continuation)
+        keys = sorted(
+            k for k in self.db.outboxes if k[0] == self.name and (after is None or k[1:] > after)
+        )
+        page = [self.db.outboxes[k] for k in keys[:page_size]]
+        return page, (next_page(page[-1]) if len(keys) > page_size else None)
 
     @contextlib.asynccontextmanager
     async def begin(self) -> AsyncIterator[StateTransaction]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -20,11 +21,20 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from shared.bus.records import AuditRecord, OutboxRecord, OutgoingSignal, audit_row
-from shared.bus.state.base import EndpointState, Snapshot, StateRow, StateTransaction, StateWrite
+from shared.bus.state.base import (
+    EndpointState,
+    Snapshot,
+    StateRow,
+    StateTransaction,
+    StateWrite,
+    next_page,
+    page_after,
+)
 from shared.bus.state.connection import Pools
 from shared.bus.state.schema import SCHEMA
 from shared.errors import (
     AlreadyExists,
+    NotFound,
     OutcomeUnknown,
     PreconditionFailed,
     StorageError,
@@ -257,6 +267,53 @@ class PostgresEndpointState(EndpointState):
                 raise PreconditionFailed(f"O({record.message_id}) has changed")
 
         await _translated(f"deleting O({record.message_id}) at {self.name}", delete)
+
+    async def fence_outbox(self, record: OutboxRecord) -> OutboxRecord:
+        async def fence() -> OutboxRecord:
+            pool = await self._pool()
+            row = await pool.fetchrow(
+                "WITH fenced AS ("
+                f"  UPDATE {SCHEMA}.outbox SET version = nextval('{SCHEMA}.row_version') "
+                "   WHERE endpoint = $1 AND partition_key = $2 AND message_id = $3 "
+                "   AND version = $4 RETURNING version) "
+                "SELECT (SELECT version FROM fenced) AS fenced, "
+                f" EXISTS (SELECT 1 FROM {SCHEMA}.outbox WHERE endpoint = $1 "
+                "   AND partition_key = $2 AND message_id = $3) AS present",
+                self.name,
+                record.partition_key,
+                record.message_id,
+                int(record.etag),
+            )
+            if row is None or not row["present"]:
+                raise NotFound(f"O({record.message_id}) is gone")
+            if row["fenced"] is None:
+                raise PreconditionFailed(f"O({record.message_id}) has changed")
+            return replace(record, etag=str(row["fenced"]))
+
+        return await _translated(f"fencing O({record.message_id}) at {self.name}", fence)
+
+    async def outbox_page(
+        self, continuation: str | None, page_size: int
+    ) -> tuple[list[OutboxRecord], str | None]:
+        after = page_after(continuation) or ("", "")
+        first = continuation is None
+
+        async def page() -> tuple[list[OutboxRecord], str | None]:
+            pool = await self._pool()
+            rows = await pool.fetch(
+                f"SELECT {_OUTBOX_COLUMNS} FROM {SCHEMA}.outbox WHERE endpoint = $1 "
+                "AND ($2 OR (partition_key, message_id) > ($3, $4)) "
+                "ORDER BY partition_key, message_id LIMIT $5",
+                self.name,
+                first,
+                after[0],
+                after[1],
+                page_size + 1,
+            )
+            records = [_outbox(r) for r in rows[:page_size]]
+            return records, (next_page(records[-1]) if len(rows) > page_size else None)
+
+        return await _translated(f"listing O(m) of {self.name}", page)
 
     @contextlib.asynccontextmanager
     async def begin(self) -> AsyncIterator[StateTransaction]:

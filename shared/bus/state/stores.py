@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 from shared.bus.state.base import EndpointState
 from shared.bus.state.connection import Pools, PostgresSettings
+from shared.bus.state.schema import migrate, schema_version
 from shared.bus.state.table import TableEndpointState
 from shared.errors import ConfigurationError
 from shared.stores.account import StorageAccount
@@ -33,6 +35,22 @@ class PostgresDatabase:
 
     async def close(self) -> None:
         await self.pools.close()
+
+    async def migrate(self, endpoints: Iterable[str]) -> list[str]:
+        """Bring each database these endpoints use to the latest schema (idempotent);
+        one line per database for the operator."""
+        lines = []
+        for url in sorted({self.settings.url_for(e) for e in endpoints}):
+            pool = await self.pools.pool(url)
+            async with pool.acquire() as connection:
+                applied = await migrate(connection)
+                version = await schema_version(connection)
+            where = url.split("@")[-1]  # never print credentials
+            lines.append(
+                f"PostgreSQL {where}: bus schema at version {version}"
+                + (f" (applied {applied})" if applied else " (up to date)")
+            )
+        return lines
 
 
 def endpoint_state(

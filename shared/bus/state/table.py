@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import datetime
 
 from shared.bus.records import (
@@ -68,6 +69,17 @@ class TableEndpointState(EndpointState):
         await self.table.delete(
             record.partition_key, outbox_row(record.message_id), etag=record.etag
         )
+
+    async def fence_outbox(self, record: OutboxRecord) -> OutboxRecord:
+        return replace(record, etag=await self.table.update(record.to_entity(), etag=record.etag))
+
+    async def outbox_page(
+        self, continuation: str | None, page_size: int
+    ) -> tuple[list[OutboxRecord], str | None]:
+        page = await self.table.query(
+            row_key_prefix=OUTBOX_PREFIX, page_size=page_size, continuation=continuation
+        )
+        return [OutboxRecord.from_entity(e) for e in page.entities], page.continuation
 
     @contextlib.asynccontextmanager
     async def begin(self) -> AsyncIterator[StateTransaction]:

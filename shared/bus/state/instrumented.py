@@ -1,0 +1,106 @@
+"""Counting and fault injection for SQL endpoint state, as ``shared.stores.instrumented``
+does for the storage account: every read, O(m) insert or delete and commit is one numbered
+operation (``sql.query``, ``sql.insert``, ``sql.delete``, ``sql.transact``) of the same
+``Instrumentation``, so the fault matrix and the simulator reach PostgreSQL endpoints too.
+The listings for tools (states, outbox records, audit rows) are passed through uncounted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import datetime
+
+from shared.bus.records import AuditRecord, OutboxRecord
+from shared.bus.state.base import EndpointState, Snapshot, StateRow, StateTransaction, StateWrite
+from shared.bus.state.stores import SqlDatabase
+from shared.stores.instrumented import Instrumentation
+from shared.stores.table import Entity
+
+
+class InstrumentedSql:
+    def __init__(self, inner: SqlDatabase, instrumentation: Instrumentation) -> None:
+        self.inner = inner
+        self.instrumentation = instrumentation
+
+    def endpoint_state(self, endpoint: str) -> EndpointState:
+        return InstrumentedState(self.inner.endpoint_state(endpoint), self.instrumentation)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+class _Transaction(StateTransaction):
+    def __init__(self, inner: StateTransaction, name: str, i: Instrumentation) -> None:
+        self._inner = inner
+        self._name = name
+        self._i = i
+
+    @property
+    def sql(self) -> object:
+        return self._inner.sql
+
+    async def commit(self, state: StateWrite, outbox: OutboxRecord, audit: AuditRecord) -> str:
+        return await self._i.run(
+            "sql.transact",
+            f"{self._name}/{state.partition_key}",
+            lambda: self._inner.commit(state, outbox, audit),
+        )
+
+
+class InstrumentedState(EndpointState):
+    def __init__(self, inner: EndpointState, instrumentation: Instrumentation) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.kind = inner.kind
+        self._i = instrumentation
+
+    async def read(self, partition_key: str, message_id: str) -> Snapshot:
+        return await self._i.run(
+            "sql.query",
+            f"{self.name}/{partition_key}",
+            lambda: self.inner.read(partition_key, message_id),
+        )
+
+    async def insert_outbox(self, record: OutboxRecord) -> str:
+        return await self._i.run(
+            "sql.insert",
+            f"{self.name}/{record.partition_key}/{record.message_id}",
+            lambda: self.inner.insert_outbox(record),
+        )
+
+    async def delete_outbox(self, record: OutboxRecord) -> None:
+        await self._i.run(
+            "sql.delete",
+            f"{self.name}/{record.partition_key}/{record.message_id}",
+            lambda: self.inner.delete_outbox(record),
+        )
+
+    async def fence_outbox(self, record: OutboxRecord) -> OutboxRecord:
+        return await self._i.run(
+            "sql.update",
+            f"{self.name}/{record.partition_key}/{record.message_id}",
+            lambda: self.inner.fence_outbox(record),
+        )
+
+    async def outbox_page(
+        self, continuation: str | None, page_size: int
+    ) -> tuple[list[OutboxRecord], str | None]:
+        return await self.inner.outbox_page(continuation, page_size)
+
+    @contextlib.asynccontextmanager
+    async def begin(self) -> AsyncIterator[StateTransaction]:
+        async with self.inner.begin() as transaction:
+            yield _Transaction(transaction, self.name, self._i)
+
+    def states(self) -> AsyncIterator[StateRow]:
+        return self.inner.states()
+
+    def outbox_records(self) -> AsyncIterator[OutboxRecord]:
+        return self.inner.outbox_records()
+
+    def audit_entities(self) -> AsyncIterator[Entity]:
+        return self.inner.audit_entities()
+
+    async def expire_audit(self, before: datetime) -> int:
+        return await self.inner.expire_audit(before)

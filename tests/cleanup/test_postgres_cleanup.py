@@ -1,0 +1,106 @@
+"""The cleanup over endpoints that keep their rows in PostgreSQL (and its in-memory model):
+the same job retires their O(m), removes abandoned tokens by asking their O(m) in SQL, and
+expires their audit rows; a committed token not consumed yet is never touched."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from shared.bus.state.base import EndpointState
+from shared.cleanup.job import endpoint_modes, run_cleanup
+from shared.cleanup.report import CleanupReport
+from shared.cleanup.settings import CleanupSettings
+from shared.stores.instrumented import Fault, fault_at_first
+from tests.bus.flow import FlowNames, PlaceOrder, build_flow
+from tests.bus.harness import SQL_BACKENDS, Harness, per_mode_backend  # noqa: F401
+from tests.conftest import Backend, unique_name
+
+pytestmark = pytest.mark.parametrize("backend", SQL_BACKENDS, indirect=True)
+
+
+def sql_rows(harness: Harness) -> dict[str, EndpointState]:
+    return {
+        name: harness.rows(name)
+        for name, endpoint in harness.app.endpoints.items()
+        if endpoint.store == "postgres"
+    }
+
+
+async def cleanup(harness: Harness, later: float, **settings: float) -> CleanupReport:
+    clock = harness.config.clock
+    report = await run_cleanup(
+        harness.raw,
+        endpoint_modes(harness.app),
+        config=replace(harness.config, clock=lambda: clock() + later),
+        settings=CleanupSettings(
+            budget_seconds=600,
+            page_size=2,
+            checkpoint_table=unique_name("cleanup"),
+            **settings,  # type: ignore[arg-type]
+        ),
+        sql=sql_rows(harness),
+    )
+    assert report.complete
+    return report
+
+
+async def start(backend: Backend) -> tuple[Harness, FlowNames]:
+    names = FlowNames.with_suffix(unique_name("")[:8])
+    harness = await Harness.create(backend, build_flow(names))
+    assert set(sql_rows(harness)) == set(names.all)
+    for order in ("o1", "o2", "o3"):
+        await harness.setup_bus.client().send(
+            PlaceOrder(order_id=order, amount=5), to=names.orders, idempotency_key=order
+        )
+    return harness, names
+
+
+async def test_one_run_after_quiet_leaves_no_dedup_data(backend: Backend) -> None:
+    harness, names = await start(backend)
+    harness.instrumentation.plan = fault_at_first("sql.transact", Fault.CRASH_BEFORE)
+    await harness.run_until_quiet()
+    assert harness.crashes == 1
+    assert await harness.tokens()  # the crashed round's tokens were never committed
+
+    report = await cleanup(harness, later=3600)
+
+    assert await harness.tokens() == []
+    for endpoint in names.all:
+        assert await harness.outbox_records(endpoint) == []
+    assert report.to_dict()["removed"]["abandoned_tokens"] >= 1
+    assert sorted(await harness.applied(names.orders)) == sorted(
+        await harness.audit_ids(names.orders)
+    )
+    assert len(await harness.applied(names.orders)) == 3
+
+
+async def test_a_committed_token_not_yet_consumed_is_kept(backend: Backend) -> None:
+    harness, names = await start(backend)
+    for message in await harness.raw.queue(names.orders).receive(32, visibility_timeout=30):
+        await harness.deliver(names.orders, message)  # only orders runs; its outputs wait
+    waiting = await harness.tokens()
+    assert waiting
+
+    await cleanup(harness, later=3600)
+
+    assert await harness.tokens() == waiting
+    assert len(await harness.outbox_records(names.orders)) == 3  # outputs still in flight
+    await harness.run_until_quiet()
+    assert len(await harness.applied(names.payments)) == 3
+    assert len(await harness.applied(names.loyalty)) == 3
+
+
+async def test_audit_rows_expire_in_the_same_job(backend: Backend) -> None:
+    harness, names = await start(backend)
+    await harness.run_until_quiet()
+
+    kept = await cleanup(harness, later=3600, audit_retention_seconds=86_400)
+    assert len(await harness.audit_ids(names.orders)) == 3
+    expired = await cleanup(harness, later=2 * 86_400, audit_retention_seconds=86_400)
+
+    assert kept.to_dict()["removed"].get("audit_rows", 0) == 0
+    assert expired.to_dict()["removed"]["audit_rows"] == 3 + 3 + 3 + 6
+    for endpoint in names.all:
+        assert await harness.audit_ids(endpoint) == []
