@@ -1,6 +1,6 @@
 # Two commands matter: `make demo` (the main job) and `make test`. Both install what is missing
-# first: the Python virtual environment, Azurite (npm, into this repository) and Java (for
-# PySpark). Re-running is fast because every step is skipped when its stamp is up to date.
+# first: the Python virtual environment, Azurite (npm, into this repository), Java (for
+# PySpark) and PostgreSQL (for endpoints that keep their state there). Re-running is fast because every step is skipped when its stamp is up to date.
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -11,9 +11,9 @@ NODE_STAMP := node_modules/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: deps java test lint format lint-infra demo clean
+.PHONY: deps java postgres test lint format lint-infra demo clean
 
-deps: $(PY_STAMP) $(NODE_STAMP) java
+deps: $(PY_STAMP) $(NODE_STAMP) java postgres
 
 $(PY_STAMP): requirements.txt requirements-dev.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,13 @@ java:
 	  echo "Java not found: installing openjdk-17-jre-headless (needed by PySpark)"; \
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openjdk-17-jre-headless; }
+
+# Debian's server binaries (initdb, postgres); tests and the demo start private servers.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  echo "PostgreSQL not found: installing postgresql (endpoints with store=postgres)"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql; }
 
 test: deps
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -15,6 +15,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from shared.app_loader import APP_SETTING, configured_app
+from shared.bus.state.base import EndpointState
+from shared.bus.state.connection import PostgresSettings
+from shared.bus.state.stores import PostgresDatabase
 from shared.errors import BusError, ConfigurationError
 from shared.resources import TABLES
 from shared.settings import (
@@ -161,6 +164,13 @@ def _tables(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 def _run(args: argparse.Namespace) -> int:
     from shared.audit.job import AuditJob
 
+    if not args.input and (in_postgres := _in_postgres(args, _tables(args)[0])):
+        # Spark reads tables through the storage SDK; these rows are not in any table.
+        raise ConfigurationError(
+            f"endpoints {in_postgres} keep their audit rows in PostgreSQL: export first "
+            "(`python -m shared.audit export --out DIR`, which reads them there) and audit "
+            "the export with `run --input DIR`"
+        )
     job = AuditJob(
         input_path=args.input,
         file_format=args.format,
@@ -190,19 +200,25 @@ def _export(args: argparse.Namespace) -> int:
             print(f"  {line}", file=sys.stderr, flush=True)
 
     async def go() -> int:
-        async with AzureStorageAccount(settings) as account:
-            result = await export(
-                account,
-                args.out,
-                endpoint_tables=endpoint_tables,
-                ingress_tables=ingress_tables,
-                checkpoint_path=args.checkpoint,
-                page_size=args.page_size,
-                file_format=args.format,
-                restart=args.restart,
-                max_pages=args.max_pages,
-                progress=progress,
-            )
+        database, sql = _postgres_endpoints(args, endpoint_tables)
+        try:
+            async with AzureStorageAccount(settings) as account:
+                result = await export(
+                    account,
+                    args.out,
+                    endpoint_tables=endpoint_tables,
+                    ingress_tables=ingress_tables,
+                    checkpoint_path=args.checkpoint,
+                    page_size=args.page_size,
+                    file_format=args.format,
+                    restart=args.restart,
+                    max_pages=args.max_pages,
+                    progress=progress,
+                    sql=sql,
+                )
+        finally:
+            if database is not None:
+                await database.close()
         state = "complete" if result.complete else "stopped early; rerun to resume"
         print(
             f"export: rows={sum(result.rows.values())} pages={sum(result.pages.values())} "
@@ -211,6 +227,27 @@ def _export(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return asyncio.run(go())
+
+
+def _in_postgres(args: argparse.Namespace, endpoints: list[str]) -> list[str]:
+    """Those of ``endpoints`` the configured app declares with ``store="postgres"``."""
+    settings = _settings(args)
+    if not settings.get(APP_SETTING):
+        return []
+    declared = configured_app(settings).endpoints
+    return [e for e in endpoints if e in declared and declared[e].store == "postgres"]
+
+
+def _postgres_endpoints(
+    args: argparse.Namespace, endpoints: list[str]
+) -> tuple[PostgresDatabase | None, dict[str, EndpointState]]:
+    """The database and rows of the exported endpoints that keep their audit rows in
+    PostgreSQL (``store="postgres"`` in the configured app, ``BUS_POSTGRES_URL``)."""
+    names = _in_postgres(args, endpoints)
+    if not names:
+        return None, {}
+    database = PostgresDatabase(PostgresSettings.from_env(_settings(args).values))
+    return database, {name: database.endpoint_state(name) for name in names}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -33,6 +33,7 @@ from shared.audit.rows import (
 )
 from shared.bus.ingress import INGRESS_ROW
 from shared.bus.records import AUDIT_PREFIX
+from shared.bus.state.base import EndpointState
 from shared.errors import ConfigurationError, NotFound
 from shared.stores.account import StorageAccount
 from shared.stores.table import Table
@@ -141,10 +142,13 @@ async def export(
     restart: bool = False,
     max_pages: int | None = None,
     progress: Callable[[str], None] = lambda _: None,
+    sql: Mapping[str, EndpointState] | None = None,
 ) -> ExportResult:
     """Export every audit row of ``endpoint_tables`` and every ingress record of
     ``ingress_tables``. ``max_pages`` stops after that many pages in this call (the export is
-    then incomplete and a later call resumes it)."""
+    then incomplete and a later call resumes it). Endpoints in ``sql`` keep their audit rows
+    in PostgreSQL: those are read from there, into the same layout."""
+    sql = sql or {}
     if not 1 <= page_size <= 1000:
         raise ConfigurationError("page size must be 1-1000 (Table Storage's page limit)")
     checkpoint = _prepare(out, checkpoint_path, page_size, file_format, restart)
@@ -160,7 +164,12 @@ async def export(
             if max_pages is not None and written >= max_pages:
                 return ExportResult(*_totals(checkpoint), complete=False)
             try:
-                rows, columns, continuation = await _page(table, kind, checkpoint, state)
+                if kind == "audit" and table_name in sql:
+                    rows, columns, continuation = await _sql_page(
+                        sql[table_name], checkpoint, state
+                    )
+                else:
+                    rows, columns, continuation = await _page(table, kind, checkpoint, state)
             except NotFound:
                 progress(f"{key}: table does not exist; nothing to export")
                 rows, columns, continuation = [], AUDIT_COLUMNS, None
@@ -193,6 +202,14 @@ async def _page(
     )
     rows = [ingress_row(table.name, e.partition_key, e.properties) for e in page.entities]
     return rows, INGRESS_COLUMNS, page.continuation
+
+
+async def _sql_page(
+    store: EndpointState, checkpoint: Checkpoint, state: TableProgress
+) -> tuple[list[Row], Sequence[str], str | None]:
+    entities, continuation = await store.audit_page(state.continuation, checkpoint.page_size)
+    rows = [audit_row(store.name, e.partition_key, e.properties) for e in entities]
+    return rows, AUDIT_COLUMNS, continuation
 
 
 def _prepare(

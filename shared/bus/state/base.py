@@ -33,9 +33,11 @@ StoreKind = Literal["table", "postgres"]
 STORES: tuple[StoreKind, ...] = ("table", "postgres")
 
 
-def next_page(last: OutboxRecord) -> str:
-    """The continuation of a SQL outbox page: the key of its last record (plain text, so it
-    survives in the cleanup's checkpoint)."""
+def next_page(last: OutboxRecord | AuditRecord | Entity) -> str:
+    """The continuation of a SQL page: the key of its last row (plain text, so it survives
+    in the cleanup's and the export's checkpoints)."""
+    if isinstance(last, Entity):
+        return json.dumps([last.partition_key, str(last["message_id"])])
     return json.dumps([last.partition_key, last.message_id])
 
 
@@ -137,8 +139,21 @@ class EndpointState(abc.ABC):
         """Every O(m) of the endpoint (the cleanup retires them)."""
 
     @abc.abstractmethod
-    def audit_entities(self) -> AsyncIterator[Entity]:
-        """Every audit row, in the Table Storage entity layout the audit reads."""
+    async def audit_page(
+        self, continuation: str | None, page_size: int
+    ) -> tuple[list[Entity], str | None]:
+        """One page of audit rows in key order, in the Table Storage entity layout the audit
+        reads, and where the next page starts (None: done). For ``bus-audit export``."""
+
+    async def audit_entities(self) -> AsyncIterator[Entity]:
+        """Every audit row, page by page."""
+        continuation: str | None = None
+        while True:
+            page, continuation = await self.audit_page(continuation, 1000)
+            for entity in page:
+                yield entity
+            if continuation is None:
+                return
 
     @abc.abstractmethod
     async def expire_audit(self, before: Any) -> int:

@@ -99,8 +99,10 @@ class InstrumentedState(EndpointState):
     def outbox_records(self) -> AsyncIterator[OutboxRecord]:
         return self.inner.outbox_records()
 
-    def audit_entities(self) -> AsyncIterator[Entity]:
-        return self.inner.audit_entities()
+    async def audit_page(
+        self, continuation: str | None, page_size: int
+    ) -> tuple[list[Entity], str | None]:
+        return await self.inner.audit_page(continuation, page_size)
 
     async def expire_audit(self, before: datetime) -> int:
         return await self.inner.expire_audit(before)

@@ -168,10 +168,15 @@ class MemorySqlState(EndpointState):
             if endpoint == self.name:
                 yield record
 
-    async def audit_entities(self) -> AsyncIterator[Entity]:
-        for (endpoint, *_), entity in sorted(self.db.audits.items(), key=lambda kv: kv[0]):
-            if endpoint == self.name:
-                yield entity
+    async def audit_page(
+        self, continuation: str | None, page_size: int
+    ) -> tuple[list[Entity], str | None]:
+        after = page_after(continuation)
+        keys = sorted(
+            k for k in self.db.audits if k[0] == self.name and (after is None or k[1:] > after)
+        )
+        page = [self.db.audits[k] for k in keys[:page_size]]
+        return page, (next_page(page[-1]) if len(keys) > page_size else None)
 
     async def expire_audit(self, before: Any) -> int:
         expired = [

@@ -349,22 +349,39 @@ class PostgresEndpointState(EndpointState):
             ):
                 yield _outbox(row)
 
-    async def audit_entities(self) -> AsyncIterator[Entity]:
-        pool = await self._pool()
-        async with pool.acquire() as c, c.transaction():
-            async for row in c.cursor(
+    async def audit_page(
+        self, continuation: str | None, page_size: int
+    ) -> tuple[list[Entity], str | None]:
+        after = page_after(continuation) or ("", "")
+        first = continuation is None
+
+        async def page() -> tuple[list[Entity], str | None]:
+            pool = await self._pool()
+            rows = await pool.fetch(
                 "SELECT partition_key, message_id, message_type, source, correlation_id, "
                 "causation_id, sent_at, processed_at, mode, caused::text AS caused "
-                f"FROM {SCHEMA}.audit WHERE endpoint = $1 ORDER BY partition_key, message_id",
+                f"FROM {SCHEMA}.audit WHERE endpoint = $1 "
+                "AND ($2 OR (partition_key, message_id) > ($3, $4)) "
+                "ORDER BY partition_key, message_id LIMIT $5",
                 self.name,
-            ):
-                properties: dict[str, Any] = dict(row)
-                del properties["partition_key"]
-                yield Entity(
-                    row["partition_key"],
-                    audit_row(row["message_id"]),
-                    {"endpoint": self.name, **properties},
-                )
+                first,
+                after[0],
+                after[1],
+                page_size + 1,
+            )
+            entities = [self._audit_entity(row) for row in rows[:page_size]]
+            return entities, (next_page(entities[-1]) if len(rows) > page_size else None)
+
+        return await _translated(f"listing audit rows of {self.name}", page)
+
+    def _audit_entity(self, row: Any) -> Entity:
+        properties: dict[str, Any] = dict(row)
+        del properties["partition_key"]
+        return Entity(
+            row["partition_key"],
+            audit_row(row["message_id"]),
+            {"endpoint": self.name, **properties},
+        )
 
     async def expire_audit(self, before: datetime) -> int:
         async def expire() -> int:

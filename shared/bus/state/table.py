@@ -94,9 +94,13 @@ class TableEndpointState(EndpointState):
         async for entity in self.table.query_all(row_key_prefix=OUTBOX_PREFIX):
             yield OutboxRecord.from_entity(entity)
 
-    async def audit_entities(self) -> AsyncIterator[Entity]:
-        async for entity in self.table.query_all(row_key_prefix=AUDIT_PREFIX):
-            yield entity
+    async def audit_page(
+        self, continuation: str | None, page_size: int
+    ) -> tuple[list[Entity], str | None]:
+        page = await self.table.query(
+            row_key_prefix=AUDIT_PREFIX, page_size=page_size, continuation=continuation
+        )
+        return page.entities, page.continuation
 
     async def expire_audit(self, before: datetime) -> int:
         removed = 0

@@ -1,0 +1,42 @@
+"""The export reads the audit rows of endpoints that keep them in PostgreSQL (and in its
+in-memory model) into the same Parquet layout as table rows, resumably."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+
+from shared.audit.export import export
+from tests.audit.orders import DELIVERIES_PER_ORDER, ORDERS, run_orders
+from tests.bus.harness import SQL_BACKENDS, per_mode_backend  # noqa: F401  (fixture "backend")
+from tests.conftest import Backend
+
+
+def rows_in(folder: Path) -> list[dict[str, Any]]:
+    return list(ds.dataset(str(folder), format="parquet").to_table().to_pylist())
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS, indirect=True)
+async def test_sql_audit_rows_export_to_the_table_layout(backend: Backend, tmp_path: Path) -> None:
+    harness, names = await run_orders(backend)
+    sql = {name: harness.rows(name) for name in names.all}
+    tables = {"endpoint_tables": names.all, "ingress_tables": [harness.config.ingress_table]}
+    out = tmp_path / "export"
+
+    first = await export(harness.raw, out, page_size=2, max_pages=3, sql=sql, **tables)
+    final = await export(harness.raw, out, page_size=2, sql=sql, **tables)
+
+    assert (first.complete, final.complete) == (False, True)
+    audit = rows_in(out / "audit")
+    assert len(audit) == ORDERS * DELIVERIES_PER_ORDER
+    assert len({(r["table"], r["partition_key"], r["message_id"]) for r in audit}) == len(audit)
+    for endpoint in names.all:
+        exported = sorted(r["message_id"] for r in audit if r["table"] == endpoint)
+        assert exported == sorted(await harness.audit_ids(endpoint))
+        assert exported == sorted(await harness.applied(endpoint))
+    placed = [r for r in audit if r["table"] == names.orders]
+    assert all(r["mode"] == "token" and r["processed_at"] is not None for r in placed)
+    assert all('"destination"' in r["caused"] for r in placed)
