@@ -1,0 +1,64 @@
+"""``bus provision`` creates the PostgreSQL schema of an app's ``store="postgres"``
+endpoints, as versioned migrations that a second run leaves alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from shared.bus import BusApp
+from shared.bus.state.schema import MIGRATIONS, SCHEMA
+from shared.cli.commands import provision_command
+from shared.resources import resources_json
+from shared.runtime import Worker
+from shared.settings import Settings
+from shared.stores.memory import MemoryStorageAccount
+from tests.conftest import unique_name
+
+pytestmark = pytest.mark.postgres
+
+
+async def fresh_database(server: str) -> str:
+    """An empty database on the session's server, so the schema starts absent."""
+    name = unique_name("db")
+    connection = await asyncpg.connect(server)
+    try:
+        await connection.execute(f"CREATE DATABASE {name}")
+    finally:
+        await connection.close()
+    return server.rsplit("/", 1)[0] + f"/{name}"
+
+
+async def test_provision_applies_the_migrations_once(
+    postgres: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = await fresh_database(postgres)
+    app = BusApp()
+    app.endpoint("billing", store="postgres")
+    app.endpoint("orders")
+    worker = Worker(app, Settings({"BUS_POSTGRES_URL": url}, {}), MemoryStorageAccount())
+    resources = tmp_path / "resources.json"
+    resources.write_text(resources_json(worker.resources))
+
+    try:
+        assert await provision_command(worker, resources) == 0
+        first = capsys.readouterr().out
+        assert await provision_command(worker, resources) == 0
+        second = capsys.readouterr().out
+    finally:
+        await worker.close()
+
+    latest = MIGRATIONS[-1][0]
+    assert f"bus schema at version {latest} (applied [1" in first
+    assert f"bus schema at version {latest} (up to date)" in second
+    assert "@" not in first + second  # the URL's user (or password) is never printed
+    connection = await asyncpg.connect(url)
+    try:
+        tables = await connection.fetch(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = $1", SCHEMA
+        )
+    finally:
+        await connection.close()
+    assert {r["table_name"] for r in tables} == {"migrations", "state", "outbox", "audit"}
