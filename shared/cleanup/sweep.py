@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from shared.bus.config import BusConfig
+from shared.bus.state.base import EndpointState
 from shared.cleanup.report import TaskReport
 from shared.cleanup.settings import CleanupSettings
 from shared.cleanup.tasks import AbandonedTokens, CleanupContext, CleanupTask, OutboxRecords
@@ -35,13 +36,16 @@ async def sweep_endpoint(
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     clock: Clock = system_clock,
     ingress_table: str = "ingress",
+    sql: EndpointState | None = None,
 ) -> SweepReport:
+    """``sql``: the endpoint's rows when it keeps them in SQL (else its table has them)."""
     context = CleanupContext(
         account,
         BusConfig(tokens_container=tokens_container, ingress_table=ingress_table, clock=clock),
         CleanupSettings(grace_seconds=grace_seconds, page_size=1000),
         (endpoint,),
         to_datetime(clock()),
+        {} if sql is None else {endpoint: sql},
     )
     report = SweepReport()
     tasks: list[CleanupTask] = [AbandonedTokens(f"{endpoint}/"), OutboxRecords(endpoint)]

@@ -6,8 +6,10 @@ The default exploration (``make simulate``) runs, for token mode:
 2. ``small`` exhaustively with up to two deviations and no fault;
 3. ``small-sweep`` exhaustively: a cleanup pass and time passing may come at any point,
    with up to one deviation and one fault;
+4. ``small-postgres`` and ``small-sweep-postgres``: the same with the endpoints' rows in
+   PostgreSQL (its in-memory model), up to one deviation and one fault;
 for each window mode (``processed_messages``, ``state_based``, ``entity_outbox``):
-4. ``small-<mode>`` and ``small-sweep-<mode>`` exhaustively with up to one deviation and one
+5. ``small-<mode>`` and ``small-sweep-<mode>`` exhaustively with up to one deviation and one
    fault (bounded timing: every run stays inside the mode's dedup window);
 and then seeded random search over larger configurations in every mode for the rest of the
 time budget. With two cores the phases are dealt to two processes (``DEFAULT_PLAN``), each
@@ -52,11 +54,13 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-state_based", 1, 1),
         ("small-entity_outbox", 1, 1),
         ("small-sweep-state_based", 1, 1),
+        ("small-postgres", 1, 1),
     ),
     (
         ("small-sweep", 1, 1),
         ("small-sweep-processed_messages", 1, 1),
         ("small-sweep-entity_outbox", 1, 1),
+        ("small-sweep-postgres", 1, 1),
     ),
 )
 """The phases explored exhaustively before the random search, dealt to two processes so

@@ -13,10 +13,12 @@ Per endpoint, by its mode:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 
 from shared.bus.app import Mode
 from shared.bus.config import BusConfig
 from shared.bus.records import AUDIT_PREFIX
+from shared.bus.state.base import EndpointState
 from shared.cleanup.report import TaskReport
 from shared.cleanup.settings import CleanupSettings
 from shared.cleanup.sweep import sweep_endpoint
@@ -34,9 +36,12 @@ async def cleanup_pass(
     grace_seconds: float,
     window_seconds: float,
     clock: Clock,
+    sql: Mapping[str, EndpointState] | None = None,
 ) -> None:
     """One cleanup pass over every endpoint; ``window_seconds`` is the retention of every
-    window mode's dedup records (its dedup window)."""
+    window mode's dedup records (its dedup window); ``sql`` the rows of endpoints that keep
+    them in SQL."""
+    sql = sql or {}
     for endpoint, mode in endpoints.items():
         if mode == "token":
             await sweep_endpoint(
@@ -46,6 +51,7 @@ async def cleanup_pass(
                 ingress_table=ingress_table,
                 grace_seconds=grace_seconds,
                 clock=clock,
+                sql=sql.get(endpoint),
             )
             continue
         config = BusConfig(
@@ -73,11 +79,19 @@ async def cleanup_pass(
                     break
 
 
-async def expire_audit_rows(account: StorageAccount, endpoints: Iterable[str]) -> int:
+async def expire_audit_rows(
+    account: StorageAccount,
+    endpoints: Iterable[str],
+    sql: Mapping[str, EndpointState] | None = None,
+) -> int:
     """Delete every audit row, as the audit retention eventually does. Used only when a
     simulated process stalls for longer than any retention period; returns how many went."""
     removed = 0
+    sql = sql or {}
     for endpoint in endpoints:
+        if endpoint in sql:
+            removed += await sql[endpoint].expire_audit(datetime.max.replace(tzinfo=UTC))
+            continue
         table = account.table(endpoint)
         async for entity in table.query_all(row_key_prefix=AUDIT_PREFIX):
             await table.delete(entity.partition_key, entity.row_key)

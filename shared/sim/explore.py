@@ -72,6 +72,13 @@ for _mode in WINDOW_MODES:
         CONFIGS[_config.name] = _config
 
 
+# Token mode with the endpoints' rows in PostgreSQL (its in-memory model): the same
+# configurations, the same invariants.
+for _base in ("small", "small-sweep"):
+    _config = replace(CONFIGS[_base], name=f"{_base}-postgres", store="postgres")
+    CONFIGS[_config.name] = _config
+
+
 def config_named(name: str) -> SimConfig:
     try:
         return CONFIGS[name]

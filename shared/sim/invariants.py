@@ -39,14 +39,17 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 from shared.bus.app import Mode
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
+from shared.bus.state.base import EndpointState
 from shared.resources import poison_queue
 from shared.sim.model import Applied, Journal
 from shared.sim.readings import WINDOW_MODES, ModeRows
 from shared.stores.account import StorageAccount
+from shared.stores.table import Entity
 
 NO_DUPLICATED_PROCESSING = "NoDuplicatedProcessing"
 NO_GHOST_MESSAGES = "NoGhostMessages"
@@ -100,18 +103,39 @@ class Observation:
         return {(e, a.id): a for e, entries in self.applied.items() for a in entries}
 
 
+async def _rows(
+    account: StorageAccount, endpoint: str, sql: Mapping[str, EndpointState]
+) -> AsyncIterator[Entity]:
+    """Every row of the endpoint, from its table or, for a SQL endpoint, as table rows."""
+    store = sql.get(endpoint)
+    if store is None:
+        async for entity in account.table(endpoint).query_all():
+            yield entity
+        return
+    async for state in store.states():
+        data = {"type": state.type, "data": state.data}
+        yield Entity(state.partition_key, STATE_ROW, data, state.version)
+    async for record in store.outbox_records():
+        yield record.to_entity()
+    async for entity in store.audit_entities():
+        yield entity
+
+
 async def observe(
-    account: StorageAccount, endpoints: list[str], tokens_container: str, mode: Mode = "token"
+    account: StorageAccount,
+    endpoints: list[str],
+    tokens_container: str,
+    mode: Mode = "token",
+    sql: Mapping[str, EndpointState] | None = None,
 ) -> Observation:
     seen = Observation(mode)
     for endpoint in endpoints:
-        table = account.table(endpoint)
         entries: list[Applied] = []
         journals: dict[str, list[str]] = {}
         caused: dict[str, list[str]] = {}
         rows = ModeRows(mode)
         outbox = 0
-        async for entity in table.query_all():
+        async for entity in _rows(account, endpoint, sql or {}):
             if entity.row_key == STATE_ROW:
                 journal = Journal.model_validate_json(str(entity["data"])).applied
                 entries += journal

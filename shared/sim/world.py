@@ -41,12 +41,15 @@ import logging
 import random
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
 from shared.bus import Bus, BusConfig
-from shared.bus.app import Mode
+from shared.bus.app import Mode, Store
 from shared.bus.envelope import Signal
+from shared.bus.state.base import EndpointState
+from shared.bus.state.instrumented import InstrumentedSql
+from shared.bus.state.memory_sql import MemorySqlDatabase
 from shared.clock import ManualClock
 from shared.errors import ConfigurationError, MalformedSignal
 from shared.host.queue_worker import QueueSettings, QueueWorker
@@ -78,7 +81,7 @@ from shared.stores.instrumented import (
 Timing = Literal["bounded", "unbounded"]
 CLIENT = "client"
 READS = frozenset(
-    {"blob.read", "blob.get_properties", "blob.list", "table.get", "table.query"}
+    {"blob.read", "blob.get_properties", "blob.list", "table.get", "table.query", "sql.query"}
     | {"queue.peek", "queue.count"}
 )
 """Operations that change nothing: a fault after them is the same as a fault before."""
@@ -104,6 +107,10 @@ class SimConfig:
     shape: Shape = "single"
     mode: Mode = "token"
     """The endpoint mode of every simulated endpoint."""
+    store: Store = "table"
+    """Where the endpoints keep state, O(m) and audit rows: their tables, or PostgreSQL
+    through its in-memory model (token mode), whose operations are scheduled and faulted
+    like storage operations."""
     messages: int = 1
     copies: int = 2
     """Copies of each initial signal queued at once (duplicate delivery)."""
@@ -138,6 +145,8 @@ class SimConfig:
     def __post_init__(self) -> None:
         if self.messages < 1 or self.copies < 1 or self.concurrency < 1:
             raise ConfigurationError("messages, copies and concurrency must be at least 1")
+        if self.store == "postgres" and self.mode != "token":
+            raise ConfigurationError("store='postgres' is for token-mode endpoints")
         if self.lease <= 0 or self.sweep_grace < 0:
             raise ConfigurationError("lease must be positive and sweep_grace not negative")
         longest = self.max_ticks * self.tick + self.sweep_grace + 1
@@ -230,6 +239,11 @@ class World:
     def __post_init__(self) -> None:
         config = self.config
         self.sim = build_app(config.shape, config.mode, self.suffix)
+        self.sql = MemorySqlDatabase() if config.store == "postgres" else None
+        if self.sql is not None:
+            declared = self.sim.app.endpoints
+            for name, endpoint in declared.items():
+                declared[name] = replace(endpoint, store="postgres")
         self.endpoints = list(self.sim.app.endpoints)
         self.modes = {name: config.mode for name in self.endpoints}
         self.instrumentation = Instrumentation(plan=self._plan)
@@ -254,7 +268,10 @@ class World:
         if self.clock is not None:
             settings["clock"] = self.clock  # one clock for the stores and the bus
         self.bus_config = BusConfig(**settings)
-        self.bus = Bus(self.sim.app, instrumented, self.bus_config)
+        self.counted_sql = (
+            None if self.sql is None else InstrumentedSql(self.sql, self.instrumentation)
+        )
+        self.bus = Bus(self.sim.app, instrumented, self.bus_config, sql=self.counted_sql)
         queue_settings = QueueSettings(
             max_dequeue_count=config.max_dequeue_count, lease_seconds=config.lease
         )
@@ -293,7 +310,7 @@ class World:
                 endpoints=tuple(self.endpoints),
             ),
         )
-        setup_bus = Bus(self.sim.app, self.account, self.bus_config)
+        setup_bus = Bus(self.sim.app, self.account, self.bus_config, sql=self.sql)
         await setup_bus.subscribe_all()
         client = setup_bus.client(CLIENT)
         for number in range(self.config.messages):
@@ -455,6 +472,11 @@ class World:
     def _stalled(self) -> list[Process]:
         return [p for p in self.scheduler.live() if p.stalled]
 
+    def _sql_rows(self, counted: bool) -> dict[str, EndpointState]:
+        """Each endpoint's rows when they are in SQL (counted: through the instrumentation)."""
+        sql = self.counted_sql if counted else self.sql
+        return {} if sql is None else {e: sql.endpoint_state(e) for e in self.endpoints}
+
     async def _cleanup(self, account: StorageAccount, grace: float, window: float) -> None:
         await cleanup_pass(
             account,
@@ -464,6 +486,7 @@ class World:
             grace_seconds=grace,
             window_seconds=window,
             clock=self.bus_config.clock,
+            sql=self._sql_rows(counted=account is self.instrumented),
         )
 
     async def _resume(self) -> None:
@@ -474,7 +497,7 @@ class World:
         await self._advance(max(beyond, self.config.sweep_grace) + 1)
         await self._cleanup(self.account, self.config.sweep_grace, self.config.window)
         if self.config.stall_outlasts_audit:
-            await expire_audit_rows(self.account, self.endpoints)
+            await expire_audit_rows(self.account, self.endpoints, self._sql_rows(counted=False))
         self.past_window = self.config.windowed
         self._queues = None
         for process in self._stalled():
@@ -549,7 +572,11 @@ class World:
 
     async def _observe(self) -> Observation:
         return await observe(
-            self.account, self.endpoints, self.bus_config.tokens_container, self.config.mode
+            self.account,
+            self.endpoints,
+            self.bus_config.tokens_container,
+            self.config.mode,
+            self._sql_rows(counted=False),
         )
 
     async def _drive(self) -> list[Violation]:
