@@ -1,16 +1,19 @@
-"""``make demo``: the main job, against an embedded Azurite.
+"""``make demo``: the main job, against an embedded Azurite and PostgreSQL.
 
-It starts the emulator on free ports, provisions every resource of the sample app,
-and starts the local Functions host (``python -m shared.host``, reading ``function_app.py``)
-as a separate process. Clients then post about 275 orders and shots to the HTTP ingress
-(``POST /api/messages`` with an Idempotency-Key; about 30% of requests are repeated, and
-every failed request is retried with its key) which make about 1,000 deliveries through the
-sample app, while the host misbehaves on purpose: about 30% of its signals are sent twice,
-1% of its storage operations crash the invocation (queue-triggered and HTTP alike), and once
-40% of the deliveries are processed the whole host is killed with SIGKILL and started again,
-whether or not the clients are still sending. Once every queue is empty the host is stopped
-gracefully, one cleanup pass runs, and the outcome is checked from the business state and the
-audit rows.
+It starts the emulator on free ports and a private PostgreSQL server (``payments`` keeps its
+state, outbox records and audit rows there, and writes each charge to the app's own table in
+the same transaction, while the other endpoints use Table Storage and talk to it through the
+same queues and blobs), provisions every resource of the sample app, and starts the local
+Functions host (``python -m shared.host``, reading ``function_app.py``) as a separate process.
+Clients then post about 275 orders and shots to the HTTP ingress (``POST /api/messages`` with
+an Idempotency-Key; about 30% of requests are repeated, and every failed request is retried
+with its key) which make about 1,000 deliveries through the sample app, while the host
+misbehaves on purpose: about 30% of its signals are sent twice, 1% of its storage and SQL
+operations crash the invocation (queue-triggered and HTTP alike), and once 40% of the
+deliveries are processed the whole host is killed with SIGKILL and started again, whether or
+not the clients are still sending. Once every queue is empty the host is stopped gracefully,
+one cleanup pass runs, and the outcome is checked from the business state, the charge rows
+and the audit rows. ``--no-postgres`` keeps every endpoint on Table Storage.
 The last line sums it up; the exit code is non-zero when anything was lost, duplicated or
 made up.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import json
 import os
@@ -29,22 +33,28 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import asyncpg
 
 from shared.app_loader import APP_SETTING, load_app
 from shared.bus import BusApp, Outcome
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
+from shared.bus.state.base import EndpointState
+from shared.bus.state.connection import URL_SETTING
 from shared.host.chaos import CRASH_RATE, DUPLICATE_RATE, SEED
 from shared.host.process import HostProcess
 from shared.local.azurite import REPO_ROOT, Azurite
 from shared.local.outcome_log import OUTCOME_LOG_SETTING
+from shared.local.postgres import PostgresServer
 from shared.provisioning import provision
 from shared.resources import poison_queue
 from shared.runtime import Worker
+from shared.sample.charges import PAYMENTS_STORE, SAMPLE_SCHEMA
 from shared.settings import DEFAULT_SETTING, StorageSettings, resolve_settings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
@@ -261,11 +271,33 @@ async def quiescent(account: StorageAccount, deadline: float) -> bool:
     return False
 
 
-async def rows(account: StorageAccount, table: str, prefix: str) -> list[dict[str, object]]:
-    return [
-        {"pk": e.partition_key, **e.properties}
-        async for e in account.table(table).query_all(row_key_prefix=prefix)
-    ]
+async def rows(
+    account: StorageAccount, table: str, prefix: str, sql: Mapping[str, EndpointState]
+) -> list[dict[str, object]]:
+    """The endpoint's rows of one kind, from its table or from PostgreSQL."""
+    store = sql.get(table)
+    if store is None:
+        return [
+            {"pk": e.partition_key, **e.properties}
+            async for e in account.table(table).query_all(row_key_prefix=prefix)
+        ]
+    if prefix == AUDIT_PREFIX:
+        return [{"pk": e.partition_key, **e.properties} async for e in store.audit_entities()]
+    if prefix == OUTBOX_PREFIX:
+        return [{"pk": r.partition_key} async for r in store.outbox_records()]
+    return [{"pk": s.partition_key, "data": s.data} async for s in store.states()]
+
+
+async def charge_rows(sql: Mapping[str, EndpointState], url: str | None) -> Counter[str]:
+    """Rows per order in the sample's own ``sample_charges`` table (PostgreSQL only)."""
+    if "payments" not in sql or url is None:
+        return Counter()
+    connection = await asyncpg.connect(url)
+    try:
+        found = await connection.fetch("SELECT order_id FROM sample_charges")
+    finally:
+        await connection.close()
+    return Counter(str(r["order_id"]) for r in found)
 
 
 async def verify(
@@ -275,24 +307,34 @@ async def verify(
     shots: Counter[str],
     suppressed: int,
     tokens_container: str,
+    sql: Mapping[str, EndpointState] | None = None,
+    postgres_url: str | None = None,
 ) -> Verdict:
     """The invariants, from storage alone: every message sent (the clients' and every one a
-    handler caused) has exactly one audit row, the business state is exact, nothing is left."""
+    handler caused) has exactly one audit row, the business state is exact, nothing is left.
+    ``sql``: the rows of the endpoints that keep them in PostgreSQL (``postgres_url``)."""
+    sql = sql or {}
     endpoints = list(demo_app().endpoints)
     audited: Counter[str] = Counter()
     expected = set(roots)
     outbox_left = 0
     for endpoint in endpoints:
-        for row in await rows(account, endpoint, AUDIT_PREFIX):
+        for row in await rows(account, endpoint, AUDIT_PREFIX, sql):
             audited[str(row["message_id"])] += 1
             expected |= {c["id"] for c in json.loads(str(row["caused"]))}
-        outbox_left += len(await rows(account, endpoint, OUTBOX_PREFIX))
+        outbox_left += len(await rows(account, endpoint, OUTBOX_PREFIX, sql))
 
     states = {
-        e: {str(r["pk"]): json.loads(str(r["data"])) for r in await rows(account, e, STATE_ROW)}
+        e: {
+            str(r["pk"]): json.loads(str(r["data"])) for r in await rows(account, e, STATE_ROW, sql)
+        }
         for e in endpoints
     }
     errors = []
+    charges = await charge_rows(sql, postgres_url)
+    if charges:
+        errors += [f"order {o} has {charges[o]} charge rows" for o in orders if charges[o] != 1]
+        errors += [f"charge row for unknown order {o}" for o in charges if o not in orders]
     for order_id, amount in orders.items():
         if states["payments"].get(order_id, {}).get("amount_cents") != amount:
             errors.append(f"payment of {order_id} is not exactly {amount}")
@@ -323,24 +365,43 @@ async def verify(
     )
 
 
-def run_audit(connection_string: str, workdir: Path) -> int | None:
+def run_audit(connection_string: str, workdir: Path, postgres_url: str | None) -> int | None:
     """The Spark audit (``python -m shared.audit run``) over the same storage, in its own
-    process (it starts a JVM); None when PySpark is not installed."""
+    process (it starts a JVM); None when PySpark is not installed. With PostgreSQL endpoints
+    the audit rows are exported first (``export`` reads them there) and the export audited."""
     if importlib.util.find_spec("pyspark") is None:
         return None
     started = time.monotonic()
+    env = {
+        **os.environ,
+        DEFAULT_SETTING: connection_string,
+        APP_SETTING: DEMO_APP,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,  # Spark's workers need this venv's packages
+    }
     command = [sys.executable, "-m", "shared.audit", "run", "--out", str(workdir / "audit")]
     command += ["--master", "local[2]", "--splits", "2", "--quiet"]
+    if postgres_url is not None:
+        env[URL_SETTING] = postgres_url
+        exported = workdir / "audit-export"
+        export = [sys.executable, "-m", "shared.audit", "export", "--out", str(exported)]
+        done = subprocess.run(
+            [*export, "--quiet"],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        print(f"  audit export: {done.stdout.strip() or done.stderr.strip()[-500:]}")
+        if done.returncode != 0:
+            return done.returncode
+        command += ["--input", str(exported)]
     result = subprocess.run(
         command,
         cwd=REPO_ROOT,
-        env={
-            **os.environ,
-            DEFAULT_SETTING: connection_string,
-            APP_SETTING: DEMO_APP,
-            "SPARK_LOCAL_IP": "127.0.0.1",
-            "PYSPARK_PYTHON": sys.executable,  # Spark's workers need this venv's packages
-        },
+        env=env,
         capture_output=True,
         text=True,
         timeout=600,
@@ -355,12 +416,16 @@ def run_audit(connection_string: str, workdir: Path) -> int | None:
     return result.returncode
 
 
-async def drive(connection_string: str, options: Options, workdir: Path) -> Verdict:
+async def drive(
+    connection_string: str, options: Options, workdir: Path, postgres_url: str | None
+) -> Verdict:
     outcome_log = workdir / "outcomes.jsonl"
+    database = {} if postgres_url is None else {URL_SETTING: postgres_url}
     host = HostProcess(
         REPO_ROOT / "function_app.py",
         {
             **os.environ,
+            **database,
             DEFAULT_SETTING: connection_string,
             "CLEANUP_SCHEDULE": os.environ.get("CLEANUP_SCHEDULE", "0 */5 * * * *"),
             "BUS_HOST_FUNCTION_KEY": FUNCTION_KEY,
@@ -374,8 +439,10 @@ async def drive(connection_string: str, options: Options, workdir: Path) -> Verd
         args=["--lease-seconds", str(options.lease_seconds)],
     )
     async with AzureStorageAccount(StorageSettings(connection_string)) as raw:
-        worker = Worker(demo_app(), resolve_settings({APP_SETTING: DEMO_APP}, local_file=None), raw)
+        settings = resolve_settings({APP_SETTING: DEMO_APP, **database}, local_file=None)
+        worker = Worker(demo_app(), settings, raw)
         print(f"  {(await provision(raw, worker.resources)).summary()}")
+        await provision_postgres(worker, postgres_url)
         await worker.bus().subscribe_all()
         requests, orders, shots = plan_requests(options)
         started = time.monotonic()
@@ -410,7 +477,9 @@ async def drive(connection_string: str, options: Options, workdir: Path) -> Verd
         suppressed = outcomes[Outcome.DUPLICATE.value] + outcomes[Outcome.RESUMED.value]
         roots = {i for ids in clients.receipts.values() for i in ids}
         tokens = worker.config.tokens_container
-        verdict = await verify(raw, roots, orders, shots, suppressed, tokens)
+        sql = worker.sql_states()
+        verdict = await verify(raw, roots, orders, shots, suppressed, tokens, sql, postgres_url)
+        await worker.close()
 
     verdict.lost += len(clients.unsent)
     verdict.state_errors += [
@@ -439,6 +508,20 @@ async def drive(connection_string: str, options: Options, workdir: Path) -> Verd
     return verdict
 
 
+async def provision_postgres(worker: Worker, url: str | None) -> None:
+    """The bus schema (``bus provision`` does the same) and the sample's own table."""
+    sql = worker.sql()
+    if sql is None or url is None:
+        return
+    for line in await sql.migrate(worker.sql_states()):
+        print(f"  {line}")
+    connection = await asyncpg.connect(url)
+    try:
+        await connection.execute(SAMPLE_SCHEMA)
+    finally:
+        await connection.close()
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m shared.local.demo",
@@ -455,6 +538,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--keep", action="store_true", help="keep the work folder (host log)")
     p.add_argument("--no-audit", action="store_true", help="skip the Spark audit")
+    p.add_argument(
+        "--no-postgres",
+        action="store_true",
+        help="keep payments on Table Storage too (no PostgreSQL server)",
+    )
     return p
 
 
@@ -470,11 +558,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="bus-demo-"))
+    # Read when the sample app is imported, here and in the host and audit processes.
+    os.environ[PAYMENTS_STORE] = "table" if args.no_postgres else "postgres"
     print("demo: starting Azurite on free ports")
-    with Azurite(location=str(workdir / "azurite")) as endpoints:
-        verdict = asyncio.run(drive(endpoints.connection_string, options, workdir))
+    with contextlib.ExitStack() as running:
+        endpoints = running.enter_context(Azurite(location=str(workdir / "azurite")))
+        postgres_url = None
+        if not args.no_postgres:
+            print("demo: starting PostgreSQL on a free port (payments keeps its state there)")
+            postgres_url = running.enter_context(PostgresServer())
+        verdict = asyncio.run(drive(endpoints.connection_string, options, workdir, postgres_url))
         wanted = verdict.passed and not args.no_audit
-        audit = run_audit(endpoints.connection_string, workdir) if wanted else None
+        audit = run_audit(endpoints.connection_string, workdir, postgres_url) if wanted else None
     if audit is not None and audit != 0:
         verdict.state_errors.append(f"the Spark audit failed (exit code {audit})")
     print(f"  total {time.monotonic() - started:.0f}s")

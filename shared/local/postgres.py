@@ -69,6 +69,8 @@ class PostgresServer:
         return ["runuser", "-u", "postgres", "--", *command]
 
     def _prepare(self, binaries: Path) -> None:
+        # A given location's parents must let the postgres user through (mkdtemp's are 0700).
+        self.location.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             shutil.chown(self.location, "postgres", "postgres")
         if (self.data / "PG_VERSION").exists():

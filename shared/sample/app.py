@@ -7,13 +7,24 @@ moves the target using the message-seeded random generator.
 Orders: PlaceOrder goes to ``orders``, which publishes OrderPlaced (subscribed by ``loyalty``
 and ``shipping``) and sends ChargePayment to ``payments``; once charged, ``payments`` sends
 ShipOrder to ``shipping``.
+
+``payments`` keeps its state in Table Storage, or in PostgreSQL when the environment variable
+``SAMPLE_PAYMENTS_STORE`` is ``postgres`` (``make demo`` runs it so, with ``BUS_POSTGRES_URL``
+naming its server). There each charge is also a row of the app's own ``sample_charges``
+table (``shared.sample.charges``), written through ``ctx.sql`` in the transaction that commits the
+endpoint's state and outbox record: the charge row exists once per order or not at all.
 """
 
 from __future__ import annotations
 
+import os
+from typing import cast
+
 from pydantic import BaseModel, Field
 
 from shared.bus import BusApp, Command, Event, HandlerContext
+from shared.bus.app import Store
+from shared.sample.charges import PAYMENTS_STORE
 
 app = BusApp()
 
@@ -123,7 +134,10 @@ class Customer(BaseModel):
 
 
 orders = app.endpoint("orders", state=Order)
-payments = app.endpoint("payments", state=Order)
+# An unknown value is refused by the declaration itself (ConfigurationError naming it).
+payments = app.endpoint(
+    "payments", state=Order, store=cast(Store, os.environ.get(PAYMENTS_STORE, "table"))
+)
 shipping = app.endpoint("shipping", state=Shipping)
 loyalty = app.endpoint("loyalty", state=Customer)
 
@@ -141,10 +155,19 @@ def place_order(ctx: HandlerContext[Order], cmd: PlaceOrder) -> None:
 
 
 @payments.handles(ChargePayment)
-def charge(ctx: HandlerContext[Order], cmd: ChargePayment) -> None:
+async def charge(ctx: HandlerContext[Order], cmd: ChargePayment) -> None:
     ctx.state.status = "charged"
     ctx.state.amount_cents += cmd.amount_cents  # doubles if a charge were ever applied twice
     ctx.state.payment_id = ctx.new_id()
+    if ctx.sql is not None:  # PostgreSQL: the app's row commits with the bus's rows
+        await ctx.sql.execute(
+            "INSERT INTO sample_charges (order_id, payment_id, amount_cents, charged_at) "
+            "VALUES ($1, $2, $3, $4)",
+            cmd.order_id,
+            ctx.state.payment_id,
+            cmd.amount_cents,
+            ctx.now(),
+        )
     ctx.send(ShipOrder(order_id=cmd.order_id), to="shipping")
 
 
