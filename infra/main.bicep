@@ -8,6 +8,8 @@
 //   function-app.bicep Flex Consumption plan + Python Function App
 //   ingress-auth.bicep optional Microsoft Entra ID authentication in front of
 //                      the HTTP routes (entraAuthEnabled)
+//   postgres.bicep     optional PostgreSQL Flexible Server, Entra authentication only,
+//                      for endpoints with store="postgres" (postgresEnabled)
 //
 // Deploy with:
 //   az deployment group create -g <rg> --template-file infra/main.bicep \
@@ -103,6 +105,23 @@ param entraAllowedAudiences array = []
 @description('Optional. Application (client) ids of the callers allowed to send; empty lets any client that obtains a token for the audience call.')
 param entraAllowedClientApplications array = []
 
+@description('Optional. Deploy an Azure Database for PostgreSQL Flexible Server (Entra authentication only, the app identity as its principal) for endpoints declared with store="postgres", and set BUS_POSTGRES_URL (docs/postgres.md).')
+param postgresEnabled bool = false
+
+@description('Optional. Compute SKU of the PostgreSQL server, for example Standard_B1ms or Standard_D2ds_v5.')
+param postgresSkuName string = 'Standard_B1ms'
+
+@description('Optional. Compute tier matching postgresSkuName.')
+@allowed([
+  'Burstable'
+  'GeneralPurpose'
+  'MemoryOptimized'
+])
+param postgresSkuTier string = 'Burstable'
+
+@description('Optional. Display name of deployerPrincipalId, registered as a second Entra principal of the PostgreSQL server when both are set (for psql); leave empty to skip.')
+param deployerPrincipalName string = ''
+
 // A deterministic suffix keeps globally unique names stable per resource group.
 var prefix = toLower(namePrefix)
 var suffix = uniqueString(subscription().id, resourceGroup().id, prefix)
@@ -112,6 +131,7 @@ var planName = 'plan-${prefix}-${suffix}'
 var identityName = 'id-${prefix}-${suffix}'
 var appInsightsName = 'appi-${prefix}-${suffix}'
 var logAnalyticsName = 'log-${prefix}-${suffix}'
+var postgresName = 'psql-${prefix}-${suffix}'
 
 module identity 'app/identity.bicep' = {
   name: 'identity'
@@ -167,6 +187,30 @@ module deployerRoles 'app/roles.bicep' = if (!empty(deployerPrincipalId)) {
   }
 }
 
+module postgres 'app/postgres.bicep' = if (postgresEnabled) {
+  name: 'postgres'
+  params: {
+    name: postgresName
+    location: location
+    tags: tags
+    appPrincipalId: identity.outputs.principalId
+    appPrincipalName: identity.outputs.name
+    adminPrincipalId: empty(deployerPrincipalName) ? '' : deployerPrincipalId
+    adminPrincipalName: deployerPrincipalName
+    adminPrincipalType: deployerPrincipalType
+    skuName: postgresSkuName
+    skuTier: postgresSkuTier
+  }
+}
+
+// The app reaches PostgreSQL as its identity: an Entra token (for AZURE_CLIENT_ID) is the
+// password of every new connection.
+var postgresAppSettings = postgresEnabled ? {
+  BUS_POSTGRES_URL: postgres.outputs.url
+  BUS_POSTGRES_ENTRA: 'true'
+  AZURE_CLIENT_ID: identity.outputs.clientId
+} : {}
+
 module functionApp 'app/function-app.bicep' = {
   name: 'function-app'
   params: {
@@ -183,7 +227,7 @@ module functionApp 'app/function-app.bicep' = {
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB
     cleanupSchedule: cleanupSchedule
-    additionalAppSettings: additionalAppSettings
+    additionalAppSettings: union(postgresAppSettings, additionalAppSettings)
   }
   // The host must be able to read its storage from its first start.
   dependsOn: [
@@ -231,6 +275,9 @@ output identityPrincipalId string = identity.outputs.principalId
 
 @description('Resource id of the user-assigned identity the app runs as.')
 output identityResourceId string = identity.outputs.id
+
+@description('Host name of the PostgreSQL server; empty when postgresEnabled is false.')
+output postgresHostName string = postgresEnabled ? postgres.outputs.fqdn : ''
 
 @description('Name of the Application Insights component.')
 output appInsightsName string = monitoring.outputs.appInsightsName
