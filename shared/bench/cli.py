@@ -1,5 +1,6 @@
-"""``python -m shared.bench`` (``make bench``): start Azurite, measure every mode side by side,
-then the scaling runs; print the tables and write ``bench/results.json``."""
+"""``python -m shared.bench`` (``make bench``): start Azurite (and PostgreSQL for the
+``token_postgres`` mode), measure every mode side by side, then the scaling runs; print the
+tables and write ``bench/results.json``."""
 
 from __future__ import annotations
 
@@ -15,7 +16,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from shared.bench.modes import AT_LEAST_ONCE, TOKEN, BenchMode, bench_modes, bus_modes, select
+import asyncpg
+
+from shared.bench.modes import (
+    AT_LEAST_ONCE,
+    TOKEN,
+    BenchMode,
+    bench_modes,
+    bus_modes,
+    postgres_modes,
+    select,
+)
 from shared.bench.report import (
     detail_lines,
     mode_table,
@@ -25,7 +36,9 @@ from shared.bench.report import (
 )
 from shared.bench.runner import Measurement, Plan, Round, measure_side_by_side
 from shared.bench.workload import PAYLOAD_BYTES
+from shared.bus.state.schema import migrate
 from shared.local.azurite import REPO_ROOT, Azurite
+from shared.local.postgres import PostgresServer
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
 
@@ -72,6 +85,7 @@ async def run_all(
     concurrency: int,
     partitions: int | None,
     rounds: int,
+    postgres_url: str | None,
 ) -> tuple[list[Measurement], list[Measurement]]:
     cpu = None if emulator_pid is None else functools.partial(process_cpu_seconds, emulator_pid)
     async with AzureStorageAccount(StorageSettings(connection_string)) as raw:
@@ -96,6 +110,7 @@ async def run_all(
                 connection_string=connection_string,
                 emulator_cpu=cpu,
                 progress=progress,
+                postgres_url=postgres_url,
             )
 
         print(
@@ -116,6 +131,23 @@ async def run_all(
             measured = {m.mode: m for m in await side_by_side(order, plan, 1)}
             scaling += [measured[m.label] for m in scaling_modes]
     return main, scaling
+
+
+def start_postgres(server: PostgresServer, context: dict[str, Any]) -> str:
+    """A private server with the bus schema, as ``make demo`` starts one; its URL."""
+    print("bench: starting PostgreSQL on a free port (token_postgres)")
+    url = server.start()
+
+    async def prepare() -> str:
+        connection = await asyncpg.connect(url)
+        try:
+            await migrate(connection)
+            return str(await connection.fetchval("SHOW server_version"))
+        finally:
+            await connection.close()
+
+    context["machine"]["postgres"] = asyncio.run(prepare())
+    return url
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         "bench/results-quick.json" if args.quick else "bench/results.json"
     )
     sizes = Sizes(args.roots or base.roots, args.scaling_roots or base.scaling_roots)
-    every = bench_modes()
+    every = bench_modes() + postgres_modes()
     modes = select(every, args.modes)
     scaling_modes = select(every, args.scaling_modes)
     context: dict[str, Any] = {
@@ -170,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     print("bench: starting Azurite on free ports")
     emulator = Azurite()
     endpoints = emulator.start()
+    server = PostgresServer() if any(m.store == "postgres" for m in modes) else None
     try:
+        postgres_url = None if server is None else start_postgres(server, context)
         pid = emulator.process.pid if emulator.process is not None else None
         main_runs, scaling = asyncio.run(
             run_all(
@@ -182,10 +216,13 @@ def main(argv: list[str] | None = None) -> int:
                 args.concurrency,
                 args.partitions,
                 args.rounds,
+                postgres_url,
             )
         )
     finally:
         emulator.stop()
+        if server is not None:
+            server.stop()
     context["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     print()
     print("\n".join(mode_table(main_runs)))

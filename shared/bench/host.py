@@ -29,6 +29,9 @@ from shared.bench.modes import as_mode
 from shared.bench.timing import TimedInstrumentation
 from shared.bench.workload import Names, build_app
 from shared.bus import Bus, BusConfig
+from shared.bus.state.connection import PostgresSettings
+from shared.bus.state.instrumented import InstrumentedSql
+from shared.bus.state.stores import PostgresDatabase
 from shared.errors import InvalidValue
 from shared.host.queue_worker import Handler, QueueSettings, QueueWorker
 from shared.local.azurite import REPO_ROOT
@@ -54,6 +57,9 @@ class HostSpec:
     concurrency: int
     connection_string: str | None = None
     """Where the host process connects; None only for a host inside the caller's process."""
+    store: str = "table"
+    postgres_url: str | None = None
+    """The database of ``store="postgres"`` endpoints."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.concurrency <= 32:
@@ -133,6 +139,7 @@ class BenchHost:
         self.account = InstrumentedAccount(raw, self.instrumentation)
         self.result = HostResult()
         self._outcomes: Counter[str] = Counter()
+        self.database: PostgresDatabase | None = None
         names = spec.names
         settings = replace(
             QueueSettings.from_host_json(REPO_ROOT / "host.json"),
@@ -153,9 +160,19 @@ class BenchHost:
         ]
 
     def _bus_handlers(self, bus_mode: str) -> dict[str, Handler]:
-        bus = Bus(
-            build_app(self.spec.names, as_mode(bus_mode)), self.account, self.spec.bus_config()
+        spec = self.spec
+        if spec.store == "postgres":
+            if spec.postgres_url is None:
+                raise InvalidValue(f"{spec.label}: PostgreSQL endpoints need a database URL")
+            # A connection for every message in flight on both queues: the pool is not what
+            # is measured.
+            settings = PostgresSettings(url=spec.postgres_url, pool_size=2 * spec.concurrency)
+            self.database = PostgresDatabase(settings)
+        app = build_app(spec.names, as_mode(bus_mode), "postgres" if self.database else "table")
+        sql = (
+            None if self.database is None else InstrumentedSql(self.database, self.instrumentation)
         )
+        bus = Bus(app, self.account, spec.bus_config(), sql=sql)
 
         def handler(endpoint: str) -> Handler:
             async def handle(raw: str, dequeue_count: int) -> None:
@@ -197,6 +214,8 @@ class BenchHost:
         result.empty_polls = self.instrumentation.empty_receives
         result.operation_seconds = dict(self.instrumentation.seconds)
         result.outcomes = dict(self._outcomes)
+        if self.database is not None:
+            await self.database.close()
         return result
 
 

@@ -14,6 +14,8 @@ from shared.errors import InvalidValue
 
 AT_LEAST_ONCE = "at_least_once"
 TOKEN = "token"
+TOKEN_POSTGRES = "token_postgres"
+"""Token mode with both endpoints' state, O(m) and audit rows in PostgreSQL."""
 
 # Bench labels of the modes the issue asks for, with the names the bus may give them.
 _WANTED: dict[str, tuple[str, ...]] = {
@@ -30,6 +32,9 @@ class BenchMode:
     bus_mode: str | None
     """The endpoint mode passed to ``app.endpoint``; None for the floor."""
     available: bool = True
+    store: str = "table"
+    """Where the endpoints keep their rows: ``table`` or ``postgres`` (a server the bench
+    starts)."""
 
     @property
     def is_floor(self) -> bool:
@@ -61,6 +66,13 @@ def bench_modes(offered: tuple[str, ...] | None = None) -> list[BenchMode]:
             used.add(found)
     modes += [BenchMode(m, m) for m in offered if m not in used]
     return modes
+
+
+def postgres_modes(offered: tuple[str, ...] | None = None) -> list[BenchMode]:
+    """Token mode over PostgreSQL, measured beside the Table Storage token mode (``make
+    bench`` starts a private server for it; the in-memory tests have none)."""
+    offered = bus_modes() if offered is None else offered
+    return [BenchMode(TOKEN_POSTGRES, TOKEN, available=TOKEN in offered, store="postgres")]
 
 
 def select(modes: list[BenchMode], labels: list[str] | None) -> list[BenchMode]:

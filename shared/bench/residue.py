@@ -11,7 +11,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from shared.bench.workload import Names
-from shared.bus.records import STATE_ROW
+from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
+from shared.bus.state.base import EndpointState
+from shared.bus.state.stores import SqlDatabase
 from shared.errors import NotFound
 from shared.resources import poison_queue
 from shared.stores.account import StorageAccount
@@ -40,10 +42,25 @@ async def _rows(account: StorageAccount, table: str) -> list[str]:
         return []
 
 
-async def measure_residue(account: StorageAccount, names: Names) -> Residue:
+async def _sql_rows(store: EndpointState) -> list[str]:
+    """The SQL rows of an endpoint, named by the kind their table counterparts have."""
+    kinds = [STATE_ROW async for _ in store.states()]
+    kinds += [OUTBOX_PREFIX async for _ in store.outbox_records()]
+    return kinds + [AUDIT_PREFIX async for _ in store.audit_entities()]
+
+
+async def measure_residue(
+    account: StorageAccount, names: Names, sql: SqlDatabase | None = None
+) -> Residue:
+    """``sql``: where the endpoints keep their rows when they are PostgreSQL endpoints."""
     residue = Residue()
     for endpoint in names.endpoints:
-        for row_key in await _rows(account, endpoint):
+        rows = (
+            await _rows(account, endpoint)
+            if sql is None
+            else await _sql_rows(sql.endpoint_state(endpoint))
+        )
+        for row_key in rows:
             residue.kinds[row_key.split("|", 1)[0]] += 1
         residue.poisoned += await account.queue(poison_queue(endpoint)).approximate_count()
         residue.left_in_queues += await account.queue(endpoint).approximate_count()

@@ -14,6 +14,8 @@ from shared.bench.modes import BenchMode
 from shared.bench.residue import Residue, measure_residue
 from shared.bench.seed import provision_run, seed
 from shared.bench.timing import percentile
+from shared.bus.state.connection import PostgresSettings
+from shared.bus.state.stores import PostgresDatabase
 from shared.errors import InvalidValue
 from shared.stores.account import StorageAccount
 
@@ -173,11 +175,20 @@ async def run_round(
     separate_processes: bool,
     connection_string: str | None = None,
     emulator_cpu: Callable[[], float] | None = None,
+    postgres_url: str | None = None,
 ) -> Round:
     """Provision fresh resources, enqueue ``roots`` roots, drain them, count the residue."""
     tag = uuid.uuid4().hex[:10]
     specs = [
-        HostSpec(mode.label, mode.bus_mode, tag, plan.concurrency, connection_string)
+        HostSpec(
+            mode.label,
+            mode.bus_mode,
+            tag,
+            plan.concurrency,
+            connection_string,
+            mode.store,
+            postgres_url,
+        )
         for _ in range(plan.processes)
     ]
     names = specs[0].names
@@ -191,7 +202,14 @@ async def run_round(
     emulator_cpu_s = (
         emulator_cpu() - cpu_before if emulator_cpu and cpu_before is not None else None
     )
-    residue = await measure_residue(raw, names)
+    if mode.store == "postgres":
+        database = PostgresDatabase(PostgresSettings(url=postgres_url))
+        try:
+            residue = await measure_residue(raw, names, database)
+        finally:
+            await database.close()
+    else:
+        residue = await measure_residue(raw, names)
     return Round(roots, go, hosts, residue, seed_ops, emulator_cpu_s)
 
 
@@ -212,6 +230,7 @@ async def measure_side_by_side(
     connection_string: str | None = None,
     emulator_cpu: Callable[[], float] | None = None,
     progress: Callable[[BenchMode, Round | None, str | None], None] | None = None,
+    postgres_url: str | None = None,
 ) -> list[Measurement]:
     """Run ``modes`` in ``rounds`` interleaved rounds (forward, then backward, ...) that split
     ``plan.roots`` between them, so a machine that gets busier or quieter during the bench
@@ -232,6 +251,7 @@ async def measure_side_by_side(
                     separate_processes=separate_processes,
                     connection_string=connection_string,
                     emulator_cpu=emulator_cpu,
+                    postgres_url=postgres_url,
                 )
             except Exception as e:  # reported in the table; the other modes go on
                 errors[mode.label] = f"{type(e).__name__}: {e}"
@@ -263,6 +283,7 @@ async def measure(
     separate_processes: bool,
     connection_string: str | None = None,
     emulator_cpu: Callable[[], float] | None = None,
+    postgres_url: str | None = None,
 ) -> Measurement:
     """One mode, one round."""
     (measurement,) = await measure_side_by_side(
@@ -272,5 +293,6 @@ async def measure(
         separate_processes=separate_processes,
         connection_string=connection_string,
         emulator_cpu=emulator_cpu,
+        postgres_url=postgres_url,
     )
     return measurement

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 
 from shared.bus import BusApp, Command, HandlerContext
-from shared.bus.app import Mode
+from shared.bus.app import Mode, Store
 from shared.errors import InvalidValue
 from shared.resources import check_endpoint_name
 
@@ -101,11 +101,12 @@ def root(index: int, partitions: int) -> Work:
     return Work(key=partition_of(index, partitions), amount=index % 97 + 1, payload=padding(index))
 
 
-def build_app(names: Names, mode: Mode) -> BusApp:
-    """The bus app for one measurement: the same two handlers in the given endpoint mode."""
+def build_app(names: Names, mode: Mode, store: Store = "table") -> BusApp:
+    """The bus app for one measurement: the same two handlers in the given endpoint mode,
+    with their rows in the given store."""
     app = BusApp()
-    sender = app.endpoint(names.sender, state=Tally, mode=mode)
-    sink = app.endpoint(names.sink, state=Tally, mode=mode)
+    sender = app.endpoint(names.sender, state=Tally, mode=mode, store=store)
+    sink = app.endpoint(names.sink, state=Tally, mode=mode, store=store)
 
     @sender.handles(Work)
     def forward(ctx: HandlerContext[Tally], message: Work) -> None:
