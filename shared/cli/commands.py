@@ -15,7 +15,6 @@ from typing import Any
 
 from shared.bus import Command
 from shared.bus.poison import replay_report
-from shared.bus.records import OUTBOX_PREFIX, OutboxRecord
 from shared.bus.unsubscribed import unsubscribed_counts
 from shared.cli.progress import Progress
 from shared.errors import NotFound
@@ -125,10 +124,12 @@ async def status_report(worker: Worker, progress: bool | None) -> dict[str, Any]
                 missing.append(f"queue {queue}")
         states: Counter[str] = Counter()
         try:
-            async for entity in account.table(endpoint).query_all(row_key_prefix=OUTBOX_PREFIX):
-                states[OutboxRecord.from_entity(entity).status] += 1
+            # From the endpoint's table, or from PostgreSQL for a store="postgres" endpoint.
+            async for record in worker.bus().endpoint_state(endpoint).outbox_records():
+                states[record.status] += 1
         except NotFound:
-            missing.append(f"table {endpoint}")
+            store = worker.app.get(endpoint).store
+            missing.append(f"table {endpoint}" if store == "table" else "the bus schema")
         row["outbox_claimed"] = states["claimed"]
         row["outbox_committed"] = states["committed"]
         rows[endpoint] = row

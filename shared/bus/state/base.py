@@ -134,9 +134,15 @@ class EndpointState(abc.ABC):
     def states(self) -> AsyncIterator[StateRow]:
         """Every partition's state row (for tools and tests)."""
 
-    @abc.abstractmethod
-    def outbox_records(self) -> AsyncIterator[OutboxRecord]:
-        """Every O(m) of the endpoint (the cleanup retires them)."""
+    async def outbox_records(self) -> AsyncIterator[OutboxRecord]:
+        """Every O(m) of the endpoint, page by page (for tools and tests)."""
+        continuation: str | None = None
+        while True:
+            page, continuation = await self.outbox_page(continuation, 1000)
+            for record in page:
+                yield record
+            if continuation is None:
+                return
 
     @abc.abstractmethod
     async def audit_page(

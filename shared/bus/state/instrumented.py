@@ -96,9 +96,6 @@ class InstrumentedState(EndpointState):
     def states(self) -> AsyncIterator[StateRow]:
         return self.inner.states()
 
-    def outbox_records(self) -> AsyncIterator[OutboxRecord]:
-        return self.inner.outbox_records()
-
     async def audit_page(
         self, continuation: str | None, page_size: int
     ) -> tuple[list[Entity], str | None]:

@@ -163,11 +163,6 @@ class MemorySqlState(EndpointState):
             if endpoint == self.name:
                 yield row
 
-    async def outbox_records(self) -> AsyncIterator[OutboxRecord]:
-        for (endpoint, *_), record in sorted(self.db.outboxes.items(), key=lambda kv: kv[0]):
-            if endpoint == self.name:
-                yield record
-
     async def audit_page(
         self, continuation: str | None, page_size: int
     ) -> tuple[list[Entity], str | None]:

@@ -56,11 +56,17 @@ _OUTBOX_COLUMNS = (
 )
 
 
+def _schema_missing(error: Exception) -> NotFound:
+    return NotFound(f"the bus schema is missing ({error}): run `bus provision`")
+
+
 async def _translated(what: str, call: Callable[[], Awaitable[T]]) -> T:
     try:
         return await call()
     except asyncpg.UniqueViolationError as e:
         raise AlreadyExists(f"{what}: {e}") from e
+    except asyncpg.UndefinedTableError as e:
+        raise _schema_missing(e) from e
     except _UNKNOWN as e:
         raise OutcomeUnknown(f"{what}: PostgreSQL did not answer: {e}") from e
     except asyncpg.PostgresError as e:
@@ -330,24 +336,23 @@ class PostgresEndpointState(EndpointState):
             await pool.release(connection)
 
     async def states(self) -> AsyncIterator[StateRow]:
-        pool = await self._pool()
-        async with pool.acquire() as c, c.transaction():
-            async for row in c.cursor(
-                f"SELECT partition_key, type, data::text AS data, version FROM {SCHEMA}.state "
-                "WHERE endpoint = $1 ORDER BY partition_key",
-                self.name,
-            ):
-                yield StateRow(row["partition_key"], row["type"], row["data"], str(row["version"]))
-
-    async def outbox_records(self) -> AsyncIterator[OutboxRecord]:
-        pool = await self._pool()
-        async with pool.acquire() as c, c.transaction():
-            async for row in c.cursor(
-                f"SELECT {_OUTBOX_COLUMNS} FROM {SCHEMA}.outbox WHERE endpoint = $1 "
-                "ORDER BY partition_key, message_id",
-                self.name,
-            ):
-                yield _outbox(row)
+        try:
+            pool = await self._pool()
+            async with pool.acquire() as c, c.transaction():
+                async for row in c.cursor(
+                    f"SELECT partition_key, type, data::text AS data, version "
+                    f"FROM {SCHEMA}.state WHERE endpoint = $1 ORDER BY partition_key",
+                    self.name,
+                ):
+                    yield StateRow(
+                        row["partition_key"], row["type"], row["data"], str(row["version"])
+                    )
+        except asyncpg.UndefinedTableError as e:
+            raise _schema_missing(e) from e
+        except _UNKNOWN as e:
+            raise OutcomeUnknown(f"listing states of {self.name}: no answer: {e}") from e
+        except asyncpg.PostgresError as e:
+            raise StorageError(f"listing states of {self.name}: {e}") from e
 
     async def audit_page(
         self, continuation: str | None, page_size: int

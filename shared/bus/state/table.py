@@ -90,10 +90,6 @@ class TableEndpointState(EndpointState):
             if entity.row_key == STATE_ROW:
                 yield state_row(entity)
 
-    async def outbox_records(self) -> AsyncIterator[OutboxRecord]:
-        async for entity in self.table.query_all(row_key_prefix=OUTBOX_PREFIX):
-            yield OutboxRecord.from_entity(entity)
-
     async def audit_page(
         self, continuation: str | None, page_size: int
     ) -> tuple[list[Entity], str | None]:
