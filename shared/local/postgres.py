@@ -28,13 +28,18 @@ DATABASE = "postgres"
 
 
 def find_binaries() -> Path:
-    """The folder holding initdb and postgres: $POSTGRES_BIN or Debian's newest version."""
+    """The folder holding initdb and postgres: $POSTGRES_BIN (only it, when set) or Debian's
+    newest version."""
     configured = os.environ.get("POSTGRES_BIN")
-    candidates = [Path(configured)] if configured else []
-    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
+    if configured:
+        candidates = [Path(configured)]
+    else:
+        candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
     for folder in candidates:
         if (folder / "initdb").exists() and (folder / "postgres").exists():
             return folder
+    if configured:
+        raise ConfigurationError(f"POSTGRES_BIN={configured} holds no initdb and postgres")
     raise ConfigurationError(
         "PostgreSQL is not installed: run `make deps` (it installs Debian's postgresql)"
     )
