@@ -9,7 +9,9 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
+from shared.audit.cli import EXIT_USAGE, main
 from shared.audit.export import export
+from shared.bus import BusApp
 from tests.audit.orders import DELIVERIES_PER_ORDER, ORDERS, run_orders
 from tests.bus.harness import SQL_BACKENDS, per_mode_backend  # noqa: F401  (fixture "backend")
 from tests.conftest import Backend
@@ -40,3 +42,21 @@ async def test_sql_audit_rows_export_to_the_table_layout(backend: Backend, tmp_p
     placed = [r for r in audit if r["table"] == names.orders]
     assert all(r["mode"] == "token" and r["processed_at"] is not None for r in placed)
     assert all('"destination"' in r["caused"] for r in placed)
+
+
+billing_app = BusApp()
+billing_app.endpoint("billing", store="postgres")
+billing_app.endpoint("orders")
+
+
+def test_a_direct_run_refuses_an_app_with_postgres_endpoints(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Spark reads tables only: auditing them alone would report every message billing
+    processed as lost. The run says to export first instead."""
+    code = main(["run", "--app", f"{__name__}:billing_app", "--quiet"])
+
+    assert code == EXIT_USAGE
+    error = capsys.readouterr().err
+    assert "['billing'] keep their audit rows in PostgreSQL" in error
+    assert "export" in error
