@@ -48,7 +48,8 @@ examples:
   bus publish OrderPlaced --key op-1 \\
       --body '{"order_id": "o1", "customer": "ada", "amount_cents": 100}'
   bus status --check
-  bus replay orders
+  bus poison list payments
+  bus replay payments --type ChargePayment --dry-run
   bus cleanup"""
 
 
@@ -72,15 +73,7 @@ def parser() -> argparse.ArgumentParser:
         default=Path("local.settings.json"),
         help="read Values from this file when present (default: %(default)s)",
     )
-    bar = p.add_mutually_exclusive_group()
-    bar.add_argument(
-        "--progress",
-        dest="progress",
-        action="store_true",
-        default=None,
-        help="draw progress bars even when stderr is not a terminal",
-    )
-    bar.add_argument("--no-progress", dest="progress", action="store_false", help="never")
+    _progress_options(p, default=None)
     sub = p.add_subparsers(dest="command", required=True, metavar="command")
 
     sub.add_parser("provision", help="create every queue, container and table (idempotent)")
@@ -108,18 +101,52 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("topic", nargs="?")
     s.add_argument("endpoint", nargs="?")
 
-    s = sub.add_parser("status", help="queue depths, poison counts, outbox records, tokens")
+    s = sub.add_parser(
+        "status", help="queue depths, poison counts, each mode's dedup records, tokens"
+    )
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.add_argument("--check", action="store_true", help="exit 4 when poison messages wait")
+
+    s = sub.add_parser("poison", help="inspect poison messages")
+    poison = s.add_subparsers(dest="poison_command", required=True, metavar="subcommand")
+    s = poison.add_parser(
+        "list", help="poison messages with why they were parked (looked at, not taken)"
+    )
+    s.add_argument("endpoints", nargs="*", help="endpoints (default: every one)")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
 
     s = sub.add_parser("replay", help="move poison messages back to their queues")
     s.add_argument("endpoints", nargs="*", help="endpoints (default with --all: every one)")
     s.add_argument("--all", action="store_true")
     s.add_argument("--limit", type=int, default=1000, help="per endpoint (default %(default)s)")
+    s.add_argument("--id", action="append", default=[], help="only this message id (repeatable)")
+    s.add_argument(
+        "--type", action="append", default=[], help="only this message type (repeatable)"
+    )
+    s.add_argument("--dry-run", action="store_true", help="say what would be replayed, move none")
 
     s = sub.add_parser("cleanup", help="run one cleanup pass now")
     s.add_argument("--grace-seconds", type=float, help="override the grace period")
+    s.add_argument("--json", action="store_true", help="the full report as JSON")
+
+    # Accepted after the command too, where it leaves a value given before it alone.
+    for command in [*sub.choices.values(), *poison.choices.values()]:
+        _progress_options(command, default=argparse.SUPPRESS)
     return p
+
+
+def _progress_options(p: argparse.ArgumentParser, default: object) -> None:
+    bar = p.add_mutually_exclusive_group()
+    bar.add_argument(
+        "--progress",
+        dest="progress",
+        action="store_true",
+        default=default,
+        help="draw progress bars even when stderr is not a terminal",
+    )
+    bar.add_argument(
+        "--no-progress", dest="progress", action="store_false", default=default, help="never"
+    )
 
 
 def open_account(args: argparse.Namespace) -> StorageAccount:
@@ -174,15 +201,27 @@ def _command(
         return lambda a: c.status_command(
             a, as_json=args.json, check=args.check, progress=args.progress
         )
+    if args.command == "poison":
+        listed = args.endpoints or list(sample_app.endpoints)
+        return lambda a: c.poison_list_command(a, listed, as_json=args.json)
     if args.command == "replay":
         if args.all == bool(args.endpoints):
             usage("replay takes endpoint names or --all")
         names = list(sample_app.endpoints) if args.all else args.endpoints
         if args.limit < 1:
             usage("--limit must be at least 1")
-        return lambda a: c.replay_command(a, names, limit=args.limit, progress=args.progress)
-    assert args.command == "cleanup"
-    return lambda a: c.cleanup_command(a, grace_seconds=args.grace_seconds)
+        only = c.PoisonFilter(frozenset(args.id), frozenset(args.type))
+        return lambda a: c.replay_command(
+            a,
+            names,
+            limit=args.limit,
+            progress=args.progress,
+            only=only if args.id or args.type else None,
+            dry_run=args.dry_run,
+        )
+    if args.command != "cleanup":
+        usage(f"unknown command {args.command}")
+    return lambda a: c.cleanup_command(a, grace_seconds=args.grace_seconds, as_json=args.json)
 
 
 async def _run(
@@ -213,13 +252,31 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         command = _command(args, p.error)
-        return asyncio.run(_run(args, command))
+        code = asyncio.run(_run(args, command))
+        sys.stdout.flush()  # here, where a closed pipe can still be handled
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
     except (BadRequest, InvalidName, ValueError) as e:
         print(f"bus: {e}", file=sys.stderr)
         return commands.EXIT_USAGE
     except ConfigurationError as e:
         print(f"bus: configuration: {e}", file=sys.stderr)
         return commands.EXIT_CONFIGURATION
+    except NotFound as e:
+        # Whatever a command needs and storage does not have was never provisioned.
+        print(f"bus: {e}: resources missing, run `bus provision`", file=sys.stderr)
+        return commands.EXIT_CONFIGURATION
     except (StorageError, OutcomeUnknown, BusError) as e:
         print(f"bus: failed: {e}", file=sys.stderr)
         return commands.EXIT_FAILED
+
+
+def _reader_gone() -> int:
+    """Whoever read stdout stopped (``bus status --json | head``): that is the reader's
+    choice, not a failure. Point stdout at /dev/null so that the interpreter's last flush at
+    exit has nowhere to fail, and end quietly."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return commands.EXIT_OK
