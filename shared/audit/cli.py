@@ -18,6 +18,7 @@ from pathlib import Path
 from shared.errors import BusError, ConfigurationError
 from shared.resources import load_resources
 from shared.settings import DEFAULT_SETTING, load_storage_settings
+from shared.terminal import StageLog
 
 EXIT_OK, EXIT_VIOLATED, EXIT_USAGE = 0, 1, 2
 
@@ -166,9 +167,7 @@ def _export(args: argparse.Namespace) -> int:
     settings = load_storage_settings(os.environ, args.connection_setting)
     endpoint_tables, ingress_tables = _tables(args)
 
-    def progress(line: str) -> None:
-        if not args.quiet:
-            print(f"  {line}", file=sys.stderr, flush=True)
+    progress = StageLog(enabled=not args.quiet)
 
     async def go() -> int:
         async with AzureStorageAccount(settings) as account:
