@@ -6,6 +6,7 @@ They print what they did (JSON where a script may read it) and return an exit co
 from __future__ import annotations
 
 import json
+import os
 import sys
 import uuid
 from collections import Counter
@@ -32,12 +33,29 @@ EXIT_CONFIGURATION = 3
 EXIT_UNHEALTHY = 4
 
 
+def say(text: str) -> None:
+    """Print to stdout. A reader that stopped reading (``bus status --json | head``) does not
+    stop the command: the rest of its output goes nowhere and its exit code stands."""
+    try:
+        print(text)
+    except BrokenPipeError:
+        reader_gone()
+
+
+def reader_gone() -> None:
+    """Point stdout at /dev/null, so that no later write, nor the interpreter's last flush at
+    exit, fails (or prints a traceback) for want of a reader."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def _print_json(value: object) -> None:
-    print(json.dumps(value, indent=2, default=str))
+    say(json.dumps(value, indent=2, default=str))
 
 
 async def provision_command(account: StorageAccount) -> int:
-    print((await provision(account, load_resources())).summary())
+    say((await provision(account, load_resources())).summary())
     return EXIT_OK
 
 
@@ -82,15 +100,15 @@ async def subscribe_command(
     bus = runtime.build_bus(account)
     if topic is None:
         for done_topic, done_endpoint in await bus.subscribe_all():
-            print(f"{done_endpoint} subscribed to {done_topic}")
+            say(f"{done_endpoint} subscribed to {done_topic}")
         return EXIT_OK
     assert endpoint is not None
     if subscribe:
         changed = await bus.topics.subscribe(topic, endpoint)
-        print(f"{endpoint} {'subscribed to' if changed else 'was already subscribed to'} {topic}")
+        say(f"{endpoint} {'subscribed to' if changed else 'was already subscribed to'} {topic}")
     else:
         changed = await bus.topics.unsubscribe(topic, endpoint)
-        print(f"{endpoint} {'unsubscribed from' if changed else 'was not subscribed to'} {topic}")
+        say(f"{endpoint} {'unsubscribed from' if changed else 'was not subscribed to'} {topic}")
     return EXIT_OK
 
 
@@ -143,7 +161,7 @@ async def status_command(
     if as_json:
         _print_json(report)
     else:
-        print(
+        say(
             table(
                 ("endpoint", "mode", "queue", "poison", "records"),
                 (
@@ -154,12 +172,12 @@ async def status_command(
             )
         )
         by_sender = ", ".join(f"{k} {v}" for k, v in report["tokens_by_sender"].items())
-        print(
+        say(
             f"tokens in flight: {report['tokens_in_flight']}"
             + (f" ({by_sender})" * bool(by_sender))
         )
         for item in report["missing"]:
-            print(f"missing: {item} (run `bus provision`)")
+            say(f"missing: {item} (run `bus provision`)")
     if report["missing"]:
         return EXIT_CONFIGURATION
     poisoned = sum(row["poison"] or 0 for row in report["endpoints"].values())
@@ -209,13 +227,13 @@ async def replay_command(
                 account, endpoint, limit, select=only, dry_run=dry_run, on_moved=bar.advance
             )
         if moved:
-            print(f"{endpoint}: {verb} {moved} poison messages")
+            say(f"{endpoint}: {verb} {moved} poison messages")
             total += moved
             endpoints_replayed += 1
     if total:
-        print(f"{verb} {total} messages from {endpoints_replayed} endpoints")
+        say(f"{verb} {total} messages from {endpoints_replayed} endpoints")
     else:
-        print("nothing to replay")
+        say("nothing to replay")
     return EXIT_OK
 
 
@@ -247,9 +265,9 @@ async def poison_list_command(
     if as_json:
         _print_json(listed)
     elif listed:
-        print(table(POISON_COLUMNS, (_poison_row(item) for item in listed)))
+        say(table(POISON_COLUMNS, (_poison_row(item) for item in listed)))
     else:
-        print("no poison messages")
+        say("no poison messages")
     for note in notes:
         print(note, file=sys.stderr)
     return EXIT_OK
@@ -294,7 +312,7 @@ async def cleanup_command(
     if as_json:
         _print_json(report)
     else:
-        print(cleanup_summary(report))
+        say(cleanup_summary(report))
     return EXIT_OK
 
 

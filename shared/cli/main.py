@@ -253,10 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         command = _command(args, p.error)
         code = asyncio.run(_run(args, command))
-        sys.stdout.flush()  # here, where a closed pipe can still be handled
-        return code
     except BrokenPipeError:
-        return _reader_gone()
+        commands.reader_gone()
+        return commands.EXIT_OK
     except (BadRequest, InvalidName, ValueError) as e:
         print(f"bus: {e}", file=sys.stderr)
         return commands.EXIT_USAGE
@@ -270,13 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     except (StorageError, OutcomeUnknown, BusError) as e:
         print(f"bus: failed: {e}", file=sys.stderr)
         return commands.EXIT_FAILED
-
-
-def _reader_gone() -> int:
-    """Whoever read stdout stopped (``bus status --json | head``): that is the reader's
-    choice, not a failure. Point stdout at /dev/null so that the interpreter's last flush at
-    exit has nowhere to fail, and end quietly."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-    return commands.EXIT_OK
+    try:
+        sys.stdout.flush()  # here, where a closed pipe can still be handled
+    except BrokenPipeError:
+        commands.reader_gone()  # the command finished: its verdict stands
+    return code

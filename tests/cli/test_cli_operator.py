@@ -97,13 +97,31 @@ def contents(emulator: AzuriteEndpoints, queue: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "args",
-    [["status", "--json"], ["poison", "list", "--json"], ["cleanup", "--json"]],
+    ("args", "poisoned", "code"),
+    [
+        (["status", "--json"], False, 0),
+        (["poison", "list", "--json"], False, 0),
+        (["cleanup", "--json"], False, 0),
+        (["status", "--json", "--check"], True, 4),  # the command's verdict stands
+    ],
 )
+@pytest.mark.parametrize("buffered", [False, True], ids=["unbuffered", "buffered"])
 def test_a_closed_stdout_ends_the_command_quietly(
-    bus: Run, emulator: AzuriteEndpoints, args: list[str]
+    bus: Run,
+    emulator: AzuriteEndpoints,
+    args: list[str],
+    poisoned: bool,
+    code: int,
+    buffered: bool,
 ) -> None:
-    """``bus status --json | head``: the reader leaving is not a failure, and no traceback."""
+    """``bus status --json | head``: the reader leaving is not a failure, and no traceback,
+    whether the write fails at once (unbuffered) or at the last flush (buffered)."""
+    if poisoned:
+        park(emulator, "orders", signal("m-1"))
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env.pop("PYTHONUNBUFFERED", None)
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
     process = subprocess.Popen(
         [
             sys.executable,
@@ -114,7 +132,7 @@ def test_a_closed_stdout_ends_the_command_quietly(
             *args,
         ],
         cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -123,7 +141,7 @@ def test_a_closed_stdout_ends_the_command_quietly(
     _, err = process.communicate(timeout=60)
     assert b"BrokenPipe" not in err
     assert b"Traceback" not in err
-    assert process.returncode == 0
+    assert process.returncode == code
 
 
 def test_progress_options_are_accepted_after_the_command(bus: Run) -> None:
