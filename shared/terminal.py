@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
 )
@@ -78,6 +79,51 @@ class ProgressBar:
 
     def advance(self, count: int = 1, note: str = "") -> None:
         self._progress.update(self._task, advance=count, note=note)
+
+
+class Counters:
+    """Live counts of several named jobs (rows exported per table), used as a context manager.
+
+    On a terminal (or forced) each job has a line that counts up as it goes; otherwise each
+    job prints one line when it finishes, so a log gets one line per job, not one per page.
+    ``enabled=False`` prints nothing.
+    """
+
+    def __init__(
+        self, unit: str, *, enabled: bool | None = None, stream: TextIO | None = None
+    ) -> None:
+        console = _console(stream, enabled or None)
+        self.unit = unit
+        self.live = console.is_terminal if enabled is None else enabled
+        self.lines = StageLog(stream, enabled=enabled is not False and not self.live)
+        self._progress = RichProgress(
+            TextColumn("{task.description}"),
+            TextColumn("{task.completed} " + unit),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[note]}"),
+            console=console,
+            disable=not self.live,
+        )
+        self._tasks: dict[str, TaskID] = {}
+
+    def __enter__(self) -> Counters:
+        self._progress.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._progress.stop()
+
+    def update(self, name: str, count: int, *, note: str = "", done: bool = False) -> None:
+        if name not in self._tasks:
+            self._tasks[name] = self._progress.add_task(name, total=None, note="")
+        self._progress.update(self._tasks[name], completed=count, note=note)
+        if done:
+            self.lines(f"{name}: {count} {self.unit}" + (f" ({note})" * bool(note)))
 
 
 class StageLog:
