@@ -10,13 +10,10 @@ import os
 import sys
 import uuid
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 from shared import runtime
 from shared.bus import Command
-from shared.bus.poison import replay
-from shared.cli.poisoned import read_poison
 from shared.cli.records import count_records, describe
 from shared.errors import NotFound
 from shared.http_ingress import build_message
@@ -50,7 +47,7 @@ def reader_gone() -> None:
     os.close(devnull)
 
 
-def _print_json(value: object) -> None:
+def print_json(value: object) -> None:
     say(json.dumps(value, indent=2, default=str))
 
 
@@ -84,7 +81,7 @@ async def send_command(
         receipt = await client.send(message, to=destination, idempotency_key=key)
     else:
         receipt = await client.publish(message, idempotency_key=key)  # type: ignore[arg-type]
-    _print_json(
+    print_json(
         {
             "idempotency_key": receipt.idempotency_key,
             "message_ids": list(receipt.message_ids),
@@ -159,7 +156,7 @@ async def status_command(
 ) -> int:
     report = await status_report(account, progress)
     if as_json:
-        _print_json(report)
+        print_json(report)
     else:
         say(
             table(
@@ -184,123 +181,6 @@ async def status_command(
     return EXIT_UNHEALTHY if check and poisoned else EXIT_OK
 
 
-def _check_endpoints(endpoints: list[str]) -> None:
-    unknown = sorted(set(endpoints) - set(sample_app.endpoints))
-    if unknown:
-        raise ValueError(f"unknown endpoints {unknown}; known: {sorted(sample_app.endpoints)}")
-
-
-@dataclass(frozen=True)
-class PoisonFilter:
-    """Which poison messages a replay takes: all, or those of these ids and/or types."""
-
-    message_ids: frozenset[str] = frozenset()
-    message_types: frozenset[str] = frozenset()
-
-    def __call__(self, content: str) -> bool:
-        record = read_poison(content)
-        return (not self.message_ids or record.message_id in self.message_ids) and (
-            not self.message_types or record.message_type in self.message_types
-        )
-
-
-async def replay_command(
-    account: StorageAccount,
-    endpoints: list[str],
-    *,
-    limit: int,
-    progress: bool | None,
-    only: PoisonFilter | None = None,
-    dry_run: bool = False,
-) -> int:
-    """Move poison messages back to their queues; each is processed exactly once. Endpoints
-    with nothing to replay are not mentioned."""
-    _check_endpoints(endpoints)
-    total = endpoints_replayed = 0
-    verb = "would replay" if dry_run else "replayed"
-    for endpoint in endpoints:
-        waiting = await account.queue(poison_queue(endpoint)).approximate_count()
-        if waiting == 0:
-            continue
-        with ProgressBar(f"replay {endpoint}", min(waiting, limit), enabled=progress) as bar:
-            moved = await replay(
-                account, endpoint, limit, select=only, dry_run=dry_run, on_moved=bar.advance
-            )
-        if moved:
-            say(f"{endpoint}: {verb} {moved} poison messages")
-            total += moved
-            endpoints_replayed += 1
-    if total:
-        say(f"{verb} {total} messages from {endpoints_replayed} endpoints")
-    else:
-        say("nothing to replay")
-    return EXIT_OK
-
-
-async def poison_list_command(
-    account: StorageAccount, endpoints: list[str], *, as_json: bool
-) -> int:
-    """Show the poison messages waiting, with what each says about why (peeked, not taken)."""
-    _check_endpoints(endpoints)
-    listed: list[dict[str, Any]] = []
-    notes: list[str] = []
-    for endpoint in endpoints:
-        queue = account.queue(poison_queue(endpoint))
-        peeked = await queue.peek(PEEK_LIMIT)
-        for message in peeked:
-            record = read_poison(message.content)
-            listed.append(
-                {
-                    **record.to_json(),
-                    "endpoint": record.endpoint or endpoint,
-                    "parked_at": message.inserted_on.isoformat(timespec="seconds"),
-                }
-            )
-        waiting = await queue.approximate_count()
-        if len(peeked) == PEEK_LIMIT and waiting > PEEK_LIMIT:
-            notes.append(
-                f"{endpoint}: showing {PEEK_LIMIT} of about {waiting} (a queue shows at most "
-                f"{PEEK_LIMIT} without taking them)"
-            )
-    if as_json:
-        _print_json(listed)
-    elif listed:
-        say(table(POISON_COLUMNS, (_poison_row(item) for item in listed)))
-    else:
-        say("no poison messages")
-    for note in notes:
-        print(note, file=sys.stderr)
-    return EXIT_OK
-
-
-PEEK_LIMIT = 32
-POISON_COLUMNS = (
-    "endpoint",
-    "message id",
-    "type",
-    "tries",
-    "first failure",
-    "last failure",
-    "reason",
-)
-REASON_CHARS = 100
-
-
-def _poison_row(item: dict[str, Any]) -> tuple[object, ...]:
-    reason = " ".join(str(item["reason"]).split())  # one line, whatever it held
-    if len(reason) > REASON_CHARS:
-        reason = reason[: REASON_CHARS - 3] + "..."
-    return (
-        item["endpoint"],
-        item["message_id"],
-        item["message_type"],
-        item["dequeue_count"],
-        item["first_failure"],
-        item["last_failure"] or item["parked_at"],
-        reason,
-    )
-
-
 async def cleanup_command(
     account: StorageAccount, *, grace_seconds: float | None, as_json: bool
 ) -> int:
@@ -310,7 +190,7 @@ async def cleanup_command(
     else:
         report = await runtime.cleanup_now(account, grace_seconds=grace_seconds)
     if as_json:
-        _print_json(report)
+        print_json(report)
     else:
         say(cleanup_summary(report))
     return EXIT_OK

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.bus import Command, Event
-from shared.cli import commands
+from shared.cli import commands, poison_commands
 from shared.errors import (
     BusError,
     ConfigurationError,
@@ -203,15 +203,15 @@ def _command(
         )
     if args.command == "poison":
         listed = args.endpoints or list(sample_app.endpoints)
-        return lambda a: c.poison_list_command(a, listed, as_json=args.json)
+        return lambda a: poison_commands.poison_list_command(a, listed, as_json=args.json)
     if args.command == "replay":
         if args.all == bool(args.endpoints):
             usage("replay takes endpoint names or --all")
         names = list(sample_app.endpoints) if args.all else args.endpoints
         if args.limit < 1:
             usage("--limit must be at least 1")
-        only = c.PoisonFilter(frozenset(args.id), frozenset(args.type))
-        return lambda a: c.replay_command(
+        only = poison_commands.PoisonFilter(frozenset(args.id), frozenset(args.type))
+        return lambda a: poison_commands.replay_command(
             a,
             names,
             limit=args.limit,
