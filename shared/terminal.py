@@ -1,8 +1,9 @@
 """Terminal output for the operator tools (``bus``, the audit, the bench), drawn with rich.
 
-Progress goes to stderr, so stdout stays clean for what a script reads. A progress bar is
-drawn only on a terminal unless forced; tables are plain text without colour, so they read
-the same on a terminal, in a pipe and in a log.
+Progress goes to stderr, so stdout stays clean for what a script reads (the bench, whose
+output is a log of its rounds, writes its line log to stdout). A progress bar is drawn only on
+a terminal unless forced; tables are plain text without colour, so they read the same on a
+terminal, in a pipe and in a log. Nothing is read as markup.
 """
 
 from __future__ import annotations
@@ -55,11 +56,11 @@ class ProgressBar:
         console = _console(stream, enabled or None)
         self.enabled = console.is_terminal if enabled is None else enabled
         self._progress = RichProgress(
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            TextColumn("{task.fields[note]}"),
+            TextColumn("{task.fields[note]}", markup=False),
             console=console,
             disable=not self.enabled,
         )
@@ -97,10 +98,10 @@ class Counters:
         self.live = console.is_terminal if enabled is None else enabled
         self.lines = StageLog(stream, enabled=enabled is not False and not self.live)
         self._progress = RichProgress(
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),
             TextColumn("{task.completed} " + unit),
             TimeElapsedColumn(),
-            TextColumn("{task.fields[note]}"),
+            TextColumn("{task.fields[note]}", markup=False),
             console=console,
             disable=not self.live,
         )
