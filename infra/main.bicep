@@ -6,6 +6,8 @@
 //                      queue, table and container named in resources.json
 //   roles.bicep        data-plane RBAC for the identity (and optionally a person)
 //   function-app.bicep Flex Consumption plan + Python Function App
+//   ingress-auth.bicep optional Microsoft Entra ID authentication in front of
+//                      the HTTP routes (entraAuthEnabled)
 //
 // Deploy with:
 //   az deployment group create -g <rg> --template-file infra/main.bicep \
@@ -32,7 +34,7 @@ param tags object = {
 ])
 param storagePublicNetworkAccess string = 'Enabled'
 
-@description('Optional. Replication SKU of the storage account.')
+@description('Optional. Replication SKU of the storage account. Standard_ZRS keeps messages in flight through the loss of one zone; Standard_GZRS adds an asynchronous copy in the paired region; Standard_LRS only for regions without availability zones (docs/deploy.md, "Storage redundancy").')
 @allowed([
   'Standard_LRS'
   'Standard_ZRS'
@@ -41,7 +43,7 @@ param storagePublicNetworkAccess string = 'Enabled'
   'Standard_RAGRS'
   'Standard_RAGZRS'
 ])
-param storageSkuName string = 'Standard_LRS'
+param storageSkuName string = 'Standard_ZRS'
 
 @description('Optional. Object id of the person (or pipeline) deploying, granted the same storage data roles as the app so local tools can use Entra ID; leave empty to skip.')
 param deployerPrincipalId string = ''
@@ -85,6 +87,21 @@ param cleanupSchedule string = '0 */5 * * * *'
 
 @description('Optional. Extra, non-secret app settings for the Function App (name to value).')
 param additionalAppSettings object = {}
+
+@description('Optional. Require a Microsoft Entra ID access token (App Service authentication) on every HTTP route of the Function App, in addition to the function key. Off by default; for callers that move money (docs/deploy.md, "Microsoft Entra ID for the ingress").')
+param entraAuthEnabled bool = false
+
+@description('Optional. Tenant that issues the accepted tokens; defaults to the tenant of the subscription.')
+param entraTenantId string = subscription().tenantId
+
+@description('Optional. Application (client) id of the app registration that represents the ingress; required when entraAuthEnabled is true.')
+param entraClientId string = ''
+
+@description('Optional. Accepted token audiences (aud claim); empty means the ingress registration itself: api://<entraClientId> and <entraClientId>.')
+param entraAllowedAudiences array = []
+
+@description('Optional. Application (client) ids of the callers allowed to send; empty lets any client that obtains a token for the audience call.')
+param entraAllowedClientApplications array = []
 
 // A deterministic suffix keeps globally unique names stable per resource group.
 var prefix = toLower(namePrefix)
@@ -174,11 +191,25 @@ module functionApp 'app/function-app.bicep' = {
   ]
 }
 
+module ingressAuth 'app/ingress-auth.bicep' = if (entraAuthEnabled) {
+  name: 'ingress-auth'
+  params: {
+    functionAppName: functionApp.outputs.name
+    tenantId: entraTenantId
+    clientId: entraClientId
+    allowedAudiences: entraAllowedAudiences
+    allowedClientApplications: entraAllowedClientApplications
+  }
+}
+
 @description('Name of the Function App; pass it to func azure functionapp publish.')
 output functionAppName string = functionApp.outputs.name
 
 @description('Default host name of the Function App.')
 output functionAppHostName string = functionApp.outputs.defaultHostName
+
+@description('What an HTTP caller must send: functionKey, or entraIdToken+functionKey when entraAuthEnabled is true.')
+output httpAuthentication string = entraAuthEnabled ? 'entraIdToken+functionKey' : 'functionKey'
 
 @description('Name of the storage account.')
 output storageAccountName string = storage.outputs.name

@@ -64,6 +64,12 @@ class InvalidValue(BusError, ValueError):
     """A value cannot be stored as given (unsupported type, out of range, naive datetime)."""
 
 
+class CorruptRecord(BusError):
+    """A row in the bus's own layout (outbox, dedup, state, ingress record) holds a field of
+    the wrong type or value, so something other than this library wrote it. Raised rather than
+    guess what the row means; the text names the row and the field."""
+
+
 class MalformedSignal(BusError):
     """A queue message is not a valid signal (bad JSON, wrong schema, a token name outside the
     naming scheme). It is parked in the poison queue with this reason; nothing is read."""

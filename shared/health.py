@@ -1,4 +1,11 @@
-"""Is every resource the app needs reachable? Used by the health endpoint and the demo."""
+"""Is every resource the app needs reachable, and is every trigger worker still running?
+Used by the health endpoint and the demo.
+
+Workers: the local host (``shared.host``) runs the queue and timer triggers in the app's own
+process and records here any of them that ends while the host is not stopping, with why.
+On Azure the Functions host owns the triggers, outside the app's reach: nothing is recorded,
+and health covers storage only.
+"""
 
 from __future__ import annotations
 
@@ -15,10 +22,12 @@ class HealthReport:
     checked: int = 0
     missing: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
+    """Trigger workers of this process that are no longer running: ``"<worker>: <why>"``."""
 
     @property
     def healthy(self) -> bool:
-        return not self.missing and not self.errors
+        return not self.missing and not self.errors and not self.stopped
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -26,7 +35,35 @@ class HealthReport:
             "checked": self.checked,
             "missing": self.missing,
             "errors": self.errors,
+            "stopped": self.stopped,
         }
+
+
+# Process-wide because the host and the app share nothing else: the host writes, the app's
+# health function reads. Keyed by worker name ('queue orders'), so a restart of one worker
+# under the same name would replace its entry.
+_stopped_workers: dict[str, str] = {}
+
+
+def worker_stopped(worker: str, reason: str) -> None:
+    """Record that ``worker`` (e.g. 'queue orders') ended while it should be running."""
+    _stopped_workers[worker] = reason
+
+
+def forget_workers() -> None:
+    """A host starting or ending its run: nothing recorded before still applies."""
+    _stopped_workers.clear()
+
+
+def stopped_workers() -> list[str]:
+    return [f"{worker}: {reason}" for worker, reason in sorted(_stopped_workers.items())]
+
+
+async def check(account: StorageAccount, resources: Resources) -> HealthReport:
+    """Storage (``check_storage``) plus the trigger workers of this process."""
+    report = await check_storage(account, resources)
+    report.stopped = stopped_workers()
+    return report
 
 
 async def check_storage(account: StorageAccount, resources: Resources) -> HealthReport:

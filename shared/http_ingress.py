@@ -13,8 +13,10 @@ could not be reached (retry with the same key).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +25,10 @@ from pydantic import ValidationError
 
 from shared.bus import Bus, BusApp, Command, Event, Message
 from shared.bus.ingress import SendReceipt, check_idempotency_key
+from shared.bus.messages import declared_type
+from shared.bus.routes import UndeliverableMessage
 from shared.errors import BusError, InvalidName, MessageTooLarge, OutcomeUnknown, StorageError
+from shared.settings import load_storage_timeouts
 
 log = logging.getLogger(__name__)
 
@@ -46,16 +51,30 @@ class Answer:
 
 
 def message_types(app: BusApp) -> dict[str, type[Message]]:
-    """Every message type some endpoint of ``app`` handles, by type name."""
+    """Every message type some endpoint of ``app``, or an external endpoint it declares,
+    takes, by type name."""
     found: dict[str, type[Message]] = {}
+    for external in app.routes.external.values():
+        found.update(external.accepts)
     for endpoint in app.endpoints.values():
         for name, (model, _) in endpoint.handlers.items():
             found[name] = model
     return found
 
 
-def handlers_of(app: BusApp, type_name: str) -> list[str]:
-    return sorted(e.name for e in app.endpoints.values() if type_name in e.handlers)
+def unroutable(app: BusApp, type_name: str, to: str | None) -> str:
+    """Why a type no endpoint takes cannot be sent, saying what the type is when known."""
+    declared = declared_type(type_name)
+    if declared is None:
+        known = ", ".join(sorted(message_types(app)))
+        return f"unknown message type {type_name!r}; known types: {known}"
+    nobody = "no endpoint of this app handles it and no external endpoint accepts it"
+    if issubclass(declared, Event):
+        extra = "; events are published, leave out 'to'" if to is not None else ""
+        return (
+            f"{type_name} is an event without subscribers ({nobody}): it would reach nobody{extra}"
+        )
+    return f"{type_name} is a command no endpoint takes ({nobody})"
 
 
 def build_message(
@@ -64,8 +83,7 @@ def build_message(
     """The validated message and its destination (None for an event); BadRequest otherwise."""
     model = message_types(app).get(type_name)
     if model is None:
-        known = ", ".join(sorted(message_types(app)))
-        raise BadRequest(f"unknown message type {type_name!r}; known types: {known}")
+        raise BadRequest(unroutable(app, type_name, to))
     if not isinstance(body, dict):
         raise BadRequest("'body' must be a JSON object with the message's fields")
     try:
@@ -77,9 +95,12 @@ def build_message(
         raise BadRequest(f"invalid {type_name}: {problems}") from None
     if isinstance(message, Event):
         if to is not None:
-            raise BadRequest(f"{type_name} is an event: it is published, leave out 'to'")
+            raise BadRequest(
+                f"{type_name} is an event: it is published to its topic's subscribers, not "
+                "sent to one endpoint; leave out 'to'"
+            )
         return message, None
-    handlers = handlers_of(app, type_name)
+    handlers = app.routes.receivers_of(type_name)
     if to is None:
         if len(handlers) != 1:
             raise BadRequest(f"{type_name} is a command: say which endpoint gets it with 'to'")
@@ -94,6 +115,10 @@ def parse_request(app: BusApp, raw: bytes) -> tuple[Message, str | None]:
         data = json.loads(raw)
     except ValueError:
         raise BadRequest('the body must be JSON: {"type": ..., "body": {...}}') from None
+    except RecursionError:
+        # The parser recurses once per level: a few thousand '[' exhaust the stack.
+        raise BadRequest("the body is nested too deeply to be a message") from None
+    _check_unicode(data)
     if not isinstance(data, dict):
         raise BadRequest("the body must be a JSON object")
     extra = set(data) - {"type", "to", "body"}
@@ -107,6 +132,17 @@ def parse_request(app: BusApp, raw: bytes) -> tuple[Message, str | None]:
     return build_message(app, type_name, data.get("body", {}), to)
 
 
+def _check_unicode(data: object) -> None:
+    """JSON may escape lone surrogates (``"\\udcff"``), which no UTF-8 text can hold: every
+    later step (the envelope, storage) would fail on them, so they are refused here."""
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequest(
+            "the body holds text that is not valid Unicode (a lone surrogate)"
+        ) from None
+
+
 def _header(headers: Mapping[str, str], name: str) -> str | None:
     wanted = name.lower()
     for key, value in headers.items():
@@ -116,7 +152,20 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
 
 
 async def handle(bus: Bus, headers: Mapping[str, str], raw: bytes) -> Answer:
-    """The whole ingress request, independent of the HTTP framework."""
+    """The whole ingress request, independent of the HTTP framework, within BUS_INGRESS_TIMEOUT:
+    a request stopped midway is a crash the protocol recovers from, the retry answers once."""
+    seconds = load_storage_timeouts(os.environ).ingress
+    try:
+        async with asyncio.timeout(seconds):
+            return await _handle(bus, headers, raw)
+    except TimeoutError:
+        error = (
+            f"storage did not answer within {seconds:g} s, retry with the same {IDEMPOTENCY_HEADER}"
+        )
+        return Answer(503, {"error": error})
+
+
+async def _handle(bus: Bus, headers: Mapping[str, str], raw: bytes) -> Answer:
     limit = bus.config.max_payload_bytes + ENVELOPE_SLACK_BYTES
     if len(raw) > limit:
         return Answer(413, {"error": f"request body is {len(raw)} bytes; the limit is {limit}"})
@@ -129,15 +178,20 @@ async def handle(bus: Bus, headers: Mapping[str, str], raw: bytes) -> Answer:
         client = bus.client("http")
         receipt: SendReceipt
         if isinstance(message, Command):
-            assert to is not None
+            if to is None:
+                raise BadRequest(f"{message.type_name()} is a command: name its endpoint in 'to'")
             receipt = await client.send(message, to=to, idempotency_key=key)
         else:
-            assert isinstance(message, Event)
+            if not isinstance(message, Event):
+                raise BadRequest(f"{message.type_name()} is neither a Command nor an Event")
             receipt = await client.publish(message, idempotency_key=key)
     except (BadRequest, InvalidName) as e:
         return Answer(400, {"error": str(e)})
     except MessageTooLarge as e:
         return Answer(413, {"error": str(e)})
+    except UndeliverableMessage as e:
+        log.error("ingress %s: %s", key, e)  # a recipient list the app does not allow
+        return Answer(503, {"error": f"cannot be delivered as the bus is configured: {e}"})
     except (StorageError, OutcomeUnknown, BusError) as e:
         log.warning("ingress %s failed: %s", key, e)
         return Answer(

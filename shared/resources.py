@@ -1,12 +1,16 @@
-"""The storage resource names the app uses, read from ``infra/resources.json``.
+"""The storage resource names an app uses, and ``infra/resources.json`` that lists them.
 
-That file is the single source of truth: Bicep loads it to provision Azure, and
-``shared.provisioning`` reads it to create the same resources in Azurite.
+The app is the source of truth: its endpoints name the queues, poison queues and tables, and
+the shared containers and tables have fixed names (``CONTAINERS``, ``TABLES``).
+``infra/resources.json`` is produced from the app by ``bus resources > infra/resources.json``
+so that Bicep (which cannot run Python) provisions the same names in Azure; ``bus provision``
+and the tests refuse a file that no longer matches the app (``check_resources_file``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +19,16 @@ from shared.stores.names import check_container_name, check_queue_name, check_ta
 
 RESOURCES_FILE = Path(__file__).resolve().parents[1] / "infra" / "resources.json"
 POISON_SUFFIX = "-poison"
+GENERATE_COMMAND = "bus resources > infra/resources.json"
+CONTAINERS = {"tokens": "tokens", "topics": "topics", "parked": "parked"}
+"""Blob containers every app shares: outgoing tokens, and topics' recipient lists."""
+TABLES = {"ingress": "ingress", "cleanup": "cleanup"}
+"""Tables every app shares: ingress records, and the cleanup job's checkpoints."""
+FILE_COMMENT = (
+    f"Generated from the app by `{GENERATE_COMMAND}`; do not edit by hand. Bicep loads it "
+    "with loadJsonContent to provision Azure; bus provision creates the same resources in "
+    "Azurite. Each endpoint names its queue, its poison queue (<name>-poison) and its table."
+)
 
 
 @dataclass(frozen=True)
@@ -71,3 +85,42 @@ def load_resources(path: Path = RESOURCES_FILE) -> Resources:
     if len(set(endpoints)) != len(endpoints):
         raise ConfigurationError(f"{path}: endpoint names must be unique")
     return Resources(containers, tables, endpoints)
+
+
+def resources_for(endpoints: Iterable[str]) -> Resources:
+    """The resources of an app with these endpoint names (``BusApp.endpoints``)."""
+    names = tuple(check_endpoint_name(e) for e in endpoints)
+    return Resources(dict(CONTAINERS), dict(TABLES), names)
+
+
+def resources_json(resources: Resources) -> str:
+    """The text of ``infra/resources.json`` for ``resources`` (what ``bus resources`` prints)."""
+    document = {
+        "$comment": FILE_COMMENT,
+        "containers": resources.containers,
+        "tables": resources.tables,
+        "endpoints": list(resources.endpoints),
+    }
+    return json.dumps(document, indent=2) + "\n"
+
+
+def check_resources_file(expected: Resources, path: Path = RESOURCES_FILE) -> None:
+    """Refuse a resources file that does not list exactly the app's names: Bicep would
+    provision other queues than the function app reads."""
+    found = load_resources(path)
+    differences = [
+        *_difference("endpoints", expected.endpoints, found.endpoints),
+        *_difference("containers", expected.container_names, found.container_names),
+        *_difference("tables", expected.table_names, found.table_names),
+    ]
+    if differences:
+        raise ConfigurationError(
+            f"{path} does not match the app ({'; '.join(differences)}): run `{GENERATE_COMMAND}`"
+        )
+
+
+def _difference(what: str, app: Iterable[str], file: Iterable[str]) -> list[str]:
+    only_app, only_file = sorted(set(app) - set(file)), sorted(set(file) - set(app))
+    return [f"{what} {only_app} missing from the file"] * bool(only_app) + [
+        f"{what} {only_file} not in the app"
+    ] * bool(only_file)

@@ -1,4 +1,9 @@
-"""Storage connection settings, read the way Azure Functions reads them.
+"""App settings: one resolver for every process, and the storage connection read the way
+Azure Functions reads it.
+
+``resolve_settings`` merges, first match wins (``PRECEDENCE``): a command-line option, the
+environment (Azure's app settings), ``local.settings.json`` Values, the defaults. The CLI, the
+function app's worker, the local host, the audit and the demo all read settings through it.
 
 One setting name (``AzureWebJobsStorage`` by default) either holds a connection string, or
 ``UseDevelopmentStorage=true`` for the local emulator, or is split into identity-based
@@ -8,8 +13,12 @@ One setting name (``AzureWebJobsStorage`` by default) either holds a connection 
 
 from __future__ import annotations
 
+import json
+import math
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from shared.errors import ConfigurationError
 
@@ -28,6 +37,54 @@ DEV_CONNECTION_STRING = (
 
 
 @dataclass(frozen=True)
+class StorageTimeouts:
+    """How long storage may stay silent, in seconds: a frozen account must end a request
+    (503 at the ingress) or a poll (the queue worker backs off), never hang it.
+
+    ``connect`` and ``read`` bound each HTTP attempt (``read`` is silence on the socket);
+    ``call`` bounds one store call, the SDK's retries included; ``ingress`` bounds one
+    ``POST /api/messages``, all its storage calls included. Each is read from the environment
+    variable named beside it."""
+
+    connect: float = 3.0  # BUS_STORAGE_CONNECT_TIMEOUT
+    read: float = 5.0  # BUS_STORAGE_READ_TIMEOUT
+    call: float = 8.0  # BUS_STORAGE_CALL_TIMEOUT
+    ingress: float = 12.0  # BUS_INGRESS_TIMEOUT
+
+
+_TIMEOUT_VARIABLES = {
+    "connect": "BUS_STORAGE_CONNECT_TIMEOUT",
+    "read": "BUS_STORAGE_READ_TIMEOUT",
+    "call": "BUS_STORAGE_CALL_TIMEOUT",
+    "ingress": "BUS_INGRESS_TIMEOUT",
+}
+
+
+def load_storage_timeouts(environ: Mapping[str, str]) -> StorageTimeouts:
+    """The timeouts set in ``environ``, the defaults for the rest."""
+    values: dict[str, float] = {}
+    for name, variable in _TIMEOUT_VARIABLES.items():
+        text = environ.get(variable, "").strip()
+        if not text:
+            continue
+        try:
+            values[name] = float(text)
+        except ValueError:
+            raise ConfigurationError(
+                f"{variable} must be a number of seconds, got {text!r}"
+            ) from None
+        if not (math.isfinite(values[name]) and values[name] > 0):
+            raise ConfigurationError(f"{variable} must be a positive number of seconds")
+    timeouts = StorageTimeouts(**values)
+    if max(timeouts.connect, timeouts.read) > timeouts.call or timeouts.call > timeouts.ingress:
+        raise ConfigurationError(
+            "storage timeouts must nest: connect and read <= call <= ingress, got "
+            f"{timeouts.connect:g}, {timeouts.read:g}, {timeouts.call:g}, {timeouts.ingress:g}"
+        )
+    return timeouts
+
+
+@dataclass(frozen=True)
 class StorageSettings:
     """Where the account is and how to authenticate.
 
@@ -42,6 +99,7 @@ class StorageSettings:
     table_service_uri: str | None = None
     client_id: str | None = None
     managed_identity: bool = False
+    timeouts: StorageTimeouts = field(default_factory=StorageTimeouts)
 
     @property
     def uses_identity(self) -> bool:
@@ -77,13 +135,13 @@ def load_storage_settings(
     if value:
         parts = parse_connection_string(value)
         if parts.get("UseDevelopmentStorage", "").lower() == "true":
-            return StorageSettings(connection_string=DEV_CONNECTION_STRING)
+            return StorageSettings(DEV_CONNECTION_STRING, timeouts=load_storage_timeouts(environ))
         if not ("AccountName" in parts or "BlobEndpoint" in parts):
             raise ConfigurationError(
                 f"setting {setting} is not a storage connection string "
                 "(expected AccountName=... or UseDevelopmentStorage=true)"
             )
-        return StorageSettings(connection_string=value)
+        return StorageSettings(connection_string=value, timeouts=load_storage_timeouts(environ))
 
     def sub(name: str) -> str | None:
         found = environ.get(f"{setting}__{name}", "").strip()
@@ -114,4 +172,114 @@ def load_storage_settings(
         table_service_uri=uris["table"],
         client_id=sub("clientId"),
         managed_identity=credential == "managedidentity",
+        timeouts=load_storage_timeouts(environ),
     )
+
+
+# --- The one settings resolver -------------------------------------------------------------
+
+STORAGE_SETTING_NAME = "BUS_STORAGE_SETTING"
+"""App setting naming the connection setting to use (default ``AzureWebJobsStorage``)."""
+LOCAL_SETTINGS_FILE = Path("local.settings.json")
+
+COMMAND_LINE = "command line"
+ENVIRONMENT = "environment"
+DEFAULTS = "defaults"
+
+PRECEDENCE = (COMMAND_LINE, ENVIRONMENT, "local.settings.json Values", DEFAULTS)
+"""Where a setting is looked up, first match wins: a command-line option, the environment
+(app settings in Azure are environment variables), the ``Values`` of ``local.settings.json``
+in the current folder (or the file given), then the project's defaults."""
+
+DEFAULT_VALUES: dict[str, str] = {
+    STORAGE_SETTING_NAME: DEFAULT_SETTING,
+}
+
+
+def load_local_settings(path: Path) -> dict[str, str]:
+    """The ``Values`` of a local.settings.json (absent file: no values)."""
+    if not path.exists():
+        return {}
+    try:
+        values = json.loads(path.read_text()).get("Values", {})
+    except (OSError, ValueError, AttributeError) as e:
+        raise ConfigurationError(f"cannot read {path}: {e}") from e
+    if not isinstance(values, dict):
+        raise ConfigurationError(f"{path}: 'Values' must be an object")
+    return {str(k): str(v) for k, v in values.items()}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every app setting of one process, resolved once, with where each value came from.
+
+    The CLI, the function app's worker, the local host, the audit and the demo all read
+    their settings through ``resolve_settings``, so one name means one value everywhere."""
+
+    values: Mapping[str, str]
+    origins: Mapping[str, str]
+    sources: tuple[str, ...] = (COMMAND_LINE, ENVIRONMENT)
+    """The sources consulted, highest precedence first (for messages)."""
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        value = self.values.get(name, "")
+        return value if value.strip() else default
+
+    def origin(self, name: str) -> str:
+        """Where ``name`` was found ('environment', 'local.settings.json', ...) or 'unset'."""
+        return self.origins.get(name, "unset")
+
+    @property
+    def storage_setting(self) -> str:
+        """The connection setting's name (``BUS_STORAGE_SETTING``, or a ``--setting``)."""
+        return self.get(STORAGE_SETTING_NAME) or DEFAULT_SETTING
+
+    def configures(self, connection: str) -> bool:
+        """Whether any source sets ``connection`` or one of its ``<name>__*`` parts."""
+        prefix = f"{connection}__"
+        return any(
+            (name == connection or name.startswith(prefix)) and value.strip()
+            for name, value in self.values.items()
+        )
+
+    def storage(self) -> StorageSettings:
+        """The storage account to use, from the connection setting ``storage_setting``.
+        Nothing falls back to the emulator: a connection setting that no source sets is an
+        error naming it and where it was looked for."""
+        name = self.storage_setting
+        if not self.configures(name):
+            named_by = self.origin(STORAGE_SETTING_NAME)
+            searched = " or ".join(s for s in self.sources if s != DEFAULTS)
+            raise ConfigurationError(
+                f"connection setting {name} (named by the {named_by}) is not set: neither "
+                f"{name} nor {name}__accountName / {name}__*ServiceUri was found in the "
+                f"{searched}; for the local emulator set "
+                f"{name}=UseDevelopmentStorage=true (cp local.settings.sample.json "
+                "local.settings.json)"
+            )
+        return load_storage_settings(self.values, name)
+
+
+def resolve_settings(
+    options: Mapping[str, str | None] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    local_file: Path | None = LOCAL_SETTINGS_FILE,
+) -> Settings:
+    """Merge the sources in the order of ``PRECEDENCE``. ``options`` are command-line values
+    by setting name (None: the option was not given); ``local_file`` None reads no file."""
+    layers: list[tuple[str, Mapping[str, str]]] = [
+        (COMMAND_LINE, {k: v for k, v in (options or {}).items() if v is not None}),
+        (ENVIRONMENT, os.environ if environ is None else environ),
+    ]
+    if local_file is not None:
+        layers.append((local_file.name, load_local_settings(local_file)))
+    layers.append((DEFAULTS, DEFAULT_VALUES))
+    values: dict[str, str] = {}
+    origins: dict[str, str] = {}
+    for origin, layer in reversed(layers):
+        for name, value in layer.items():
+            if value.strip() or name not in values:
+                values[name] = value
+                origins[name] = origin
+    return Settings(values, origins, tuple(origin for origin, _ in layers))

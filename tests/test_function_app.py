@@ -1,10 +1,16 @@
-"""The function app's bindings, exercised without the Functions host."""
+"""The function app's bindings, generated from the app, exercised without the Functions host."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import subprocess
+import sys
+import textwrap
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import azure.functions as func
@@ -14,12 +20,17 @@ from azure.functions.timer import TimerRequest
 
 import function_app
 from shared import runtime
+from shared.bindings import blueprint
+from shared.bus import BusApp
+from shared.bus.poison import unwrap
+from shared.errors import ConfigurationError
 from shared.host.ncrontab import Schedule
-from shared.local.azurite import AzuriteEndpoints
+from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.provisioning import provision
-from shared.resources import load_resources, poison_queue
+from shared.resources import poison_queue
 from shared.sample.app import PlaceOrder
 from shared.sample.app import app as sample_app
+from shared.settings import resolve_settings
 from shared.stores.azure import AzureStorageAccount
 from shared.stores.memory import MemoryStorageAccount
 from tests.infra.provisioned import provisioned_resources
@@ -29,6 +40,11 @@ def declared_functions() -> dict[str, Any]:
     functions = {f.get_function_name(): f for f in function_app.app.get_functions()}
     function_app.app.functions_bindings = None  # get_functions() may only be called once
     return functions
+
+
+def user_function(name: str) -> Callable[..., Any]:
+    """The generated function the host would call for ``name``."""
+    return declared_functions()[name].get_user_function()  # type: ignore[no-any-return]
 
 
 def queue_triggers() -> dict[str, str]:
@@ -47,14 +63,134 @@ def test_every_sample_endpoint_has_one_queue_trigger_on_its_own_queue() -> None:
     assert all(name == queue for name, queue in triggers.items())
 
 
+USER_APP = textwrap.dedent(
+    """
+    from shared.bus import BusApp, Command
+
+    app = BusApp()
+    not_an_app = 42
+
+
+    class ReserveStock(Command):
+        partition_by = "sku"
+        sku: str
+
+
+    inventory = app.endpoint("inventory")
+    billing = app.endpoint("billing", mode="processed_messages")
+
+
+    @inventory.handles(ReserveStock)
+    def reserve(ctx, cmd):
+        pass
+    """
+)
+
+
+def write_user_app(folder: Path) -> None:
+    """A package of the user's, outside ``shared/``, with its own endpoints."""
+    (folder / "myshop").mkdir()
+    (folder / "myshop" / "__init__.py").write_text("")
+    (folder / "myshop" / "app.py").write_text(USER_APP)
+
+
+INDEX = """
+import json
+import function_app
+print(json.dumps({
+    f.get_function_name(): [f.get_trigger().get_binding_name(),
+                            getattr(f.get_trigger(), "queue_name", None),
+                            getattr(f.get_trigger(), "connection", None)]
+    for f in function_app.app.get_functions()
+}))
+"""
+
+
+def index_function_app(folder: Path, **settings: str) -> subprocess.CompletedProcess[str]:
+    """Import function_app.py in a fresh interpreter, as the Functions host does, and list
+    what ``app.get_functions()`` indexes."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("BUS_")}
+    environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(folder)])
+    return subprocess.run(
+        [sys.executable, "-c", INDEX],
+        cwd=folder,
+        env={**environ, **settings},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_function_app_indexes_exactly_the_functions_of_the_app_named_by_bus_app(
+    tmp_path: Path,
+) -> None:
+    write_user_app(tmp_path)
+    result = index_function_app(
+        tmp_path, BUS_APP="myshop.app:app", BUS_STORAGE_SETTING="ShopStorage"
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "inventory": ["queueTrigger", "inventory", "ShopStorage"],
+        "billing": ["queueTrigger", "billing", "ShopStorage"],
+        "health": ["httpTrigger", None, None],
+        "ingress": ["httpTrigger", None, None],
+        "cleanup": ["timerTrigger", None, None],
+    }
+
+
+def test_bus_app_is_read_from_local_settings_json_when_the_environment_has_none(
+    tmp_path: Path,
+) -> None:
+    write_user_app(tmp_path)
+    values = {"BUS_APP": "myshop.app:app", "CLEANUP_SCHEDULE": "0 */5 * * * *"}
+    (tmp_path / "local.settings.json").write_text(json.dumps({"Values": values}))
+    result = index_function_app(tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert sorted(json.loads(result.stdout)) == [
+        "billing",
+        "cleanup",
+        "health",
+        "ingress",
+        "inventory",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("reference", "message"),
+    [
+        ("myshop.nothere:app", "no module named 'myshop.nothere'"),
+        ("myshop.app:missing", "has no attribute 'missing'"),
+        ("myshop.app:not_an_app", "is a int, not a BusApp"),
+    ],
+)
+def test_function_app_refuses_to_load_when_bus_app_names_no_app(
+    tmp_path: Path, reference: str, message: str
+) -> None:
+    write_user_app(tmp_path)
+    result = index_function_app(tmp_path, BUS_APP=reference)
+    assert result.returncode != 0
+    assert "ConfigurationError" in result.stderr
+    assert f"BUS_APP={reference} from the environment" in result.stderr
+    assert message in result.stderr
+
+
+def test_an_endpoint_named_like_a_bus_function_is_refused() -> None:
+    app = BusApp()
+    app.endpoint("health")
+    worker = runtime.Worker(app, resolve_settings(environ={}, local_file=None))
+    with pytest.raises(ConfigurationError, match="share a function name"):
+        blueprint(worker)
+
+
 def test_every_queue_table_and_container_the_app_uses_is_provisioned_by_the_templates() -> None:
     provisioned = provisioned_resources()
-    resources = load_resources()
+    resources = runtime.worker().resources
     used = {("queue", q) for q in queue_triggers().values()}
     used |= {("queue", poison_queue(q)) for q in queue_triggers().values()}
     used |= {("table", e) for e in sample_app.endpoints}
     used |= {("table", resources.tables["ingress"])}
-    used |= {("container", resources.containers[c]) for c in ("tokens", "topics")}
+    used |= {("container", resources.containers[c]) for c in ("tokens", "topics", "parked")}
     assert used - provisioned == set()
 
 
@@ -66,12 +202,13 @@ def test_the_health_route_is_declared() -> None:
 
 async def test_health_reports_missing_resources_then_healthy_once_provisioned() -> None:
     account = MemoryStorageAccount()
-    status, body = await runtime.health(account)
+    worker = runtime.Worker.for_account(account)
+    status, body = await worker.health()
     assert status == 503
     assert "queue orders" in json.loads(body)["missing"]
 
-    await provision(account, load_resources())
-    status, body = await runtime.health(account)
+    await provision(account, worker.resources)
+    status, body = await worker.health()
     assert status == 200
     assert json.loads(body)["checked"] > 10
 
@@ -84,25 +221,24 @@ async def deployed(
 
     The sample app's names are fixed, so the emulator's queues are cleared first."""
     monkeypatch.setenv("AzureWebJobsStorage", azurite.connection_string)
-    monkeypatch.setattr(runtime, "_account", None)
-    monkeypatch.setattr(runtime, "_bus", None)
-    monkeypatch.setattr(runtime, "_ingress_bus", None)
-    account = runtime.storage_account()
+    worker = runtime.worker()
+    # The worker function_app.py's bindings use, pointed at this Azurite.
+    monkeypatch.setattr(worker, "settings", resolve_settings())
+    await worker.close()
+    account = worker.account()
     assert isinstance(account, AzureStorageAccount)
-    await provision(account, load_resources())
-    for queue in load_resources().queue_names:
+    await provision(account, worker.resources)
+    for queue in worker.resources.queue_names:
         await account.queue(queue).clear()
-    await runtime.bus().subscribe_all()
+    await worker.bus().subscribe_all()
     yield account
-    await account.close()
+    await worker.close()
 
 
 async def deliver_all(deployed: AzureStorageAccount) -> int:
     """Call the declared queue functions with every message until the queues are quiet, as
     the host would: base64-decoded body, dequeue count. Returns how many were delivered."""
-    functions: dict[str, Callable[..., Any]] = {
-        name: getattr(function_app, name) for name in queue_triggers()
-    }
+    functions = {name: user_function(name) for name in queue_triggers()}
     delivered = 0
     for _ in range(10):
         busy = False
@@ -130,7 +266,8 @@ async def test_the_queue_functions_run_the_sample_order_flow(
 ) -> None:
     """Drive the declared functions as the host would: base64-decoded body, dequeue count."""
     await (
-        runtime.bus()
+        runtime.worker()
+        .bus()
         .client("cli")
         .send(
             PlaceOrder(order_id="fa-1", customer="ada", amount_cents=1250),
@@ -149,8 +286,23 @@ async def test_the_queue_functions_run_the_sample_order_flow(
 
 
 @pytest.mark.azurite
+async def test_a_body_that_is_not_utf8_is_parked_whole(deployed: AzureStorageAccount) -> None:
+    """On Azure the host hands the function the decoded bytes; they may be anything."""
+    body = b'\xff\xfe{"message_id": "\x80"}'
+
+    await user_function("loyalty")(QueueMessage(id="m", body=body, dequeue_count=1))
+
+    [parked] = await deployed.queue(poison_queue("loyalty")).peek()
+    poisoned = unwrap(parked.content, "loyalty")
+    assert poisoned.signal is not None
+    assert base64.b64decode(poisoned.signal) == body  # not a byte lost
+    assert poisoned.info["error_type"] == "MalformedSignal"
+
+
+@pytest.mark.azurite
 async def test_health_function_answers_against_azurite(deployed: AzureStorageAccount) -> None:
-    response = await function_app.health(func.HttpRequest("GET", "/api/health", body=b""))
+    health = user_function("health")
+    response = await health(func.HttpRequest("GET", "/api/health", body=b""))
     assert response.status_code == 200
     assert json.loads(response.get_body())["healthy"] is True
 
@@ -182,11 +334,12 @@ def test_the_cleanup_timer_reads_its_schedule_from_an_app_setting_with_a_sample_
 
 @pytest.mark.azurite
 async def test_the_cleanup_timer_function_runs_one_pass(deployed: AzureStorageAccount) -> None:
-    await function_app.cleanup(TimerRequest())
+    await user_function("cleanup")(TimerRequest())
     # Once a message and everything it caused are processed, a pass (grace 0) retires its
     # outbox record.
     await (
-        runtime.bus()
+        runtime.worker()
+        .bus()
         .client("cli")
         .send(
             PlaceOrder(order_id="fa-2", customer="ada", amount_cents=100),
@@ -197,5 +350,5 @@ async def test_the_cleanup_timer_function_runs_one_pass(deployed: AzureStorageAc
     assert await deliver_all(deployed) == 5
     orders = deployed.table("orders")
     assert [e async for e in orders.query_all(partition_key="fa-2", row_key_prefix="outbox|")]
-    await runtime.cleanup_now(deployed, grace_seconds=0)
+    await runtime.worker().cleanup(grace_seconds=0)
     assert [e async for e in orders.query_all(partition_key="fa-2", row_key_prefix="outbox|")] == []

@@ -1,4 +1,5 @@
-"""The resource-name file and the provisioner that creates its resources."""
+"""Resource names come from the app; infra/resources.json is generated from it and checked;
+the provisioner creates them."""
 
 from __future__ import annotations
 
@@ -7,20 +8,58 @@ from pathlib import Path
 
 import pytest
 
+from shared.app_loader import configured_app
 from shared.errors import ConfigurationError, NotFound
 from shared.provisioning import provision
-from shared.resources import Resources, load_resources, poison_queue
+from shared.resources import (
+    RESOURCES_FILE,
+    Resources,
+    check_resources_file,
+    load_resources,
+    poison_queue,
+    resources_for,
+    resources_json,
+)
+from shared.settings import resolve_settings
 from tests.conftest import Backend, unique_name
 
 
 def test_the_repository_resource_file_is_valid() -> None:
     resources = load_resources()
     assert resources.endpoints
-    assert {"tokens", "topics"} <= set(resources.containers)
+    assert {"tokens", "topics", "parked"} <= set(resources.containers)
     for endpoint in resources.endpoints:
         assert endpoint in resources.queue_names
         assert poison_queue(endpoint) in resources.queue_names
         assert endpoint in resources.table_names
+
+
+def test_the_repository_resource_file_is_what_bus_resources_prints_for_the_configured_app() -> None:
+    """Bicep provisions what this file lists: it must be the names of the app (``BUS_APP``,
+    the sample when unset). On failure the message names the command that regenerates it."""
+    expected = resources_for(configured_app(resolve_settings()).endpoints)
+    check_resources_file(expected)
+    assert RESOURCES_FILE.read_text() == resources_json(expected)
+
+
+def test_a_file_that_does_not_match_the_app_is_refused_naming_the_command(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "resources.json"
+    path.write_text(resources_json(resources_for(["orders", "billing"])))
+    with pytest.raises(ConfigurationError) as raised:
+        check_resources_file(resources_for(["orders", "inventory"]), path)
+    message = str(raised.value)
+    assert "endpoints ['inventory'] missing from the file" in message
+    assert "endpoints ['billing'] not in the app" in message
+    assert message.endswith("run `bus resources > infra/resources.json`")
+
+
+def test_the_generated_file_reads_back_as_the_same_resources(tmp_path: Path) -> None:
+    path = tmp_path / "resources.json"
+    resources = resources_for(["inventory", "ledger"])
+    path.write_text(resources_json(resources))
+    assert load_resources(path) == resources
 
 
 @pytest.mark.parametrize(

@@ -123,7 +123,7 @@ resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
 
 resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
   // checkov:skip=CKV_AZURE_222:No VNet or private endpoint exists in this template, so the public HTTPS endpoint is how deployments (func publish, OneDeploy) and any HTTP trigger reach the app; httpsOnly and TLS 1.2 apply.
-  // checkov:skip=CKV_AZURE_17:Incoming client certificates authenticate HTTP callers. The bus work is queue-triggered and its HTTP routes (api/health and the api/messages ingress) are protected by function keys.
+  // checkov:skip=CKV_AZURE_17:Incoming client certificates authenticate HTTP callers. Here every HTTP route (api/health and the api/messages ingress) needs a function key, and callers that move money are covered by the entraAuthEnabled option (App Service authentication with Microsoft Entra ID, app/ingress-auth.bicep), which requires an access token from an allowed client on top of the key; the bus work itself is queue-triggered.
   // checkov:skip=CKV_AZURE_212:numberOfWorkers belongs to dedicated App Service plans. On Flex Consumption instance counts come from functionAppConfig.scaleAndConcurrency and the platform replaces failed instances.
   // checkov:skip=CKV_AZURE_213:Health check probes a path anonymously, but every HTTP route (api/health, api/messages) requires a function key; the bus work is queue-triggered and Flex Consumption replaces failed instances itself.
   name: name

@@ -17,7 +17,7 @@ param location string = resourceGroup().location
 @description('Optional. Tags applied to the storage account.')
 param tags object = {}
 
-@description('Optional. Replication SKU of the storage account.')
+@description('Optional. Replication SKU of the storage account. Zone-redundant by default: the tokens, outbox records and queues of messages in flight survive the loss of one datacentre (docs/deploy.md, "Storage redundancy").')
 @allowed([
   'Standard_LRS'
   'Standard_ZRS'
@@ -26,7 +26,7 @@ param tags object = {}
   'Standard_RAGRS'
   'Standard_RAGZRS'
 ])
-param skuName string = 'Standard_LRS'
+param skuName string = 'Standard_ZRS'
 
 @description('Optional. Whether the public endpoint accepts traffic. Flex Consumption apps without virtual network integration need Enabled.')
 @allowed([
@@ -54,7 +54,7 @@ var networkDefaultAction = publicNetworkAccess == 'Enabled' ? 'Allow' : 'Deny'
 resource storageAccount 'Microsoft.Storage/storageAccounts@2023-05-01' = {
   // checkov:skip=CKV_AZURE_35:Default action follows the publicNetworkAccess parameter. A Flex Consumption app without VNet integration reaches storage over the public endpoint (the AzureServices bypass does not cover it), and every request still needs an Entra ID token plus a data role because shared keys are off.
   // checkov:skip=CKV_AZURE_59:Same reason as CKV_AZURE_35. Public network access is the publicNetworkAccess parameter, Enabled by default only because the app has no private endpoint or VNet in this template.
-  // checkov:skip=CKV_AZURE_206:Replication is the skuName parameter (LRS default). Geo-replication is asynchronous, so a geo-failover would lose recent queue and table writes and break the exactly-once bookkeeping anyway; pick ZRS or GZRS per environment.
+  // checkov:skip=CKV_AZURE_206:This check accepts geo-replication only. Replication is the skuName parameter, Standard_ZRS by default: synchronous copies in three zones keep every token, outbox record and queued signal through the loss of one datacentre. Standard_GZRS (allowed) adds an asynchronous copy in the paired region, which after a regional failover may miss the last writes of each service differently, so it protects against losing a region but not the exactly-once bookkeeping of the messages in flight at that moment (docs/deploy.md).
   name: name
   location: location
   tags: tags

@@ -30,7 +30,7 @@ import time
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 from shared.audit.synthetic import CHAINS_PER_SECOND, START, SyntheticSpec, expected_counts
 
@@ -149,8 +149,7 @@ def _measure(kind: str, rows: int, data: str) -> tuple[dict[str, Any], int]:
     """Run one measurement in a fresh child; returns its JSON and its ru_maxrss in KiB."""
     command = [sys.executable, "-m", "shared.audit.bench", "--child", kind, str(rows), data]
     child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    assert child.stdout is not None
-    output = child.stdout.read()
+    output = cast(IO[str], child.stdout).read()  # stdout=PIPE: the pipe is always there
     _, status, usage = os.wait4(child.pid, 0)
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode != 0:

@@ -9,15 +9,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from shared.app_loader import APP_SETTING, configured_app
 from shared.errors import BusError, ConfigurationError
-from shared.resources import load_resources
-from shared.settings import DEFAULT_SETTING, load_storage_settings
+from shared.resources import TABLES
+from shared.settings import (
+    DEFAULT_SETTING,
+    STORAGE_SETTING_NAME,
+    Settings,
+    StorageSettings,
+    resolve_settings,
+)
 from shared.terminal import Counters
 
 EXIT_OK, EXIT_VIOLATED, EXIT_USAGE = 0, 1, 2
@@ -39,17 +45,26 @@ def _timestamp(value: str) -> datetime:
 
 
 def _add_storage_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("storage (defaults from infra/resources.json)")
-    group.add_argument(
-        "--connection-setting",
-        default=DEFAULT_SETTING,
-        metavar="NAME",
-        help="environment setting holding the storage connection, read like the Functions "
-        "host reads it (connection string, UseDevelopmentStorage=true, or NAME__accountName "
-        "for identity-based access); default %(default)s",
+    group = parser.add_argument_group(
+        "storage (settings from the environment, then local.settings.json; tables from the app)"
     )
     group.add_argument(
-        "--endpoints", type=_names, metavar="A,B", help="endpoint tables holding audit rows"
+        "--connection-setting",
+        metavar="NAME",
+        help="setting holding the storage connection, read like the Functions host reads it "
+        "(connection string, UseDevelopmentStorage=true, or NAME__accountName for "
+        f"identity-based access); default {STORAGE_SETTING_NAME}, else {DEFAULT_SETTING}",
+    )
+    group.add_argument(
+        "--app",
+        metavar="MODULE:ATTR",
+        help=f"the app whose endpoints are audited; default {APP_SETTING}, else the sample app",
+    )
+    group.add_argument(
+        "--endpoints",
+        type=_names,
+        metavar="A,B",
+        help="endpoint tables holding audit rows (default: the app's endpoints)",
     )
     group.add_argument(
         "--ingress-tables", type=_names, metavar="T", help="tables holding ingress records"
@@ -130,14 +145,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _settings(args: argparse.Namespace) -> Settings:
+    options = {STORAGE_SETTING_NAME: args.connection_setting, APP_SETTING: args.app}
+    return resolve_settings(options)
+
+
+def _storage(args: argparse.Namespace) -> StorageSettings:
+    return _settings(args).storage()
+
+
 def _tables(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    if args.endpoints and args.ingress_tables:
-        return list(args.endpoints), list(args.ingress_tables)
-    resources = load_resources()
-    return (
-        list(args.endpoints or resources.endpoints),
-        list(args.ingress_tables or [resources.tables["ingress"]]),
-    )
+    endpoints = args.endpoints or list(configured_app(_settings(args)).endpoints)
+    return list(endpoints), list(args.ingress_tables or [TABLES["ingress"]])
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -146,7 +165,7 @@ def _run(args: argparse.Namespace) -> int:
     job = AuditJob(
         input_path=args.input,
         file_format=args.format,
-        settings=None if args.input else load_storage_settings(os.environ, args.connection_setting),
+        settings=None if args.input else _storage(args),
         tables=None if args.input else _tables(args),
         splits=args.splits,
         split_points=args.split_points,
@@ -164,7 +183,7 @@ def _export(args: argparse.Namespace) -> int:
     from shared.audit.export import ExportResult, TableProgress, export
     from shared.stores.azure import AzureStorageAccount
 
-    settings = load_storage_settings(os.environ, args.connection_setting)
+    settings = _storage(args)
     endpoint_tables, ingress_tables = _tables(args)
 
     def progress(table: str, state: TableProgress, note: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import platform
@@ -73,11 +74,7 @@ async def run_all(
     partitions: int | None,
     rounds: int,
 ) -> tuple[list[Measurement], list[Measurement]]:
-    def emulator_cpu() -> float:
-        assert emulator_pid is not None
-        return process_cpu_seconds(emulator_pid)
-
-    cpu = emulator_cpu if emulator_pid is not None else None
+    cpu = None if emulator_pid is None else functools.partial(process_cpu_seconds, emulator_pid)
     log = StageLog(sys.stdout)  # one line per round, with the time since the start
     async with AzureStorageAccount(StorageSettings(connection_string)) as raw:
 

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from shared.bench.cli import process_cpu_seconds
+from shared.errors import ConfigurationError
 from shared.local.azurite import Azurite
 from shared.settings import StorageSettings
 from shared.stores.account import StorageAccount
@@ -136,7 +137,8 @@ async def _run(count: int) -> list[OperationCost]:
     emulator = Azurite()
     endpoints = emulator.start()
     try:
-        assert emulator.process is not None
+        if emulator.process is None:
+            raise ConfigurationError("azurite stopped before its operations could be measured")
         async with AzureStorageAccount(StorageSettings(endpoints.connection_string)) as account:
             return await measure_operations(account, emulator.process.pid, count)
     finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from shared.bus.context import HandlerContext
 from shared.bus.messages import Event, Message
+from shared.bus.routes import ExternalEndpoint, Routes
 from shared.errors import ConfigurationError
 from shared.resources import check_endpoint_name
 
@@ -40,6 +41,8 @@ class Endpoint(Generic[S]):
     state_type: type[S]
     mode: Mode = "token"
     handlers: dict[str, tuple[type[Message], Handler]] = field(default_factory=dict)
+    routes: Routes = field(kw_only=True, repr=False, compare=False)
+    """The app's destinations, which every output of this endpoint is checked against."""
 
     def __post_init__(self) -> None:
         check_endpoint_name(self.name)
@@ -79,17 +82,27 @@ async def call_handler(handler: Handler, context: HandlerContext[Any], message: 
 
 
 class BusApp:
-    """All endpoints of one application."""
+    """All endpoints of one application, and the endpoints of other apps it sends to."""
 
     def __init__(self) -> None:
         self.endpoints: dict[str, Endpoint[Any]] = {}
+        self.routes = Routes(self.endpoints)
 
     def endpoint(self, name: str, state: type[S] = NoState, mode: Mode = "token") -> Endpoint[S]:  # type: ignore[assignment]
-        if name in self.endpoints:
+        if name in self.endpoints or name in self.routes.external:
             raise ValueError(f"endpoint {name} is declared twice")
-        endpoint: Endpoint[S] = Endpoint(name, state, mode)
+        endpoint: Endpoint[S] = Endpoint(name, state, mode, routes=self.routes)
         self.endpoints[name] = endpoint
         return endpoint
+
+    def external_endpoint(
+        self, name: str, *, accepts: Collection[type[Message]]
+    ) -> ExternalEndpoint:
+        """Declare an endpoint of another app (sharing this storage account) that this app's
+        handlers and ingress may send to, or that may subscribe to this app's events: its
+        queue name and the message types it accepts. Any other destination is refused
+        before the commit (``shared.bus.routes``)."""
+        return self.routes.declare_external(name, accepts)
 
     def get(self, name: str) -> Endpoint[Any]:
         try:

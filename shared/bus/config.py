@@ -16,6 +16,12 @@ class BusConfig:
     tokens_container: str = "tokens"
     topics_container: str = "topics"
     ingress_table: str = "ingress"
+    parked_container: str = "parked"
+    """Where a message too large to park beside its reason is kept (``shared.bus.poison``)."""
+    max_dequeue_count: int | None = None
+    """host.json's maxDequeueCount: on that delivery a failing message is parked with its last
+    error instead of raising, so the reason travels with it (the Functions host would move the
+    bare signal). None leaves the move to the host."""
     max_conflict_rounds: int = 12
     """Optimistic-concurrency retries inside one invocation before giving the message back."""
     backoff_base: float = 0.005

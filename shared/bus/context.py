@@ -11,7 +11,13 @@ from pydantic import BaseModel
 
 from shared.bus.envelope import Envelope
 from shared.bus.ids import derived_id, stable_seed
-from shared.bus.messages import Command, Event, Message, check_payload_size
+from shared.bus.messages import (
+    Command,
+    Event,
+    Message,
+    check_payload_size,
+    checked_partition_key,
+)
 from shared.errors import MessageTooLarge
 from shared.resources import check_endpoint_name
 
@@ -102,4 +108,5 @@ class HandlerContext(Generic[S]):
                 f"a handler may send at most {self._max_outputs} messages per incoming message"
             )
         check_payload_size(output.message, self._max_payload)
+        checked_partition_key(output.message)
         self.outputs.append(output)

@@ -15,15 +15,17 @@ from datetime import datetime, timedelta
 from shared.bus.config import BusConfig
 from shared.bus.context import PendingOutput
 from shared.bus.ids import derived_id
-from shared.bus.messages import Command, Event, check_payload_size
+from shared.bus.messages import Command, Event, check_payload_size, checked_partition_key
 from shared.bus.origin import Origin
 from shared.bus.outgoing import create_tokens, discard_tokens, plan_deliveries, send_signals
 from shared.bus.records import OutgoingSignal
+from shared.bus.routes import Routes
 from shared.bus.topics import RecipientLists
 from shared.clock import to_datetime
 from shared.errors import (
     AlreadyExists,
     ConflictRetriesExhausted,
+    CorruptRecord,
     InvalidName,
     NotFound,
     OutcomeUnknown,
@@ -54,7 +56,8 @@ def check_idempotency_key(key: str) -> str:
 
 
 class IngressClient:
-    """Sends commands and publishes events on behalf of ``sender`` (e.g. 'http', 'cli')."""
+    """Sends commands and publishes events on behalf of ``sender`` (e.g. 'http', 'cli'), to
+    the destinations ``routes`` (the app's) allows."""
 
     def __init__(
         self,
@@ -62,9 +65,12 @@ class IngressClient:
         topics: RecipientLists,
         config: BusConfig,
         sender: str = "ingress",
+        *,
+        routes: Routes,
     ) -> None:
         self.account = account
         self.topics = topics
+        self.routes = routes
         self.config = config
         self.sender = check_endpoint_name(sender)
         self.table = account.table(config.ingress_table)
@@ -84,6 +90,7 @@ class IngressClient:
 
     async def _submit(self, output: PendingOutput, key: str) -> SendReceipt:
         check_idempotency_key(key)
+        checked_partition_key(output.message)
         check_payload_size(output.message, self.config.max_payload_bytes)
         config = self.config
         for round_number in range(config.max_conflict_rounds):
@@ -108,6 +115,7 @@ class IngressClient:
                 incoming_id=incoming_id,
                 correlation_id=incoming_id,
                 topics=self.topics,
+                routes=self.routes,
                 config=config,
             )
             created = await create_tokens(
@@ -149,7 +157,10 @@ class IngressClient:
 
 def _expires(entity: Entity) -> datetime:
     value = entity["expires_at"]
-    assert isinstance(value, datetime)
+    if not isinstance(value, datetime):
+        raise CorruptRecord(
+            f"ingress row {entity.partition_key!r}/{entity.row_key!r}: expires_at {value!r}"
+        )
     return value
 
 

@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict
 
 from shared.errors import InvalidName, MessageTooLarge
+from shared.stores.names import check_key
 
 _TOPIC = re.compile(r"[a-z0-9](?:[a-z0-9._-]{0,98}[a-z0-9])?")
 
@@ -50,12 +51,37 @@ class Event(Message):
         return check_topic(cls.__name__.lower())
 
 
+def declared_type(type_name: str) -> type[Message] | None:
+    """A message class of that type name defined anywhere in this process, or None: lets an
+    error say "an event nobody subscribes to" rather than "unknown"."""
+    pending: list[type[Message]] = [Command, Event]
+    while pending:
+        model = pending.pop()
+        if model.type_name() == type_name and model not in (Command, Event):
+            return model
+        pending.extend(model.__subclasses__())
+    return None
+
+
 def check_topic(name: str) -> str:
     if not _TOPIC.fullmatch(name):
         raise InvalidName(
             f"invalid topic {name!r}: use 1-100 lowercase letters, digits, '.', '_' or '-'"
         )
     return name
+
+
+def checked_partition_key(message: Message) -> str:
+    """The message's partition key, refused before anything is written when Table Storage
+    would refuse it (``/ \\ # ?``, control characters, over 1 KiB): the receiver could never
+    store its state."""
+    try:
+        return check_key("PartitionKey", message.partition_key())
+    except InvalidName as e:
+        field = "" if message.partition_by is None else f" (from field {message.partition_by!r})"
+        raise InvalidName(
+            f"{message.type_name()} has an unusable partition key: {e}{field}"
+        ) from None
 
 
 def body_of(message: Message) -> dict[str, Any]:

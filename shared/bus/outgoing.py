@@ -10,8 +10,9 @@ from shared.bus.config import BusConfig
 from shared.bus.context import PendingOutput
 from shared.bus.envelope import MAX_INLINE_ENVELOPE_CHARS, Envelope, Signal, token_name
 from shared.bus.ids import derived_id
-from shared.bus.messages import Event, body_of
+from shared.bus.messages import Event, body_of, checked_partition_key
 from shared.bus.records import OutgoingSignal
+from shared.bus.routes import Routes
 from shared.bus.topics import RecipientLists
 from shared.clock import to_datetime
 from shared.errors import AlreadyExists, MessageTooLarge, NotFound, OutcomeUnknown
@@ -31,21 +32,18 @@ async def plan_deliveries(
     incoming_id: str,
     correlation_id: str,
     topics: RecipientLists,
+    routes: Routes,
     config: BusConfig,
 ) -> list[Envelope]:
     """Expand sends and publishes into one envelope per destination, with deterministic
-    message ids."""
+    message ids. Every destination is checked against the app's ``routes`` first
+    (UndeliverableMessage before anything is written); an event whose topic has no
+    subscriber is dropped and recorded (``shared.bus.unsubscribed``)."""
     deliveries: list[Envelope] = []
     created_at = to_datetime(config.clock())
     for index, output in enumerate(outputs):
         message = output.message
-        if output.to is None:
-            assert isinstance(message, Event)
-            destinations: tuple[str, ...] = await topics.subscribers(message.topic())
-            headers = {**output.headers, "topic": message.topic()}
-        else:
-            destinations = (output.to,)
-            headers = output.headers
+        destinations, headers = await _destinations(output, sender, topics, routes)
         for destination in destinations:
             deliveries.append(
                 Envelope(
@@ -54,7 +52,7 @@ async def plan_deliveries(
                     kind=message.kind,
                     source=sender,
                     destination=destination,
-                    partition_key=message.partition_key(),
+                    partition_key=checked_partition_key(message),
                     correlation_id=correlation_id,
                     causation_id=incoming_id,
                     created_at=created_at,
@@ -68,6 +66,26 @@ async def plan_deliveries(
             f"{config.max_outputs} per incoming message"
         )
     return deliveries
+
+
+async def _destinations(
+    output: PendingOutput, sender: str, topics: RecipientLists, routes: Routes
+) -> tuple[tuple[str, ...], dict[str, str]]:
+    """Where one output goes, checked, and the headers its envelopes carry."""
+    message = output.message
+    type_name = message.type_name()
+    if output.to is not None:
+        routes.check_send(sender, output.to, type_name)
+        return (output.to,), output.headers
+    if not isinstance(message, Event):
+        raise TypeError(f"{type_name} is a command: it needs a destination")
+    topic = message.topic()
+    subscribers = await topics.subscribers(topic)
+    for subscriber in subscribers:
+        routes.check_subscriber(sender, topic, subscriber, type_name)
+    if not subscribers:
+        await topics.unsubscribed.record(topic, type_name, sender)
+    return subscribers, {**output.headers, "topic": topic}
 
 
 @dataclass(frozen=True)

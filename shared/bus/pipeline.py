@@ -9,10 +9,12 @@ deduplication and commit (``_process``): token mode in ``shared.bus.receiver``, 
 from __future__ import annotations
 
 import abc
+import base64
 import enum
-import json
 import logging
+import time
 from collections.abc import Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -24,6 +26,8 @@ from shared.bus.config import BusConfig
 from shared.bus.context import HandlerContext
 from shared.bus.envelope import Envelope, Signal
 from shared.bus.messages import Message
+from shared.bus.poison import Reason, error_reason, park
+from shared.bus.poison import poison_body as wrapped
 from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal
 from shared.bus.topics import RecipientLists
 from shared.errors import (
@@ -31,10 +35,8 @@ from shared.errors import (
     MalformedSignal,
     MessageSchemaError,
     NotFound,
-    TooLarge,
     UnknownMessageType,
 )
-from shared.resources import poison_queue
 from shared.stores.account import StorageAccount
 from shared.stores.blob import Blob
 from shared.stores.names import check_key
@@ -78,12 +80,29 @@ class IncomingToken:
 def poison_body(endpoint: str, raw: str, reason: str, dequeue_count: int) -> str:
     """A poison message keeps the original signal verbatim next to why it was parked, so an
     operator can read the reason and replay the signal unchanged."""
-    return json.dumps(
-        {
-            "poison": {"endpoint": endpoint, "reason": reason, "dequeue_count": dequeue_count},
-            "signal": raw,
-        }
-    )
+    return wrapped(raw, Reason(endpoint, reason, dequeue_count))
+
+
+def queue_text(body: bytes) -> str:
+    """A queue message's bytes as the text ``receive`` takes. Bytes that are not UTF-8 are
+    handed on as their base64 form, as the local host's queue adapter does, so that they are
+    parked whole with their reason: no crash, and not a byte lost to replacement characters."""
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return base64.b64encode(body).decode("ascii")
+
+
+@dataclass
+class Delivery:
+    """What is known so far about the message being received: its id once the signal is
+    parsed, its type once the envelope is decoded. For its log line and poison reason."""
+
+    message_id: str | None = None
+    message_type: str | None = None
+
+
+_delivery: ContextVar[Delivery | None] = ContextVar("delivery", default=None)
 
 
 class Pipeline(abc.ABC):
@@ -107,16 +126,70 @@ class Pipeline(abc.ABC):
 
     async def receive(self, raw: str, dequeue_count: int = 1) -> Outcome:
         """Process one queue message. Returns normally when the message may be acknowledged;
-        raises when the host should redeliver it (handler errors, storage outages)."""
+        raises when the host should redeliver it (handler errors, storage outages), except
+        on the last delivery (``BusConfig.max_dequeue_count``), where the message is parked
+        with its last error instead. Logs one line per message with its outcome."""
+        started = time.monotonic()
+        delivery = Delivery()
+        reset = _delivery.set(delivery)
+        try:
+            outcome = await self._receive(raw, dequeue_count, delivery)
+        except Exception as error:
+            outcome = await self._failed(raw, dequeue_count, delivery, error)
+        finally:
+            _delivery.reset(reset)
+        log.info(
+            "endpoint=%s type=%s message_id=%s outcome=%s duration_ms=%.1f try=%d",
+            self.endpoint.name,
+            delivery.message_type or "-",
+            delivery.message_id or "-",
+            outcome.value,
+            (time.monotonic() - started) * 1000,
+            dequeue_count,
+        )
+        return outcome
+
+    async def _receive(self, raw: str, dequeue_count: int, delivery: Delivery) -> Outcome:
         try:
             signal = Signal.parse(raw)
             check_key("PartitionKey", signal.partition_key)
         except (MalformedSignal, InvalidName) as e:
-            return await self._poison(raw, str(e), dequeue_count)
+            return await self._poison(raw, str(e), dequeue_count, type(e).__name__)
+        except RecursionError:  # JSON nested deeper than the parser goes
+            return await self._poison(
+                raw, "signal is nested too deeply", dequeue_count, "MalformedSignal"
+            )
+        delivery.message_id = signal.message_id
         try:
             return await self._process(signal)
         except (MalformedSignal, UnknownMessageType, MessageSchemaError) as e:
-            return await self._poison(raw, str(e), dequeue_count)
+            return await self._poison(raw, str(e), dequeue_count, type(e).__name__)
+
+    async def _failed(
+        self, raw: str, dequeue_count: int, delivery: Delivery, error: Exception
+    ) -> Outcome:
+        """Give the message back to the host, or park it with the error on its last try."""
+        where = (
+            f"receiving message {delivery.message_id or '(no id)'} of type "
+            f"{delivery.message_type or '(not decoded)'} at endpoint {self.endpoint.name}, "
+            f"try {dequeue_count}"
+        )
+        last = self.config.max_dequeue_count
+        if last is None or dequeue_count < last:
+            # The host logs the error with its traceback; the note says which message it was.
+            error.add_note(where)
+            raise error
+        first = (str(error).splitlines() or [""])[0]
+        log.error("%s failed: %s: %s", where, type(error).__name__, first, exc_info=error)
+        reason = error_reason(
+            self.endpoint.name,
+            error,
+            dequeue_count,
+            message_id=delivery.message_id,
+            message_type=delivery.message_type,
+        )
+        await self._park(raw, reason)
+        return Outcome.POISONED
 
     @abc.abstractmethod
     async def _process(self, signal: Signal) -> Outcome:
@@ -128,14 +201,30 @@ class Pipeline(abc.ABC):
         page = await self.table.query(partition_key=partition_key, row_keys=[STATE_ROW, dedup_row])
         return {e.row_key: e for e in page.entities}
 
-    async def _poison(self, raw: str, reason: str, dequeue_count: int) -> Outcome:
+    async def _poison(self, raw: str, reason: str, dequeue_count: int, error_type: str) -> Outcome:
         log.error("endpoint %s: parking message in poison queue: %s", self.endpoint.name, reason)
-        queue = self.account.queue(poison_queue(self.endpoint.name))
-        try:
-            await queue.send(poison_body(self.endpoint.name, raw, reason, dequeue_count))
-        except TooLarge:
-            await queue.send(raw)  # no room for the reason beside it; the log has it
+        delivery = _delivery.get() or Delivery()
+        await self._park(
+            raw,
+            Reason(
+                self.endpoint.name,
+                reason,
+                dequeue_count,
+                error_type=error_type,
+                message_id=delivery.message_id,
+                message_type=delivery.message_type,
+            ),
+        )
         return Outcome.POISONED
+
+    async def _park(self, raw: str, reason: Reason) -> None:
+        if await park(self.account, raw, reason, self.config.parked_container) == "reference":
+            log.error(
+                "endpoint %s: message too large to park beside its reason; original kept in "
+                "container %s",
+                self.endpoint.name,
+                self.config.parked_container,
+            )
 
     async def _read_token(self, signal: Signal) -> IncomingToken | None:
         try:
@@ -148,6 +237,8 @@ class Pipeline(abc.ABC):
             envelope = Envelope.from_bytes(token.envelope_bytes)
         except ValidationError as e:
             raise MalformedSignal(f"token {signal.token} does not hold an envelope: {e}") from None
+        if (delivery := _delivery.get()) is not None:
+            delivery.message_type = envelope.type
         if envelope.id != signal.message_id or envelope.partition_key != signal.partition_key:
             raise MalformedSignal(
                 f"token {signal.token} holds message {envelope.id} for "

@@ -1,88 +1,274 @@
-"""Poison-queue handling: reading why a message was parked, and replaying it.
+"""Poison-queue handling: parking a message with why, reading it back, and replaying it.
 
-A poison message is either the raw signal (moved there by the Functions host after
-``maxDequeueCount`` failures) or a JSON wrapper ``{"poison": {...reason...}, "signal": raw}``
-written by the pipeline when it refused a message outright. Replaying sends the original
-signal back to the endpoint's queue; its token was kept, so it is processed exactly once.
+A poison message takes one of three forms, all of which replay:
+
+- ``{"poison": {...why...}, "signal": raw}``: the original message verbatim beside why it was
+  parked (the pipeline's refusals, and the last error once deliveries are exhausted);
+- ``{"poison": {...why..., "original": "<endpoint>/<id>"}}``: the same for a message too large
+  to be parked whole beside its reason; the original is kept in the parked-originals blob
+  container (``parked`` in infra/resources.json) and replay fetches it from there;
+- anything else: a raw signal, as the Functions host moves it after ``maxDequeueCount``.
+
+Replaying sends the original signal back to the endpoint's queue; its token was kept, so it is
+processed exactly once. Poison-queue contents are not trusted: a damaged wrapper or a reference
+outside ``<endpoint>/<uuid>`` is skipped and reported, never followed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
+import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
-from shared.errors import NotFound
+from shared.errors import NotFound, TooLarge
 from shared.resources import poison_queue
 from shared.stores.account import StorageAccount
 from shared.stores.queue import MessageQueue, QueueMessage
 
+DEFAULT_PARKED_CONTAINER = "parked"
+"""Name of the parked-originals container when the configuration names none."""
+MAX_REASON_CHARS = 2000
+"""A reason longer than this is cut: it is for a person to read, and it must leave room."""
+_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+HOST_MOVED_REASON = "failed maxDequeueCount times (moved by the host)"
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a message was parked, with what is known about it."""
+
+    endpoint: str
+    reason: str
+    dequeue_count: int
+    error_type: str | None = None
+    message_id: str | None = None
+    message_type: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        data = {k: v for k, v in asdict(self).items() if v is not None}
+        data["reason"] = self.reason[:MAX_REASON_CHARS]
+        return data
+
+
+def error_reason(
+    endpoint: str,
+    error: BaseException,
+    dequeue_count: int,
+    *,
+    message_id: str | None = None,
+    message_type: str | None = None,
+) -> Reason:
+    """The reason for a message whose last delivery failed with ``error``."""
+    return Reason(
+        endpoint,
+        f"{type(error).__name__}: {error}",
+        dequeue_count,
+        error_type=type(error).__name__,
+        message_id=message_id,
+        message_type=message_type,
+    )
+
+
+def poison_body(raw: str, reason: Reason) -> str:
+    """The original message verbatim beside why it was parked."""
+    return json.dumps({"poison": reason.as_json(), "signal": raw})
+
+
+async def park(account: StorageAccount, raw: str, reason: Reason, container: str) -> str:
+    """Put ``raw`` in its endpoint's poison queue with ``reason``; returns the form used
+    (``inline`` or ``reference``).
+
+    A message that does not fit beside its reason (a queue message holds 64 KiB encoded) is
+    kept whole in ``container`` and the poison message points to it: nothing is retried
+    forever because it cannot be parked, and nothing is dropped."""
+    queue = account.queue(poison_queue(reason.endpoint))
+    try:
+        await queue.send(poison_body(raw, reason))
+        return "inline"
+    except TooLarge:
+        pass
+    name = f"{reason.endpoint}/{uuid.uuid4()}"
+    # The reason travels in the poison message; the metadata copy helps whoever lists blobs.
+    note = "".join(c if c.isascii() and c.isprintable() else "?" for c in reason.reason)
+    await account.blob_container(container).upload(
+        name, raw.encode("utf-8"), {"endpoint": reason.endpoint, "reason": note[:1024]}
+    )
+    await queue.send(json.dumps({"poison": {**reason.as_json(), "original": name}}))
+    return "reference"
+
+
+class Unreadable(ValueError):
+    """A poison message that cannot be unwrapped to something to replay."""
+
 
 @dataclass(frozen=True)
 class PoisonedMessage:
-    signal: str
+    signal: str | None
+    """The original signal, or None when it is kept in a blob (``original``)."""
     reason: str
+    original: str | None = None
+    """Name of the blob in the parked-originals container holding the original."""
+    info: dict[str, Any] = field(default_factory=dict)
 
 
-def unwrap(content: str) -> PoisonedMessage:
+def unwrap(content: str, endpoint: str | None = None) -> PoisonedMessage:
+    """What a poison message holds. Raises Unreadable for a wrapper that is damaged, or a
+    reference that is not ``<endpoint>/<uuid>`` (never followed: it could name any blob)."""
     try:
         data = json.loads(content)
-    except ValueError:
+    except (ValueError, RecursionError):
         data = None
-    if isinstance(data, dict) and set(data) == {"poison", "signal"}:
-        info = data["poison"] if isinstance(data["poison"], dict) else {}
-        return PoisonedMessage(str(data["signal"]), str(info.get("reason", "")))
-    return PoisonedMessage(content, "failed maxDequeueCount times (moved by the host)")
+    if not (isinstance(data, dict) and "poison" in data):
+        return PoisonedMessage(content, HOST_MOVED_REASON)
+    info = data["poison"]
+    if not isinstance(info, dict):
+        raise Unreadable("its 'poison' field is not an object")
+    reason = str(info.get("reason", ""))
+    if set(data) == {"poison", "signal"}:
+        if not isinstance(data["signal"], str):
+            raise Unreadable("its 'signal' field is not text")
+        return PoisonedMessage(data["signal"], reason, info=info)
+    original = info.get("original")
+    if set(data) != {"poison"} or not isinstance(original, str):
+        raise Unreadable("it holds neither a signal nor a reference to one")
+    owner = re.escape(endpoint) if endpoint is not None else "[a-z][a-z0-9]{2,39}"
+    if not re.fullmatch(rf"{owner}/{_UUID}", original):
+        raise Unreadable(f"its reference {original[:120]!r} is not a parked original of this queue")
+    return PoisonedMessage(None, reason, original, info)
+
+
+@dataclass
+class ReplayReport:
+    replayed: int = 0
+    """Messages sent back to the endpoint's queue (in a dry run: that would be)."""
+    skipped: list[str] = field(default_factory=list)
+    """One line per poison message left where it is, saying why."""
 
 
 async def replay(
     account: StorageAccount,
     endpoint: str,
     limit: int = 1000,
+    container: str = DEFAULT_PARKED_CONTAINER,
     *,
     select: Callable[[str], bool] | None = None,
     dry_run: bool = False,
-    on_moved: Callable[[], None] | None = None,
 ) -> int:
     """Move up to ``limit`` poison messages of ``endpoint`` back to its queue; returns how
-    many were moved. Each is re-sent before it is deleted, so a crash can only duplicate a
-    signal, which the pipeline ignores.
+    many were moved (see ``replay_report``)."""
+    report = await replay_report(
+        account, endpoint, limit, container, select=select, dry_run=dry_run
+    )
+    return report.replayed
+
+
+async def replay_report(
+    account: StorageAccount,
+    endpoint: str,
+    limit: int = 1000,
+    container: str = DEFAULT_PARKED_CONTAINER,
+    step: Callable[[], None] | None = None,
+    *,
+    select: Callable[[str], bool] | None = None,
+    dry_run: bool = False,
+) -> ReplayReport:
+    """Move up to ``limit`` poison messages of ``endpoint`` back to its queue. Each is re-sent
+    before it is deleted, so a crash can only duplicate a signal, which the pipeline ignores.
 
     ``select`` (given a poison message's content) chooses which to move; ``dry_run`` moves
-    none and returns how many would be moved. Messages passed over become visible again at
-    the end of the pass (or when their 60 s hold runs out)."""
+    none and counts those it would move. What cannot be replayed is skipped and reported,
+    and stays in the poison queue (a dry run reports what it cannot unwrap). Each message is
+    received once per pass (hidden for a minute); what the pass leaves is made visible again
+    at its end, so one pass never reports a message twice. ``step`` is called per message
+    looked at."""
     poison = account.queue(poison_queue(endpoint))
-    queue = account.queue(endpoint)
-    moved = 0
-    passed = _PassedOver(select, dry_run)
-    while moved + passed.chosen < limit:
-        wanted = min(32, limit - moved - passed.chosen)
-        batch = passed.unseen(await poison.receive(wanted, visibility_timeout=60))
+    report = ReplayReport()
+    left = _PassedOver()
+    while report.replayed < limit:
+        wanted = min(32, limit - report.replayed)
+        batch = left.unseen(await poison.receive(wanted, visibility_timeout=60))
         if not batch:
             break
         for message in batch:
-            if passed.over(message):
+            if step is not None:
+                step()
+            if select is not None and not select(message.content):
+                left.hold(message)
                 continue
-            await queue.send(unwrap(message.content).signal)
-            with contextlib.suppress(NotFound):
-                await poison.delete(message.id, message.pop_receipt)
-            moved += 1
-            if on_moved is not None:
-                on_moved()
-    await passed.release(poison)
-    return moved + passed.chosen
+            problem = await _try(account, endpoint, message.content, container, dry_run)
+            if problem is not None:
+                report.skipped.append(f"{endpoint}: skipped poison message {message.id}: {problem}")
+                left.hold(message)
+                continue
+            if dry_run:
+                left.hold(message)
+            else:
+                with contextlib.suppress(NotFound):
+                    await poison.delete(message.id, message.pop_receipt)
+            report.replayed += 1
+    await left.release(poison)
+    return report
+
+
+async def _try(
+    account: StorageAccount, endpoint: str, content: str, container: str, dry_run: bool
+) -> str | None:
+    """Why one poison message cannot be replayed, or None once it is (a dry run only checks
+    that it unwraps, and sends nothing)."""
+    if not dry_run:
+        return await _replay_one(account, endpoint, content, container)
+    try:
+        unwrap(content, endpoint)
+    except Unreadable as e:
+        return f"cannot unwrap it: {e}"
+    return None
+
+
+async def _replay_one(
+    account: StorageAccount, endpoint: str, content: str, container: str
+) -> str | None:
+    """Send one poison message's original back; returns why not, or None when sent."""
+    try:
+        parked = unwrap(content, endpoint)
+    except Unreadable as e:
+        return f"cannot unwrap it: {e}"
+    if parked.signal is not None:
+        try:
+            await account.queue(endpoint).send(parked.signal)
+        except TooLarge as e:
+            return f"its signal cannot be sent: {e}"
+        except UnicodeEncodeError:
+            return "its signal is not valid text (a lone surrogate escaped in its JSON)"
+        return None
+    original = parked.original
+    if original is None:
+        return "it holds nothing to replay"
+    blobs = account.blob_container(container)
+    try:
+        signal = (await blobs.read(original)).data.decode("utf-8")
+    except NotFound:
+        return f"its original {original} is not in container {container}"
+    except UnicodeDecodeError:
+        return f"its original {original} is not UTF-8 text"
+    try:
+        await account.queue(endpoint).send(signal)
+    except TooLarge as e:
+        return f"its original {original} cannot be sent on a queue: {e}"
+    with contextlib.suppress(NotFound):
+        await blobs.delete(original)
+    return None
 
 
 class _PassedOver:
-    """Replay's filter and dry run: the poison messages a pass receives but does not move,
-    remembered so that the pass does not take them twice, and released at its end."""
+    """The poison messages a pass receives and leaves where they are (not selected, only
+    counted by a dry run, or skipped): remembered so that the pass does not take them twice,
+    and made visible again at its end."""
 
-    def __init__(self, select: Callable[[str], bool] | None, dry_run: bool) -> None:
-        self.select = select
-        self.dry_run = dry_run
-        self.chosen = 0
-        """Messages a dry run would have moved."""
+    def __init__(self) -> None:
         self.held: dict[str, QueueMessage] = {}
         self.seen: set[str] = set()
 
@@ -94,14 +280,8 @@ class _PassedOver:
         self.seen.update(m.id for m in batch)
         return fresh
 
-    def over(self, message: QueueMessage) -> bool:
-        """Whether to pass over ``message`` (and hold it until the pass ends)."""
-        chosen = self.select is None or self.select(message.content)
-        if chosen and not self.dry_run:
-            return False
-        self.chosen += chosen
+    def hold(self, message: QueueMessage) -> None:
         self.held[message.id] = message
-        return True
 
     async def release(self, poison: MessageQueue) -> None:
         for message in self.held.values():

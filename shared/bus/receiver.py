@@ -204,6 +204,7 @@ class Receiver(Pipeline):
             incoming_id=envelope.id,
             correlation_id=envelope.correlation_id,
             topics=self.topics,
+            routes=endpoint.routes,
             config=self.config,
         )
         created = await create_tokens(

@@ -20,7 +20,7 @@ from pydantic import (
 )
 
 from shared.bus.envelope import TOKEN_NAME
-from shared.errors import MessageTooLarge
+from shared.errors import CorruptRecord, MessageTooLarge
 from shared.stores.names import MAX_PROPERTY_BYTES
 from shared.stores.table import Entity
 
@@ -153,10 +153,16 @@ class OutboxRecord:
     def from_entity(cls, entity: Entity) -> OutboxRecord:
         p = entity.properties
         status = str(p["status"])
-        assert status in ("claimed", "committed"), status
+        if status not in ("claimed", "committed"):
+            raise CorruptRecord(
+                f"outbox row {entity.partition_key!r}/{entity.row_key!r}: status {status!r}"
+            )
         committed_at = p.get("committed_at")
         started_at = p["started_at"]
-        assert isinstance(started_at, datetime)
+        if not isinstance(started_at, datetime):
+            raise CorruptRecord(
+                f"outbox row {entity.partition_key!r}/{entity.row_key!r}: started_at {started_at!r}"
+            )
         return cls(
             partition_key=entity.partition_key,
             message_id=entity.row_key[len(OUTBOX_PREFIX) :],

@@ -53,7 +53,7 @@ class Bus:
         return await self.receiver(endpoint).receive(raw, dequeue_count)
 
     def client(self, sender: str = "ingress") -> IngressClient:
-        return IngressClient(self.account, self.topics, self.config, sender)
+        return IngressClient(self.account, self.topics, self.config, sender, routes=self.app.routes)
 
     async def subscribe_all(self) -> list[tuple[str, str]]:
         """Subscribe every endpoint to the topics of the events it handles (idempotent)."""

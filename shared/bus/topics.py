@@ -7,6 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from shared.bus.messages import check_topic
+from shared.bus.unsubscribed import UnsubscribedEvents
 from shared.clock import Clock
 from shared.errors import AlreadyExists, ConflictRetriesExhausted, NotFound, PreconditionFailed
 from shared.resources import check_endpoint_name
@@ -29,6 +30,8 @@ class RecipientLists:
         self._clock = clock
         self._cache_seconds = cache_seconds
         self._cache: dict[str, tuple[float, tuple[str, ...]]] = {}
+        self.unsubscribed = UnsubscribedEvents(container)
+        """Publishes that found no subscriber: warned once per topic and counted."""
 
     async def subscribers(self, topic: str) -> tuple[str, ...]:
         cached = self._cache.get(topic)

@@ -140,4 +140,9 @@ async def _run_task(
         # resumes this task from its last checkpoint.
         log.exception("cleanup task %s failed", task.id)
         report.skipped = f"error: {e}"
+    except Exception as e:
+        # A defect met on one task's page must not end the run either: report it, let the
+        # lease run out, and leave the others to run.
+        log.exception("cleanup task %s failed unexpectedly", task.id)
+        report.skipped = f"error: {type(e).__name__}: {e}"
     return pages

@@ -6,6 +6,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+MAX_BAD_ROWS_LISTED = 20
+
+
+def describe(error: BaseException) -> str:
+    """One line for a log or a report: the error's type and the first line of its text."""
+    lines = str(error).splitlines()
+    return f"{type(error).__name__}: {lines[0][:300] if lines else 'malformed field'}"
+
 
 @dataclass
 class TaskReport:
@@ -19,6 +27,15 @@ class TaskReport:
     """The task reached the end of its records in this run."""
     skipped: str | None = None
     """Why the task did not run or stopped early: budget, leased elsewhere, lease lost, error."""
+    bad_rows: list[str] = field(default_factory=list)
+    """Records that could not be judged (malformed fields, names outside the rules), each
+    with why: left as they are, reported, and passed over so the pass still finishes. The
+    first ``MAX_BAD_ROWS_LISTED`` are listed; ``kept["bad_row"]`` counts them all."""
+
+    def bad_row(self, what: str, error: BaseException) -> None:
+        self.kept["bad_row"] += 1
+        if len(self.bad_rows) < MAX_BAD_ROWS_LISTED:
+            self.bad_rows.append(f"{what}: {describe(error)}")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -28,6 +45,7 @@ class TaskReport:
             "kept": dict(sorted(self.kept.items())),
             "finished": self.finished,
             "skipped": self.skipped,
+            "bad_rows": list(self.bad_rows),
         }
 
 

@@ -30,14 +30,30 @@ from shared.bus.origin import Origin
 from shared.bus.outgoing import ORIGIN_METADATA
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, OutboxRecord, OutgoingSignal
 from shared.cleanup.origins import kind_of
-from shared.cleanup.report import TaskReport
+from shared.cleanup.report import TaskReport, describe
 from shared.cleanup.settings import CleanupSettings
-from shared.errors import InvalidName, InvalidValue, NotFound, PreconditionFailed
+from shared.errors import CorruptRecord, InvalidName, InvalidValue, NotFound, PreconditionFailed
 from shared.stores.account import StorageAccount
 from shared.stores.blob import BlobContainer, BlobProperties
 from shared.stores.table import Entity, Table
 
 log = logging.getLogger(__name__)
+
+ROW_ERRORS = (ValueError, KeyError, TypeError, CorruptRecord, RecursionError)
+"""What a malformed record raises when it is read or its names are used (InvalidName and
+InvalidValue are ValueErrors). Storage errors are not among them: they end the page, and the
+next run resumes from the checkpoint."""
+
+
+def _skip_bad_row(report: TaskReport, what: str, error: BaseException) -> None:
+    """Report a record that cannot be judged and pass over it: one bad row must not keep
+    every later one from being cleaned, nor end the run."""
+    log.warning("cleanup %s: skipping bad record %s: %s", report.task, what, describe(error))
+    report.bad_row(what, error)
+
+
+def _row(table: Table, entity: Entity) -> str:
+    return f"{table.name} {entity.partition_key!r}/{entity.row_key!r}"
 
 
 @dataclass(frozen=True)
@@ -133,7 +149,11 @@ class AbandonedTokens(CleanupTask):
             if not context.is_old(blob.last_modified):
                 report.kept["young"] += 1
                 continue
-            verdict = await self._judge(context, blob, rows)
+            try:
+                verdict = await self._judge(context, blob, rows)
+            except ROW_ERRORS as e:
+                _skip_bad_row(report, f"token {blob.name!r}", e)
+                continue
             if verdict != "abandoned":
                 report.kept[verdict] += 1
             elif await _delete_blob(tokens, blob.name, blob.etag):
@@ -209,30 +229,39 @@ class OutboxRecords(CleanupTask):
             continuation=continuation,
         )
         for entity in page.entities:
-            record = OutboxRecord.from_entity(entity)
-            if not record.committed:
-                # A claim nobody committed. While the incoming token exists the message is
-                # still to be processed (maybe parked in the poison queue): keep the claim.
-                if not context.is_old(record.started_at):
-                    report.kept["young"] += 1
-                elif await _exists(context.tokens, record.incoming_token):
-                    report.kept["incoming_pending"] += 1
-                elif await _delete_row(table, entity):
-                    report.removed["unused_outbox_records"] += 1
-                continue
-            assert record.committed_at is not None
-            if not context.is_old(record.committed_at):
-                report.kept["young"] += 1
-                continue
-            committed = {o.token for o in record.outgoing}
-            prefix = token_prefix(self.endpoint, record.message_id)
-            if await _clear_prefix(context, prefix, committed, report):
-                report.kept["outputs_in_flight"] += 1
-            elif await _exists(context.tokens, record.incoming_token):
-                report.kept["incoming_pending"] += 1  # R7 not done yet; a redelivery will
-            elif await _delete_row(table, entity):
-                report.removed["outbox_records"] += 1
+            try:
+                await self._judge(context, table, entity, report)
+            except ROW_ERRORS as e:
+                _skip_bad_row(report, _row(table, entity), e)
         return page.continuation
+
+    async def _judge(
+        self, context: CleanupContext, table: Table, entity: Entity, report: TaskReport
+    ) -> None:
+        record = OutboxRecord.from_entity(entity)
+        if not record.committed:
+            # A claim nobody committed. While the incoming token exists the message is still
+            # to be processed (maybe parked in the poison queue): keep the claim.
+            if not context.is_old(record.started_at):
+                report.kept["young"] += 1
+            elif await _exists(context.tokens, record.incoming_token):
+                report.kept["incoming_pending"] += 1
+            elif await _delete_row(table, entity):
+                report.removed["unused_outbox_records"] += 1
+            return
+        if record.committed_at is None:
+            raise CorruptRecord("committed outbox record without committed_at")
+        if not context.is_old(record.committed_at):
+            report.kept["young"] += 1
+            return
+        committed = {o.token for o in record.outgoing}
+        prefix = token_prefix(self.endpoint, record.message_id)
+        if await _clear_prefix(context, prefix, committed, report):
+            report.kept["outputs_in_flight"] += 1
+        elif await _exists(context.tokens, record.incoming_token):
+            report.kept["incoming_pending"] += 1  # R7 not done yet; a redelivery will
+        elif await _delete_row(table, entity):
+            report.removed["outbox_records"] += 1
 
 
 class IngressRecords(CleanupTask):
@@ -248,20 +277,28 @@ class IngressRecords(CleanupTask):
             row_keys=[INGRESS_ROW], page_size=context.settings.page_size, continuation=continuation
         )
         for entity in page.entities:
-            expires_at = entity.properties.get("expires_at")
-            if isinstance(expires_at, datetime) and expires_at > context.now:
-                report.kept["within_window"] += 1
-                continue
-            outgoing = json.loads(str(entity.properties.get("outgoing", "[]")))
-            committed = {OutgoingSignal.model_validate(o).token for o in outgoing}
-            prefix = token_prefix(
-                str(entity.properties["sender"]), str(entity.properties["incoming_id"])
-            )
-            if await _clear_prefix(context, prefix, committed, report):
-                report.kept["outputs_in_flight"] += 1
-            elif await _delete_row(table, entity):
-                report.removed["ingress_records"] += 1
+            try:
+                await self._judge(context, table, entity, report)
+            except ROW_ERRORS as e:
+                _skip_bad_row(report, _row(table, entity), e)
         return page.continuation
+
+    async def _judge(
+        self, context: CleanupContext, table: Table, entity: Entity, report: TaskReport
+    ) -> None:
+        expires_at = entity.properties.get("expires_at")
+        if isinstance(expires_at, datetime) and expires_at > context.now:
+            report.kept["within_window"] += 1
+            return
+        outgoing = json.loads(str(entity.properties.get("outgoing", "[]")))
+        committed = {OutgoingSignal.model_validate(o).token for o in outgoing}
+        prefix = token_prefix(
+            str(entity.properties["sender"]), str(entity.properties["incoming_id"])
+        )
+        if await _clear_prefix(context, prefix, committed, report):
+            report.kept["outputs_in_flight"] += 1
+        elif await _delete_row(table, entity):
+            report.removed["ingress_records"] += 1
 
 
 class AuditRows(CleanupTask):

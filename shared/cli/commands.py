@@ -1,4 +1,5 @@
-"""The operator commands, each an async function of an open storage account.
+"""The operator commands, each an async function of a worker (the configured app on an open
+storage account).
 
 They print what they did (JSON where a script may read it) and return an exit code.
 """
@@ -10,17 +11,17 @@ import os
 import sys
 import uuid
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
-from shared import runtime
 from shared.bus import Command
+from shared.bus.unsubscribed import unsubscribed_counts
 from shared.cli.records import count_records, describe
 from shared.errors import NotFound
-from shared.http_ingress import build_message
+from shared.http_ingress import BadRequest, build_message
 from shared.provisioning import provision
-from shared.resources import load_resources, poison_queue
-from shared.sample.app import app as sample_app
-from shared.stores.account import StorageAccount
+from shared.resources import RESOURCES_FILE, check_resources_file, poison_queue, resources_json
+from shared.runtime import Worker
 from shared.terminal import ProgressBar, table
 
 EXIT_OK = 0
@@ -51,13 +52,22 @@ def print_json(value: object) -> None:
     say(json.dumps(value, indent=2, default=str))
 
 
-async def provision_command(account: StorageAccount) -> int:
-    say((await provision(account, load_resources())).summary())
+async def resources_command(worker: Worker) -> int:
+    """Print ``infra/resources.json`` for the app: ``bus resources > infra/resources.json``."""
+    print(resources_json(worker.resources), end="")
+    return EXIT_OK
+
+
+async def provision_command(worker: Worker, resources_file: Path = RESOURCES_FILE) -> int:
+    """Create the app's resources, once ``infra/resources.json`` (what Bicep provisions in
+    Azure) matches the app."""
+    check_resources_file(worker.resources, resources_file)
+    say((await provision(worker.account(), worker.resources)).summary())
     return EXIT_OK
 
 
 async def send_command(
-    account: StorageAccount,
+    worker: Worker,
     type_name: str,
     body: dict[str, Any],
     *,
@@ -67,7 +77,7 @@ async def send_command(
 ) -> int:
     """``send`` a command or ``publish`` an event through the ingress (exactly once per key
     within the ingress window)."""
-    message, destination = build_message(sample_app, type_name, body, to)
+    message, destination = build_message(worker.app, type_name, body, to)
     if publish and isinstance(message, Command):
         raise ValueError(f"{type_name} is a command: use `send`, not `publish`")
     if not publish and not isinstance(message, Command):
@@ -75,9 +85,10 @@ async def send_command(
     if key is None:
         key = f"cli-{uuid.uuid4()}"
         print(f"no --key given: using {key} (pass it again to retry safely)", file=sys.stderr)
-    client = runtime.build_bus(account).client("cli")
+    client = worker.bus().client("cli")
     if isinstance(message, Command):
-        assert destination is not None
+        if destination is None:
+            raise BadRequest(f"{type_name} is a command: name its endpoint with --to")
         receipt = await client.send(message, to=destination, idempotency_key=key)
     else:
         receipt = await client.publish(message, idempotency_key=key)  # type: ignore[arg-type]
@@ -92,15 +103,17 @@ async def send_command(
 
 
 async def subscribe_command(
-    account: StorageAccount, topic: str | None, endpoint: str | None, *, subscribe: bool
+    worker: Worker, topic: str | None, endpoint: str | None, *, subscribe: bool
 ) -> int:
-    bus = runtime.build_bus(account)
+    bus = worker.bus()
     if topic is None:
         for done_topic, done_endpoint in await bus.subscribe_all():
             say(f"{done_endpoint} subscribed to {done_topic}")
         return EXIT_OK
-    assert endpoint is not None
+    if endpoint is None:
+        raise BadRequest(f"topic {topic!r}: name the endpoint, or leave out both for all")
     if subscribe:
+        bus.app.routes.check_subscription(topic, endpoint)
         changed = await bus.topics.subscribe(topic, endpoint)
         say(f"{endpoint} {'subscribed to' if changed else 'was already subscribed to'} {topic}")
     else:
@@ -109,10 +122,10 @@ async def subscribe_command(
     return EXIT_OK
 
 
-async def status_report(account: StorageAccount, progress: bool | None) -> dict[str, Any]:
+async def status_report(worker: Worker, progress: bool | None) -> dict[str, Any]:
     """Queue depths, poison counts and the mode's deduplication records per endpoint; tokens
-    in flight."""
-    endpoints = list(sample_app.endpoints.values())
+    in flight; events dropped for want of a subscriber."""
+    account, endpoints = worker.account(), list(worker.app.endpoints.values())
     rows: dict[str, dict[str, Any]] = {}
     missing: list[str] = []
     with ProgressBar("status", len(endpoints) + 1, enabled=progress) as bar:
@@ -132,16 +145,23 @@ async def status_report(account: StorageAccount, progress: bool | None) -> dict[
             bar.advance(note=endpoint.name)
         senders: Counter[str] = Counter()
         try:
-            container = runtime.bus_config().tokens_container
+            container = worker.config.tokens_container
             async for blob in account.blob_container(container).list():
                 senders[blob.name.split("/", 1)[0]] += 1
         except NotFound:
             missing.append("container tokens")
         bar.advance(note="tokens")
+    topics = account.blob_container(worker.config.topics_container)
+    try:
+        dropped = await unsubscribed_counts(topics)
+    except NotFound:
+        dropped = {}
+        missing.append("container topics")
     return {
         "endpoints": rows,
         "tokens_in_flight": sum(senders.values()),
         "tokens_by_sender": dict(sorted(senders.items())),
+        "unsubscribed_events": dropped,
         "missing": missing,
     }
 
@@ -152,9 +172,9 @@ def _records_of(row: dict[str, Any]) -> dict[str, int] | None:
 
 
 async def status_command(
-    account: StorageAccount, *, as_json: bool, check: bool, progress: bool | None
+    worker: Worker, *, as_json: bool, check: bool, progress: bool | None
 ) -> int:
-    report = await status_report(account, progress)
+    report = await status_report(worker, progress)
     if as_json:
         print_json(report)
     else:
@@ -173,6 +193,8 @@ async def status_command(
             f"tokens in flight: {report['tokens_in_flight']}"
             + (f" ({by_sender})" * bool(by_sender))
         )
+        for topic, count in report["unsubscribed_events"].items():
+            say(f"events dropped, topic {topic} has no subscriber: {count}")
         for item in report["missing"]:
             say(f"missing: {item} (run `bus provision`)")
     if report["missing"]:
@@ -181,14 +203,9 @@ async def status_command(
     return EXIT_UNHEALTHY if check and poisoned else EXIT_OK
 
 
-async def cleanup_command(
-    account: StorageAccount, *, grace_seconds: float | None, as_json: bool
-) -> int:
+async def cleanup_command(worker: Worker, *, grace_seconds: float | None, as_json: bool) -> int:
     print("cleanup: running one pass over every endpoint...", file=sys.stderr)
-    if grace_seconds is None:
-        report = await runtime.cleanup_now(account)
-    else:
-        report = await runtime.cleanup_now(account, grace_seconds=grace_seconds)
+    report = await worker.cleanup(grace_seconds=grace_seconds)
     if as_json:
         print_json(report)
     else:

@@ -1,11 +1,15 @@
 """``bus``: the operator command line (also ``python -m shared.cli``).
 
-Storage comes from the same settings as the function app: ``--connection-string``, else the
-setting named by ``--setting`` (default AzureWebJobsStorage) from the environment or from
-``local.settings.json`` in the current folder, else the local emulator.
+Settings are resolved like the function app's (``shared.settings``): a command-line option,
+else the environment, else ``local.settings.json`` Values in the current folder, else the
+defaults. The app is the one named by ``BUS_APP`` (``--app``; default the sample app).
+Storage: ``--connection-string``, else the connection setting named by ``--setting`` (default
+``BUS_STORAGE_SETTING``, else AzureWebJobsStorage). A connection setting that no source sets
+is an error, never a silent fallback to the emulator.
 
-Exit codes: 0 done; 1 failed (storage error); 2 bad usage or input; 3 configuration
-(no connection, resources missing); 4 ``status --check`` found poison messages.
+Exit codes: 0 done; 1 failed (storage error, unreachable or refused); 2 bad usage or input;
+3 configuration (no connection, an app that cannot be loaded, a stale resources file,
+resources missing); 4 ``status --check`` found poison messages.
 """
 
 from __future__ import annotations
@@ -13,13 +17,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from shared.bus import Command, Event
+from shared.app_loader import APP_SETTING, configured_app
+from shared.bus import BusApp, Command, Event
 from shared.cli import commands, poison_commands
 from shared.errors import (
     BusError,
@@ -29,19 +33,29 @@ from shared.errors import (
     OutcomeUnknown,
     StorageError,
 )
-from shared.host.host import load_local_settings
-from shared.http_ingress import BadRequest
-from shared.sample.app import app as sample_app
-from shared.settings import DEFAULT_SETTING, StorageSettings, load_storage_settings
-from shared.stores.account import StorageAccount
+from shared.http_ingress import BadRequest, message_types
+from shared.resources import RESOURCES_FILE
+from shared.runtime import Worker
+from shared.settings import (
+    LOCAL_SETTINGS_FILE,
+    STORAGE_SETTING_NAME,
+    Settings,
+    StorageSettings,
+    resolve_settings,
+)
+from shared.storage_check import check_storage_ready
 from shared.stores.azure import AzureStorageAccount
 
-PROBE_SECONDS = 10.0
+WITHOUT_STORAGE = ("resources",)
+"""Commands that touch no storage."""
+BEFORE_PROVISIONING = ("provision", "status")
+"""Commands that run, and report, while resources are missing."""
 
 EPILOG = """exit codes: 0 done, 1 failed (storage), 2 bad usage or input,
 3 configuration (no connection or resources missing), 4 status --check found poison messages
 
 examples:
+  bus resources > infra/resources.json
   bus provision
   bus send PlaceOrder --to orders --key order-1 \\
       --body '{"order_id": "order-1", "customer": "ada", "amount_cents": 1250}'
@@ -53,7 +67,8 @@ examples:
   bus cleanup"""
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(app: BusApp | None = None) -> argparse.ArgumentParser:
+    """The command line; with ``app`` the send and publish help list its message types."""
     p = argparse.ArgumentParser(
         prog="bus",
         description="Operate the exactly-once bus: send, publish, subscriptions, status, "
@@ -64,28 +79,42 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--connection-string", help="storage connection string (overrides settings)")
     p.add_argument(
         "--setting",
-        default=os.environ.get("BUS_STORAGE_SETTING", DEFAULT_SETTING),
-        help="connection setting name (default: %(default)s)",
+        help=f"connection setting name (default: {STORAGE_SETTING_NAME}, else AzureWebJobsStorage)",
+    )
+    p.add_argument(
+        "--app",
+        help=f"the app, package.module:attribute (default: {APP_SETTING}, else the sample app)",
     )
     p.add_argument(
         "--settings-file",
         type=Path,
-        default=Path("local.settings.json"),
+        default=LOCAL_SETTINGS_FILE,
         help="read Values from this file when present (default: %(default)s)",
     )
     _progress_options(p, default=None)
     sub = p.add_subparsers(dest="command", required=True, metavar="command")
 
-    sub.add_parser("provision", help="create every queue, container and table (idempotent)")
+    sub.add_parser(
+        "resources", help="print infra/resources.json for the app (bus resources > infra/...)"
+    )
+    s = sub.add_parser("provision", help="create every queue, container and table (idempotent)")
+    s.add_argument(
+        "--resources-file",
+        type=Path,
+        default=RESOURCES_FILE,
+        help="must match the app: what Bicep provisions (default: %(default)s)",
+    )
 
-    handled = {n: m for e in sample_app.endpoints.values() for n, (m, _) in e.handlers.items()}
+    handled = message_types(app) if app is not None else {}
     for name, verb, kind in (
         ("send", "send a command", Command),
         ("publish", "publish an event", Event),
     ):
         types = ", ".join(sorted(n for n, m in handled.items() if issubclass(m, kind)))
         s = sub.add_parser(
-            name, help=f"{verb} exactly once per --key", description=f"Types: {types}"
+            name,
+            help=f"{verb} exactly once per --key",
+            description=f"Types of the app: {types}" if types else None,
         )
         s.add_argument("type", help="message type name, e.g. PlaceOrder")
         s.add_argument("--body", required=True, help="JSON object, or @file.json")
@@ -149,15 +178,16 @@ def _progress_options(p: argparse.ArgumentParser, default: object) -> None:
     )
 
 
-def open_account(args: argparse.Namespace) -> StorageAccount:
+def settings_of(args: argparse.Namespace) -> Settings:
+    """The settings, with the command-line options first (``shared.settings.PRECEDENCE``)."""
+    options = {STORAGE_SETTING_NAME: args.setting, APP_SETTING: args.app}
+    return resolve_settings(options, local_file=args.settings_file)
+
+
+def storage_of(args: argparse.Namespace, settings: Settings) -> StorageSettings:
     if args.connection_string:
-        return AzureStorageAccount(StorageSettings(connection_string=args.connection_string))
-    environ = {**load_local_settings(args.settings_file), **os.environ}
-    configured = any(k == args.setting or k.startswith(f"{args.setting}__") for k in environ)
-    if not configured:
-        # Nothing configured: the local emulator, like a fresh local.settings.json.
-        environ[args.setting] = "UseDevelopmentStorage=true"
-    return AzureStorageAccount(load_storage_settings(environ, args.setting))
+        return StorageSettings(connection_string=args.connection_string)
+    return settings.storage()
 
 
 def _body(text: str) -> dict[str, Any]:
@@ -172,13 +202,14 @@ def _body(text: str) -> dict[str, Any]:
     return value
 
 
-def _command(
-    args: argparse.Namespace, usage: Callable[[str], None]
-) -> Callable[[StorageAccount], Awaitable[int]]:
+Run = Callable[[Worker], Awaitable[int]]
+
+
+def _command(args: argparse.Namespace, usage: Callable[[str], None]) -> Run:
     """The chosen command bound to its arguments (usage errors are raised before any I/O)."""
     c = commands
     if args.command == "provision":
-        return c.provision_command
+        return lambda w: c.provision_command(w, args.resources_file)
     if args.command in ("send", "publish"):
         body = _body(args.body)
         to = getattr(args, "to", None)
@@ -202,53 +233,64 @@ def _command(
             a, as_json=args.json, check=args.check, progress=args.progress
         )
     if args.command == "poison":
-        listed = args.endpoints or list(sample_app.endpoints)
-        return lambda a: poison_commands.poison_list_command(a, listed, as_json=args.json)
+        return lambda w: poison_commands.poison_list_command(
+            w, args.endpoints or list(w.app.endpoints), as_json=args.json
+        )
     if args.command == "replay":
         if args.all == bool(args.endpoints):
             usage("replay takes endpoint names or --all")
-        names = list(sample_app.endpoints) if args.all else args.endpoints
         if args.limit < 1:
             usage("--limit must be at least 1")
         only = poison_commands.PoisonFilter(frozenset(args.id), frozenset(args.type))
-        return lambda a: poison_commands.replay_command(
-            a,
-            names,
+        return lambda w: poison_commands.replay_command(
+            w,
+            list(w.app.endpoints) if args.all else args.endpoints,
             limit=args.limit,
             progress=args.progress,
             only=only if args.id or args.type else None,
             dry_run=args.dry_run,
         )
+    if args.command == "resources":
+        return c.resources_command
     if args.command != "cleanup":
-        usage(f"unknown command {args.command}")
-    return lambda a: c.cleanup_command(a, grace_seconds=args.grace_seconds, as_json=args.json)
+        usage(f"unknown command {args.command!r}")
+    return lambda w: c.cleanup_command(w, grace_seconds=args.grace_seconds, as_json=args.json)
 
 
-async def _run(
-    args: argparse.Namespace, command: Callable[[StorageAccount], Awaitable[int]]
-) -> int:
-    async with open_account(args) as account:
-        await _probe(account)
-        return await command(account)
+async def _run(args: argparse.Namespace, command: Run) -> int:
+    settings = settings_of(args)
+    app = configured_app(settings)
+    if args.command in WITHOUT_STORAGE:
+        return await command(Worker(app, settings))
+    storage = storage_of(args, settings)
+    async with AzureStorageAccount(storage) as account:
+        worker = Worker(app, settings, account)
+        # One bounded read first: the SDK retries an unreachable endpoint for over a minute,
+        # and an operator should hear at once what is wrong.
+        await check_storage_ready(
+            account,
+            app.endpoints,
+            describe=storage.describe(),
+            require_resources=args.command not in BEFORE_PROVISIONING,
+        )
+        return await command(worker)
 
 
-async def _probe(account: StorageAccount) -> None:
-    """One cheap read first: the SDK retries an unreachable endpoint for over a minute, and
-    an operator should hear at once that storage is not there."""
+def _app_for_help(argv: list[str] | None) -> BusApp | None:
+    """The app, read before the full parse so that ``bus send --help`` lists its types; an app
+    that cannot be loaded is reported when a command runs."""
+    early = argparse.ArgumentParser(add_help=False)
+    for option in ("--app", "--setting", "--connection-string"):
+        early.add_argument(option)
+    early.add_argument("--settings-file", type=Path, default=LOCAL_SETTINGS_FILE)
     try:
-        async with asyncio.timeout(PROBE_SECONDS):
-            await account.queue(next(iter(sample_app.endpoints))).approximate_count()
-    except NotFound:
-        pass  # reachable; the command reports what is missing
-    except TimeoutError:
-        raise OutcomeUnknown(
-            f"storage did not answer within {PROBE_SECONDS:.0f}s: is it running "
-            "(Azurite: node_modules/.bin/azurite) and is the connection setting right?"
-        ) from None
+        return configured_app(settings_of(early.parse_known_args(argv)[0]))
+    except BusError:
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = parser()
+    p = parser(_app_for_help(argv))
     args = p.parse_args(argv)
     try:
         command = _command(args, p.error)

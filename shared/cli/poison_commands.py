@@ -6,12 +6,11 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from shared.bus.poison import replay
+from shared.bus.poison import replay_report
 from shared.cli.commands import EXIT_OK, print_json, say
 from shared.cli.poisoned import read_poison
 from shared.resources import poison_queue
-from shared.sample.app import app as sample_app
-from shared.stores.account import StorageAccount
+from shared.runtime import Worker
 from shared.terminal import ProgressBar, table
 
 PEEK_LIMIT = 32
@@ -21,17 +20,17 @@ POISON_COLUMNS = (
     "message id",
     "type",
     "tries",
-    "first failure",
-    "last failure",
+    "parked at",
     "reason",
 )
 REASON_CHARS = 100
 
 
-def _check_endpoints(endpoints: list[str]) -> None:
-    unknown = sorted(set(endpoints) - set(sample_app.endpoints))
+def _check_endpoints(worker: Worker, endpoints: list[str]) -> None:
+    known = sorted(worker.app.endpoints)
+    unknown = sorted(set(endpoints) - set(known))
     if unknown:
-        raise ValueError(f"unknown endpoints {unknown}; known: {sorted(sample_app.endpoints)}")
+        raise ValueError(f"unknown endpoints {unknown}; known: {known}")
 
 
 @dataclass(frozen=True)
@@ -49,7 +48,7 @@ class PoisonFilter:
 
 
 async def replay_command(
-    account: StorageAccount,
+    worker: Worker,
     endpoints: list[str],
     *,
     limit: int,
@@ -57,35 +56,46 @@ async def replay_command(
     only: PoisonFilter | None = None,
     dry_run: bool = False,
 ) -> int:
-    """Move poison messages back to their queues; each is processed exactly once. Endpoints
-    with nothing to replay are not mentioned."""
-    _check_endpoints(endpoints)
-    total = endpoints_replayed = 0
+    """Move poison messages back to their queues; each is processed exactly once. What cannot
+    be replayed is skipped, one line each, and left in the poison queue. Endpoints with
+    nothing to replay are not mentioned."""
+    _check_endpoints(worker, endpoints)
+    account, container = worker.account(), worker.config.parked_container
+    total = endpoints_replayed = skipped = 0
     verb = "would replay" if dry_run else "replayed"
     for endpoint in endpoints:
         waiting = await account.queue(poison_queue(endpoint)).approximate_count()
         if waiting == 0:
             continue
-        with ProgressBar(f"replay {endpoint}", min(waiting, limit), enabled=progress) as bar:
-            moved = await replay(
-                account, endpoint, limit, select=only, dry_run=dry_run, on_moved=bar.advance
+        # The bar counts messages looked at: a selection may look at every one waiting.
+        looked_at = waiting if only is not None else min(waiting, limit)
+        with ProgressBar(f"replay {endpoint}", looked_at, enabled=progress) as bar:
+            report = await replay_report(
+                account, endpoint, limit, container, bar.advance, select=only, dry_run=dry_run
             )
-        if moved:
-            say(f"{endpoint}: {verb} {moved} poison messages")
-            total += moved
-            endpoints_replayed += 1
-    if total:
-        say(f"{verb} {total} messages from {endpoints_replayed} endpoints")
-    else:
-        say("nothing to replay")
+        for line in report.skipped:
+            say(line)
+        if report.replayed or report.skipped:
+            say(
+                f"{endpoint}: {verb} {report.replayed} poison messages"
+                + (f", skipped {len(report.skipped)}" if report.skipped else "")
+            )
+        total += report.replayed
+        skipped += len(report.skipped)
+        endpoints_replayed += bool(report.replayed)
+    say(_replay_summary(verb, total, endpoints_replayed, skipped))
     return EXIT_OK
 
 
-async def poison_list_command(
-    account: StorageAccount, endpoints: list[str], *, as_json: bool
-) -> int:
+def _replay_summary(verb: str, total: int, endpoints: int, skipped: int) -> str:
+    done = f"{verb} {total} messages from {endpoints} endpoints" if total else "nothing to replay"
+    return done + (f", skipped {skipped}" if skipped else "")
+
+
+async def poison_list_command(worker: Worker, endpoints: list[str], *, as_json: bool) -> int:
     """Show the poison messages waiting, with what each says about why (peeked, not taken)."""
-    _check_endpoints(endpoints)
+    _check_endpoints(worker, endpoints)
+    account = worker.account()
     listed: list[dict[str, Any]] = []
     notes: list[str] = []
     for endpoint in endpoints:
@@ -126,7 +136,6 @@ def _poison_row(item: dict[str, Any]) -> tuple[object, ...]:
         item["message_id"],
         item["message_type"],
         item["dequeue_count"],
-        item["first_failure"],
-        item["last_failure"] or item["parked_at"],
+        item["parked_at"],
         reason,
     )

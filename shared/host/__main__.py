@@ -1,9 +1,11 @@
 """``python -m shared.host``: run a function app locally, where Core Tools are not available.
 
 It reads ``function_app.py`` (its bindings), ``host.json`` and ``local.settings.json`` from
-the app folder; environment variables win over local.settings.json values. It prints
-``host: ready`` with the HTTP port once every trigger is running, and stops gracefully on
-SIGTERM or Ctrl-C.
+the app folder; settings are resolved by ``shared.settings`` (environment variables win over
+local.settings.json values) and handed to the app as its environment, as the Functions host
+does. Before serving it checks that storage answers and the queues exist, and exits 3 saying
+why when not. It prints ``host: ready`` (with ``port=`` when it serves HTTP functions) once
+every trigger is running, and stops gracefully on SIGTERM or Ctrl-C, exiting 0.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from pathlib import Path
 
 from shared.errors import BusError
 from shared.host.functions import load_functions
-from shared.host.host import HostConfig, LocalHost, load_local_settings
-from shared.host.http import Keys
+from shared.host.host import HostConfig, LocalHost
+from shared.host.http import MAX_REQUEST_BYTES, Keys
+from shared.settings import DEFAULTS, load_storage_settings, resolve_settings
+from shared.storage_check import check_storage_ready
 
 FUNCTION_KEY_SETTING = "BUS_HOST_FUNCTION_KEY"
 MASTER_KEY_SETTING = "BUS_HOST_MASTER_KEY"
@@ -48,6 +52,13 @@ def parser() -> argparse.ArgumentParser:
         "half-time); a crashed host's messages come back after this long (default 60)",
     )
     p.add_argument("--drain-seconds", type=float, default=30.0, help="graceful stop budget")
+    p.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=MAX_REQUEST_BYTES,
+        help="largest HTTP request body read (default 100 MB, the Functions host's limit); "
+        "a larger one gets 413 without being read",
+    )
     p.add_argument("--functions", nargs="+", help="run only these functions")
     p.add_argument("--verbose", action="store_true", help="log every storage warning")
     return p
@@ -61,14 +72,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     folder = args.app.resolve().parent
     try:
-        for name, value in load_local_settings(
-            args.settings or folder / "local.settings.json"
-        ).items():
-            os.environ.setdefault(name, value)
+        settings = resolve_settings(local_file=args.settings or folder / "local.settings.json")
+        for name, value in settings.values.items():
+            if settings.origin(name) != DEFAULTS:
+                os.environ.setdefault(name, value)
         config = HostConfig.from_host_json(
             args.host_json or folder / "host.json", args.lease_seconds
         )
-        config = HostConfig(config.queues, config.function_timeout, args.drain_seconds)
+        config = HostConfig(
+            config.queues, config.function_timeout, args.drain_seconds, args.max_request_bytes
+        )
         app = load_functions(args.app, os.environ, set(args.functions) if args.functions else None)
     except BusError as e:
         print(f"host: configuration error: {e}", file=sys.stderr)
@@ -96,13 +109,31 @@ async def _serve(host: LocalHost, bind: str, port: int) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
 
+    await _check_storage(host)
+
     def ready(host: LocalHost) -> None:
         print("Functions:", *host.describe(), sep="\n")
         if host.app.http and FUNCTION_KEY_SETTING not in os.environ:
             print(f"function key for this run: {host.keys.function} (set {FUNCTION_KEY_SETTING})")
-        print(f"host: ready port={host.port} pid={os.getpid()}", flush=True)
+        port = f" port={host.port}" if host.port is not None else ""
+        print(f"host: ready{port} pid={os.getpid()}", flush=True)
 
     await host.run(stopping, bind, port, ready)
+
+
+async def _check_storage(host: LocalHost) -> None:
+    """Fail fast, saying why, when a connection's storage does not answer, refuses access or
+    lacks the queues: otherwise the queue workers would wait in silence."""
+    by_connection: dict[str, list[str]] = {}
+    for queue in host.app.queues:
+        by_connection.setdefault(queue.connection, []).append(queue.queue_name)
+    for connection, queues in by_connection.items():
+        describe = f"{connection} ({load_storage_settings(host.environ, connection).describe()})"
+        try:
+            await check_storage_ready(host.account(connection), queues, describe=describe)
+        except BusError:
+            await host.close()
+            raise
 
 
 if __name__ == "__main__":

@@ -4,6 +4,10 @@ one process, until asked to stop.
 Stopping is graceful: the HTTP listener closes, queues stop being polled, running
 invocations get ``drain_seconds`` to finish (a message whose invocation is cut short is not
 acknowledged and comes back after its lease), then connections are closed.
+
+A queue or timer worker that ends while the host is not stopping (a bug: the workers catch
+what storage and functions raise) is logged at once and reported to ``shared.health``, so the
+app's health endpoint says which worker stopped and why.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ from typing import Any
 from aiohttp import web
 from azure.functions.queue import QueueMessage
 
+from shared import health
 from shared.errors import ConfigurationError
 from shared.host.functions import LoadedApp, QueueFunction, invoke
-from shared.host.http import ROUTE_PREFIX, HttpFrontEnd, Keys
+from shared.host.http import MAX_REQUEST_BYTES, ROUTE_PREFIX, HttpFrontEnd, Keys
 from shared.host.queue_worker import Handler, QueueSettings, QueueWorker, timespan
 from shared.host.timers import run_timer
 from shared.settings import load_storage_settings
@@ -39,6 +44,11 @@ class HostConfig:
     queues: QueueSettings
     function_timeout: float = DEFAULT_FUNCTION_TIMEOUT
     drain_seconds: float = 30.0
+    max_request_bytes: int = MAX_REQUEST_BYTES
+
+    def __post_init__(self) -> None:
+        if self.max_request_bytes < 1:
+            raise ConfigurationError("the request size limit must be at least 1 byte")
 
     @classmethod
     def from_host_json(cls, path: Path, lease_seconds: float | None = None) -> HostConfig:
@@ -47,19 +57,6 @@ class HostConfig:
             queues = replace(queues, lease_seconds=lease_seconds)
         timeout = json.loads(path.read_text()).get("functionTimeout")
         return cls(queues, timespan(timeout) if timeout else DEFAULT_FUNCTION_TIMEOUT)
-
-
-def load_local_settings(path: Path) -> dict[str, str]:
-    """The ``Values`` of a local.settings.json (absent file: no values)."""
-    if not path.exists():
-        return {}
-    try:
-        values = json.loads(path.read_text()).get("Values", {})
-    except (OSError, ValueError, AttributeError) as e:
-        raise ConfigurationError(f"cannot read {path}: {e}") from e
-    if not isinstance(values, dict):
-        raise ConfigurationError(f"{path}: 'Values' must be an object")
-    return {str(k): str(v) for k, v in values.items()}
 
 
 class LocalHost:
@@ -96,14 +93,46 @@ class LocalHost:
         ready: Callable[[LocalHost], None] | None = None,
     ) -> None:
         """Serve until ``stopping`` is set, then shut down gracefully."""
-        runner: web.AppRunner | None = None
-        if self.app.http:
-            front = HttpFrontEnd(self.app.http, self.keys, self.config.function_timeout)
-            runner = web.AppRunner(front.app, shutdown_timeout=self.config.drain_seconds)
-            await runner.setup()
-            site = web.TCPSite(runner, bind, port)
+        try:
+            runner = await self._listen(bind, port)
+            tasks = self._start_workers(stopping)
+            if ready is not None:
+                ready(self)
+            await stopping.wait()
+            log.info(
+                "host: stopping; waiting up to %.0fs for running functions",
+                self.config.drain_seconds,
+            )
+            if runner is not None:
+                await runner.cleanup()
+            await self._drain(tasks)
+        finally:
+            health.forget_workers()  # what this run recorded ends with it
+            await self.close()
+
+    async def _listen(self, bind: str, port: int) -> web.BaseRunner | None:
+        """The HTTP listener, when the app has HTTP functions (``self.port`` is then set)."""
+        if not self.app.http:
+            return None
+        front = HttpFrontEnd(
+            self.app.http,
+            self.keys,
+            self.config.function_timeout,
+            max_request_bytes=self.config.max_request_bytes,
+        )
+        runner = front.runner(shutdown_timeout=self.config.drain_seconds)
+        await runner.setup()
+        site = web.TCPSite(runner, bind, port)
+        try:
             await site.start()
-            self.port = int(runner.addresses[0][1])
+        except OSError:
+            await runner.cleanup()
+            raise
+        self.port = int(runner.addresses[0][1])
+        return runner
+
+    def _start_workers(self, stopping: asyncio.Event) -> list[asyncio.Task[Any]]:
+        health.forget_workers()
         tasks: list[asyncio.Task[Any]] = [
             asyncio.create_task(
                 QueueWorker(
@@ -119,22 +148,18 @@ class LocalHost:
             )
             for t in self.app.timers
         ]
-        if ready is not None:
-            ready(self)
-        await stopping.wait()
-        log.info(
-            "host: stopping; waiting up to %.0fs for running functions", self.config.drain_seconds
-        )
-        if runner is not None:
-            await runner.cleanup()
-        done, pending = await asyncio.wait(tasks, timeout=self.config.drain_seconds)
+        for task in tasks:
+            task.add_done_callback(lambda task: _worker_ended(task, stopping))
+        return tasks
+
+    async def _drain(self, tasks: list[asyncio.Task[Any]]) -> None:
+        """Give running workers ``drain_seconds`` to finish, then cancel the rest."""
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=self.config.drain_seconds)
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-        for task in done:
-            if task.exception() is not None:
-                log.error("host: %s ended with %r", task.get_name(), task.exception())
-        await self.close()
 
     async def close(self) -> None:
         for account in self.accounts.values():
@@ -159,3 +184,20 @@ class LocalHost:
             url = f"http://127.0.0.1:{self.port}/{ROUTE_PREFIX}/{h.route}"
             lines.append(f"  {h.name}: [{methods}] {url} (auth: {h.auth_level})")
         return lines
+
+
+def _worker_ended(task: asyncio.Task[Any], stopping: asyncio.Event) -> None:
+    """A worker ends on its own only when the host stops; any other end is a failure that
+    the log and the health endpoint must show while the host keeps serving the rest."""
+    if task.cancelled():
+        if stopping.is_set():
+            return  # cut short at the drain deadline, as a graceful stop does
+        reason = "cancelled"
+    elif (error := task.exception()) is not None:
+        reason = f"ended with {error!r}"
+    elif stopping.is_set():
+        return
+    else:
+        reason = "returned while the host was running"
+    log.error("host: %s %s", task.get_name(), reason)
+    health.worker_stopped(task.get_name(), reason)

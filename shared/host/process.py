@@ -1,7 +1,7 @@
 """The local host as a child process: started, killed with SIGKILL, restarted, stopped.
 
 Used by the demo and the crash tests. The child writes its output to a log file, which is
-also where readiness is read from (the ``host: ready port=...`` line), so nothing blocks on a
+also where readiness is read from (the ``host: ready`` line), so nothing blocks on a
 pipe nobody drains.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from shared.errors import ConfigurationError
 
-READY_MARK = "host: ready port="
+READY_MARK = "host: ready "
 
 
 def free_port() -> int:

@@ -2,7 +2,12 @@
 batches of ``batchSize``, a new batch fetched once no more than ``newBatchThreshold`` messages
 are still running, polling that backs off to ``maxPollingInterval`` while the queue is empty,
 a failed message made visible again after ``visibilityTimeout``, and moved to
-``<queue>-poison`` once it has failed ``maxDequeueCount`` times."""
+``<queue>-poison`` once it has failed ``maxDequeueCount`` times, with its last error beside it
+(``shared.bus.poison``: the Functions host moves the bare message; the bus's own pipeline
+parks on that last try itself, so this move is for failures outside it, such as timeouts).
+
+No message content and no handler error ends a worker: every failure is logged with its
+type and traceback and the loop carries on."""
 
 from __future__ import annotations
 
@@ -12,10 +17,11 @@ import json
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from shared.bus.poison import DEFAULT_PARKED_CONTAINER, error_reason, park
 from shared.errors import BusError, ConfigurationError, NotFound, OutcomeUnknown
 from shared.resources import poison_queue
 from shared.stores.account import StorageAccount
@@ -42,6 +48,8 @@ class QueueSettings:
     renew_lease: bool = False
     """Extend the lease every ``lease_seconds / 2`` while the function runs, as the Functions
     host does, so a short lease (quick recovery after a crash) is safe for slow functions."""
+    parked_container: str = DEFAULT_PARKED_CONTAINER
+    """Where a message too large to move to the poison queue beside its error is kept."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.batch_size <= MAX_RECEIVE_BATCH:
@@ -97,6 +105,7 @@ class QueueWorker:
         handler: Handler,
         settings: QueueSettings | None = None,
     ) -> None:
+        self.account = account
         self.queue = account.queue(queue_name)
         self.poison = account.queue(poison_queue(queue_name))
         self.handler = handler
@@ -128,7 +137,12 @@ class QueueWorker:
             # Only a crash escapes run_one (it catches every Exception): the message is not
             # acknowledged and comes back after its lease, as when a real worker dies.
             if not task.cancelled() and (error := task.exception()) is not None:
-                log.warning("queue %s: invocation ended abruptly: %r", self.queue.name, error)
+                log.error(
+                    "queue %s: invocation ended abruptly: %r",
+                    self.queue.name,
+                    error,
+                    exc_info=error,
+                )
 
         while not stopping.is_set():
             if len(running) > self.settings.new_batch_threshold:
@@ -139,6 +153,11 @@ class QueueWorker:
             except (BusError, OSError) as e:
                 # Storage unreachable or throttling: keep the host alive and try again later.
                 log.warning("queue %s: receive failed: %s", self.queue.name, e)
+                messages = []
+            except Exception:
+                # A defect (e.g. a message the adapter cannot decode) must not end the worker;
+                # backing off keeps a persistent one from spinning.
+                log.exception("queue %s: receive failed unexpectedly", self.queue.name)
                 messages = []
             for message in messages:
                 task = asyncio.create_task(self.run_one(message))
@@ -173,32 +192,77 @@ class QueueWorker:
         return True
 
     async def _failed(self, message: QueueMessage, error: Exception) -> bool:
-        if message.dequeue_count >= self.settings.max_dequeue_count:
-            log.error(
-                "queue %s: message %s failed %d times, moving it to %s: %s",
-                self.queue.name,
-                message.id,
-                message.dequeue_count,
-                self.poison.name,
-                error,
-            )
-            await self.poison.send(message.content)
-            with contextlib.suppress(NotFound):
-                await self.queue.delete(message.id, message.pop_receipt)
-            return False
-        log.warning(
-            "queue %s: message %s failed (try %d): %s",
+        last = message.dequeue_count >= self.settings.max_dequeue_count
+        # The traceback carries the notes the function added (the bus adds endpoint, message
+        # type and id); the line itself says enough to grep for.
+        log.log(
+            logging.ERROR if last else logging.WARNING,
+            "queue %s: message %s failed (try %d of %d): %s: %s",
             self.queue.name,
             message.id,
             message.dequeue_count,
-            error,
+            self.settings.max_dequeue_count,
+            type(error).__name__,
+            _text(error),
+            exc_info=error,
         )
+        if last:
+            await self._move_to_poison(message, error)
+            return False
         # If the release is lost too, the message still reappears when its lease runs out.
         with contextlib.suppress(NotFound, OutcomeUnknown):
             await self.queue.update(
                 message.id, message.pop_receipt, visibility_timeout=self.settings.visibility_timeout
             )
         return False
+
+    async def _move_to_poison(self, message: QueueMessage, error: Exception) -> None:
+        text = f"{type(error).__name__}: {str(error) or _text(error)}"
+        if notes := getattr(error, "__notes__", None):
+            text += f" ({'; '.join(map(str, notes))})"
+        reason = replace(
+            error_reason(self.queue.name, error, message.dequeue_count),
+            reason=text,
+            message_id=_message_id(message.content),
+        )
+        try:
+            form = await park(self.account, message.content, reason, self.settings.parked_container)
+        except (BusError, OSError) as e:
+            # Not moved: it comes back after its lease and is moved then.
+            log.error(
+                "queue %s: moving %s to %s failed: %s",
+                self.queue.name,
+                message.id,
+                self.poison.name,
+                e,
+            )
+            return
+        log.error(
+            "queue %s: moved %s to %s (%s)", self.queue.name, message.id, self.poison.name, form
+        )
+        # Should the delete be lost, the message is moved once more: a duplicate in poison,
+        # which a replay sends twice and the pipeline recognises.
+        with contextlib.suppress(NotFound, OutcomeUnknown):
+            await self.queue.delete(message.id, message.pop_receipt)
+
+
+def _text(error: BaseException) -> str:
+    """The error's first line: the log line stays one line (the traceback has the rest)."""
+    if isinstance(error, TimeoutError) and not str(error):
+        return "the function did not finish within functionTimeout"
+    lines = str(error).splitlines()
+    return lines[0][:500] if lines else ""
+
+
+def _message_id(content: str) -> str | None:
+    """The bus message id when the content is a signal (for the poison reason); the host
+    reads nothing else of a message, and trusts none of it."""
+    try:
+        data = json.loads(content)
+    except (ValueError, RecursionError):
+        return None
+    value = data.get("message_id") if isinstance(data, dict) else None
+    return value[:100] if isinstance(value, str) else None
 
 
 class _Lease:

@@ -104,8 +104,9 @@ class Azurite:
         done = threading.Event()
 
         def read_output() -> None:
-            assert self.process is not None
-            assert self.process.stdout is not None
+            if self.process is None or self.process.stdout is None:
+                done.set()  # stop() ran first: nothing to read; wake the waiter
+                return
             for line in self.process.stdout:
                 self._output.append(line.rstrip())
                 match = _LISTENING.search(line)

@@ -1,6 +1,6 @@
 """``make demo``: the main job, against an embedded Azurite.
 
-It starts the emulator on free ports, provisions every resource in ``infra/resources.json``,
+It starts the emulator on free ports, provisions every resource of the sample app,
 and starts the local Functions host (``python -m shared.host``, reading ``function_app.py``)
 as a separate process. Clients then post about 275 orders and shots to the HTTP ingress
 (``POST /api/messages`` with an Idempotency-Key; about 30% of requests are repeated, and
@@ -35,20 +35,24 @@ from typing import Any
 
 import aiohttp
 
-from shared import runtime
-from shared.bus import Outcome
+from shared.app_loader import APP_SETTING, load_app
+from shared.bus import BusApp, Outcome
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
 from shared.host.chaos import CRASH_RATE, DUPLICATE_RATE, SEED
 from shared.host.process import HostProcess
 from shared.local.azurite import REPO_ROOT, Azurite
+from shared.local.outcome_log import OUTCOME_LOG_SETTING
 from shared.provisioning import provision
-from shared.resources import load_resources, poison_queue
-from shared.sample.app import app as sample_app
-from shared.settings import DEFAULT_SETTING, StorageSettings
+from shared.resources import poison_queue
+from shared.runtime import Worker
+from shared.settings import DEFAULT_SETTING, StorageSettings, resolve_settings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
 
 FUNCTION_KEY = "demo-function-key"
+DEMO_APP = "shared.sample.app:app"
+"""The demo checks the sample app's business state, so it runs the sample whatever
+``BUS_APP`` says."""
 DELIVERIES_PER_ORDER = (
     5  # PlaceOrder, OrderPlaced to loyalty and shipping, ChargePayment, ShipOrder
 )
@@ -114,6 +118,10 @@ class Verdict:
             f"ghosts={self.ghosts} residue={self.residue} "
             f"verdict={'PASS' if self.passed else 'FAIL'}"
         )
+
+
+def demo_app() -> BusApp:
+    return load_app(DEMO_APP)
 
 
 def plan_requests(options: Options) -> tuple[list[Request], dict[str, int], Counter[str]]:
@@ -245,7 +253,7 @@ async def quiescent(account: StorageAccount, deadline: float) -> bool:
     """Every endpoint queue empty, twice in a row (counts include leased messages)."""
     calm = 0
     while time.monotonic() < deadline:
-        waiting = sum([await account.queue(e).approximate_count() for e in sample_app.endpoints])
+        waiting = sum([await account.queue(e).approximate_count() for e in demo_app().endpoints])
         calm = calm + 1 if waiting == 0 else 0
         if calm == 2:
             return True
@@ -270,7 +278,7 @@ async def verify(
 ) -> Verdict:
     """The invariants, from storage alone: every message sent (the clients' and every one a
     handler caused) has exactly one audit row, the business state is exact, nothing is left."""
-    endpoints = list(sample_app.endpoints)
+    endpoints = list(demo_app().endpoints)
     audited: Counter[str] = Counter()
     expected = set(roots)
     outbox_left = 0
@@ -329,6 +337,7 @@ def run_audit(connection_string: str, workdir: Path) -> int | None:
         env={
             **os.environ,
             DEFAULT_SETTING: connection_string,
+            APP_SETTING: DEMO_APP,
             "SPARK_LOCAL_IP": "127.0.0.1",
             "PYSPARK_PYTHON": sys.executable,  # Spark's workers need this venv's packages
         },
@@ -347,8 +356,6 @@ def run_audit(connection_string: str, workdir: Path) -> int | None:
 
 
 async def drive(connection_string: str, options: Options, workdir: Path) -> Verdict:
-    resources = load_resources()
-    config = runtime.bus_config()
     outcome_log = workdir / "outcomes.jsonl"
     host = HostProcess(
         REPO_ROOT / "function_app.py",
@@ -357,7 +364,8 @@ async def drive(connection_string: str, options: Options, workdir: Path) -> Verd
             DEFAULT_SETTING: connection_string,
             "CLEANUP_SCHEDULE": os.environ.get("CLEANUP_SCHEDULE", "0 */5 * * * *"),
             "BUS_HOST_FUNCTION_KEY": FUNCTION_KEY,
-            runtime.OUTCOME_LOG_SETTING: str(outcome_log),
+            APP_SETTING: DEMO_APP,
+            OUTCOME_LOG_SETTING: str(outcome_log),
             DUPLICATE_RATE: str(options.duplicate_rate),
             CRASH_RATE: str(options.crash_rate),
             SEED: str(options.seed),
@@ -366,8 +374,9 @@ async def drive(connection_string: str, options: Options, workdir: Path) -> Verd
         args=["--lease-seconds", str(options.lease_seconds)],
     )
     async with AzureStorageAccount(StorageSettings(connection_string)) as raw:
-        print(f"  {(await provision(raw, resources)).summary()}")
-        await runtime.build_bus(raw).subscribe_all()
+        worker = Worker(demo_app(), resolve_settings({APP_SETTING: DEMO_APP}, local_file=None), raw)
+        print(f"  {(await provision(raw, worker.resources)).summary()}")
+        await worker.bus().subscribe_all()
         requests, orders, shots = plan_requests(options)
         started = time.monotonic()
         await asyncio.to_thread(host.start)
@@ -393,14 +402,15 @@ async def drive(connection_string: str, options: Options, workdir: Path) -> Verd
             f"  queues {'empty' if calm else 'NOT EMPTY'} after {elapsed:.1f}s; host stopped "
             f"gracefully with exit code {stop_code} after {host.starts} starts"
         )
-        swept = await runtime.cleanup_now(raw, grace_seconds=0)
+        swept = await worker.cleanup(grace_seconds=0)
         poisoned = {
-            e: await raw.queue(poison_queue(e)).approximate_count() for e in sample_app.endpoints
+            e: await raw.queue(poison_queue(e)).approximate_count() for e in worker.app.endpoints
         }
         outcomes = read_outcomes(outcome_log)
         suppressed = outcomes[Outcome.DUPLICATE.value] + outcomes[Outcome.RESUMED.value]
         roots = {i for ids in clients.receipts.values() for i in ids}
-        verdict = await verify(raw, roots, orders, shots, suppressed, config.tokens_container)
+        tokens = worker.config.tokens_container
+        verdict = await verify(raw, roots, orders, shots, suppressed, tokens)
 
     verdict.lost += len(clients.unsent)
     verdict.state_errors += [

@@ -42,7 +42,7 @@ import random
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from shared.bus import Bus, BusConfig
 from shared.bus.app import Mode
@@ -388,8 +388,8 @@ class World:
     async def perform(self, action: Action) -> None:
         number = len(self.trace)
         if action.kind == "step":
-            assert action.process is not None
-            await self._step(number, action.process)
+            # _actions gives every step its process
+            await self._step(number, cast(Process, action.process))
             return
         self._queues = None  # every other action may change what the queues hold
         if action.kind == "start":
@@ -400,10 +400,10 @@ class World:
             )
             self.trace.append(f"{number:4} start {self._current.name}")
         elif action.kind == "land":
-            assert action.held is not None
-            accepted = await action.held.land()
+            held = cast(HeldRequest, action.held)  # _actions gives every land its request
+            accepted = await held.land()
             self.trace.append(
-                f"{number:4} late request lands: {describe(action.held.operation)}"
+                f"{number:4} late request lands: {describe(held.operation)}"
                 + ("" if accepted else " (refused)")
             )
         elif action.kind == "tick":
@@ -423,8 +423,8 @@ class World:
             self.trace.append(f"{number:4} network duplicates a signal on {action.queue}")
 
     async def _step(self, number: int, process: Process) -> None:
-        operation = process.pending
-        assert operation is not None
+        # Only runnable processes are stepped, and a runnable process has an operation pending.
+        operation = cast(Operation, process.pending)
         if operation.kind.startswith("queue."):
             self._queues = None
         options = self._fault_options(operation)

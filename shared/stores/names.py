@@ -77,7 +77,11 @@ def check_key(kind: str, value: str) -> str:
     """PartitionKey and RowKey: at most 1 KiB, none of / \\ # ? or control characters."""
     if not isinstance(value, str):
         raise InvalidName(f"{kind} must be a string, got {type(value).__name__}")
-    if len(value.encode("utf-16-le")) > MAX_KEY_BYTES:
+    try:
+        size = len(value.encode("utf-16-le"))
+    except UnicodeEncodeError:  # lone surrogates: undecodable bytes or escapes in JSON
+        raise InvalidName(f"{kind} {value[:40]!r} is not valid Unicode text") from None
+    if size > MAX_KEY_BYTES:
         raise InvalidName(f"{kind} {value[:40]!r}... is longer than 1 KiB")
     if _KEY_FORBIDDEN.search(value):
         raise InvalidName(f"{kind} {value!r} contains one of / \\ # ? or a control character")

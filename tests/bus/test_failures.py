@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from shared.bus import BusApp, Command, HandlerContext, Outcome
+from shared.bus import Bus, BusApp, Command, HandlerContext, Outcome
 from shared.bus.app import Mode
 from shared.bus.envelope import Signal
 from shared.bus.ids import fresh_id
@@ -143,12 +143,14 @@ async def test_a_signal_whose_ids_disagree_with_its_token_name_is_refused(
 async def test_an_unknown_message_type_is_parked_and_replayable_once_handled(
     backend: Backend, mode: Mode, endpoint_name: str
 ) -> None:
-    """A message sent before its handler was deployed waits in the poison queue with its
-    token intact; after the deployment, a replay processes it exactly once."""
+    """A message sent by a newer version of the app, before the receiver's handler was
+    deployed, waits in the poison queue with its token intact; after the deployment, a
+    replay processes it exactly once."""
     without = BusApp()
     without.endpoint(endpoint_name, state=Ledger, mode=mode)
     harness = await Harness.create(backend, without)
-    await harness.setup_bus.client().send(Flaky(key="k"), to=endpoint_name, idempotency_key="k1")
+    newer = Bus(flaky_app(endpoint_name, {"left": 0}, mode), harness.raw, harness.config)
+    await newer.client().send(Flaky(key="k"), to=endpoint_name, idempotency_key="k1")
     await harness.run_until_quiet()
     [parked] = await harness.poison_messages(endpoint_name)
     assert "has no handler for message type 'Flaky'" in str(parked["poison"])
@@ -167,6 +169,8 @@ async def test_a_body_that_breaks_the_schema_is_parked_with_the_validation_error
     backend: Backend, mode: Mode, endpoint_name: str
 ) -> None:
     harness = await Harness.create(backend, flaky_app(endpoint_name, {"left": 0}, mode))
+    handlers = harness.app.get(endpoint_name).handlers
+    handlers["PlaceOrder"] = (PlaceOrder, lambda c, m: None)  # as the sender's version has it
     await harness.setup_bus.client().send(
         PlaceOrder(order_id="o", amount=1), to=endpoint_name, idempotency_key="k"
     )
@@ -206,7 +210,10 @@ async def test_a_handler_that_keeps_failing_is_poisoned_then_replayed_exactly_on
     await harness.run_until_quiet()
     assert failures["left"] == 997
     [parked] = await harness.raw.queue(poison_queue(endpoint_name)).peek()
-    assert unwrap(parked.content).signal == parked.content  # the host moves the raw signal
+    moved = unwrap(parked.content)  # moved by the host, with the last error
+    assert moved.signal is not None
+    assert Signal.parse(moved.signal)
+    assert moved.reason.startswith("RuntimeError: payment provider unavailable")
     assert await harness.applied(endpoint_name) == []
 
     failures["left"] = 0
@@ -222,11 +229,11 @@ async def test_oversized_payloads_are_refused_at_send_time(
     backend: Backend, mode: Mode, endpoint_name: str
 ) -> None:
     harness = await Harness.create(
-        backend, flaky_app(endpoint_name, {"left": 0}, mode), max_payload_bytes=1024
+        backend, flaky_app(endpoint_name, {"left": 0}, mode), max_payload_bytes=256
     )
     client = harness.setup_bus.client()
-    with pytest.raises(MessageTooLarge, match="limit is 1024"):
-        await client.send(Flaky(key="k" * 2000), to=endpoint_name, idempotency_key="big")
+    with pytest.raises(MessageTooLarge, match="limit is 256"):  # a key Table Storage takes
+        await client.send(Flaky(key="k" * 300), to=endpoint_name, idempotency_key="big")
     assert await harness.tokens() == []
     assert await harness.raw.queue(endpoint_name).approximate_count() == 0
 

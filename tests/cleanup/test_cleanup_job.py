@@ -23,6 +23,7 @@ from shared.clock import ManualClock, to_datetime
 from shared.errors import ConfigurationError, OutcomeUnknown
 from shared.stores.instrumented import Fault, SimulatedCrash, fault_at, fault_at_first
 from shared.stores.memory import MemoryStorageAccount
+from shared.stores.table import Entity
 from tests.bus.flow import FlowNames, PlaceOrder, build_flow
 from tests.bus.harness import Harness
 from tests.conftest import Backend, unique_name
@@ -135,7 +136,13 @@ async def test_tokens_of_a_client_that_crashed_before_its_record_are_removed(
     backend: Backend,
 ) -> None:
     harness, names = await new_flow(backend, publish=False, charge=False)
-    client = IngressClient(harness.account, harness.setup_bus.topics, harness.config, "cli")
+    client = IngressClient(
+        harness.account,
+        harness.setup_bus.topics,
+        harness.config,
+        "cli",
+        routes=harness.app.routes,
+    )
     # Ingress reads its record, creates the token, then writes the record: crash before that.
     harness.instrumentation.plan = fault_at(2, Fault.CRASH_BEFORE)
     with pytest.raises(SimulatedCrash):
@@ -391,3 +398,54 @@ async def test_window_modes_keep_their_dedup_data_for_the_retention_and_no_longe
     if prefix is not None:
         rows = [e async for e in harness.raw.table(names.orders).query_all(row_key_prefix=prefix)]
         assert len(rows) < 3
+
+
+async def test_bad_rows_are_skipped_and_reported_and_the_pass_still_finishes(
+    backend: Backend,
+) -> None:
+    """Rows a hostile signal or a damaged table could leave: an outbox record whose incoming
+    token name ends in a newline (once accepted by the token-name check), records with
+    malformed fields, an ingress record without its sender. The good rows around them are
+    still cleaned, and every task finishes."""
+    harness, names = await new_flow(backend, publish=False, charge=False)
+    table = harness.raw.table(names.orders)
+    old = to_datetime(harness.config.clock() - 3600)
+    token = token_name(names.orders, fresh_id(), fresh_id(), fresh_id(), b"{}")
+
+    def outbox(partition: str, **fields: object) -> Entity:
+        properties: dict[str, object] = {
+            "claim": "c",
+            "status": "claimed",
+            "incoming": token,
+            "started_at": old,
+            "outgoing": "[]",
+            "abandoned": "[]",
+            **fields,
+        }
+        return Entity(partition, outbox_row(fresh_id()), properties)  # type: ignore[arg-type]
+
+    bad = [
+        outbox("a1", incoming=token + "\n"),
+        outbox("a2", status="weird"),
+        outbox("a3", started_at="yesterday"),
+        outbox("a4", status="committed", committed_at=old, outgoing="not json"),
+        outbox("a5", status="committed", committed_at=old, outgoing='[{"token": 1}]'),
+    ]
+    for entity in [*bad, outbox("b-unused")]:
+        await table.insert(entity)
+    ingress = harness.raw.table(harness.config.ingress_table)
+    await ingress.insert(Entity("key-a", INGRESS_ROW, {"outgoing": "[]"}))
+
+    report = await clean(harness, settings())
+
+    assert report.complete
+    assert report.removed()["unused_outbox_records"] == 1  # the good row past the bad ones
+    assert report.kept()["bad_row"] == len(bad) + 1
+    [outbox_task] = [t for t in report.tasks if t.task == f"outbox.{names.orders}"]
+    assert len(outbox_task.bad_rows) == len(bad)
+    assert f"{names.orders} 'a1'/" in outbox_task.bad_rows[0]
+    assert "InvalidName" in outbox_task.bad_rows[0]
+    assert outbox_task.to_dict()["bad_rows"] == outbox_task.bad_rows
+    assert all("\n" not in line for line in outbox_task.bad_rows)  # one line each
+    left = [e.partition_key async for e in table.query_all(row_key_prefix="outbox|")]
+    assert sorted(left) == ["a1", "a2", "a3", "a4", "a5"]  # reported, left for an operator

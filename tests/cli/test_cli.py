@@ -10,7 +10,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from azure.storage.queue.aio import QueueClient
 
+from shared.bus.poison import Reason
+from shared.bus.poison import park as park_message
 from shared.cli import main
 from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.resources import poison_queue
@@ -85,8 +88,14 @@ def test_publish_reaches_every_subscriber_and_unsubscribe_takes_one_away(bus: Ru
         (["send", "PlaceOrder", "--body", '{"order_id": "x"}'], "invalid PlaceOrder: customer"),
         (["publish", "PlaceOrder", "--body", ORDER], "PlaceOrder is a command: use `send`"),
         (["send", "OrderPlaced", "--body", PLACED], "OrderPlaced is an event: use `publish`"),
+        (
+            ["send", "OrderPlaced", "--to", "loyalty", "--body", PLACED],
+            "OrderPlaced is an event: it is published to its topic's subscribers",
+        ),
         (["send", "PlaceOrder", "--key", "a/b", "--body", ORDER], "Idempotency key"),
         (["replay", "nosuchendpoint"], "unknown endpoints ['nosuchendpoint']"),
+        (["subscribe", "hit", "loyaltee"], "'loyaltee' is no endpoint of this app"),
+        (["subscribe", "hit", "loyalty"], "loyalty takes no event of topic hit"),
     ],
 )
 def test_bad_input_exits_2_with_the_reason(bus: Run, args: list[str], message: str) -> None:
@@ -137,6 +146,66 @@ def test_poison_shows_in_status_and_replay_moves_it_back(
     code, out, _ = bus("status", "--json", "--check")
     assert code == 0
     assert json.loads(out)["endpoints"]["payments"]["poison"] == 0
+
+
+def test_an_event_published_without_subscribers_is_counted_in_status(bus: Run) -> None:
+    """Not dropped silently: the receipt lists no message and ``bus status`` counts it."""
+    assert bus("unsubscribe", "hit", "leaderboard")[0] == 0
+    shot = '{"game_id": "nobody", "position": 1}'
+    for key in ("hit-1", "hit-2"):
+        code, out, _ = bus("publish", "Hit", "--key", key, "--body", shot)
+        assert code == 0
+        assert json.loads(out)["message_ids"] == []
+    code, out, _ = bus("status", "--json")
+    assert code == 0
+    assert json.loads(out)["unsubscribed_events"] == {"hit": 2}
+    assert "events dropped, topic hit has no subscriber: 2" in bus("status")[1]
+
+
+def test_replay_skips_and_reports_what_it_cannot_unwrap_and_replays_the_rest(
+    bus: Run, emulator: AzuriteEndpoints
+) -> None:
+    """Poison-queue contents come from anyone who can write to the queue: raw non-ASCII text
+    (not base64), a damaged wrapper, a reference to a blob that is not a parked original."""
+    forged = json.dumps({"poison": {"original": "shipping/../tokens/x"}})
+    original = '"' * 47_000  # parked by reference: too large to sit beside its reason
+
+    async def park() -> str:
+        async with account(emulator) as a:
+            await a.queue("shipping").clear()
+            await a.queue(poison_queue("shipping")).clear()
+            wire = QueueClient.from_connection_string(
+                emulator.connection_string, poison_queue("shipping")
+            )
+            async with wire:
+                await wire.send_message("ünïcödé ☃ raw")
+            poison = a.queue(poison_queue("shipping"))
+            await poison.send('{"poison": [], "signal": "x"}')
+            await poison.send(forged)
+            reason = Reason("shipping", "signal too long", 1)
+            assert await park_message(a, original, reason, "parked") == "reference"
+            return original
+
+    asyncio.run(park())
+    code, out, _ = bus("replay", "shipping")
+    assert code == 0
+    lines = out.splitlines()
+    assert sum("shipping: skipped poison message " in line for line in lines) == 2
+    assert "shipping: replayed 2 poison messages, skipped 2" in lines
+    assert lines[-1] == "replayed 2 messages, skipped 2"
+
+    async def state() -> tuple[list[str], int, int]:
+        async with account(emulator) as a:
+            sent = [m.content for m in await a.queue("shipping").peek()]
+            left = await a.queue(poison_queue("shipping")).approximate_count()
+            parked = len([b async for b in a.blob_container("parked").list("shipping/")])
+            await a.queue("shipping").clear()
+            await a.queue(poison_queue("shipping")).clear()
+            return sent, left, parked
+
+    sent, left, parked = asyncio.run(state())
+    assert sorted(sent) == sorted(["ünïcödé ☃ raw", original])
+    assert (left, parked) == (2, 0)
 
 
 def test_status_exits_3_and_names_missing_resources(bus: Run, emulator: AzuriteEndpoints) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import RawTestServer, TestClient
 
 from shared.errors import ConfigurationError
 from shared.host.functions import LoadedApp, load_functions, resolve_setting_references
@@ -79,7 +79,7 @@ def test_only_the_named_functions_run_and_unknown_names_are_refused() -> None:
 async def client() -> AsyncIterator[TestClient[Any, Any]]:
     loaded, _ = load()
     front = HttpFrontEnd(loaded.http, KEYS, function_timeout=5)
-    async with TestClient(TestServer(front.app)) as c:
+    async with TestClient(RawTestServer(front.dispatch)) as c:
         yield c
 
 

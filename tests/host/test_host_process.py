@@ -16,8 +16,8 @@ from shared import runtime
 from shared.host.process import HostProcess
 from shared.local import demo
 from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
+from shared.local.outcome_log import OUTCOME_LOG_SETTING
 from shared.provisioning import provision
-from shared.resources import load_resources
 from shared.sample.app import FireAt, PlaceOrder
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
@@ -39,7 +39,7 @@ def host_for(endpoints: AzuriteEndpoints, work: Path) -> HostProcess:
             **os.environ,
             "AzureWebJobsStorage": endpoints.connection_string,
             "CLEANUP_SCHEDULE": "0 0 0 1 1 *",
-            runtime.OUTCOME_LOG_SETTING: str(work / "outcomes.jsonl"),
+            OUTCOME_LOG_SETTING: str(work / "outcomes.jsonl"),
         },
         work / "host.log",
         args=["--lease-seconds", "2"],
@@ -54,8 +54,9 @@ async def test_work_completes_exactly_once_after_the_host_is_killed_mid_run(
     expected = 5 * len(orders) + 2 * sum(shots.values())
     host = host_for(own_azurite, tmp_path)
     async with AzureStorageAccount(StorageSettings(own_azurite.connection_string)) as account:
-        await provision(account, load_resources())
-        bus = runtime.build_bus(account)
+        worker = runtime.Worker.for_account(account)
+        await provision(account, worker.resources)
+        bus = worker.bus()
         await bus.subscribe_all()
         client, roots = bus.client("test"), set()
         for order_id, amount in orders.items():
@@ -88,9 +89,9 @@ async def test_work_completes_exactly_once_after_the_host_is_killed_mid_run(
         assert await asyncio.to_thread(host.stop) == 0  # SIGTERM: a graceful stop
         assert "host: stopped" in (tmp_path / "host.log").read_text()
 
-        await runtime.cleanup_now(account, grace_seconds=0)
+        await worker.cleanup(grace_seconds=0)
         verdict = await demo.verify(
-            account, roots, orders, shots, 0, runtime.bus_config().tokens_container
+            account, roots, orders, shots, 0, worker.config.tokens_container
         )
     assert verdict.state_errors == []
     assert (verdict.sent, verdict.processed, verdict.lost, verdict.ghosts) == (

@@ -8,14 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import RawTestServer, TestClient
 
 from shared import http_ingress, runtime
-from shared.bus import Bus
+from shared.bus import Bus, BusConfig
+from shared.errors import InvalidName
 from shared.host.functions import load_functions
 from shared.host.http import HttpFrontEnd, Keys
 from shared.provisioning import provision
-from shared.resources import load_resources
+from shared.sample.app import OrderPlaced, PlaceOrder
 from shared.stores.memory import MemoryStorageAccount
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,8 +30,9 @@ ORDER = {
 @pytest.fixture
 async def bus() -> Bus:
     account = MemoryStorageAccount()
-    await provision(account, load_resources())
-    bus = runtime.build_bus(account)
+    worker = runtime.Worker.for_account(account)
+    await provision(account, worker.resources)
+    bus = worker.bus()
     await bus.subscribe_all()
     return bus
 
@@ -118,6 +120,24 @@ async def test_bad_input_is_a_400_that_says_what_is_wrong(
     assert await bus.account.queue("orders").approximate_count() == 0
 
 
+@pytest.mark.parametrize("partition", ["a/b", "a\\b", "a#b", "a?b", "nl\n", "x" * 513])
+async def test_every_ingress_client_refuses_a_partition_key_storage_refuses(
+    bus: Bus, partition: str
+) -> None:
+    """Not only HTTP: the CLI and batch jobs send through the same client."""
+    client = bus.client("cli")
+    command = PlaceOrder(order_id=partition, customer="ada", amount_cents=1)
+    with pytest.raises(InvalidName, match="PlaceOrder has an unusable partition key"):
+        await client.send(command, to="orders", idempotency_key="k1")
+    event = OrderPlaced(order_id="o", customer=partition, amount_cents=1)
+    with pytest.raises(InvalidName, match="OrderPlaced has an unusable partition key"):
+        await client.publish(event, idempotency_key="k2")
+    for queue in ("orders", "loyalty", "shipping"):
+        assert await bus.account.queue(queue).approximate_count() == 0
+    assert (await bus.account.table(bus.config.ingress_table).query()).entities == []
+    assert [b async for b in bus.account.blob_container(bus.config.tokens_container).list()] == []
+
+
 async def test_bad_json_is_a_400(bus: Bus) -> None:
     answer = await post(bus, None, raw=b"{not json")
     assert (answer.status, answer.body["error"]) == (
@@ -132,7 +152,7 @@ async def test_an_oversized_body_is_a_413_before_anything_is_read(bus: Bus) -> N
 
 
 async def test_a_message_over_the_payload_limit_is_a_413(bus: Bus) -> None:
-    small = Bus(bus.app, bus.account, runtime.bus_config().__class__(max_payload_bytes=100))
+    small = Bus(bus.app, bus.account, BusConfig(max_payload_bytes=100))
     payload = {**ORDER, "body": {**ORDER["body"], "customer": "c" * 200}}
     answer = await post(small, payload)
     assert answer.status == 413
@@ -142,11 +162,11 @@ async def test_a_message_over_the_payload_limit_is_a_413(bus: Bus) -> None:
 @pytest.fixture
 async def served(bus: Bus, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[TestClient[Any, Any]]:
     """The real function_app.py's HTTP functions behind the local host's front end, with
-    the runtime's ingress bus on in-memory storage."""
-    monkeypatch.setattr(runtime, "_ingress_bus", bus)
+    the process's worker on in-memory storage."""
+    monkeypatch.setattr(runtime, "_worker", runtime.Worker.for_account(bus.account))
     loaded = load_functions(REPO / "function_app.py", {"CLEANUP_SCHEDULE": "0 */5 * * * *"})
     front = HttpFrontEnd(loaded.http, Keys("fn", "master"), function_timeout=10)
-    async with TestClient(TestServer(front.app)) as client:
+    async with TestClient(RawTestServer(front.dispatch)) as client:
         yield client
 
 

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import logging
 from pathlib import Path
 
 import pytest
+from azure.storage.queue.aio import QueueClient
 
+from shared.bus.poison import unwrap
 from shared.errors import ConfigurationError
 from shared.host.queue_worker import QueueSettings, QueueWorker
 from shared.local.azurite import AzuriteEndpoints
@@ -54,11 +58,12 @@ async def test_run_delivers_every_message_once_and_stops_when_asked(backend: Bac
     assert await queue.approximate_count() == 0
 
 
-async def test_a_message_failing_max_dequeue_count_times_moves_to_the_poison_queue(
+async def test_a_message_failing_max_dequeue_count_times_moves_to_poison_with_its_last_error(
     backend: Backend,
 ) -> None:
     name = await make_queue(backend)
-    await backend.account.queue(name).send('{"original": true}')
+    original = '{"message_id": "m-1", "original": true}'
+    await backend.account.queue(name).send(original)
     tries: list[int] = []
     done = asyncio.Event()
 
@@ -66,14 +71,103 @@ async def test_a_message_failing_max_dequeue_count_times_moves_to_the_poison_que
         tries.append(dequeue_count)
         if dequeue_count == 3:
             done.set()
-        raise RuntimeError("business rule broken")
+        error = RuntimeError(f"business rule broken on try {dequeue_count}")
+        error.add_note("receiving message m-1 of type ChargePayment")
+        raise error
 
     settings = QueueSettings(max_dequeue_count=3, visibility_timeout=0)
     await run_until(QueueWorker(backend.account, name, handler, settings), done)
     assert tries == [1, 2, 3]
     [parked] = await backend.account.queue(poison_queue(name)).peek()
-    assert parked.content == '{"original": true}'
+    unwrapped = unwrap(parked.content, name)
+    assert unwrapped.signal == original  # replays unchanged
+    assert unwrapped.info["error_type"] == "RuntimeError"
+    assert unwrapped.info["endpoint"] == name
+    assert unwrapped.info["message_id"] == "m-1"
+    assert unwrapped.info["dequeue_count"] == 3
+    assert unwrapped.reason == (
+        "RuntimeError: business rule broken on try 3 (receiving message m-1 of type ChargePayment)"
+    )
     assert await backend.account.queue(name).approximate_count() == 0
+
+
+async def test_a_failure_is_logged_with_its_type_and_traceback_and_the_worker_carries_on(
+    backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = await make_queue(backend)
+    for content in ("boom", "fine"):
+        await backend.account.queue(name).send(content)
+    handled: list[str] = []
+    done = asyncio.Event()
+
+    async def handler(content: str, dequeue_count: int) -> None:
+        if content == "boom" and dequeue_count == 1:
+            raise KeyError("no such thing")
+        handled.append(content)
+        if len(handled) == 2:
+            done.set()
+
+    settings = QueueSettings(visibility_timeout=0)
+    with caplog.at_level(logging.WARNING, "shared.host.queue_worker"):
+        await run_until(QueueWorker(backend.account, name, handler, settings), done)
+    assert sorted(handled) == ["boom", "fine"]
+    [failure] = [r for r in caplog.records if "failed (try" in r.getMessage()]
+    assert failure.getMessage().endswith("failed (try 1 of 5): KeyError: 'no such thing'")
+    assert failure.exc_info is not None
+    assert failure.exc_info[0] is KeyError
+
+
+async def test_a_message_too_large_to_move_beside_its_error_is_parked_by_reference(
+    backend: Backend,
+) -> None:
+    """47,000 quotes fit a queue message; escaped in a JSON wrapper they do not."""
+    name = await make_queue(backend)
+    container = unique_name("parked")
+    await backend.account.blob_container(container).create_if_missing()
+    original = '"' * 47_000
+    await backend.account.queue(name).send(original)
+    done = asyncio.Event()
+
+    async def handler(content: str, dequeue_count: int) -> None:
+        done.set()
+        raise RuntimeError("cannot handle this")
+
+    settings = QueueSettings(max_dequeue_count=1, parked_container=container)
+    await run_until(QueueWorker(backend.account, name, handler, settings), done)
+    await asyncio.sleep(0.2)  # the move runs after the handler returned
+    [parked] = await backend.account.queue(poison_queue(name)).peek()
+    unwrapped = unwrap(parked.content, name)
+    assert unwrapped.signal is None
+    assert unwrapped.original is not None
+    assert unwrapped.reason == "RuntimeError: cannot handle this"
+    blob = await backend.account.blob_container(container).read(unwrapped.original)
+    assert blob.data.decode() == original
+    assert await backend.account.queue(name).approximate_count() == 0
+
+
+@pytest.mark.azurite
+async def test_no_raw_message_content_stops_a_worker(azurite: AzuriteEndpoints) -> None:
+    """Messages written by other tools, not base64: non-ASCII text, base64 of bytes that are
+    not UTF-8, empty. Each reaches the function as text; the worker keeps running."""
+    account = AzureStorageAccount(StorageSettings(azurite.connection_string))
+    name = await make_queue(Backend("azurite", account))
+    hostile = ["ünïcödé ☃ {", base64.b64encode(b"\xff\xfe\x00 not utf-8").decode(), " "]
+    async with QueueClient.from_connection_string(azurite.connection_string, name) as raw:
+        for wire in hostile:
+            await raw.send_message(wire)
+    await account.queue(name).send("valid")
+    seen: list[str] = []
+    done = asyncio.Event()
+
+    async def handler(content: str, dequeue_count: int) -> None:
+        seen.append(content)
+        if len(seen) == 4:
+            done.set()
+
+    await run_until(QueueWorker(account, name, handler, QueueSettings()), done, seconds=10)
+    assert sorted(seen) == sorted([*hostile, "valid"])  # what cannot be decoded comes as sent
+    assert await account.queue(name).approximate_count() == 0
+    await account.close()
 
 
 async def test_a_failed_message_comes_back_after_the_visibility_timeout(backend: Backend) -> None:

@@ -18,6 +18,7 @@ from provisioned import INFRA_DIR, bicep_files, dotted, parse_bicep, unwrap, wal
 
 MAIN = INFRA_DIR / "main.bicep"
 APP = INFRA_DIR / "app"
+DEPLOY_MD = INFRA_DIR.parent / "docs" / "deploy.md"
 
 EXPECTED_FILES = {
     "main.bicep",
@@ -26,6 +27,7 @@ EXPECTED_FILES = {
     "app/storage.bicep",
     "app/roles.bicep",
     "app/function-app.bicep",
+    "app/ingress-auth.bicep",
 }
 
 STORAGE_BLOB_DATA_OWNER = "b7e6dc6d-f1e8-4753-8033-0f276bb0955b"
@@ -231,6 +233,40 @@ def test_storage_account_is_locked_down() -> None:
     assert props["defaultToOAuthAuthentication"] is True
     assert props["allowCrossTenantReplication"] is False
     assert account["kind"] == "StorageV2"
+
+
+ZONE_REDUNDANT = {"Standard_ZRS", "Standard_GZRS", "Standard_RAGZRS"}
+
+
+def test_storage_is_zone_redundant_by_default() -> None:
+    storage = load("app/storage.bicep")
+    _, account = only_resource(storage, "Microsoft.Storage/storageAccounts")
+    reference = account["sku"]["name"]
+    sku = storage["parameters"][reference]
+    assert sku["default"] == "Standard_ZRS"
+    allowed = set(decorator_argument(sku, "allowed"))
+    assert {"Standard_LRS", "Standard_ZRS", "Standard_GZRS"} <= allowed
+
+    main = load("main.bicep")
+    main_sku = main["parameters"]["storageSkuName"]
+    assert main_sku["default"] == "Standard_ZRS"
+    assert set(decorator_argument(main_sku, "allowed")) == allowed
+    (module,) = modules_by_path(main, "app/storage.bicep").values()
+    _, _, body = unwrap(module["config"])
+    assert body["params"][reference] == "storageSkuName"
+
+    document = json.loads((INFRA_DIR / "main.parameters.json").read_text(encoding="utf-8"))
+    assert document["parameters"]["storageSkuName"]["value"] in ZONE_REDUNDANT
+
+
+def test_deploy_md_says_what_each_replication_choice_means_for_messages_in_flight() -> None:
+    text = DEPLOY_MD.read_text(encoding="utf-8")
+    start = text.index("## Storage redundancy")
+    section = text[start : text.index("\n## ", start + 1)]
+    for sku in ("Standard_LRS", "Standard_ZRS", "Standard_GRS", "Standard_GZRS"):
+        assert f"| `{sku}`" in section, f"no row for {sku}"
+    for record in ("token", "outbox record", "queue"):
+        assert record in section, f"the section does not say what happens to each {record}"
 
 
 def test_storage_public_network_access_is_a_parameter() -> None:
@@ -520,6 +556,112 @@ def test_storage_deployment_container_is_the_one_the_app_uses() -> None:
         storage["outputs"]["deploymentContainerName"]["value"]["operator"]["operands"]["operand_1"]
         == "deploymentContainer"
     )
+
+
+# --------------------------------------------------------------------------
+# optional Microsoft Entra ID authentication of the HTTP routes
+
+ENTRA_PARAMS = {
+    "tenantId": "entraTenantId",
+    "clientId": "entraClientId",
+    "allowedAudiences": "entraAllowedAudiences",
+    "allowedClientApplications": "entraAllowedClientApplications",
+}
+
+
+def test_entra_authentication_is_off_by_default_and_deployed_only_when_asked() -> None:
+    main = load("main.bicep")
+    params = main["parameters"]
+    assert params["entraAuthEnabled"]["type"] == "bool"
+    assert params["entraAuthEnabled"]["default"] is False
+    assert params["entraClientId"]["default"] == ""
+    assert params["entraAllowedAudiences"]["default"] == []
+    assert params["entraAllowedClientApplications"]["default"] == []
+    tenant = params["entraTenantId"]["default"]["operator"]["operands"]
+    assert tenant["operand_1"]["function"]["type"] == "subscription"
+    assert tenant["operand_2"] == "tenantId"
+
+    (module,) = modules_by_path(main, "app/ingress-auth.bicep").values()
+    loop, condition, body = unwrap(module["config"])
+    assert loop is None
+    assert condition == "entraAuthEnabled"
+    given = body["params"]
+    assert dotted(given.pop("functionAppName")) == "functionApp.outputs.name"
+    assert given == ENTRA_PARAMS
+
+    outcome = main["outputs"]["httpAuthentication"]["value"]["operator"]
+    assert outcome["type"] == "conditional"
+    assert outcome["operands"] == {
+        "condition": "entraAuthEnabled",
+        "true_value": "entraIdToken+functionKey",
+        "false_value": "functionKey",
+    }
+
+
+def test_entra_authentication_requires_a_token_for_the_ingress_from_an_allowed_client() -> None:
+    template = load("app/ingress-auth.bicep")
+    (site_name, site) = only_resource(template, "Microsoft.Web/sites")
+    assert template["resources"][site_name]["existing"] is True
+    assert site["name"] == "functionAppName"
+    _, config = only_resource(template, "Microsoft.Web/sites/config")
+    assert config["parent"] == site_name
+    assert config["name"] == "authsettingsV2"
+
+    props = config["properties"]
+    assert props["platform"]["enabled"] is True
+    assert props["globalValidation"] == {
+        "requireAuthentication": True,
+        "unauthenticatedClientAction": "Return401",
+    }
+    assert props["httpSettings"]["requireHttps"] is True
+    assert props["login"]["tokenStore"]["enabled"] is False
+    assert set(props["identityProviders"]) == {"azureActiveDirectory"}
+    entra = props["identityProviders"]["azureActiveDirectory"]
+    assert entra["enabled"] is True
+    assert entra["registration"] == {
+        "clientId": "clientId",
+        "openIdIssuer": "${environment().authentication.loginEndpoint}${tenantId}/v2.0",
+    }
+    validation = entra["validation"]
+    assert validation["defaultAuthorizationPolicy"] == {
+        "allowedApplications": "allowedClientApplications"
+    }
+    # Without explicit audiences: both forms of the ingress registration's own audience.
+    audiences = template["variables"][validation["allowedAudiences"]]["value"]["operator"]
+    assert audiences["operands"] == {
+        "condition": {
+            "function": {"type": "empty", "parameters": {"item_to_test": "allowedAudiences"}}
+        },
+        "true_value": ["api://${clientId}", "clientId"],
+        "false_value": "allowedAudiences",
+    }
+
+    client_id = template["parameters"]["clientId"]
+    assert client_id["default"] is None  # enabling the option without a registration fails
+    assert decorator_argument(client_id, "min_length") == 36
+    assert decorator_argument(client_id, "max_length") == 36
+
+
+def test_the_client_certificate_skip_names_what_covers_callers_instead() -> None:
+    text = (APP / "function-app.bicep").read_text(encoding="utf-8")
+    (reason,) = [
+        m.group(2)
+        for m in map(SKIP.search, text.splitlines())
+        if m and m.group(1) == "CKV_AZURE_17"
+    ]
+    assert "function key" in reason
+    assert "entraAuthEnabled" in reason
+    assert "ingress-auth.bicep" in reason
+
+
+def test_every_main_parameter_and_output_is_documented_in_deploy_md() -> None:
+    rows = [
+        line for line in DEPLOY_MD.read_text(encoding="utf-8").splitlines() if line.startswith("| ")
+    ]
+    documented = {name for row in rows for name in re.findall(r"`([A-Za-z]+)`", row.split("|")[1])}
+    main = load("main.bicep")
+    missing = (set(main["parameters"]) | set(main["outputs"])) - documented
+    assert not missing, f"docs/deploy.md has no table row for {sorted(missing)}"
 
 
 # --------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from shared.bus.pipeline import Conflict, Outcome, Pipeline
 from shared.bus.records import OutgoingSignal, json_property
 from shared.errors import (
     ConflictRetriesExhausted,
+    CorruptRecord,
     InvalidValue,
     NotFound,
     OutcomeUnknown,
@@ -81,7 +82,10 @@ class CommitRow:
     @staticmethod
     def commit_fields(entity: Entity, row_prefix: str) -> dict[str, Any]:
         committed_at = entity["committed_at"]
-        assert isinstance(committed_at, datetime)
+        if not isinstance(committed_at, datetime):
+            raise CorruptRecord(
+                f"row {entity.partition_key!r}/{entity.row_key!r}: committed_at {committed_at!r}"
+            )
         return {
             "partition_key": entity.partition_key,
             "message_id": entity.row_key[len(row_prefix) :],
@@ -134,6 +138,7 @@ class ModePipeline(Pipeline):
             incoming_id=envelope.id,
             correlation_id=envelope.correlation_id,
             topics=self.topics,
+            routes=self.endpoint.routes,
             config=self.config,
         )
         return await create_tokens(

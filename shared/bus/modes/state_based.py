@@ -28,7 +28,7 @@ import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel
 
@@ -47,7 +47,7 @@ from shared.bus.modes.errors import NondeterministicHandler
 from shared.bus.pipeline import Outcome
 from shared.bus.records import STATE_ROW, json_property
 from shared.clock import to_datetime
-from shared.errors import PreconditionFailed
+from shared.errors import CorruptRecord, PreconditionFailed
 from shared.stores.blob import BlobContainer
 from shared.stores.table import Entity, Insert, Table, TableOperation, encode_continuation
 
@@ -88,8 +88,9 @@ def fingerprint(outputs: list[PendingOutput]) -> list[dict[str, str]]:
 
 
 def _topic(message: Message) -> str:
-    assert isinstance(message, Event)
-    return message.topic()
+    # Only HandlerContext.publish makes an output without a destination, and it checks at run
+    # time that it was given an Event.
+    return cast(Event, message).topic()
 
 
 @dataclass(frozen=True)
@@ -122,8 +123,11 @@ class Version:
     @classmethod
     def from_entity(cls, entity: Entity) -> Version:
         committed_at, now = entity["committed_at"], entity["now"]
-        assert isinstance(committed_at, datetime)
-        assert isinstance(now, datetime)
+        if not isinstance(committed_at, datetime) or not isinstance(now, datetime):
+            raise CorruptRecord(
+                f"state row {entity.partition_key!r}/{entity.row_key!r}: "
+                f"committed_at {committed_at!r}, now {now!r}"
+            )
         return cls(
             entity.partition_key,
             int(entity.row_key[len(VERSION_PREFIX) :]),
@@ -152,7 +156,10 @@ class IndexEntry(CommitRow):
     @classmethod
     def from_entity(cls, entity: Entity) -> IndexEntry:
         version = entity["version"]
-        assert isinstance(version, int)
+        if not isinstance(version, int):
+            raise CorruptRecord(
+                f"index row {entity.partition_key!r}/{entity.row_key!r}: version {version!r}"
+            )
         return cls(version=version, **CommitRow.commit_fields(entity, INDEX_PREFIX))
 
 

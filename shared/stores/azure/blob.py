@@ -15,7 +15,8 @@ from azure.storage.blob.aio import ContainerClient
 
 from shared.errors import AlreadyExists, NotFound
 from shared.stores.azure.direct import DirectResponse, send
-from shared.stores.azure.errors import translated
+from shared.stores.azure.errors import bounded, translated
+from shared.stores.azure.sdk_internals import blob_pipeline
 from shared.stores.blob import Blob, BlobContainer, BlobPage, BlobProperties
 from shared.stores.names import check_blob_name, check_metadata
 
@@ -63,8 +64,10 @@ def _conditions(etag: str | None) -> dict[str, Any]:
 
 
 class AzureBlobContainer(BlobContainer):
-    def __init__(self, client: ContainerClient) -> None:
+    def __init__(self, client: ContainerClient, call_seconds: float) -> None:
         self._client = client
+        self._seconds = call_seconds
+        self._blob_pipeline = blob_pipeline(client)
         self.name = client.container_name
         base, _, query = client.url.partition("?")
         self._base = base.rstrip("/")
@@ -92,21 +95,23 @@ class AzureBlobContainer(BlobContainer):
             headers={"x-ms-version": self._client.api_version, **headers},
             content=data,
         )
-        return await send(self._client._pipeline, request, self._what(name), expected, **options)
+        return await send(
+            self._blob_pipeline, request, self._what(name), expected, self._seconds, **options
+        )
 
     def _what(self, name: str) -> str:
         return f"blob {self.name}/{name}"
 
     async def create_if_missing(self) -> None:
         try:
-            with translated(f"container {self.name}"):
+            async with bounded(f"container {self.name}", self._seconds):
                 await self._client.create_container()
         except AlreadyExists:
             pass
 
     async def delete_container(self) -> None:
         try:
-            with translated(f"container {self.name}"):
+            async with bounded(f"container {self.name}", self._seconds):
                 await self._client.delete_container()
         except NotFound:
             pass
@@ -143,7 +148,7 @@ class AzureBlobContainer(BlobContainer):
 
     async def get_properties(self, name: str) -> BlobProperties:
         check_blob_name(name)
-        with translated(self._what(name)):
+        async with bounded(self._what(name), self._seconds):
             p = await self._client.get_blob_client(name).get_blob_properties()
         return _properties(name, p.etag, p.size, p.last_modified, p.metadata)
 
@@ -157,7 +162,7 @@ class AzureBlobContainer(BlobContainer):
     ) -> str:
         check_blob_name(name)
         clean = check_metadata(metadata or {})
-        with translated(self._what(name)):
+        async with bounded(self._what(name), self._seconds):
             result = await self._client.get_blob_client(name).upload_blob(
                 data, metadata=clean, overwrite=True, **_conditions(etag)
             )
@@ -179,6 +184,8 @@ class AzureBlobContainer(BlobContainer):
         await self._send("DELETE", name, (202,), {} if etag is None else {"If-Match": etag})
 
     async def list(self, prefix: str = "") -> AsyncIterator[BlobProperties]:
+        # No deadline around a whole listing: it spans the caller's work between items and
+        # may be long. Each page request is still bounded by the transport's timeouts.
         with translated(f"container {self.name}"):
             pages = self._client.list_blobs(name_starts_with=prefix or None, include=["metadata"])
             item: SdkBlobProperties
@@ -193,7 +200,7 @@ class AzureBlobContainer(BlobContainer):
         # The service's own marker: resuming costs one request, not a re-listing.
         if page_size < 1:
             raise ValueError("page_size must be at least 1")
-        with translated(f"container {self.name}"):
+        async with bounded(f"container {self.name}", self._seconds):
             # The SDK's page iterator carries the next marker but is typed as a plain iterator.
             pages: Any = self._client.list_blobs(
                 name_starts_with=prefix or None, include=["metadata"], results_per_page=page_size

@@ -16,7 +16,7 @@ from typing import Any
 
 from azure.core.rest import HttpRequest
 
-from shared.stores.azure.errors import from_status, translated
+from shared.stores.azure.errors import bounded, from_status
 
 
 @dataclass(frozen=True)
@@ -32,12 +32,14 @@ async def send(
     request: HttpRequest,
     what: str,
     expected: tuple[int, ...],
+    seconds: float,
     **options: Any,
 ) -> DirectResponse:
-    """Send ``request`` through ``pipeline`` (an SDK client's ``_pipeline``) and return the
-    answer, or raise the project's error for any status not in ``expected``. ``options`` go
-    to the pipeline's policies (``retry_total=0`` for a create that must not be retried)."""
-    with translated(what):
+    """Send ``request`` through ``pipeline`` (see ``sdk_internals.blob_pipeline``) and return
+    the answer within ``seconds``, or raise the project's error for any status not in
+    ``expected``. ``options`` go to the pipeline's policies (``retry_total=0`` for a create
+    that must not be retried)."""
+    async with bounded(what, seconds):
         result = await pipeline.run(request, **options)
         response = result.http_response
         body: bytes = response.content if request.method == "GET" else b""

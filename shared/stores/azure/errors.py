@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 from azure.core.exceptions import (
     AzureError,
@@ -83,3 +84,16 @@ def translated(what: str) -> Iterator[None]:
         yield
     except AzureError as e:
         raise translate(e, what) from e
+
+
+@asynccontextmanager
+async def bounded(what: str, seconds: float) -> AsyncIterator[None]:
+    """``translated``, with a deadline: a call that storage has not answered within
+    ``seconds``, the SDK's retries included, ends as OutcomeUnknown, like a lost response
+    (the request may still land later; the protocol already allows for that)."""
+    try:
+        async with asyncio.timeout(seconds):
+            with translated(what):
+                yield
+    except TimeoutError as e:
+        raise OutcomeUnknown(f"{what}: no answer from storage within {seconds:g} s") from e

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import binascii
 import math
 from datetime import UTC, datetime
 
@@ -11,7 +10,7 @@ from azure.storage.queue import QueueMessage as SdkQueueMessage
 from azure.storage.queue.aio import QueueClient
 
 from shared.errors import AlreadyExists, InvalidValue, NotFound
-from shared.stores.azure.errors import translated
+from shared.stores.azure.errors import bounded
 from shared.stores.queue import (
     MAX_RECEIVE_BATCH,
     MAX_VISIBILITY_TIMEOUT,
@@ -30,7 +29,7 @@ def decode(wire: str) -> str:
     it is, so the receiver can reject it as malformed instead of the whole receive failing."""
     try:
         return base64.b64decode(wire, validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
+    except ValueError:  # not base64 (binascii.Error), non-ASCII text, or bytes not UTF-8
         return wire
 
 
@@ -52,8 +51,9 @@ def _message(message: SdkQueueMessage) -> QueueMessage:
 
 
 class AzureQueue(MessageQueue):
-    def __init__(self, client: QueueClient) -> None:
+    def __init__(self, client: QueueClient, call_seconds: float) -> None:
         self._client = client
+        self._seconds = call_seconds
         self.name = client.queue_name
 
     def _what(self) -> str:
@@ -61,14 +61,14 @@ class AzureQueue(MessageQueue):
 
     async def create_if_missing(self) -> None:
         try:
-            with translated(self._what()):
+            async with bounded(self._what(), self._seconds):
                 await self._client.create_queue()
         except AlreadyExists:
             pass
 
     async def delete_queue(self) -> None:
         try:
-            with translated(self._what()):
+            async with bounded(self._what(), self._seconds):
                 await self._client.delete_queue()
         except NotFound:
             pass
@@ -79,7 +79,7 @@ class AzureQueue(MessageQueue):
         check_message_size(content)
         if not 0 <= visibility_delay <= MAX_VISIBILITY_TIMEOUT:
             raise InvalidValue("visibility_delay must be between 0 and 7 days")
-        with translated(self._what()):
+        async with bounded(self._what(), self._seconds):
             sent = await self._client.send_message(
                 encode(content),
                 visibility_timeout=_seconds(visibility_delay) or None,
@@ -95,7 +95,7 @@ class AzureQueue(MessageQueue):
         if not 1 <= visibility_timeout <= MAX_VISIBILITY_TIMEOUT:
             raise InvalidValue("visibility_timeout must be between 1 second and 7 days")
         received: list[QueueMessage] = []
-        with translated(self._what()):
+        async with bounded(self._what(), self._seconds):
             pages = self._client.receive_messages(
                 messages_per_page=max_messages,
                 max_messages=max_messages,
@@ -106,7 +106,7 @@ class AzureQueue(MessageQueue):
         return received
 
     async def delete(self, message_id: str, pop_receipt: str) -> None:
-        with translated(f"message {message_id} in {self._what()}"):
+        async with bounded(f"message {message_id} in {self._what()}", self._seconds):
             await self._client.delete_message(message_id, pop_receipt)
 
     async def update(
@@ -121,7 +121,7 @@ class AzureQueue(MessageQueue):
             raise InvalidValue("visibility_timeout must be between 0 and 7 days")
         if content is not None:
             check_message_size(content)
-        with translated(f"message {message_id} in {self._what()}"):
+        async with bounded(f"message {message_id} in {self._what()}", self._seconds):
             updated = await self._client.update_message(
                 message_id,
                 pop_receipt,
@@ -133,15 +133,15 @@ class AzureQueue(MessageQueue):
     async def peek(self, max_messages: int = 32) -> list[QueueMessage]:
         if not 1 <= max_messages <= MAX_RECEIVE_BATCH:
             raise InvalidValue(f"max_messages must be 1-{MAX_RECEIVE_BATCH}")
-        with translated(self._what()):
+        async with bounded(self._what(), self._seconds):
             peeked = await self._client.peek_messages(max_messages=max_messages)
         return [_message(m) for m in peeked]
 
     async def approximate_count(self) -> int:
-        with translated(self._what()):
+        async with bounded(self._what(), self._seconds):
             properties = await self._client.get_queue_properties()
         return int(properties.approximate_message_count or 0)
 
     async def clear(self) -> None:
-        with translated(self._what()):
+        async with bounded(self._what(), self._seconds):
             await self._client.clear_messages()

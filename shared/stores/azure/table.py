@@ -20,7 +20,8 @@ from shared.stores.azure.batch import (
     decode_batch,
     encode_batch,
 )
-from shared.stores.azure.errors import from_status, translated
+from shared.stores.azure.errors import bounded, from_status
+from shared.stores.azure.sdk_internals import table_send_request
 from shared.stores.names import check_key
 from shared.stores.table import (
     Delete,
@@ -110,8 +111,10 @@ def _conditions(etag: str | None) -> dict[str, Any]:
 
 
 class AzureTable(Table):
-    def __init__(self, client: TableClient) -> None:
+    def __init__(self, client: TableClient, call_seconds: float) -> None:
         self._client = client
+        self._seconds = call_seconds
+        self._send_request = table_send_request(client)
         self.name = client.table_name
         account_url = client.url.split("?", 1)[0].rstrip("/")
         self._table_url = f"{account_url}/{self.name}"
@@ -124,19 +127,19 @@ class AzureTable(Table):
 
     async def create_if_missing(self) -> None:
         try:
-            with translated(self._what()):
+            async with bounded(self._what(), self._seconds):
                 await self._client.create_table()
         except AlreadyExists:
             pass
 
     async def delete_table(self) -> None:
-        with translated(self._what()):
+        async with bounded(self._what(), self._seconds):
             await self._client.delete_table()
 
     async def get(self, partition_key: str, row_key: str) -> Entity:
         check_key("PartitionKey", partition_key)
         check_key("RowKey", row_key)
-        with translated(self._what(partition_key, row_key)):
+        async with bounded(self._what(partition_key, row_key), self._seconds):
             raw = await self._client.get_entity(partition_key, row_key)
         return from_sdk(raw)
 
@@ -156,7 +159,7 @@ class AzureTable(Table):
             pk, rk = decode_continuation(continuation)
             token = {"PartitionKey": pk, "RowKey": rk}
         query_filter = build_filter(partition_key, row_key_prefix, row_keys)
-        with translated(self._what()):
+        async with bounded(self._what(), self._seconds):
             if query_filter is None:
                 pager = self._client.list_entities(results_per_page=page_size).by_page(
                     continuation_token=token
@@ -180,14 +183,14 @@ class AzureTable(Table):
 
     async def insert(self, entity: Entity) -> str:
         sdk_entity = to_sdk(entity)
-        with translated(self._what(entity.partition_key, entity.row_key)):
+        async with bounded(self._what(entity.partition_key, entity.row_key), self._seconds):
             result = await self._client.create_entity(sdk_entity)
         return str(result["etag"])
 
     async def update(self, entity: Entity, *, etag: str | None = None) -> str:
         sdk_entity = to_sdk(entity)
         conditions = _conditions(etag)
-        with translated(self._what(entity.partition_key, entity.row_key)):
+        async with bounded(self._what(entity.partition_key, entity.row_key), self._seconds):
             result = await self._client.update_entity(
                 sdk_entity, mode=UpdateMode.REPLACE, **conditions
             )
@@ -195,14 +198,14 @@ class AzureTable(Table):
 
     async def upsert(self, entity: Entity) -> str:
         sdk_entity = to_sdk(entity)
-        with translated(self._what(entity.partition_key, entity.row_key)):
+        async with bounded(self._what(entity.partition_key, entity.row_key), self._seconds):
             result = await self._client.upsert_entity(sdk_entity, mode=UpdateMode.REPLACE)
         return str(result["etag"])
 
     async def delete(self, partition_key: str, row_key: str, *, etag: str | None = None) -> None:
         check_key("PartitionKey", partition_key)
         check_key("RowKey", row_key)
-        with translated(self._what(partition_key, row_key)):
+        async with bounded(self._what(partition_key, row_key), self._seconds):
             # The SDK already treats 404 as success, matching the interface contract.
             await self._client.delete_entity(partition_key, row_key, **_conditions(etag))
 
@@ -223,10 +226,10 @@ class AzureTable(Table):
             content=encoded.body,
         )
         what = f"transaction on table {self.name}"
-        with translated(what):
+        async with bounded(what, self._seconds):
             # The SDK's own pipeline (authentication, retries, transport): only the body is
             # the project's (see shared.stores.azure.batch for why).
-            response = await self._client._client.send_request(request, stream=True)
+            response = await self._send_request(request, stream=True)
             body = await response.read()
         if response.status_code != 202:
             error = PartResponse(response.status_code, {}, body.decode("utf-8", "replace"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 from shared.errors import (
     AlreadyExists,
@@ -130,8 +131,7 @@ class MemoryTable(Table):
         with self._state.lock:
             rows = self._rows()
             self._check(rows, op)
-            etag = self._write(rows, op)
-        assert etag is not None
+            etag = cast(str, self._write(rows, op))  # None only for a Delete, never passed here
         return etag
 
     async def delete(self, partition_key: str, row_key: str, *, etag: str | None = None) -> None:

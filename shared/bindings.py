@@ -1,0 +1,70 @@
+"""The Azure Functions bindings of an app, generated from its endpoints.
+
+``function_app.py`` registers ``blueprint(worker())``: one queue trigger per endpoint
+(function name and queue both the endpoint's name), the HTTP ingress (``POST
+/api/messages``), the health route (``GET /api/health``) and the cleanup timer. The Functions
+host indexes them when it imports ``function_app.py``, so the endpoint list lives in the
+``BusApp`` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import azure.functions as func
+
+from shared.errors import ConfigurationError
+from shared.runtime import Worker
+
+FIXED_FUNCTIONS = ("health", "ingress", "cleanup")
+CLEANUP_SCHEDULE = "%CLEANUP_SCHEDULE%"
+"""The cleanup timer's NCRONTAB schedule, read from the app setting of that name."""
+
+
+def blueprint(worker: Worker) -> func.Blueprint:
+    """Every function of ``worker.app``, bound to ``worker``."""
+    clashes = sorted(set(worker.app.endpoints) & set(FIXED_FUNCTIONS))
+    if clashes:
+        raise ConfigurationError(
+            f"endpoints {clashes} would share a function name with the bus's own functions "
+            f"{list(FIXED_FUNCTIONS)}: rename them"
+        )
+    bp = func.Blueprint()  # type: ignore[no-untyped-call]
+    connection = worker.settings.storage_setting
+    for endpoint in worker.app.endpoints:
+        register = bp.queue_trigger(arg_name="msg", queue_name=endpoint, connection=connection)
+        bp.function_name(endpoint)(register(_queue_function(worker, endpoint)))
+    _http_functions(bp, worker)
+    _cleanup_timer(bp, worker)
+    return bp
+
+
+def _queue_function(
+    worker: Worker, endpoint: str
+) -> Callable[[func.QueueMessage], Awaitable[None]]:
+    async def receive(msg: func.QueueMessage) -> None:
+        await worker.receive(endpoint, msg.get_body(), msg.dequeue_count or 1)
+
+    receive.__name__ = receive.__qualname__ = endpoint
+    return receive
+
+
+def _http_functions(bp: func.Blueprint, worker: Worker) -> None:
+    @bp.function_name("health")
+    @bp.route(route="health", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+    async def health(req: func.HttpRequest) -> func.HttpResponse:
+        status, body = await worker.health()
+        return func.HttpResponse(body, status_code=status, mimetype="application/json")
+
+    @bp.function_name("ingress")
+    @bp.route(route="messages", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
+    async def ingress(req: func.HttpRequest) -> func.HttpResponse:
+        status, body = await worker.ingress(req.headers, req.get_body())
+        return func.HttpResponse(body, status_code=status, mimetype="application/json")
+
+
+def _cleanup_timer(bp: func.Blueprint, worker: Worker) -> None:
+    @bp.function_name("cleanup")
+    @bp.timer_trigger(arg_name="timer", schedule=CLEANUP_SCHEDULE, use_monitor=False)
+    async def cleanup(timer: func.TimerRequest) -> None:
+        await worker.cleanup()

@@ -1,0 +1,41 @@
+"""One cleanup pass for an app, configured from the app settings: what the ``cleanup`` timer
+function and ``bus cleanup`` run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from shared.bus.app import BusApp
+from shared.bus.config import BusConfig
+from shared.cleanup.job import endpoint_modes, run_cleanup
+from shared.cleanup.settings import CleanupSettings
+from shared.resources import TABLES
+from shared.settings import Settings
+from shared.stores.account import StorageAccount
+
+
+async def cleanup_pass(
+    account: StorageAccount,
+    app: BusApp,
+    config: BusConfig,
+    settings: Settings,
+    *,
+    grace_seconds: float | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """One run over every endpoint of ``app``: paged, resumable, within the ``CLEANUP_*``
+    settings' time budget (``shared.cleanup``). Returns the JSON-ready report: totals removed
+    and kept, and one entry per task."""
+    cleanup = CleanupSettings.from_env(settings.values)
+    if grace_seconds is not None:
+        cleanup = replace(cleanup, grace_seconds=grace_seconds)
+    report = await run_cleanup(
+        account,
+        endpoint_modes(app),
+        config=config,
+        settings=replace(cleanup, checkpoint_table=TABLES["cleanup"]),
+        progress=progress,
+    )
+    return report.to_dict()

@@ -1,0 +1,164 @@
+"""Parking with a reason, parking by reference, replaying every form, and the log line per
+message: on the in-memory stores and on Azurite (token mode; the pipeline's entry is common
+to the modes)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+
+import pytest
+
+from shared.bus.poison import Reason as PoisonReason
+from shared.bus.poison import poison_body, replay_report, unwrap
+from shared.resources import poison_queue
+from tests.bus.harness import Harness
+from tests.bus.test_failures import Flaky, flaky_app
+from tests.conftest import Backend, unique_name
+
+
+async def harness_with(backend: Backend, failures: dict[str, int], **config: object) -> Harness:
+    name = f"flaky{unique_name('')[:8]}"
+    parked = unique_name("parked")
+    harness = await Harness.create(
+        backend, flaky_app(name, failures), parked_container=parked, **config
+    )
+    await harness.raw.blob_container(parked).create_if_missing()
+    return harness
+
+
+def only_endpoint(harness: Harness) -> str:
+    [name] = harness.app.endpoints
+    return name
+
+
+async def test_the_last_try_parks_the_message_with_its_last_error(backend: Backend) -> None:
+    failures = {"left": 1000}
+    harness = await harness_with(backend, failures, max_dequeue_count=3)
+    name = only_endpoint(harness)
+    receipt = await harness.setup_bus.client().send(Flaky(key="k"), to=name, idempotency_key="k")
+
+    await harness.run_until_quiet()
+
+    assert failures["left"] == 997  # three tries, then parked by the pipeline itself
+    [parked] = await harness.raw.queue(poison_queue(name)).peek()
+    poisoned = unwrap(parked.content, name)
+    assert poisoned.info == {
+        "endpoint": name,
+        "reason": "RuntimeError: payment provider unavailable",
+        "dequeue_count": 3,
+        "error_type": "RuntimeError",
+        "message_id": receipt.message_ids[0],
+        "message_type": "Flaky",
+    }
+    failures["left"] = 0
+    assert (
+        await replay_report(harness.raw, name, container=harness.config.parked_container)
+    ).replayed == 1
+    await harness.run_until_quiet()
+    assert len(await harness.applied(name)) == 1
+    assert await harness.tokens() == []
+
+
+async def test_a_hostile_message_too_large_to_park_whole_is_parked_by_reference_and_replays(
+    backend: Backend,
+) -> None:
+    harness = await harness_with(backend, {"left": 0})
+    name = only_endpoint(harness)
+    container = harness.raw.blob_container(harness.config.parked_container)
+    original = '"' * 47_000  # fits a queue message; beside its reason in JSON it does not
+
+    await harness.raw.queue(name).send(original)
+    await harness.run_until_quiet()
+
+    [parked] = await harness.raw.queue(poison_queue(name)).peek()
+    poisoned = unwrap(parked.content, name)
+    assert poisoned.signal is None
+    assert poisoned.original is not None
+    assert "signal is 47000 characters" in poisoned.reason
+    assert (await container.read(poisoned.original)).data.decode() == original
+    assert await harness.raw.queue(name).approximate_count() == 0  # acknowledged, not retried
+
+    report = await replay_report(harness.raw, name, container=harness.config.parked_container)
+    assert (report.replayed, report.skipped) == (1, [])
+    [replayed] = await harness.raw.queue(name).peek()
+    assert replayed.content == original
+    assert [b.name async for b in container.list()] == []  # deleted once the replay was sent
+
+
+async def test_deeply_nested_json_is_parked_at_once(backend: Backend) -> None:
+    harness = await harness_with(backend, {"left": 0})
+    name = only_endpoint(harness)
+    await harness.raw.queue(name).send("[" * 5000)
+
+    await harness.run_until_quiet()
+
+    [parked] = await harness.raw.queue(poison_queue(name)).peek()
+    poisoned = unwrap(parked.content, name)
+    assert poisoned.info["reason"] == "signal is nested too deeply"
+    assert poisoned.info["dequeue_count"] == 1
+
+
+async def test_replay_skips_and_reports_what_it_cannot_unwrap_and_replays_the_rest(
+    backend: Backend,
+) -> None:
+    harness = await harness_with(backend, {"left": 0})
+    name = only_endpoint(harness)
+    other = f"other{unique_name('')[:8]}"
+    poison = harness.raw.queue(poison_queue(name))
+    replayable = [
+        "raw signal moved by the host",
+        "ünïcödé ☃ {",
+        '{"poison": {"reason": "old"}, "signal": "old-format signal"}',
+        poison_body("new-format signal", PoisonReason(name, "why", 1)),
+    ]
+    damaged = [
+        '{"poison": 5, "signal": "x"}',
+        '{"poison": {}, "signal": 7}',
+        '{"poison": {}, "extra": 1}',
+        '{"poison": {}, "signal": "\\ud800"}',  # valid JSON, but no text can be sent
+        json.dumps({"poison": {"original": f"{other}/{uuid.uuid4()}"}}),  # another queue's
+        json.dumps({"poison": {"original": f"{name}/../tokens/x"}}),
+        json.dumps({"poison": {"original": f"{name}/{uuid.uuid4()}"}}),  # blob missing
+    ]
+    for content in replayable + damaged:
+        await poison.send(content)
+
+    report = await replay_report(harness.raw, name, container=harness.config.parked_container)
+
+    assert report.replayed == len(replayable)
+    assert len(report.skipped) == len(damaged)
+    assert all(line.startswith(f"{name}: skipped poison message ") for line in report.skipped)
+    assert sum("cannot unwrap it" in line for line in report.skipped) == 5
+    assert sum("not valid text" in line for line in report.skipped) == 1
+    assert sum("is not in container" in line for line in report.skipped) == 1
+    sent = sorted(m.content for m in await harness.raw.queue(name).peek())
+    assert sent == sorted(
+        [
+            "raw signal moved by the host",
+            "ünïcödé ☃ {",
+            "old-format signal",
+            "new-format signal",
+        ]
+    )
+    assert await poison.approximate_count() == len(damaged)  # left where they were
+
+
+async def test_each_message_gets_one_info_line_with_its_outcome(
+    backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    harness = await harness_with(backend, {"left": 0})
+    name = only_endpoint(harness)
+    receipt = await harness.setup_bus.client().send(Flaky(key="k"), to=name, idempotency_key="k")
+    [signal] = await harness.raw.queue(name).peek()
+    await harness.raw.queue(name).send(signal.content)  # a copy: the duplicate
+
+    with caplog.at_level(logging.INFO, "shared.bus.receiver"):
+        await harness.run_until_quiet()
+
+    lines = [r.getMessage() for r in caplog.records if "outcome=" in r.getMessage()]
+    assert len(lines) == 2
+    prefix = f"endpoint={name} type=Flaky message_id={receipt.message_ids[0]} outcome="
+    assert any(line.startswith(prefix + "processed duration_ms=") for line in lines)
+    assert any(f"message_id={receipt.message_ids[0]} outcome=duplicate" in x for x in lines)

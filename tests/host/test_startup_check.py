@@ -1,0 +1,81 @@
+"""The local host checks storage before serving: wrong settings fail within seconds, saying
+why, instead of queue workers waiting in silence."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from shared.host.process import free_port
+from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
+from shared.settings import DEV_KEY
+from tests.conftest import unique_name
+
+pytestmark = pytest.mark.azurite
+
+
+def start_host(folder: Path, **settings: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("BUS_")}
+    environ |= {
+        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(folder)]),
+        "CLEANUP_SCHEDULE": "0 0 0 1 1 *",
+        **settings,
+    }
+    command = [sys.executable, "-m", "shared.host", "--app", str(REPO_ROOT / "function_app.py")]
+    started = time.monotonic()
+    result = subprocess.run(
+        [*command, "--port", "0"],
+        cwd=folder,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return result, time.monotonic() - started
+
+
+def test_a_wrong_key_stops_the_host_at_once_saying_the_request_was_refused(
+    azurite: AzuriteEndpoints, tmp_path: Path
+) -> None:
+    wrong = azurite.connection_string.replace(DEV_KEY, "d3Jvbmcga2V5")
+    result, _ = start_host(tmp_path, AzureWebJobsStorage=wrong)
+    assert result.returncode == 3
+    assert "host: configuration error: storage refused the request" in result.stderr
+    assert "host: ready" not in result.stdout
+
+
+def test_an_unprovisioned_app_stops_the_host_saying_run_bus_provision(
+    azurite: AzuriteEndpoints, tmp_path: Path
+) -> None:
+    package, endpoint = unique_name("shop"), unique_name("stock")
+    (tmp_path / package).mkdir()
+    (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / package / "app.py").write_text(
+        f"from shared.bus import BusApp\napp = BusApp()\napp.endpoint({endpoint!r})\n"
+    )
+    result, _ = start_host(
+        tmp_path, AzureWebJobsStorage=azurite.connection_string, BUS_APP=f"{package}.app:app"
+    )
+    assert result.returncode == 3
+    assert "resources missing in AzureWebJobsStorage" in result.stderr
+    assert f"queues {endpoint}; run `bus provision`" in result.stderr
+
+
+def test_storage_nobody_listens_on_stops_the_host_within_seconds(tmp_path: Path) -> None:
+    port = free_port()
+    nowhere = (
+        f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={DEV_KEY};"
+        f"BlobEndpoint=http://127.0.0.1:{port}/devstoreaccount1;"
+        f"QueueEndpoint=http://127.0.0.1:{port}/devstoreaccount1;"
+        f"TableEndpoint=http://127.0.0.1:{port}/devstoreaccount1;"
+    )
+    result, seconds = start_host(tmp_path, AzureWebJobsStorage=nowhere)
+    assert result.returncode == 3
+    assert "host: configuration error: storage unreachable" in result.stderr
+    assert seconds < 30
