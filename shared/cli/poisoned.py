@@ -1,10 +1,13 @@
 """What a poison message says about itself, for ``bus poison list`` and replay's filters.
 
-A poison message is either a JSON wrapper ``{"poison": {...why...}, "signal": raw, ...}``
-written by the pipeline, or the raw signal moved by the Functions host after
-``maxDequeueCount`` failures (see ``shared.bus.poison``). Its content came from a queue, so
-nothing in it is trusted: every field is optional, only text and numbers are read, and text
-is cut to a bounded length. Whatever cannot be read is left out, never an error.
+A poison message takes one of the forms ``shared.bus.poison`` writes and replays: the
+pipeline's or the local host's wrapper ``{"poison": {...why...}, "signal": raw}`` (the why
+is ``Reason.as_json``: endpoint, reason, dequeue_count, error_type, message_id,
+message_type), the same wrapper without the signal and with ``original`` naming the blob
+that keeps a message too large to park beside its reason, or the raw signal moved by the
+Functions host after ``maxDequeueCount`` failures. Its content came from a queue, so nothing
+in it is trusted: every field is optional, only text and numbers are read, and text is cut
+to a bounded length. Whatever cannot be read is left out, never an error.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-MAX_FIELD_CHARS = 2000
-HOST_MOVED = "failed maxDequeueCount times (moved by the host)"
+from shared.bus.poison import HOST_MOVED_REASON, MAX_REASON_CHARS
+
+MAX_FIELD_CHARS = MAX_REASON_CHARS
 
 
 @dataclass(frozen=True)
@@ -24,8 +28,10 @@ class PoisonRecord:
     message_type: str | None = None
     message_id: str | None = None
     dequeue_count: int | None = None
-    first_failure: str | None = None
-    last_failure: str | None = None
+    """Deliveries tried before it was parked, as the wrapper says (the host's move says none)."""
+    error_type: str | None = None
+    original: str | None = None
+    """The parked-originals blob holding the message, when it was parked by reference."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -36,18 +42,16 @@ def read_poison(body: str) -> PoisonRecord:
     data = _json(body) or {}
     info = data.get("poison")
     if not isinstance(info, dict):
-        return _from_signal(body, HOST_MOVED)
-    found = info.get("error")
-    error: dict[str, Any] = found if isinstance(found, dict) else {}
+        return _from_signal(body, HOST_MOVED_REASON)
     signal = _from_signal(data.get("signal"), "")
     return PoisonRecord(
-        reason=_text(info.get("reason")) or _text(error.get("message")) or "",
-        endpoint=_text(info.get("endpoint")) or _text(error.get("endpoint")),
-        message_type=_first_text(info, error, "message_type", "type") or signal.message_type,
-        message_id=_first_text(info, error, "message_id", "id") or signal.message_id,
+        reason=_text(info.get("reason")) or "",
+        endpoint=_text(info.get("endpoint")),
+        message_type=_text(info.get("message_type")) or signal.message_type,
+        message_id=_text(info.get("message_id")) or signal.message_id,
         dequeue_count=_count(info.get("dequeue_count")),
-        first_failure=_text(info.get("first_failure")),
-        last_failure=_text(info.get("last_failure")),
+        error_type=_text(info.get("error_type")),
+        original=_text(info.get("original")),
     )
 
 
@@ -69,24 +73,15 @@ def _json(text: object) -> dict[str, Any] | None:
         return None
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested deeper than the parser goes
         return None
     return value if isinstance(value, dict) else None
-
-
-def _first_text(info: dict[str, Any], error: dict[str, Any], *names: str) -> str | None:
-    for source in (info, error):
-        for name in names:
-            found = _text(source.get(name))
-            if found:
-                return found
-    return None
 
 
 def _text(value: object) -> str | None:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         return None
-    return str(value)[:MAX_FIELD_CHARS]
+    return str(value)[:MAX_FIELD_CHARS] or None
 
 
 def _count(value: object) -> int | None:
