@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from shared.bus.pipeline import poison_body
+from shared.bus.poison import Reason, error_reason, poison_body
+from shared.bus.poison import park as park_message
 from shared.cli import main
 from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.resources import poison_queue
@@ -171,21 +172,50 @@ def test_replay_mentions_only_the_endpoints_it_replayed(
 def test_poison_list_shows_why_each_message_was_parked_and_takes_none(
     bus: Run, emulator: AzuriteEndpoints
 ) -> None:
-    wrapped = poison_body(
-        "payments", signal("m-wrapped", "ChargePayment"), "no handler for 'ChargePayment'", 1
+    """Each form as its writer parks it: the pipeline's last error (``error_reason`` with the
+    id and type it knew), a refusal parked by reference, the local host's move (the id it
+    read), the Functions host's raw signal, and contents nobody should have written."""
+    last_error = poison_body(
+        signal("m-wrapped"),
+        error_reason(
+            "payments",
+            RuntimeError("provider down"),
+            5,
+            message_id="m-wrapped",
+            message_type="ChargePayment",
+        ),
+    )
+    by_host = poison_body(
+        signal("m-local", "ChargePayment"),
+        Reason("payments", "TimeoutError: handler timed out", 3, "TimeoutError", "m-local"),
     )
     garbage = "[bold red]not json[/] \x1b[2J"
     hostile = json.dumps({"poison": {"reason": "[bold]\x1b[2J" + "x" * 5000}, "signal": 5})
-    park(emulator, "payments", wrapped, signal("m-host", "ChargePayment"), garbage, hostile)
+    park(emulator, "payments", last_error, by_host, signal("m-host", "ChargePayment"))
+    park(emulator, "payments", garbage, hostile)
+
+    async def too_large() -> None:
+        refusal = Reason("payments", "signal is 70000 characters", 1, message_id="m-big")
+        async with account(emulator) as a:
+            assert await park_message(a, "x" * 70_000, refusal, "parked") == "reference"
+
+    asyncio.run(too_large())
 
     code, out, _ = bus("poison", "list", "payments", "--json")
     assert code == 0
     listed = {item["message_id"]: item for item in json.loads(out)}
-    assert listed["m-wrapped"]["reason"] == "no handler for 'ChargePayment'"
-    assert listed["m-wrapped"]["message_type"] == "ChargePayment"
-    assert listed["m-wrapped"]["dequeue_count"] == 1
+    wrapped = listed["m-wrapped"]
+    assert (wrapped["reason"], wrapped["error_type"]) == (
+        "RuntimeError: provider down",
+        "RuntimeError",
+    )
+    assert (wrapped["message_type"], wrapped["dequeue_count"]) == ("ChargePayment", 5)
+    assert listed["m-local"]["message_type"] == "ChargePayment"  # from the signal's envelope
+    assert listed["m-local"]["dequeue_count"] == 3
     assert listed["m-host"]["reason"] == "failed maxDequeueCount times (moved by the host)"
     assert listed["m-host"]["message_type"] == "ChargePayment"
+    assert listed["m-big"]["original"].startswith("payments/")
+    assert listed["m-big"]["reason"] == "signal is 70000 characters"
     unreadable = [item for item in json.loads(out) if item["message_id"] is None]
     assert [item["endpoint"] for item in unreadable] == ["payments", "payments"]
     assert all(item["parked_at"] for item in listed.values())
@@ -194,17 +224,22 @@ def test_poison_list_shows_why_each_message_was_parked_and_takes_none(
     assert code == 0
     lines = out.splitlines()
     assert lines[0].split()[:3] == ["endpoint", "message", "id"]
-    assert any("m-wrapped" in line and "no handler for" in line for line in lines)
+    [row] = [line for line in lines if "m-wrapped" in line]
+    assert row.split()[1:4] == ["m-wrapped", "ChargePayment", "5"]
+    assert "RuntimeError: provider down" in row
     assert all(len(line) < 250 for line in lines)  # the hostile one is cut short
     assert "\x1b" not in out
-    assert len(contents(emulator, poison_queue("payments"))) == 4  # looked at, not taken
+    assert len(contents(emulator, poison_queue("payments"))) == 6  # looked at, not taken
 
 
 def test_replay_selects_by_id_or_type_and_a_dry_run_moves_nothing(
     bus: Run, emulator: AzuriteEndpoints
 ) -> None:
-    charge = poison_body("payments", signal("m-a", "ChargePayment"), "boom", 5)
-    other = poison_body("payments", signal("m-b", "RefundPayment"), "boom", 5)
+    charge = poison_body(signal("m-a", "ChargePayment"), Reason("payments", "boom", 5))
+    other = poison_body(
+        signal("m-b"),
+        Reason("payments", "boom", 5, message_id="m-b", message_type="RefundPayment"),
+    )
     park(emulator, "payments", charge, other, signal("m-c"))
 
     code, out, _ = bus("replay", "payments", "--type", "ChargePayment", "--dry-run")

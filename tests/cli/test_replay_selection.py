@@ -3,7 +3,7 @@ takes only what it selects, however many batches it reads, and leaves the rest v
 
 from __future__ import annotations
 
-from shared.bus.poison import replay
+from shared.bus.poison import replay, replay_report
 from shared.resources import poison_queue
 from tests.conftest import Backend, unique_name
 
@@ -49,3 +49,22 @@ async def test_a_dry_run_counts_within_the_limit_and_moves_nothing(backend: Back
     assert await replay(backend.account, endpoint, limit=2, select=even.__contains__) == 2
     assert len(await visible(backend, endpoint)) == 2
     assert len(await visible(backend, poison_queue(endpoint))) == 3
+
+
+async def test_a_selection_skips_and_reports_only_the_damaged_messages_it_selects(
+    backend: Backend,
+) -> None:
+    endpoint = await parked(backend, 2)
+    poison = backend.account.queue(poison_queue(endpoint))
+    damaged = ['{"poison": 5, "signal": "a"}', '{"poison": 6, "signal": "b"}']
+    for content in damaged:
+        await poison.send(content)
+    wanted = {"m-1", damaged[0]}
+
+    report = await replay_report(backend.account, endpoint, select=wanted.__contains__)
+
+    assert report.replayed == 1
+    [line] = report.skipped
+    assert "cannot unwrap it" in line
+    assert await visible(backend, endpoint) == {"m-1"}
+    assert await visible(backend, poison_queue(endpoint)) == {"m-0", *damaged}  # released
