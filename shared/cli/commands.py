@@ -214,7 +214,8 @@ async def cleanup_command(worker: Worker, *, grace_seconds: float | None, as_jso
 
 
 def cleanup_summary(report: dict[str, Any]) -> str:
-    """One line: what the pass removed and kept, and whether it covered everything."""
+    """One line: what the pass removed and kept, and whether it covered everything. Rows it
+    could not judge are counted in ``kept`` as ``bad_row``; ``--json`` lists them."""
 
     def counts(values: dict[str, int]) -> str:
         listed = ", ".join(f"{k} {v}" for k, v in values.items() if v)
@@ -227,4 +228,5 @@ def cleanup_summary(report: dict[str, Any]) -> str:
         f"cleanup: removed {counts(report['removed'])}, kept {counts(report['kept'])}; "
         f"{len(tasks)} tasks in {report['elapsed_seconds']:.1f} s, {state}"
         + (f"; skipped: {', '.join(skipped)}" * bool(skipped))
+        + ("; bad rows listed by --json" * any(t.get("bad_rows") for t in tasks))
     )

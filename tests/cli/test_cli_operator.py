@@ -21,6 +21,7 @@ from shared.resources import poison_queue
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
 from tests.conftest import started_azurite
+from tests.test_no_assert import outbox_entity, with_property
 
 pytestmark = pytest.mark.azurite
 
@@ -265,6 +266,29 @@ def test_cleanup_prints_one_summary_line_and_the_report_on_request(bus: Run) -> 
     code, out, _ = bus("cleanup", "--grace-seconds", "0", "--json")
     assert code == 0
     assert {"removed", "kept", "tasks", "complete"} <= set(json.loads(out))
+
+
+def test_cleanup_counts_a_row_it_cannot_judge_and_points_to_the_report_listing_it(
+    bus: Run, emulator: AzuriteEndpoints
+) -> None:
+    bad = with_property(outbox_entity(), "status", "committed")  # committed_at missing
+
+    async def table(insert: bool) -> None:
+        async with account(emulator) as a:
+            orders = a.table("orders")
+            await (orders.insert(bad) if insert else orders.delete(bad.partition_key, bad.row_key))
+
+    asyncio.run(table(insert=True))
+    try:
+        code, out, _ = bus("cleanup")
+        assert code == 0
+        assert "bad_row 1" in out
+        assert out.rstrip().endswith("; bad rows listed by --json")
+        code, out, _ = bus("cleanup", "--json")
+        [listed] = [row for t in json.loads(out)["tasks"] for row in t["bad_rows"]]
+        assert "committed outbox record without committed_at" in listed
+    finally:
+        asyncio.run(table(insert=False))
 
 
 def test_status_shows_the_records_of_each_endpoints_mode(bus: Run) -> None:
