@@ -24,6 +24,7 @@ from shared.settings import (
     StorageSettings,
     resolve_settings,
 )
+from shared.terminal import Counters
 
 EXIT_OK, EXIT_VIOLATED, EXIT_USAGE = 0, 1, 2
 
@@ -179,19 +180,19 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from shared.audit.export import export
+    from shared.audit.export import ExportResult, TableProgress, export
     from shared.stores.azure import AzureStorageAccount
 
     settings = _storage(args)
     endpoint_tables, ingress_tables = _tables(args)
 
-    def progress(line: str) -> None:
-        if not args.quiet:
-            print(f"  {line}", file=sys.stderr, flush=True)
+    def progress(table: str, state: TableProgress, note: str) -> None:
+        note = note or f"{state.pages} pages"
+        counters.update(table, state.rows, note=note, done=state.done)
 
-    async def go() -> int:
+    async def go() -> ExportResult:
         async with AzureStorageAccount(settings) as account:
-            result = await export(
+            return await export(
                 account,
                 args.out,
                 endpoint_tables=endpoint_tables,
@@ -203,14 +204,15 @@ def _export(args: argparse.Namespace) -> int:
                 max_pages=args.max_pages,
                 progress=progress,
             )
-        state = "complete" if result.complete else "stopped early; rerun to resume"
-        print(
-            f"export: rows={sum(result.rows.values())} pages={sum(result.pages.values())} "
-            f"out={args.out} {state}"
-        )
-        return EXIT_OK
 
-    return asyncio.run(go())
+    with Counters("rows", enabled=False if args.quiet else None) as counters:
+        result = asyncio.run(go())
+    state = "complete" if result.complete else "stopped early; rerun to resume"
+    print(
+        f"export: rows={sum(result.rows.values())} pages={sum(result.pages.values())} "
+        f"out={args.out} {state}"
+    )
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,6 +27,7 @@ from typing import Any
 from shared.errors import NotFound, TooLarge
 from shared.resources import poison_queue
 from shared.stores.account import StorageAccount
+from shared.stores.queue import MessageQueue, QueueMessage
 
 DEFAULT_PARKED_CONTAINER = "parked"
 """Name of the parked-originals container when the configuration names none."""
@@ -143,6 +144,7 @@ def unwrap(content: str, endpoint: str | None = None) -> PoisonedMessage:
 @dataclass
 class ReplayReport:
     replayed: int = 0
+    """Messages sent back to the endpoint's queue (in a dry run: that would be)."""
     skipped: list[str] = field(default_factory=list)
     """One line per poison message left where it is, saying why."""
 
@@ -152,10 +154,16 @@ async def replay(
     endpoint: str,
     limit: int = 1000,
     container: str = DEFAULT_PARKED_CONTAINER,
+    *,
+    select: Callable[[str], bool] | None = None,
+    dry_run: bool = False,
 ) -> int:
     """Move up to ``limit`` poison messages of ``endpoint`` back to its queue; returns how
     many were moved (see ``replay_report``)."""
-    return (await replay_report(account, endpoint, limit, container)).replayed
+    report = await replay_report(
+        account, endpoint, limit, container, select=select, dry_run=dry_run
+    )
+    return report.replayed
 
 
 async def replay_report(
@@ -164,32 +172,60 @@ async def replay_report(
     limit: int = 1000,
     container: str = DEFAULT_PARKED_CONTAINER,
     step: Callable[[], None] | None = None,
+    *,
+    select: Callable[[str], bool] | None = None,
+    dry_run: bool = False,
 ) -> ReplayReport:
     """Move up to ``limit`` poison messages of ``endpoint`` back to its queue. Each is re-sent
     before it is deleted, so a crash can only duplicate a signal, which the pipeline ignores.
 
-    What cannot be replayed is skipped and reported, and stays in the poison queue: it is
-    received once per run (hidden for a minute), so one run never reports it twice."""
+    ``select`` (given a poison message's content) chooses which to move; ``dry_run`` moves
+    none and counts those it would move. What cannot be replayed is skipped and reported,
+    and stays in the poison queue (a dry run reports what it cannot unwrap). Each message is
+    received once per pass (hidden for a minute); what the pass leaves is made visible again
+    at its end, so one pass never reports a message twice. ``step`` is called per message
+    looked at."""
     poison = account.queue(poison_queue(endpoint))
     report = ReplayReport()
-    seen: set[str] = set()
+    left = _PassedOver()
     while report.replayed < limit:
-        batch = await poison.receive(min(32, limit - report.replayed), visibility_timeout=60)
-        fresh = [m for m in batch if m.id not in seen]
-        if not fresh:
+        wanted = min(32, limit - report.replayed)
+        batch = left.unseen(await poison.receive(wanted, visibility_timeout=60))
+        if not batch:
             break
-        for message in fresh:
-            seen.add(message.id)
+        for message in batch:
             if step is not None:
                 step()
-            problem = await _replay_one(account, endpoint, message.content, container)
+            if select is not None and not select(message.content):
+                left.hold(message)
+                continue
+            problem = await _try(account, endpoint, message.content, container, dry_run)
             if problem is not None:
                 report.skipped.append(f"{endpoint}: skipped poison message {message.id}: {problem}")
+                left.hold(message)
                 continue
-            with contextlib.suppress(NotFound):
-                await poison.delete(message.id, message.pop_receipt)
+            if dry_run:
+                left.hold(message)
+            else:
+                with contextlib.suppress(NotFound):
+                    await poison.delete(message.id, message.pop_receipt)
             report.replayed += 1
+    await left.release(poison)
     return report
+
+
+async def _try(
+    account: StorageAccount, endpoint: str, content: str, container: str, dry_run: bool
+) -> str | None:
+    """Why one poison message cannot be replayed, or None once it is (a dry run only checks
+    that it unwraps, and sends nothing)."""
+    if not dry_run:
+        return await _replay_one(account, endpoint, content, container)
+    try:
+        unwrap(content, endpoint)
+    except Unreadable as e:
+        return f"cannot unwrap it: {e}"
+    return None
 
 
 async def _replay_one(
@@ -225,3 +261,29 @@ async def _replay_one(
     with contextlib.suppress(NotFound):
         await blobs.delete(original)
     return None
+
+
+class _PassedOver:
+    """The poison messages a pass receives and leaves where they are (not selected, only
+    counted by a dry run, or skipped): remembered so that the pass does not take them twice,
+    and made visible again at its end."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, QueueMessage] = {}
+        self.seen: set[str] = set()
+
+    def unseen(self, batch: list[QueueMessage]) -> list[QueueMessage]:
+        for message in batch:
+            if message.id in self.held:
+                self.held[message.id] = message  # received again: its new pop receipt
+        fresh = [m for m in batch if m.id not in self.seen]
+        self.seen.update(m.id for m in batch)
+        return fresh
+
+    def hold(self, message: QueueMessage) -> None:
+        self.held[message.id] = message
+
+    async def release(self, poison: MessageQueue) -> None:
+        for message in self.held.values():
+            with contextlib.suppress(NotFound):
+                await poison.update(message.id, message.pop_receipt, visibility_timeout=0)
