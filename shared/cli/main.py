@@ -102,7 +102,8 @@ def parser(app: BusApp | None = None) -> argparse.ArgumentParser:
         "--resources-file",
         type=Path,
         default=RESOURCES_FILE,
-        help="must match the app: what Bicep provisions (default: %(default)s)",
+        help="must match the app: what Bicep provisions (default: %(default)s in the "
+        "current folder, where `bus resources > infra/resources.json` writes it)",
     )
 
     handled = message_types(app) if app is not None else {}
