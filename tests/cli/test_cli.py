@@ -36,8 +36,11 @@ Run = Callable[..., tuple[int, str, str]]
 
 
 @pytest.fixture
-def bus(emulator: AzuriteEndpoints, capsys: pytest.CaptureFixture[str]) -> Run:
-    """Run ``bus <args>``; returns (exit code, stdout, stderr)."""
+def bus(
+    emulator: AzuriteEndpoints, sample_project: Path, capsys: pytest.CaptureFixture[str]
+) -> Run:
+    """Run ``bus <args>`` on the sample app, from a project folder of its own (its resources
+    file, no settings file); returns (exit code, stdout, stderr)."""
 
     def run(*args: str) -> tuple[int, str, str]:
         code = main(["--connection-string", emulator.connection_string, "--no-progress", *args])
@@ -238,7 +241,7 @@ def test_cleanup_runs_one_pass_and_reports_it(bus: Run) -> None:
     assert isinstance(json.loads(out), dict)  # the pass's report, as JSON
 
 
-def test_storage_refusals_exit_1(emulator: AzuriteEndpoints) -> None:
+def test_storage_refusals_exit_1(emulator: AzuriteEndpoints, sample_project: Path) -> None:
     wrong_key = emulator.connection_string.replace(DEV_KEY, "d3Jvbmcga2V5")
     assert main(["--connection-string", wrong_key, "--no-progress", "status"]) == 1
 
