@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -373,3 +375,26 @@ async def test_the_cleanup_timer_function_runs_one_pass(deployed: AzureStorageAc
     assert [e async for e in orders.query_all(partition_key="fa-2", row_key_prefix="outbox|")]
     await SAMPLE.cleanup(grace_seconds=0)
     assert [e async for e in orders.query_all(partition_key="fa-2", row_key_prefix="outbox|")] == []
+
+
+async def test_the_cleanup_timer_logs_one_summary_line_at_info_and_the_report_at_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    account = MemoryStorageAccount()
+    worker = runtime.Worker(sample_app, sample_settings(), account)
+    await provision(account, worker.resources)
+    app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
+    app.register_functions(blueprint(worker))
+    [timer] = [f for f in app.get_functions() if f.get_function_name() == "cleanup"]
+
+    with caplog.at_level(logging.DEBUG):
+        await timer.get_user_function()(TimerRequest())
+
+    cleanup = [r for r in caplog.records if r.name.startswith("shared.")]
+    [info] = [r for r in cleanup if r.levelno >= logging.INFO]
+    assert re.fullmatch(
+        r"cleanup: removed 0, kept 0; \d+ tasks in \d+\.\d s, complete", info.getMessage()
+    )
+    [report] = [r.getMessage() for r in cleanup if r.getMessage().startswith("cleanup report ")]
+    assert json.loads(report.removeprefix("cleanup report "))["complete"] is True
+    assert all(r.levelno == logging.DEBUG for r in cleanup if r is not info)

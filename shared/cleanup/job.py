@@ -89,7 +89,7 @@ async def run_cleanup(
             task, context, checkpoints, checkpoint, task_report, over_budget, progress
         )
     report.elapsed_seconds = monotonic() - started
-    log.info("cleanup report %s", json.dumps(report.to_dict()))
+    log.debug("cleanup report %s", json.dumps(report.to_dict()))  # the summary: at info
     return report
 
 

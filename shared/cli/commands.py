@@ -16,6 +16,7 @@ from typing import Any
 
 from shared.bus import Command
 from shared.bus.unsubscribed import unsubscribed_counts
+from shared.cleanup.summary import cleanup_summary
 from shared.cli.records import count_records, describe
 from shared.errors import NotFound
 from shared.http_ingress import BadRequest, build_message
@@ -211,22 +212,3 @@ async def cleanup_command(worker: Worker, *, grace_seconds: float | None, as_jso
     else:
         say(cleanup_summary(report))
     return EXIT_OK
-
-
-def cleanup_summary(report: dict[str, Any]) -> str:
-    """One line: what the pass removed and kept, and whether it covered everything. Rows it
-    could not judge are counted in ``kept`` as ``bad_row``; ``--json`` lists them."""
-
-    def counts(values: dict[str, int]) -> str:
-        listed = ", ".join(f"{k} {v}" for k, v in values.items() if v)
-        return f"{sum(values.values())}" + (f" ({listed})" * bool(listed))
-
-    tasks = report["tasks"]
-    skipped = sorted({str(t["skipped"]) for t in tasks if t["skipped"]})
-    state = "complete" if report["complete"] else "incomplete, run it again to go on"
-    return (
-        f"cleanup: removed {counts(report['removed'])}, kept {counts(report['kept'])}; "
-        f"{len(tasks)} tasks in {report['elapsed_seconds']:.1f} s, {state}"
-        + (f"; skipped: {', '.join(skipped)}" * bool(skipped))
-        + ("; bad rows listed by --json" * any(t.get("bad_rows") for t in tasks))
-    )
