@@ -47,7 +47,7 @@ def _queue_function(
     worker: Worker, endpoint: str
 ) -> Callable[[func.QueueMessage], Awaitable[None]]:
     async def receive(msg: func.QueueMessage) -> None:
-        await worker.receive(endpoint, msg.get_body(), msg.dequeue_count or 1)
+        await worker.receive(endpoint, msg.get_body(), msg.dequeue_count or 1, msg.insertion_time)
 
     receive.__name__ = receive.__qualname__ = endpoint
     return receive

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -97,10 +98,19 @@ class Worker:
     def _new_bus(self) -> Bus:
         return Bus(self.app, with_crashes(self.account(), self.settings.values), self.config)
 
-    async def receive(self, endpoint: str, body: bytes, dequeue_count: int) -> Outcome:
+    async def receive(
+        self,
+        endpoint: str,
+        body: bytes,
+        dequeue_count: int,
+        enqueued_at: datetime | None = None,
+    ) -> Outcome:
         """What every queue-triggered function does with its message. The host has already
-        base64-decoded the body; a body that is not UTF-8 is parked whole (``queue_text``)."""
-        outcome = await self.bus().receive(endpoint, queue_text(body), dequeue_count)
+        base64-decoded the body; a body that is not UTF-8 is parked whole (``queue_text``).
+        ``enqueued_at`` is the message's insertion time, for a poison reason."""
+        outcome = await self.bus().receive(
+            endpoint, queue_text(body), dequeue_count, enqueued_at=enqueued_at
+        )
         if self._outcome_log is not None:
             self._outcome_log.record(endpoint, outcome)
         return outcome

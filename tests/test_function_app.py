@@ -46,10 +46,10 @@ SAMPLE = runtime.Worker(sample_app, sample_settings())
 """The worker of the sample app whose functions these tests call."""
 
 
-def declared_functions() -> dict[str, Any]:
-    """The functions ``function_app.py`` declares for the sample app."""
+def declared_functions(worker: runtime.Worker = SAMPLE) -> dict[str, Any]:
+    """The functions ``function_app.py`` declares for ``worker`` (the sample app's)."""
     app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
-    app.register_functions(blueprint(SAMPLE))
+    app.register_functions(blueprint(worker))
     return {f.get_function_name(): f for f in app.get_functions()}
 
 
@@ -383,12 +383,10 @@ async def test_the_cleanup_timer_logs_one_summary_line_at_info_and_the_report_at
     account = MemoryStorageAccount()
     worker = runtime.Worker(sample_app, sample_settings(), account)
     await provision(account, worker.resources)
-    app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
-    app.register_functions(blueprint(worker))
-    [timer] = [f for f in app.get_functions() if f.get_function_name() == "cleanup"]
+    timer = declared_functions(worker)["cleanup"].get_user_function()
 
     with caplog.at_level(logging.DEBUG):
-        await timer.get_user_function()(TimerRequest())
+        await timer(TimerRequest())
 
     cleanup = [r for r in caplog.records if r.name.startswith("shared.")]
     [info] = [r for r in cleanup if r.levelno >= logging.INFO]
@@ -398,3 +396,25 @@ async def test_the_cleanup_timer_logs_one_summary_line_at_info_and_the_report_at
     [report] = [r.getMessage() for r in cleanup if r.getMessage().startswith("cleanup report ")]
     assert json.loads(report.removeprefix("cleanup report "))["complete"] is True
     assert all(r.levelno == logging.DEBUG for r in cleanup if r is not info)
+
+
+async def test_a_queue_function_keeps_the_insertion_time_the_host_binds_in_a_poison_reason() -> (
+    None
+):
+    account = MemoryStorageAccount()
+    worker = runtime.Worker(sample_app, sample_settings(), account)
+    await provision(account, worker.resources)
+    loyalty = declared_functions(worker)["loyalty"].get_user_function()
+    inserted = datetime(2026, 11, 23, 15, 50, 37, tzinfo=UTC)
+
+    await loyalty(
+        QueueMessage(id="m", body=b"not a signal", dequeue_count=1, insertion_time=inserted)
+    )
+
+    [parked] = await account.queue(poison_queue("loyalty")).peek()
+    info = unwrap(parked.content, "loyalty").info
+    assert (info["error_type"], info["enqueued_at"]) == (
+        "MalformedSignal",
+        "2026-11-23T15:50:37+00:00",
+    )
+    assert datetime.fromisoformat(info["failed_at"]) >= inserted

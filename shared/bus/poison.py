@@ -22,6 +22,7 @@ import re
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from shared.errors import NotFound, TooLarge
@@ -39,7 +40,12 @@ HOST_MOVED_REASON = "failed maxDequeueCount times (moved by the host)"
 
 @dataclass(frozen=True)
 class Reason:
-    """Why a message was parked, with what is known about it."""
+    """Why a message was parked, with what is known about it.
+
+    ``enqueued_at`` is when the queue message was inserted (its first try followed; a
+    replayed message counts from its replay), ``failed_at`` when the failure that parked it
+    happened: the first and the last failure bound the ``dequeue_count`` tries. Both are
+    ISO 8601 times in UTC, to the second, or None when unknown."""
 
     endpoint: str
     reason: str
@@ -47,11 +53,23 @@ class Reason:
     error_type: str | None = None
     message_id: str | None = None
     message_type: str | None = None
+    enqueued_at: str | None = None
+    failed_at: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         data = {k: v for k, v in asdict(self).items() if v is not None}
         data["reason"] = self.reason[:MAX_REASON_CHARS]
         return data
+
+
+def utc_time(moment: datetime | None) -> str | None:
+    """``moment`` as a ``Reason`` keeps it: ISO 8601 in UTC, to the second (a time without a
+    zone is taken as UTC, as the Functions host gives it)."""
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat(timespec="seconds")
 
 
 def error_reason(
@@ -61,6 +79,8 @@ def error_reason(
     *,
     message_id: str | None = None,
     message_type: str | None = None,
+    enqueued_at: datetime | None = None,
+    failed_at: datetime | None = None,
 ) -> Reason:
     """The reason for a message whose last delivery failed with ``error``."""
     return Reason(
@@ -70,6 +90,8 @@ def error_reason(
         error_type=type(error).__name__,
         message_id=message_id,
         message_type=message_type,
+        enqueued_at=utc_time(enqueued_at),
+        failed_at=utc_time(failed_at),
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from shared.bus.poison import replay_report
@@ -20,9 +21,13 @@ POISON_COLUMNS = (
     "message id",
     "type",
     "tries",
-    "parked at",
+    "enqueued (UTC)",
+    "last failure (UTC)",
     "reason",
 )
+"""``enqueued`` is when the first try's queue message was inserted; ``last failure`` when
+the failure that parked it happened, or, for a message the Functions host moved (its
+wrapper says nothing), when it was moved."""
 REASON_CHARS = 100
 
 
@@ -107,7 +112,7 @@ async def poison_list_command(worker: Worker, endpoints: list[str], *, as_json: 
                 {
                     **record.to_json(),
                     "endpoint": endpoint,  # the queue it is in, whatever it claims
-                    "parked_at": message.inserted_on.isoformat(timespec="seconds"),
+                    "parked_at": message.inserted_on.astimezone(UTC).isoformat(timespec="seconds"),
                 }
             )
         waiting = await queue.approximate_count()
@@ -136,6 +141,14 @@ def _poison_row(item: dict[str, Any]) -> tuple[object, ...]:
         item["message_id"],
         item["message_type"],
         item["dequeue_count"],
-        item["parked_at"],
+        _short_time(item["enqueued_at"]),
+        _short_time(item["failed_at"] or item["parked_at"]),
         reason,
     )
+
+
+def _short_time(iso: str | None) -> str | None:
+    """``2026-11-23 15:50:37`` for a table: UTC, as every time ``Reason`` keeps."""
+    if iso is None:
+        return None
+    return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")

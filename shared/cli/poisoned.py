@@ -3,17 +3,19 @@
 A poison message takes one of the forms ``shared.bus.poison`` writes and replays: the
 pipeline's or the local host's wrapper ``{"poison": {...why...}, "signal": raw}`` (the why
 is ``Reason.as_json``: endpoint, reason, dequeue_count, error_type, message_id,
-message_type), the same wrapper without the signal and with ``original`` naming the blob
-that keeps a message too large to park beside its reason, or the raw signal moved by the
-Functions host after ``maxDequeueCount`` failures. Its content came from a queue, so nothing
-in it is trusted: every field is optional, only text and numbers are read, and text is cut
-to a bounded length. Whatever cannot be read is left out, never an error.
+message_type, enqueued_at, failed_at), the same wrapper without the signal and with
+``original`` naming the blob that keeps a message too large to park beside its reason, or
+the raw signal moved by the Functions host after ``maxDequeueCount`` failures. Its content
+came from a queue, so nothing in it is trusted: every field is optional, only text, numbers
+and times with a zone are read, and text is cut to a bounded length. Whatever cannot be read
+is left out, never an error.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any
 
 from shared.bus.poison import HOST_MOVED_REASON, MAX_REASON_CHARS
@@ -32,6 +34,10 @@ class PoisonRecord:
     error_type: str | None = None
     original: str | None = None
     """The parked-originals blob holding the message, when it was parked by reference."""
+    enqueued_at: str | None = None
+    """When its queue message was inserted: its first try followed (``Reason``)."""
+    failed_at: str | None = None
+    """When the failure that parked it happened: the last failure."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,6 +58,8 @@ def read_poison(body: str) -> PoisonRecord:
         dequeue_count=_count(info.get("dequeue_count")),
         error_type=_text(info.get("error_type")),
         original=_text(info.get("original")),
+        enqueued_at=_time(info.get("enqueued_at")),
+        failed_at=_time(info.get("failed_at")),
     )
 
 
@@ -86,3 +94,14 @@ def _text(value: object) -> str | None:
 
 def _count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _time(value: object) -> str | None:
+    """An ISO 8601 time with its zone, as written; anything else is left out."""
+    if not isinstance(value, str) or len(value) > 40:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment.isoformat(timespec="seconds") if moment.tzinfo is not None else None

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 
 import pytest
 
@@ -184,6 +185,8 @@ def test_poison_list_shows_why_each_message_was_parked_and_takes_none(
             5,
             message_id="m-wrapped",
             message_type="ChargePayment",
+            enqueued_at=datetime(2026, 11, 23, 15, 40, 2, tzinfo=UTC),
+            failed_at=datetime(2026, 11, 23, 15, 50, 37, tzinfo=UTC),
         ),
     )
     by_host = poison_body(
@@ -211,6 +214,11 @@ def test_poison_list_shows_why_each_message_was_parked_and_takes_none(
         "RuntimeError",
     )
     assert (wrapped["message_type"], wrapped["dequeue_count"]) == ("ChargePayment", 5)
+    assert (wrapped["enqueued_at"], wrapped["failed_at"]) == (
+        "2026-11-23T15:40:02+00:00",
+        "2026-11-23T15:50:37+00:00",
+    )
+    assert listed["m-host"]["failed_at"] is None  # the host's move says nothing
     assert listed["m-local"]["message_type"] == "ChargePayment"  # from the signal's envelope
     assert listed["m-local"]["dequeue_count"] == 3
     assert listed["m-host"]["reason"] == "failed maxDequeueCount times (moved by the host)"
@@ -225,8 +233,21 @@ def test_poison_list_shows_why_each_message_was_parked_and_takes_none(
     assert code == 0
     lines = out.splitlines()
     assert lines[0].split()[:3] == ["endpoint", "message", "id"]
+    assert "enqueued (UTC)" in lines[0]
+    assert "last failure (UTC)" in lines[0]
     [row] = [line for line in lines if "m-wrapped" in line]
-    assert row.split()[1:4] == ["m-wrapped", "ChargePayment", "5"]
+    assert row.split()[1:8] == [
+        "m-wrapped",
+        "ChargePayment",
+        "5",
+        "2026-11-23",
+        "15:40:02",
+        "2026-11-23",
+        "15:50:37",
+    ]
+    [moved] = [line for line in lines if "m-host" in line]
+    parked_at = datetime.fromisoformat(listed["m-host"]["parked_at"])
+    assert moved.split()[4:7] == ["-", *parked_at.strftime("%Y-%m-%d %H:%M:%S").split()]
     assert "RuntimeError: provider down" in row
     assert all(len(line) < 250 for line in lines)  # the hostile one is cut short
     assert "\x1b" not in out

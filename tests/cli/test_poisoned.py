@@ -4,6 +4,7 @@ error; only what the content really says."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -42,6 +43,8 @@ def test_the_last_error_of_the_last_try_is_read_from_the_wrapper_not_the_signal(
         5,
         message_id="m-9",
         message_type="ChargePayment",
+        enqueued_at=datetime(2026, 11, 23, 15, 50, 1, 999, tzinfo=UTC),
+        failed_at=datetime(2026, 11, 23, 16, 50, 37, tzinfo=timezone(timedelta(hours=1))),
     )
     record = read_poison(poison_body('{"message_id": "other"}', reason))
     assert record == PoisonRecord(
@@ -51,7 +54,30 @@ def test_the_last_error_of_the_last_try_is_read_from_the_wrapper_not_the_signal(
         message_id="m-9",
         dequeue_count=5,
         error_type="KeyError",
+        enqueued_at="2026-11-23T15:50:01+00:00",
+        failed_at="2026-11-23T15:50:37+00:00",  # kept in UTC
     )
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "yesterday",
+        "2026-11-23T15:50:37",  # no zone: which time it means is unknown
+        "2026-11-23T15:50:37+00:00" + " " * 40,
+        "9" * 5000,
+        12,
+        None,
+        True,
+        ["2026-11-23T15:50:37+00:00"],
+        {"at": "2026-11-23T15:50:37+00:00"},
+    ],
+)
+def test_failure_times_that_are_not_times_with_a_zone_are_left_out(value: object) -> None:
+    info = {"reason": "x", "enqueued_at": value, "failed_at": value}
+    record = read_poison(json.dumps({"poison": info, "signal": SIGNAL}))
+    assert (record.enqueued_at, record.failed_at) == (None, None)
+    assert record.reason == "x"
 
 
 def test_a_message_parked_by_reference_names_its_original() -> None:
