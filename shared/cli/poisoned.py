@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from shared.bus.poison import HOST_MOVED_REASON, MAX_REASON_CHARS
@@ -97,11 +97,14 @@ def _count(value: object) -> int | None:
 
 
 def _time(value: object) -> str | None:
-    """An ISO 8601 time with its zone, as written; anything else is left out."""
+    """An ISO 8601 time with its zone, in UTC to the second; anything else (no zone, not a
+    time, out of range once in UTC) is left out."""
     if not isinstance(value, str) or len(value) > 40:
         return None
     try:
         moment = datetime.fromisoformat(value)
-    except ValueError:
+        if moment.tzinfo is None:
+            return None
+        return moment.astimezone(UTC).isoformat(timespec="seconds")
+    except (ValueError, OverflowError):
         return None
-    return moment.isoformat(timespec="seconds") if moment.tzinfo is not None else None

@@ -59,11 +59,19 @@ def test_the_last_error_of_the_last_try_is_read_from_the_wrapper_not_the_signal(
     )
 
 
+def test_a_failure_time_written_in_another_zone_is_read_in_utc() -> None:
+    info = {"reason": "x", "failed_at": "2026-11-23T17:50:37.5+02:00"}
+    record = read_poison(json.dumps({"poison": info, "signal": SIGNAL}))
+    assert record.failed_at == "2026-11-23T15:50:37+00:00"
+
+
 @pytest.mark.parametrize(
     "value",
     [
         "yesterday",
         "2026-11-23T15:50:37",  # no zone: which time it means is unknown
+        "0001-01-01T00:00:00+01:00",  # before year 1 in UTC
+        "9999-12-31T23:59:59-01:00",  # after year 9999 in UTC
         "2026-11-23T15:50:37+00:00" + " " * 40,
         "9" * 5000,
         12,
