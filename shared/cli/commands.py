@@ -29,6 +29,7 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_CONFIGURATION = 3
 EXIT_UNHEALTHY = 4
+EXIT_LEASED = 5
 
 
 def _print_json(value: object) -> None:
@@ -212,8 +213,15 @@ async def replay_command(
     return EXIT_OK
 
 
-async def cleanup_command(worker: Worker, *, grace_seconds: float | None) -> int:
+async def cleanup_command(worker: Worker, *, grace_seconds: float | None, wait: bool) -> int:
     print("cleanup: running one pass over every endpoint...", file=sys.stderr)
-    report = await worker.cleanup(grace_seconds=grace_seconds)
+    report = await worker.cleanup(grace_seconds=grace_seconds, wait=wait)
     _print_json(report)
-    return EXIT_OK
+    leased = [t for t in report["tasks"] if t["skipped"] == "leased by another instance"]
+    for task in leased:
+        print(
+            f"cleanup: {task['task']} is leased by another live instance "
+            f"({task['leased_by']}); not cleaned in this pass, --wait waits for it",
+            file=sys.stderr,
+        )
+    return EXIT_LEASED if leased else EXIT_OK

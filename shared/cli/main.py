@@ -147,6 +147,9 @@ def parser(app: BusApp | None = None) -> argparse.ArgumentParser:
 
     s = sub.add_parser("cleanup", help="run one cleanup pass now")
     s.add_argument("--grace-seconds", type=float, help="override the grace period")
+    s.add_argument(
+        "--wait", action="store_true", help="wait for tasks leased by another live instance"
+    )
     return p
 
 
@@ -219,7 +222,7 @@ def _command(args: argparse.Namespace, usage: Callable[[str], None]) -> Run:
         return c.resources_command
     if args.command != "cleanup":
         usage(f"unknown command {args.command!r}")
-    return lambda a: c.cleanup_command(a, grace_seconds=args.grace_seconds)
+    return lambda a: c.cleanup_command(a, grace_seconds=args.grace_seconds, wait=args.wait)
 
 
 async def _run(args: argparse.Namespace, command: Run) -> int:
