@@ -258,7 +258,8 @@ async def test_a_task_leased_by_a_live_instance_is_skipped_and_resumed_when_it_l
     # to the end, and goes round once more from the start: one pass covers every record.
     after = await clean(harness, cleanup, ahead=40, owner="live-instance")
     [resumed] = [t for t in after.tasks if t.task == task]
-    assert resumed.finished and resumed.resumed
+    assert resumed.finished
+    assert resumed.resumed
     assert resumed.removed["outbox_records"] == 3
     saved = await table.get(TASK_PARTITION, task)
     assert saved["owner"] == "live-instance"
