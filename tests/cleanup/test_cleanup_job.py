@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from shared.bus.config import BusConfig
 from shared.bus.envelope import token_name
 from shared.bus.ids import fresh_id
 from shared.bus.ingress import INGRESS_ROW, IngressClient
@@ -457,3 +458,61 @@ async def test_bad_rows_are_skipped_and_reported_and_the_pass_still_finishes(
     assert all("\n" not in line for line in outbox_task.bad_rows)  # one line each
     left = [e.partition_key async for e in table.query_all(row_key_prefix="outbox|")]
     assert sorted(left) == ["a1", "a2", "a3", "a4", "a5"]  # reported, left for an operator
+
+
+async def test_a_token_without_origin_goes_once_older_than_the_ingress_window_and_unclaimed(
+    backend: Backend,
+) -> None:
+    harness, _ = await new_flow(backend, publish=False, charge=False)
+    tokens = harness.raw.blob_container(harness.config.tokens_container)
+    names = {
+        claim: token_name("orders", fresh_id(), fresh_id(), fresh_id(), b"{}")
+        for claim in ("", "c")
+    }
+    for claim, name in names.items():
+        await tokens.create(name, b"{}", {"claim": claim})
+    window = 60.0
+    config = replace(harness.config, ingress_window_seconds=window)
+
+    async def run(ahead: float) -> CleanupReport:
+        base = harness.config.clock
+        return await run_cleanup(
+            harness.raw,
+            endpoint_modes(harness.app),
+            config=replace(config, clock=lambda: base() + ahead),
+            settings=settings(),
+        )
+
+    within = await run(2)
+    assert within.kept()["no_origin"] == 2
+    past = await run(window + 2)
+    assert past.removed() == {"abandoned_tokens": 1}
+    assert past.kept()["no_origin"] == 1  # claimed: signalled once, never the cleanup's
+    assert await harness.tokens() == [names["c"]]
+
+
+async def test_the_heartbeat_keeps_a_lease_through_a_page_longer_than_the_lease() -> None:
+    lease = 1.0
+
+    class SlowTask(AbandonedTokens):
+        async def run_page(self, *args: object) -> str | None:  # type: ignore[override]
+            await asyncio.sleep(3 * lease)
+            return None
+
+    account = MemoryStorageAccount()
+    config = BusConfig(clock=time.time)
+    cleanup = settings(lease_seconds=lease)
+
+    async def run(owner: str) -> CleanupReport:
+        return await run_cleanup(
+            account, [], config=config, settings=cleanup, tasks=[SlowTask()], owner=owner
+        )
+
+    first = asyncio.create_task(run("first"))
+    await asyncio.sleep(2 * lease)  # without renewals the lease would have run out by now
+    second = await run("second")
+    [working] = (await first).tasks
+
+    assert working.finished
+    assert second.tasks[0].skipped == "leased by another instance"
+    assert (second.tasks[0].leased_by or "").startswith("first until")
