@@ -193,6 +193,11 @@ class AzureBlobContainer(BlobContainer):
         check_blob_name(name)
         await self._send("DELETE", name, (202,), {} if etag is None else {"If-Match": etag})
 
+    @property
+    def batches_refused(self) -> bool:
+        """The service refused a Blob Batch request: batch deletes go one blob at a time."""
+        return self._base.rpartition("/")[0] in _BATCH_REFUSED
+
     async def delete_unchanged(self, blobs: Sequence[tuple[str, str]]) -> list[bool]:
         for name, _ in blobs:
             check_blob_name(name)
