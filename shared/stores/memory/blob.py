@@ -47,7 +47,10 @@ class MemoryBlobContainer(BlobContainer):
     def _names(self) -> list[str]:
         """Every blob name of the container in order, kept alongside the blobs so that a
         listing costs its result, not a sort of the whole container."""
-        return self._state.blob_names.setdefault(self.name, sorted(self._blobs()))
+        names = self._state.blob_names.get(self.name)
+        if names is None:
+            names = self._state.blob_names[self.name] = sorted(self._blobs())
+        return names
 
     def _put(self, name: str, data: bytes, metadata: dict[str, str]) -> str:
         etag = self._state.new_etag()
