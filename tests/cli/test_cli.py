@@ -273,4 +273,5 @@ def test_cleanup_names_a_task_leased_by_a_live_instance_exits_5_and_can_wait_for
     code, out, err = bus("cleanup", "--grace-seconds", "0", "--wait")
     assert code == 0, err
     [ingress] = [t for t in json.loads(out)["tasks"] if t["task"] == "ingress"]
-    assert ingress["finished"] and ingress["leased_by"].startswith("other-instance until")
+    assert ingress["finished"]
+    assert ingress["leased_by"].startswith("other-instance until")
