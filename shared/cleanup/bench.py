@@ -60,6 +60,7 @@ class Result:
     requests: int
     complete: bool
     per_task: dict[str, int]
+    skipped: dict[str, str]
 
     @property
     def items_per_second(self) -> float:
@@ -76,6 +77,7 @@ class Result:
             f"in {self.seconds:7.1f} s  {self.items_per_second:7.0f} items/s  "
             f"{self.requests_per_item:5.2f} requests/item  "
             f"complete={'yes' if self.complete else 'no'}  [{tasks}]"
+            + "".join(f"\n    {task} stopped: {why}" for task, why in self.skipped.items())
         )
 
 
@@ -223,6 +225,7 @@ async def one_pass(
         requests=requests,
         complete=report.complete,
         per_task={t.task.split(".")[0]: sum(t.removed.values()) for t in report.tasks},
+        skipped={t.task.split(".")[0]: t.skipped for t in report.tasks if t.skipped},
     )
 
 

@@ -29,6 +29,7 @@ _BATCH_REFUSED: set[str] = set()
 Azurite before 3.37 does that for the SDK's requests (their multipart boundary contains '=',
 Azure/Azurite#2413); deletes there go one blob at a time instead."""
 _DELETED, _GONE = 202, (404, 412)
+_FALLBACK_DELETES_IN_FLIGHT = 8
 
 
 def _properties(
@@ -214,7 +215,15 @@ class AzureBlobContainer(BlobContainer):
                 ]
             _BATCH_REFUSED.add(endpoint)
             log.warning("%s refuses Blob Batch requests: deleting one blob at a time", endpoint)
-        return list(await asyncio.gather(*(self._delete_one(n, e) for n, e in blobs)))
+        # A few at a time: a whole batch at once would queue up to 256 requests behind one
+        # another on a busy emulator, long enough for the last ones to time out.
+        limit = asyncio.Semaphore(_FALLBACK_DELETES_IN_FLIGHT)
+
+        async def delete_one(name: str, etag: str) -> bool:
+            async with limit:
+                return await self._delete_one(name, etag)
+
+        return list(await asyncio.gather(*(delete_one(n, e) for n, e in blobs)))
 
     async def _batch_delete(self, blobs: Sequence[tuple[str, str]]) -> list[int]:
         requests = [
