@@ -11,11 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TypeVar
 
 from shared.bus.origin import Origin
-from shared.errors import InvalidName, NotFound, PreconditionFailed, TransactionFailed
+from shared.errors import (
+    InvalidName,
+    NotFound,
+    OutcomeUnknown,
+    PreconditionFailed,
+    StorageError,
+    TransactionFailed,
+)
 from shared.stores.account import StorageAccount
 from shared.stores.blob import MAX_BATCH_DELETES, BlobContainer, BlobProperties
 from shared.stores.names import MAX_TRANSACTION_OPERATIONS
@@ -23,6 +31,13 @@ from shared.stores.table import Delete, Entity, Table
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+log = logging.getLogger(__name__)
+
+STORAGE_ERRORS = (StorageError, OutcomeUnknown)
+"""What a request for one record may fail with. The record is left for the next pass, which
+judges it again from scratch: every decision stands on its own, so nothing is lost by it, and
+one slow or failed request does not end the page for the others."""
 
 ROW_KEYS_PER_QUERY = 14
 """Table Storage allows 15 comparisons in one filter: the PartitionKey and 14 RowKeys."""
@@ -58,7 +73,10 @@ async def delete_blobs(tokens: BlobContainer, blobs: Sequence[BlobProperties]) -
     ours to delete any more. Never takes the limit: it runs inside work that holds it."""
     deleted = 0
     for batch in chunks([(blob.name, blob.etag) for blob in blobs], MAX_BATCH_DELETES):
-        deleted += sum(await tokens.delete_unchanged(batch))
+        try:
+            deleted += sum(await tokens.delete_unchanged(batch))
+        except STORAGE_ERRORS as e:
+            log.warning("cleanup: %d token deletes left for the next pass: %s", len(batch), e)
     return deleted
 
 
@@ -79,8 +97,8 @@ async def delete_rows(
         if len(batch) > 1:
             try:
                 await table.transact([Delete(e.partition_key, e.row_key, e.etag) for e in batch])
-            except TransactionFailed:
-                pass  # one row changed or went: judge each on its own
+            except (TransactionFailed, *STORAGE_ERRORS):
+                pass  # one row changed or went, or no answer: delete each on its own
             else:
                 return list(batch)
         return [e for e in batch if await delete_row(table, e)]
@@ -94,6 +112,9 @@ async def delete_row(table: Table, entity: Entity) -> bool:
         await table.delete(entity.partition_key, entity.row_key, etag=entity.etag)
     except PreconditionFailed:
         return False  # changed since we read it: look again next pass
+    except STORAGE_ERRORS as e:
+        log.warning("cleanup: row %s/%s left for the next pass: %s", table.name, entity, e)
+        return False
     return True
 
 
@@ -101,7 +122,7 @@ async def read_rows(
     limit: asyncio.Semaphore, account: StorageAccount, origins: Iterable[Origin]
 ) -> dict[Origin, Entity | None]:
     """The row each origin names (None when absent), with one read per row, or one query for
-    up to 14 rows of one partition."""
+    up to 14 rows of one partition. An origin whose row could not be read is left out."""
     groups: dict[tuple[str, str], set[str]] = {}
     for origin in origins:
         groups.setdefault((origin.table, origin.partition_key), set()).add(origin.row_key)
@@ -116,7 +137,11 @@ async def read_rows(
     ) -> list[tuple[Origin, Entity | None]]:
         table_name, partition, keys = what
         table = account.table(table_name)
-        found = await _read_partition(table, partition, keys)
+        try:
+            found = await _read_partition(table, partition, keys)
+        except STORAGE_ERRORS as e:
+            log.warning("cleanup: origin rows in %s/%s unread: %s", table_name, partition, e)
+            return []  # their tokens wait for the next pass
         return [(Origin(table_name, partition, key), found.get(key)) for key in keys]
 
     done = await each(limit, reads, read)

@@ -32,7 +32,7 @@ from shared.bus.modes.state_based import truncate_state_streams
 from shared.bus.origin import Origin
 from shared.bus.outgoing import ORIGIN_METADATA
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, OutboxRecord, OutgoingSignal
-from shared.cleanup.batching import delete_blobs, delete_rows, each, read_rows
+from shared.cleanup.batching import STORAGE_ERRORS, delete_blobs, delete_rows, each, read_rows
 from shared.cleanup.origins import OriginKind, kind_of
 from shared.cleanup.report import TaskReport, describe
 from shared.cleanup.settings import CleanupSettings
@@ -54,6 +54,11 @@ def _skip_bad_row(report: TaskReport, what: str, error: BaseException) -> None:
     every later one from being cleaned, nor end the run."""
     log.warning("cleanup %s: skipping bad record %s: %s", report.task, what, describe(error))
     report.bad_row(what, error)
+
+
+def _storage_error(report: TaskReport, what: str, error: BaseException) -> None:
+    log.warning("cleanup %s: %s left for the next pass: %s", report.task, what, error)
+    report.kept["storage_error"] += 1
 
 
 def _add(counter: Counter[str], key: str, count: int) -> None:
@@ -184,6 +189,9 @@ class AbandonedTokens(CleanupTask):
         rows = await read_rows(context.limit, context.account, {w[2] for w in waiting})
         fences: dict[Origin, list[BlobProperties]] = {}
         for blob, name, origin, kind in waiting:
+            if origin not in rows:
+                report.kept["storage_error"] += 1  # its row could not be read
+                continue
             try:
                 verdict = self._judge(context, blob, name, kind, rows[origin])
             except ROW_ERRORS as e:
@@ -265,6 +273,10 @@ class AbandonedTokens(CleanupTask):
                 # Someone wrote it meanwhile: judge these tokens again next pass.
                 report.kept["origin_changed"] += len(fences[origin])
                 return []
+            except STORAGE_ERRORS as e:
+                log.warning("cleanup: origin %s not fenced: %s", origin.encode(), e)
+                report.kept["storage_error"] += len(fences[origin])
+                return []
             return fences[origin]
 
         fenced = await each(context.limit, list(fences), fence)
@@ -305,7 +317,9 @@ class OutboxRecords(CleanupTask):
                 return await self._judge(context, entity, report)
             except ROW_ERRORS as e:
                 _skip_bad_row(report, _row(table, entity), e)
-                return None
+            except STORAGE_ERRORS as e:
+                _storage_error(report, _row(table, entity), e)
+            return None
 
         verdicts = await each(context.limit, page.entities, judge)
         await _remove_rows(context, table, [v for v in verdicts if v is not None], report)
@@ -361,7 +375,9 @@ class IngressRecords(CleanupTask):
                 return await self._judge(context, entity, report)
             except ROW_ERRORS as e:
                 _skip_bad_row(report, _row(table, entity), e)
-                return None
+            except STORAGE_ERRORS as e:
+                _storage_error(report, _row(table, entity), e)
+            return None
 
         verdicts = await each(context.limit, page.entities, judge)
         await _remove_rows(context, table, [v for v in verdicts if v is not None], report)

@@ -22,7 +22,13 @@ from shared.cleanup.settings import CleanupSettings
 from shared.cleanup.tasks import AbandonedTokens, standard_tasks
 from shared.clock import ManualClock, to_datetime
 from shared.errors import ConfigurationError, OutcomeUnknown
-from shared.stores.instrumented import Fault, SimulatedCrash, fault_at, fault_at_first
+from shared.stores.instrumented import (
+    Fault,
+    InstrumentedAccount,
+    SimulatedCrash,
+    fault_at,
+    fault_at_first,
+)
 from shared.stores.memory import MemoryStorageAccount
 from shared.stores.table import Entity
 from tests.bus.flow import FlowNames, PlaceOrder, build_flow
@@ -516,3 +522,28 @@ async def test_the_heartbeat_keeps_a_lease_through_a_page_longer_than_the_lease(
     assert working.finished
     assert second.tasks[0].skipped == "leased by another instance"
     assert (second.tasks[0].leased_by or "").startswith("first until")
+
+
+async def test_a_request_that_fails_leaves_its_record_for_the_next_pass_not_the_page(
+    backend: Backend,
+) -> None:
+    harness, names = await new_flow(backend, publish=False, charge=False)
+    for order in "abc":
+        await place_order(harness, names, order)
+    await harness.run_until_quiet()
+    faulty = InstrumentedAccount(harness.raw)
+    faulty.instrumentation.plan = fault_at_first("blob.get_properties", Fault.ERROR_BEFORE)
+    base = harness.config.clock
+    config = replace(harness.config, clock=lambda: base() + 2)
+
+    first = await run_cleanup(
+        faulty, endpoint_modes(harness.app), config=config, settings=settings()
+    )
+
+    [orders] = [t for t in first.tasks if t.task == f"outbox.{names.orders}"]
+    assert orders.finished
+    assert orders.kept == {"storage_error": 1}
+    assert orders.removed == {"outbox_records": 2}
+    second = await clean(harness, settings())
+    assert second.removed()["outbox_records"] == 1
+    assert await residue(harness) == (0, 0)
