@@ -478,8 +478,9 @@ class ModeRetention(CleanupTask):
 def standard_tasks(endpoints: Mapping[str, str] | Collection[str]) -> list[CleanupTask]:
     """Every task for these endpoints (a name-to-mode mapping; bare names are token mode).
 
-    Tokens first: a pass that removes abandoned tokens lets the outbox task retire the
-    records that were waiting on them in the same run."""
+    The job runs them side by side; none waits on another, since the outbox and ingress
+    tasks delete the abandoned tokens under their own records' prefixes themselves. A sweep
+    (``shared.cleanup.sweep``) runs them in this order."""
     modes = dict(endpoints) if isinstance(endpoints, Mapping) else dict.fromkeys(endpoints, "token")
     names = sorted(modes)
     tasks: list[CleanupTask] = [AbandonedTokens()]
