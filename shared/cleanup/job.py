@@ -21,6 +21,7 @@ from datetime import datetime
 
 from shared.bus.app import BusApp
 from shared.bus.config import BusConfig
+from shared.cleanup.batching import STORAGE_ERRORS
 from shared.cleanup.checkpoint import Checkpoint, Checkpoints, LeaseLost
 from shared.cleanup.heartbeat import Heartbeat, HeldLease
 from shared.cleanup.report import CleanupReport, TaskReport
@@ -33,6 +34,8 @@ from shared.stores.account import StorageAccount
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
+
+PAGE_ATTEMPTS = 3
 
 
 def endpoint_modes(app: BusApp) -> dict[str, str]:
@@ -144,6 +147,23 @@ class _Pass:
                 return None
             await asyncio.sleep(self.poll_seconds)
 
+    async def _page(
+        self, task: CleanupTask, continuation: str | None, report: TaskReport
+    ) -> str | None:
+        """One page, tried again when a page-level request (the listing, the query) fails
+        or times out: judging a page twice is harmless, and one slow answer from a busy store
+        should not end the task's share of the run."""
+        attempt = 1
+        while True:
+            try:
+                return await task.run_page(self.context(), continuation, report)
+            except STORAGE_ERRORS as e:
+                if attempt == PAGE_ATTEMPTS or self.over_budget():
+                    raise
+                log.warning("cleanup task %s: page failed (%s); trying it again", task.id, e)
+            await asyncio.sleep(attempt)
+            attempt += 1
+
     async def _work(self, task: CleanupTask, lease: HeldLease, report: TaskReport) -> None:
         """Pages from the checkpoint to the end. A task resumed in the middle (an instance
         died, or a budget ran out) goes on from the start once it reaches the end, so that a
@@ -152,7 +172,7 @@ class _Pass:
         report.resumed = continuation is not None
         from_start = continuation is None
         while True:
-            continuation = await task.run_page(self.context(), continuation, report)
+            continuation = await self._page(task, continuation, report)
             report.pages += 1
             if self.progress is not None:
                 self.progress(

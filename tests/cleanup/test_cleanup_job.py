@@ -547,3 +547,23 @@ async def test_a_request_that_fails_leaves_its_record_for_the_next_pass_not_the_
     second = await clean(harness, settings())
     assert second.removed()["outbox_records"] == 1
     assert await residue(harness) == (0, 0)
+
+
+async def test_a_page_whose_listing_times_out_once_is_tried_again_in_the_same_run(
+    backend: Backend,
+) -> None:
+    harness, names = await new_flow(backend, publish=False, charge=False)
+    await place_order(harness, names)
+    await harness.run_until_quiet()
+    faulty = InstrumentedAccount(harness.raw)
+    faulty.instrumentation.plan = fault_at_first("table.query", Fault.ERROR_BEFORE)
+    base = harness.config.clock
+    config = replace(harness.config, clock=lambda: base() + 2)
+
+    report = await run_cleanup(
+        faulty, endpoint_modes(harness.app), config=config, settings=settings()
+    )
+
+    assert [op.kind for op, _ in faulty.instrumentation.injected] == ["table.query"]
+    assert report.complete
+    assert await residue(harness) == (0, 0)
