@@ -130,8 +130,10 @@ class Worker:
         *,
         grace_seconds: float | None = None,
         progress: Callable[[str], None] | None = None,
+        wait: bool = False,
     ) -> dict[str, Any]:
-        """One cleanup pass over every endpoint (the timer function and ``bus cleanup``)."""
+        """One cleanup pass over every endpoint (the timer function and ``bus cleanup``);
+        ``wait``: take tasks leased by another live instance once their lease ends."""
         return await cleanup_pass(
             self.account(),
             self.app,
@@ -139,6 +141,7 @@ class Worker:
             self.settings,
             grace_seconds=grace_seconds,
             progress=progress,
+            wait=wait,
         )
 
     async def close(self) -> None:

@@ -24,6 +24,7 @@ async def cleanup_pass(
     *,
     grace_seconds: float | None = None,
     progress: Callable[[str], None] | None = None,
+    wait: bool = False,
 ) -> dict[str, Any]:
     """One run over every endpoint of ``app``: paged, resumable, within the ``CLEANUP_*``
     settings' time budget (``shared.cleanup``). Returns the JSON-ready report: totals removed
@@ -37,5 +38,6 @@ async def cleanup_pass(
         config=config,
         settings=replace(cleanup, checkpoint_table=TABLES["cleanup"]),
         progress=progress,
+        wait=wait,
     )
     return report.to_dict()

@@ -30,6 +30,7 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_CONFIGURATION = 3
 EXIT_UNHEALTHY = 4
+EXIT_LEASED = 5
 
 
 def say(text: str) -> None:
@@ -204,11 +205,20 @@ async def status_command(
     return EXIT_UNHEALTHY if check and poisoned else EXIT_OK
 
 
-async def cleanup_command(worker: Worker, *, grace_seconds: float | None, as_json: bool) -> int:
+async def cleanup_command(
+    worker: Worker, *, grace_seconds: float | None, as_json: bool, wait: bool
+) -> int:
     print("cleanup: running one pass over every endpoint...", file=sys.stderr)
-    report = await worker.cleanup(grace_seconds=grace_seconds)
+    report = await worker.cleanup(grace_seconds=grace_seconds, wait=wait)
     if as_json:
         print_json(report)
     else:
         say(cleanup_summary(report))
-    return EXIT_OK
+    leased = [t for t in report["tasks"] if t["skipped"] == "leased by another instance"]
+    for task in leased:
+        print(
+            f"cleanup: {task['task']} is leased by another live instance "
+            f"({task['leased_by']}); not cleaned in this pass, --wait waits for it",
+            file=sys.stderr,
+        )
+    return EXIT_LEASED if leased else EXIT_OK

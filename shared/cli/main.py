@@ -158,6 +158,9 @@ def parser(app: BusApp | None = None) -> argparse.ArgumentParser:
     s = sub.add_parser("cleanup", help="run one cleanup pass now")
     s.add_argument("--grace-seconds", type=float, help="override the grace period")
     s.add_argument("--json", action="store_true", help="the full report as JSON")
+    s.add_argument(
+        "--wait", action="store_true", help="wait for tasks leased by another live instance"
+    )
 
     # Accepted after the command too, where it leaves a value given before it alone.
     for command in [*sub.choices.values(), *poison.choices.values()]:
@@ -255,7 +258,9 @@ def _command(args: argparse.Namespace, usage: Callable[[str], None]) -> Run:
         return c.resources_command
     if args.command != "cleanup":
         usage(f"unknown command {args.command!r}")
-    return lambda w: c.cleanup_command(w, grace_seconds=args.grace_seconds, as_json=args.json)
+    return lambda w: c.cleanup_command(
+        w, grace_seconds=args.grace_seconds, as_json=args.json, wait=args.wait
+    )
 
 
 async def _run(args: argparse.Namespace, command: Run) -> int:

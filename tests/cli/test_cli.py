@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,10 @@ from azure.storage.queue.aio import QueueClient
 
 from shared.bus.poison import Reason
 from shared.bus.poison import park as park_message
+from shared.cleanup.checkpoint import Checkpoints
 from shared.cli import main
 from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
-from shared.resources import poison_queue
+from shared.resources import TABLES, poison_queue
 from shared.settings import DEV_KEY, StorageSettings
 from shared.stores.azure import AzureStorageAccount
 from tests.conftest import started_azurite
@@ -267,3 +269,30 @@ def test_help_and_the_module_entry_point(tmp_path: Path) -> None:
         "cleanup",
     ):
         assert command in result.stdout
+
+
+def test_cleanup_names_a_task_leased_by_a_live_instance_exits_5_and_can_wait_for_it(
+    bus: Run, emulator: AzuriteEndpoints
+) -> None:
+    async def hold(task: str) -> None:
+        async with account(emulator) as storage:
+            table = storage.table(TABLES["cleanup"])
+            await table.create_if_missing()
+            held = await Checkpoints(table, lease_seconds=3).acquire(
+                task, "other-instance", datetime.now(UTC)
+            )
+            assert held is not None
+
+    asyncio.run(hold("ingress"))
+    code, out, err = bus("cleanup", "--grace-seconds", "0")
+    assert code == 5
+    [line] = [line for line in err.splitlines() if "leased" in line]
+    assert line.startswith("cleanup: ingress is leased by another live instance (other-instance")
+    assert "--wait" in line
+
+    asyncio.run(hold("ingress"))
+    code, out, err = bus("cleanup", "--grace-seconds", "0", "--wait")
+    assert code == 0, err
+    [ingress] = [t for t in json.loads(out)["tasks"] if t["task"] == "ingress"]
+    assert ingress["finished"]
+    assert ingress["leased_by"].startswith("other-instance until")
