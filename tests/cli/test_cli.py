@@ -291,7 +291,7 @@ def test_cleanup_names_a_task_leased_by_a_live_instance_exits_5_and_can_wait_for
     assert "--wait" in line
 
     asyncio.run(hold("ingress"))
-    code, out, err = bus("cleanup", "--grace-seconds", "0", "--wait")
+    code, out, err = bus("cleanup", "--grace-seconds", "0", "--wait", "--json")
     assert code == 0, err
     [ingress] = [t for t in json.loads(out)["tasks"] if t["task"] == "ingress"]
     assert ingress["finished"]
