@@ -61,6 +61,13 @@ demo: deps
 audit-bench: deps
 	$(PY) -m shared.audit.bench
 
+# One cleanup pass over N abandoned tokens, N retired outbox records and N expired ingress
+# and audit rows, N = 5,000 and 20,000, on Azurite and on the in-memory store with 10 ms per
+# request (docs/cleanup.md). Prints items/s and requests per item; not a timed test.
+.PHONY: cleanup-bench
+cleanup-bench: deps
+	$(PY) -m shared.cleanup.bench $(if $(N),--n $(N))
+
 # Deterministic simulation of the real pipeline under interleavings and faults, every endpoint
 # mode, about 4 minutes (README); `make simulate SEED=<seed>` replays the one run a violation
 # printed; `make simulate MODE=<mode>` explores one endpoint mode only.

@@ -9,12 +9,16 @@ host indexes them when it imports ``function_app.py``, so the endpoint list live
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 
 import azure.functions as func
 
+from shared.cleanup.summary import cleanup_summary
 from shared.errors import ConfigurationError
 from shared.runtime import Worker
+
+log = logging.getLogger(__name__)
 
 FIXED_FUNCTIONS = ("health", "ingress", "cleanup")
 CLEANUP_SCHEDULE = "%CLEANUP_SCHEDULE%"
@@ -43,7 +47,7 @@ def _queue_function(
     worker: Worker, endpoint: str
 ) -> Callable[[func.QueueMessage], Awaitable[None]]:
     async def receive(msg: func.QueueMessage) -> None:
-        await worker.receive(endpoint, msg.get_body(), msg.dequeue_count or 1)
+        await worker.receive(endpoint, msg.get_body(), msg.dequeue_count or 1, msg.insertion_time)
 
     receive.__name__ = receive.__qualname__ = endpoint
     return receive
@@ -67,4 +71,6 @@ def _cleanup_timer(bp: func.Blueprint, worker: Worker) -> None:
     @bp.function_name("cleanup")
     @bp.timer_trigger(arg_name="timer", schedule=CLEANUP_SCHEDULE, use_monitor=False)
     async def cleanup(timer: func.TimerRequest) -> None:
-        await worker.cleanup()
+        # One line per pass at info, as `bus cleanup` prints it; the full report is logged
+        # at debug by the cleanup job.
+        log.info("%s", cleanup_summary(await worker.cleanup()))

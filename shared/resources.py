@@ -5,6 +5,10 @@ the shared containers and tables have fixed names (``CONTAINERS``, ``TABLES``).
 ``infra/resources.json`` is produced from the app by ``bus resources > infra/resources.json``
 so that Bicep (which cannot run Python) provisions the same names in Azure; ``bus provision``
 and the tests refuse a file that no longer matches the app (``check_resources_file``).
+
+The file is the one of the project being worked on: ``infra/resources.json`` in the current
+folder (the function app's folder, where ``bus resources`` writes it), never the copy beside
+an installed library; ``bus provision --resources-file`` names another.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from pathlib import Path
 from shared.errors import ConfigurationError, InvalidName
 from shared.stores.names import check_container_name, check_queue_name, check_table_name
 
-RESOURCES_FILE = Path(__file__).resolve().parents[1] / "infra" / "resources.json"
+RESOURCES_FILE = Path("infra") / "resources.json"
+"""Relative: the function app's folder is the current one, as ``local.settings.json``."""
 POISON_SUFFIX = "-poison"
 GENERATE_COMMAND = "bus resources > infra/resources.json"
 CONTAINERS = {"tokens": "tokens", "topics": "topics", "parked": "parked"}
@@ -75,6 +80,11 @@ def check_endpoint_name(name: str) -> str:
 
 
 def load_resources(path: Path = RESOURCES_FILE) -> Resources:
+    if not path.exists():
+        raise ConfigurationError(
+            f"no resources file {path.absolute()}: run `{GENERATE_COMMAND}` in the function "
+            "app's folder, or name the file with --resources-file"
+        )
     try:
         raw = json.loads(path.read_text())
         containers = {str(k): check_container_name(str(v)) for k, v in raw["containers"].items()}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -125,10 +126,19 @@ class Worker:
             sql = InstrumentedSql(sql, account.instrumentation)  # the demo's crashes, here too
         return Bus(self.app, account, self.config, sql=sql)
 
-    async def receive(self, endpoint: str, body: bytes, dequeue_count: int) -> Outcome:
+    async def receive(
+        self,
+        endpoint: str,
+        body: bytes,
+        dequeue_count: int,
+        enqueued_at: datetime | None = None,
+    ) -> Outcome:
         """What every queue-triggered function does with its message. The host has already
-        base64-decoded the body; a body that is not UTF-8 is parked whole (``queue_text``)."""
-        outcome = await self.bus().receive(endpoint, queue_text(body), dequeue_count)
+        base64-decoded the body; a body that is not UTF-8 is parked whole (``queue_text``).
+        ``enqueued_at`` is the message's insertion time, for a poison reason."""
+        outcome = await self.bus().receive(
+            endpoint, queue_text(body), dequeue_count, enqueued_at=enqueued_at
+        )
         if self._outcome_log is not None:
             self._outcome_log.record(endpoint, outcome)
         return outcome
@@ -148,8 +158,10 @@ class Worker:
         *,
         grace_seconds: float | None = None,
         progress: Callable[[str], None] | None = None,
+        wait: bool = False,
     ) -> dict[str, Any]:
-        """One cleanup pass over every endpoint (the timer function and ``bus cleanup``)."""
+        """One cleanup pass over every endpoint (the timer function and ``bus cleanup``);
+        ``wait``: take tasks leased by another live instance once their lease ends."""
         return await cleanup_pass(
             self.account(),
             self.app,
@@ -158,6 +170,7 @@ class Worker:
             grace_seconds=grace_seconds,
             progress=progress,
             sql=self.sql_states(),
+            wait=wait,
         )
 
     async def close(self) -> None:

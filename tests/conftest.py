@@ -1,5 +1,11 @@
 """Shared fixtures: the Azurite emulator (once per session) and the backend parametrisation
-that runs every contract test on both the in-memory and the Azure implementation."""
+that runs every contract test on both the in-memory and the Azure implementation.
+
+The suite tests the sample app, whatever app the checkout runs: ``BUS_APP`` is pinned to the
+sample for the session (the environment wins over ``local.settings.json``), and tests that
+need a project folder get one of their own (``sample_project``). ``CHECKOUT_ENVIRON`` keeps
+the environment as it was, for the one test that checks the checkout's own configuration.
+"""
 
 from __future__ import annotations
 
@@ -9,22 +15,60 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import asyncpg
 import pytest
 
+from shared.app_loader import APP_SETTING, DEFAULT_APP
 from shared.bus.state.schema import migrate
 from shared.bus.state.stores import SqlDatabase
 from shared.clock import ManualClock
 from shared.errors import ConfigurationError
 from shared.local.azurite import Azurite, AzuriteEndpoints
 from shared.local.postgres import PostgresServer
-from shared.settings import StorageSettings
+from shared.resources import RESOURCES_FILE, resources_for, resources_json
+from shared.sample.app import app as sample_app
+from shared.settings import Settings, StorageSettings, resolve_settings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
 from shared.stores.memory import MemoryStorageAccount
 
 UNDER_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+SAMPLE_APP = DEFAULT_APP
+CHECKOUT_ENVIRON = dict(os.environ)
+"""The environment before the suite pinned the sample app in it."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Pin the sample app before any test module is imported (``function_app.py`` loads its
+    app at import). Subprocesses inherit it; those that test ``BUS_APP`` set their own."""
+    os.environ[APP_SETTING] = SAMPLE_APP
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if APP_SETTING in CHECKOUT_ENVIRON:
+        os.environ[APP_SETTING] = CHECKOUT_ENVIRON[APP_SETTING]
+    else:
+        os.environ.pop(APP_SETTING, None)
+
+
+def sample_settings(**values: str) -> Settings:
+    """Settings of the sample app from ``values`` only: no environment, no settings file."""
+    return resolve_settings(environ={APP_SETTING: SAMPLE_APP, **values}, local_file=None)
+
+
+@pytest.fixture
+def sample_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project folder of the sample app's, owned by the test and made the current folder:
+    its ``infra/resources.json`` generated from the sample app (``resources_for``), and no
+    ``local.settings.json`` (a test writes one when it wants one)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(APP_SETTING, SAMPLE_APP)
+    resources = tmp_path / RESOURCES_FILE
+    resources.parent.mkdir(parents=True, exist_ok=True)
+    resources.write_text(resources_json(resources_for(sample_app.endpoints)))
+    return tmp_path
 
 
 def unique_name(prefix: str) -> str:

@@ -1,10 +1,17 @@
-"""The function app's bindings, generated from the app, exercised without the Functions host."""
+"""The function app's bindings, generated from the app, exercised without the Functions host.
+
+In this process they are the sample app's, on settings the tests give (``sample_settings``),
+whatever app the checkout runs; ``function_app.py`` itself is imported in fresh interpreters
+with the settings each test names."""
 
 from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
+import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -18,28 +25,32 @@ import pytest
 from azure.functions.queue import QueueMessage
 from azure.functions.timer import TimerRequest
 
-import function_app
 from shared import runtime
-from shared.bindings import blueprint
+from shared.bindings import FIXED_FUNCTIONS, blueprint
 from shared.bus import BusApp
 from shared.bus.poison import unwrap
 from shared.errors import ConfigurationError
 from shared.host.ncrontab import Schedule
 from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.provisioning import provision
-from shared.resources import poison_queue
+from shared.resources import RESOURCES_FILE, poison_queue, resources_for, resources_json
 from shared.sample.app import PlaceOrder
 from shared.sample.app import app as sample_app
 from shared.settings import resolve_settings
 from shared.stores.azure import AzureStorageAccount
 from shared.stores.memory import MemoryStorageAccount
-from tests.infra.provisioned import provisioned_resources
+from tests.conftest import sample_settings
+from tests.infra.provisioned import INFRA_DIR, provisioned_resources
+
+SAMPLE = runtime.Worker(sample_app, sample_settings())
+"""The worker of the sample app whose functions these tests call."""
 
 
-def declared_functions() -> dict[str, Any]:
-    functions = {f.get_function_name(): f for f in function_app.app.get_functions()}
-    function_app.app.functions_bindings = None  # get_functions() may only be called once
-    return functions
+def declared_functions(worker: runtime.Worker = SAMPLE) -> dict[str, Any]:
+    """The functions ``function_app.py`` declares for ``worker`` (the sample app's)."""
+    app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
+    app.register_functions(blueprint(worker))
+    return {f.get_function_name(): f for f in app.get_functions()}
 
 
 def user_function(name: str) -> Callable[..., Any]:
@@ -139,6 +150,12 @@ def test_function_app_indexes_exactly_the_functions_of_the_app_named_by_bus_app(
     }
 
 
+def test_with_bus_app_unset_function_app_indexes_the_sample_app(tmp_path: Path) -> None:
+    result = index_function_app(tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert sorted(json.loads(result.stdout)) == sorted([*sample_app.endpoints, *FIXED_FUNCTIONS])
+
+
 def test_bus_app_is_read_from_local_settings_json_when_the_environment_has_none(
     tmp_path: Path,
 ) -> None:
@@ -183,9 +200,16 @@ def test_an_endpoint_named_like_a_bus_function_is_refused() -> None:
         blueprint(worker)
 
 
-def test_every_queue_table_and_container_the_app_uses_is_provisioned_by_the_templates() -> None:
-    provisioned = provisioned_resources()
-    resources = runtime.worker().resources
+def test_every_queue_table_and_container_the_app_uses_is_provisioned_by_the_templates(
+    tmp_path: Path,
+) -> None:
+    """The templates provision what ``infra/resources.json`` lists; with the file generated
+    for the sample app, they provision everything its functions use."""
+    infra = tmp_path / "infra"
+    shutil.copytree(INFRA_DIR, infra)
+    (tmp_path / RESOURCES_FILE).write_text(resources_json(resources_for(sample_app.endpoints)))
+    provisioned = provisioned_resources(infra)
+    resources = SAMPLE.resources
     used = {("queue", q) for q in queue_triggers().values()}
     used |= {("queue", poison_queue(q)) for q in queue_triggers().values()}
     used |= {("table", e) for e in sample_app.endpoints}
@@ -202,7 +226,7 @@ def test_the_health_route_is_declared() -> None:
 
 async def test_health_reports_missing_resources_then_healthy_once_provisioned() -> None:
     account = MemoryStorageAccount()
-    worker = runtime.Worker.for_account(account)
+    worker = runtime.Worker(sample_app, sample_settings(), account)
     status, body = await worker.health()
     assert status == 503
     assert "queue orders" in json.loads(body)["missing"]
@@ -220,10 +244,11 @@ async def deployed(
     """The function app's runtime pointed at a freshly provisioned Azurite.
 
     The sample app's names are fixed, so the emulator's queues are cleared first."""
-    monkeypatch.setenv("AzureWebJobsStorage", azurite.connection_string)
-    worker = runtime.worker()
-    # The worker function_app.py's bindings use, pointed at this Azurite.
-    monkeypatch.setattr(worker, "settings", resolve_settings())
+    worker = SAMPLE
+    # The worker the functions are bound to, pointed at this Azurite.
+    monkeypatch.setattr(
+        worker, "settings", sample_settings(AzureWebJobsStorage=azurite.connection_string)
+    )
     await worker.close()
     account = worker.account()
     assert isinstance(account, AzureStorageAccount)
@@ -266,8 +291,7 @@ async def test_the_queue_functions_run_the_sample_order_flow(
 ) -> None:
     """Drive the declared functions as the host would: base64-decoded body, dequeue count."""
     await (
-        runtime.worker()
-        .bus()
+        SAMPLE.bus()
         .client("cli")
         .send(
             PlaceOrder(order_id="fa-1", customer="ada", amount_cents=1250),
@@ -308,7 +332,7 @@ async def test_health_function_answers_against_azurite(deployed: AzureStorageAcc
 
 
 def test_host_json_expects_base64_bodies_as_the_queue_adapter_writes_them() -> None:
-    with open("host.json") as f:
+    with open(REPO_ROOT / "host.json") as f:
         host = json.load(f)
     assert host["extensions"]["queues"]["messageEncoding"] == "base64"
 
@@ -325,7 +349,7 @@ def test_the_cleanup_timer_reads_its_schedule_from_an_app_setting_with_a_sample_
     trigger = declared_functions()["cleanup"].get_trigger()
     assert trigger.get_binding_name() == "timerTrigger"
     assert trigger.schedule == "%CLEANUP_SCHEDULE%"
-    with open("local.settings.sample.json") as f:
+    with open(REPO_ROOT / "local.settings.sample.json") as f:
         sample = json.load(f)["Values"]["CLEANUP_SCHEDULE"]
     schedule = Schedule.parse(sample)
     start = datetime(2026, 1, 1, 0, 1, tzinfo=UTC)
@@ -338,8 +362,7 @@ async def test_the_cleanup_timer_function_runs_one_pass(deployed: AzureStorageAc
     # Once a message and everything it caused are processed, a pass (grace 0) retires its
     # outbox record.
     await (
-        runtime.worker()
-        .bus()
+        SAMPLE.bus()
         .client("cli")
         .send(
             PlaceOrder(order_id="fa-2", customer="ada", amount_cents=100),
@@ -350,5 +373,48 @@ async def test_the_cleanup_timer_function_runs_one_pass(deployed: AzureStorageAc
     assert await deliver_all(deployed) == 5
     orders = deployed.table("orders")
     assert [e async for e in orders.query_all(partition_key="fa-2", row_key_prefix="outbox|")]
-    await runtime.worker().cleanup(grace_seconds=0)
+    await SAMPLE.cleanup(grace_seconds=0)
     assert [e async for e in orders.query_all(partition_key="fa-2", row_key_prefix="outbox|")] == []
+
+
+async def test_the_cleanup_timer_logs_one_summary_line_at_info_and_the_report_at_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    account = MemoryStorageAccount()
+    worker = runtime.Worker(sample_app, sample_settings(), account)
+    await provision(account, worker.resources)
+    timer = declared_functions(worker)["cleanup"].get_user_function()
+
+    with caplog.at_level(logging.DEBUG):
+        await timer(TimerRequest())
+
+    cleanup = [r for r in caplog.records if r.name.startswith("shared.")]
+    [info] = [r for r in cleanup if r.levelno >= logging.INFO]
+    assert re.fullmatch(
+        r"cleanup: removed 0, kept 0; \d+ tasks in \d+\.\d s, complete", info.getMessage()
+    )
+    [report] = [r.getMessage() for r in cleanup if r.getMessage().startswith("cleanup report ")]
+    assert json.loads(report.removeprefix("cleanup report "))["complete"] is True
+    assert all(r.levelno == logging.DEBUG for r in cleanup if r is not info)
+
+
+async def test_a_queue_function_keeps_the_insertion_time_the_host_binds_in_a_poison_reason() -> (
+    None
+):
+    account = MemoryStorageAccount()
+    worker = runtime.Worker(sample_app, sample_settings(), account)
+    await provision(account, worker.resources)
+    loyalty = declared_functions(worker)["loyalty"].get_user_function()
+    inserted = datetime(2026, 11, 23, 15, 50, 37, tzinfo=UTC)
+
+    await loyalty(
+        QueueMessage(id="m", body=b"not a signal", dequeue_count=1, insertion_time=inserted)
+    )
+
+    [parked] = await account.queue(poison_queue("loyalty")).peek()
+    info = unwrap(parked.content, "loyalty").info
+    assert (info["error_type"], info["enqueued_at"]) == (
+        "MalformedSignal",
+        "2026-11-23T15:50:37+00:00",
+    )
+    assert datetime.fromisoformat(info["failed_at"]) >= inserted

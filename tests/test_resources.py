@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from shared.app_loader import configured_app
+from shared.app_loader import APP_SETTING, configured_app
 from shared.errors import ConfigurationError, NotFound
+from shared.local.azurite import REPO_ROOT
 from shared.provisioning import provision
 from shared.resources import (
     RESOURCES_FILE,
@@ -20,12 +21,14 @@ from shared.resources import (
     resources_for,
     resources_json,
 )
-from shared.settings import resolve_settings
-from tests.conftest import Backend, unique_name
+from shared.settings import LOCAL_SETTINGS_FILE, resolve_settings
+from tests.conftest import CHECKOUT_ENVIRON, Backend, unique_name
+
+CHECKED_IN = REPO_ROOT / RESOURCES_FILE
 
 
 def test_the_repository_resource_file_is_valid() -> None:
-    resources = load_resources()
+    resources = load_resources(CHECKED_IN)
     assert resources.endpoints
     assert {"tokens", "topics", "parked"} <= set(resources.containers)
     for endpoint in resources.endpoints:
@@ -35,11 +38,21 @@ def test_the_repository_resource_file_is_valid() -> None:
 
 
 def test_the_repository_resource_file_is_what_bus_resources_prints_for_the_configured_app() -> None:
-    """Bicep provisions what this file lists: it must be the names of the app (``BUS_APP``,
-    the sample when unset). On failure the message names the command that regenerates it."""
-    expected = resources_for(configured_app(resolve_settings()).endpoints)
-    check_resources_file(expected)
-    assert RESOURCES_FILE.read_text() == resources_json(expected)
+    """Bicep provisions what the checked-in file lists: it must be the names of the app this
+    checkout is configured to run (``BUS_APP`` from the environment the suite started with or
+    the checkout's ``local.settings.json``, the sample when unset), the one test that reads
+    the checkout's configuration. On failure the message names the app and the command."""
+    settings = resolve_settings(
+        environ=CHECKOUT_ENVIRON, local_file=REPO_ROOT / LOCAL_SETTINGS_FILE
+    )
+    app = settings.get(APP_SETTING) or "the sample app (BUS_APP unset)"
+    checked = f"checked against {app} ({APP_SETTING} from the {settings.origin(APP_SETTING)})"
+    expected = resources_for(configured_app(settings).endpoints)
+    try:
+        check_resources_file(expected, CHECKED_IN)
+    except ConfigurationError as e:
+        pytest.fail(f"{e}; {checked}")
+    assert CHECKED_IN.read_text() == resources_json(expected), checked
 
 
 def test_a_file_that_does_not_match_the_app_is_refused_naming_the_command(

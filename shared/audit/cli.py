@@ -27,6 +27,7 @@ from shared.settings import (
     StorageSettings,
     resolve_settings,
 )
+from shared.terminal import Counters
 
 EXIT_OK, EXIT_VIOLATED, EXIT_USAGE = 0, 1, 2
 
@@ -189,21 +190,21 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from shared.audit.export import export
+    from shared.audit.export import ExportResult, TableProgress, export
     from shared.stores.azure import AzureStorageAccount
 
     settings = _storage(args)
     endpoint_tables, ingress_tables = _tables(args)
 
-    def progress(line: str) -> None:
-        if not args.quiet:
-            print(f"  {line}", file=sys.stderr, flush=True)
+    def progress(table: str, state: TableProgress, note: str) -> None:
+        note = note or f"{state.pages} pages"
+        counters.update(table, state.rows, note=note, done=state.done)
 
-    async def go() -> int:
+    async def go() -> ExportResult:
         database, sql = _postgres_endpoints(args, endpoint_tables)
         try:
             async with AzureStorageAccount(settings) as account:
-                result = await export(
+                return await export(
                     account,
                     args.out,
                     endpoint_tables=endpoint_tables,
@@ -219,14 +220,15 @@ def _export(args: argparse.Namespace) -> int:
         finally:
             if database is not None:
                 await database.close()
-        state = "complete" if result.complete else "stopped early; rerun to resume"
-        print(
-            f"export: rows={sum(result.rows.values())} pages={sum(result.pages.values())} "
-            f"out={args.out} {state}"
-        )
-        return EXIT_OK
 
-    return asyncio.run(go())
+    with Counters("rows", enabled=False if args.quiet else None) as counters:
+        result = asyncio.run(go())
+    state = "complete" if result.complete else "stopped early; rerun to resume"
+    print(
+        f"export: rows={sum(result.rows.values())} pages={sum(result.pages.values())} "
+        f"out={args.out} {state}"
+    )
+    return EXIT_OK
 
 
 def _in_postgres(args: argparse.Namespace, endpoints: list[str]) -> list[str]:

@@ -1,26 +1,10 @@
-"""The console view of an audit: progress lines on stderr, the summary on stdout."""
+"""The console view of an audit: the summary on stdout (progress lines go to stderr through
+``shared.terminal.StageLog``)."""
 
 from __future__ import annotations
 
-import sys
-import time
-from typing import TextIO
-
-from shared.audit.summary import AuditSummary
-
-
-class ProgressPrinter:
-    """Prints each stage with the time since the run started, so a long audit shows life."""
-
-    def __init__(self, stream: TextIO = sys.stderr, enabled: bool = True) -> None:
-        self.stream = stream
-        self.enabled = enabled
-        self.started = time.perf_counter()
-
-    def __call__(self, message: str) -> None:
-        if self.enabled:
-            elapsed = time.perf_counter() - self.started
-            print(f"  {elapsed:7.1f}s  {message}", file=self.stream, flush=True)
+from shared.audit.summary import AuditSummary, EndpointLatency
+from shared.terminal import table
 
 
 def render_console(summary: AuditSummary) -> str:
@@ -35,13 +19,17 @@ def render_console(summary: AuditSummary) -> str:
         f"  invalid rows           {inv.invalid_rows:>10,}  (must be 0)",
         f"  in flight              {summary.in_flight:>10,}",
         "",
-        f"  {'endpoint':<20}{'count':>10}{'p50 ms':>10}{'p90 ms':>10}{'p99 ms':>10}{'max ms':>10}",
     ]
-    for e in summary.latency:
-        lines.append(
-            f"  {e.endpoint:<20}{e.count:>10,}{e.p50_ms:>10.1f}{e.p90_ms:>10.1f}"
-            f"{e.p99_ms:>10.1f}{e.max_ms:>10.1f}"
-        )
+    timings = ("p50 ms", "p90 ms", "p99 ms", "max ms")
+    latency = table(
+        ("endpoint", "count", *timings),
+        (
+            (e.endpoint, f"{e.count:,}", *(f"{ms:.1f}" for ms in _latency_ms(e)))
+            for e in summary.latency
+        ),
+        right=("count", *timings),
+    )
+    lines.extend(f"  {line}" for line in latency.splitlines())
     lines.append("")
     lines.append("  flow (sender -> destination: type sent/processed)")
     for f in summary.flow:
@@ -60,3 +48,7 @@ def render_console(summary: AuditSummary) -> str:
     lines.append("")
     lines.append(summary.one_line())
     return "\n".join(lines)
+
+
+def _latency_ms(e: EndpointLatency) -> tuple[float, ...]:
+    return (e.p50_ms, e.p90_ms, e.p99_ms, e.max_ms)

@@ -141,13 +141,15 @@ async def export(
     file_format: ExportFormat = "parquet",
     restart: bool = False,
     max_pages: int | None = None,
-    progress: Callable[[str], None] = lambda _: None,
+    progress: Callable[[str, TableProgress, str], None] = lambda *_: None,
     sql: Mapping[str, EndpointState] | None = None,
 ) -> ExportResult:
     """Export every audit row of ``endpoint_tables`` and every ingress record of
     ``ingress_tables``. ``max_pages`` stops after that many pages in this call (the export is
-    then incomplete and a later call resumes it). Endpoints in ``sql`` keep their audit rows
-    in PostgreSQL: those are read from there, into the same layout."""
+    then incomplete and a later call resumes it). ``progress`` hears of every page: the
+    table (``audit/<name>`` or ``ingress/<name>``), where its export stands, and a note.
+    Endpoints in ``sql`` keep their audit rows in PostgreSQL: those are read from there, into
+    the same layout."""
     sql = sql or {}
     if not 1 <= page_size <= 1000:
         raise ConfigurationError("page size must be 1-1000 (Table Storage's page limit)")
@@ -163,6 +165,7 @@ async def export(
         while not state.done:
             if max_pages is not None and written >= max_pages:
                 return ExportResult(*_totals(checkpoint), complete=False)
+            note = ""
             try:
                 if kind == "audit" and table_name in sql:
                     rows, columns, continuation = await _sql_page(
@@ -171,7 +174,7 @@ async def export(
                 else:
                     rows, columns, continuation = await _page(table, kind, checkpoint, state)
             except NotFound:
-                progress(f"{key}: table does not exist; nothing to export")
+                note = "table does not exist; nothing to export"
                 rows, columns, continuation = [], AUDIT_COLUMNS, None
             if rows:
                 name = f"{table_name}-{state.pages:06d}.{extension}"
@@ -182,7 +185,7 @@ async def export(
             state.done = continuation is None
             checkpoint.save()
             written += 1
-            progress(f"{key}: {state.rows} rows in {state.pages} pages")
+            progress(key, state, note)
     return ExportResult(*_totals(checkpoint), complete=True)
 
 

@@ -21,7 +21,7 @@ if __package__ in (None, ""):  # run as a file: make the repository's package im
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from shared.audit.compute import AuditOptions, run_audit
-from shared.audit.console import ProgressPrinter, render_console
+from shared.audit.console import render_console
 from shared.audit.file_source import FileFormat, read_files
 from shared.audit.report import render_html
 from shared.audit.session import get_session, is_local, remove_shipped, ship_package
@@ -29,6 +29,7 @@ from shared.audit.summary import AuditSummary
 from shared.audit.table_source import read_tables
 from shared.errors import ConfigurationError
 from shared.settings import StorageSettings
+from shared.terminal import StageLog
 
 
 def under_spark_submit() -> bool:
@@ -51,7 +52,7 @@ class AuditJob:
     quiet: bool = False
 
     def run(self) -> AuditSummary:
-        progress = ProgressPrinter(enabled=not self.quiet)
+        progress = StageLog(enabled=not self.quiet)
         master = self.master or (None if under_spark_submit() else "local[*]")
         progress(f"starting Spark ({master or 'from spark-submit'})")
         spark = get_session(master)

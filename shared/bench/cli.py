@@ -41,6 +41,7 @@ from shared.local.azurite import REPO_ROOT, Azurite
 from shared.local.postgres import PostgresServer
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
+from shared.terminal import StageLog
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ async def run_all(
     postgres_url: str | None,
 ) -> tuple[list[Measurement], list[Measurement]]:
     cpu = None if emulator_pid is None else functools.partial(process_cpu_seconds, emulator_pid)
+    log = StageLog(sys.stdout)  # one line per round, with the time since the start
     async with AzureStorageAccount(StorageSettings(connection_string)) as raw:
 
         def progress(mode: BenchMode, result: Round | None, error: str | None) -> None:
@@ -96,7 +98,7 @@ async def run_all(
             else:
                 handled = sum(h.handled for h in result.hosts)
                 status = f"{handled / result.elapsed_s:.1f} msgs/s over {result.roots} roots"
-            print(f"  {mode.label:<18} {status}", flush=True)
+            log(f"{mode.label:<18} {status}")
 
         async def side_by_side(
             which: list[BenchMode], plan: Plan, rounds: int

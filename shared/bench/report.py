@@ -10,6 +10,7 @@ from typing import Any
 
 from shared.bench.modes import AT_LEAST_ONCE, TOKEN
 from shared.bench.runner import Measurement
+from shared.terminal import table
 
 
 def ratio(
@@ -28,28 +29,45 @@ def _num(value: float | None, digits: int = 1) -> str:
     return f"{value:.{digits}f}"
 
 
+MODE_COLUMNS = (
+    "mode",
+    "msgs/s",
+    "vs floor",
+    "ops/msg",
+    "p50 ms",
+    "p99 ms",
+    "residue",
+    "peak MB",
+    "cpu ms/msg",
+    "emu ms/msg",
+)
+
+
 def mode_table(measurements: Sequence[Measurement]) -> list[str]:
-    header = (
-        f"{'mode':<20}{'msgs/s':>8}{'vs floor':>9}{'ops/msg':>9}{'p50 ms':>8}{'p99 ms':>8}"
-        f"{'residue':>9}{'peak MB':>9}{'cpu ms/msg':>11}{'emu ms/msg':>11}"
-    )
-    lines = [header, "-" * len(header)]
+    rows: list[tuple[object, ...]] = []
     for m in measurements:
         if not m.available:
-            lines.append(f"{m.mode:<20}not available in this version of the bus")
+            rows.append((m.mode, "not available in this version of the bus"))
             continue
         if m.error is not None:
-            lines.append(f"{m.mode:<20}FAILED: {m.error}")
+            rows.append((m.mode, f"FAILED: {m.error}"))
             if not m.handled:
                 continue
-        r = ratio(measurements, m.mode)
-        lines.append(
-            f"{m.mode:<20}{_num(m.throughput_msgs_per_s):>8}{_num(r, 2):>9}"
-            f"{_num(m.ops_per_message, 2):>9}{_num(m.p50_ms):>8}{_num(m.p99_ms):>8}"
-            f"{m.residue:>9}{_num(m.peak_rss_mb):>9}{_num(m.client_cpu_ms_per_message, 2):>11}"
-            f"{_num(m.emulator_cpu_ms_per_message, 2):>11}"
+        rows.append(
+            (
+                m.mode,
+                _num(m.throughput_msgs_per_s),
+                _num(ratio(measurements, m.mode), 2),
+                _num(m.ops_per_message, 2),
+                _num(m.p50_ms),
+                _num(m.p99_ms),
+                m.residue,
+                _num(m.peak_rss_mb),
+                _num(m.client_cpu_ms_per_message, 2),
+                _num(m.emulator_cpu_ms_per_message, 2),
+            )
         )
-    return lines
+    return _table(MODE_COLUMNS, rows)
 
 
 def detail_lines(measurements: Sequence[Measurement]) -> list[str]:
@@ -73,19 +91,41 @@ def detail_lines(measurements: Sequence[Measurement]) -> list[str]:
     return lines
 
 
+SCALING_COLUMNS = ("mode", "in flight", "hosts", "msgs/s", "ops/msg", "p50 ms")
+
+
 def scaling_table(measurements: Sequence[Measurement]) -> list[str]:
-    header = f"{'mode':<20}{'in flight':>10}{'hosts':>6}{'msgs/s':>9}{'ops/msg':>9}{'p50 ms':>8}"
-    lines = [header, "-" * len(header)]
+    rows: list[tuple[object, ...]] = []
     for m in measurements:
         if not m.ok:
             reason = "not available" if not m.available else f"FAILED: {m.error}"
-            lines.append(f"{m.mode:<20}{m.concurrency:>10}{m.processes:>6}  {reason}")
+            rows.append((m.mode, m.concurrency, m.processes, reason))
             continue
-        lines.append(
-            f"{m.mode:<20}{m.concurrency:>10}{m.processes:>6}{_num(m.throughput_msgs_per_s):>9}"
-            f"{_num(m.ops_per_message, 2):>9}{_num(m.p50_ms):>8}"
+        rows.append(
+            (
+                m.mode,
+                m.concurrency,
+                m.processes,
+                _num(m.throughput_msgs_per_s),
+                _num(m.ops_per_message, 2),
+                _num(m.p50_ms),
+            )
         )
-    return lines
+    return _table(SCALING_COLUMNS, rows)
+
+
+def _table(columns: Sequence[str], rows: list[tuple[object, ...]]) -> list[str]:
+    """Numbers right-aligned. A row shorter than the columns ends with a note (why a mode
+    has no figures), which goes to the last column, ``note``, shown only when needed."""
+    noted = any(len(row) < len(columns) for row in rows)
+    cells = [
+        (*row[:-1], *([""] * (len(columns) - len(row) + 1)), row[-1])
+        if len(row) < len(columns)
+        else (*row, *([""] * noted))
+        for row in rows
+    ]
+    names = (*columns, *(("note",) * noted))
+    return table(names, cells, right=columns[1:]).splitlines()
 
 
 def _clean(value: Any) -> Any:

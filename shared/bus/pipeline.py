@@ -26,12 +26,13 @@ from shared.bus.config import BusConfig
 from shared.bus.context import HandlerContext
 from shared.bus.envelope import Envelope, Signal
 from shared.bus.messages import Message
-from shared.bus.poison import Reason, error_reason, park
+from shared.bus.poison import Reason, error_reason, park, utc_time
 from shared.bus.poison import poison_body as wrapped
 from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal
 from shared.bus.state.base import EndpointState
 from shared.bus.state.table import TableEndpointState
 from shared.bus.topics import RecipientLists
+from shared.clock import to_datetime
 from shared.errors import (
     InvalidName,
     MalformedSignal,
@@ -97,11 +98,13 @@ def queue_text(body: bytes) -> str:
 
 @dataclass
 class Delivery:
-    """What is known so far about the message being received: its id once the signal is
-    parsed, its type once the envelope is decoded. For its log line and poison reason."""
+    """What is known so far about the message being received: when its queue message was
+    inserted (when the caller knows), its id once the signal is parsed, its type once the
+    envelope is decoded. For its log line and poison reason."""
 
     message_id: str | None = None
     message_type: str | None = None
+    enqueued_at: datetime | None = None
 
 
 _delivery: ContextVar[Delivery | None] = ContextVar("delivery", default=None)
@@ -130,13 +133,16 @@ class Pipeline(abc.ABC):
         self.state_store = state or TableEndpointState(self.table)
         """Token mode's state, O(m) and audit rows, in whichever store the endpoint uses."""
 
-    async def receive(self, raw: str, dequeue_count: int = 1) -> Outcome:
+    async def receive(
+        self, raw: str, dequeue_count: int = 1, *, enqueued_at: datetime | None = None
+    ) -> Outcome:
         """Process one queue message. Returns normally when the message may be acknowledged;
         raises when the host should redeliver it (handler errors, storage outages), except
         on the last delivery (``BusConfig.max_dequeue_count``), where the message is parked
-        with its last error instead. Logs one line per message with its outcome."""
+        with its last error instead. Logs one line per message with its outcome.
+        ``enqueued_at`` (the queue message's insertion time) goes into a poison reason."""
         started = time.monotonic()
-        delivery = Delivery()
+        delivery = Delivery(enqueued_at=enqueued_at)
         reset = _delivery.set(delivery)
         try:
             outcome = await self._receive(raw, dequeue_count, delivery)
@@ -193,6 +199,8 @@ class Pipeline(abc.ABC):
             dequeue_count,
             message_id=delivery.message_id,
             message_type=delivery.message_type,
+            enqueued_at=delivery.enqueued_at,
+            failed_at=to_datetime(self.config.clock()),
         )
         await self._park(raw, reason)
         return Outcome.POISONED
@@ -219,6 +227,8 @@ class Pipeline(abc.ABC):
                 error_type=error_type,
                 message_id=delivery.message_id,
                 message_type=delivery.message_type,
+                enqueued_at=utc_time(delivery.enqueued_at),
+                failed_at=utc_time(to_datetime(self.config.clock())),
             ),
         )
         return Outcome.POISONED

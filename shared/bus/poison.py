@@ -22,11 +22,13 @@ import re
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from shared.errors import NotFound, TooLarge
 from shared.resources import poison_queue
 from shared.stores.account import StorageAccount
+from shared.stores.queue import MessageQueue, QueueMessage
 
 DEFAULT_PARKED_CONTAINER = "parked"
 """Name of the parked-originals container when the configuration names none."""
@@ -38,7 +40,12 @@ HOST_MOVED_REASON = "failed maxDequeueCount times (moved by the host)"
 
 @dataclass(frozen=True)
 class Reason:
-    """Why a message was parked, with what is known about it."""
+    """Why a message was parked, with what is known about it.
+
+    ``enqueued_at`` is when the queue message was inserted (its first try followed; a
+    replayed message counts from its replay), ``failed_at`` when the failure that parked it
+    happened: the first and the last failure bound the ``dequeue_count`` tries. Both are
+    ISO 8601 times in UTC, to the second, or None when unknown."""
 
     endpoint: str
     reason: str
@@ -46,11 +53,23 @@ class Reason:
     error_type: str | None = None
     message_id: str | None = None
     message_type: str | None = None
+    enqueued_at: str | None = None
+    failed_at: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         data = {k: v for k, v in asdict(self).items() if v is not None}
         data["reason"] = self.reason[:MAX_REASON_CHARS]
         return data
+
+
+def utc_time(moment: datetime | None) -> str | None:
+    """``moment`` as a ``Reason`` keeps it: ISO 8601 in UTC, to the second (a time without a
+    zone is taken as UTC, as the Functions host gives it)."""
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat(timespec="seconds")
 
 
 def error_reason(
@@ -60,6 +79,8 @@ def error_reason(
     *,
     message_id: str | None = None,
     message_type: str | None = None,
+    enqueued_at: datetime | None = None,
+    failed_at: datetime | None = None,
 ) -> Reason:
     """The reason for a message whose last delivery failed with ``error``."""
     return Reason(
@@ -69,6 +90,8 @@ def error_reason(
         error_type=type(error).__name__,
         message_id=message_id,
         message_type=message_type,
+        enqueued_at=utc_time(enqueued_at),
+        failed_at=utc_time(failed_at),
     )
 
 
@@ -143,6 +166,7 @@ def unwrap(content: str, endpoint: str | None = None) -> PoisonedMessage:
 @dataclass
 class ReplayReport:
     replayed: int = 0
+    """Messages sent back to the endpoint's queue (in a dry run: that would be)."""
     skipped: list[str] = field(default_factory=list)
     """One line per poison message left where it is, saying why."""
 
@@ -152,10 +176,16 @@ async def replay(
     endpoint: str,
     limit: int = 1000,
     container: str = DEFAULT_PARKED_CONTAINER,
+    *,
+    select: Callable[[str], bool] | None = None,
+    dry_run: bool = False,
 ) -> int:
     """Move up to ``limit`` poison messages of ``endpoint`` back to its queue; returns how
     many were moved (see ``replay_report``)."""
-    return (await replay_report(account, endpoint, limit, container)).replayed
+    report = await replay_report(
+        account, endpoint, limit, container, select=select, dry_run=dry_run
+    )
+    return report.replayed
 
 
 async def replay_report(
@@ -164,32 +194,60 @@ async def replay_report(
     limit: int = 1000,
     container: str = DEFAULT_PARKED_CONTAINER,
     step: Callable[[], None] | None = None,
+    *,
+    select: Callable[[str], bool] | None = None,
+    dry_run: bool = False,
 ) -> ReplayReport:
     """Move up to ``limit`` poison messages of ``endpoint`` back to its queue. Each is re-sent
     before it is deleted, so a crash can only duplicate a signal, which the pipeline ignores.
 
-    What cannot be replayed is skipped and reported, and stays in the poison queue: it is
-    received once per run (hidden for a minute), so one run never reports it twice."""
+    ``select`` (given a poison message's content) chooses which to move; ``dry_run`` moves
+    none and counts those it would move. What cannot be replayed is skipped and reported,
+    and stays in the poison queue (a dry run reports what it cannot unwrap). Each message is
+    received once per pass (hidden for a minute); what the pass leaves is made visible again
+    at its end, so one pass never reports a message twice. ``step`` is called per message
+    looked at."""
     poison = account.queue(poison_queue(endpoint))
     report = ReplayReport()
-    seen: set[str] = set()
+    left = _PassedOver()
     while report.replayed < limit:
-        batch = await poison.receive(min(32, limit - report.replayed), visibility_timeout=60)
-        fresh = [m for m in batch if m.id not in seen]
-        if not fresh:
+        wanted = min(32, limit - report.replayed)
+        batch = left.unseen(await poison.receive(wanted, visibility_timeout=60))
+        if not batch:
             break
-        for message in fresh:
-            seen.add(message.id)
+        for message in batch:
             if step is not None:
                 step()
-            problem = await _replay_one(account, endpoint, message.content, container)
+            if select is not None and not select(message.content):
+                left.hold(message)
+                continue
+            problem = await _try(account, endpoint, message.content, container, dry_run)
             if problem is not None:
                 report.skipped.append(f"{endpoint}: skipped poison message {message.id}: {problem}")
+                left.hold(message)
                 continue
-            with contextlib.suppress(NotFound):
-                await poison.delete(message.id, message.pop_receipt)
+            if dry_run:
+                left.hold(message)
+            else:
+                with contextlib.suppress(NotFound):
+                    await poison.delete(message.id, message.pop_receipt)
             report.replayed += 1
+    await left.release(poison)
     return report
+
+
+async def _try(
+    account: StorageAccount, endpoint: str, content: str, container: str, dry_run: bool
+) -> str | None:
+    """Why one poison message cannot be replayed, or None once it is (a dry run only checks
+    that it unwraps, and sends nothing)."""
+    if not dry_run:
+        return await _replay_one(account, endpoint, content, container)
+    try:
+        unwrap(content, endpoint)
+    except Unreadable as e:
+        return f"cannot unwrap it: {e}"
+    return None
 
 
 async def _replay_one(
@@ -225,3 +283,29 @@ async def _replay_one(
     with contextlib.suppress(NotFound):
         await blobs.delete(original)
     return None
+
+
+class _PassedOver:
+    """The poison messages a pass receives and leaves where they are (not selected, only
+    counted by a dry run, or skipped): remembered so that the pass does not take them twice,
+    and made visible again at its end."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, QueueMessage] = {}
+        self.seen: set[str] = set()
+
+    def unseen(self, batch: list[QueueMessage]) -> list[QueueMessage]:
+        for message in batch:
+            if message.id in self.held:
+                self.held[message.id] = message  # received again: its new pop receipt
+        fresh = [m for m in batch if m.id not in self.seen]
+        self.seen.update(m.id for m in batch)
+        return fresh
+
+    def hold(self, message: QueueMessage) -> None:
+        self.held[message.id] = message
+
+    async def release(self, poison: MessageQueue) -> None:
+        for message in self.held.values():
+            with contextlib.suppress(NotFound):
+                await poison.update(message.id, message.pop_receipt, visibility_timeout=0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from shared.bus.app import BusApp, Endpoint, Mode
@@ -69,9 +70,17 @@ class Bus:
         declared = self.app.get(endpoint)
         return state_of(declared.name, declared.store, self.account, self.sql)
 
-    async def receive(self, endpoint: str, raw: str, dequeue_count: int = 1) -> Outcome:
-        """Entry point of a queue-triggered function."""
-        return await self.receiver(endpoint).receive(raw, dequeue_count)
+    async def receive(
+        self,
+        endpoint: str,
+        raw: str,
+        dequeue_count: int = 1,
+        *,
+        enqueued_at: datetime | None = None,
+    ) -> Outcome:
+        """Entry point of a queue-triggered function. ``enqueued_at``, the queue message's
+        insertion time when the trigger gives it, is kept in a poison reason."""
+        return await self.receiver(endpoint).receive(raw, dequeue_count, enqueued_at=enqueued_at)
 
     def client(self, sender: str = "ingress") -> IngressClient:
         return IngressClient(self.account, self.topics, self.config, sender, routes=self.app.routes)

@@ -35,6 +35,12 @@ class Checkpoint:
     continuation: str | None
     last_completed_at: datetime | None
     etag: str
+    lease_until: datetime | None = None
+
+    def held_by_other(self, owner: str, now: datetime) -> bool:
+        """Another instance holds a lease on the task that has not run out."""
+        live = self.lease_until is not None and self.lease_until > now
+        return live and self.owner != owner
 
 
 class Checkpoints:
@@ -61,10 +67,9 @@ class Checkpoints:
                 etag = await self.table.insert(fresh)
             except AlreadyExists:
                 return None  # another instance created it just now and holds it
-            return Checkpoint(task, owner, None, None, etag)
+            return Checkpoint(task, owner, None, None, etag, now + self.lease)
         current = _checkpoint(entity)
-        lease_until = entity.properties.get("lease_until")
-        if current.owner != owner and isinstance(lease_until, datetime) and lease_until > now:
+        if current.held_by_other(owner, now):
             return None
         updated = _entity(
             task, owner, now + self.lease, current.continuation, current.last_completed_at
@@ -73,7 +78,9 @@ class Checkpoints:
             etag = await self.table.update(updated, etag=entity.etag)
         except (PreconditionFailed, NotFound):
             return None
-        return Checkpoint(task, owner, current.continuation, current.last_completed_at, etag)
+        return Checkpoint(
+            task, owner, current.continuation, current.last_completed_at, etag, now + self.lease
+        )
 
     async def advance(
         self, checkpoint: Checkpoint, continuation: str | None, now: datetime
@@ -102,7 +109,9 @@ class Checkpoints:
             etag = await self.table.update(entity, etag=checkpoint.etag)
         except (PreconditionFailed, NotFound):
             raise LeaseLost(f"cleanup task {checkpoint.task} was taken over") from None
-        return Checkpoint(checkpoint.task, checkpoint.owner, continuation, completed, etag)
+        return Checkpoint(
+            checkpoint.task, checkpoint.owner, continuation, completed, etag, lease_until
+        )
 
 
 def _entity(
@@ -127,6 +136,7 @@ def _entity(
 def _checkpoint(entity: Entity) -> Checkpoint:
     p = entity.properties
     completed = p.get("last_completed_at")
+    lease_until = p.get("lease_until")
     return Checkpoint(
         task=entity.row_key,
         owner=str(p.get("owner", "")),
@@ -135,4 +145,5 @@ def _checkpoint(entity: Entity) -> Checkpoint:
             completed if isinstance(completed, datetime) and completed > EPOCH else None
         ),
         etag=entity.etag,
+        lease_until=lease_until if isinstance(lease_until, datetime) else None,
     )

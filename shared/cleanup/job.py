@@ -1,24 +1,30 @@
 """One cleanup run: every task, resumable, within a time budget, alongside other instances.
 
-The timer function and the operator CLI both call ``run_cleanup``. A run takes each task's
-lease in turn (tasks interrupted last time first, then the least recently finished), works
-through its pages saving the continuation after each, and stops starting new pages once the
-budget is spent. The next run — on this instance or any other — resumes where it stopped.
+The timer function and the operator CLI both call ``run_cleanup``. A run takes every task's
+lease and works on all of them side by side, each through its pages, saving the continuation
+after each page, until each task reaches its end or the budget is spent. Sharing one limit
+on the records judged at once gives every task a share of every run, so a backlog in one
+never starves the others. The next run, on this instance or any other, resumes each task
+where it stopped; a heartbeat keeps the leases alive meanwhile (``shared.cleanup.heartbeat``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from shared.bus.app import BusApp
 from shared.bus.config import BusConfig
 from shared.bus.state.base import EndpointState
-from shared.cleanup.checkpoint import EPOCH, Checkpoint, Checkpoints, LeaseLost
+from shared.cleanup.batching import STORAGE_ERRORS
+from shared.cleanup.checkpoint import Checkpoint, Checkpoints, LeaseLost
+from shared.cleanup.heartbeat import Heartbeat, HeldLease
 from shared.cleanup.report import CleanupReport, TaskReport
 from shared.cleanup.settings import CleanupSettings
 from shared.cleanup.tasks import CleanupContext, CleanupTask, standard_tasks
@@ -29,6 +35,8 @@ from shared.stores.account import StorageAccount
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
+
+PAGE_ATTEMPTS = 3
 
 
 def endpoint_modes(app: BusApp) -> dict[str, str]:
@@ -47,6 +55,7 @@ async def run_cleanup(
     monotonic: Callable[[], float] = time.monotonic,
     progress: Progress | None = None,
     sql: Mapping[str, EndpointState] | None = None,
+    wait: bool = False,
 ) -> CleanupReport:
     """Run every cleanup task once (or until the budget is spent) and report what happened.
 
@@ -54,7 +63,10 @@ async def run_cleanup(
     names are taken as token mode. ``sql`` holds the rows of the endpoints that keep them in
     a SQL database (``Bus.sql_states``).
 
-    At least one page of one task runs per call, so even a zero budget makes progress.
+    The tasks run side by side, sharing one limit on the records judged at once, so each gets
+    a share of the budget in every run. Every task runs at least one page per call, so even a
+    zero budget makes progress. With ``wait``, a task leased by another live instance is
+    taken once that lease is released or runs out, as long as the budget lasts.
     """
     config = config or BusConfig()
     settings = settings or CleanupSettings()
@@ -70,84 +82,115 @@ async def run_cleanup(
     await checkpoint_table.create_if_missing()
     checkpoints = Checkpoints(checkpoint_table, settings.lease_seconds)
 
-    def over_budget() -> bool:
-        return monotonic() - started >= settings.budget_seconds
-
     def now() -> datetime:
         return to_datetime(config.clock())
 
-    pages_run = 0
-    for task in await _in_order(checkpoints, chosen):
-        task_report = TaskReport(task.id)
-        report.tasks.append(task_report)
-        if pages_run and over_budget():
-            task_report.skipped = "budget spent"
-            continue
-        checkpoint = await checkpoints.acquire(task.id, owner, now())
-        if checkpoint is None:
-            task_report.skipped = "leased by another instance"
-            continue
-        context = CleanupContext(
-            account, config, settings, tuple(sorted(endpoints)), now(), dict(sql or {})
-        )
-        pages_run += await _run_task(
-            task, context, checkpoints, checkpoint, task_report, over_budget, progress
+    limit = asyncio.Semaphore(settings.concurrency)
+    rows_in_sql = dict(sql or {})
+    pass_ = _Pass(
+        checkpoints=checkpoints,
+        owner=owner,
+        over_budget=lambda: monotonic() - started >= settings.budget_seconds,
+        now=now,
+        context=lambda: CleanupContext(
+            account, config, settings, tuple(sorted(endpoints)), now(), limit, rows_in_sql
+        ),
+        progress=progress,
+        wait=wait,
+        poll_seconds=min(2.0, settings.lease_seconds / 10),
+    )
+    report.tasks = [TaskReport(task.id) for task in chosen]
+    async with Heartbeat(checkpoints, now).running() as heartbeat:
+        await asyncio.gather(
+            *(pass_.run(task, r, heartbeat) for task, r in zip(chosen, report.tasks, strict=True))
         )
     report.elapsed_seconds = monotonic() - started
-    log.info("cleanup report %s", json.dumps(report.to_dict()))
+    log.debug("cleanup report %s", json.dumps(report.to_dict()))  # the summary: at info
     return report
 
 
-async def _in_order(checkpoints: Checkpoints, tasks: list[CleanupTask]) -> list[CleanupTask]:
-    keyed = []
-    for index, task in enumerate(tasks):
-        status = await checkpoints.status(task.id)
-        interrupted = status is not None and status.continuation is not None
-        finished = (status.last_completed_at if status else None) or EPOCH
-        keyed.append((not interrupted, finished, index, task))
-    return [task for *_, task in sorted(keyed, key=lambda k: k[:3])]
+@dataclass(frozen=True)
+class _Pass:
+    checkpoints: Checkpoints
+    owner: str
+    over_budget: Callable[[], bool]
+    now: Callable[[], datetime]
+    context: Callable[[], CleanupContext]
+    progress: Progress | None
+    wait: bool
+    poll_seconds: float
 
+    async def run(self, task: CleanupTask, report: TaskReport, heartbeat: Heartbeat) -> None:
+        try:
+            checkpoint = await self._acquire(task, report)
+            if checkpoint is not None:
+                await self._work(task, heartbeat.hold(checkpoint), report)
+        except LeaseLost:
+            report.skipped = "lease lost to another instance"
+        except BusError as e:
+            # One failing table must not stop the others; the lease runs out and the next run
+            # resumes this task from its last checkpoint.
+            log.exception("cleanup task %s failed", task.id)
+            report.skipped = f"error: {e}"
+        except Exception as e:
+            # A defect met on one task's page must not end the run either: report it, let the
+            # lease run out, and leave the others to run.
+            log.exception("cleanup task %s failed unexpectedly", task.id)
+            report.skipped = f"error: {type(e).__name__}: {e}"
 
-async def _run_task(
-    task: CleanupTask,
-    context: CleanupContext,
-    checkpoints: Checkpoints,
-    checkpoint: Checkpoint,
-    report: TaskReport,
-    over_budget: Callable[[], bool],
-    progress: Progress | None,
-) -> int:
-    continuation = checkpoint.continuation
-    pages = 0
-    try:
+    async def _acquire(self, task: CleanupTask, report: TaskReport) -> Checkpoint | None:
         while True:
-            continuation = await task.run_page(context, continuation, report)
-            pages += 1
+            checkpoint = await self.checkpoints.acquire(task.id, self.owner, self.now())
+            if checkpoint is not None:
+                return checkpoint
+            holder = await self.checkpoints.status(task.id)
+            if holder is not None and holder.lease_until is not None:
+                report.leased_by = f"{holder.owner} until {holder.lease_until.isoformat()}"
+            if not self.wait or self.over_budget():
+                report.skipped = "leased by another instance"
+                return None
+            await asyncio.sleep(self.poll_seconds)
+
+    async def _page(
+        self, task: CleanupTask, continuation: str | None, report: TaskReport
+    ) -> str | None:
+        """One page, tried again when a page-level request (the listing, the query) fails
+        or times out: judging a page twice is harmless, and one slow answer from a busy store
+        should not end the task's share of the run."""
+        attempt = 1
+        while True:
+            try:
+                return await task.run_page(self.context(), continuation, report)
+            except STORAGE_ERRORS as e:
+                if attempt == PAGE_ATTEMPTS or self.over_budget():
+                    raise
+                log.warning("cleanup task %s: page failed (%s); trying it again", task.id, e)
+            await asyncio.sleep(attempt)
+            attempt += 1
+
+    async def _work(self, task: CleanupTask, lease: HeldLease, report: TaskReport) -> None:
+        """Pages from the checkpoint to the end. A task resumed in the middle (an instance
+        died, or a budget ran out) goes on from the start once it reaches the end, so that a
+        pass that finishes a task has looked at every record since it began."""
+        continuation = lease.checkpoint.continuation
+        report.resumed = continuation is not None
+        from_start = continuation is None
+        while True:
+            continuation = await self._page(task, continuation, report)
             report.pages += 1
-            if progress is not None:
-                progress(
+            if self.progress is not None:
+                self.progress(
                     f"{task.id}: page {report.pages}, removed {sum(report.removed.values())}, "
                     f"kept {sum(report.kept.values())}"
                 )
-            if continuation is None:
-                await checkpoints.release(checkpoint, None, context.now)
+            if continuation is None and (from_start or self.over_budget()):
+                await lease.release(None, self.now())
                 report.finished = True
-                return pages
-            if over_budget():
-                await checkpoints.release(checkpoint, continuation, context.now)
+                return
+            if continuation is None:
+                from_start = True  # resumed mid-way: once more from the start
+            elif self.over_budget():
+                await lease.release(continuation, self.now())
                 report.skipped = "budget spent"
-                return pages
-            checkpoint = await checkpoints.advance(checkpoint, continuation, context.now)
-    except LeaseLost:
-        report.skipped = "lease lost to another instance"
-    except BusError as e:
-        # One failing table must not stop the others; the lease runs out and the next run
-        # resumes this task from its last checkpoint.
-        log.exception("cleanup task %s failed", task.id)
-        report.skipped = f"error: {e}"
-    except Exception as e:
-        # A defect met on one task's page must not end the run either: report it, let the
-        # lease run out, and leave the others to run.
-        log.exception("cleanup task %s failed unexpectedly", task.id)
-        report.skipped = f"error: {type(e).__name__}: {e}"
-    return pages
+                return
+            await lease.advance(continuation, self.now())

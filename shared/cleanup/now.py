@@ -26,6 +26,7 @@ async def cleanup_pass(
     grace_seconds: float | None = None,
     progress: Callable[[str], None] | None = None,
     sql: Mapping[str, EndpointState] | None = None,
+    wait: bool = False,
 ) -> dict[str, Any]:
     """One run over every endpoint of ``app``: paged, resumable, within the ``CLEANUP_*``
     settings' time budget (``shared.cleanup``). Returns the JSON-ready report: totals removed
@@ -40,5 +41,6 @@ async def cleanup_pass(
         settings=replace(cleanup, checkpoint_table=TABLES["cleanup"]),
         progress=progress,
         sql=sql,
+        wait=wait,
     )
     return report.to_dict()

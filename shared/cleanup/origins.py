@@ -48,6 +48,8 @@ class OriginKind:
 
 
 async def _fence_outbox(table: Table, entity: Entity) -> Entity:
+    if OutboxRecord.from_entity(entity).committed:
+        return entity  # its commit changed the ETag already: no stalled round can commit now
     etag = await table.update(entity, etag=entity.etag)
     return Entity(entity.partition_key, entity.row_key, entity.properties, etag)
 

@@ -27,6 +27,10 @@ class TaskReport:
     """The task reached the end of its records in this run."""
     skipped: str | None = None
     """Why the task did not run or stopped early: budget, leased elsewhere, lease lost, error."""
+    leased_by: str | None = None
+    """When another instance held the task's lease: which one, and until when."""
+    resumed: bool = False
+    """The task started from a checkpoint an earlier run (maybe on another instance) left."""
     bad_rows: list[str] = field(default_factory=list)
     """Records that could not be judged (malformed fields, names outside the rules), each
     with why: left as they are, reported, and passed over so the pass still finishes. The
@@ -45,6 +49,8 @@ class TaskReport:
             "kept": dict(sorted(self.kept.items())),
             "finished": self.finished,
             "skipped": self.skipped,
+            "leased_by": self.leased_by,
+            "resumed": self.resumed,
             "bad_rows": list(self.bad_rows),
         }
 

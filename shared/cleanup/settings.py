@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields
 from shared.errors import ConfigurationError
 
 DAY = 24 * 3600.0
+INTEGER_SETTINGS = ("page_size", "concurrency")
 
 
 @dataclass(frozen=True)
@@ -22,9 +23,13 @@ class CleanupSettings:
     """Stop starting new pages after this long, so a timer invocation ends well inside the
     function timeout; the next run resumes from the saved continuation."""
     page_size: int = 200
-    lease_seconds: float = 120.0
-    """How long a task's lease lasts without a checkpoint. Renewed after every page, so it only
-    needs to cover one page; an instance that died is replaced after at most this long."""
+    concurrency: int = 32
+    """How many records a pass judges at once, across all its tasks (1-64): each record's
+    decision is independent and ETag-guarded, so they need not wait for one another."""
+    lease_seconds: float = 30.0
+    """How long a task's lease lasts without renewal. A heartbeat renews every held lease a
+    few times per lease period, and every page saves a checkpoint, so an instance that died
+    is replaced after at most this long, however long its pages take."""
     audit_retention_seconds: float = 30 * DAY
     """Audit rows older than this are removed (export them first to keep them longer)."""
     checkpoint_table: str = "cleanup"
@@ -36,6 +41,12 @@ class CleanupSettings:
                 raise ConfigurationError(f"cleanup {name} must be a non-negative number: {value}")
         if self.page_size < 1 or self.page_size > 1000:
             raise ConfigurationError(f"cleanup page_size must be 1-1000: {self.page_size}")
+        if self.concurrency < 1 or self.concurrency > 64:
+            raise ConfigurationError(f"cleanup concurrency must be 1-64: {self.concurrency}")
+        if self.lease_seconds < 1:
+            raise ConfigurationError(
+                f"cleanup lease_seconds must be at least 1: {self.lease_seconds}"
+            )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> CleanupSettings:
@@ -49,7 +60,7 @@ class CleanupSettings:
             if raw is None or raw.strip() == "":
                 continue
             try:
-                values[f.name] = int(raw) if f.name == "page_size" else float(raw)
+                values[f.name] = int(raw) if f.name in INTEGER_SETTINGS else float(raw)
             except ValueError:
                 raise ConfigurationError(
                     f"app setting CLEANUP_{f.name.upper()}={raw!r} is not a number"

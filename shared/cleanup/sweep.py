@@ -45,7 +45,7 @@ async def sweep_endpoint(
         CleanupSettings(grace_seconds=grace_seconds, page_size=1000),
         (endpoint,),
         to_datetime(clock()),
-        {} if sql is None else {endpoint: sql},
+        sql={} if sql is None else {endpoint: sql},
     )
     report = SweepReport()
     tasks: list[CleanupTask] = [AbandonedTokens(f"{endpoint}/"), OutboxRecords(endpoint)]

@@ -9,15 +9,21 @@ signalled is deleted (design notes section 3):
   gone (so the tokens it committed were consumed, and no abandoned one is left for later);
 - an ingress record is removed only after its window, and only once its tokens are gone;
 - audit rows are removed after their retention period.
+
+Endpoints that keep their O(m) and audit rows in PostgreSQL (``store="postgres"``) are cleaned
+by the same tasks under the same rules, through their ``EndpointState`` (``context.sql``): a
+token whose origin is such an O(m) is judged by that record, read in PostgreSQL.
 """
 
 from __future__ import annotations
 
 import abc
-import functools
+import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Collection, Mapping
+import re
+from collections import Counter
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -31,10 +37,11 @@ from shared.bus.origin import Origin
 from shared.bus.outgoing import ORIGIN_METADATA
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, OutboxRecord, OutgoingSignal
 from shared.bus.state.base import EndpointState
-from shared.cleanup.origins import kind_of
+from shared.cleanup.batching import STORAGE_ERRORS, delete_blobs, delete_rows, each, read_rows
+from shared.cleanup.origins import OriginKind, kind_of
 from shared.cleanup.report import TaskReport, describe
 from shared.cleanup.settings import CleanupSettings
-from shared.errors import CorruptRecord, InvalidName, InvalidValue, NotFound, PreconditionFailed
+from shared.errors import CorruptRecord, InvalidValue, NotFound, PreconditionFailed
 from shared.stores.account import StorageAccount
 from shared.stores.blob import BlobContainer, BlobProperties
 from shared.stores.table import Entity, Table
@@ -54,6 +61,17 @@ def _skip_bad_row(report: TaskReport, what: str, error: BaseException) -> None:
     report.bad_row(what, error)
 
 
+def _storage_error(report: TaskReport, what: str, error: BaseException) -> None:
+    log.warning("cleanup %s: %s left for the next pass: %s", report.task, what, error)
+    report.kept["storage_error"] += 1
+
+
+def _add(counter: Counter[str], key: str, count: int) -> None:
+    """Count only what happened, so a report lists no zeros."""
+    if count:
+        counter[key] += count
+
+
 def _row(table: Table, entity: Entity) -> str:
     return f"{table.name} {entity.partition_key!r}/{entity.row_key!r}"
 
@@ -65,6 +83,10 @@ class CleanupContext:
     settings: CleanupSettings
     endpoints: tuple[str, ...]
     now: datetime
+    limit: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
+    """How many records are judged at once. The job shares one limit of
+    ``CLEANUP_CONCURRENCY`` across a pass; a context made on its own (a sweep, a simulation)
+    judges one record at a time, so its storage calls come in a fixed order."""
     sql: Mapping[str, EndpointState] = field(default_factory=dict)
     """Endpoints whose O(m) and audit rows are in a SQL database (``store="postgres"``),
     with their rows; every other endpoint keeps them in its table."""
@@ -101,45 +123,44 @@ async def _exists(tokens: BlobContainer, name: str) -> bool:
     return True
 
 
-async def _delete_blob(tokens: BlobContainer, name: str, etag: str) -> bool:
-    try:
-        await tokens.delete(name, etag=etag)
-    except (NotFound, PreconditionFailed):
-        return False  # consumed or changed since listed: not ours to delete any more
-    return True
-
-
-async def _delete_row(table: Table, entity: Entity) -> bool:
-    try:
-        await table.delete(entity.partition_key, entity.row_key, etag=entity.etag)
-    except PreconditionFailed:
-        return False  # changed since we read it: look again next pass
-    return True
-
-
-async def _delete_record(store: EndpointState, record: OutboxRecord) -> bool:
-    try:
-        await store.delete_outbox(record)
-    except PreconditionFailed:
-        return False  # changed since we read it: look again next pass
-    return True
-
-
 async def _clear_prefix(
     context: CleanupContext, prefix: str, committed: Collection[str], report: TaskReport
 ) -> int:
     """Delete the abandoned tokens under a sender-scoped prefix; return how many tokens must
     still wait there (committed ones not yet consumed, or abandoned ones still young)."""
     waiting = 0
-    tokens = context.tokens
-    async for blob in tokens.list(prefix):
+    doomed: list[BlobProperties] = []
+    async for blob in context.tokens.list(prefix):
         if blob.name in committed or not context.is_old(blob.last_modified):
             waiting += 1
         elif blob.metadata.get("claim"):
             waiting += 1  # claimed means signalled: never ours, whatever the record says
-        elif await _delete_blob(tokens, blob.name, blob.etag):
-            report.removed["abandoned_tokens"] += 1
+        else:
+            doomed.append(blob)
+    # One that could not be deleted was consumed or deleted since it was listed.
+    _add(report.removed, "abandoned_tokens", await delete_blobs(context.tokens, doomed))
     return waiting
+
+
+async def _remove_rows(
+    context: CleanupContext,
+    table: Table,
+    condemned: Sequence[tuple[Entity, str]],
+    report: TaskReport,
+) -> None:
+    """Delete the rows judged removable (each with the kind it is counted as); a row that
+    changed since it was read stays for the next pass."""
+    kinds = {(e.partition_key, e.row_key): kind for e, kind in condemned}
+    deleted = await delete_rows(context.limit, table, [e for e, _ in condemned])
+    for row in deleted:
+        report.removed[kinds[row.partition_key, row.row_key]] += 1
+    _add(report.kept, "changed", len(condemned) - len(deleted))  # judged again next pass
+
+
+Verdict = str
+"""'abandoned', or why a token stays (a ``kept`` reason)."""
+FENCE = "fence"
+"""An abandoned token whose uncommitted origin row must be fenced before it goes."""
 
 
 class AbandonedTokens(CleanupTask):
@@ -153,33 +174,59 @@ class AbandonedTokens(CleanupTask):
     async def run_page(
         self, context: CleanupContext, continuation: str | None, report: TaskReport
     ) -> str | None:
-        tokens = context.tokens
-        page = await tokens.list_page(
+        page = await context.tokens.list_page(
             self.prefix, page_size=context.settings.page_size, continuation=continuation
         )
-        rows: dict[Origin, Entity | None] = {}
+        doomed: list[BlobProperties] = []
+        waiting: list[tuple[BlobProperties, re.Match[str], Origin, OriginKind]] = []
+        in_sql: list[tuple[BlobProperties, re.Match[str], Origin]] = []
         for blob in page.items:
             if not context.is_old(blob.last_modified):
                 report.kept["young"] += 1
                 continue
             try:
-                verdict = await self._judge(context, blob, rows)
+                parsed = self._parse(context, blob)
             except ROW_ERRORS as e:
                 _skip_bad_row(report, f"token {blob.name!r}", e)
                 continue
-            if verdict != "abandoned":
+            if parsed == "abandoned":
+                doomed.append(blob)
+            elif isinstance(parsed, str):
+                report.kept[parsed] += 1
+            elif parsed[1].table in context.sql:
+                in_sql.append((blob, parsed[0], parsed[1]))
+            else:
+                waiting.append((blob, *parsed))
+        doomed += await _judge_by_sql_origins(context, in_sql, report)
+        rows = await read_rows(context.limit, context.account, {w[2] for w in waiting})
+        fences: dict[Origin, list[BlobProperties]] = {}
+        for blob, name, origin, kind in waiting:
+            if origin not in rows:
+                report.kept["storage_error"] += 1  # its row could not be read
+                continue
+            try:
+                verdict = self._judge(context, blob, name, kind, rows[origin])
+            except ROW_ERRORS as e:
+                _skip_bad_row(report, f"token {blob.name!r}", e)
+                continue
+            if verdict == "abandoned":
+                doomed.append(blob)
+            elif verdict == FENCE:
+                fences.setdefault(origin, []).append(blob)
+            else:
                 report.kept[verdict] += 1
-            elif await _delete_blob(tokens, blob.name, blob.etag):
-                report.removed["abandoned_tokens"] += 1
+        doomed += await self._fence(context, rows, fences, report)
+        _add(report.removed, "abandoned_tokens", await delete_blobs(context.tokens, doomed))
         return page.continuation
 
-    async def _judge(
-        self, context: CleanupContext, blob: BlobProperties, rows: dict[Origin, Entity | None]
-    ) -> str:
-        """'abandoned', or why the token stays."""
+    @staticmethod
+    def _parse(
+        context: CleanupContext, blob: BlobProperties
+    ) -> Verdict | tuple[re.Match[str], Origin, OriginKind]:
+        """The token's name and origin, or the verdict when they alone decide it."""
         raw = blob.metadata.get(ORIGIN_METADATA)
         if not raw:
-            return "no_origin"  # from before origins were recorded: the outbox task's job
+            return _without_origin(context, blob)
         name = TOKEN_NAME.fullmatch(blob.name)
         try:
             origin: Origin | None = Origin.decode(raw)
@@ -191,11 +238,16 @@ class AbandonedTokens(CleanupTask):
             # Never let a token's metadata point the cleanup at an arbitrary table.
             log.warning("token %s has an origin outside this bus: %r", blob.name, raw)
             return "bad_origin"
-        if origin.table in context.sql:
-            return await _judge_sql_origin(context.sql[origin.table], origin, blob, name["attempt"])
-        if origin not in rows:
-            rows[origin] = await _get_row(context.account.table(origin.table), origin)
-        row = rows[origin]
+        return name, origin, kind
+
+    @staticmethod
+    def _judge(
+        context: CleanupContext,
+        blob: BlobProperties,
+        name: re.Match[str],
+        kind: OriginKind,
+        row: Entity | None,
+    ) -> Verdict:
         committed = None if row is None else kind.committed_attempts(row, name["incoming"])
         if committed is None:
             # The row says nothing about this message. That proves the token was never
@@ -209,46 +261,129 @@ class AbandonedTokens(CleanupTask):
             log.error("token %s is claimed but its origin never committed it", blob.name)
             return "claimed_not_committed"
         if row is not None and kind.fence is not None:
-            # The row is uncommitted: a round far slower than the grace period assumes could
-            # still commit this token. Change the row's ETag first, so that such a commit
-            # (If-Match on the row) fails instead of signalling a token we are deleting.
-            try:
-                rows[origin] = await kind.fence(context.account.table(origin.table), row)
-            except (PreconditionFailed, NotFound):
-                rows.pop(origin, None)
-                return "origin_changed"  # someone wrote it meanwhile: judge again next pass
+            return FENCE
         return "abandoned"
 
+    @staticmethod
+    async def _fence(
+        context: CleanupContext,
+        rows: dict[Origin, Entity | None],
+        fences: dict[Origin, list[BlobProperties]],
+        report: TaskReport,
+    ) -> list[BlobProperties]:
+        """The row is uncommitted: a round far slower than the grace period assumes could
+        still commit these tokens. Change the row's ETag first (once per row), so that such a
+        commit (If-Match on the row) fails instead of signalling a token we are deleting."""
 
-async def _judge_sql_origin(
-    store: EndpointState, origin: Origin, blob: BlobProperties, attempt: str
-) -> str:
-    """The token's origin is O(m) of a SQL endpoint: the same rules as for a table's O(m)
-    (it outlives every token it committed; an uncommitted one is fenced before deleting)."""
-    if not origin.row_key.startswith(OUTBOX_PREFIX):
-        log.warning("token %s names a non-outbox row of SQL endpoint %s", blob.name, store.name)
-        return "bad_origin"
-    message_id = origin.row_key[len(OUTBOX_PREFIX) :]
-    record = (await store.read(origin.partition_key, message_id)).outbox
+        async def fence(origin: Origin) -> list[BlobProperties]:
+            row, kind = rows[origin], kind_of(origin.row_key)
+            if row is None or kind is None or kind.fence is None:
+                return []
+            try:
+                await kind.fence(context.account.table(origin.table), row)
+            except (PreconditionFailed, NotFound):
+                # Someone wrote it meanwhile: judge these tokens again next pass.
+                report.kept["origin_changed"] += len(fences[origin])
+                return []
+            except STORAGE_ERRORS as e:
+                log.warning("cleanup: origin %s not fenced: %s", origin.encode(), e)
+                report.kept["storage_error"] += len(fences[origin])
+                return []
+            return fences[origin]
+
+        fenced = await each(context.limit, list(fences), fence)
+        return [blob for blobs in fenced for blob in blobs]
+
+
+async def _judge_by_sql_origins(
+    context: CleanupContext,
+    waiting: Sequence[tuple[BlobProperties, re.Match[str], Origin]],
+    report: TaskReport,
+) -> list[BlobProperties]:
+    """Judge the tokens whose origin is O(m) of a SQL endpoint by the same rules as a
+    table's O(m): each record is read once in PostgreSQL, a token it committed is kept, and
+    an uncommitted record is fenced before its tokens go. Returns the tokens to delete."""
+    by_origin: dict[Origin, list[tuple[BlobProperties, re.Match[str]]]] = {}
+    for blob, name, origin in waiting:
+        by_origin.setdefault(origin, []).append((blob, name))
+
+    async def judge(origin: Origin) -> list[BlobProperties]:
+        tokens = by_origin[origin]
+        store = context.sql[origin.table]
+        if not origin.row_key.startswith(OUTBOX_PREFIX):
+            log.warning("tokens name a non-outbox row of SQL endpoint %s", store.name)
+            report.kept["bad_origin"] += len(tokens)
+            return []
+        message_id = origin.row_key[len(OUTBOX_PREFIX) :]
+        try:
+            record = (await store.read(origin.partition_key, message_id)).outbox
+        except ROW_ERRORS as e:
+            _skip_bad_row(report, f"O({message_id}) of {store.name}", e)
+            return []
+        except STORAGE_ERRORS as e:
+            log.warning(
+                "cleanup: O(%s) of %s left for the next pass: %s", message_id, store.name, e
+            )
+            report.kept["storage_error"] += len(tokens)
+            return []
+        verdicts = [(blob, _judge_by_record(blob, name, record)) for blob, name in tokens]
+        doomed = [blob for blob, verdict in verdicts if verdict == "abandoned"]
+        fenced = [blob for blob, verdict in verdicts if verdict == FENCE]
+        for _, verdict in verdicts:
+            if verdict not in ("abandoned", FENCE):
+                report.kept[verdict] += 1
+        if fenced and record is not None:
+            doomed += await _fence_sql(store, record, fenced, report)
+        return doomed
+
+    judged = await each(context.limit, list(by_origin), judge)
+    return [blob for blobs in judged for blob in blobs]
+
+
+def _judge_by_record(
+    blob: BlobProperties, name: re.Match[str], record: OutboxRecord | None
+) -> Verdict:
     committed = set() if record is None else {o.attempt_id for o in record.outgoing}
-    if attempt in committed:
+    if name["attempt"] in committed:
         return "in_flight"
     if blob.metadata.get("claim"):
         log.error("token %s is claimed but its origin never committed it", blob.name)
         return "claimed_not_committed"
     if record is not None and not record.committed:
-        try:
-            await store.fence_outbox(record)
-        except (PreconditionFailed, NotFound):
-            return "origin_changed"
+        return FENCE
     return "abandoned"
 
 
-async def _get_row(table: Table, origin: Origin) -> Entity | None:
+async def _fence_sql(
+    store: EndpointState,
+    record: OutboxRecord,
+    tokens: list[BlobProperties],
+    report: TaskReport,
+) -> list[BlobProperties]:
+    """Give the uncommitted O(m) a new version before its tokens go, so a round far slower
+    than the grace period can no longer commit them (as ``AbandonedTokens._fence``)."""
     try:
-        return await table.get(origin.partition_key, origin.row_key)
-    except (NotFound, InvalidName):
-        return None
+        await store.fence_outbox(record)
+    except (PreconditionFailed, NotFound):
+        report.kept["origin_changed"] += len(tokens)  # judged again next pass
+        return []
+    except STORAGE_ERRORS as e:
+        log.warning("cleanup: O(%s) of %s not fenced: %s", record.message_id, store.name, e)
+        report.kept["storage_error"] += len(tokens)
+        return []
+    return tokens
+
+
+def _without_origin(context: CleanupContext, blob: BlobProperties) -> Verdict:
+    """A token with no origin metadata (written before origins were recorded, or by a writer
+    that does not record them) cannot be judged by its origin row. It is kept while its
+    message could still be in flight: up to the ingress window, the longest time the bus
+    keeps anything about a message it has not retired (a queue message lives 7 days too).
+    Past that window, and unclaimed, nothing can still be waiting to consume it."""
+    age = (context.now - blob.last_modified).total_seconds()
+    if blob.metadata.get("claim") or age < context.config.ingress_window_seconds:
+        return "no_origin"
+    return "abandoned"
 
 
 class OutboxRecords(CleanupTask):
@@ -270,14 +405,20 @@ class OutboxRecords(CleanupTask):
             page_size=context.settings.page_size,
             continuation=continuation,
         )
-        for entity in page.entities:
+
+        async def judge(entity: Entity) -> tuple[Entity, str] | None:
             try:
-                record = OutboxRecord.from_entity(entity)
-                await self._judge(
-                    context, record, functools.partial(_delete_row, table, entity), report
-                )
+                kind = await self._judge(context, OutboxRecord.from_entity(entity), report)
             except ROW_ERRORS as e:
                 _skip_bad_row(report, _row(table, entity), e)
+            except STORAGE_ERRORS as e:
+                _storage_error(report, _row(table, entity), e)
+            else:
+                return None if kind is None else (entity, kind)
+            return None
+
+        verdicts = await each(context.limit, page.entities, judge)
+        await _remove_rows(context, table, [v for v in verdicts if v is not None], report)
         return page.continuation
 
     async def _run_sql_page(
@@ -287,20 +428,32 @@ class OutboxRecords(CleanupTask):
         continuation: str | None,
         report: TaskReport,
     ) -> str | None:
+        """The same judgement over a page of O(m) records kept in SQL; each removable one is
+        deleted while its version is the one read."""
         records, following = await store.outbox_page(continuation, context.settings.page_size)
-        for record in records:
-            await self._judge(
-                context, record, functools.partial(_delete_record, store, record), report
-            )
+
+        async def judge(record: OutboxRecord) -> None:
+            what = f"O({record.message_id}) of {store.name}"
+            try:
+                kind = await self._judge(context, record, report)
+                if kind is not None:
+                    await store.delete_outbox(record)
+                    report.removed[kind] += 1
+            except PreconditionFailed:
+                report.kept["changed"] += 1  # judged again next pass
+            except ROW_ERRORS as e:
+                _skip_bad_row(report, what, e)
+            except STORAGE_ERRORS as e:
+                _storage_error(report, what, e)
+
+        await each(context.limit, records, judge)
         return following
 
     async def _judge(
-        self,
-        context: CleanupContext,
-        record: OutboxRecord,
-        delete: Callable[[], Awaitable[bool]],
-        report: TaskReport,
-    ) -> None:
+        self, context: CleanupContext, record: OutboxRecord, report: TaskReport
+    ) -> str | None:
+        """The kind the record is removed as, or None when it stays (counted in
+        ``report.kept``)."""
         if not record.committed:
             # A claim nobody committed. While the incoming token exists the message is still
             # to be processed (maybe parked in the poison queue): keep the claim.
@@ -308,22 +461,23 @@ class OutboxRecords(CleanupTask):
                 report.kept["young"] += 1
             elif await _exists(context.tokens, record.incoming_token):
                 report.kept["incoming_pending"] += 1
-            elif await delete():
-                report.removed["unused_outbox_records"] += 1
-            return
+            else:
+                return "unused_outbox_records"
+            return None
         if record.committed_at is None:
             raise CorruptRecord("committed outbox record without committed_at")
         if not context.is_old(record.committed_at):
             report.kept["young"] += 1
-            return
+            return None
         committed = {o.token for o in record.outgoing}
         prefix = token_prefix(self.endpoint, record.message_id)
         if await _clear_prefix(context, prefix, committed, report):
             report.kept["outputs_in_flight"] += 1
         elif await _exists(context.tokens, record.incoming_token):
             report.kept["incoming_pending"] += 1  # R7 not done yet; a redelivery will
-        elif await delete():
-            report.removed["outbox_records"] += 1
+        else:
+            return "outbox_records"
+        return None
 
 
 class IngressRecords(CleanupTask):
@@ -338,20 +492,27 @@ class IngressRecords(CleanupTask):
         page = await table.query(
             row_keys=[INGRESS_ROW], page_size=context.settings.page_size, continuation=continuation
         )
-        for entity in page.entities:
+
+        async def judge(entity: Entity) -> tuple[Entity, str] | None:
             try:
-                await self._judge(context, table, entity, report)
+                return await self._judge(context, entity, report)
             except ROW_ERRORS as e:
                 _skip_bad_row(report, _row(table, entity), e)
+            except STORAGE_ERRORS as e:
+                _storage_error(report, _row(table, entity), e)
+            return None
+
+        verdicts = await each(context.limit, page.entities, judge)
+        await _remove_rows(context, table, [v for v in verdicts if v is not None], report)
         return page.continuation
 
     async def _judge(
-        self, context: CleanupContext, table: Table, entity: Entity, report: TaskReport
-    ) -> None:
+        self, context: CleanupContext, entity: Entity, report: TaskReport
+    ) -> tuple[Entity, str] | None:
         expires_at = entity.properties.get("expires_at")
         if isinstance(expires_at, datetime) and expires_at > context.now:
             report.kept["within_window"] += 1
-            return
+            return None
         outgoing = json.loads(str(entity.properties.get("outgoing", "[]")))
         committed = {OutgoingSignal.model_validate(o).token for o in outgoing}
         prefix = token_prefix(
@@ -359,8 +520,8 @@ class IngressRecords(CleanupTask):
         )
         if await _clear_prefix(context, prefix, committed, report):
             report.kept["outputs_in_flight"] += 1
-        elif await _delete_row(table, entity):
-            report.removed["ingress_records"] += 1
+            return None
+        return entity, "ingress_records"
 
 
 class AuditRows(CleanupTask):
@@ -376,7 +537,7 @@ class AuditRows(CleanupTask):
         cutoff = context.now - timedelta(seconds=context.settings.audit_retention_seconds)
         store = context.sql.get(self.endpoint)
         if store is not None:  # one indexed DELETE does the whole endpoint
-            report.removed["audit_rows"] += await store.expire_audit(cutoff)
+            _add(report.removed, "audit_rows", await store.expire_audit(cutoff))
             return None
         table = context.account.table(self.endpoint)
         page = await table.query(
@@ -384,12 +545,14 @@ class AuditRows(CleanupTask):
             page_size=context.settings.page_size,
             continuation=continuation,
         )
+        expired: list[tuple[Entity, str]] = []
         for entity in page.entities:
             processed_at = entity.properties.get("processed_at")
             if isinstance(processed_at, datetime) and processed_at > cutoff:
                 report.kept["within_retention"] += 1
-            elif await _delete_row(table, entity):
-                report.removed["audit_rows"] += 1
+            else:
+                expired.append((entity, "audit_rows"))
+        await _remove_rows(context, table, expired, report)
         return page.continuation
 
 
@@ -442,8 +605,9 @@ class ModeRetention(CleanupTask):
 def standard_tasks(endpoints: Mapping[str, str] | Collection[str]) -> list[CleanupTask]:
     """Every task for these endpoints (a name-to-mode mapping; bare names are token mode).
 
-    Tokens first: a pass that removes abandoned tokens lets the outbox task retire the
-    records that were waiting on them in the same run."""
+    The job runs them side by side; none waits on another, since the outbox and ingress
+    tasks delete the abandoned tokens under their own records' prefixes themselves. A sweep
+    (``shared.cleanup.sweep``) runs them in this order."""
     modes = dict(endpoints) if isinstance(endpoints, Mapping) else dict.fromkeys(endpoints, "token")
     names = sorted(modes)
     tasks: list[CleanupTask] = [AbandonedTokens()]

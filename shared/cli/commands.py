@@ -7,6 +7,7 @@ They print what they did (JSON where a script may read it) and return an exit co
 from __future__ import annotations
 
 import json
+import os
 import sys
 import uuid
 from collections import Counter
@@ -14,24 +15,44 @@ from pathlib import Path
 from typing import Any
 
 from shared.bus import Command
-from shared.bus.poison import replay_report
+from shared.bus.app import Endpoint
 from shared.bus.unsubscribed import unsubscribed_counts
-from shared.cli.progress import Progress
+from shared.cleanup.summary import cleanup_summary
+from shared.cli.records import count_records, describe
 from shared.errors import NotFound
 from shared.http_ingress import BadRequest, build_message
 from shared.provisioning import provision
 from shared.resources import RESOURCES_FILE, check_resources_file, poison_queue, resources_json
 from shared.runtime import Worker
+from shared.terminal import ProgressBar, table
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_CONFIGURATION = 3
 EXIT_UNHEALTHY = 4
+EXIT_LEASED = 5
 
 
-def _print_json(value: object) -> None:
-    print(json.dumps(value, indent=2, default=str))
+def say(text: str) -> None:
+    """Print to stdout. A reader that stopped reading (``bus status --json | head``) does not
+    stop the command: the rest of its output goes nowhere and its exit code stands."""
+    try:
+        print(text)
+    except BrokenPipeError:
+        reader_gone()
+
+
+def reader_gone() -> None:
+    """Point stdout at /dev/null, so that no later write, nor the interpreter's last flush at
+    exit, fails (or prints a traceback) for want of a reader."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def print_json(value: object) -> None:
+    say(json.dumps(value, indent=2, default=str))
 
 
 async def resources_command(worker: Worker) -> int:
@@ -44,11 +65,11 @@ async def provision_command(worker: Worker, resources_file: Path = RESOURCES_FIL
     """Create the app's resources, once ``infra/resources.json`` (what Bicep provisions in
     Azure) matches the app."""
     check_resources_file(worker.resources, resources_file)
-    print((await provision(worker.account(), worker.resources)).summary())
+    say((await provision(worker.account(), worker.resources)).summary())
     sql = worker.sql()
     if sql is not None:  # the schema of endpoints that keep their state in PostgreSQL
         for line in await sql.migrate(worker.sql_states()):
-            print(line)
+            say(line)
     return EXIT_OK
 
 
@@ -78,7 +99,7 @@ async def send_command(
         receipt = await client.send(message, to=destination, idempotency_key=key)
     else:
         receipt = await client.publish(message, idempotency_key=key)  # type: ignore[arg-type]
-    _print_json(
+    print_json(
         {
             "idempotency_key": receipt.idempotency_key,
             "message_ids": list(receipt.message_ids),
@@ -94,55 +115,61 @@ async def subscribe_command(
     bus = worker.bus()
     if topic is None:
         for done_topic, done_endpoint in await bus.subscribe_all():
-            print(f"{done_endpoint} subscribed to {done_topic}")
+            say(f"{done_endpoint} subscribed to {done_topic}")
         return EXIT_OK
     if endpoint is None:
         raise BadRequest(f"topic {topic!r}: name the endpoint, or leave out both for all")
     if subscribe:
         bus.app.routes.check_subscription(topic, endpoint)
         changed = await bus.topics.subscribe(topic, endpoint)
-        print(f"{endpoint} {'subscribed to' if changed else 'was already subscribed to'} {topic}")
+        say(f"{endpoint} {'subscribed to' if changed else 'was already subscribed to'} {topic}")
     else:
         changed = await bus.topics.unsubscribe(topic, endpoint)
-        print(f"{endpoint} {'unsubscribed from' if changed else 'was not subscribed to'} {topic}")
+        say(f"{endpoint} {'unsubscribed from' if changed else 'was not subscribed to'} {topic}")
     return EXIT_OK
 
 
+async def _count_records(worker: Worker, endpoint: Endpoint[Any]) -> dict[str, int]:
+    """The endpoint's record counts: from its table, or from PostgreSQL for an endpoint that
+    keeps its O(m) there (``store="postgres"``, token mode only)."""
+    if endpoint.store != "postgres":
+        return await count_records(worker.account().table(endpoint.name), endpoint)
+    states: Counter[str] = Counter()
+    async for record in worker.bus().endpoint_state(endpoint.name).outbox_records():
+        states[record.status] += 1
+    return {"outbox_claimed": states["claimed"], "outbox_committed": states["committed"]}
+
+
 async def status_report(worker: Worker, progress: bool | None) -> dict[str, Any]:
-    """Queue depths, poison counts and open outbox records per endpoint; tokens in flight."""
-    account, endpoints = worker.account(), list(worker.app.endpoints)
-    bar = Progress("status", len(endpoints) + 1, enabled=progress)
+    """Queue depths, poison counts and the mode's deduplication records per endpoint; tokens
+    in flight; events dropped for want of a subscriber."""
+    account, endpoints = worker.account(), list(worker.app.endpoints.values())
     rows: dict[str, dict[str, Any]] = {}
     missing: list[str] = []
-    for endpoint in endpoints:
-        row: dict[str, Any] = {}
-        for label, queue in (("queue", endpoint), ("poison", poison_queue(endpoint))):
+    with ProgressBar("status", len(endpoints) + 1, enabled=progress) as bar:
+        for endpoint in endpoints:
+            row: dict[str, Any] = {"mode": endpoint.mode}
+            for label, queue in (("queue", endpoint.name), ("poison", poison_queue(endpoint.name))):
+                try:
+                    row[label] = await account.queue(queue).approximate_count()
+                except NotFound:
+                    row[label] = None
+                    missing.append(f"queue {queue}")
             try:
-                row[label] = await account.queue(queue).approximate_count()
+                row.update(await _count_records(worker, endpoint))
             except NotFound:
-                row[label] = None
-                missing.append(f"queue {queue}")
-        states: Counter[str] = Counter()
+                store = endpoint.store
+                missing.append(f"table {endpoint.name}" if store == "table" else "the bus schema")
+            rows[endpoint.name] = row
+            bar.advance(note=endpoint.name)
+        senders: Counter[str] = Counter()
         try:
-            # From the endpoint's table, or from PostgreSQL for a store="postgres" endpoint.
-            async for record in worker.bus().endpoint_state(endpoint).outbox_records():
-                states[record.status] += 1
+            container = worker.config.tokens_container
+            async for blob in account.blob_container(container).list():
+                senders[blob.name.split("/", 1)[0]] += 1
         except NotFound:
-            store = worker.app.get(endpoint).store
-            missing.append(f"table {endpoint}" if store == "table" else "the bus schema")
-        row["outbox_claimed"] = states["claimed"]
-        row["outbox_committed"] = states["committed"]
-        rows[endpoint] = row
-        bar.advance(note=endpoint)
-    senders: Counter[str] = Counter()
-    try:
-        container = worker.config.tokens_container
-        async for blob in account.blob_container(container).list():
-            senders[blob.name.split("/", 1)[0]] += 1
-    except NotFound:
-        missing.append("container tokens")
-    bar.advance(note="tokens")
-    bar.finish()
+            missing.append("container tokens")
+        bar.advance(note="tokens")
     topics = account.blob_container(worker.config.topics_container)
     try:
         dropped = await unsubscribed_counts(topics)
@@ -158,67 +185,57 @@ async def status_report(worker: Worker, progress: bool | None) -> dict[str, Any]
     }
 
 
+def _records_of(row: dict[str, Any]) -> dict[str, int] | None:
+    counts = {k: v for k, v in row.items() if k not in ("mode", "queue", "poison")}
+    return counts or None
+
+
 async def status_command(
     worker: Worker, *, as_json: bool, check: bool, progress: bool | None
 ) -> int:
     report = await status_report(worker, progress)
     if as_json:
-        _print_json(report)
+        print_json(report)
     else:
-        header = f"{'endpoint':<16}{'queue':>8}{'poison':>8}{'outbox open':>13}{'committed':>11}"
-        print(header)
-        for name, row in report["endpoints"].items():
-            queue = "-" if row["queue"] is None else row["queue"]
-            poison = "-" if row["poison"] is None else row["poison"]
-            print(
-                f"{name:<16}{queue:>8}{poison:>8}{row['outbox_claimed']:>13}"
-                f"{row['outbox_committed']:>11}"
+        say(
+            table(
+                ("endpoint", "mode", "queue", "poison", "records"),
+                (
+                    (name, row["mode"], row["queue"], row["poison"], describe(_records_of(row)))
+                    for name, row in report["endpoints"].items()
+                ),
+                right=("queue", "poison"),
             )
+        )
         by_sender = ", ".join(f"{k} {v}" for k, v in report["tokens_by_sender"].items())
-        print(
+        say(
             f"tokens in flight: {report['tokens_in_flight']}"
             + (f" ({by_sender})" * bool(by_sender))
         )
         for topic, count in report["unsubscribed_events"].items():
-            print(f"events dropped, topic {topic} has no subscriber: {count}")
+            say(f"events dropped, topic {topic} has no subscriber: {count}")
         for item in report["missing"]:
-            print(f"missing: {item} (run `bus provision`)")
+            say(f"missing: {item} (run `bus provision`)")
     if report["missing"]:
         return EXIT_CONFIGURATION
     poisoned = sum(row["poison"] or 0 for row in report["endpoints"].values())
     return EXIT_UNHEALTHY if check and poisoned else EXIT_OK
 
 
-async def replay_command(
-    worker: Worker, endpoints: list[str], *, limit: int, progress: bool | None
+async def cleanup_command(
+    worker: Worker, *, grace_seconds: float | None, as_json: bool, wait: bool
 ) -> int:
-    """Move poison messages back to their queues; each is processed exactly once."""
-    account, known = worker.account(), sorted(worker.app.endpoints)
-    unknown = sorted(set(endpoints) - set(known))
-    if unknown:
-        raise ValueError(f"unknown endpoints {unknown}; known: {known}")
-    container = worker.config.parked_container
-    total = skipped = 0
-    for endpoint in endpoints:
-        waiting = await account.queue(poison_queue(endpoint)).approximate_count()
-        bar = Progress(f"replay {endpoint}", min(waiting, limit), enabled=progress)
-        # One pass: what cannot be replayed stays hidden for the pass, so it is met once.
-        report = await replay_report(account, endpoint, limit, container, step=bar.advance)
-        bar.finish()
-        for line in report.skipped:
-            print(line)
-        print(
-            f"{endpoint}: replayed {report.replayed} poison messages"
-            + (f", skipped {len(report.skipped)}" if report.skipped else "")
-        )
-        total += report.replayed
-        skipped += len(report.skipped)
-    print(f"replayed {total} messages" + (f", skipped {skipped}" if skipped else ""))
-    return EXIT_OK
-
-
-async def cleanup_command(worker: Worker, *, grace_seconds: float | None) -> int:
     print("cleanup: running one pass over every endpoint...", file=sys.stderr)
-    report = await worker.cleanup(grace_seconds=grace_seconds)
-    _print_json(report)
-    return EXIT_OK
+    report = await worker.cleanup(grace_seconds=grace_seconds, wait=wait)
+    if as_json:
+        print_json(report)
+    else:
+        say(cleanup_summary(report))
+    leased = [t for t in report["tasks"] if t["skipped"] == "leased by another instance"]
+    for task in leased:
+        print(
+            f"cleanup: {task['task']} is leased by another live instance "
+            f"({task['leased_by']}); not cleaned in this pass, --wait waits for it",
+            file=sys.stderr,
+        )
+    return EXIT_LEASED if leased else EXIT_OK

@@ -24,11 +24,12 @@ from typing import Any
 
 from shared.app_loader import APP_SETTING, configured_app
 from shared.bus import BusApp, Command, Event
-from shared.cli import commands
+from shared.cli import commands, poison_commands
 from shared.errors import (
     BusError,
     ConfigurationError,
     InvalidName,
+    NotFound,
     OutcomeUnknown,
     StorageError,
 )
@@ -61,7 +62,8 @@ examples:
   bus publish OrderPlaced --key op-1 \\
       --body '{"order_id": "o1", "customer": "ada", "amount_cents": 100}'
   bus status --check
-  bus replay orders
+  bus poison list payments
+  bus replay payments --type ChargePayment --dry-run
   bus cleanup"""
 
 
@@ -89,15 +91,7 @@ def parser(app: BusApp | None = None) -> argparse.ArgumentParser:
         default=LOCAL_SETTINGS_FILE,
         help="read Values from this file when present (default: %(default)s)",
     )
-    bar = p.add_mutually_exclusive_group()
-    bar.add_argument(
-        "--progress",
-        dest="progress",
-        action="store_true",
-        default=None,
-        help="draw progress bars even when stderr is not a terminal",
-    )
-    bar.add_argument("--no-progress", dest="progress", action="store_false", help="never")
+    _progress_options(p, default=None)
     sub = p.add_subparsers(dest="command", required=True, metavar="command")
 
     sub.add_parser(
@@ -108,7 +102,8 @@ def parser(app: BusApp | None = None) -> argparse.ArgumentParser:
         "--resources-file",
         type=Path,
         default=RESOURCES_FILE,
-        help="must match the app: what Bicep provisions (default: %(default)s)",
+        help="must match the app: what Bicep provisions (default: %(default)s in the "
+        "current folder, where `bus resources > infra/resources.json` writes it)",
     )
 
     handled = message_types(app) if app is not None else {}
@@ -136,18 +131,55 @@ def parser(app: BusApp | None = None) -> argparse.ArgumentParser:
     s.add_argument("topic", nargs="?")
     s.add_argument("endpoint", nargs="?")
 
-    s = sub.add_parser("status", help="queue depths, poison counts, outbox records, tokens")
+    s = sub.add_parser(
+        "status", help="queue depths, poison counts, each mode's dedup records, tokens"
+    )
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.add_argument("--check", action="store_true", help="exit 4 when poison messages wait")
+
+    s = sub.add_parser("poison", help="inspect poison messages")
+    poison = s.add_subparsers(dest="poison_command", required=True, metavar="subcommand")
+    s = poison.add_parser(
+        "list", help="poison messages with why they were parked (looked at, not taken)"
+    )
+    s.add_argument("endpoints", nargs="*", help="endpoints (default: every one)")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
 
     s = sub.add_parser("replay", help="move poison messages back to their queues")
     s.add_argument("endpoints", nargs="*", help="endpoints (default with --all: every one)")
     s.add_argument("--all", action="store_true")
     s.add_argument("--limit", type=int, default=1000, help="per endpoint (default %(default)s)")
+    s.add_argument("--id", action="append", default=[], help="only this message id (repeatable)")
+    s.add_argument(
+        "--type", action="append", default=[], help="only this message type (repeatable)"
+    )
+    s.add_argument("--dry-run", action="store_true", help="say what would be replayed, move none")
 
     s = sub.add_parser("cleanup", help="run one cleanup pass now")
     s.add_argument("--grace-seconds", type=float, help="override the grace period")
+    s.add_argument("--json", action="store_true", help="the full report as JSON")
+    s.add_argument(
+        "--wait", action="store_true", help="wait for tasks leased by another live instance"
+    )
+
+    # Accepted after the command too, where it leaves a value given before it alone.
+    for command in [*sub.choices.values(), *poison.choices.values()]:
+        _progress_options(command, default=argparse.SUPPRESS)
     return p
+
+
+def _progress_options(p: argparse.ArgumentParser, default: object) -> None:
+    bar = p.add_mutually_exclusive_group()
+    bar.add_argument(
+        "--progress",
+        dest="progress",
+        action="store_true",
+        default=default,
+        help="draw progress bars even when stderr is not a terminal",
+    )
+    bar.add_argument(
+        "--no-progress", dest="progress", action="store_false", default=default, help="never"
+    )
 
 
 def settings_of(args: argparse.Namespace) -> Settings:
@@ -204,22 +236,31 @@ def _command(args: argparse.Namespace, usage: Callable[[str], None]) -> Run:
         return lambda a: c.status_command(
             a, as_json=args.json, check=args.check, progress=args.progress
         )
+    if args.command == "poison":
+        return lambda w: poison_commands.poison_list_command(
+            w, args.endpoints or list(w.app.endpoints), as_json=args.json
+        )
     if args.command == "replay":
         if args.all == bool(args.endpoints):
             usage("replay takes endpoint names or --all")
         if args.limit < 1:
             usage("--limit must be at least 1")
-        return lambda w: c.replay_command(
+        only = poison_commands.PoisonFilter(frozenset(args.id), frozenset(args.type))
+        return lambda w: poison_commands.replay_command(
             w,
             list(w.app.endpoints) if args.all else args.endpoints,
             limit=args.limit,
             progress=args.progress,
+            only=only if args.id or args.type else None,
+            dry_run=args.dry_run,
         )
     if args.command == "resources":
         return c.resources_command
     if args.command != "cleanup":
         usage(f"unknown command {args.command!r}")
-    return lambda a: c.cleanup_command(a, grace_seconds=args.grace_seconds)
+    return lambda w: c.cleanup_command(
+        w, grace_seconds=args.grace_seconds, as_json=args.json, wait=args.wait
+    )
 
 
 async def _run(args: argparse.Namespace, command: Run) -> int:
@@ -259,13 +300,25 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         command = _command(args, p.error)
-        return asyncio.run(_run(args, command))
+        code = asyncio.run(_run(args, command))
+    except BrokenPipeError:
+        commands.reader_gone()
+        return commands.EXIT_OK
     except (BadRequest, InvalidName, ValueError) as e:
         print(f"bus: {e}", file=sys.stderr)
         return commands.EXIT_USAGE
     except ConfigurationError as e:
         print(f"bus: configuration: {e}", file=sys.stderr)
         return commands.EXIT_CONFIGURATION
+    except NotFound as e:
+        # Whatever a command needs and storage does not have was never provisioned.
+        print(f"bus: {e}: resources missing, run `bus provision`", file=sys.stderr)
+        return commands.EXIT_CONFIGURATION
     except (StorageError, OutcomeUnknown, BusError) as e:
         print(f"bus: failed: {e}", file=sys.stderr)
         return commands.EXIT_FAILED
+    try:
+        sys.stdout.flush()  # here, where a closed pipe can still be handled
+    except BrokenPipeError:
+        commands.reader_gone()  # the command finished: its verdict stands
+    return code

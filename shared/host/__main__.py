@@ -60,16 +60,22 @@ def parser() -> argparse.ArgumentParser:
         "a larger one gets 413 without being read",
     )
     p.add_argument("--functions", nargs="+", help="run only these functions")
-    p.add_argument("--verbose", action="store_true", help="log every storage warning")
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also log every storage request and answer (the Azure SDK's HTTP logging)",
+    )
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # The host says what it does (one line per message, from shared.bus); the SDK's own
+    # INFO lines are two dozen per storage request, so they wait for --verbose.
+    logging.getLogger("azure").setLevel(logging.INFO if args.verbose else logging.WARNING)
     folder = args.app.resolve().parent
     try:
         settings = resolve_settings(local_file=args.settings or folder / "local.settings.json")

@@ -28,11 +28,12 @@ from shared import health
 from shared.errors import ConfigurationError
 from shared.host.functions import LoadedApp, QueueFunction, invoke
 from shared.host.http import MAX_REQUEST_BYTES, ROUTE_PREFIX, HttpFrontEnd, Keys
-from shared.host.queue_worker import Handler, QueueSettings, QueueWorker, timespan
+from shared.host.queue_worker import MessageHandler, QueueSettings, QueueWorker, timespan
 from shared.host.timers import run_timer
 from shared.settings import load_storage_settings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
+from shared.stores.queue import QueueMessage as ReceivedMessage
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +78,18 @@ class LocalHost:
             self.accounts[connection] = AzureStorageAccount(settings)
         return self.accounts[connection]
 
-    def _handler(self, queue: QueueFunction) -> Handler:
-        async def handle(content: str, dequeue_count: int) -> None:
-            # The queue adapter has already decoded the base64 wire form, as the host does.
-            message = QueueMessage(body=content.encode(), dequeue_count=dequeue_count)  # type: ignore[no-untyped-call]
+    def _handler(self, queue: QueueFunction) -> MessageHandler:
+        async def handle(received: ReceivedMessage) -> None:
+            # The queue adapter has already decoded the base64 wire form, as the host does;
+            # the function gets what the Functions host binds (the bus keeps the insertion
+            # time in a poison reason).
+            message = QueueMessage(  # type: ignore[no-untyped-call]
+                id=received.id,
+                body=received.content.encode(),
+                dequeue_count=received.dequeue_count,
+                insertion_time=received.inserted_on,
+                time_next_visible=received.next_visible_on,
+            )
             await invoke(queue.function, queue.arg_name, message, self.config.function_timeout)
 
         return handle
@@ -136,7 +145,11 @@ class LocalHost:
         tasks: list[asyncio.Task[Any]] = [
             asyncio.create_task(
                 QueueWorker(
-                    self.account(q.connection), q.queue_name, self._handler(q), self.config.queues
+                    self.account(q.connection),
+                    q.queue_name,
+                    None,
+                    self.config.queues,
+                    message_handler=self._handler(q),
                 ).run(stopping),
                 name=f"queue {q.name}",
             )

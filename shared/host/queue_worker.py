@@ -18,6 +18,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,10 @@ from shared.stores.queue import MAX_RECEIVE_BATCH, QueueMessage
 log = logging.getLogger(__name__)
 
 Handler = Callable[[str, int], Awaitable[Any]]
+"""Called with a message's content and its dequeue count."""
+MessageHandler = Callable[[QueueMessage], Awaitable[Any]]
+"""Called with the whole received message (id, insertion time, dequeue count...), as a
+Functions queue trigger binds it."""
 
 MIN_POLLING_INTERVAL = 0.1
 """First wait after an empty receive; doubles (with jitter) up to maxPollingInterval."""
@@ -102,13 +107,21 @@ class QueueWorker:
         self,
         account: StorageAccount,
         queue_name: str,
-        handler: Handler,
+        handler: Handler | None,
         settings: QueueSettings | None = None,
+        *,
+        message_handler: MessageHandler | None = None,
     ) -> None:
+        """Give ``handler`` (content and dequeue count) or ``message_handler`` (the whole
+        message), not both."""
+        if handler is not None and message_handler is None:
+            message_handler = _of_content(handler)
+        elif handler is not None or message_handler is None:
+            raise ConfigurationError("a queue worker takes a handler or a message_handler")
         self.account = account
         self.queue = account.queue(queue_name)
         self.poison = account.queue(poison_queue(queue_name))
-        self.handler = handler
+        self.invoke: MessageHandler = message_handler
         self.settings = settings or QueueSettings()
 
     async def poll_once(self) -> int:
@@ -177,7 +190,7 @@ class QueueWorker:
         """Invoke the handler; acknowledge on success, release or poison on failure."""
         lease = _Lease(self, message)
         try:
-            await lease.hold(self.handler(message.content, message.dequeue_count))
+            await lease.hold(self.invoke(message))
         except Exception as e:
             return await self._failed(lease.current, e)
         message = lease.current
@@ -221,7 +234,13 @@ class QueueWorker:
         if notes := getattr(error, "__notes__", None):
             text += f" ({'; '.join(map(str, notes))})"
         reason = replace(
-            error_reason(self.queue.name, error, message.dequeue_count),
+            error_reason(
+                self.queue.name,
+                error,
+                message.dequeue_count,
+                enqueued_at=message.inserted_on,
+                failed_at=datetime.now(UTC),
+            ),
             reason=text,
             message_id=_message_id(message.content),
         )
@@ -263,6 +282,13 @@ def _message_id(content: str) -> str | None:
         return None
     value = data.get("message_id") if isinstance(data, dict) else None
     return value[:100] if isinstance(value, str) else None
+
+
+def _of_content(handler: Handler) -> MessageHandler:
+    async def invoke(message: QueueMessage) -> Any:
+        return await handler(message.content, message.dequeue_count)
+
+    return invoke
 
 
 class _Lease:

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+
+from shared.errors import InvalidValue, NotFound, PreconditionFailed
+
+MAX_BATCH_DELETES = 256
+"""Blobs one ``delete_unchanged`` call takes: the Blob Batch API's limit per request."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,27 @@ class BlobContainer(abc.ABC):
         PreconditionFailed if the ETag changed.
         """
 
+    async def delete_unchanged(self, blobs: Sequence[tuple[str, str]]) -> list[bool]:
+        """Delete each ``(name, etag)`` blob only while it still has that ETag, as one request
+        where the service offers a batch (Azure's Blob Batch API); at most
+        ``MAX_BATCH_DELETES`` blobs per call.
+
+        Returns, in order, whether each blob was deleted: False when it is gone or changed
+        since (each blob's own If-Match decides, independently of the others). Any other
+        failure raises, and then any subset of the blobs may have been deleted. This default
+        deletes one blob at a time; backends with a batch override it.
+        """
+        check_batch(blobs)
+        deleted: list[bool] = []
+        for name, etag in blobs:
+            try:
+                await self.delete(name, etag=etag)
+            except (NotFound, PreconditionFailed):
+                deleted.append(False)
+            else:
+                deleted.append(True)
+        return deleted
+
     @abc.abstractmethod
     def list(self, prefix: str = "") -> AsyncIterator[BlobProperties]:
         """Yield the properties (with metadata) of every blob whose name starts with ``prefix``,
@@ -139,3 +165,11 @@ class BlobContainer(abc.ABC):
                 return BlobPage(items, items[-1].name)
             items.append(properties)
         return BlobPage(items, None)
+
+
+def check_batch(blobs: Sequence[tuple[str, str]]) -> None:
+    """Refuse a batch the service would refuse: too many blobs, or one blob twice."""
+    if len(blobs) > MAX_BATCH_DELETES:
+        raise InvalidValue(f"a batch deletes at most {MAX_BATCH_DELETES} blobs, got {len(blobs)}")
+    if len({name for name, _ in blobs}) != len(blobs):
+        raise InvalidValue("a batch may name each blob only once")

@@ -85,6 +85,11 @@ class DelegatingBlobContainer(_Forwarding, BlobContainer):
             "blob.delete", self._target(name), lambda: self.inner.delete(name, etag=etag)
         )
 
+    async def delete_unchanged(self, blobs: Sequence[tuple[str, str]]) -> list[bool]:
+        return await self._call(
+            "blob.delete_batch", self._target(""), lambda: self.inner.delete_unchanged(blobs)
+        )
+
     async def list(self, prefix: str = "") -> AsyncIterator[BlobProperties]:
         # One request as far as _call is concerned: the listing is collected first.
         async def collect() -> list[BlobProperties]:

@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from datetime import UTC, datetime
 
 import pytest
 
 from shared.bus.poison import Reason as PoisonReason
-from shared.bus.poison import poison_body, replay_report, unwrap
+from shared.bus.poison import poison_body, replay_report, unwrap, utc_time
+from shared.bus.receiver import Outcome
+from shared.clock import to_datetime
 from shared.resources import poison_queue
 from tests.bus.harness import Harness
 from tests.bus.test_failures import Flaky, flaky_app
@@ -51,7 +54,8 @@ async def test_the_last_try_parks_the_message_with_its_last_error(backend: Backe
         "error_type": "RuntimeError",
         "message_id": receipt.message_ids[0],
         "message_type": "Flaky",
-    }
+        "failed_at": utc_time(to_datetime(harness.config.clock())),  # this worker gives no
+    }  # insertion time: the reason says none
     failures["left"] = 0
     assert (
         await replay_report(harness.raw, name, container=harness.config.parked_container)
@@ -59,6 +63,44 @@ async def test_the_last_try_parks_the_message_with_its_last_error(backend: Backe
     await harness.run_until_quiet()
     assert len(await harness.applied(name)) == 1
     assert await harness.tokens() == []
+
+
+async def test_a_parked_message_says_when_it_was_enqueued_and_when_it_last_failed(
+    backend: Backend,
+) -> None:
+    """The first try followed the queue message's insertion; the last failure is the one
+    that parked it, on the bus's clock."""
+    harness = await harness_with(backend, {"left": 1000}, max_dequeue_count=3)
+    name = only_endpoint(harness)
+    await harness.setup_bus.client().send(Flaky(key="k"), to=name, idempotency_key="k")
+    [message] = await harness.raw.queue(name).receive()
+    await backend.elapse(2)
+
+    assert (
+        await harness.bus.receive(name, message.content, 3, enqueued_at=message.inserted_on)
+        is Outcome.POISONED
+    )
+    assert (
+        await harness.bus.receive(
+            name, "not a signal", 1, enqueued_at=datetime(2026, 1, 2, 3, 4, 5)
+        )
+        is Outcome.POISONED
+    )
+
+    parked = [
+        unwrap(m.content, name).info for m in await harness.raw.queue(poison_queue(name)).peek(2)
+    ]
+    failed = parked[0]
+    assert failed["enqueued_at"] == message.inserted_on.astimezone(UTC).isoformat(
+        timespec="seconds"
+    )
+    assert failed["failed_at"] == utc_time(to_datetime(harness.config.clock()))
+    first, last = (datetime.fromisoformat(failed[k]) for k in ("enqueued_at", "failed_at"))
+    assert (last - first).total_seconds() >= 1
+    refused = parked[1]
+    assert refused["error_type"] == "MalformedSignal"
+    assert refused["enqueued_at"] == "2026-01-02T03:04:05+00:00"  # no zone given: UTC
+    assert refused["failed_at"] == failed["failed_at"]
 
 
 async def test_a_hostile_message_too_large_to_park_whole_is_parked_by_reference_and_replays(

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from shared.bus.config import BusConfig
 from shared.bus.envelope import token_name
 from shared.bus.ids import fresh_id
 from shared.bus.ingress import INGRESS_ROW, IngressClient
@@ -21,7 +22,13 @@ from shared.cleanup.settings import CleanupSettings
 from shared.cleanup.tasks import AbandonedTokens, standard_tasks
 from shared.clock import ManualClock, to_datetime
 from shared.errors import ConfigurationError, OutcomeUnknown
-from shared.stores.instrumented import Fault, SimulatedCrash, fault_at, fault_at_first
+from shared.stores.instrumented import (
+    Fault,
+    InstrumentedAccount,
+    SimulatedCrash,
+    fault_at,
+    fault_at_first,
+)
 from shared.stores.memory import MemoryStorageAccount
 from shared.stores.table import Entity
 from tests.bus.flow import FlowNames, PlaceOrder, build_flow
@@ -212,12 +219,18 @@ async def test_a_run_out_of_budget_saves_its_place_and_the_next_run_resumes(
         runs.append(await clean(harness, tiny))
         assert len(runs) < 20
 
-    # Each run did one page (a zero budget still makes progress), and a task interrupted by
-    # the budget went first in the next run, resuming where it stopped.
-    assert all(sum(t.pages for t in r.tasks) == 1 for r in runs)
-    orders = [t for r in runs for t in r.tasks if t.task == task and t.pages]
-    assert [t.finished for t in orders] == [False, False, True]
-    assert [r.tasks[0].task for r in runs[-3:]] == [task] * 3
+    # Every task did one page in every run: a zero budget still gives each task its share,
+    # so the backlog of one never starves the others. The interrupted task resumed each time
+    # where it stopped.
+    assert len(runs) == 3
+    assert all(t.pages == 1 for r in runs for t in r.tasks)
+    orders = [t for r in runs for t in r.tasks if t.task == task]
+    assert [(t.finished, t.resumed) for t in orders] == [
+        (False, False),
+        (False, True),
+        (True, True),
+    ]
+    assert [t.finished for t in runs[0].tasks if t.task == "tokens"] == [True]  # nothing to do
     assert sum(r.removed()["outbox_records"] for r in runs) == 5
     assert await residue(harness) == (0, 0)
 
@@ -248,11 +261,13 @@ async def test_a_task_leased_by_a_live_instance_is_skipped_and_resumed_when_it_l
     assert skipped.skipped == "leased by another instance"
     assert len(await harness.outbox_records(names.orders)) == 3
 
-    # Then once the lease lapses, it resumes from the dead instance's checkpoint
+    # Then once the lease lapses, it resumes from the dead instance's checkpoint, carries on
+    # to the end, and goes round once more from the start: one pass covers every record.
     after = await clean(harness, cleanup, ahead=40, owner="live-instance")
     [resumed] = [t for t in after.tasks if t.task == task]
     assert resumed.finished
-    assert resumed.removed["outbox_records"] == 2  # the first page was never redone
+    assert resumed.resumed
+    assert resumed.removed["outbox_records"] == 3
     saved = await table.get(TASK_PARTITION, task)
     assert saved["owner"] == "live-instance"
     assert saved["continuation"] == ""
@@ -449,3 +464,106 @@ async def test_bad_rows_are_skipped_and_reported_and_the_pass_still_finishes(
     assert all("\n" not in line for line in outbox_task.bad_rows)  # one line each
     left = [e.partition_key async for e in table.query_all(row_key_prefix="outbox|")]
     assert sorted(left) == ["a1", "a2", "a3", "a4", "a5"]  # reported, left for an operator
+
+
+async def test_a_token_without_origin_goes_once_older_than_the_ingress_window_and_unclaimed(
+    backend: Backend,
+) -> None:
+    harness, _ = await new_flow(backend, publish=False, charge=False)
+    tokens = harness.raw.blob_container(harness.config.tokens_container)
+    names = {
+        claim: token_name("orders", fresh_id(), fresh_id(), fresh_id(), b"{}")
+        for claim in ("", "c")
+    }
+    for claim, name in names.items():
+        await tokens.create(name, b"{}", {"claim": claim})
+    window = 60.0
+    config = replace(harness.config, ingress_window_seconds=window)
+
+    async def run(ahead: float) -> CleanupReport:
+        base = harness.config.clock
+        return await run_cleanup(
+            harness.raw,
+            endpoint_modes(harness.app),
+            config=replace(config, clock=lambda: base() + ahead),
+            settings=settings(),
+        )
+
+    within = await run(2)
+    assert within.kept()["no_origin"] == 2
+    past = await run(window + 2)
+    assert past.removed() == {"abandoned_tokens": 1}
+    assert past.kept()["no_origin"] == 1  # claimed: signalled once, never the cleanup's
+    assert await harness.tokens() == [names["c"]]
+
+
+async def test_the_heartbeat_keeps_a_lease_through_a_page_longer_than_the_lease() -> None:
+    lease = 1.0
+
+    class SlowTask(AbandonedTokens):
+        async def run_page(self, *args: object) -> str | None:  # type: ignore[override]
+            await asyncio.sleep(3 * lease)
+            return None
+
+    account = MemoryStorageAccount()
+    config = BusConfig(clock=time.time)
+    cleanup = settings(lease_seconds=lease)
+
+    async def run(owner: str) -> CleanupReport:
+        return await run_cleanup(
+            account, [], config=config, settings=cleanup, tasks=[SlowTask()], owner=owner
+        )
+
+    first = asyncio.create_task(run("first"))
+    await asyncio.sleep(2 * lease)  # without renewals the lease would have run out by now
+    second = await run("second")
+    [working] = (await first).tasks
+
+    assert working.finished
+    assert second.tasks[0].skipped == "leased by another instance"
+    assert (second.tasks[0].leased_by or "").startswith("first until")
+
+
+async def test_a_request_that_fails_leaves_its_record_for_the_next_pass_not_the_page(
+    backend: Backend,
+) -> None:
+    harness, names = await new_flow(backend, publish=False, charge=False)
+    for order in "abc":
+        await place_order(harness, names, order)
+    await harness.run_until_quiet()
+    faulty = InstrumentedAccount(harness.raw)
+    faulty.instrumentation.plan = fault_at_first("blob.get_properties", Fault.ERROR_BEFORE)
+    base = harness.config.clock
+    config = replace(harness.config, clock=lambda: base() + 2)
+
+    first = await run_cleanup(
+        faulty, endpoint_modes(harness.app), config=config, settings=settings()
+    )
+
+    [orders] = [t for t in first.tasks if t.task == f"outbox.{names.orders}"]
+    assert orders.finished
+    assert orders.kept == {"storage_error": 1}
+    assert orders.removed == {"outbox_records": 2}
+    second = await clean(harness, settings())
+    assert second.removed()["outbox_records"] == 1
+    assert await residue(harness) == (0, 0)
+
+
+async def test_a_page_whose_listing_times_out_once_is_tried_again_in_the_same_run(
+    backend: Backend,
+) -> None:
+    harness, names = await new_flow(backend, publish=False, charge=False)
+    await place_order(harness, names)
+    await harness.run_until_quiet()
+    faulty = InstrumentedAccount(harness.raw)
+    faulty.instrumentation.plan = fault_at_first("table.query", Fault.ERROR_BEFORE)
+    base = harness.config.clock
+    config = replace(harness.config, clock=lambda: base() + 2)
+
+    report = await run_cleanup(
+        faulty, endpoint_modes(harness.app), config=config, settings=settings()
+    )
+
+    assert [op.kind for op, _ in faulty.instrumentation.injected] == ["table.query"]
+    assert report.complete
+    assert await residue(harness) == (0, 0)

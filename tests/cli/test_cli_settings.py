@@ -10,7 +10,8 @@ import pytest
 
 from shared.cli import main
 from shared.local.azurite import AzuriteEndpoints
-from shared.resources import RESOURCES_FILE
+from shared.resources import RESOURCES_FILE, resources_for, resources_json
+from shared.sample.app import app as sample_app
 from tests.conftest import unique_name
 
 Run = Callable[..., tuple[int, str, str]]
@@ -51,6 +52,8 @@ def test_the_connection_is_read_from_local_settings_json(
 ) -> None:
     values = {"ShopStorage": azurite.connection_string, "BUS_STORAGE_SETTING": "ShopStorage"}
     (tmp_path / "local.settings.json").write_text(json.dumps({"Values": values}))
+    (tmp_path / "infra").mkdir()
+    (tmp_path / RESOURCES_FILE).write_text(resources_json(resources_for(sample_app.endpoints)))
     code, out, _ = bus("provision")
     assert code == 0, out
     code, out, _ = bus("status", "--json")
@@ -58,10 +61,12 @@ def test_the_connection_is_read_from_local_settings_json(
     assert "orders" in json.loads(out)["endpoints"]
 
 
-def test_bus_resources_prints_the_repository_file_for_the_sample_app(bus: Run) -> None:
+def test_bus_resources_prints_the_resources_file_of_the_sample_app_when_bus_app_is_unset(
+    bus: Run,
+) -> None:
     code, out, _ = bus("resources")
     assert code == 0
-    assert out == RESOURCES_FILE.read_text()
+    assert out == resources_json(resources_for(sample_app.endpoints))
 
 
 def test_a_bus_app_that_cannot_be_loaded_exits_3_naming_it(bus: Run) -> None:
@@ -90,3 +95,69 @@ def test_send_help_lists_the_command_types_of_the_app_named_by_bus_app(
         main(["send", "--help"])
     assert exited.value.code == 0
     assert "Types of the app: ReserveStock\n" in capsys.readouterr().out
+
+
+SHOP_APP = (
+    "from shared.bus import BusApp, Command\n"
+    "app = BusApp()\n"
+    "class ReserveStock(Command):\n"
+    "    partition_by = 'sku'\n"
+    "    sku: str\n"
+    "app.endpoint('inventory').handles(ReserveStock)(lambda ctx, cmd: None)\n"
+)
+
+
+def shop_package(folder: Path) -> str:
+    """A package of the user's in ``folder`` (a fresh name: modules are cached)."""
+    package = unique_name("shop")
+    (folder / package).mkdir()
+    (folder / package / "__init__.py").write_text("")
+    (folder / package / "app.py").write_text(SHOP_APP)
+    return package
+
+
+@pytest.mark.azurite
+def test_provision_checks_the_resources_file_bus_resources_wrote_in_the_current_folder(
+    bus: Run, azurite: AzuriteEndpoints, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``bus resources > infra/resources.json`` writes to the current folder; ``bus provision``
+    reads that file, not the one beside the installed library (which lists the sample's)."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    app = f"{shop_package(tmp_path)}.app:app"
+    values = {"AzureWebJobsStorage": azurite.connection_string, "BUS_APP": app}
+    (tmp_path / "local.settings.json").write_text(json.dumps({"Values": values}))
+    code, out, _ = bus("resources")
+    assert code == 0
+    (tmp_path / "infra").mkdir()
+    (tmp_path / "infra" / "resources.json").write_text(out)
+
+    code, out, err = bus("provision")
+
+    assert (code, out.strip()) == (0, "provisioned 2 queues, 3 containers, 3 tables"), err
+
+
+@pytest.mark.azurite
+def test_provision_without_a_resources_file_says_where_it_looked_and_what_to_run(
+    bus: Run, azurite: AzuriteEndpoints, tmp_path: Path
+) -> None:
+    code, _, err = bus("--connection-string", azurite.connection_string, "provision")
+    assert code == 3
+    assert f"no resources file {tmp_path / 'infra' / 'resources.json'}: run " in err
+    assert "`bus resources > infra/resources.json` in the function app's folder" in err
+
+
+@pytest.mark.azurite
+def test_provision_resources_file_names_another_file(
+    bus: Run, azurite: AzuriteEndpoints, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "deploy" / "names.json"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text(resources_json(resources_for(["orders"])))
+    args = ("--connection-string", azurite.connection_string, "provision")
+
+    code, _, err = bus(*args, "--resources-file", str(elsewhere))
+    assert code == 3
+    assert f"{elsewhere} does not match the app" in err
+
+    elsewhere.write_text(resources_json(resources_for(sample_app.endpoints)))
+    assert bus(*args, "--resources-file", str(elsewhere))[0] == 0

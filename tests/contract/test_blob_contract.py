@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
 
-from shared.errors import AlreadyExists, InvalidName, NotFound, PreconditionFailed
-from shared.stores.blob import BlobContainer
+from shared.errors import AlreadyExists, InvalidName, InvalidValue, NotFound, PreconditionFailed
+from shared.stores.blob import MAX_BATCH_DELETES, BlobContainer
 from tests.conftest import Backend, unique_name
 
 
@@ -207,3 +208,44 @@ async def test_conditional_requests_on_a_missing_blob_fail_the_precondition(
         await container.delete("gone", etag=etag)
     with pytest.raises(NotFound):
         await container.read("gone")
+
+
+async def test_delete_unchanged_deletes_only_blobs_that_still_have_their_etag(
+    container: BlobContainer,
+) -> None:
+    etags = {name: await container.create(name, b"x") for name in ("a/1", "a/2", "a/3", "b")}
+    etags["a/2"] = await container.set_metadata("a/2", {"claim": "c"}, etag=etags["a/2"])
+    stale = etags["a/3"]
+    await container.set_metadata("a/3", {"claim": "c"})  # changed after we read it
+    await container.delete("b")  # gone since we read it
+
+    deleted = await container.delete_unchanged(
+        [("a/1", etags["a/1"]), ("a/2", etags["a/2"]), ("a/3", stale), ("b", etags["b"])]
+    )
+
+    assert deleted == [True, True, False, False]
+    assert [b.name async for b in container.list()] == ["a/3"]
+    assert await container.delete_unchanged([]) == []
+
+
+async def test_delete_unchanged_takes_a_full_batch_in_one_call(container: BlobContainer) -> None:
+    names = [f"n/{i:03}" for i in range(MAX_BATCH_DELETES)]
+    etags = await asyncio.gather(*(container.create(n, b"") for n in names))
+
+    deleted = await container.delete_unchanged(list(zip(names, etags, strict=True)))
+
+    assert deleted == [True] * MAX_BATCH_DELETES
+    assert [b async for b in container.list()] == []
+
+
+async def test_delete_unchanged_refuses_a_batch_the_service_would_refuse(
+    container: BlobContainer,
+) -> None:
+    etag = await container.create("x", b"")
+    with pytest.raises(InvalidValue, match="at most"):
+        await container.delete_unchanged([(f"n{i}", etag) for i in range(MAX_BATCH_DELETES + 1)])
+    with pytest.raises(InvalidValue, match="only once"):
+        await container.delete_unchanged([("x", etag), ("x", etag)])
+    with pytest.raises(InvalidName):
+        await container.delete_unchanged([("x", etag), ("", etag)])
+    assert [b.name async for b in container.list()] == ["x"]

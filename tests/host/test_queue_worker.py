@@ -6,6 +6,7 @@ import asyncio
 import base64
 import json
 import logging
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from shared.local.azurite import AzuriteEndpoints
 from shared.resources import poison_queue
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
+from shared.stores.queue import QueueMessage
 from tests.conftest import Backend, unique_name
 
 REPO = Path(__file__).resolve().parents[2]
@@ -265,3 +267,44 @@ def test_bad_host_json_is_refused(tmp_path: Path, queues: dict[str, object], mes
     path.write_text(json.dumps({"version": "2.0", "extensions": {"queues": queues}}))
     with pytest.raises(ConfigurationError, match=message):
         QueueSettings.from_host_json(path)
+
+
+async def test_a_message_moved_after_its_last_try_says_when_it_was_enqueued_and_failed(
+    backend: Backend,
+) -> None:
+    """The function gets the whole message (as a Functions binding does); a failure outside
+    the bus's own parking is moved with the message's insertion time and the failure's."""
+    name = await make_queue(backend)
+    await backend.account.queue(name).send("signal")
+    got: list[QueueMessage] = []
+    done = asyncio.Event()
+
+    async def handler(message: QueueMessage) -> None:
+        got.append(message)
+        done.set()
+        raise TimeoutError("handler timed out")
+
+    settings = QueueSettings(max_dequeue_count=1)
+    before = datetime.now(UTC).replace(microsecond=0)
+    worker = QueueWorker(backend.account, name, None, settings, message_handler=handler)
+    await run_until(worker, done)
+    await asyncio.sleep(0.2)  # the move runs after the handler returned
+    after = datetime.now(UTC)
+
+    [message] = got
+    assert (message.content, message.dequeue_count) == ("signal", 1)
+    [parked] = await backend.account.queue(poison_queue(name)).peek()
+    info = unwrap(parked.content, name).info
+    assert info["enqueued_at"] == message.inserted_on.astimezone(UTC).isoformat(timespec="seconds")
+    assert before <= datetime.fromisoformat(info["failed_at"]) <= after
+
+
+def test_a_queue_worker_takes_one_kind_of_handler(backend: Backend) -> None:
+    async def content(text: str, count: int) -> None: ...
+
+    async def whole(message: QueueMessage) -> None: ...
+
+    with pytest.raises(ConfigurationError, match="a handler or a message_handler"):
+        QueueWorker(backend.account, "q", content, message_handler=whole)
+    with pytest.raises(ConfigurationError, match="a handler or a message_handler"):
+        QueueWorker(backend.account, "q", None)

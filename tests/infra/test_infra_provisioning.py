@@ -137,7 +137,7 @@ def test_names_the_library_uses_are_provisioned() -> None:
     # shared.resources reads the same JSON for the app and the Azurite provisioner.
     from shared.resources import load_resources
 
-    used = load_resources()
+    used = load_resources(INFRA_DIR / "resources.json")
     wanted = (
         {("queue", name) for name in used.queue_names}
         | {("table", name) for name in used.table_names}

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+import bisect
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from shared.clock import to_datetime
 from shared.errors import AlreadyExists, NotFound, PreconditionFailed
-from shared.stores.blob import Blob, BlobContainer, BlobProperties
+from shared.stores.blob import Blob, BlobContainer, BlobPage, BlobProperties, check_batch
 from shared.stores.memory.state import MemoryState
 from shared.stores.names import check_blob_name, check_metadata
 
@@ -43,10 +44,26 @@ class MemoryBlobContainer(BlobContainer):
             raise PreconditionFailed(f"blob {self.name}/{name} changed (ETag mismatch)")
         return stored
 
+    def _names(self) -> list[str]:
+        """Every blob name of the container in order, kept alongside the blobs so that a
+        listing costs its result, not a sort of the whole container."""
+        names = self._state.blob_names.get(self.name)
+        if names is None:
+            names = self._state.blob_names[self.name] = sorted(self._blobs())
+        return names
+
     def _put(self, name: str, data: bytes, metadata: dict[str, str]) -> str:
         etag = self._state.new_etag()
-        self._blobs()[name] = _Stored(bytes(data), metadata, etag, self._state.clock())
+        blobs = self._blobs()
+        if name not in blobs:
+            bisect.insort(self._names(), name)
+        blobs[name] = _Stored(bytes(data), metadata, etag, self._state.clock())
         return etag
+
+    def _remove(self, name: str) -> None:
+        del self._blobs()[name]
+        names = self._names()
+        del names[bisect.bisect_left(names, name)]
 
     @staticmethod
     def _properties(name: str, stored: _Stored) -> BlobProperties:
@@ -65,6 +82,7 @@ class MemoryBlobContainer(BlobContainer):
     async def delete_container(self) -> None:
         with self._state.lock:
             self._state.containers.pop(self.name, None)
+            self._state.blob_names.pop(self.name, None)
 
     async def create(
         self, name: str, data: bytes, metadata: Mapping[str, str] | None = None
@@ -113,14 +131,47 @@ class MemoryBlobContainer(BlobContainer):
         check_blob_name(name)
         with self._state.lock:
             self._existing(name, etag)
-            del self._blobs()[name]
+            self._remove(name)
+
+    async def delete_unchanged(self, blobs: Sequence[tuple[str, str]]) -> list[bool]:
+        for name, _ in blobs:
+            check_blob_name(name)
+        check_batch(blobs)
+        deleted: list[bool] = []
+        with self._state.lock:
+            for name, etag in blobs:
+                stored = self._blobs().get(name)
+                if stored is None or stored.etag != etag:
+                    deleted.append(False)
+                    continue
+                self._remove(name)
+                deleted.append(True)
+        return deleted
+
+    def _listed(self, prefix: str, after: str | None, limit: int | None) -> list[BlobProperties]:
+        with self._state.lock:
+            blobs, names = self._blobs(), self._names()
+            start = bisect.bisect_left(names, prefix)
+            if after is not None and after >= prefix:
+                start = bisect.bisect_right(names, after)
+            listed: list[BlobProperties] = []
+            for index in range(start, len(names)):
+                name = names[index]
+                if not name.startswith(prefix) or len(listed) == limit:
+                    break
+                listed.append(self._properties(name, blobs[name]))
+            return listed
 
     async def list(self, prefix: str = "") -> AsyncIterator[BlobProperties]:
-        with self._state.lock:
-            snapshot = [
-                self._properties(name, stored)
-                for name, stored in sorted(self._blobs().items())
-                if name.startswith(prefix)
-            ]
-        for properties in snapshot:
+        for properties in self._listed(prefix, None, None):
             yield properties
+
+    async def list_page(
+        self, prefix: str = "", *, page_size: int = 1000, continuation: str | None = None
+    ) -> BlobPage:
+        if page_size < 1:
+            raise ValueError("page_size must be at least 1")
+        items = self._listed(prefix, continuation, page_size + 1)
+        if len(items) > page_size:
+            return BlobPage(items[:page_size], items[page_size - 1].name)
+        return BlobPage(items, None)

@@ -21,6 +21,8 @@ class MemoryState:
     clock: Clock
     lock: threading.RLock = field(default_factory=threading.RLock)
     containers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    blob_names: dict[str, list[str]] = field(default_factory=dict)
+    """Each container's blob names in order (``MemoryBlobContainer`` keeps it)."""
     tables: dict[str, dict[tuple[str, str], Any]] = field(default_factory=dict)
     queues: dict[str, dict[str, Any]] = field(default_factory=dict)
     _etags: itertools.count[int] = field(default_factory=lambda: itertools.count(1))

@@ -76,8 +76,11 @@ class MemoryTable(Table):
         start = decode_continuation(continuation) if continuation else None
         wanted = set(row_keys) if row_keys is not None else None
         with self._state.lock:
-            keys = sorted(self._rows())
             rows = self._rows()
+            # One partition: sort only its keys, not the whole table.
+            keys = sorted(
+                rows if partition_key is None else (k for k in rows if k[0] == partition_key)
+            )
             matches: list[Entity] = []
             for key in keys:
                 pk, rk = key

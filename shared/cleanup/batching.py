@@ -1,0 +1,164 @@
+"""Fewer, concurrent requests for the cleanup's many small decisions.
+
+Each record's decision is independent and each deletion is ETag-guarded, so a page's records
+are judged concurrently (at most ``limit`` at once) and what they condemn is deleted in
+batches: tokens through the blob store's batch delete, rows of one partition in table
+transactions. Origin rows are read once per origin, and several rows of one partition in one
+query.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import TypeVar
+
+from shared.bus.origin import Origin
+from shared.errors import (
+    InvalidName,
+    NotFound,
+    OutcomeUnknown,
+    PreconditionFailed,
+    StorageError,
+    TransactionFailed,
+)
+from shared.stores.account import StorageAccount
+from shared.stores.blob import MAX_BATCH_DELETES, BlobContainer, BlobProperties
+from shared.stores.names import MAX_TRANSACTION_OPERATIONS
+from shared.stores.table import Delete, Entity, Table
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+log = logging.getLogger(__name__)
+
+STORAGE_ERRORS = (StorageError, OutcomeUnknown)
+"""What a request for one record may fail with. The record is left for the next pass, which
+judges it again from scratch: every decision stands on its own, so nothing is lost by it, and
+one slow or failed request does not end the page for the others."""
+
+ROW_KEYS_PER_QUERY = 14
+"""Table Storage allows 15 comparisons in one filter: the PartitionKey and 14 RowKeys."""
+
+
+async def each(
+    limit: asyncio.Semaphore, items: Iterable[T], work: Callable[[T], Awaitable[R]]
+) -> list[R]:
+    """``work`` on every item, at most ``limit`` at once, results in order. The first failure
+    cancels the rest and is raised as itself (not as an exception group), so callers handle
+    a storage error here as they would one from a single call. ``work`` must not call
+    ``each`` with the same limit: holding it while waiting for it could deadlock."""
+
+    async def one(item: T) -> R:
+        async with limit:
+            return await work(item)
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            running = [group.create_task(one(item)) for item in items]
+    except BaseExceptionGroup as e:
+        raise e.exceptions[0] from None
+    return [task.result() for task in running]
+
+
+def chunks(items: Sequence[T], size: int) -> list[Sequence[T]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+async def delete_blobs(tokens: BlobContainer, blobs: Sequence[BlobProperties]) -> int:
+    """Delete the blobs that still have the ETag they were listed with, a batch (up to 256)
+    per request; return how many went. A blob consumed or changed since it was listed is not
+    ours to delete any more. Never takes the limit: it runs inside work that holds it."""
+    deleted = 0
+    for batch in chunks([(blob.name, blob.etag) for blob in blobs], MAX_BATCH_DELETES):
+        try:
+            deleted += sum(await tokens.delete_unchanged(batch))
+        except STORAGE_ERRORS as e:
+            log.warning("cleanup: %d token deletes left for the next pass: %s", len(batch), e)
+    return deleted
+
+
+async def delete_rows(
+    limit: asyncio.Semaphore, table: Table, rows: Sequence[Entity]
+) -> list[Entity]:
+    """Delete the rows that still have the ETag they were read with, one transaction per
+    partition (up to 100 rows); return the rows deleted. A transaction fails as a whole when
+    one row changed, and then its rows are deleted one by one, each under its own ETag."""
+    groups: dict[str, list[Entity]] = {}
+    for row in rows:
+        groups.setdefault(row.partition_key, []).append(row)
+    batches = [
+        batch for group in groups.values() for batch in chunks(group, MAX_TRANSACTION_OPERATIONS)
+    ]
+
+    async def delete_batch(batch: Sequence[Entity]) -> list[Entity]:
+        if len(batch) > 1:
+            try:
+                await table.transact([Delete(e.partition_key, e.row_key, e.etag) for e in batch])
+            except (TransactionFailed, *STORAGE_ERRORS):
+                pass  # one row changed or went, or no answer: delete each on its own
+            else:
+                return list(batch)
+        return [e for e in batch if await delete_row(table, e)]
+
+    done = await each(limit, batches, delete_batch)
+    return [row for batch in done for row in batch]
+
+
+async def delete_row(table: Table, entity: Entity) -> bool:
+    try:
+        await table.delete(entity.partition_key, entity.row_key, etag=entity.etag)
+    except PreconditionFailed:
+        return False  # changed since we read it: look again next pass
+    except STORAGE_ERRORS as e:
+        log.warning("cleanup: row %s/%s left for the next pass: %s", table.name, entity, e)
+        return False
+    return True
+
+
+async def read_rows(
+    limit: asyncio.Semaphore, account: StorageAccount, origins: Iterable[Origin]
+) -> dict[Origin, Entity | None]:
+    """The row each origin names (None when absent), with one read per row, or one query for
+    up to 14 rows of one partition. An origin whose row could not be read is left out."""
+    groups: dict[tuple[str, str], set[str]] = {}
+    for origin in origins:
+        groups.setdefault((origin.table, origin.partition_key), set()).add(origin.row_key)
+    reads = [
+        (table, partition, keys)
+        for (table, partition), row_keys in groups.items()
+        for keys in chunks(sorted(row_keys), ROW_KEYS_PER_QUERY)
+    ]
+
+    async def read(
+        what: tuple[str, str, Sequence[str]],
+    ) -> list[tuple[Origin, Entity | None]]:
+        table_name, partition, keys = what
+        table = account.table(table_name)
+        try:
+            found = await _read_partition(table, partition, keys)
+        except STORAGE_ERRORS as e:
+            log.warning("cleanup: origin rows in %s/%s unread: %s", table_name, partition, e)
+            return []  # their tokens wait for the next pass
+        return [(Origin(table_name, partition, key), found.get(key)) for key in keys]
+
+    done = await each(limit, reads, read)
+    return {origin: row for batch in done for origin, row in batch}
+
+
+async def _read_partition(table: Table, partition: str, keys: Sequence[str]) -> dict[str, Entity]:
+    if len(keys) > 1:
+        try:
+            page = await table.query(partition_key=partition, row_keys=keys)
+        except InvalidName:
+            pass  # a key the service would refuse in a filter: read each on its own
+        else:
+            if page.continuation is None:
+                return {e.row_key: e for e in page.entities}
+    found: dict[str, Entity] = {}
+    for key in keys:
+        with contextlib.suppress(NotFound, InvalidName):
+            found[key] = await table.get(partition, key)
+    return found

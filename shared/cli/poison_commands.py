@@ -1,0 +1,154 @@
+"""``bus poison list`` and ``bus replay``: poison messages looked at, and moved back."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from shared.bus.poison import replay_report
+from shared.cli.commands import EXIT_OK, print_json, say
+from shared.cli.poisoned import read_poison
+from shared.resources import poison_queue
+from shared.runtime import Worker
+from shared.terminal import ProgressBar, table
+
+PEEK_LIMIT = 32
+"""A queue shows at most this many messages without taking them."""
+POISON_COLUMNS = (
+    "endpoint",
+    "message id",
+    "type",
+    "tries",
+    "enqueued (UTC)",
+    "last failure (UTC)",
+    "reason",
+)
+"""``enqueued`` is when the first try's queue message was inserted; ``last failure`` when
+the failure that parked it happened, or, for a message the Functions host moved (its
+wrapper says nothing), when it was moved."""
+REASON_CHARS = 100
+
+
+def _check_endpoints(worker: Worker, endpoints: list[str]) -> None:
+    known = sorted(worker.app.endpoints)
+    unknown = sorted(set(endpoints) - set(known))
+    if unknown:
+        raise ValueError(f"unknown endpoints {unknown}; known: {known}")
+
+
+@dataclass(frozen=True)
+class PoisonFilter:
+    """Which poison messages a replay takes: all, or those of these ids and/or types."""
+
+    message_ids: frozenset[str] = frozenset()
+    message_types: frozenset[str] = frozenset()
+
+    def __call__(self, content: str) -> bool:
+        record = read_poison(content)
+        return (not self.message_ids or record.message_id in self.message_ids) and (
+            not self.message_types or record.message_type in self.message_types
+        )
+
+
+async def replay_command(
+    worker: Worker,
+    endpoints: list[str],
+    *,
+    limit: int,
+    progress: bool | None,
+    only: PoisonFilter | None = None,
+    dry_run: bool = False,
+) -> int:
+    """Move poison messages back to their queues; each is processed exactly once. What cannot
+    be replayed is skipped, one line each, and left in the poison queue. Endpoints with
+    nothing to replay are not mentioned."""
+    _check_endpoints(worker, endpoints)
+    account, container = worker.account(), worker.config.parked_container
+    total = endpoints_replayed = skipped = 0
+    verb = "would replay" if dry_run else "replayed"
+    for endpoint in endpoints:
+        waiting = await account.queue(poison_queue(endpoint)).approximate_count()
+        if waiting == 0:
+            continue
+        # The bar counts messages looked at: a selection may look at every one waiting.
+        looked_at = waiting if only is not None else min(waiting, limit)
+        with ProgressBar(f"replay {endpoint}", looked_at, enabled=progress) as bar:
+            report = await replay_report(
+                account, endpoint, limit, container, bar.advance, select=only, dry_run=dry_run
+            )
+        for line in report.skipped:
+            say(line)
+        if report.replayed or report.skipped:
+            say(
+                f"{endpoint}: {verb} {report.replayed} poison messages"
+                + (f", skipped {len(report.skipped)}" if report.skipped else "")
+            )
+        total += report.replayed
+        skipped += len(report.skipped)
+        endpoints_replayed += bool(report.replayed)
+    say(_replay_summary(verb, total, endpoints_replayed, skipped))
+    return EXIT_OK
+
+
+def _replay_summary(verb: str, total: int, endpoints: int, skipped: int) -> str:
+    done = f"{verb} {total} messages from {endpoints} endpoints" if total else "nothing to replay"
+    return done + (f", skipped {skipped}" if skipped else "")
+
+
+async def poison_list_command(worker: Worker, endpoints: list[str], *, as_json: bool) -> int:
+    """Show the poison messages waiting, with what each says about why (peeked, not taken)."""
+    _check_endpoints(worker, endpoints)
+    account = worker.account()
+    listed: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for endpoint in endpoints:
+        queue = account.queue(poison_queue(endpoint))
+        peeked = await queue.peek(PEEK_LIMIT)
+        for message in peeked:
+            record = read_poison(message.content)
+            listed.append(
+                {
+                    **record.to_json(),
+                    "endpoint": endpoint,  # the queue it is in, whatever it claims
+                    "parked_at": message.inserted_on.astimezone(UTC).isoformat(timespec="seconds"),
+                }
+            )
+        waiting = await queue.approximate_count()
+        if len(peeked) == PEEK_LIMIT and waiting > PEEK_LIMIT:
+            notes.append(
+                f"{endpoint}: showing {PEEK_LIMIT} of about {waiting} (a queue shows at most "
+                f"{PEEK_LIMIT} without taking them)"
+            )
+    if as_json:
+        print_json(listed)
+    elif listed:
+        say(table(POISON_COLUMNS, (_poison_row(item) for item in listed)))
+    else:
+        say("no poison messages")
+    for note in notes:
+        print(note, file=sys.stderr)
+    return EXIT_OK
+
+
+def _poison_row(item: dict[str, Any]) -> tuple[object, ...]:
+    reason = " ".join(str(item["reason"]).split())  # one line, whatever it held
+    if len(reason) > REASON_CHARS:
+        reason = reason[: REASON_CHARS - 3] + "..."
+    return (
+        item["endpoint"],
+        item["message_id"],
+        item["message_type"],
+        item["dequeue_count"],
+        _short_time(item["enqueued_at"]),
+        _short_time(item["failed_at"] or item["parked_at"]),
+        reason,
+    )
+
+
+def _short_time(iso: str | None) -> str | None:
+    """``2026-11-23 15:50:37`` for a table: UTC, as every time ``Reason`` keeps."""
+    if iso is None:
+        return None
+    return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")

@@ -1,0 +1,60 @@
+"""What ``bus status`` counts of an endpoint's deduplication records, mode by mode.
+
+Each mode keeps its own records (``docs/modes.md``): token mode an outbox row per message
+(claimed, then committed), entity-outbox mode an outbox map inside each state row, the
+processed-messages mode one row per processed message, the state-based mode a message-id
+index. Only what the endpoint's mode keeps is counted and shown.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.bus.app import Endpoint
+from shared.bus.modes.entity_outbox import StateEntity
+from shared.bus.modes.processed_table import PROCESSED_PREFIX
+from shared.bus.modes.state_based import INDEX_PREFIX
+from shared.bus.records import OUTBOX_PREFIX, STATE_ROW, OutboxRecord
+from shared.stores.table import Table
+
+
+async def count_records(table: Table, endpoint: Endpoint[Any]) -> dict[str, int]:
+    """The endpoint's record counts, keyed as ``bus status --json`` reports them. Raises
+    NotFound when the table is missing."""
+    if endpoint.mode == "token":
+        claimed = committed = 0
+        async for entity in table.query_all(row_key_prefix=OUTBOX_PREFIX):
+            if OutboxRecord.from_entity(entity).status == "claimed":
+                claimed += 1
+            else:
+                committed += 1
+        return {"outbox_claimed": claimed, "outbox_committed": committed}
+    if endpoint.mode == "entity_outbox":
+        undispatched = entries = 0
+        async for entity in table.query_all(row_keys=[STATE_ROW]):
+            state = StateEntity.from_entity(entity)
+            entries += len(state.entries)
+            undispatched += sum(e.out is not None for e in state.entries.values())
+        return {"outbox_undispatched": undispatched, "outbox_entries": entries}
+    prefix = PROCESSED_PREFIX if endpoint.mode == "processed_messages" else INDEX_PREFIX
+    rows = 0
+    async for _ in table.query_all(row_key_prefix=prefix):
+        rows += 1
+    key = "processed_rows" if endpoint.mode == "processed_messages" else "indexed_messages"
+    return {key: rows}
+
+
+def describe(counts: dict[str, int] | None) -> str:
+    """One cell of the status table: the counts in words (``-`` when the table is missing)."""
+    if counts is None:
+        return "-"
+    if "outbox_claimed" in counts:
+        return f"outbox: {counts['outbox_claimed']} open, {counts['outbox_committed']} committed"
+    if "outbox_entries" in counts:
+        return (
+            f"outbox map: {counts['outbox_undispatched']} undispatched, "
+            f"{counts['outbox_entries']} entries"
+        )
+    if "processed_rows" in counts:
+        return f"processed rows: {counts['processed_rows']}"
+    return f"message index: {counts['indexed_messages']}"

@@ -1,0 +1,121 @@
+"""The repository's own tests pass in a checkout that runs a user's app: ``BUS_APP`` in its
+``local.settings.json`` (or the environment) and ``infra/resources.json`` regenerated for it.
+
+The modules that test the sample app run in a copy of the repository set up as
+docs/your-first-endpoint.md leaves a checkout, in a fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shared.local.azurite import REPO_ROOT
+
+MODULES = (
+    "tests/test_resources.py",
+    "tests/test_function_app.py",
+    "tests/cli/test_cli.py",
+    "tests/cli/test_cli_settings.py",
+    "tests/test_app_loader.py",
+)
+USER_APP = """
+from shared.bus import BusApp, Command
+
+
+class ReserveStock(Command):
+    partition_by = "sku"
+    sku: str
+
+
+app = BusApp()
+app.endpoint("inventory").handles(ReserveStock)(lambda ctx, cmd: None)
+app.endpoint("reservations")
+"""
+
+
+def checkout_running_a_user_app(folder: Path) -> dict[str, str]:
+    """A copy of the repository whose ``infra/resources.json`` lists a user's app; returns
+    the environment to run in (nothing of this process's ``BUS_*`` settings)."""
+    ignore = shutil.ignore_patterns("__pycache__")
+    for name in ("shared", "tests", "infra"):
+        shutil.copytree(REPO_ROOT / name, folder / name, ignore=ignore)
+    for name in ("function_app.py", "host.json", "local.settings.sample.json", "pyproject.toml"):
+        shutil.copy(REPO_ROOT / name, folder / name)
+    (folder / "node_modules").symlink_to(REPO_ROOT / "node_modules")
+    (folder / "myshop").mkdir()
+    (folder / "myshop" / "__init__.py").write_text("")
+    (folder / "myshop" / "inventory.py").write_text(USER_APP)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("BUS_", "PYTEST_"))}
+    environ["PYTHONPATH"] = str(folder)
+    generated = subprocess.run(
+        [sys.executable, "-m", "shared.cli", "--app", "myshop.inventory:app", "resources"],
+        cwd=folder,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    (folder / "infra" / "resources.json").write_text(generated.stdout)
+    return environ
+
+
+def run_modules(folder: Path, environ: dict[str, str], *options: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *MODULES, "-q", "-x", "-p", "no:cacheprovider", *options],
+        cwd=folder,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=540,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-8000:] + done.stderr[-2000:]
+    return done.stdout
+
+
+@pytest.mark.azurite
+def test_the_sample_app_tests_pass_with_a_user_app_in_local_settings_json(tmp_path: Path) -> None:
+    environ = checkout_running_a_user_app(tmp_path)
+    values = {
+        "AzureWebJobsStorage": "UseDevelopmentStorage=true",
+        "BUS_APP": "myshop.inventory:app",
+    }
+    (tmp_path / "local.settings.json").write_text(json.dumps({"Values": values}))
+    out = run_modules(tmp_path, environ, "-rs")
+    assert " passed" in out
+    assert "SKIPPED" not in out
+
+
+def test_the_sample_app_tests_pass_with_a_user_app_in_the_environment(tmp_path: Path) -> None:
+    """The same modules, less the Azurite ones, with ``BUS_APP`` set in the environment."""
+    environ = checkout_running_a_user_app(tmp_path)
+    environ["BUS_APP"] = "myshop.inventory:app"
+    assert " passed" in run_modules(tmp_path, environ, "-m", "not azurite and not slow")
+
+
+def test_the_checkout_check_names_the_app_it_checked(tmp_path: Path) -> None:
+    """With a resources file left for the sample app, the one checkout test fails saying
+    which app it checked, where the setting came from, and the command to run."""
+    environ = checkout_running_a_user_app(tmp_path)
+    shutil.copy(REPO_ROOT / "infra" / "resources.json", tmp_path / "infra" / "resources.json")
+    environ["BUS_APP"] = "myshop.inventory:app"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/test_resources.py", "-q", "-p", "no:cacheprovider"],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "1 failed" in done.stdout
+    assert "run `bus resources > infra/resources.json`; checked against " in done.stdout
+    assert "myshop.inventory:app (BUS_APP from the environment)" in done.stdout
