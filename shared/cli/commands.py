@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from shared.bus import Command
-from shared.bus.app import Endpoint
 from shared.bus.unsubscribed import unsubscribed_counts
 from shared.cleanup.summary import cleanup_summary
 from shared.cli.records import count_records, describe
@@ -129,17 +128,6 @@ async def subscribe_command(
     return EXIT_OK
 
 
-async def _count_records(worker: Worker, endpoint: Endpoint[Any]) -> dict[str, int]:
-    """The endpoint's record counts: from its table, or from PostgreSQL for an endpoint that
-    keeps its O(m) there (``store="postgres"``, token mode only)."""
-    if endpoint.store != "postgres":
-        return await count_records(worker.account().table(endpoint.name), endpoint)
-    states: Counter[str] = Counter()
-    async for record in worker.bus().endpoint_state(endpoint.name).outbox_records():
-        states[record.status] += 1
-    return {"outbox_claimed": states["claimed"], "outbox_committed": states["committed"]}
-
-
 async def status_report(worker: Worker, progress: bool | None) -> dict[str, Any]:
     """Queue depths, poison counts and the mode's deduplication records per endpoint; tokens
     in flight; events dropped for want of a subscriber."""
@@ -156,7 +144,8 @@ async def status_report(worker: Worker, progress: bool | None) -> dict[str, Any]
                     row[label] = None
                     missing.append(f"queue {queue}")
             try:
-                row.update(await _count_records(worker, endpoint))
+                rows_of = worker.bus().endpoint_state(endpoint.name)
+                row.update(await count_records(account.table(endpoint.name), endpoint, rows_of))
             except NotFound:
                 store = endpoint.store
                 missing.append(f"table {endpoint.name}" if store == "table" else "the bus schema")

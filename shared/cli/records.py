@@ -14,17 +14,21 @@ from shared.bus.app import Endpoint
 from shared.bus.modes.entity_outbox import StateEntity
 from shared.bus.modes.processed_table import PROCESSED_PREFIX
 from shared.bus.modes.state_based import INDEX_PREFIX
-from shared.bus.records import OUTBOX_PREFIX, STATE_ROW, OutboxRecord
+from shared.bus.records import STATE_ROW
+from shared.bus.state.base import EndpointState
 from shared.stores.table import Table
 
 
-async def count_records(table: Table, endpoint: Endpoint[Any]) -> dict[str, int]:
-    """The endpoint's record counts, keyed as ``bus status --json`` reports them. Raises
-    NotFound when the table is missing."""
+async def count_records(
+    table: Table, endpoint: Endpoint[Any], outbox: EndpointState
+) -> dict[str, int]:
+    """The endpoint's record counts, keyed as ``bus status --json`` reports them. ``outbox`` is
+    where a token-mode endpoint keeps O(m): its table, or PostgreSQL (``store="postgres"``).
+    Raises NotFound when the table (or the bus schema) is missing."""
     if endpoint.mode == "token":
         claimed = committed = 0
-        async for entity in table.query_all(row_key_prefix=OUTBOX_PREFIX):
-            if OutboxRecord.from_entity(entity).status == "claimed":
+        async for record in outbox.outbox_records():
+            if record.status == "claimed":
                 claimed += 1
             else:
                 committed += 1
