@@ -52,11 +52,16 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-state_based", 1, 1),
         ("small-entity_outbox", 1, 1),
         ("small-sweep-state_based", 1, 1),
+        ("small-ingress", 1, 1),
+        ("small-partition", 1, 1),
     ),
     (
         ("small-sweep", 1, 1),
         ("small-sweep-processed_messages", 1, 1),
         ("small-sweep-entity_outbox", 1, 1),
+        ("small-redelivery", 1, 1),
+        ("small-unbounded-sweep", 1, 1),
+        ("small-unbounded-sweep", 2, 0),
     ),
 )
 """The phases explored exhaustively before the random search, dealt to two processes so
