@@ -9,10 +9,18 @@ The default exploration (``make simulate``) runs, for token mode:
 for each window mode (``processed_messages``, ``state_based``, ``entity_outbox``):
 4. ``small-<mode>`` and ``small-sweep-<mode>`` exhaustively with up to one deviation and one
    fault (bounded timing: every run stays inside the mode's dedup window);
+and, in token mode, with up to one deviation and one fault:
+5. ``small-ingress``: two scheduled client sends of one idempotency key racing, faults at
+   their creates, record and signals included;
+6. ``small-partition``: three messages on one partition (concurrent state updates);
+7. ``small-redelivery``: a redelivery may come after the grace period, a cleanup pass first;
+8. ``small-unbounded-sweep``: outside the timing assumptions, a round may be slower than the
+   grace period while cleanup passes run (also with two deviations and no fault);
 and then seeded random search over larger configurations in every mode for the rest of the
 time budget. With two cores the phases are dealt to two processes (``DEFAULT_PLAN``), each
 then searching its own random seeds. ``--mode`` keeps the phases and random runs of one mode.
-It prints progress, every violation with its seed and schedule, and ends with
+It prints progress, every violation with its seed and schedule, the speed (schedules per
+second of CPU and of wall-clock time) and ends with
 ``simulation: schedules=<N> faults=<F> violations=<V>``; the exit status is 1 on violations.
 """
 
@@ -135,7 +143,7 @@ async def _work(
             variant=variant,
             progress=_progress(label, started),
         )
-        print(f"  {label}: {summary.line.removeprefix('simulation: ')}", flush=True)
+        print(f"  {label}: {summary.line.removeprefix('simulation: ')}; {summary.rate}", flush=True)
         total.merge(summary)
     if deadline is not None:
         label = f"{who}random search"
@@ -147,7 +155,7 @@ async def _work(
             deadline=max(deadline, time.monotonic() + 5),
             progress=_progress(label, started),
         )
-        print(f"  {label}: {summary.line.removeprefix('simulation: ')}", flush=True)
+        print(f"  {label}: {summary.line.removeprefix('simulation: ')}; {summary.rate}", flush=True)
         total.merge(summary)
     return total
 
@@ -208,7 +216,14 @@ async def _main(args: argparse.Namespace) -> int:
         if result.ok:
             print("\n".join(result.trace) if args.verbose else f"seed {args.seed}: no violation")
     else:
+        started = time.monotonic()
         summary = await _explore(args, variant)
+        elapsed = time.monotonic() - started
+        processes = 2 if args.jobs >= 2 and args.config is None and args.budget > 0 else 1
+        print(
+            f"speed: {summary.rate}; {summary.schedules / elapsed:.0f} schedules per second "
+            f"of wall-clock time ({elapsed:.0f} s, {processes} process(es))"
+        )
     for seed, failed in summary.failures:
         print(report(seed, failed))
     print(summary.line)

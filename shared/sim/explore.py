@@ -103,6 +103,8 @@ class Summary:
     schedules: int = 0
     faults: int = 0
     violations: int = 0
+    seconds: float = 0.0
+    """CPU time spent (``time.process_time``)."""
     failures: list[tuple[str, RunResult]] = field(default_factory=list)
     """(seed, result) of the first violating runs."""
 
@@ -116,6 +118,7 @@ class Summary:
 
     def merge(self, other: Summary) -> None:
         self.schedules += other.schedules
+        self.seconds += other.seconds
         self.faults += other.faults
         self.violations += other.violations
         self.failures += other.failures[: max(0, 5 - len(self.failures))]
@@ -126,6 +129,13 @@ class Summary:
             f"simulation: schedules={self.schedules} faults={self.faults} "
             f"violations={self.violations}"
         )
+
+    @property
+    def rate(self) -> str:
+        """Schedules per second of CPU (a figure that does not depend on the machine's
+        other load as wall-clock time does)."""
+        per_second = self.schedules / self.seconds if self.seconds else 0.0
+        return f"{per_second:.0f} schedules per second ({self.seconds:.1f} s of CPU)"
 
 
 _references: dict[tuple[object, ...], Observation] = {}
@@ -181,6 +191,7 @@ async def exhaustive(
     """Every decision sequence with at most ``max_deviations`` non-default scheduling
     choices and ``max_faults`` faults, depth first."""
     summary = Summary()
+    started = time.process_time()
     prefix: list[int] | None = []
     while prefix is not None:
         chooser = DepthFirst(prefix, max_deviations, max_faults)
@@ -193,6 +204,7 @@ async def exhaustive(
         if limit and summary.schedules >= limit:
             break
         prefix = chooser.next_prefix()
+    summary.seconds = time.process_time() - started
     return summary
 
 
@@ -234,6 +246,7 @@ async def random_search(
     """Random runs, one per seed; ``stop_when`` ends the search at the first run it accepts.
     Without ``config``, seeds that draw a mode outside ``modes`` are skipped."""
     summary = Summary()
+    started = time.process_time()
     for seed in seeds:
         if deadline is not None and time.monotonic() >= deadline:
             break
@@ -251,6 +264,7 @@ async def random_search(
             progress(summary)
         if (stop_at_first and summary.violations) or (stop_when and stop_when(result)):
             break
+    summary.seconds = time.process_time() - started
     return summary
 
 
