@@ -51,9 +51,11 @@ async def residue(harness: Harness) -> tuple[int, int]:
     return records, len(await harness.tokens())
 
 
-async def new_flow(backend: Backend, **flow: bool) -> tuple[Harness, FlowNames]:
+async def new_flow(
+    backend: Backend, *, publish: bool = True, charge: bool = True
+) -> tuple[Harness, FlowNames]:
     names = FlowNames.with_suffix(unique_name("")[:8])
-    harness = await Harness.create(backend, build_flow(names, **flow))
+    harness = await Harness.create(backend, build_flow(names, publish=publish, charge=charge))
     return harness, names
 
 
@@ -299,7 +301,7 @@ async def test_one_failing_task_does_not_stop_the_others(backend: Backend) -> No
     await harness.run_until_quiet()
 
     class Broken(AbandonedTokens):
-        async def run_page(self, *args: object) -> str | None:  # type: ignore[override]
+        async def run_page(self, *args: object) -> str | None:
             raise OutcomeUnknown("storage timed out")
 
     tasks = [Broken(), *standard_tasks(endpoint_modes(harness.app))[1:]]
