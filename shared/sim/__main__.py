@@ -105,6 +105,11 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         help="processes; with 2 or more, a second process runs random search from the start",
     )
     parser.add_argument("--first-seed", type=int, default=0, help="first random seed (default 0)")
+    parser.add_argument(
+        "--random",
+        action="store_true",
+        help="random search only, for the whole budget (no exhaustive phases)",
+    )
     parser.add_argument("--verbose", action="store_true", help="print the schedule of a replay")
     return parser.parse_args(argv)
 
@@ -192,6 +197,8 @@ def _keep(plan: Plan, modes: tuple[Mode, ...]) -> Plan:
 async def _explore(args: argparse.Namespace, variant: Variant | None) -> Summary:
     modes = _modes(args, variant)
     first, second = (_keep(plan, modes) for plan in DEFAULT_PLAN)
+    if args.random:
+        first, second = (), ()
     if args.config is not None:
         first, second = ((args.config, args.deviations, args.faults),), ()
     searching = args.config is None and args.budget > 0
