@@ -41,8 +41,8 @@ CONFIGS: dict[str, SimConfig] = {
         # update it concurrently.
         SimConfig(name="small-partition", shape="single", messages=3, partitions=1, copies=1),
         # A redelivery after the grace period: a crash leaves the message hidden, time jumps
-        # past the grace period (free, see ``SimConfig.waits``) and a cleanup pass may run
-        # before the message comes back.
+        # past the grace period (free, see ``SimConfig.waits``) with a cleanup pass, and a
+        # scheduled cleanup pass may also run at any point.
         SimConfig(name="small-redelivery", shape="single", copies=1, sweeps=1, waits=1),
         # Outside the timing assumptions: a process may also stall before any operation for
         # longer than the grace period (a paused machine) while a cleanup pass runs. Not

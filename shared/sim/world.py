@@ -118,8 +118,9 @@ class SimConfig:
     client_retries: int = 5
     waits: int = 0
     """How often time may pass beyond the grace period while nothing runs and a message is
-    hidden (a redelivery delayed by a backlog, a long lease or a poison replay). Within the
-    timing assumptions, and not counted as a deviation (``Chooser`` kind ``time``)."""
+    hidden (a redelivery delayed by a backlog, a long lease or a poison replay), with a
+    cleanup pass at its end. Within the timing assumptions, and not counted as a deviation
+    (``Chooser`` kind ``time``)."""
     concurrency: int = 2
     """Function invocations that may run at the same time."""
     faults: tuple[Fault, ...] = (*ALL_FAULTS, Fault.LATE)
@@ -439,11 +440,15 @@ class World:
         return any(hidden for _, hidden in (await self._queue_state()).values())
 
     async def _wait(self) -> None:
+        """The cleanup runs on a schedule (every few minutes), so a redelivery that comes
+        after the grace period comes after a cleanup pass too."""
         await self._advance(self.config.sweep_grace + 1)
+        await self._cleanup(self.quiet_account, self.config.sweep_grace, self.config.window)
         self.waited += 1
         self._queues = None
         self.trace.append(
-            f"{len(self.trace):4} time passes beyond the grace period (the redelivery is late)"
+            f"{len(self.trace):4} time passes beyond the grace period (the redelivery is "
+            "late); a cleanup pass runs"
         )
 
     async def perform(self, action: Action) -> None:
