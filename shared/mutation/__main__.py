@@ -24,20 +24,27 @@ ROOT = Path(__file__).resolve().parents[2]
 SKIPPED = shutil.ignore_patterns(
     ".git", ".venv*", "node_modules", "*_cache", "__pycache__", "bench", "*.egg-info"
 )
-TESTS = (
-    "-m",
-    "pytest",
-    "-x",
-    "-q",
-    "-p",
-    "no:cacheprovider",
-    "-m",
-    "not slow and not azurite and not spark",
-    "tests/sim",
-    "tests/bus",
-    "tests/cleanup",
-)
-SIMULATOR = ("-m", "shared.sim", "--random", "--budget", "30", "--jobs", "1")
+PYTEST = ("-m", "pytest", "-x", "-q", "-p", "no:cacheprovider")
+PROTOCOL_TESTS = ("tests/sim", "tests/bus", "tests/cleanup")
+PROTOCOL_MARKS = "not slow and not azurite and not spark"
+
+
+@dataclass(frozen=True)
+class Commands:
+    """The test command: pytest over ``tests``, then ``seconds`` of random simulation."""
+
+    tests: tuple[str, ...] = PROTOCOL_TESTS
+    seconds: float = 30.0
+
+    @property
+    def pytest(self) -> tuple[str, ...]:
+        return (*PYTEST, "-m", PROTOCOL_MARKS, *self.tests)
+
+    @property
+    def simulator(self) -> tuple[str, ...] | None:
+        if self.seconds <= 0:
+            return None
+        return ("-m", "shared.sim", "--random", "--budget", str(self.seconds), "--jobs", "1")
 
 
 @dataclass(frozen=True)
@@ -73,7 +80,7 @@ def passes(command: tuple[str, ...], root: Path, timeout: float) -> bool:
     return done.returncode == 0
 
 
-def judge(mutant: Mutant, timeout: float) -> Verdict:
+def judge(mutant: Mutant, commands: Commands, timeout: float) -> Verdict:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="mutant-") as folder:
         root = Path(folder) / "repo"
@@ -81,9 +88,10 @@ def judge(mutant: Mutant, timeout: float) -> Verdict:
         apply(mutant, root)
         killed_by = ""
         try:
-            if not passes(TESTS, root, timeout):
+            simulator = commands.simulator
+            if not passes(commands.pytest, root, timeout):
                 killed_by = "tests"
-            elif not passes(SIMULATOR, root, timeout):
+            elif simulator is not None and not passes(simulator, root, timeout):
                 killed_by = "simulator"
         except subprocess.TimeoutExpired:
             killed_by = "timeout"
@@ -95,25 +103,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", help="mutant ids (default: all)")
     parser.add_argument("--check", action="store_true", help="only check every mutant applies")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per command")
+    parser.add_argument(
+        "--tests", nargs="*", default=list(PROTOCOL_TESTS), help="test paths (default: protocol)"
+    )
+    parser.add_argument(
+        "--simulator-seconds", type=float, default=30.0, help="random simulation (0: none)"
+    )
+    parser.add_argument(
+        "--no-baseline", action="store_true", help="skip the run on the unmutated copy"
+    )
     args = parser.parse_args(argv)
+    commands = Commands(tuple(args.tests), args.simulator_seconds)
     chosen = [m for m in MUTANTS if not args.only or m.id in args.only]
     if args.check:
         for mutant in chosen:
             text = (ROOT / mutant.path).read_text()
             print(f"{mutant.id}: original found {text.count(mutant.original)} time(s)")
         return 0 if all((ROOT / m.path).read_text().count(m.original) == 1 for m in chosen) else 1
-    baseline = judge(
-        Mutant("none", "pyproject.toml", "[project]", "[project]", "none"), args.timeout
-    )
-    if baseline.killed_by:
+    unmutated = Mutant("none", "pyproject.toml", "[project]", "[project]", "none")
+    baseline = None if args.no_baseline else judge(unmutated, commands, args.timeout)
+    if baseline is not None and baseline.killed_by:
         print(
             f"the unmutated code fails its own test command ({baseline.killed_by}): fix that first"
         )
         return 2
-    print(f"unmutated: passes in {baseline.seconds:.0f}s", flush=True)
+    if baseline is not None:
+        print(f"unmutated: passes in {baseline.seconds:.0f}s", flush=True)
     verdicts = []
     for mutant in chosen:
-        verdict = judge(mutant, args.timeout)
+        verdict = judge(mutant, commands, args.timeout)
         verdicts.append(verdict)
         status = f"killed by {verdict.killed_by}" if verdict.killed_by else "SURVIVED"
         note = f" (equivalent: {mutant.equivalent})" if mutant.equivalent else ""

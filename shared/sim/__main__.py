@@ -57,10 +57,6 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small", 1, 1),
         ("small", 2, 0),
         ("small-processed_messages", 1, 1),
-        ("small-state_based", 1, 1),
-        ("small-entity_outbox", 1, 1),
-        ("small-sweep-state_based", 1, 1),
-        ("small-ingress", 1, 1),
         ("small-partition", 1, 1),
     ),
     (
@@ -70,6 +66,10 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-redelivery", 1, 1),
         ("small-unbounded-sweep", 1, 1),
         ("small-unbounded-sweep", 2, 0),
+        ("small-state_based", 1, 1),
+        ("small-entity_outbox", 1, 1),
+        ("small-sweep-state_based", 1, 1),
+        ("small-ingress", 1, 1),
     ),
 )
 """The phases explored exhaustively before the random search, dealt to two processes so

@@ -181,10 +181,12 @@ async def test_retiring_a_committed_outbox_record_before_r7_is_caught() -> None:
 
 
 async def test_a_cleanup_beside_a_slow_round_keeps_every_invariant() -> None:
-    summary = await exhaustive(CONFIGS["small-unbounded-sweep"], max_deviations=1, max_faults=0)
+    """Two deviations: time passes while a round is between its token creates and its
+    commit, and a cleanup pass runs there (what the fence is for)."""
+    summary = await exhaustive(CONFIGS["small-unbounded-sweep"], max_deviations=2, max_faults=0)
     faulted = await exhaustive(CONFIGS["small-unbounded-sweep"], max_deviations=0, max_faults=1)
 
-    clean(summary, 60)
+    clean(summary, 2500)
     clean(faulted, 90)
 
 
