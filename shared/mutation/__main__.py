@@ -25,7 +25,7 @@ SKIPPED = shutil.ignore_patterns(
     ".git", ".venv*", "node_modules", "*_cache", "__pycache__", "bench", "*.egg-info"
 )
 PYTEST = ("-m", "pytest", "-x", "-q", "-p", "no:cacheprovider")
-PROTOCOL_TESTS = ("tests/sim", "tests/bus", "tests/cleanup")
+PROTOCOL_TESTS = ("tests/sim", "tests/bus", "tests/cleanup", "tests/contract")
 PROTOCOL_MARKS = "not slow and not azurite and not spark"
 
 

@@ -25,6 +25,12 @@ MUTANTS: tuple[Mutant, ...] = (
         'signal.token, {"claim": outbox.claim}, etag=token.etag',
         'signal.token, {"claim": outbox.claim}, etag=None',
         "R4 claims the token unconditionally instead of by compare-and-swap",
+        equivalent="every copy that reaches R4 claims with the claim id of the one O(m) of its "
+        "message, which outlives the token (the cleanup retires O(m) only once the token is "
+        "gone), and a claim on a deleted token fails either way (404): an unconditional claim "
+        "writes the id already there. small-unbounded and small-unbounded-sweep with one "
+        "deviation and one fault find no violation with it. The compare-and-swap is defence "
+        "in depth should O(m) ever go first",
     ),
     Mutant(
         "receiver-delete-before-send",
@@ -68,6 +74,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "abandoned.extend(o.token for o in created.committed_candidates)\n            raise",
         "raise",
         "after a commit with an unknown outcome, its tokens are not recorded as abandoned",
+        equivalent="nothing reads O(m)'s abandoned list: the cleanup lists the message's "
+        "sender-scoped token prefix and judges every token by its origin row, so tokens of a "
+        "round that did not commit are removed after the grace period either way",
     ),
     Mutant(
         "receiver-conflict-tokens-kept",
@@ -169,6 +178,11 @@ MUTANTS: tuple[Mutant, ...] = (
         """        elif False:
             waiting += 1  # claimed means signalled""",
         "the outbox task deletes a claimed (signalled) token it did not commit",
+        equivalent="under O(m)'s prefix only the committing round's tokens are ever signalled, "
+        "and they are in the committed set, so a claimed token outside it exists only if "
+        "someone forged a signal for an abandoned token; the receiver deduplicates that copy "
+        "by message id, so deleting it loses nothing. The check is defence in depth against "
+        "forged signals, which the simulator does not send",
     ),
     Mutant(
         "cleanup-young-tokens-deleted",
