@@ -34,8 +34,10 @@ async def cleanup_pass(
     grace_seconds: float,
     window_seconds: float,
     clock: Clock,
+    senders: tuple[str, ...] = (),
 ) -> None:
-    """One cleanup pass over every endpoint; ``window_seconds`` is the retention of every
+    """One cleanup pass over every endpoint, then over the tokens of each client ``senders``
+    names (judged by their ingress records); ``window_seconds`` is the retention of every
     window mode's dedup records (its dedup window)."""
     for endpoint, mode in endpoints.items():
         if mode == "token":
@@ -71,6 +73,38 @@ async def cleanup_pass(
                 continuation = await task.run_page(context, continuation, report)
                 if continuation is None:
                     break
+    for sender in senders:
+        await _run(
+            AbandonedTokens(f"{sender}/"),
+            account,
+            tuple(endpoints),
+            grace_seconds,
+            clock,
+            BusConfig(tokens_container=tokens_container, ingress_table=ingress_table, clock=clock),
+        )
+
+
+async def _run(
+    task: CleanupTask,
+    account: StorageAccount,
+    endpoints: tuple[str, ...],
+    grace_seconds: float,
+    clock: Clock,
+    config: BusConfig,
+) -> None:
+    context = CleanupContext(
+        account,
+        config,
+        CleanupSettings(grace_seconds=grace_seconds, page_size=1000),
+        endpoints,
+        to_datetime(clock()),
+    )
+    report = TaskReport(task.id)
+    continuation: str | None = None
+    while True:
+        continuation = await task.run_page(context, continuation, report)
+        if continuation is None:
+            return
 
 
 async def expire_audit_rows(account: StorageAccount, endpoints: Iterable[str]) -> int:
