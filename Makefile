@@ -75,6 +75,13 @@ cleanup-bench: deps
 simulate: deps
 	$(PY) -m shared.sim $(if $(SEED),--seed $(SEED)) $(if $(MODE),--mode $(MODE))
 
+# Mutation testing of the protocol modules (docs/mutation.md): each mutant of
+# shared/mutation/mutants.py against the protocol tests and a bounded simulator run, in a copy
+# of the repository. Long (roughly an hour on two cores); not part of CI.
+.PHONY: mutate
+mutate: deps
+	$(PY) -m shared.mutation $(if $(ONLY),--only $(ONLY))
+
 # The cost of exactly-once: every mode side by side on one Azurite (docs/benchmarks.md).
 # Writes bench/results.json; QUICK=1 runs the same at a small size into bench/results-quick.json.
 .PHONY: bench

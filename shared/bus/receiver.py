@@ -7,8 +7,7 @@ R6 signal the committed tokens; R7 delete token(a); R8 leave O(m) to the cleanup
 is retired once token(a) is gone); R9 the caller acknowledges the queue message.
 
 What all modes share (signal parsing, poison parking, decoding, the handler call, the audit
-row) lives in ``shared.bus.pipeline``; ``send_signals`` and ``create_tokens`` are looked up in
-this module on purpose, so that a simulation can interpose on them for token mode.
+row) lives in ``shared.bus.pipeline``.
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ from shared.errors import (
     UnknownMessageType,
 )
 
-__all__ = ["Outcome", "Receiver", "create_tokens", "poison_body", "send_signals"]
+__all__ = ["Outcome", "Receiver", "poison_body"]
 
 log = logging.getLogger(__name__)
 

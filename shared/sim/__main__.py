@@ -11,10 +11,18 @@ The default exploration (``make simulate``) runs, for token mode:
 for each window mode (``processed_messages``, ``state_based``, ``entity_outbox``):
 5. ``small-<mode>`` and ``small-sweep-<mode>`` exhaustively with up to one deviation and one
    fault (bounded timing: every run stays inside the mode's dedup window);
+and, in token mode, with up to one deviation and one fault:
+6. ``small-ingress``: two scheduled client sends of one idempotency key racing, faults at
+   their creates, record and signals included;
+7. ``small-partition``: three messages on one partition (concurrent state updates);
+8. ``small-redelivery``: a redelivery may come after the grace period, a cleanup pass first;
+9. ``small-unbounded-sweep``: outside the timing assumptions, a round may be slower than the
+   grace period while cleanup passes run (also with two deviations and no fault);
 and then seeded random search over larger configurations in every mode for the rest of the
 time budget. With two cores the phases are dealt to two processes (``DEFAULT_PLAN``), each
 then searching its own random seeds. ``--mode`` keeps the phases and random runs of one mode.
-It prints progress, every violation with its seed and schedule, and ends with
+It prints progress, every violation with its seed and schedule, the speed (schedules per
+second of CPU and of wall-clock time) and ends with
 ``simulation: schedules=<N> faults=<F> violations=<V>``; the exit status is 1 on violations.
 """
 
@@ -51,16 +59,21 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small", 1, 1),
         ("small", 2, 0),
         ("small-processed_messages", 1, 1),
-        ("small-state_based", 1, 1),
-        ("small-entity_outbox", 1, 1),
-        ("small-sweep-state_based", 1, 1),
+        ("small-partition", 1, 1),
         ("small-postgres", 1, 1),
+        ("small-sweep-postgres", 1, 1),
     ),
     (
         ("small-sweep", 1, 1),
         ("small-sweep-processed_messages", 1, 1),
         ("small-sweep-entity_outbox", 1, 1),
-        ("small-sweep-postgres", 1, 1),
+        ("small-redelivery", 1, 1),
+        ("small-unbounded-sweep", 1, 1),
+        ("small-unbounded-sweep", 2, 0),
+        ("small-state_based", 1, 1),
+        ("small-entity_outbox", 1, 1),
+        ("small-sweep-state_based", 1, 1),
+        ("small-ingress", 1, 1),
     ),
 )
 """The phases explored exhaustively before the random search, dealt to two processes so
@@ -96,6 +109,11 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         help="processes; with 2 or more, a second process runs random search from the start",
     )
     parser.add_argument("--first-seed", type=int, default=0, help="first random seed (default 0)")
+    parser.add_argument(
+        "--random",
+        action="store_true",
+        help="random search only, for the whole budget (no exhaustive phases)",
+    )
     parser.add_argument("--verbose", action="store_true", help="print the schedule of a replay")
     return parser.parse_args(argv)
 
@@ -134,7 +152,7 @@ async def _work(
             variant=variant,
             progress=_progress(label, started),
         )
-        print(f"  {label}: {summary.line.removeprefix('simulation: ')}", flush=True)
+        print(f"  {label}: {summary.line.removeprefix('simulation: ')}; {summary.rate}", flush=True)
         total.merge(summary)
     if deadline is not None:
         label = f"{who}random search"
@@ -146,7 +164,7 @@ async def _work(
             deadline=max(deadline, time.monotonic() + 5),
             progress=_progress(label, started),
         )
-        print(f"  {label}: {summary.line.removeprefix('simulation: ')}", flush=True)
+        print(f"  {label}: {summary.line.removeprefix('simulation: ')}; {summary.rate}", flush=True)
         total.merge(summary)
     return total
 
@@ -183,6 +201,8 @@ def _keep(plan: Plan, modes: tuple[Mode, ...]) -> Plan:
 async def _explore(args: argparse.Namespace, variant: Variant | None) -> Summary:
     modes = _modes(args, variant)
     first, second = (_keep(plan, modes) for plan in DEFAULT_PLAN)
+    if args.random:
+        first, second = (), ()
     if args.config is not None:
         first, second = ((args.config, args.deviations, args.faults),), ()
     searching = args.config is None and args.budget > 0
@@ -207,7 +227,14 @@ async def _main(args: argparse.Namespace) -> int:
         if result.ok:
             print("\n".join(result.trace) if args.verbose else f"seed {args.seed}: no violation")
     else:
+        started = time.monotonic()
         summary = await _explore(args, variant)
+        elapsed = time.monotonic() - started
+        processes = 2 if args.jobs >= 2 and args.config is None and args.budget > 0 else 1
+        print(
+            f"speed: {summary.rate}; {summary.schedules / elapsed:.0f} schedules per second "
+            f"of wall-clock time ({elapsed:.0f} s, {processes} process(es))"
+        )
     for seed, failed in summary.failures:
         print(report(seed, failed))
     print(summary.line)

@@ -1,7 +1,10 @@
 """Where a simulation's decisions come from.
 
 A run asks its chooser at every decision point: which enabled action happens next (a
-scheduling choice) and whether the operation about to run gets a fault (a fault choice).
+scheduling choice), whether the operation about to run gets a fault (a fault choice) and,
+where the configuration allows it, whether time jumps past the grace period while nothing
+runs (a time choice: free, since waiting is not a context switch; it is bounded by the
+configuration instead).
 Option 0 is always the default (keep running the current process; no fault), so a bound on
 non-default choices bounds the search:
 
@@ -21,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-ChoiceKind = Literal["schedule", "fault"]
+ChoiceKind = Literal["schedule", "fault", "time"]
 
 
 class Chooser(Protocol):
@@ -46,21 +49,21 @@ class DepthFirst:
     faults: int = 0
 
     def choose(self, kind: ChoiceKind, weights: Sequence[float]) -> int:
-        budget_left = (
-            self.deviations < self.max_deviations
-            if kind == "schedule"
-            else self.faults < self.max_faults
-        )
+        if kind == "time":
+            budget_left = True
+        elif kind == "schedule":
+            budget_left = self.deviations < self.max_deviations
+        else:
+            budget_left = self.faults < self.max_faults
         width = len(weights) if budget_left else 1
         position = len(self.decisions)
         choice = self.prefix[position] if position < len(self.prefix) else 0
         if choice >= width:
             raise ValueError(f"decision {position}: option {choice} of {width} is not available")
-        if choice:
-            if kind == "schedule":
-                self.deviations += 1
-            else:
-                self.faults += 1
+        if choice and kind == "schedule":
+            self.deviations += 1
+        elif choice and kind == "fault":
+            self.faults += 1
         self.decisions.append(choice)
         self.widths.append(width)
         return choice

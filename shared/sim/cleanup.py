@@ -37,8 +37,10 @@ async def cleanup_pass(
     window_seconds: float,
     clock: Clock,
     sql: Mapping[str, EndpointState] | None = None,
+    senders: tuple[str, ...] = (),
 ) -> None:
-    """One cleanup pass over every endpoint; ``window_seconds`` is the retention of every
+    """One cleanup pass over every endpoint, then over the tokens of each client ``senders``
+    names (judged by their ingress records); ``window_seconds`` is the retention of every
     window mode's dedup records (its dedup window); ``sql`` the rows of endpoints that keep
     them in SQL."""
     sql = sql or {}
@@ -77,6 +79,41 @@ async def cleanup_pass(
                 continuation = await task.run_page(context, continuation, report)
                 if continuation is None:
                     break
+    for sender in senders:
+        await _run(
+            AbandonedTokens(f"{sender}/"),
+            account,
+            tuple(endpoints),
+            grace_seconds,
+            clock,
+            BusConfig(tokens_container=tokens_container, ingress_table=ingress_table, clock=clock),
+            sql,
+        )
+
+
+async def _run(
+    task: CleanupTask,
+    account: StorageAccount,
+    endpoints: tuple[str, ...],
+    grace_seconds: float,
+    clock: Clock,
+    config: BusConfig,
+    sql: Mapping[str, EndpointState],
+) -> None:
+    context = CleanupContext(
+        account,
+        config,
+        CleanupSettings(grace_seconds=grace_seconds, page_size=1000),
+        endpoints,
+        to_datetime(clock()),
+        sql=sql,
+    )
+    report = TaskReport(task.id)
+    continuation: str | None = None
+    while True:
+        continuation = await task.run_page(context, continuation, report)
+        if continuation is None:
+            return
 
 
 async def expire_audit_rows(

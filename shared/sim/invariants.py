@@ -10,10 +10,10 @@ and the ``audit|{m}`` rows are read in every mode; the window modes' dedup recor
 (``processed|{m}`` rows, the state-based ``version|{n}`` stream and ``msgidx|{m}`` index,
 the entity-outbox map inside the ``state`` row) are read as well:
 
-- NoDuplicatedProcessing: no message applied twice (its id once in the journal; state-based:
-  in one version only). Window modes, while the run stays inside the dedup window: every
-  applied message has its dedup record, exactly one, since without it the next copy would
-  apply the message again.
+- NoDuplicatedProcessing: no message applied twice (its logical name once in the journal, so
+  a client key sent twice as two messages counts too; state-based: in one version only).
+  Window modes, while the run stays inside the dedup window: every applied message has its
+  dedup record, exactly one, since without it the next copy would apply the message again.
 - NoGhostMessages: nothing applied that the fault-free run does not send there, or whose
   cause was never applied.
 - NoLostMessages: everything the fault-free run applies is applied, nothing is poisoned or
@@ -100,7 +100,13 @@ class Observation:
     """Window modes: the stores after one more cleanup pass past the dedup window."""
 
     def expected(self) -> dict[tuple[str, str], Applied]:
-        return {(e, a.id): a for e, entries in self.applied.items() for a in entries}
+        """(endpoint, logical name) -> what the handler applied."""
+        return {(e, a.name): a for e, entries in self.applied.items() for a in entries}
+
+    def names(self) -> dict[str, str]:
+        """Message id -> logical name, for every message this run applied (ids differ
+        between runs whose client sends interleaved differently; names do not)."""
+        return {a.id: a.name for entries in self.applied.values() for a in entries}
 
 
 async def _rows(
@@ -163,19 +169,23 @@ def check(
     """Every violated invariant, with what shows it."""
     found: list[Violation] = []
     expected = reference.expected()
+    names, reference_names = run.names(), reference.names()
     for endpoint, entries in run.applied.items():
-        counts = Counter(a.id for a in entries)
-        for message_id, count in sorted(counts.items()):
+        counts = Counter(a.name for a in entries)
+        for name, count in sorted(counts.items()):
             if count > 1:
+                ids = sorted({a.id for a in entries if a.name == name})
                 found.append(
                     Violation(
                         NO_DUPLICATED_PROCESSING,
-                        f"{endpoint} applied message {message_id} {count} times",
+                        f"{endpoint} applied message {name} {count} times"
+                        + (f" (as {len(ids)} messages: {', '.join(ids)})" if len(ids) > 1 else ""),
                     )
                 )
         applied_ids = {(endpoint, a.id) for a in entries}
+        applied_names = {(endpoint, a.name) for a in entries}
         for entry in entries:
-            reference_entry = expected.get((endpoint, entry.id))
+            reference_entry = expected.get((endpoint, entry.name))
             cause_applied = entry.source == client or any(
                 a.id == entry.causation for a in run.applied.get(entry.source, [])
             )
@@ -195,13 +205,19 @@ def check(
                         f"{endpoint} received message {entry.id} with different content",
                     )
                 )
+        wanted_by_name = {
+            reference_names.get(m, m): sorted(reference_names.get(c, c) for c in caused)
+            for m, caused in reference.caused.get(endpoint, {}).items()
+        }
         for message_id, caused in sorted(run.caused.get(endpoint, {}).items()):
-            wanted = reference.caused.get(endpoint, {}).get(message_id)
-            if wanted is not None and wanted != caused:
+            name = names.get(message_id, message_id)
+            wanted = wanted_by_name.get(name)
+            named = sorted(names.get(c, c) for c in caused)
+            if wanted is not None and wanted != named:
                 found.append(
                     Violation(
                         CONSISTENT_OUTPUT,
-                        f"{endpoint} processing {message_id} caused {caused}, not {wanted}",
+                        f"{endpoint} processing {name} caused {named}, not {wanted}",
                     )
                 )
             if (endpoint, message_id) not in applied_ids:
@@ -212,7 +228,7 @@ def check(
                         "applied",
                     )
                 )
-        missing = sorted(m for (e, m) in expected if e == endpoint and (e, m) not in applied_ids)
+        missing = sorted(m for (e, m) in expected if e == endpoint and (e, m) not in applied_names)
         if missing:
             found.append(
                 Violation(NO_LOST_MESSAGES, f"{endpoint} never applied {', '.join(missing)}")
@@ -350,9 +366,14 @@ def _state_stream(run: Observation, reference: Observation, endpoint: str) -> li
             )
     reference_rows = reference.rows.get(endpoint)
     if reference_rows is not None:
-        wanted = {v.message_id: v.outputs for vs in reference_rows.versions.values() for v in vs}
+        reference_names, names = reference.names(), run.names()
+        wanted = {
+            reference_names.get(v.message_id, v.message_id): v.outputs
+            for vs in reference_rows.versions.values()
+            for v in vs
+        }
         for version in produced.values():
-            outputs = wanted.get(version.message_id)
+            outputs = wanted.get(names.get(version.message_id, version.message_id))
             if outputs is not None and outputs != version.outputs:
                 found.append(
                     Violation(

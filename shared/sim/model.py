@@ -7,10 +7,18 @@ Shapes (``Shape``):
 - ``mixed``: first sends a Step to second (which forwards to third) and publishes Happened
   to third and fourth.
 
-Each handler appends one ``Applied`` entry (message id, source, causation, a digest of what it
-received) to its partition's state. The invariants read these entries back: a repeated id is
-a duplicated processing, an entry whose cause was never applied is a ghost, a missing entry is
-a lost message, a digest that differs from the reference run is an inconsistent output.
+Each handler appends one ``Applied`` entry (message id, its logical name, source, causation, a
+digest of what it received) to its partition's state. The invariants read these entries back:
+a repeated name is a duplicated processing, an entry whose cause was never applied is a ghost,
+a missing entry is a lost message, a digest that differs from the reference run is an
+inconsistent output.
+
+The logical name travels in every message body: a client's Start carries its idempotency key
+(``request``), and each output carries its cause's name and the hop (``path``). Message ids
+are not enough to name a message across runs: a client send takes a fresh incoming id in
+every round, so the ids a run produces depend on how its client sends interleaved, while the
+names do not. Two client sends of one key that both get through are two ids with one name:
+a duplicate.
 """
 
 from __future__ import annotations
@@ -33,21 +41,28 @@ ENDPOINTS = ("first", "second", "third", "fourth")
 class Start(Command):
     partition_by = "key"
     key: str
+    request: str
+    """The idempotency key the client sent it with: its logical name."""
 
 
 class Step(Command):
     partition_by = "key"
     key: str
     hop: int
+    path: str
+    """Its logical name: the cause's name and where it goes."""
 
 
 class Happened(Event):
     partition_by = "key"
     key: str
+    path: str
 
 
 class Applied(BaseModel):
     id: str
+    name: str
+    """The logical name (the same in every run, whatever ids its client sends drew)."""
     source: str
     causation: str | None
     digest: str
@@ -62,16 +77,17 @@ class Journal(BaseModel):
 def digest(ctx: HandlerContext[Journal]) -> str:
     """What the handler received, reduced to a short fingerprint (ConsistentOutput)."""
     envelope = ctx.envelope
-    seen = json.dumps(
-        [envelope.type, envelope.source, envelope.causation_id, envelope.body], sort_keys=True
-    )
+    # Not the causation id: a client send's ids differ from run to run (the body's logical
+    # name says what caused the message; NoGhostMessages checks the causation id itself).
+    seen = json.dumps([envelope.type, envelope.source, envelope.body], sort_keys=True)
     return hashlib.sha256(seen.encode()).hexdigest()[:16]
 
 
-def record(ctx: HandlerContext[Journal]) -> None:
+def record(ctx: HandlerContext[Journal], name: str) -> None:
     ctx.state.applied.append(
         Applied(
             id=ctx.message_id,
+            name=name,
             source=ctx.envelope.source,
             causation=ctx.envelope.causation_id,
             digest=digest(ctx),
@@ -99,24 +115,28 @@ def build_app(shape: Shape, mode: Mode = "token", suffix: str = "") -> SimApp:
 
     @first.handles(Start)
     def start(ctx: HandlerContext[Journal], message: Start) -> None:
-        record(ctx)
+        name = message.request
+        record(ctx, name)
         if shape in ("single", "chain", "mixed"):
-            ctx.send(Step(key=message.key, hop=1), to=second.name)
+            ctx.send(Step(key=message.key, hop=1, path=f"{name}>step"), to=second.name)
         if shape in ("publish", "mixed"):
-            ctx.publish(Happened(key=message.key))
+            ctx.publish(Happened(key=message.key, path=f"{name}>happened"))
 
     @second.handles(Step)
     def step(ctx: HandlerContext[Journal], message: Step) -> None:
-        record(ctx)
+        record(ctx, message.path)
         if shape in ("chain", "mixed"):
-            ctx.send(Step(key=message.key, hop=message.hop + 1), to=names[2])
+            ctx.send(
+                Step(key=message.key, hop=message.hop + 1, path=f"{message.path}>step"),
+                to=names[2],
+            )
 
     if rest:
         third = rest[0]
 
         @third.handles(Step)
         def last_step(ctx: HandlerContext[Journal], message: Step) -> None:
-            record(ctx)
+            record(ctx, message.path)
 
     subscribers = {"publish": (second, *rest), "mixed": tuple(rest)}.get(shape, ())
     for endpoint in subscribers:
@@ -125,4 +145,4 @@ def build_app(shape: Shape, mode: Mode = "token", suffix: str = "") -> SimApp:
 
 
 def _on_happened(ctx: HandlerContext[Journal], event: Happened) -> None:
-    record(ctx)
+    record(ctx, event.path)

@@ -1,8 +1,9 @@
 """Known-bad variants of the pipeline: each removes one rule of design notes section 3, and
 the simulator must find the violation that rule prevents. They prove the checker can fail.
 
-The pipeline code itself is not edited: a variant either wraps the stores the bus uses or
-swaps one module-level name that the code under test calls, for the duration of a run.
+The code under test is neither edited nor patched: a variant wraps the stores the bus and
+the cleanup use (the bus is built over whatever account it is given), or sets the cleanup's
+configuration (its retention), the two seams the code already has.
 
 The variants of the window modes each break what one reading of the invariants checks
 (``shared.sim.invariants``): the dedup record committed with the state, the state committed
@@ -15,24 +16,26 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
 
-import shared.bus.outgoing as outgoing
-import shared.bus.receiver as receiver
-import shared.cleanup.tasks as cleanup_tasks
 from shared.bus.app import Mode
-from shared.bus.envelope import Envelope, token_name
+from shared.bus.envelope import TOKEN_NAME
+from shared.bus.ingress import INGRESS_ROW
 from shared.bus.modes.entity_outbox import StateEntity
 from shared.bus.modes.processed_table import PROCESSED_PREFIX
 from shared.bus.modes.state_based import INDEX_PREFIX, VERSION_PREFIX
-from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW, OutgoingSignal
+from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
 from shared.errors import AlreadyExists, NotFound, OutcomeUnknown
 from shared.stores.account import StorageAccount
-from shared.stores.blob import BlobContainer
-from shared.stores.delegating import DelegatingAccount, DelegatingBlobContainer, DelegatingTable
+from shared.stores.blob import BlobContainer, BlobProperties
+from shared.stores.delegating import (
+    DelegatingAccount,
+    DelegatingBlobContainer,
+    DelegatingQueue,
+    DelegatingTable,
+)
+from shared.stores.queue import MessageQueue
 from shared.stores.table import (
     Delete,
     Entity,
@@ -57,17 +60,10 @@ class Variant:
     rule: str
     """The rule of the protocol this variant breaks."""
     wrap: AccountWrapper | None = None
-    patch: Callable[[], contextlib.AbstractContextManager[None]] | None = None
+    retention: float | None = None
+    """The retention (seconds) the cleanup is configured with instead of the dedup window."""
     modes: tuple[Mode, ...] = ("token",)
     """The endpoint modes whose code this variant changes (it is explored only there)."""
-
-    @contextlib.contextmanager
-    def patched(self) -> Iterator[None]:
-        if self.patch is None:
-            yield
-            return
-        with self.patch():
-            yield
 
 
 class _Blobs(DelegatingBlobContainer):
@@ -78,22 +74,35 @@ class _Table(DelegatingTable):
     """Passes every call to ``inner``; variants override what they change."""
 
 
+class _Queue(DelegatingQueue):
+    """Passes every call to ``inner``; variants override what they change."""
+
+    def __init__(self, inner: MessageQueue, account: StorageAccount) -> None:
+        super().__init__(inner)
+        self.account = account
+
+
 class _Account(DelegatingAccount):
     def __init__(
         self,
         inner: StorageAccount,
         blobs: type[_Blobs] = _Blobs,
         table: type[_Table] = _Table,
+        queue: type[_Queue] = _Queue,
     ) -> None:
         super().__init__(inner)
         self._blobs = blobs
         self._table = table
+        self._queue = queue
 
     def blob_container(self, name: str) -> BlobContainer:
         return self._blobs(self.inner.blob_container(name))
 
     def table(self, name: str) -> Table:
         return self._table(self.inner.table(name))
+
+    def queue(self, name: str) -> MessageQueue:
+        return self._queue(self.inner.queue(name), self.inner)
 
 
 # -- no claim step (R4) ----------------------------------------------------------------------
@@ -148,78 +157,122 @@ NO_OUTBOX_IN_COMMIT = Variant(
 # -- incoming token deleted before the signals are sent (R6/R7 swapped) ----------------------
 
 
-@contextlib.contextmanager
-def _delete_before_send() -> Iterator[None]:
-    original = receiver.send_signals
+class _DeleteBeforeSend(_Queue):
+    """Every signal an invocation sends is preceded by deleting its incoming token."""
 
-    async def delete_then_send(account: StorageAccount, *args: Any, **kwargs: Any) -> None:
+    async def send(
+        self, content: str, *, visibility_delay: float = 0.0, time_to_live: float | None = None
+    ) -> str:
         where = incoming_token.get()
         if where is not None:
             container, token = where
             with contextlib.suppress(NotFound):
-                await account.blob_container(container).delete(token)
-        await original(account, *args, **kwargs)
-
-    receiver.send_signals = delete_then_send
-    try:
-        yield
-    finally:
-        receiver.send_signals = original
+                await self.account.blob_container(container).delete(token)
+        return await super().send(
+            content, visibility_delay=visibility_delay, time_to_live=time_to_live
+        )
 
 
 DELETE_BEFORE_SEND = Variant(
     "delete-before-send",
     "R6 before R7: signals are sent before the incoming token is deleted",
-    patch=_delete_before_send,
+    wrap=lambda account: _Account(account, queue=_DeleteBeforeSend),
 )
 
 
 # -- an attempt id reused after an unknown create outcome ------------------------------------
 
 
-@contextlib.contextmanager
-def _reuse_attempt_ids() -> Iterator[None]:
-    original = receiver.create_tokens
+class _CreateRetriedUnderOneName(_Blobs):
+    """A create with an unknown outcome is retried under the same name (the same attempt id),
+    and a name that now exists is taken to be the earlier try's: the unsafe assumption."""
 
-    async def create_reusing(
-        tokens: BlobContainer,
-        deliveries: list[Envelope],
-        *,
-        sender: str,
-        incoming_id: str,
-        config: Any,
-        origin: str = "",
-        **_: Any,
-    ) -> outgoing.CreatedTokens:
-        metadata: dict[str, str] = dict(outgoing.UNCLAIMED)
-        if origin:
-            metadata[getattr(outgoing, "ORIGIN_METADATA", "origin")] = origin
-        result = outgoing.CreatedTokens([], [])
-        for envelope in deliveries:
-            attempt_id = config.new_id()
-            name = token_name(sender, incoming_id, attempt_id, envelope.id, envelope.to_bytes())
-            for _try in range(config.max_create_attempts):
-                try:
-                    await tokens.create(name, envelope.to_bytes(), metadata)
-                except AlreadyExists:
-                    break  # "must be ours from the earlier try": the unsafe assumption
-                except OutcomeUnknown:
-                    continue  # retried with the same attempt id
-                break
-            result.committed_candidates.append(OutgoingSignal.for_token(envelope, attempt_id, name))
-        return result
-
-    receiver.create_tokens = create_reusing
-    try:
-        yield
-    finally:
-        receiver.create_tokens = original
+    async def create(
+        self, name: str, data: bytes, metadata: Mapping[str, str] | None = None
+    ) -> str:
+        try:
+            return await super().create(name, data, metadata)
+        except OutcomeUnknown:
+            pass
+        try:
+            return await super().create(name, data, metadata)
+        except AlreadyExists:
+            return (await self.get_properties(name)).etag
 
 
 REUSED_ATTEMPT_ID = Variant(
     "reused-attempt-id",
     "attempt ids are at-most-once: never commit one whose create had an unknown outcome",
-    patch=_reuse_attempt_ids,
+    wrap=lambda account: _Account(account, blobs=_CreateRetriedUnderOneName),
+)
+
+
+# -- client sends: a lost race on the ingress record goes on to send ---------------------------
+
+
+class _IngressRaceIgnored(_Table):
+    """Inserting an ingress record that another send of the key inserted first reports
+    success: both racing sends see no record, and both send."""
+
+    async def insert(self, entity: Entity) -> str:
+        try:
+            return await super().insert(entity)
+        except AlreadyExists:
+            if entity.row_key != INGRESS_ROW:
+                raise
+            return '"lost-the-race"'
+
+
+INGRESS_DOUBLE_SEND = Variant(
+    "ingress-double-send",
+    "R5 for clients: a send commits only by inserting (or ETag-updating) its key's record",
+    wrap=lambda account: _Account(account, table=_IngressRaceIgnored),
+    modes=("token", "processed_messages", "state_based", "entity_outbox"),
+)
+
+
+# -- a state written without its ETag (lost update) -------------------------------------------
+
+
+def _state_without_etag(op: TableOperation) -> TableOperation | None:
+    if isinstance(op, Update) and op.entity.row_key == STATE_ROW:
+        return dataclasses.replace(op, etag=None)
+    return op
+
+
+# -- the cleanup: no fence, and O(m) retired while its incoming token exists -------------------
+
+
+class _FenceSkipped(_Table):
+    """The cleanup's fence (an unchanged rewrite of an uncommitted O(m), for a new ETag)
+    reports success with the old ETag and writes nothing."""
+
+    async def update(self, entity: Entity, *, etag: str | None = None) -> str:
+        if entity.row_key.startswith(OUTBOX_PREFIX) and etag is not None:
+            return etag
+        return await super().update(entity, etag=etag)
+
+
+NO_CLEANUP_FENCE = Variant(
+    "no-cleanup-fence",
+    "cleanup: an uncommitted O(m) is fenced (new ETag) before its tokens are deleted",
+    wrap=lambda account: _Account(account, table=_FenceSkipped),
+)
+
+
+class _TokensLookGone(_Blobs):
+    """Asked whether a token exists (the cleanup's question), every token looks gone."""
+
+    async def get_properties(self, name: str) -> BlobProperties:
+        if TOKEN_NAME.fullmatch(name):
+            raise NotFound(f"{name} (the variant hides every token from the cleanup)")
+        return await super().get_properties(name)
+
+
+RETIRED_BEFORE_R7 = Variant(
+    "retired-before-r7",
+    "cleanup: O(m) is retired only once its incoming token is gone (R7 done)",
+    wrap=lambda account: _Account(account, blobs=_TokensLookGone),
 )
 
 # -- window modes: commits that leave out or alter part of what they must write -------------
@@ -321,30 +374,16 @@ NO_OUTBOX_ENTRY = _commit_variant(
 )
 
 
-@contextlib.contextmanager
-def _retention_keeps_everything() -> Iterator[None]:
-    """Every mode's expiry is asked for the records older than the beginning of time."""
-    original = dict(cleanup_tasks._MODE_EXPIRY)
-    never = datetime.min.replace(tzinfo=UTC)
-
-    def keeping(expire: cleanup_tasks.Expiry) -> cleanup_tasks.Expiry:
-        async def expire_nothing(table: Table, **kwargs: Any) -> tuple[int, str | None]:
-            return await expire(table, **{**kwargs, "older_than": never})
-
-        return expire_nothing
-
-    for mode, (kind, expire, retention) in original.items():
-        cleanup_tasks._MODE_EXPIRY[mode] = (kind, keeping(expire), retention)
-    try:
-        yield
-    finally:
-        cleanup_tasks._MODE_EXPIRY.update(original)
-
-
+LOST_UPDATE = _commit_variant(
+    "state-without-etag",
+    "R5: the state is written If-Match its ETag (else a concurrent update is lost)",
+    "token",
+    _state_without_etag,
+)
 NO_RETENTION = Variant(
     "no-retention",
     "window modes: the cleanup removes dedup records older than the retention period",
-    patch=_retention_keeps_everything,
+    retention=100 * 365 * 24 * 3600.0,
     modes=("processed_messages", "state_based", "entity_outbox"),
 )
 
@@ -355,6 +394,10 @@ VARIANTS = {
         NO_OUTBOX_IN_COMMIT,
         DELETE_BEFORE_SEND,
         REUSED_ATTEMPT_ID,
+        INGRESS_DOUBLE_SEND,
+        LOST_UPDATE,
+        NO_CLEANUP_FENCE,
+        RETIRED_BEFORE_R7,
         NO_PROCESSED_ROW,
         NO_PROCESSED_OR_AUDIT_ROW,
         NO_STATE_WITH_RECORD,

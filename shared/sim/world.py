@@ -112,8 +112,22 @@ class SimConfig:
     through its in-memory model (token mode), whose operations are scheduled and faulted
     like storage operations."""
     messages: int = 1
+    partitions: int = 2
+    """Message n goes to partition k{n % partitions}: with one partition, every message
+    updates the same state (concurrent state updates)."""
     copies: int = 2
     """Copies of each initial signal queued at once (duplicate delivery)."""
+    client_sends: int = 0
+    """0: the initial messages are sent before the run, unscheduled. n >= 1: each is sent by
+    n scheduled client sends with one idempotency key (2: a client's retry racing its
+    original), faults included, and a client whose sends all ended without a receipt sends
+    again (the client's contract: retry until a receipt), up to ``client_retries`` times."""
+    client_retries: int = 5
+    waits: int = 0
+    """How often time may pass beyond the grace period while nothing runs and a message is
+    hidden (a redelivery delayed by a backlog, a long lease or a poison replay), with a
+    cleanup pass at its end. Within the timing assumptions, and not counted as a deviation
+    (``Chooser`` kind ``time``)."""
     concurrency: int = 2
     """Function invocations that may run at the same time."""
     faults: tuple[Fault, ...] = (*ALL_FAULTS, Fault.LATE)
@@ -143,8 +157,12 @@ class SimConfig:
     row is there a second commit of the message fails whatever else expired."""
 
     def __post_init__(self) -> None:
-        if self.messages < 1 or self.copies < 1 or self.concurrency < 1:
-            raise ConfigurationError("messages, copies and concurrency must be at least 1")
+        if min(self.messages, self.copies, self.concurrency, self.partitions) < 1:
+            raise ConfigurationError(
+                "messages, partitions, copies and concurrency must be at least 1"
+            )
+        if self.client_sends and self.copies != 1:
+            raise ConfigurationError("scheduled client sends queue no extra copies: copies=1")
         if self.store == "postgres" and self.mode != "token":
             raise ConfigurationError("store='postgres' is for token-mode endpoints")
         if self.lease <= 0 or self.sweep_grace < 0:
@@ -192,7 +210,7 @@ class RunResult:
 
 @dataclass(frozen=True)
 class Action:
-    kind: Literal["step", "start", "land", "tick", "sweep", "duplicate"]
+    kind: Literal["step", "start", "land", "tick", "sweep", "duplicate", "send"]
     weight: float
     process: Process | None = None
     queue: str = ""
@@ -234,6 +252,8 @@ class World:
     suffix: str = ""
     wrap: AccountWrapper | None = None
     """Wraps the instrumented account the bus uses: how pipeline variants change behaviour."""
+    retention: float | None = None
+    """The retention the cleanup is configured with, if not the dedup window (a variant)."""
     trace: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -253,6 +273,9 @@ class World:
         if self.wrap is not None:
             instrumented = self.wrap(instrumented)
         self.instrumented = instrumented
+        self.quiet_account = self.account if self.wrap is None else self.wrap(self.account)
+        """For the cleanup passes run while nothing else runs: neither scheduled nor faulted,
+        but changed by a variant like every other pass."""
         settings: dict[str, Any] = {
             "tokens_container": f"tokens{self.suffix}",
             "topics_container": f"topics{self.suffix}",
@@ -283,7 +306,11 @@ class World:
         self._held_at: dict[int, float] = {}
         self._current: Process | None = None
         self._queues: dict[str, tuple[bool, bool]] | None = None
-        self.ticks = self.sweeps_started = self.duplicates_sent = self.faults = 0
+        self.ticks = self.sweeps_started = self.duplicates_sent = self.faults = self.waited = 0
+        self.sends_left = dict.fromkeys(range(config.messages), config.client_sends)
+        self.retries_left = dict.fromkeys(range(config.messages), config.client_retries)
+        self.receipts: set[int] = set()
+        self.client = self.bus.client(CLIENT)
         self.past_window = False
         """A stalled process woke up after the dedup window (window modes only)."""
 
@@ -312,15 +339,18 @@ class World:
         )
         setup_bus = Bus(self.sim.app, self.account, self.bus_config, sql=self.sql)
         await setup_bus.subscribe_all()
+        if self.config.client_sends:
+            return  # the client sends are scheduled processes
         client = setup_bus.client(CLIENT)
         for number in range(self.config.messages):
-            await client.send(
-                Start(key=f"k{number % 2}"), to=self.sim.entry, idempotency_key=f"m{number}"
-            )
+            await client.send(self._start(number), to=self.sim.entry, idempotency_key=f"m{number}")
         queue = self.account.queue(self.sim.entry)
         for message in await queue.peek(32):
             for _ in range(self.config.copies - 1):
                 await queue.send(message.content)
+
+    def _start(self, number: int) -> Start:
+        return Start(key=f"k{number % self.config.partitions}", request=f"m{number}")
 
     # -- faults --------------------------------------------------------------------------------
 
@@ -377,6 +407,7 @@ class World:
         if current is not None and current.runnable:
             actions.append(Action("step", 1.0, process=current))
         actions += [Action("step", 1.0, process=p) for p in live if p.runnable and p is not current]
+        actions += self._client_sends(live)
         queues = await self._queue_state()
         invocations = sum(1 for p in live if p.name.startswith("inv"))
         if invocations < self.config.concurrency:
@@ -402,6 +433,41 @@ class World:
             return []
         return actions
 
+    def _client_sends(self, live: list[Process]) -> list[Action]:
+        """A client send of each key that still has one to make, or a retry of a key whose
+        sends all ended without a receipt."""
+        if not self.config.client_sends:
+            return []
+        sending = {p.name.partition("@")[2] for p in live if p.name.startswith(CLIENT)}
+        actions = []
+        for number, left in self.sends_left.items():
+            key = f"m{number}"
+            retry = (
+                number not in self.receipts and key not in sending and self.retries_left[number] > 0
+            )
+            if left > 0 or retry:
+                actions.append(Action("send", 1.0, queue=key))
+        return actions
+
+    async def _wait_allowed(self) -> bool:
+        """Time may jump past the grace period only while nothing runs or is held (bounded
+        timing holds) and a message is hidden (its redelivery is what is delayed)."""
+        if self.waited >= self.config.waits or self.scheduler.live() or self._unlanded():
+            return False
+        return any(hidden for _, hidden in (await self._queue_state()).values())
+
+    async def _wait(self) -> None:
+        """The cleanup runs on a schedule (every few minutes), so a redelivery that comes
+        after the grace period comes after a cleanup pass too."""
+        await self._advance(self.config.sweep_grace + 1)
+        await self._cleanup(self.quiet_account, self.config.sweep_grace, self.config.window)
+        self.waited += 1
+        self._queues = None
+        self.trace.append(
+            f"{len(self.trace):4} time passes beyond the grace period (the redelivery is "
+            "late); a cleanup pass runs"
+        )
+
     async def perform(self, action: Action) -> None:
         number = len(self.trace)
         if action.kind == "step":
@@ -409,7 +475,19 @@ class World:
             await self._step(number, cast(Process, action.process))
             return
         self._queues = None  # every other action may change what the queues hold
-        if action.kind == "start":
+        if action.kind == "send":
+            key = int(action.queue.removeprefix("m"))
+            if self.sends_left[key] > 0:
+                self.sends_left[key] -= 1
+            else:
+                self.retries_left[key] -= 1
+            self._current = await self.scheduler.spawn(
+                f"{CLIENT}{len(self.scheduler.processes)}@{action.queue}",
+                lambda: self._client_send(key),
+                self.now(),
+            )
+            self.trace.append(f"{number:4} start {self._current.name}")
+        elif action.kind == "start":
             self._current = await self.scheduler.spawn(
                 f"inv{len(self.scheduler.processes)}@{action.queue}",
                 lambda: self._invocation(action.queue),
@@ -484,9 +562,10 @@ class World:
             tokens_container=self.bus_config.tokens_container,
             ingress_table=self.bus_config.ingress_table,
             grace_seconds=grace,
-            window_seconds=window,
+            window_seconds=window if self.retention is None else self.retention,
             clock=self.bus_config.clock,
             sql=self._sql_rows(counted=account is self.instrumented),
+            senders=(CLIENT,),
         )
 
     async def _resume(self) -> None:
@@ -495,7 +574,7 @@ class World:
         retention, during which a cleanup pass ran."""
         beyond = self.config.window if self.config.windowed else self.config.sweep_grace
         await self._advance(max(beyond, self.config.sweep_grace) + 1)
-        await self._cleanup(self.account, self.config.sweep_grace, self.config.window)
+        await self._cleanup(self.quiet_account, self.config.sweep_grace, self.config.window)
         if self.config.stall_outlasts_audit:
             await expire_audit_rows(self.account, self.endpoints, self._sql_rows(counted=False))
         self.past_window = self.config.windowed
@@ -532,6 +611,13 @@ class World:
         acknowledged = await self.workers[queue_name].run_one(message)
         return "acknowledged" if acknowledged else "released"
 
+    async def _client_send(self, number: int) -> str:
+        receipt = await self.client.send(
+            self._start(number), to=self.sim.entry, idempotency_key=f"m{number}"
+        )
+        self.receipts.add(number)
+        return "deduplicated" if receipt.deduplicated else "sent"
+
     async def _sweep(self) -> str:
         await self._cleanup(self.instrumented, self.config.sweep_grace, self.config.window)
         return "swept"
@@ -552,12 +638,12 @@ class World:
         grace = self.config.sweep_grace if manual else 0.0
         window = self.config.window if manual else 0.0
         await self._advance(grace + 1 if manual else 0)
-        await self._cleanup(self.account, grace, window)
+        await self._cleanup(self.quiet_account, grace, window)
         seen = await self._observe()
         seen.within_window = not self.past_window
         if self.config.windowed:
             await self._advance(window + 1 if manual else 0)
-            await self._cleanup(self.account, grace, window)
+            await self._cleanup(self.quiet_account, grace, window)
             seen.beyond = await self._observe()
         violations = list(stuck) + [
             Violation(UNEXPECTED_ERROR, f"{p.name} {p.outcome}")
@@ -581,6 +667,9 @@ class World:
 
     async def _drive(self) -> list[Violation]:
         for _ in range(self.config.max_steps):
+            if await self._wait_allowed() and self.chooser.choose("time", [1.0, 0.3]):
+                await self._wait()
+                continue
             actions = await self.enabled()
             if not actions and not self._stalled():
                 return []
@@ -608,6 +697,7 @@ async def reference_run(
         shape=config.shape,
         mode=config.mode,
         messages=config.messages,
+        partitions=config.partitions,
         copies=1,
         concurrency=1,
         faults=(),

@@ -45,7 +45,9 @@ def frames(spark: Any, rows: list[tuple[object, ...]], sends: list[tuple[object,
     return spark.createDataFrame(rows, AUDIT_SCHEMA), spark.createDataFrame(sends, INGRESS_SCHEMA)
 
 
-def verdicts(spark: Any, rows: Any, sends: Any, as_of_seconds: float = 3600.0) -> dict[str, Any]:
+def verdicts(
+    spark: Any, rows: Any, sends: Any, as_of_seconds: float = 3600.0
+) -> dict[tuple[str, str], Any]:
     """{(destination, message_id): row} of the reconciliation, with sender and type named."""
     from pyspark.sql import functions as F
 
@@ -73,7 +75,7 @@ def verdicts(spark: Any, rows: Any, sends: Any, as_of_seconds: float = 3600.0) -
     }
 
 
-def flagged(result: dict[str, Any], flag: str) -> set[tuple[str, str]]:
+def flagged(result: dict[tuple[str, str], Any], flag: str) -> set[tuple[str, str]]:
     return {key for key, row in result.items() if row[flag]}
 
 
@@ -279,7 +281,7 @@ def test_the_latency_histogram_uses_quarter_doublings(spark: Any) -> None:
     assert buckets == {0: 2, 26: 2}
     lower, upper = checks.bucket_bounds(26)
     assert lower <= 100 < 105 < upper
-    assert checks.bucket_bounds(0) == (0.0, pytest.approx(2**0.25))
+    assert checks.bucket_bounds(0) == pytest.approx((0.0, 2**0.25))
 
 
 def test_throughput_counts_processings_per_bucket_and_endpoint(spark: Any) -> None:

@@ -25,11 +25,21 @@ def rows_in(folder: Path) -> list[dict[str, Any]]:
 async def test_sql_audit_rows_export_to_the_table_layout(backend: Backend, tmp_path: Path) -> None:
     harness, names = await run_orders(backend)
     sql = {name: harness.rows(name) for name in names.all}
-    tables = {"endpoint_tables": names.all, "ingress_tables": [harness.config.ingress_table]}
+    ingress = [harness.config.ingress_table]
     out = tmp_path / "export"
 
-    first = await export(harness.raw, out, page_size=2, max_pages=3, sql=sql, **tables)
-    final = await export(harness.raw, out, page_size=2, sql=sql, **tables)
+    first = await export(
+        harness.raw,
+        out,
+        endpoint_tables=names.all,
+        ingress_tables=ingress,
+        page_size=2,
+        max_pages=3,
+        sql=sql,
+    )
+    final = await export(
+        harness.raw, out, endpoint_tables=names.all, ingress_tables=ingress, page_size=2, sql=sql
+    )
 
     assert (first.complete, final.complete) == (False, True)
     audit = rows_in(out / "audit")

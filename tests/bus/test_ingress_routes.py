@@ -10,6 +10,7 @@ import pytest
 
 from shared import http_ingress
 from shared.bus import Bus, BusApp, BusConfig, Command, Event, HandlerContext
+from shared.bus.app import NoState
 from shared.bus.routes import UndeliverableMessage
 from shared.clock import ManualClock
 from shared.errors import InvalidName
@@ -185,7 +186,7 @@ async def test_a_library_client_is_checked_like_a_handler(ingress: Ingress) -> N
 
 def test_a_subscription_is_checked_against_the_app_before_the_list_changes() -> None:
     app = BusApp()
-    stock = app.endpoint("stock")
+    stock = app.endpoint("stock", state=NoState)
     stock.handles(Reserved)(lambda ctx, event: None)
     app.external_endpoint("billing", accepts=[Invoice, Unheard])
     app.routes.check_subscription("reserved", "stock")

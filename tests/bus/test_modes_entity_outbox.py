@@ -10,11 +10,11 @@ from pydantic import BaseModel
 
 from shared.bus import BusApp, Command, HandlerContext
 from shared.bus.modes.entity_outbox import (
-    EntityOutboxFull,
     OutboxEntry,
     StateEntity,
     expire_entity_outboxes,
 )
+from shared.bus.modes.errors import EntityOutboxFull
 from shared.bus.modes.processed_table import PROCESSED_PREFIX, expire_processed
 from shared.clock import ManualClock, to_datetime
 from shared.errors import TooLarge

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from shared.bus.config import BusConfig
 from shared.bus.ingress import INGRESS_ROW
@@ -35,10 +36,10 @@ class Residue:
             clock=lambda: time.time() + 5,  # past a zero grace for tokens created just now
         )
 
-    def settings(self, **overrides: float) -> CleanupSettings:
+    def settings(self, **overrides: Any) -> CleanupSettings:
         return CleanupSettings(
             grace_seconds=0, checkpoint_table=f"crashcleanup{self.suffix}", **overrides
-        )  # type: ignore[arg-type]
+        )
 
     async def left(self, account: StorageAccount) -> dict[str, int]:
         """What is left of each kind of residue."""

@@ -58,9 +58,11 @@ async def residue(harness: Harness) -> tuple[int, int]:
     return records, len(await harness.tokens())
 
 
-async def new_flow(backend: Backend, **flow: bool) -> tuple[Harness, FlowNames]:
+async def new_flow(
+    backend: Backend, *, publish: bool = True, charge: bool = True
+) -> tuple[Harness, FlowNames]:
     names = FlowNames.with_suffix(unique_name("")[:8])
-    harness = await Harness.create(backend, build_flow(names, **flow))
+    harness = await Harness.create(backend, build_flow(names, publish=publish, charge=charge))
     return harness, names
 
 
@@ -314,7 +316,7 @@ async def test_one_failing_task_does_not_stop_the_others(backend: Backend) -> No
     await harness.run_until_quiet()
 
     class Broken(AbandonedTokens):
-        async def run_page(self, *args: object) -> str | None:  # type: ignore[override]
+        async def run_page(self, *args: object) -> str | None:
             raise OutcomeUnknown("storage timed out")
 
     tasks = [Broken(), *standard_tasks(endpoint_modes(harness.app))[1:]]
@@ -501,7 +503,7 @@ async def test_the_heartbeat_keeps_a_lease_through_a_page_longer_than_the_lease(
     lease = 1.0
 
     class SlowTask(AbandonedTokens):
-        async def run_page(self, *args: object) -> str | None:  # type: ignore[override]
+        async def run_page(self, *args: object) -> str | None:
             await asyncio.sleep(3 * lease)
             return None
 

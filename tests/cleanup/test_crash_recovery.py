@@ -17,6 +17,7 @@ from shared.cleanup.job import run_cleanup
 from shared.errors import NotFound
 from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.settings import StorageSettings
+from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
 from tests.cleanup.residue import Residue
 
@@ -27,7 +28,7 @@ LEASE_SECONDS = 3.0
 ZERO = {"tokens": 0, "outbox": 0, "audit": 0, "ingress": 0}
 
 
-async def _mid_task(account: AzureStorageAccount, residue: Residue) -> bool:
+async def _mid_task(account: StorageAccount, residue: Residue) -> bool:
     """Some task has saved a checkpoint in the middle of its records."""
     try:
         return any(e["continuation"] for e in await residue.checkpoints(account))

@@ -16,7 +16,7 @@ from shared.errors import (
     TooLarge,
     TransactionFailed,
 )
-from shared.stores.table import Delete, Entity, Insert, Table, Update, Upsert
+from shared.stores.table import Delete, Entity, Insert, Table, TableValue, Update, Upsert
 from tests.conftest import Backend, unique_name
 
 
@@ -34,7 +34,7 @@ def row(pk: str, rk: str, **properties: object) -> Entity:
 
 async def test_insert_then_get_round_trips_every_supported_type(table: Table) -> None:
     when = datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=timezone(timedelta(hours=2)))
-    values = {
+    values: dict[str, TableValue] = {
         "text": "héllo ☃",
         "small": 42,
         "big": 2**40 + 3,
@@ -194,7 +194,7 @@ async def test_a_transaction_round_trips_every_supported_type_and_awkward_keys(
     table: Table,
 ) -> None:
     when = datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=timezone(timedelta(hours=-5)))
-    values = {
+    values: dict[str, TableValue] = {
         "text": "héllo ☃ \"quoted\" 'single' \r\n--boundary-like",
         "small": -42,
         "big": 2**40 + 3,
@@ -239,7 +239,7 @@ async def test_a_failing_operation_rejects_the_whole_transaction_and_names_its_i
     table: Table, failing: object, cause: type[Exception]
 ) -> None:
     etag = await table.insert(row("p", "taken", v=1))
-    make = failing  # type: ignore[assignment]
+    make = failing
 
     with pytest.raises(TransactionFailed) as raised:
         await table.transact(

@@ -218,7 +218,7 @@ def _post(
 
 
 def _order(rng: random.Random, **changes: object) -> bytes:
-    body = {
+    body: dict[str, object] = {
         "type": "PlaceOrder",
         "to": "orders",
         "body": {"order_id": f"o{rng.randint(0, 10**9)}", "customer": "eve", "amount_cents": 1},

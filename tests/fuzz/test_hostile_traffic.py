@@ -58,7 +58,7 @@ HOSTILE_REQUESTS_PER_KIND = 3
 ORDERS, SHOTS = 10, 10
 ENDPOINTS = ("shootingrange", "leaderboard", "orders", "payments", "shipping", "loyalty")
 
-EXPECTED_STATUS = {
+EXPECTED_STATUS: dict[str, set[int | None]] = {
     "not_json": {400},
     "deep_nesting": {400},
     "bad_idempotency_key": {400},
@@ -137,10 +137,10 @@ async def valid_traffic(url: str, rng: random.Random, valid: Valid) -> None:
         requests.append((f"shot{i}", {"type": "FireAt", "body": body}))
     rng.shuffle(requests)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-        for key, body in requests:
-            ids = await post_valid(session, url, key, body)
+        for key, payload in requests:
+            ids = await post_valid(session, url, key, payload)
             if rng.random() < 0.3:  # the client missed the answer and sends again
-                assert await post_valid(session, url, key, body) == ids
+                assert await post_valid(session, url, key, payload) == ids
             valid.roots |= set(ids)
             valid.keys.add(key)
 

@@ -79,6 +79,7 @@ def test_only_the_named_functions_run_and_unknown_names_are_refused() -> None:
 async def client() -> AsyncIterator[TestClient[Any, Any]]:
     loaded, _ = load()
     front = HttpFrontEnd(loaded.http, KEYS, function_timeout=5)
+    c: TestClient[Any, Any]
     async with TestClient(RawTestServer(front.dispatch)) as c:
         yield c
 

@@ -20,7 +20,7 @@ from shared.sample.app import OrderPlaced, PlaceOrder
 from shared.stores.memory import MemoryStorageAccount
 
 REPO = Path(__file__).resolve().parents[2]
-ORDER = {
+ORDER: dict[str, Any] = {
     "type": "PlaceOrder",
     "to": "orders",
     "body": {"order_id": "o1", "customer": "ada", "amount_cents": 1250},
@@ -166,6 +166,7 @@ async def served(bus: Bus, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Tes
     monkeypatch.setattr(runtime, "_worker", runtime.Worker.for_account(bus.account))
     loaded = load_functions(REPO / "function_app.py", {"CLEANUP_SCHEDULE": "0 */5 * * * *"})
     front = HttpFrontEnd(loaded.http, Keys("fn", "master"), function_timeout=10)
+    client: TestClient[Any, Any]
     async with TestClient(RawTestServer(front.dispatch)) as client:
         yield client
 

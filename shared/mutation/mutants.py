@@ -1,0 +1,220 @@
+"""The mutants: each replaces one exact piece of a protocol module (found exactly once) with
+a plausible bug. ``equivalent`` names, for a mutant known not to change what the protocol
+guarantees, why; such a mutant is expected to survive."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutant:
+    id: str
+    path: str
+    original: str
+    replacement: str
+    bug: str
+    equivalent: str = ""
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    # -- token-mode receiver (R1-R9) ------------------------------------------------------------
+    Mutant(
+        "receiver-claim-without-etag",
+        "shared/bus/receiver.py",
+        'signal.token, {"claim": outbox.claim}, etag=token.etag',
+        'signal.token, {"claim": outbox.claim}, etag=None',
+        "R4 claims the token unconditionally instead of by compare-and-swap",
+        equivalent="every copy that reaches R4 claims with the claim id of the one O(m) of its "
+        "message, which outlives the token (the cleanup retires O(m) only once the token is "
+        "gone), and a claim on a deleted token fails either way (404): an unconditional claim "
+        "writes the id already there. small-unbounded and small-unbounded-sweep with one "
+        "deviation and one fault find no violation with it. The compare-and-swap is defence "
+        "in depth should O(m) ever go first",
+    ),
+    Mutant(
+        "receiver-delete-before-send",
+        "shared/bus/receiver.py",
+        """            # R6
+            await send_signals(self.account, outbox.outgoing, hints)
+            # R7
+            with contextlib.suppress(NotFound):
+                await self.tokens.delete(signal.token)""",
+        """            # R7
+            with contextlib.suppress(NotFound):
+                await self.tokens.delete(signal.token)
+            # R6
+            await send_signals(self.account, outbox.outgoing, hints)""",
+        "R7 before R6: the incoming token is deleted before the outputs are signalled",
+    ),
+    Mutant(
+        "receiver-outbox-commit-without-etag",
+        "shared/bus/receiver.py",
+        "Update(committed.to_entity(), etag=outbox.etag)",
+        "Update(committed.to_entity())",
+        "R5 commits O(m) without its ETag: a second round commits over the first",
+    ),
+    Mutant(
+        "receiver-state-without-etag",
+        "shared/bus/receiver.py",
+        "Insert(state_row) if state_entity is None else Update(state_row, state_entity.etag)",
+        "Insert(state_row) if state_entity is None else Update(state_row)",
+        "R5 writes the state without its ETag (lost update between messages of a partition)",
+    ),
+    Mutant(
+        "receiver-claim-mismatch-processed",
+        "shared/bus/receiver.py",
+        "elif token.claim != outbox.claim:",
+        "elif False:",
+        "a token claimed by another O(m) claim is processed instead of reported",
+    ),
+    Mutant(
+        "receiver-unknown-commit-tokens-not-abandoned",
+        "shared/bus/receiver.py",
+        "abandoned.extend(o.token for o in created.committed_candidates)\n            raise",
+        "raise",
+        "after a commit with an unknown outcome, its tokens are not recorded as abandoned",
+        equivalent="nothing reads O(m)'s abandoned list: the cleanup lists the message's "
+        "sender-scoped token prefix and judges every token by its origin row, so tokens of a "
+        "round that did not commit are removed after the grace period either way",
+    ),
+    Mutant(
+        "receiver-conflict-tokens-kept",
+        "shared/bus/receiver.py",
+        """            await discard_tokens(self.tokens, created.committed_candidates)
+            raise Conflict from e""",
+        """            raise Conflict from e""",
+        "a round that lost the commit race leaves its tokens for the cleanup",
+        equivalent="the tokens are unclaimed and uncommitted: the cleanup removes them after "
+        "the grace period (they are never signalled); only how long they stay changes",
+    ),
+    # -- outgoing dispatch --------------------------------------------------------------------
+    Mutant(
+        "outgoing-attempt-id-reused",
+        "shared/bus/outgoing.py",
+        """            for _ in range(config.max_create_attempts):
+                attempt_id = config.new_id()""",
+        """            attempt_id = config.new_id()
+            for _ in range(config.max_create_attempts):""",
+        "a create with an unknown outcome is retried under the same attempt id",
+    ),
+    Mutant(
+        "outgoing-unknown-create-committed",
+        "shared/bus/outgoing.py",
+        """                except (OutcomeUnknown, AlreadyExists):
+                    result.abandoned.append(name)
+                    continue""",
+        """                except (OutcomeUnknown, AlreadyExists):
+                    etag = ""
+                    result.abandoned.append(name)""",
+        "a token whose create had an unknown outcome is committed and signalled",
+    ),
+    # -- client sends (ingress) -----------------------------------------------------------------
+    Mutant(
+        "ingress-lost-race-sends",
+        "shared/bus/ingress.py",
+        """            except (AlreadyExists, PreconditionFailed):
+                await discard_tokens(self.tokens, created.committed_candidates)
+                continue""",
+        """            except (AlreadyExists, PreconditionFailed):
+                pass""",
+        "a send whose record insert lost the race to a concurrent send of its key still sends",
+    ),
+    Mutant(
+        "ingress-unknown-insert-sends",
+        "shared/bus/ingress.py",
+        """            except OutcomeUnknown:
+                continue  # may have landed""",
+        """            except OutcomeUnknown:
+                pass  # may have landed""",
+        "a record insert with an unknown outcome is taken as committed",
+    ),
+    Mutant(
+        "ingress-record-ignored",
+        "shared/bus/ingress.py",
+        "if existing is not None and _expires(existing) > now:",
+        "if existing is not None and _expires(existing) < now:",
+        "a retry inside the window does not find its key's record and sends anew",
+    ),
+    # -- window modes -------------------------------------------------------------------------
+    Mutant(
+        "modes-state-without-etag",
+        "shared/bus/modes/common.py",
+        "return Insert(row) if existing is None else Update(row, existing.etag)",
+        "return Insert(row) if existing is None else Update(row)",
+        "a window mode writes the state without its ETag",
+    ),
+    Mutant(
+        "modes-delete-before-send",
+        "shared/bus/modes/common.py",
+        """        await send_signals(self.account, tuple(outgoing), hints)
+        await self._delete_incoming(signal)""",
+        """        await self._delete_incoming(signal)
+        await send_signals(self.account, tuple(outgoing), hints)""",
+        "a window mode deletes the incoming token before signalling its outputs",
+    ),
+    # -- cleanup --------------------------------------------------------------------------------
+    Mutant(
+        "cleanup-retire-before-r7",
+        "shared/cleanup/tasks.py",
+        """        elif await _exists(context.tokens, record.incoming_token):
+            report.kept["incoming_pending"] += 1  # R7 not done yet; a redelivery will""",
+        """        elif False:
+            report.kept["incoming_pending"] += 1  # R7 not done yet; a redelivery will""",
+        "a committed O(m) is retired while its incoming token still exists",
+    ),
+    Mutant(
+        "cleanup-no-fence",
+        "shared/cleanup/tasks.py",
+        "if row is not None and kind.fence is not None:",
+        "if False:",
+        "an uncommitted O(m)'s tokens are deleted without fencing the row first",
+    ),
+    Mutant(
+        "cleanup-claimed-token-deleted",
+        "shared/cleanup/tasks.py",
+        """        elif blob.metadata.get("claim"):
+            waiting += 1  # claimed means signalled""",
+        """        elif False:
+            waiting += 1  # claimed means signalled""",
+        "the outbox task deletes a claimed (signalled) token it did not commit",
+        equivalent="under O(m)'s prefix only the committing round's tokens are ever signalled, "
+        "and they are in the committed set, so a claimed token outside it exists only if "
+        "someone forged a signal for an abandoned token; the receiver deduplicates that copy "
+        "by message id, so deleting it loses nothing. The check is defence in depth against "
+        "forged signals, which the simulator does not send",
+    ),
+    Mutant(
+        "cleanup-young-tokens-deleted",
+        "shared/cleanup/tasks.py",
+        """            if not context.is_old(blob.last_modified):
+                report.kept["young"] += 1
+                continue""",
+        """            if False:
+                report.kept["young"] += 1
+                continue""",
+        "tokens younger than the grace period are judged (and deleted) too",
+    ),
+    # -- in-memory stores ---------------------------------------------------------------------
+    Mutant(
+        "memory-table-etag-ignored",
+        "shared/stores/memory/table.py",
+        "if op.etag is not None and current.etag != op.etag:",
+        "if False:",
+        "the in-memory table ignores If-Match",
+    ),
+    Mutant(
+        "memory-blob-etag-ignored",
+        "shared/stores/memory/blob.py",
+        "if etag is not None and stored.etag != etag:",
+        "if False:",
+        "the in-memory blob container ignores If-Match",
+    ),
+    Mutant(
+        "memory-queue-no-lease",
+        "shared/stores/memory/queue.py",
+        "visible_at=now + visibility_timeout,\n                    dequeue_count=",
+        "visible_at=now,\n                    dequeue_count=",
+        "a received message stays visible (no lease)",
+    ),
+)
