@@ -11,9 +11,9 @@ NODE_STAMP := node_modules/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: deps java test lint format lint-infra demo clean
+.PHONY: deps java chromium test lint format lint-infra demo clean
 
-deps: $(PY_STAMP) $(NODE_STAMP) java
+deps: $(PY_STAMP) $(NODE_STAMP) java chromium
 
 $(PY_STAMP): requirements.txt requirements-dev.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,13 @@ java:
 	  echo "Java not found: installing openjdk-17-jre-headless (needed by PySpark)"; \
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openjdk-17-jre-headless; }
+
+# The audit report's test renders it in a real headless browser (tests/audit/test_report.py).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "Chromium not found: installing chromium (renders the audit report in tests)"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
 
 test: deps
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -48,8 +55,8 @@ lint-infra:
 demo: deps
 	$(PY) -m shared.local.demo
 
-# The Spark audit against the same checks in one Python process, at 1M and 10M synthetic
-# audit rows on local[2] (docs/audit.md). Prints figures; not a timed test.
+# The Spark audit against DuckDB, Polars and the same checks in one Python process, at 1M and
+# 10M synthetic audit rows on local[2] (docs/audit.md). Prints figures; not a timed test.
 .PHONY: audit-bench
 audit-bench: deps
 	$(PY) -m shared.audit.bench
