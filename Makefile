@@ -61,6 +61,12 @@ demo: deps
 audit-bench: deps
 	$(PY) -m shared.audit.bench
 
+# The audit on a real Spark standalone cluster (a master and two workers from the pyspark
+# installation, on free ports) against local mode; about 4 minutes (docs/audit.md).
+.PHONY: audit-cluster-test
+audit-cluster-test: deps
+	$(PY) -m pytest tests/audit/test_cluster.py -m slow $(PYTEST_ARGS)
+
 # Deterministic simulation of the real pipeline under interleavings and faults, every endpoint
 # mode, about 4 minutes (README); `make simulate SEED=<seed>` replays the one run a violation
 # printed; `make simulate MODE=<mode>` explores one endpoint mode only.
