@@ -41,6 +41,8 @@ Kind = Literal["audit", "ingress"]
 # Sorted by code point, which is how Table Storage orders keys.
 _ALPHABET = "".join(sorted(string.digits + string.ascii_letters))
 PAGE_SIZE = 1000
+SPLITS_DEFAULT = 16
+"""Partition-key ranges (Spark tasks) per table that holds more than a page."""
 
 
 @dataclass(frozen=True)
@@ -188,7 +190,7 @@ def read_tables(
     *,
     endpoint_tables: Sequence[str],
     ingress_tables: Sequence[str],
-    splits: int = 16,
+    splits: int = SPLITS_DEFAULT,
     boundaries: Sequence[str] | None = None,
     small_table_rows: int = PAGE_SIZE,
 ) -> tuple[DataFrame, DataFrame]:

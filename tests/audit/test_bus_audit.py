@@ -202,3 +202,41 @@ async def test_a_parked_message_is_poisoned_not_lost_until_it_is_replayed(
     assert (after.poisoned, after.invariants.lost, after.invariants.duplicates) == (0, 0, 0)
     assert after.sent == after.processed
     assert after.poison_messages == {f"{names.orders}-poison": 1}
+
+
+@pytest.mark.azurite
+async def test_small_tables_are_read_by_the_driver_not_by_a_task_per_range(
+    spark: Any, azurite: Any
+) -> None:
+    from shared.audit.table_source import SPLITS_DEFAULT, probe_tables, read_tables
+    from shared.settings import StorageSettings
+    from shared.stores.azure import AzureStorageAccount
+
+    settings = StorageSettings(connection_string=azurite.connection_string)
+    account = AzureStorageAccount(settings)
+    try:
+        harness, names = await run_orders(Backend("azurite", account))
+    finally:
+        await account.close()
+    tables = {"endpoint_tables": names.all, "ingress_tables": [harness.config.ingress_table]}
+
+    small = probe_tables(settings, names.all, "audit")
+    split = probe_tables(settings, names.all, "audit", page_size=2)
+    tracker = spark.sparkContext.statusTracker()
+    spark.sparkContext.setJobGroup("small-plan", "an audit of a small account")
+    try:
+        summary = audit_now(*read_tables(spark, settings, **tables))
+    finally:
+        spark.sparkContext.setJobGroup("after", "")
+    stages = [
+        tracker.getStageInfo(stage)
+        for job in tracker.getJobIdsForGroup("small-plan")
+        for stage in (tracker.getJobInfo(job).stageIds if tracker.getJobInfo(job) else [])
+    ]
+
+    assert (small.large, len(small.rows)) == ([], ORDERS * DELIVERIES_PER_ORDER)
+    assert set(split.large) == set(names.all)  # more than a page of 2: split into tasks
+    assert summary.sent == summary.processed == ORDERS * DELIVERIES_PER_ORDER
+    # The plan that split every table would have run one task per range and table in a stage.
+    slices = SPLITS_DEFAULT * len(names.all)
+    assert max(s.numTasks for s in stages if s is not None) < slices
