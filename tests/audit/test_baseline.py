@@ -14,14 +14,25 @@ from shared.audit.synthetic import START, SyntheticSpec, expected_counts
 pytestmark = pytest.mark.spark
 
 
-def test_spark_and_the_baseline_agree_on_synthetic_data(spark: Any, tmp_path: Path) -> None:
+SPEC = SyntheticSpec(rows=2000, planted=4)
+
+
+@pytest.fixture(scope="module")
+def synthetic(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One synthetic data set for every engine's test (writing it takes Spark seconds)."""
+    from shared.audit.synthetic import write_synthetic
+
+    folder = tmp_path_factory.mktemp("synthetic")
+    write_synthetic(spark, SPEC, str(folder))
+    return folder
+
+
+def test_spark_and_the_baseline_agree_on_synthetic_data(spark: Any, synthetic: Path) -> None:
     from shared.audit.baseline import audit_files
     from shared.audit.compute import AuditOptions, run_audit
     from shared.audit.file_source import read_files
-    from shared.audit.synthetic import write_synthetic
 
-    spec = SyntheticSpec(rows=2000, planted=4)
-    write_synthetic(spark, spec, str(tmp_path))
+    spec, tmp_path = SPEC, synthetic
     as_of, lost_after = START + timedelta(days=1), timedelta(minutes=5)
 
     audit_df, ingress_df, poisoned = read_files(spark, str(tmp_path))
@@ -60,15 +71,13 @@ def test_spark_and_the_baseline_agree_on_synthetic_data(spark: Any, tmp_path: Pa
 
 
 @pytest.mark.parametrize("engine", ["duckdb", "polars"])
-def test_the_bench_anchors_find_what_spark_finds(spark: Any, tmp_path: Path, engine: str) -> None:
+def test_the_bench_anchors_find_what_spark_finds(spark: Any, synthetic: Path, engine: str) -> None:
     pytest.importorskip(engine)
     from shared.audit import anchors
     from shared.audit.compute import AuditOptions, run_audit
     from shared.audit.file_source import read_files
-    from shared.audit.synthetic import write_synthetic
 
-    spec = SyntheticSpec(rows=2000, planted=4)
-    write_synthetic(spark, spec, str(tmp_path))
+    spec, tmp_path = SPEC, synthetic
     as_of, lost_after = START + timedelta(days=1), timedelta(minutes=5)
     audit = anchors.duckdb_audit if engine == "duckdb" else anchors.polars_audit
 
