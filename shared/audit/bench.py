@@ -108,7 +108,10 @@ def _child_spark(rows: int, data: str) -> dict[str, Any]:
     # JVM's peak into ours and count it twice.
     driver_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     spark.stop()
-    gateway.proc.wait()  # reaped here, the JVM's CPU time counts in this child's (wait4)
+    # The JVM exits when its stdin closes; reaped here, its CPU time counts in this child's
+    # (wait4). Waiting without closing it would wait forever.
+    gateway.proc.stdin.close()
+    gateway.proc.wait(timeout=60)
     inv = summary.invariants
     return {
         "seconds": seconds,
