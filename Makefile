@@ -11,9 +11,9 @@ NODE_STAMP := node_modules/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: deps java postgres test lint format lint-infra demo clean
+.PHONY: deps java postgres chromium test lint format lint-infra demo clean
 
-deps: $(PY_STAMP) $(NODE_STAMP) java postgres
+deps: $(PY_STAMP) $(NODE_STAMP) java postgres chromium
 
 $(PY_STAMP): requirements.txt requirements-dev.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,13 @@ postgres:
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql; }
 
+# The audit report's test renders it in a real headless browser (tests/audit/test_report.py).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "Chromium not found: installing chromium (renders the audit report in tests)"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
+
 test: deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
@@ -55,8 +62,8 @@ lint-infra:
 demo: deps
 	$(PY) -m shared.local.demo
 
-# The Spark audit against the same checks in one Python process, at 1M and 10M synthetic
-# audit rows on local[2] (docs/audit.md). Prints figures; not a timed test.
+# The Spark audit against DuckDB, Polars and the same checks in one Python process, at 1M and
+# 10M synthetic audit rows on local[2] (docs/audit.md). Prints figures; not a timed test.
 .PHONY: audit-bench
 audit-bench: deps
 	$(PY) -m shared.audit.bench
@@ -67,6 +74,12 @@ audit-bench: deps
 .PHONY: cleanup-bench
 cleanup-bench: deps
 	$(PY) -m shared.cleanup.bench $(if $(N),--n $(N))
+
+# The audit on a real Spark standalone cluster (a master and two workers from the pyspark
+# installation, on free ports) against local mode; about 4 minutes (docs/audit.md).
+.PHONY: audit-cluster-test
+audit-cluster-test: deps
+	$(PY) -m pytest tests/audit/test_cluster.py -m slow $(PYTEST_ARGS)
 
 # Deterministic simulation of the real pipeline under interleavings and faults, every endpoint
 # mode, about 4 minutes (README); `make simulate SEED=<seed>` replays the one run a violation

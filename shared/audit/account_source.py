@@ -9,8 +9,9 @@ from collections.abc import Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 
+from shared.audit.poisoned import collect_poisoned
 from shared.audit.rows import Row, audit_row, ingress_row
-from shared.audit.schema import AUDIT_SCHEMA, INGRESS_SCHEMA
+from shared.audit.schema import AUDIT_SCHEMA, INGRESS_SCHEMA, POISONED_SCHEMA
 from shared.bus.ingress import INGRESS_ROW
 from shared.bus.records import AUDIT_PREFIX
 from shared.stores.account import StorageAccount
@@ -36,9 +37,12 @@ async def read_account(
     *,
     endpoint_tables: Sequence[str],
     ingress_tables: Sequence[str],
-) -> tuple[DataFrame, DataFrame]:
+) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """(audit, ingress, poisoned) frames of everything the account holds."""
     audit, ingress = await collect_rows(account, endpoint_tables, ingress_tables)
+    poisoned = await collect_poisoned(account, endpoint_tables)
     return (
         spark.createDataFrame(audit, AUDIT_SCHEMA),
         spark.createDataFrame(ingress, INGRESS_SCHEMA),
+        spark.createDataFrame(poisoned, POISONED_SCHEMA),
     )

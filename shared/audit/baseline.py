@@ -12,7 +12,6 @@ rank where Spark's are approximate within 1/10,000 of the rank).
 
 from __future__ import annotations
 
-import json
 import math
 from array import array
 from collections import Counter, defaultdict
@@ -105,14 +104,9 @@ def audit_files(path: Path, *, as_of: datetime, lost_after: timedelta) -> Baseli
             first, first_edge = pending[(destination, message_id)]
             pending[(destination, message_id)] = (min(first, sent_at), first_edge)
 
-    def parse(deliveries_json: Any) -> list[Any] | None:
-        try:
-            messages = json.loads(deliveries_json)
-        except (TypeError, ValueError):
-            return None
-        if not isinstance(messages, list) or not all(
-            isinstance(m, dict) and m.get("id") and m.get("destination") for m in messages
-        ):
+    def parse(messages: list[Any] | None) -> list[Any] | None:
+        """The typed list as pyarrow hands it out (dicts), or None when it is unusable."""
+        if messages is None or not all(m["id"] and m["destination"] for m in messages):
             return None
         return messages
 

@@ -1,4 +1,5 @@
-"""``make audit-bench``: the Spark audit against the same checks in one plain Python process.
+"""``make audit-bench``: the Spark audit against DuckDB, Polars (``shared.audit.anchors``) and
+the same checks in one plain Python process.
 
 For each size it generates synthetic audit rows with Spark into a temporary Parquet folder
 (``shared.audit.synthetic``), then measures, each in a fresh child process reading that same
@@ -9,7 +10,9 @@ folder:
   JVM's VmHWM (its peak resident set, read from /proc before it exits; local mode runs driver
   and executors in that one JVM; no Python workers run, every check is a built-in
   expression);
-- Python: ``shared.audit.baseline``; peak memory is the child's ru_maxrss (os.wait4).
+- DuckDB and Polars (2 threads each, as many as local[2] has cores): ``shared.audit.anchors``;
+- Python: ``shared.audit.baseline``; peak memory of these three is the child's ru_maxrss
+  (os.wait4).
 
 Both must find the planted anomalies; a mismatch fails the bench. This is a measurement, not
 a timed test: the figures depend on the machine and on what else runs on it.
@@ -94,7 +97,7 @@ def _child_spark(rows: int, data: str) -> dict[str, Any]:
     sampler = _RssSampler(jvm_pid)
     sampler.start()
     started = time.perf_counter()
-    audit, ingress = read_files(spark, data)
+    audit, ingress, _ = read_files(spark, data)
     # No samples: the baseline lists none either, so both do the same work.
     options = AuditOptions(as_of=_as_of(spec), lost_after=timedelta(), sample_limit=0)
     summary = run_audit(audit, ingress, options)
@@ -105,6 +108,10 @@ def _child_spark(rows: int, data: str) -> dict[str, Any]:
     # JVM's peak into ours and count it twice.
     driver_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     spark.stop()
+    # The JVM exits when its stdin closes; reaped here, its CPU time counts in this child's
+    # (wait4). Waiting without closing it would wait forever.
+    gateway.proc.stdin.close()
+    gateway.proc.wait(timeout=60)
     inv = summary.invariants
     return {
         "seconds": seconds,
@@ -145,8 +152,25 @@ def _child_python(rows: int, data: str) -> dict[str, Any]:
     }
 
 
+def _child_anchor(engine: str, rows: int, data: str) -> dict[str, Any]:
+    from shared.audit import anchors
+
+    spec = SyntheticSpec(rows)
+    audit = anchors.duckdb_audit if engine == "duckdb" else anchors.polars_audit
+    started = time.perf_counter()
+    result = audit(Path(data), as_of=_as_of(spec), lost_after=timedelta())
+    return {
+        "seconds": time.perf_counter() - started,
+        "counts": result.counts(),
+        "p99_ms": result.p99_ms,
+    }
+
+
 def _measure(kind: str, rows: int, data: str) -> tuple[dict[str, Any], int]:
-    """Run one measurement in a fresh child; returns its JSON and its ru_maxrss in KiB."""
+    """Run one measurement in a fresh child; returns its JSON (with ``cpu_seconds``: user
+    and system time of the child and what it reaped, the JVM included) and its ru_maxrss in
+    KiB. CPU time tells the engines apart even when other work on the machine stretches
+    their wall times."""
     command = [sys.executable, "-m", "shared.audit.bench", "--child", kind, str(rows), data]
     child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     output = cast(IO[str], child.stdout).read()  # stdout=PIPE: the pipe is always there
@@ -154,7 +178,9 @@ def _measure(kind: str, rows: int, data: str) -> tuple[dict[str, Any], int]:
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode != 0:
         raise RuntimeError(f"{kind} measurement at {rows} rows failed ({child.returncode})")
-    return json.loads(output.strip().splitlines()[-1]), int(usage.ru_maxrss)
+    result = json.loads(output.strip().splitlines()[-1])
+    result["cpu_seconds"] = usage.ru_utime + usage.ru_stime
+    return result, int(usage.ru_maxrss)
 
 
 def run_bench(sizes: Sequence[int], workdir: Path) -> int:
@@ -165,11 +191,19 @@ def run_bench(sizes: Sequence[int], workdir: Path) -> int:
         generated, _ = _measure("generate", rows, data)
         print(f"audit-bench: generated {rows:,} rows in {generated['seconds']:.1f} s", flush=True)
         spark, _ = _measure("spark", rows, data)
+        print(
+            f"audit-bench: rows={rows} engine=spark seconds={spark['seconds']:.1f} "
+            f"cpu_s={spark['cpu_seconds']:.1f} (whole child: start-up, JIT and GC included)",
+            flush=True,
+        )
         spark_driver_kib = spark["driver_kib"]
+        duckdb, duckdb_kib = _measure("duckdb", rows, data)
+        polars, polars_kib = _measure("polars", rows, data)
         python, python_kib = _measure("python", rows, data)
         shutil.rmtree(data, ignore_errors=True)
         expected = expected_counts(SyntheticSpec(rows))
-        for name, result in (("spark", spark), ("python", python)):
+        engines = (("spark", spark), ("duckdb", duckdb), ("polars", polars), ("python", python))
+        for name, result in engines:
             wrong = {k: v for k, v in expected.items() if result["counts"][k] != v}
             if wrong or result["counts"] != spark["counts"]:
                 failures += 1
@@ -177,6 +211,19 @@ def run_bench(sizes: Sequence[int], workdir: Path) -> int:
         n = spark["counts"]["audit_rows"]
         spark_rate = n / spark["seconds"]
         python_rate = n / python["seconds"]
+        duckdb_rate = n / duckdb["seconds"]
+        for name, result, kib in (
+            ("duckdb", duckdb, duckdb_kib),
+            ("polars", polars, polars_kib),
+            ("python", python, python_kib),
+        ):
+            print(
+                f"audit-bench: rows={n} engine={name} seconds={result['seconds']:.1f} "
+                f"rows_per_s={n / result['seconds']:.0f} peak_mb={kib / 1024:.0f} "
+                f"cpu_s={result['cpu_seconds']:.1f} "
+                f"spark_vs_{name}={spark_rate / (n / result['seconds']):.2f}",
+                flush=True,
+            )
         spark_mb = (spark_driver_kib + spark["jvm_peak_kib"]) / 1024
         python_mb = python_kib / 1024
         print(
@@ -192,7 +239,8 @@ def run_bench(sizes: Sequence[int], workdir: Path) -> int:
         lines.append(
             f"audit-bench: rows={n} spark_rows_per_s={spark_rate:.0f} "
             f"python_rows_per_s={python_rate:.0f} speedup={spark_rate / python_rate:.2f} "
-            f"spark_peak_mb={spark_mb:.0f} python_peak_mb={python_mb:.0f}"
+            f"spark_peak_mb={spark_mb:.0f} python_peak_mb={python_mb:.0f} "
+            f"duckdb_rows_per_s={duckdb_rate:.0f} spark_vs_duckdb={spark_rate / duckdb_rate:.2f}"
         )
         print(lines[-1], flush=True)
     if failures:
@@ -214,6 +262,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         kind, rows, path = args.child
+        if kind in ("duckdb", "polars"):
+            print(json.dumps(_child_anchor(kind, int(rows), path)), flush=True)
+            return 0
         run = {"generate": _child_generate, "spark": _child_spark, "python": _child_python}[kind]
         print(json.dumps(run(int(rows), path)), flush=True)
         return 0

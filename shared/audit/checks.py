@@ -28,8 +28,6 @@ from datetime import UTC, datetime, timedelta
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from shared.audit.schema import DELIVERIES_SCHEMA
-
 DEFAULT_PERCENTILES = (0.5, 0.9, 0.99)
 HISTOGRAM_STEPS_PER_DOUBLING = 4
 """Latency histogram buckets grow by 2**(1/4) (about 19%): fine enough to read p50 and p99
@@ -42,39 +40,23 @@ AUDIT_REQUIRED = ("endpoint", "message_id", "sent_at", "processed_at")
 """Audit columns a row is invalid without."""
 INGRESS_REQUIRED = ("sender", "created_at")
 """Ingress columns a record is invalid without."""
-DELIVERIES = "deliveries"
-"""The column ``parse_deliveries`` adds: the parsed ``caused`` / ``outgoing`` list."""
-
-
-def parse_deliveries(df: DataFrame, column: str) -> DataFrame:
-    """``df`` with its JSON list of deliveries ``column`` parsed into a ``deliveries`` column
-    (null when it is not readable JSON). Parsing costs more than reading the row (``from_json``
-    takes a few microseconds per row), so the checks that need the list take it parsed, and
-    ``shared.audit.compute`` parses each row once for all of them."""
-    return df.withColumn(DELIVERIES, F.from_json(column, DELIVERIES_SCHEMA))
 
 
 def sent_deliveries(audit: DataFrame, ingress: DataFrame) -> DataFrame:
     """One row per delivery sent: ``sender, destination, message_id, message_type, sent_at,
     origin`` (``client`` for ingress sends, ``handler`` for messages a handler sent). A message
-    sent twice (its sender was processed twice) appears twice."""
-    return sent_from_parsed(
-        parse_deliveries(audit, "caused"), parse_deliveries(ingress, "outgoing")
-    )
-
-
-def sent_from_parsed(audit: DataFrame, ingress: DataFrame) -> DataFrame:
-    """``sent_deliveries`` of inputs that ``parse_deliveries`` already parsed."""
+    sent twice (its sender was processed twice) appears twice. ``caused`` and ``outgoing``
+    are typed lists already (``shared.audit.schema.DELIVERIES_SCHEMA``): nothing is parsed."""
     by_handlers = audit.select(
         F.col("endpoint").alias("sender"),
         F.col("processed_at").alias("sent_at"),
-        F.explode(DELIVERIES).alias("m"),
+        F.explode("caused").alias("m"),
         F.lit("handler").alias("origin"),
     )
     by_clients = ingress.select(
         F.col("sender"),
         F.col("created_at").alias("sent_at"),
-        F.explode(DELIVERIES).alias("m"),
+        F.explode("outgoing").alias("m"),
         F.lit("client").alias("origin"),
     )
     return by_handlers.unionByName(by_clients).select(
@@ -125,7 +107,12 @@ def edge_code(sender: Column, message_type: Column) -> Column:
 
 
 def reconcile(
-    sent: DataFrame, audit: DataFrame, *, as_of: datetime, lost_after: timedelta
+    sent: DataFrame,
+    audit: DataFrame,
+    *,
+    as_of: datetime,
+    lost_after: timedelta,
+    poisoned: DataFrame | None = None,
 ) -> DataFrame:
     """Every delivery seen on either side, once, with its verdict.
 
@@ -136,13 +123,16 @@ def reconcile(
     back into names), and the flags ``duplicate`` (processed more than once), ``ghost``
     (processed, never sent), ``lost`` (sent before ``as_of - lost_after`` and never
     processed) and ``in_flight`` (sent since then and not processed yet: not a violation,
-    the message may still be on its way).
+    the message may still be on its way), and ``poisoned`` (not processed, and waiting in a
+    poison queue: ``poisoned`` has a row ``endpoint, message_id`` per poison message; neither
+    lost nor in flight, an operator replays it).
     """
     sends = sent.select(
         "destination",
         "message_id",
         edge_code(F.col("sender"), F.col("message_type")).alias("edge"),
         F.lit(1).alias("is_send"),
+        F.lit(0).alias("is_parked"),
         F.unix_micros("sent_at").alias("sent_us"),
     )
     processed = audit.select(
@@ -150,9 +140,21 @@ def reconcile(
         "message_id",
         edge_code(F.col("source"), F.col("message_type")).alias("edge"),
         F.lit(0).alias("is_send"),
+        F.lit(0).alias("is_parked"),
         F.lit(None).cast("long").alias("sent_us"),
     )
+    if poisoned is not None:
+        waiting = poisoned.where(F.col("message_id").isNotNull()).select(
+            F.col("endpoint").alias("destination"),
+            "message_id",
+            F.lit(None).cast("long").alias("edge"),
+            F.lit(0).alias("is_send"),
+            F.lit(1).alias("is_parked"),
+            F.lit(None).cast("long").alias("sent_us"),
+        )
+        processed = processed.unionByName(waiting)
     is_send = F.col("is_send") == 1
+    is_processing = (F.col("is_send") == 0) & (F.col("is_parked") == 0)
     # Nearly every key is unique on each side of the shuffle (a delivery's send and its
     # processing come from different rows), so a map-side partial aggregation would hash
     # every row only to pass it on unreduced. Shuffling by the key first lets Spark plan a
@@ -163,16 +165,18 @@ def reconcile(
         .groupBy("destination", "message_id")
         .agg(
             F.sum("is_send").alias("sends"),
-            F.sum(1 - F.col("is_send")).alias("processings"),
+            F.sum(is_processing.cast("int")).alias("processings"),
+            F.max("is_parked").alias("parked"),
             F.min("sent_us").alias("sent_us"),
             F.min(F.when(is_send, F.col("edge"))).alias("sent_edge"),
-            F.min(F.when(~is_send, F.col("edge"))).alias("processed_edge"),
+            F.min(F.when(is_processing, F.col("edge"))).alias("processed_edge"),
         )
     )
     cutoff = int((as_of - lost_after).timestamp() * 1_000_000)
     processings: Column = F.col("processings")
     was_sent: Column = F.col("sends") > 0
     unprocessed: Column = was_sent & (processings == 0)
+    parked: Column = F.col("parked") == 1
     overdue: Column = F.coalesce(F.col("sent_us") < F.lit(cutoff), F.lit(True))
     return per_delivery.select(
         "destination",
@@ -183,9 +187,10 @@ def reconcile(
         "sent_edge",
         "processed_edge",
         (processings > 1).alias("duplicate"),
-        (~was_sent).alias("ghost"),
-        (unprocessed & overdue).alias("lost"),
-        (unprocessed & ~overdue).alias("in_flight"),
+        (~was_sent & (processings > 0)).alias("ghost"),
+        (unprocessed & overdue & ~parked).alias("lost"),
+        (unprocessed & ~overdue & ~parked).alias("in_flight"),
+        (unprocessed & parked).alias("poisoned"),
     )
 
 
@@ -249,22 +254,29 @@ def flow_graph(reconciled: DataFrame) -> DataFrame:
         return F.sum(F.col(flag).cast("long")).alias(flag)
 
     edge = F.coalesce("sent_edge", "processed_edge").alias("edge")
-    return reconciled.groupBy(edge, "destination").agg(
-        F.sum((~F.col("ghost")).cast("long")).alias("sent"),
-        F.sum((F.col("processings") > 0).cast("long")).alias("processed"),
-        count_of("duplicate"),
-        count_of("lost"),
-        count_of("in_flight"),
-        count_of("ghost"),
+    # A poison message naming a delivery nobody sent or processed belongs to no edge.
+    seen = (F.col("sends") > 0) | (F.col("processings") > 0)
+    return (
+        reconciled.where(seen)
+        .groupBy(edge, "destination")
+        .agg(
+            F.sum((F.col("sends") > 0).cast("long")).alias("sent"),
+            F.sum((F.col("processings") > 0).cast("long")).alias("processed"),
+            count_of("duplicate"),
+            count_of("lost"),
+            count_of("in_flight"),
+            count_of("ghost"),
+            count_of("poisoned"),
+        )
     )
 
 
 def row_problems(required: Sequence[str], deliveries: str) -> list[Column]:
-    """One column per check of a row that ``parse_deliveries`` parsed: null when the check
-    passes, else what is wrong (a required column missing, or the ``deliveries`` list not
-    valid JSON of deliveries that each name an id and a destination)."""
+    """One column per check of a row: null when the check passes, else what is wrong (a
+    required column missing, or the ``deliveries`` list unreadable where it was stored, or an
+    entry of it without an id or a destination)."""
     problems = [F.when(F.col(c).isNull(), F.lit(f"{c} missing")) for c in required]
-    parsed = F.col(DELIVERIES)
+    parsed = F.col(deliveries)
     problems.append(
         F.when(
             parsed.isNull() | F.exists(parsed, lambda m: m.id.isNull() | m.destination.isNull()),
@@ -281,19 +293,15 @@ def is_invalid(problems: list[Column]) -> Column:
 
 def invalid_rows(audit: DataFrame, ingress: DataFrame) -> DataFrame:
     """Rows the audit cannot vouch for: a key or time missing, or a ``caused``/``outgoing``
-    list that is not valid JSON of deliveries. Columns: ``kind, table, partition_key, problem``."""
+    list that is not a list of deliveries. Columns: ``kind, table, partition_key, problem``."""
 
     def problems(df: DataFrame, kind: str, required: Sequence[str], deliveries: str) -> DataFrame:
-        return (
-            parse_deliveries(df, deliveries)
-            .select(
-                F.lit(kind).alias("kind"),
-                "table",
-                "partition_key",
-                F.concat_ws("; ", F.array(*row_problems(required, deliveries))).alias("problem"),
-            )
-            .where(F.col("problem") != "")
-        )
+        return df.select(
+            F.lit(kind).alias("kind"),
+            "table",
+            "partition_key",
+            F.concat_ws("; ", F.array(*row_problems(required, deliveries))).alias("problem"),
+        ).where(F.col("problem") != "")
 
     return problems(audit, "audit", AUDIT_REQUIRED, "caused").unionByName(
         problems(
@@ -389,5 +397,27 @@ def throughput(audit: DataFrame, bucket_seconds: int) -> DataFrame:
     return (
         audit.where(F.col("processed_at").isNotNull())
         .groupBy(start.alias("bucket_start"), "endpoint")
+        .agg(F.count(F.lit(1)).alias("count"))
+    )
+
+
+def histogram_and_throughput(audit: DataFrame, bucket_seconds: int) -> DataFrame:
+    """``latency_histogram`` and ``throughput`` in one scan: ``endpoint, bucket,
+    bucket_start, count`` (``bucket`` null for a row without ``sent_at``). Small enough to
+    collect (endpoints x about 80 latency buckets x at most 120 time buckets); summing it
+    over ``bucket_start`` gives the histogram, over ``bucket`` the throughput."""
+    if bucket_seconds < 1:
+        raise ValueError("bucket_seconds must be at least 1")
+    micros = F.unix_micros(F.col("processed_at")) - F.unix_micros(F.col("sent_at"))
+    seconds = F.unix_seconds(F.col("processed_at"))
+    start = F.timestamp_seconds(F.floor(seconds / bucket_seconds) * bucket_seconds)
+    return (
+        audit.where(F.col("processed_at").isNotNull())
+        .groupBy(
+            "endpoint",
+            # greatest() skips nulls: without a send time there is no latency, no bucket 0.
+            F.when(F.col("sent_at").isNotNull(), histogram_bucket(micros / 1000.0)).alias("bucket"),
+            start.alias("bucket_start"),
+        )
         .agg(F.count(F.lit(1)).alias("count"))
     )

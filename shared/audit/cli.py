@@ -1,7 +1,10 @@
 """``python -m shared.audit``: ``run`` audits, ``export`` copies audit rows to Parquet.
 
 Exit codes: 0 every invariant holds (or the export finished), 1 an invariant is violated,
-2 a usage or configuration error (bad arguments, no storage settings, Spark cannot start).
+2 anything else that stopped the audit: bad arguments, configuration (no storage settings),
+storage (unreachable, refused) or Spark (cannot start, a job or an executor failed). Never 1
+for an error: a script must be able to tell "the bus broke its promise" from "the audit could
+not run".
 pyspark is imported only by ``run``, so ``export`` works without it.
 """
 
@@ -10,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import traceback
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -29,7 +33,8 @@ from shared.settings import (
 )
 from shared.terminal import Counters
 
-EXIT_OK, EXIT_VIOLATED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_VIOLATED, EXIT_ERROR = 0, 1, 2
+EXIT_USAGE = EXIT_ERROR
 
 
 def _names(value: str) -> list[str]:
@@ -79,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m shared.audit",
         description="Verify from the audit rows that every message sent was processed exactly "
         "once, and report latency, throughput and the message flow.",
-        epilog="Exit codes: 0 ok, 1 an invariant is violated, 2 usage or configuration error.",
+        epilog="Exit codes: 0 ok, 1 an invariant is violated, 2 a usage, configuration, "
+        "storage or Spark error.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -101,6 +107,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=16,
         help="partition-key ranges (Spark tasks) per table when reading Table Storage",
+    )
+    run.add_argument(
+        "--small-table-rows",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="tables of at most N rows (0-1000) are read by the driver in one query, larger "
+        "ones by Spark tasks; 0 splits every table; default %(default)s",
     )
     run.add_argument(
         "--split-points",
@@ -179,6 +193,7 @@ def _run(args: argparse.Namespace) -> int:
         tables=None if args.input else _tables(args),
         splits=args.splits,
         split_points=args.split_points,
+        small_table_rows=args.small_table_rows,
         master=args.master,
         as_of=args.as_of or datetime.now(UTC),
         lost_after=timedelta(seconds=args.lost_after),
@@ -262,13 +277,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             if args.splits < 1:
                 parser.error("--splits must be at least 1")
+            if not 0 <= args.small_table_rows <= 1000:
+                parser.error("--small-table-rows must be 0-1000")
             return _run(args)
         return _export(args)
     except SystemExit as e:
         return int(e.code or 0)
-    except (ConfigurationError, ValueError) as e:
+    except (BusError, ValueError) as e:  # configuration, storage, Spark: shared.errors
         print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except BusError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_ERROR
+    except Exception as e:  # anything unforeseen is an error too, never "violated"
+        traceback.print_exc(file=sys.stderr)
+        print(f"error: the audit stopped: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_ERROR

@@ -5,16 +5,20 @@ its memory does not grow with the number of rows."""
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, Observation, Row, Window
 from pyspark.sql import functions as F
 
 from shared.audit import checks
+from shared.audit.next_steps import next_steps
 from shared.audit.summary import (
     SAMPLE_LIMIT,
     AuditSummary,
@@ -77,32 +81,35 @@ def run_audit(
     ingress: DataFrame,
     options: AuditOptions,
     progress: Progress = _quiet,
+    poisoned: DataFrame | None = None,
 ) -> AuditSummary:
-    """Every check over the given inputs; the verdict is FAIL when an invariant is violated."""
-    stages = _Stages(progress, 5)
+    """Every check over the given inputs; the verdict is FAIL when an invariant is violated.
+    ``poisoned`` (``shared.audit.schema.POISONED_SCHEMA``) lists the messages waiting in
+    poison queues: their deliveries are reported as poisoned, neither lost nor in flight."""
+    stages = _Stages(progress, 3)
     samples: dict[str, list[dict[str, Any]]] = {}
     limit = options.sample_limit
 
     with stages.stage("reconciling sent and processed, checking rows"):
-        # One pass over the inputs parses each row's deliveries once and serves three
-        # checks: the row counts and the invalid rows are observed on the parsed rows as
-        # they stream into the reconciliation, instead of a scan and a parse of their own.
+        # One pass over the inputs serves three checks: the row counts and the invalid rows
+        # are observed on the rows as they stream into the reconciliation, instead of scans
+        # of their own.
         audit_seen, ingress_seen = Observation("audit rows"), Observation("ingress rows")
-        parsed_audit = checks.parse_deliveries(audit, "caused").observe(
-            audit_seen, *_row_metrics(checks.AUDIT_REQUIRED, "caused")
-        )
-        parsed_ingress = checks.parse_deliveries(ingress, "outgoing").observe(
-            ingress_seen, *_row_metrics(checks.INGRESS_REQUIRED, "outgoing")
-        )
         observed = checks.reconcile(
-            checks.sent_from_parsed(parsed_audit, parsed_ingress),
+            checks.sent_deliveries(
+                audit.observe(audit_seen, *_row_metrics(checks.AUDIT_REQUIRED, "caused")),
+                ingress.observe(ingress_seen, *_row_metrics(checks.INGRESS_REQUIRED, "outgoing")),
+            ),
             audit,
             as_of=options.as_of,
             lost_after=options.lost_after,
+            poisoned=poisoned,
         )
         flow_rows = checks.flow_graph(observed).collect()
-        audit_rows, audit_invalid = _observed(audit_seen)
-        ingress_rows, ingress_invalid = _observed(ingress_seen)
+        audit_rows, audit_invalid = _observed(audit_seen, audit, checks.AUDIT_REQUIRED, "caused")
+        ingress_rows, ingress_invalid = _observed(
+            ingress_seen, ingress, checks.INGRESS_REQUIRED, "outgoing"
+        )
         invalid_count = audit_invalid + ingress_invalid
         if invalid_count and limit:
             invalid = checks.invalid_rows(audit, ingress)
@@ -111,12 +118,16 @@ def run_audit(
         # an observation reports one run only.
         sent = checks.sent_deliveries(audit, ingress)
         reconciled = checks.reconcile(
-            sent, audit, as_of=options.as_of, lost_after=options.lost_after
+            sent, audit, as_of=options.as_of, lost_after=options.lost_after, poisoned=poisoned
         )
-        names = {
-            int(r["edge"]): (str(r["sender"]), str(r["message_type"]))
-            for r in checks.edge_names(audit, ingress).collect()
-        }
+        names = (
+            {
+                int(r["edge"]): (str(r["sender"]), str(r["message_type"]))
+                for r in checks.edge_names(audit, ingress).collect()
+            }
+            if flow_rows
+            else {}
+        )
         unnamed = [int(r["edge"]) for r in flow_rows if r["edge"] not in names]
         if unnamed:  # edges none of whose deliveries was processed
             names.update(
@@ -134,8 +145,11 @@ def run_audit(
                 "edge long, sender string, message_type string",
             )
             _collect_samples(audit, checks.named(reconciled, names_frame), totals, limit, samples)
+        parked = _poison_queues(poisoned, limit, samples) if poisoned is not None else {}
     with stages.stage("latency percentiles"):
-        latency_rows = checks.latency_percentiles(audit).orderBy("endpoint").collect()
+        latency_rows = (
+            checks.latency_percentiles(audit).orderBy("endpoint").collect() if audit_rows else []
+        )
     latency = [
         EndpointLatency(
             endpoint=str(r["endpoint"]),
@@ -148,24 +162,30 @@ def run_audit(
         )
         for r in latency_rows
     ]
-    with stages.stage("latency histogram"):
-        histogram = []
-        for r in checks.latency_histogram(audit).orderBy("endpoint", "bucket").collect():
-            lower, upper = checks.bucket_bounds(int(r["bucket"]))
-            histogram.append(HistogramBucket(str(r["endpoint"]), lower, upper, int(r["count"])))
     firsts = [r["first_processed_at"] for r in latency_rows if r["first_processed_at"]]
     lasts = [r["last_processed_at"] for r in latency_rows if r["last_processed_at"]]
     span = (max(lasts) - min(firsts)).total_seconds() if firsts else 0.0
     bucket_seconds = checks.choose_bucket_seconds(span)
-    with stages.stage("throughput"):
-        points = [
-            ThroughputPoint(
-                r["bucket_start"].astimezone(UTC).isoformat(), str(r["endpoint"]), int(r["count"])
-            )
-            for r in checks.throughput(audit, bucket_seconds)
-            .orderBy("bucket_start", "endpoint")
-            .collect()
-        ]
+    with stages.stage("latency histogram and throughput"):
+        # One scan and one job for both: a first run pays for compiling one query less.
+        counted = (
+            checks.histogram_and_throughput(audit, bucket_seconds).collect() if audit_rows else []
+        )
+    histogram_counts: dict[tuple[str, int], int] = defaultdict(int)
+    throughput_counts: dict[tuple[datetime, str], int] = defaultdict(int)
+    for r in counted:
+        endpoint, n = str(r["endpoint"]), int(r["count"])
+        if r["bucket"] is not None:
+            histogram_counts[(endpoint, int(r["bucket"]))] += n
+        throughput_counts[(r["bucket_start"], endpoint)] += n
+    histogram = [
+        HistogramBucket(endpoint, *checks.bucket_bounds(bucket), n)
+        for (endpoint, bucket), n in sorted(histogram_counts.items())
+    ]
+    points = [
+        ThroughputPoint(start.astimezone(UTC).isoformat(), endpoint, n)
+        for (start, endpoint), n in sorted(throughput_counts.items())
+    ]
 
     invariants = Invariants(
         duplicates=totals["duplicate"],
@@ -173,7 +193,7 @@ def run_audit(
         ghosts=totals["ghost"],
         invalid_rows=invalid_count,
     )
-    return AuditSummary(
+    summary = AuditSummary(
         verdict="FAIL" if invariants.violated else "PASS",
         as_of=options.as_of.astimezone(UTC).isoformat(),
         lost_after_seconds=options.lost_after.total_seconds(),
@@ -182,6 +202,8 @@ def run_audit(
         sent=totals["sent"],
         processed=totals["processed"],
         in_flight=totals["in_flight"],
+        poisoned=totals["poisoned"],
+        poison_messages=parked,
         invariants=invariants,
         samples=samples,
         latency=latency,
@@ -191,6 +213,8 @@ def run_audit(
         flow=edges,
         timings=stages.timings,
     )
+    summary.next_steps = next_steps(summary)
+    return summary
 
 
 def _row_metrics(required: tuple[str, ...], deliveries: str) -> list[Column]:
@@ -201,13 +225,36 @@ def _row_metrics(required: tuple[str, ...], deliveries: str) -> list[Column]:
     ]
 
 
-def _observed(observation: Observation) -> tuple[int, int]:
-    """(rows, invalid rows) an observation counted; an empty input leaves the sum null."""
-    metrics = observation.get
+def _observed(
+    observation: Observation, df: DataFrame, required: tuple[str, ...], deliveries: str
+) -> tuple[int, int]:
+    """(rows, invalid rows) an observation counted. An input Spark knows to be empty (an
+    empty account, a table nobody wrote yet) is pruned from the plan, so its metrics never
+    arrive (the JVM fails an assertion): those are counted by a job of their own, which
+    costs nothing on an empty input."""
+    try:
+        metrics = observation.get
+    except (Py4JJavaError, PySparkException):
+        row = df.agg(*_row_metrics(required, deliveries)).first()
+        metrics = {} if row is None else row.asDict()
     return int(metrics.get("rows") or 0), int(metrics.get("invalid") or 0)
 
 
-_COUNTS = ("sent", "processed", "duplicate", "lost", "in_flight", "ghost")
+def _poison_queues(
+    poisoned: DataFrame, limit: int, samples: dict[str, list[dict[str, Any]]]
+) -> dict[str, int]:
+    """Messages per poison queue, and up to ``limit`` of them with their reasons."""
+    counts = {
+        str(r["queue"]): int(r["count"])
+        for r in poisoned.groupBy("queue").count().orderBy("queue").collect()
+    }
+    if counts and limit:
+        first = poisoned.orderBy("queue", "message_id").limit(limit).collect()
+        samples["poisoned"] = [_plain(r) for r in first]
+    return counts
+
+
+_COUNTS = ("sent", "processed", "duplicate", "lost", "in_flight", "ghost", "poisoned")
 
 
 def _edge(row: Row, names: dict[int, tuple[str, str]]) -> FlowEdge:
@@ -222,6 +269,7 @@ def _edge(row: Row, names: dict[int, tuple[str, str]]) -> FlowEdge:
         lost=int(row["lost"] or 0),
         in_flight=int(row["in_flight"] or 0),
         ghost=int(row["ghost"] or 0),
+        poisoned=int(row["poisoned"] or 0),
     )
 
 

@@ -18,6 +18,7 @@ def render_console(summary: AuditSummary) -> str:
         f"  ghost messages         {inv.ghosts:>10,}  (must be 0)",
         f"  invalid rows           {inv.invalid_rows:>10,}  (must be 0)",
         f"  in flight              {summary.in_flight:>10,}",
+        f"  in poison queues       {summary.poisoned:>10,}",
         "",
     ]
     timings = ("p50 ms", "p90 ms", "p99 ms", "max ms")
@@ -35,7 +36,7 @@ def render_console(summary: AuditSummary) -> str:
     for f in summary.flow:
         trouble = "".join(
             f" {name}={getattr(f, name)}"
-            for name in ("lost", "ghost", "duplicate")
+            for name in ("lost", "ghost", "duplicate", "poisoned")
             if getattr(f, name)
         )
         lines.append(
@@ -46,6 +47,7 @@ def render_console(summary: AuditSummary) -> str:
         lines.append(f"  {kind} (first {len(rows)}):")
         lines.extend(f"    {row}" for row in rows)
     lines.append("")
+    lines.extend(f"next: {step}" for step in summary.next_steps)
     lines.append(summary.one_line())
     return "\n".join(lines)
 

@@ -23,9 +23,13 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from shared.audit.poisoned import collect_poisoned
 from shared.audit.rows import (
     AUDIT_COLUMNS,
+    DELIVERY_COLUMNS,
+    DELIVERY_FIELDS,
     INGRESS_COLUMNS,
+    POISONED_COLUMNS,
     TIMESTAMP_COLUMNS,
     Row,
     audit_row,
@@ -41,15 +45,21 @@ from shared.stores.table import Table
 ExportFormat = Literal["parquet", "json"]
 CHECKPOINT_VERSION = 1
 DEFAULT_PAGE_SIZE = 1000
+POISONED_KEY = "poisoned/queues"
+
+
+DELIVERIES_TYPE = pa.list_(pa.struct([pa.field(f, pa.string()) for f in DELIVERY_FIELDS]))
+"""``caused`` and ``outgoing``: the typed list Spark reads as array<struct<...>>."""
+
+
+def _arrow_type(column: str) -> pa.DataType:
+    if column in TIMESTAMP_COLUMNS:
+        return pa.timestamp("us", tz="UTC")
+    return DELIVERIES_TYPE if column in DELIVERY_COLUMNS else pa.string()
 
 
 def arrow_schema(columns: Sequence[str]) -> pa.Schema:
-    return pa.schema(
-        [
-            pa.field(c, pa.timestamp("us", tz="UTC") if c in TIMESTAMP_COLUMNS else pa.string())
-            for c in columns
-        ]
-    )
+    return pa.schema([pa.field(c, _arrow_type(c)) for c in columns])
 
 
 @dataclass
@@ -186,7 +196,34 @@ async def export(
             checkpoint.save()
             written += 1
             progress(key, state, note)
+    await _export_poisoned(account, out, endpoint_tables, checkpoint, extension, progress)
     return ExportResult(*_totals(checkpoint), complete=True)
+
+
+async def _export_poisoned(
+    account: StorageAccount,
+    out: Path,
+    endpoint_tables: Sequence[str],
+    checkpoint: Checkpoint,
+    extension: str,
+    progress: Callable[[str, TableProgress, str], None],
+) -> None:
+    """The messages in the endpoints' poison queues, as one file (poison queues are small),
+    so that an audit of the export tells parked deliveries from lost ones."""
+    state = checkpoint.tables.setdefault(POISONED_KEY, TableProgress())
+    if state.done:
+        return
+    rows = await collect_poisoned(account, endpoint_tables)
+    folder = out / "poisoned"
+    folder.mkdir(parents=True, exist_ok=True)
+    if rows:
+        _write_page(
+            folder / f"poison-000000.{extension}", rows, POISONED_COLUMNS, checkpoint.file_format
+        )
+        state.pages, state.rows = 1, len(rows)
+    state.done = True
+    checkpoint.save()
+    progress(POISONED_KEY, state, "")
 
 
 async def _page(

@@ -11,6 +11,7 @@ reading Table Storage directly.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from dataclasses import dataclass
@@ -20,13 +21,22 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a file: make the repository's package importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
+
 from shared.audit.compute import AuditOptions, run_audit
 from shared.audit.console import render_console
 from shared.audit.file_source import FileFormat, read_files
 from shared.audit.report import render_html
-from shared.audit.session import get_session, is_local, remove_shipped, ship_package
+from shared.audit.session import (
+    SparkFailure,
+    get_session,
+    is_local,
+    remove_shipped,
+    ship_package,
+)
 from shared.audit.summary import AuditSummary
-from shared.audit.table_source import read_tables
+from shared.audit.table_source import read_poisoned, read_tables
 from shared.errors import ConfigurationError
 from shared.settings import StorageSettings
 from shared.terminal import StageLog
@@ -48,6 +58,7 @@ class AuditJob:
     tables: tuple[list[str], list[str]] | None = None
     splits: int = 16
     split_points: list[str] | None = None
+    small_table_rows: int = 1000
     master: str | None = None
     quiet: bool = False
 
@@ -60,15 +71,17 @@ class AuditJob:
         try:
             if self.input_path is not None:
                 progress(f"reading {self.file_format} export at {self.input_path}")
-                audit, ingress = read_files(spark, self.input_path, self.file_format)
+                audit, ingress, poisoned = read_files(spark, self.input_path, self.file_format)
             else:
                 if self.settings is None or self.tables is None:
                     raise ConfigurationError("reading Table Storage needs settings and tables")
                 endpoint_tables, ingress_tables = self.tables
                 progress(
                     f"reading Table Storage ({self.settings.describe()}): "
-                    f"{len(endpoint_tables)} endpoint tables, {self.splits} ranges each"
+                    f"{len(endpoint_tables)} endpoint tables, {self.splits} ranges each "
+                    "where a table holds more than a page"
                 )
+                poisoned = asyncio.run(read_poisoned(spark, self.settings, endpoint_tables))
                 audit, ingress = read_tables(
                     spark,
                     self.settings,
@@ -76,13 +89,17 @@ class AuditJob:
                     ingress_tables=ingress_tables,
                     splits=self.splits,
                     boundaries=self.split_points,
+                    small_table_rows=self.small_table_rows,
                 )
             summary = run_audit(
                 audit,
                 ingress,
                 AuditOptions(as_of=self.as_of, lost_after=self.lost_after),
                 progress,
+                poisoned,
             )
+        except (Py4JError, PySparkException) as e:  # a job, a task or an executor failed
+            raise SparkFailure(f"the Spark job failed: {_first_line(e)}") from e
         finally:
             if shipped is not None:
                 remove_shipped(shipped)
@@ -90,6 +107,12 @@ class AuditJob:
         progress(f"wrote {self.out / 'summary.json'} and {self.out / 'report.html'}")
         print(render_console(summary), flush=True)
         return summary
+
+
+def _first_line(error: BaseException) -> str:
+    """Spark's errors carry the whole JVM stack; the cause is in its first lines."""
+    lines = [x.strip() for x in str(error).splitlines() if x.strip() and not x.startswith("\tat ")]
+    return " ".join(lines[:3])[:800] or type(error).__name__
 
 
 def write_outputs(summary: AuditSummary, out: Path) -> None:

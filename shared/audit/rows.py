@@ -1,9 +1,12 @@
 """Audit rows and ingress records as flat rows: the one input format every reader produces.
 
 Table Storage, the exported Parquet/JSON files and the synthetic bench data all use these
-columns. ``caused`` (audit) and ``outgoing`` (ingress) are JSON lists of
-``{"id", "type", "destination"}``: one entry per delivery, because a published event gets its
-own message id per subscriber (``shared.bus.outgoing.plan_deliveries``).
+columns. ``caused`` (audit) and ``outgoing`` (ingress) are typed lists of deliveries
+``{"id", "type", "destination"}`` (``array<struct<id,type,destination>>`` in Spark and
+Parquet): one entry per delivery, because a published event gets its own message id per
+subscriber (``shared.bus.outgoing.plan_deliveries``). Table Storage keeps them as JSON text;
+they are parsed here, once, at that edge. A list that cannot be read becomes None, which the
+audit counts as an invalid row.
 
 No pyspark here: the exporter and the single-process baseline use these too.
 """
@@ -40,9 +43,16 @@ INGRESS_COLUMNS = (
     "created_at",
     "outgoing",
 )
+POISONED_COLUMNS = ("queue", "endpoint", "message_id", "message_type", "reason")
+"""One row per message waiting in a poison queue (``shared.audit.poisoned``)."""
 TIMESTAMP_COLUMNS = frozenset({"sent_at", "processed_at", "created_at"})
+DELIVERY_COLUMNS = frozenset({"caused", "outgoing"})
+"""Columns holding a typed list of deliveries."""
 
-Value = str | datetime | None
+Delivery = dict[str, str | None]
+"""``{"id", "type", "destination"}``: one message to one destination."""
+DELIVERY_FIELDS = ("id", "type", "destination")
+Value = str | datetime | list[Delivery] | None
 Row = tuple[Value, ...]
 
 
@@ -81,23 +91,47 @@ def audit_row(table: str, partition_key: str, properties: Mapping[str, object]) 
         _text(properties.get("mode")),
         _time(properties.get("sent_at")),
         _time(properties.get("processed_at")),
-        _text(properties.get("caused")),
+        deliveries_of_audit(properties.get("caused")),
     )
 
 
-def deliveries_of_ingress(outgoing: object) -> str | None:
+def _json_list(text: object) -> list[object] | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, list) else None
+
+
+def deliveries_of_audit(caused: object) -> list[Delivery] | None:
+    """An audit row's ``caused`` JSON as typed deliveries; None when it is not a JSON list of
+    objects. Fields that are not text become None, and the audit reports an entry without an
+    id or a destination as invalid."""
+    entries = _json_list(caused)
+    if entries is None or not all(isinstance(e, dict) for e in entries):
+        return None
+    return [
+        {f: v if isinstance(v := e.get(f), str) else None for f in DELIVERY_FIELDS}
+        for e in entries
+        if isinstance(e, dict)
+    ]
+
+
+def deliveries_of_ingress(outgoing: object) -> list[Delivery] | None:
     """The ingress record keeps full outgoing signals; keep only what identifies a delivery.
-    Unreadable JSON is passed through unchanged so that the audit counts it as invalid."""
-    if not isinstance(outgoing, str):
+    None when the JSON is unreadable or an entry is not a signal, so that the audit counts
+    the record as invalid."""
+    entries = _json_list(outgoing)
+    if entries is None:
         return None
     try:
         # Parsed as the bus reads it: stored signals leave out the ids their token name holds.
-        signals = [OutgoingSignal.model_validate(s) for s in json.loads(outgoing)]
+        signals = [OutgoingSignal.model_validate(s) for s in entries]
     except (ValueError, TypeError):  # pydantic's ValidationError is a ValueError
-        return outgoing
-    return json.dumps(
-        [{"id": s.message_id, "type": s.type, "destination": s.destination} for s in signals]
-    )
+        return None
+    return [{"id": s.message_id, "type": s.type, "destination": s.destination} for s in signals]
 
 
 def ingress_row(table: str, partition_key: str, properties: Mapping[str, object]) -> Row:

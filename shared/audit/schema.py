@@ -4,34 +4,38 @@ from __future__ import annotations
 
 from pyspark.sql.types import (
     ArrayType,
+    DataType,
     StringType,
     StructField,
     StructType,
     TimestampType,
 )
 
-from shared.audit.rows import AUDIT_COLUMNS, INGRESS_COLUMNS, TIMESTAMP_COLUMNS
+from shared.audit.rows import (
+    AUDIT_COLUMNS,
+    DELIVERY_COLUMNS,
+    DELIVERY_FIELDS,
+    INGRESS_COLUMNS,
+    POISONED_COLUMNS,
+    TIMESTAMP_COLUMNS,
+)
+
+DELIVERIES_SCHEMA = ArrayType(
+    StructType([StructField(name, StringType()) for name in DELIVERY_FIELDS])
+)
+"""``caused`` and ``outgoing``: ``array<struct<id,type,destination>>``."""
+
+
+def _type(name: str) -> DataType:
+    if name in TIMESTAMP_COLUMNS:
+        return TimestampType()
+    return DELIVERIES_SCHEMA if name in DELIVERY_COLUMNS else StringType()
 
 
 def _schema(columns: tuple[str, ...]) -> StructType:
-    return StructType(
-        [
-            StructField(name, TimestampType() if name in TIMESTAMP_COLUMNS else StringType())
-            for name in columns
-        ]
-    )
+    return StructType([StructField(name, _type(name)) for name in columns])
 
 
 AUDIT_SCHEMA = _schema(AUDIT_COLUMNS)
 INGRESS_SCHEMA = _schema(INGRESS_COLUMNS)
-
-DELIVERIES_SCHEMA = ArrayType(
-    StructType(
-        [
-            StructField("id", StringType()),
-            StructField("type", StringType()),
-            StructField("destination", StringType()),
-        ]
-    )
-)
-"""The parsed form of ``caused`` and ``outgoing``."""
+POISONED_SCHEMA = _schema(POISONED_COLUMNS)

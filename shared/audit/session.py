@@ -11,7 +11,12 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from shared.errors import ConfigurationError
+from shared.errors import BusError
+
+
+class SparkFailure(BusError):
+    """Spark could not start, or a Spark job failed (a task, an executor, the cluster)."""
+
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 """The directory holding the ``shared`` package: Python workers must be able to import it."""
@@ -36,10 +41,21 @@ LOCAL_CONF: dict[str, str] = {
 spark-defaults, ``--conf``) stay in force. ``conf`` given to ``get_session`` overrides both."""
 
 
+PYTHON_CONF = "spark.pyspark.python"
+PYTHON_ENV = "PYSPARK_PYTHON"
+
+
 def session_conf(master: str | None, conf: dict[str, str] | None = None) -> dict[str, str]:
-    """What ``get_session`` sets on a new session for ``master`` (None: spark-submit's)."""
+    """What ``get_session`` sets on a new session for ``master`` (None: spark-submit's).
+
+    A session this process starts, on any master, runs its Python workers with
+    ``spark.pyspark.python``: ``PYSPARK_PYTHON`` when set, else this interpreter (its virtual
+    environment has the storage SDK), never whatever ``python3`` is first on the executors'
+    PATH. ``conf`` overrides it (an archived environment on a real cluster: docs/audit.md).
+    """
     local = LOCAL_CONF if master is not None and master.startswith("local") else {}
-    return {**DEFAULT_CONF, **local, **(conf or {})}
+    python = {} if master is None else {PYTHON_CONF: os.environ.get(PYTHON_ENV, sys.executable)}
+    return {**DEFAULT_CONF, **local, **python, **(conf or {})}
 
 
 def get_session(
@@ -56,21 +72,22 @@ def get_session(
     if active is not None:
         return active
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    if master and master.startswith("local"):
-        # Local Python workers must run this interpreter (its virtual environment has the
-        # storage SDK), not whatever 'python3' is first on PATH.
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     paths = [str(PACKAGE_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    settings = session_conf(master, conf)
+    if PYTHON_CONF in settings:
+        # pyspark tells the executors which Python to run from this variable, read when the
+        # context starts; the setting alone is honoured only by spark-submit.
+        os.environ[PYTHON_ENV] = settings[PYTHON_CONF]
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
-    for key, value in session_conf(master, conf).items():
+    for key, value in settings.items():
         builder = builder.config(key, value)
     try:
         session = builder.getOrCreate()
     except Exception as e:  # the JVM failed to start: no Java, bad master URL, ...
-        raise ConfigurationError(f"Spark could not start ({master}): {e}") from e
+        raise SparkFailure(f"Spark could not start ({master}): {e}") from e
     session.sparkContext.setLogLevel("ERROR")
     return session
 

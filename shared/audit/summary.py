@@ -65,6 +65,7 @@ class FlowEdge:
     lost: int
     in_flight: int
     ghost: int
+    poisoned: int = 0
 
 
 @dataclass
@@ -80,6 +81,10 @@ class AuditSummary:
     """Distinct deliveries with at least one audit row."""
     in_flight: int
     invariants: Invariants
+    poisoned: int = 0
+    """Deliveries not processed that wait in a poison queue: neither lost nor in flight."""
+    poison_messages: dict[str, int] = field(default_factory=dict)
+    """Messages in each poison queue (some may name deliveries processed since, or none)."""
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     latency: list[EndpointLatency] = field(default_factory=list)
     histogram: list[HistogramBucket] = field(default_factory=list)
@@ -88,6 +93,8 @@ class AuditSummary:
     flow: list[FlowEdge] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     """Seconds spent in each stage of the run."""
+    next_steps: list[str] = field(default_factory=list)
+    """What the operator does next, most urgent first (``shared.audit.next_steps``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -100,5 +107,5 @@ class AuditSummary:
         return (
             f"audit: sent={self.sent} processed={self.processed} duplicates={inv.duplicates} "
             f"lost={inv.lost} ghosts={inv.ghosts} invalid={inv.invalid_rows} "
-            f"in_flight={self.in_flight} verdict={self.verdict}"
+            f"in_flight={self.in_flight} poisoned={self.poisoned} verdict={self.verdict}"
         )

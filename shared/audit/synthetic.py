@@ -21,6 +21,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from shared.audit.file_source import AUDIT_DIR, INGRESS_DIR
+from shared.audit.schema import DELIVERIES_SCHEMA
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 CHAINS_PER_SECOND = 2000
@@ -76,11 +77,15 @@ def _chain_times(chain: Column, seed: int) -> dict[str, Column]:
 
 
 def _delivery(message_id: Column, message_type: str, destination: str) -> Column:
-    return F.concat(
-        F.lit('{"id":"'),
-        message_id,
-        F.lit(f'","type":"{message_type}","destination":"{destination}"}}'),
+    return F.struct(
+        message_id.alias("id"),
+        F.lit(message_type).alias("type"),
+        F.lit(destination).alias("destination"),
     )
+
+
+def _deliveries(*entries: Column) -> Column:
+    return F.array(*entries).cast(DELIVERIES_SCHEMA)
 
 
 def _audit_rows(
@@ -92,17 +97,13 @@ def _audit_rows(
     processed = times[f"done{position}"]
     ids = {p: _message_id(chain, p, seed) for p in range(4)}
     if position == 0:
-        caused = F.concat(
-            F.lit("["),
-            _delivery(ids[1], "ChargeCard", "payments"),
-            F.lit(","),
-            _delivery(ids[2], "OrderPlaced", "loyalty"),
-            F.lit("]"),
+        caused = _deliveries(
+            _delivery(ids[1], "ChargeCard", "payments"), _delivery(ids[2], "OrderPlaced", "loyalty")
         )
     elif position == 1:
-        caused = F.concat(F.lit("["), _delivery(ids[3], "ShipOrder", "shipping"), F.lit("]"))
+        caused = _deliveries(_delivery(ids[3], "ShipOrder", "shipping"))
     else:
-        caused = F.lit("[]")
+        caused = _deliveries()
     return [
         F.lit(endpoint).alias("table"),
         F.concat(F.lit(prefix), (chain % 100_003).cast("string"), F.lit(partition_suffix)).alias(
@@ -150,9 +151,9 @@ def synthetic_frames(spark: SparkSession, spec: SyntheticSpec) -> tuple[DataFram
         _message_id(chain, -1, seed).alias("incoming_id"),
         F.lit("PlaceOrder").alias("message_type"),
         F.timestamp_micros(t0).alias("created_at"),
-        F.concat(
-            F.lit("["), _delivery(_message_id(chain, 0, seed), "PlaceOrder", "orders"), F.lit("]")
-        ).alias("outgoing"),
+        _deliveries(_delivery(_message_id(chain, 0, seed), "PlaceOrder", "orders")).alias(
+            "outgoing"
+        ),
     )
     return audit, ingress
 

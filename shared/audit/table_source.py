@@ -7,6 +7,11 @@ PartitionKeys), and every task pages through its slices with the server-side fil
 together they cover every possible key whatever the keys look like; how evenly rows spread
 over them depends on the keys (hashes and ids spread well; a common prefix lands in few
 ranges), hence ``splits`` can be raised, or exact boundaries given.
+
+Small tables get a small plan: the driver first reads one page (up to 1,000 rows) of each
+table; a table that fits in it is done there, and only tables with more rows are split into
+tasks. An audit of a few rows then costs one query per table instead of a Spark task per
+range and table.
 """
 
 from __future__ import annotations
@@ -21,11 +26,12 @@ from typing import Any, Literal
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
+from shared.audit.poisoned import collect_poisoned
 from shared.audit.rows import Row, audit_row, ingress_row
-from shared.audit.schema import AUDIT_SCHEMA, INGRESS_SCHEMA
+from shared.audit.schema import AUDIT_SCHEMA, INGRESS_SCHEMA, POISONED_SCHEMA
 from shared.bus.ingress import INGRESS_ROW
 from shared.bus.records import AUDIT_PREFIX
-from shared.errors import ConfigurationError
+from shared.errors import ConfigurationError, StorageError
 from shared.settings import StorageSettings
 
 log = logging.getLogger(__name__)
@@ -35,6 +41,8 @@ Kind = Literal["audit", "ingress"]
 # Sorted by code point, which is how Table Storage orders keys.
 _ALPHABET = "".join(sorted(string.digits + string.ascii_letters))
 PAGE_SIZE = 1000
+SPLITS_DEFAULT = 16
+"""Partition-key ranges (Spark tasks) per table that holds more than a page."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +115,11 @@ def _service_client(settings: StorageSettings) -> Any:
     return TableServiceClient(endpoint=settings.table_service_uri, credential=credential)
 
 
+def _convert(piece: Slice, entity: Any) -> Row:
+    convert = audit_row if piece.kind == "audit" else ingress_row
+    return convert(piece.table, str(entity["PartitionKey"]), entity)
+
+
 def read_slices(settings: StorageSettings, slices: Iterable[Slice]) -> Iterator[Row]:
     """Runs inside a Spark task: every row of the given slices, as audit or ingress rows.
     A table that does not exist has no rows (an endpoint that was never provisioned)."""
@@ -115,15 +128,60 @@ def read_slices(settings: StorageSettings, slices: Iterable[Slice]) -> Iterator[
     with _service_client(settings) as service:
         for piece in slices:
             query, parameters = slice_filter(piece)
-            convert = audit_row if piece.kind == "audit" else ingress_row
             client = service.get_table_client(piece.table)
             try:
                 for entity in client.query_entities(
                     query, parameters=parameters, results_per_page=PAGE_SIZE
                 ):
-                    yield convert(piece.table, str(entity["PartitionKey"]), entity)
+                    yield _convert(piece, entity)
             except ResourceNotFoundError:
                 log.warning("table %s does not exist; reading it as empty", piece.table)
+
+
+@dataclass
+class Probe:
+    """What the driver's first page of each table showed: the rows of the tables that fit in
+    it, and the tables that hold more (to be split into tasks)."""
+
+    rows: list[Row]
+    large: list[str]
+
+
+def probe_tables(
+    settings: StorageSettings, tables: Sequence[str], kind: Kind, page_size: int = PAGE_SIZE
+) -> Probe:
+    """Reads the first page (``page_size`` rows) of every table in the driver."""
+    from azure.core.exceptions import AzureError
+
+    try:
+        return _probe(settings, tables, kind, page_size)
+    except AzureError as e:
+        raise StorageError(f"cannot read the audit tables: {e}") from e
+
+
+def _probe(settings: StorageSettings, tables: Sequence[str], kind: Kind, page_size: int) -> Probe:
+    from azure.core.exceptions import ResourceNotFoundError
+
+    probe = Probe([], [])
+    with _service_client(settings) as service:
+        for table in tables:
+            whole = Slice(table, kind, "", None)
+            query, parameters = slice_filter(whole)
+            pages = (
+                service.get_table_client(table)
+                .query_entities(query, parameters=parameters, results_per_page=page_size)
+                .by_page()
+            )
+            try:
+                first = [_convert(whole, e) for e in next(pages, [])]
+            except ResourceNotFoundError:
+                log.warning("table %s does not exist; reading it as empty", table)
+                continue
+            if pages.continuation_token:
+                probe.large.append(table)
+            else:
+                probe.rows.extend(first)
+    return probe
 
 
 def read_tables(
@@ -132,21 +190,42 @@ def read_tables(
     *,
     endpoint_tables: Sequence[str],
     ingress_tables: Sequence[str],
-    splits: int = 16,
+    splits: int = SPLITS_DEFAULT,
     boundaries: Sequence[str] | None = None,
+    small_table_rows: int = PAGE_SIZE,
 ) -> tuple[DataFrame, DataFrame]:
-    """(audit, ingress) DataFrames read by Spark tasks, one task per slice. They are persisted
-    (memory, spilling to disk) because every check reads them again and a re-read would
-    query the storage account again."""
+    """(audit, ingress) DataFrames: tables of at most ``small_table_rows`` rows (up to 1,000:
+    one page; 0 reads every table in tasks) are read by the driver, the others by Spark
+    tasks, one per slice. Those are
+    persisted (memory, spilling to disk) because every check reads them again and a re-read
+    would query the account again."""
 
     def frame(tables: Sequence[str], kind: Kind) -> DataFrame:
         schema = AUDIT_SCHEMA if kind == "audit" else INGRESS_SCHEMA
-        slices = plan_slices(tables, kind, splits, boundaries)
+        probe = (
+            probe_tables(settings, tables, kind, small_table_rows)
+            if small_table_rows
+            else Probe([], list(tables))
+        )
+        small = spark.createDataFrame(probe.rows, schema)
+        slices = plan_slices(probe.large, kind, splits, boundaries)
         if not slices:
-            return spark.createDataFrame([], schema)
+            return small
         rdd = spark.sparkContext.parallelize(slices, len(slices)).mapPartitions(
             partial(read_slices, settings)
         )
-        return spark.createDataFrame(rdd, schema).persist(StorageLevel.MEMORY_AND_DISK)
+        large = spark.createDataFrame(rdd, schema).persist(StorageLevel.MEMORY_AND_DISK)
+        return large.unionByName(small) if probe.rows else large
 
     return frame(endpoint_tables, "audit"), frame(ingress_tables, "ingress")
+
+
+async def read_poisoned(
+    spark: SparkSession, settings: StorageSettings, endpoint_tables: Sequence[str]
+) -> DataFrame:
+    """The messages in the endpoints' poison queues, read in the driver."""
+    from shared.stores.azure import AzureStorageAccount
+
+    async with AzureStorageAccount(settings) as account:
+        rows = await collect_poisoned(account, endpoint_tables)
+    return spark.createDataFrame(rows, POISONED_SCHEMA)

@@ -6,7 +6,6 @@ the reason, as with Azurite."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -47,9 +46,10 @@ def utc(value: datetime | None) -> datetime | None:
     return None if value is None else value.astimezone(UTC)
 
 
-def caused(*deliveries: tuple[str, str, str]) -> str:
-    """JSON of (message id, type, destination) triples, as the receiver writes it."""
-    return json.dumps([{"id": i, "type": t, "destination": d} for i, t, d in deliveries])
+def caused(*deliveries: tuple[str, str, str]) -> list[dict[str, str | None]]:
+    """Typed deliveries from (message id, type, destination) triples, as the readers make
+    them from what the receiver writes."""
+    return [{"id": i, "type": t, "destination": d} for i, t, d in deliveries]
 
 
 def audit(

@@ -14,17 +14,29 @@ from shared.audit.synthetic import START, SyntheticSpec, expected_counts
 pytestmark = pytest.mark.spark
 
 
-def test_spark_and_the_baseline_agree_on_synthetic_data(spark: Any, tmp_path: Path) -> None:
+SPEC = SyntheticSpec(rows=2000, planted=4)
+
+
+@pytest.fixture(scope="module")
+def synthetic(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One synthetic data set for every engine's test (writing it takes Spark seconds)."""
+    from shared.audit.synthetic import write_synthetic
+
+    folder = tmp_path_factory.mktemp("synthetic")
+    write_synthetic(spark, SPEC, str(folder))
+    return folder
+
+
+def test_spark_and_the_baseline_agree_on_synthetic_data(spark: Any, synthetic: Path) -> None:
     from shared.audit.baseline import audit_files
     from shared.audit.compute import AuditOptions, run_audit
     from shared.audit.file_source import read_files
-    from shared.audit.synthetic import write_synthetic
 
-    spec = SyntheticSpec(rows=2000, planted=4)
-    write_synthetic(spark, spec, str(tmp_path))
+    spec, tmp_path = SPEC, synthetic
     as_of, lost_after = START + timedelta(days=1), timedelta(minutes=5)
 
-    summary = run_audit(*read_files(spark, str(tmp_path)), AuditOptions(as_of, lost_after))
+    audit_df, ingress_df, poisoned = read_files(spark, str(tmp_path))
+    summary = run_audit(audit_df, ingress_df, AuditOptions(as_of, lost_after), poisoned=poisoned)
     baseline = audit_files(tmp_path, as_of=as_of, lost_after=lost_after)
 
     expected = expected_counts(spec)
@@ -56,3 +68,32 @@ def test_spark_and_the_baseline_agree_on_synthetic_data(spark: Any, tmp_path: Pa
         (endpoint, count) for (endpoint, _), count in baseline.histogram.items()
     }
     assert sum(p.count for p in summary.throughput) == sum(baseline.throughput_per_second.values())
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "polars"])
+def test_the_bench_anchors_find_what_spark_finds(spark: Any, synthetic: Path, engine: str) -> None:
+    pytest.importorskip(engine)
+    from shared.audit import anchors
+    from shared.audit.compute import AuditOptions, run_audit
+    from shared.audit.file_source import read_files
+
+    spec, tmp_path = SPEC, synthetic
+    as_of, lost_after = START + timedelta(days=1), timedelta(minutes=5)
+    audit = anchors.duckdb_audit if engine == "duckdb" else anchors.polars_audit
+
+    audit_df, ingress_df, poisoned = read_files(spark, str(tmp_path))
+    summary = run_audit(audit_df, ingress_df, AuditOptions(as_of, lost_after), poisoned=poisoned)
+    found = audit(tmp_path, as_of=as_of, lost_after=lost_after)
+
+    assert found.counts() == {
+        "audit_rows": summary.audit_rows,
+        "duplicates": summary.invariants.duplicates,
+        "lost": summary.invariants.lost,
+        "ghosts": summary.invariants.ghosts,
+        "sent": summary.sent,
+        "processed": summary.processed,
+    }
+    assert found.counts()["duplicates"] == expected_counts(spec)["duplicates"]
+    assert found.in_flight == summary.in_flight
+    assert found.histogram_buckets == len(summary.histogram)
+    assert {e.endpoint: e.p99_ms for e in summary.latency} == pytest.approx(found.p99_ms, rel=0.01)

@@ -316,12 +316,14 @@ def test_unreadable_rows_are_reported(spark: Any) -> None:
     from shared.audit import checks
 
     rows, sends = clean_flow()
-    broken = spoiled(audit("orders", "m8", partition="p8"), 11, "{not json")
+    broken = spoiled(audit("orders", "m8", partition="p8"), 11, None)  # unreadable when stored
     missing_id = spoiled(audit("orders", "m9", partition="p9"), 3, None)
     no_destination = spoiled(
-        audit("orders", "m10", partition="p10"), 11, '[{"id": "x", "type": "T"}]'
+        audit("orders", "m10", partition="p10"),
+        11,
+        [{"id": "x", "type": "T", "destination": None}],
     )
-    bad_ingress = spoiled(ingress("k2", ("m11", "T", "orders")), 6, "oops")
+    bad_ingress = spoiled(ingress("k2", ("m11", "T", "orders")), 6, None)
     audit_df, ingress_df = frames(
         spark, [*rows, broken, missing_id, no_destination], [*sends, bad_ingress]
     )
@@ -353,9 +355,9 @@ def test_run_audit_counts_rows_and_invalid_rows_in_its_one_pass(spark: Any) -> N
     from shared.audit.compute import AuditOptions, run_audit
 
     rows, sends = clean_flow()
-    broken = spoiled(audit("orders", "m8", partition="p8"), 11, "{not json")
+    broken = spoiled(audit("orders", "m8", partition="p8"), 11, None)
     no_time = spoiled(audit("orders", "m9", partition="p9"), 10, None)
-    bad_ingress = spoiled(ingress("k2", ("m11", "T", "orders")), 6, "oops")
+    bad_ingress = spoiled(ingress("k2", ("m11", "T", "orders")), 6, None)
     audit_df, ingress_df = frames(spark, [*rows, broken, no_time], [*sends, bad_ingress])
 
     summary = run_audit(audit_df, ingress_df, AuditOptions(as_of=at(3600)))
@@ -368,3 +370,37 @@ def test_run_audit_counts_rows_and_invalid_rows_in_its_one_pass(spark: Any) -> N
         "p8",
         "p9",
     ]
+
+
+def test_histogram_and_throughput_in_one_scan_match_the_separate_checks(spark: Any) -> None:
+    from collections import Counter
+
+    from shared.audit import checks
+
+    rows = [
+        audit("orders", "a", sent=0, processed=0.0005),
+        audit("orders", "b", sent=0, processed=0.1),
+        audit("orders", "c", sent=0, processed=61),
+        audit("payments", "d", sent=1, processed=2),
+        spoiled(audit("payments", "e", processed=3), 9, None),  # no send time: no latency
+    ]
+    audit_df, _ = frames(spark, rows, [])
+
+    both = checks.histogram_and_throughput(audit_df, 60).collect()
+
+    histogram: Counter[tuple[str, int]] = Counter()
+    throughput: Counter[tuple[Any, str]] = Counter()
+    for r in both:
+        if r["bucket"] is not None:
+            histogram[(r["endpoint"], r["bucket"])] += r["count"]
+        throughput[(utc(r["bucket_start"]), r["endpoint"])] += r["count"]
+    assert histogram == {
+        (r["endpoint"], r["bucket"]): r["count"]
+        for r in checks.latency_histogram(audit_df).collect()
+    }
+    assert throughput == {
+        (utc(r["bucket_start"]), r["endpoint"]): r["count"]
+        for r in checks.throughput(audit_df, 60).collect()
+    }
+    assert sum(histogram.values()) == 4
+    assert sum(throughput.values()) == 5

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
-from shared.audit.cli import EXIT_OK, EXIT_USAGE, EXIT_VIOLATED, main
+from shared.audit.cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, EXIT_VIOLATED, main
 from shared.audit.export import export
 from shared.clock import ManualClock
 from shared.stores.memory import MemoryStorageAccount
@@ -51,7 +52,9 @@ async def test_an_interrupted_export_resumes_without_losing_or_repeating_rows(
     assert {r["endpoint"] for r in audit} == set(names.all)
     ingress = rows_in(out / "ingress")
     assert sorted(r["idempotency_key"] for r in ingress) == [f"o{i}" for i in range(ORDERS)]
-    assert all(json.loads(r["outgoing"])[0]["destination"] == names.orders for r in ingress)
+    # Typed lists in the Parquet files, not JSON text.
+    assert all(r["outgoing"][0]["destination"] == names.orders for r in ingress)
+    assert all(isinstance(r["caused"], list) for r in audit)
     assert sum(final.rows.values()) == len(audit) + len(ingress)
     again = await export(harness.raw, out, page_size=2, **tables)
     assert again.complete  # a finished export stays finished
@@ -95,8 +98,9 @@ async def test_run_audits_an_export_and_writes_its_outputs(
     assert summary["sent"] == summary["processed"] == ORDERS * DELIVERIES_PER_ORDER
     html = (report / "report.html").read_text()
     assert html.count("<svg") == 3  # latency histogram, throughput timeline, flow graph
-    for outside in ("<script", "src=", "href="):  # self-contained
+    for outside in ("<script", "src=", 'href="http', "url(http"):  # self-contained
         assert outside not in html
+    assert all(ref.startswith("#") for ref in re.findall(r'href="([^"]*)"', html))
     assert names.payments in html
 
 
@@ -176,3 +180,38 @@ async def test_the_export_command_reads_azurite(
     assert (stopped, finished) == (EXIT_OK, EXIT_OK)
     assert len(rows_in(out / "audit")) == ORDERS * DELIVERIES_PER_ORDER
     assert len(rows_in(out / "ingress")) == ORDERS
+
+
+@pytest.mark.spark
+async def test_a_spark_job_failure_exits_2_not_1(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    harness, _, tables = await exported(tmp_path)
+    out = tmp_path / "export"
+    await export(harness.raw, out, **tables)
+    [page, *_] = sorted((out / "audit").glob("*.parquet"))
+    page.write_bytes(b"PAR1 this is not a parquet file PAR1")  # the job fails reading it
+
+    code = main(["run", "--input", str(out), "--out", str(tmp_path / "r"), "--quiet"])
+
+    assert code == EXIT_ERROR
+    assert "the Spark job failed" in capsys.readouterr().err
+    assert not (tmp_path / "r" / "summary.json").exists()
+
+
+@pytest.mark.spark
+def test_an_empty_export_passes_with_zero_counts(spark: Any, tmp_path: Path) -> None:
+    out = tmp_path / "export"
+    for folder in ("audit", "ingress"):
+        (out / folder).mkdir(parents=True)
+    from shared.audit.export import _write_page
+    from shared.audit.rows import AUDIT_COLUMNS, INGRESS_COLUMNS
+
+    _write_page(out / "audit" / "a.parquet", [], AUDIT_COLUMNS, "parquet")
+    _write_page(out / "ingress" / "i.parquet", [], INGRESS_COLUMNS, "parquet")
+
+    code = main(["run", "--input", str(out), "--out", str(tmp_path / "r"), "--quiet"])
+
+    assert code == EXIT_OK
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert (summary["verdict"], summary["audit_rows"], summary["sent"]) == ("PASS", 0, 0)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 pytest.importorskip("pyspark")
 
 
-def test_local_masters_get_few_shuffle_partitions_and_a_cluster_keeps_its_own() -> None:
+def test_local_masters_get_few_shuffle_partitions_and_a_cluster_keeps_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from shared.audit.session import session_conf
 
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
     local = session_conf("local[2]")
     assert local["spark.sql.shuffle.partitions"] == "16"
     assert local["spark.sql.session.timeZone"] == "UTC"
@@ -19,6 +24,21 @@ def test_local_masters_get_few_shuffle_partitions_and_a_cluster_keeps_its_own() 
     assert "spark.ui.enabled" not in submitted
     assert submitted["spark.sql.session.timeZone"] == "UTC"
 
-    assert session_conf("yarn") == submitted
+    assert "spark.pyspark.python" not in submitted  # spark-submit's own choice stands
+    assert session_conf("yarn") == {**submitted, "spark.pyspark.python": sys.executable}
     overridden = session_conf("local[*]", {"spark.sql.shuffle.partitions": "64"})
     assert overridden["spark.sql.shuffle.partitions"] == "64"
+
+
+def test_executors_run_this_interpreter_on_any_master_unless_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from shared.audit.session import session_conf
+
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    for master in ("local[2]", "spark://127.0.0.1:7077", "yarn"):
+        assert session_conf(master)["spark.pyspark.python"] == sys.executable
+    packed = {"spark.pyspark.python": "./environment/bin/python"}
+    assert session_conf("yarn", packed)["spark.pyspark.python"] == "./environment/bin/python"
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/python/bin/python3")
+    assert session_conf("spark://h:7077")["spark.pyspark.python"] == "/opt/python/bin/python3"

@@ -1,0 +1,58 @@
+"""What the operator does next after an audit: one sentence per finding, most urgent first.
+The console, the report and ``summary.json`` all show these. No pyspark here."""
+
+from __future__ import annotations
+
+from shared.audit.summary import AuditSummary
+from shared.resources import POISON_SUFFIX
+
+NOTHING_TO_DO = "Nothing to do: every delivery sent was processed exactly once."
+
+
+def _endpoints_of(queues: dict[str, int]) -> str:
+    return " ".join(q.removesuffix(POISON_SUFFIX) for q in sorted(queues))
+
+
+def next_steps(summary: AuditSummary) -> list[str]:
+    inv = summary.invariants
+    steps: list[str] = []
+    if inv.duplicates:
+        steps.append(
+            f"{inv.duplicates:,} deliveries were processed more than once "
+            "(NoDuplicatedProcessing): the samples list their tables, partitions and modes; "
+            "keep summary.json and report it as a bug of the bus."
+        )
+    if inv.lost:
+        steps.append(
+            f"{inv.lost:,} deliveries were sent more than {summary.lost_after_seconds:g} s "
+            "ago, never processed and are in no poison queue: check that every endpoint's "
+            "function runs and its queue drains (`bus status`), then audit again; if they "
+            "remain, keep summary.json and report it as a bug of the bus."
+        )
+    if inv.ghosts:
+        steps.append(
+            f"{inv.ghosts:,} deliveries were processed with no record of their send: an "
+            "ingress record deleted or overwritten by a reused idempotency key, or an audit "
+            "of part of the tables (--endpoints); see the samples."
+        )
+    if inv.invalid_rows:
+        steps.append(
+            f"{inv.invalid_rows:,} rows cannot be read, so the audit cannot vouch for them: "
+            "see the samples of invalid_rows for their tables and partitions."
+        )
+    if summary.poisoned or summary.poison_messages:
+        queues = summary.poison_messages
+        waiting = ", ".join(f"{q}: {n:,}" for q, n in sorted(queues.items()))
+        endpoints = _endpoints_of(queues)
+        steps.append(
+            f"{summary.poisoned:,} deliveries wait in poison queues ({waiting} messages): "
+            f"read why with `bus poison list {endpoints}`, fix the cause, then "
+            f"`bus replay {endpoints}`; each is then processed exactly once. Messages there "
+            "that name a delivery processed since, or none, are replayed harmlessly or cleared."
+        )
+    if summary.in_flight:
+        steps.append(
+            f"{summary.in_flight:,} deliveries were sent less than "
+            f"{summary.lost_after_seconds:g} s ago and are not processed yet: audit again later."
+        )
+    return steps or [NOTHING_TO_DO]
