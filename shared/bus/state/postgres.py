@@ -43,6 +43,7 @@ from shared.errors import (
 from shared.stores.table import Entity
 
 T = TypeVar("T")
+_Row = TypeVar("_Row", OutboxRecord, Entity)
 Connection = asyncpg.Connection | PoolConnectionProxy
 
 # Errors after which nobody knows whether the server applied the request.
@@ -50,6 +51,10 @@ _UNKNOWN = (OSError, TimeoutError, asyncpg.InterfaceError, asyncpg.PostgresConne
 # A concurrent transaction won: retry from the read, as after a 412.
 _LOST_RACE = (asyncpg.SerializationError, asyncpg.DeadlockDetectedError)
 
+_AUDIT_COLUMNS = (
+    "partition_key, message_id, message_type, source, correlation_id, causation_id, sent_at, "
+    "processed_at, mode, caused::text AS caused"
+)
 _OUTBOX_COLUMNS = (
     "partition_key, message_id, claim, status, incoming_token, started_at, committed_at, "
     "outgoing::text AS outgoing, abandoned::text AS abandoned, version"
@@ -301,25 +306,39 @@ class PostgresEndpointState(EndpointState):
     async def outbox_page(
         self, continuation: str | None, page_size: int
     ) -> tuple[list[OutboxRecord], str | None]:
-        after = page_after(continuation) or ("", "")
-        first = continuation is None
+        return await self._keyset_page(
+            "outbox", _OUTBOX_COLUMNS, _outbox, continuation, page_size, "O(m)"
+        )
 
-        async def page() -> tuple[list[OutboxRecord], str | None]:
+    async def _keyset_page(
+        self,
+        table: str,
+        columns: str,
+        convert: Callable[[Any], _Row],
+        continuation: str | None,
+        page_size: int,
+        what: str,
+    ) -> tuple[list[_Row], str | None]:
+        """One page of this endpoint's rows of ``table`` in key order, after the key that
+        ``continuation`` holds; one row more is asked for to know whether another page exists."""
+        after = page_after(continuation) or ("", "")
+
+        async def page() -> tuple[list[_Row], str | None]:
             pool = await self._pool()
             rows = await pool.fetch(
-                f"SELECT {_OUTBOX_COLUMNS} FROM {SCHEMA}.outbox WHERE endpoint = $1 "
+                f"SELECT {columns} FROM {SCHEMA}.{table} WHERE endpoint = $1 "
                 "AND ($2 OR (partition_key, message_id) > ($3, $4)) "
                 "ORDER BY partition_key, message_id LIMIT $5",
                 self.name,
-                first,
+                continuation is None,
                 after[0],
                 after[1],
                 page_size + 1,
             )
-            records = [_outbox(r) for r in rows[:page_size]]
-            return records, (next_page(records[-1]) if len(rows) > page_size else None)
+            found = [convert(r) for r in rows[:page_size]]
+            return found, (next_page(found[-1]) if len(rows) > page_size else None)
 
-        return await _translated(f"listing O(m) of {self.name}", page)
+        return await _translated(f"listing {what} of {self.name}", page)
 
     @contextlib.asynccontextmanager
     async def begin(self) -> AsyncIterator[StateTransaction]:
@@ -357,27 +376,9 @@ class PostgresEndpointState(EndpointState):
     async def audit_page(
         self, continuation: str | None, page_size: int
     ) -> tuple[list[Entity], str | None]:
-        after = page_after(continuation) or ("", "")
-        first = continuation is None
-
-        async def page() -> tuple[list[Entity], str | None]:
-            pool = await self._pool()
-            rows = await pool.fetch(
-                "SELECT partition_key, message_id, message_type, source, correlation_id, "
-                "causation_id, sent_at, processed_at, mode, caused::text AS caused "
-                f"FROM {SCHEMA}.audit WHERE endpoint = $1 "
-                "AND ($2 OR (partition_key, message_id) > ($3, $4)) "
-                "ORDER BY partition_key, message_id LIMIT $5",
-                self.name,
-                first,
-                after[0],
-                after[1],
-                page_size + 1,
-            )
-            entities = [self._audit_entity(row) for row in rows[:page_size]]
-            return entities, (next_page(entities[-1]) if len(rows) > page_size else None)
-
-        return await _translated(f"listing audit rows of {self.name}", page)
+        return await self._keyset_page(
+            "audit", _AUDIT_COLUMNS, self._audit_entity, continuation, page_size, "audit rows"
+        )
 
     def _audit_entity(self, row: Any) -> Entity:
         properties: dict[str, Any] = dict(row)
