@@ -13,7 +13,7 @@ import time
 import unicodedata
 from collections.abc import Iterable, Sequence
 from types import TracebackType
-from typing import TextIO
+from typing import Self, TextIO
 
 from rich import box
 from rich.console import Console
@@ -39,7 +39,25 @@ def _console(stream: TextIO | None, forced: bool | None) -> Console:
     return Console(file=stream, force_terminal=forced, highlight=False)
 
 
-class ProgressBar:
+class _Live:
+    """A rich display that is live between ``with`` and its end."""
+
+    _progress: RichProgress
+
+    def __enter__(self) -> Self:
+        self._progress.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._progress.stop()
+
+
+class ProgressBar(_Live):
     """One labelled bar (with a count, elapsed time and a note), used as a context manager.
 
     ``enabled=None`` draws it only when stderr is a terminal; True forces it, False never.
@@ -66,23 +84,11 @@ class ProgressBar:
         )
         self._task = self._progress.add_task(label, total=total, note="")
 
-    def __enter__(self) -> ProgressBar:
-        self._progress.start()
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self._progress.stop()
-
     def advance(self, count: int = 1, note: str = "") -> None:
         self._progress.update(self._task, advance=count, note=note)
 
 
-class Counters:
+class Counters(_Live):
     """Live counts of several named jobs (rows exported per table), used as a context manager.
 
     On a terminal (or forced) each job has a line that counts up as it goes; otherwise each
@@ -106,18 +112,6 @@ class Counters:
             disable=not self.live,
         )
         self._tasks: dict[str, TaskID] = {}
-
-    def __enter__(self) -> Counters:
-        self._progress.start()
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self._progress.stop()
 
     def update(self, name: str, count: int, *, note: str = "", done: bool = False) -> None:
         if name not in self._tasks:
