@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
@@ -66,8 +66,15 @@ def _schema_missing(error: Exception) -> NotFound:
 
 
 async def _translated(what: str, call: Callable[[], Awaitable[T]]) -> T:
-    try:
+    with _translating(what):
         return await call()
+
+
+@contextlib.contextmanager
+def _translating(what: str) -> Iterator[None]:
+    """asyncpg's errors as the project's, at this adapter's edge."""
+    try:
+        yield
     except asyncpg.UniqueViolationError as e:
         raise AlreadyExists(f"{what}: {e}") from e
     except asyncpg.UndefinedTableError as e:
@@ -355,7 +362,7 @@ class PostgresEndpointState(EndpointState):
             await pool.release(connection)
 
     async def states(self) -> AsyncIterator[StateRow]:
-        try:
+        with _translating(f"listing states of {self.name}"):
             pool = await self._pool()
             async with pool.acquire() as c, c.transaction():
                 async for row in c.cursor(
@@ -366,12 +373,6 @@ class PostgresEndpointState(EndpointState):
                     yield StateRow(
                         row["partition_key"], row["type"], row["data"], str(row["version"])
                     )
-        except asyncpg.UndefinedTableError as e:
-            raise _schema_missing(e) from e
-        except _UNKNOWN as e:
-            raise OutcomeUnknown(f"listing states of {self.name}: no answer: {e}") from e
-        except asyncpg.PostgresError as e:
-            raise StorageError(f"listing states of {self.name}: {e}") from e
 
     async def audit_page(
         self, continuation: str | None, page_size: int
