@@ -9,7 +9,9 @@
 //   ingress-auth.bicep optional Microsoft Entra ID authentication in front of
 //                      the HTTP routes (entraAuthEnabled)
 //   postgres.bicep     optional PostgreSQL Flexible Server, Entra authentication only,
-//                      for endpoints with store="postgres" (postgresEnabled)
+//                      for endpoints with store="postgres" (postgresEnabled); the
+//                      app identity is a plain database role, created by a
+//                      deployment script (postgres-app-role.sh/.sql)
 //
 // Deploy with:
 //   az deployment group create -g <rg> --template-file infra/main.bicep \
@@ -105,7 +107,7 @@ param entraAllowedAudiences array = []
 @description('Optional. Application (client) ids of the callers allowed to send; empty lets any client that obtains a token for the audience call.')
 param entraAllowedClientApplications array = []
 
-@description('Optional. Deploy an Azure Database for PostgreSQL Flexible Server (Entra authentication only, the app identity as its principal) for endpoints declared with store="postgres", and set BUS_POSTGRES_URL (docs/postgres.md).')
+@description('Optional. Deploy an Azure Database for PostgreSQL Flexible Server (Entra authentication only, the app identity a plain database role created by a deployment script) for endpoints declared with store="postgres", and set BUS_POSTGRES_URL (docs/postgres.md).')
 param postgresEnabled bool = false
 
 @description('Optional. Compute SKU of the PostgreSQL server, for example Standard_B1ms or Standard_D2ds_v5.')

@@ -1,8 +1,9 @@
 // Optional Azure Database for PostgreSQL Flexible Server for endpoints declared with
 // store="postgres" (docs/postgres.md). Microsoft Entra authentication only: no password
-// login exists, the app's user-assigned identity is registered as an Entra principal of
-// the server and signs in with a token (BUS_POSTGRES_ENTRA=true), and `bus provision`
-// creates the bus schema in the database below.
+// login exists. A user-assigned identity of its own is the server's Entra administrator; a
+// deployment script signs in as it and makes the app's identity a plain database role
+// (postgres-app-role.sql: its own schemas, no admin rights), which signs in with a token
+// (BUS_POSTGRES_ENTRA=true). `bus provision`, run by the app, creates the bus tables.
 
 @description('Required. Name of the server (globally unique, 3-63 lowercase letters, digits and hyphens).')
 param name string
@@ -16,7 +17,7 @@ param tags object = {}
 @description('Optional. Tenant of the Entra principals that may sign in.')
 param tenantId string = subscription().tenantId
 
-@description('Required. Object (principal) id of the app identity, registered as an Entra principal of the server.')
+@description('Required. Object (principal) id of the app identity, made a plain database role of the server.')
 param appPrincipalId string
 
 @description('Required. Name of the app identity: the PostgreSQL role it signs in as (the user of BUS_POSTGRES_URL).')
@@ -126,20 +127,61 @@ resource database 'Microsoft.DBforPostgreSQL/flexibleServers/databases@2024-08-0
   }
 }
 
-// The app identity as an Entra principal of the server: the role it signs in as. The
-// flexible server's Bicep surface registers Entra principals as administrators only; a
-// narrower role (only the bus schema and the app's tables) is granted by hand, see
-// docs/postgres.md.
-resource appPrincipal 'Microsoft.DBforPostgreSQL/flexibleServers/administrators@2024-08-01' = {
+// The server's Entra administrator is an identity of its own, used only by the deployment
+// script below: the app's identity never holds administrator rights.
+resource dbAdmin 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = {
+  name: 'id-${name}-admin'
+  location: location
+  tags: tags
+}
+
+resource dbAdminPrincipal 'Microsoft.DBforPostgreSQL/flexibleServers/administrators@2024-08-01' = {
   parent: server
-  name: appPrincipalId
+  name: dbAdmin.properties.principalId
   properties: {
     principalType: 'ServicePrincipal'
-    principalName: appPrincipalName
+    principalName: dbAdmin.name
     tenantId: tenantId
   }
   dependsOn: [
     database
+  ]
+}
+
+// The app identity as a plain role: Bicep registers Entra principals as administrators
+// only, so the role is created in SQL, signed in as the administrator identity. The
+// script's container reaches the server through the Azure-services rule below; with the
+// public endpoint disabled, run postgres-app-role.sql from inside the network instead
+// (docs/postgres.md).
+resource appRole 'Microsoft.Resources/deploymentScripts@2023-08-01' = if (publicNetworkAccess == 'Enabled') {
+  name: 'ds-${name}-app-role'
+  location: location
+  tags: tags
+  kind: 'AzureCLI'
+  identity: {
+    type: 'UserAssigned'
+    userAssignedIdentities: {
+      '${dbAdmin.id}': {}
+    }
+  }
+  properties: {
+    azCliVersion: '2.61.0'
+    retentionInterval: 'PT1H'
+    cleanupPreference: 'OnSuccess'
+    timeout: 'PT15M'
+    scriptContent: loadTextContent('postgres-app-role.sh')
+    environmentVariables: [
+      { name: 'PGHOST', value: server.properties.fullyQualifiedDomainName }
+      { name: 'PGDATABASE', value: database.name }
+      { name: 'PGUSER', value: dbAdmin.name }
+      { name: 'APP_ROLE', value: appPrincipalName }
+      { name: 'APP_OBJECT_ID', value: appPrincipalId }
+      { name: 'ROLE_SQL', value: loadTextContent('postgres-app-role.sql') }
+    ]
+  }
+  dependsOn: [
+    dbAdminPrincipal
+    allowAzure
   ]
 }
 
@@ -153,13 +195,13 @@ resource adminPrincipal 'Microsoft.DBforPostgreSQL/flexibleServers/administrator
   }
   // One administrator change at a time: the service refuses concurrent ones.
   dependsOn: [
-    appPrincipal
+    dbAdminPrincipal
   ]
 }
 
 // Flex Consumption instances have no fixed outbound addresses: with the public endpoint,
-// Azure-internal traffic is let through (sign-in still needs an Entra token of a principal
-// registered above).
+// Azure-internal traffic is let through (sign-in still needs an Entra token of a role
+// created above).
 resource allowAzure 'Microsoft.DBforPostgreSQL/flexibleServers/firewallRules@2024-08-01' = if (publicNetworkAccess == 'Enabled') {
   parent: server
   name: 'AllowAzureServices'
@@ -177,6 +219,9 @@ output fqdn string = server.properties.fullyQualifiedDomainName
 
 @description('Name of the database that holds the bus schema.')
 output databaseName string = database.name
+
+@description('Name of the identity that administers the server (for the deployment script; give it to nobody else).')
+output adminIdentityName string = dbAdmin.name
 
 @description('libpq URL of the database for BUS_POSTGRES_URL: the app identity as user, TLS required, no password (an Entra token is used).')
 output url string = 'postgresql://${appPrincipalName}@${server.properties.fullyQualifiedDomainName}:5432/${database.name}?sslmode=require'

@@ -1,5 +1,6 @@
 """The optional PostgreSQL Flexible Server (infra/app/postgres.bicep): Entra authentication
-only, the app identity as its principal, TLS, and the app settings the library reads."""
+only, an administrator identity of its own, the app identity as a plain role, TLS, and the
+app settings the library reads."""
 
 from __future__ import annotations
 
@@ -35,15 +36,38 @@ def test_the_server_accepts_entra_tokens_only() -> None:
     assert not any("password" in name.lower() for name in template["parameters"])
 
 
-def test_the_app_identity_is_an_entra_principal_of_the_server() -> None:
+def test_the_app_identity_is_no_administrator_of_the_server() -> None:
     template = parse_bicep(POSTGRES)
     principals = resources(template, "Microsoft.DBforPostgreSQL/flexibleServers/administrators")
     unconditional = [body for condition, body in principals if condition is None]
 
-    [app] = unconditional
-    assert app["name"] == "appPrincipalId"
-    assert app["properties"]["principalType"] == "ServicePrincipal"
-    assert app["properties"]["principalName"] == "appPrincipalName"
+    [admin] = unconditional
+    assert dotted(admin["name"]) == "dbAdmin.properties.principalId"
+    assert dotted(admin["properties"]["principalName"]) == "dbAdmin.name"
+    names = [dotted(body["name"]) for _, body in principals]
+    assert "appPrincipalId" not in names
+
+
+def test_a_deployment_script_makes_the_app_identity_a_plain_role() -> None:
+    template = parse_bicep(POSTGRES)
+    [(condition, script)] = resources(template, "Microsoft.Resources/deploymentScripts")
+
+    assert condition["operator"]["operands"] == {
+        "operand_1": "publicNetworkAccess",
+        "operand_2": "Enabled",
+    }
+    assert script["kind"] == "AzureCLI"
+    assert list(script["identity"]["userAssignedIdentities"]) == ["'${dbAdmin.id}'"]
+    properties = script["properties"]
+    loaded = properties["scriptContent"]["function"]["parameters"]["file_path"]
+    env = {item["name"]: item["value"] for item in properties["environmentVariables"]}
+    sql_file = env["ROLE_SQL"]["function"]["parameters"]["file_path"]
+    assert (POSTGRES.parent / loaded).is_file()
+    assert (POSTGRES.parent / sql_file).is_file()
+    assert env["APP_ROLE"] == "appPrincipalName"
+    assert env["APP_OBJECT_ID"] == "appPrincipalId"
+    assert dotted(env["PGUSER"]) == "dbAdmin.name"
+    assert dotted(env["PGDATABASE"]) == "database.name"
 
 
 def test_tls_is_required_and_the_url_asks_for_it() -> None:

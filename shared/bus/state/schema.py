@@ -65,7 +65,10 @@ async def migrate(connection: Any) -> list[int]:
     applied_now: list[int] = []
     async with connection.transaction():
         await connection.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
-        await connection.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+        # CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when the schema
+        # exists; an app role granted only its schema (infra/app/postgres-app-role.sql) has not.
+        if await connection.fetchval("SELECT to_regnamespace($1)", SCHEMA) is None:
+            await connection.execute(f"CREATE SCHEMA {SCHEMA}")
         await connection.execute(
             f"CREATE TABLE IF NOT EXISTS {SCHEMA}.migrations ("
             "version int PRIMARY KEY, description text NOT NULL, "
