@@ -49,16 +49,16 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "receiver-outbox-commit-without-etag",
-        "shared/bus/receiver.py",
-        "Update(committed.to_entity(), etag=outbox.etag)",
-        "Update(committed.to_entity())",
+        "shared/bus/state/table.py",
+        "Update(outbox.to_entity(), etag=outbox.etag)",
+        "Update(outbox.to_entity())",
         "R5 commits O(m) without its ETag: a second round commits over the first",
     ),
     Mutant(
         "receiver-state-without-etag",
-        "shared/bus/receiver.py",
-        "Insert(state_row) if state_entity is None else Update(state_row, state_entity.etag)",
-        "Insert(state_row) if state_entity is None else Update(state_row)",
+        "shared/bus/state/table.py",
+        "Insert(entity) if state.expected is None else Update(entity, state.expected)",
+        "Insert(entity) if state.expected is None else Update(entity)",
         "R5 writes the state without its ETag (lost update between messages of a partition)",
     ),
     Mutant(
