@@ -47,7 +47,8 @@ async def plan_deliveries(
         message = output.message
         destinations, headers = await _destinations(output, sender, topics, routes)
         # The bus's trace context wins over a handler's header of the same name.
-        headers |= trace_headers() if output.trace is None else output.trace
+        # A new dict: ``headers`` may be the handler's own, which a replay compares.
+        headers = {**headers, **(trace_headers() if output.trace is None else output.trace)}
         for destination in destinations:
             deliveries.append(
                 Envelope(
