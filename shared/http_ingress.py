@@ -8,7 +8,8 @@ must be left out for an event (events go to the topic's subscribers).
 Answers (JSON): 202 with ``{"idempotency_key", "message_ids", "deduplicated": false}`` for a
 new key; 200 with the same message ids and ``"deduplicated": true`` for a repeat; 400 with
 ``{"error": ...}`` for bad input; 413 for a body over the payload limit; 503 when storage
-could not be reached (retry with the same key).
+could not be reached (retry with the same key). A W3C ``traceparent`` header puts the messages
+sent into the caller's trace (``shared.bus.telemetry``).
 """
 
 from __future__ import annotations
