@@ -313,7 +313,7 @@ class Pipeline(abc.ABC):
             max_outputs=self.config.max_outputs,
         )
         _, handler = self.endpoint.handlers[envelope.type]
-        with self.config.telemetry.handling(self.endpoint.name, envelope):
+        with self.config.telemetry.handling(self.endpoint.name, self.mode, envelope):
             await call_handler(handler, context, message)
         return context
 

@@ -136,15 +136,16 @@ class BusTelemetry:
         return Receiving(self, endpoint, mode, dequeue_count, clock)
 
     @contextmanager
-    def handling(self, endpoint: str, envelope: Envelope) -> Iterator[None]:
+    def handling(self, endpoint: str, mode: str, envelope: Envelope) -> Iterator[None]:
         """The span of a handler run, and its duration. Sends made in it carry this span."""
-        attributes = _messaging(endpoint, "process") | {"bus.message.type": envelope.type}
+        attributes = _messaging(endpoint, "process") | {
+            "bus.mode": mode,
+            "bus.message.type": envelope.type,
+        }
         started = time.perf_counter()
         error: str | None = None
         try:
-            with self.tracer.start_as_current_span(
-                f"handle {envelope.type}", attributes=attributes
-            ):
+            with within(self.tracer.start_span(f"handle {envelope.type}", attributes=attributes)):
                 yield
         except BaseException as e:
             error = type(e).__name__
@@ -229,19 +230,35 @@ def failed(span: Span, error: BaseException) -> None:
     span.set_attribute("error.type", type(error).__name__)
 
 
-@contextmanager
-def within(span: Span) -> Iterator[Span]:
+def within(span: Span) -> Current:
     """``span`` as the current span until the block ends, then ended, failed if it raised."""
-    try:
-        with trace.use_span(
-            span, end_on_exit=False, record_exception=False, set_status_on_exception=False
-        ):
-            yield span
-    except BaseException as e:
-        failed(span, e)
-        raise
-    finally:
-        span.end()
+    return Current(span)
+
+
+class Current:
+    """See ``within``. A span that records nothing (no SDK, or not sampled) is not made
+    current: its context is its parent's or unsampled, so children would come out the same,
+    and this is the path every message takes when telemetry is off."""
+
+    __slots__ = ("_attached", "span")
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+        self._attached: Token[Context] | None = None
+
+    def __enter__(self) -> Span:
+        if self.span.is_recording():
+            self._attached = otel_context.attach(trace.set_span_in_context(self.span))
+        return self.span
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: object
+    ) -> None:
+        if self._attached is not None:
+            otel_context.detach(self._attached)
+        if error is not None:
+            failed(self.span, error)
+        self.span.end()
 
 
 class Receiving:

@@ -74,6 +74,16 @@ class Telemetry:
         ]
         return span
 
+    def attribute_values(self, metric: str, attribute: str) -> set[object]:
+        """Every value ``attribute`` takes in the data points of ``metric``."""
+        values: set[object] = set()
+        data = self.metrics.get_metrics_data()
+        for resource in data.resource_metrics if data else []:
+            for scope in resource.scope_metrics:
+                for found in (m for m in scope.metrics if m.name == metric):
+                    values |= {(p.attributes or {}).get(attribute) for p in found.data.data_points}
+        return values
+
     def counted(self, metric: str) -> Counter[tuple[str, str]]:
         """(endpoint, outcome) -> the sum of counter ``metric``, or a histogram's count."""
         totals: Counter[tuple[str, str]] = Counter()
@@ -216,6 +226,8 @@ async def test_one_trace_spans_a_three_endpoint_chain(
     assert telemetry.counted("bus.messages.duplicates_suppressed") == {}
     assert telemetry.counted("bus.messages.poisoned") == {}
     assert telemetry.counted("messaging.process.duration") == {(e, ""): 1 for e in endpoints}
+    for metric in ("bus.messages.processed", "messaging.process.duration"):
+        assert telemetry.attribute_values(metric, "bus.mode") == {mode}
     assert telemetry.counted("bus.message.latency") == {(e, "processed"): 1 for e in endpoints}
 
 
@@ -406,3 +418,21 @@ async def test_without_an_sdk_the_caller_trace_context_still_travels(
     envelope = Envelope.from_bytes(blob.data)
     assert envelope.destination == names.payments
     assert envelope.headers["traceparent"].split("-")[1] == TRACE_ID
+
+
+async def test_a_repeated_idempotency_key_is_a_deduplicated_ingress_in_the_caller_trace(
+    backend: Backend, mode: Mode, telemetry: Telemetry
+) -> None:
+    flow = await traced_flow(backend, mode, telemetry)
+    placed = await flow.place()
+    again = await flow.post({"traceparent": TRACEPARENT})
+
+    assert again.status == 200
+    assert again.body["message_ids"] == [placed]
+    first, repeat = telemetry.named("ingress ")
+    assert (first.attributes or {})["bus.deduplicated"] is False
+    assert (repeat.attributes or {})["bus.deduplicated"] is True
+    assert parent_of(repeat) == int(CALLER_SPAN, 16)
+    assert not [s for s in telemetry.named("create ") if parent_of(s) == span_id(repeat)]
+    [resent] = [s for s in telemetry.named("send ") if parent_of(s) == span_id(repeat)]
+    assert (resent.attributes or {})["messaging.message.id"] == placed
