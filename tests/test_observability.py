@@ -158,9 +158,10 @@ def test_metrics_go_to_the_exporter_otel_metrics_exporter_names() -> None:
     assert '"bus.messages.processed"' in stdout  # exported at shutdown
 
 
-def test_an_application_insights_connection_string_sets_up_azure_monitor() -> None:
+def test_an_application_insights_connection_string_sets_up_azure_monitor(tmp_path: Path) -> None:
     """With the setting the Bicep template gives the app, Azure Monitor's distro takes over
-    (its ingestion endpoint here is a closed local port: nothing leaves the machine)."""
+    (its ingestion endpoint here is a closed local port: nothing leaves the machine; what it
+    keeps to retry goes to the temporary folder, this test's)."""
     found, _ = run(
         ONE_MESSAGE,
         APPLICATIONINSIGHTS_CONNECTION_STRING=(
@@ -168,6 +169,7 @@ def test_an_application_insights_connection_string_sets_up_azure_monitor() -> No
             "IngestionEndpoint=http://127.0.0.1:9/;LiveEndpoint=http://127.0.0.1:9/"
         ),
         APPLICATIONINSIGHTS_STATSBEAT_DISABLED_ALL="true",
+        TMPDIR=str(tmp_path),
     )
     assert found["CONFIGURED"] == "azure-monitor"
     assert found["OUTCOME"] == "processed"
