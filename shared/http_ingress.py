@@ -8,7 +8,8 @@ must be left out for an event (events go to the topic's subscribers).
 Answers (JSON): 202 with ``{"idempotency_key", "message_ids", "deduplicated": false}`` for a
 new key; 200 with the same message ids and ``"deduplicated": true`` for a repeat; 400 with
 ``{"error": ...}`` for bad input; 413 for a body over the payload limit; 503 when storage
-could not be reached (retry with the same key).
+could not be reached (retry with the same key). A W3C ``traceparent`` header puts the messages
+sent into the caller's trace (``shared.bus.telemetry``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from shared.bus import Bus, BusApp, Command, Event, Message
 from shared.bus.ingress import SendReceipt, check_idempotency_key
 from shared.bus.messages import declared_type
 from shared.bus.routes import UndeliverableMessage
+from shared.bus.telemetry import continuing
 from shared.errors import BusError, InvalidName, MessageTooLarge, OutcomeUnknown, StorageError
 from shared.settings import load_storage_timeouts
 
@@ -156,8 +158,11 @@ async def handle(bus: Bus, headers: Mapping[str, str], raw: bytes) -> Answer:
     a request stopped midway is a crash the protocol recovers from, the retry answers once."""
     seconds = load_storage_timeouts(os.environ).ingress
     try:
-        async with asyncio.timeout(seconds):
-            return await _handle(bus, headers, raw)
+        # A W3C traceparent header (untrusted: a malformed one starts a new trace) is the
+        # parent of the ingress span, so the messages sent join the caller's trace.
+        with continuing(headers):
+            async with asyncio.timeout(seconds):
+                return await _handle(bus, headers, raw)
     except TimeoutError:
         error = (
             f"storage did not answer within {seconds:g} s, retry with the same {IDEMPOTENCY_HEADER}"

@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from shared import http_ingress
+from shared import http_ingress, observability
 from shared.app_loader import configured_app
 from shared.bus import Bus, BusApp, BusConfig, Outcome
 from shared.bus.pipeline import queue_text
@@ -187,9 +187,11 @@ _worker: Worker | None = None
 
 
 def worker() -> Worker:
-    """This process's worker, from the resolved settings on first use."""
+    """This process's worker, from the resolved settings on first use; telemetry is set up
+    then too (``shared.observability``)."""
     global _worker
     if _worker is None:
+        observability.configure()  # before any span: OTEL_* and Application Insights settings
         _worker = Worker.from_settings()
     return _worker
 

@@ -99,6 +99,12 @@ var identityAppSettings = [
     name: 'APPLICATIONINSIGHTS_AUTHENTICATION_STRING'
     value: 'ClientId=${identityClientId};Authorization=AAD'
   }
+  {
+    // The worker sends the bus's traces and metrics through Azure Monitor's distro; its Python
+    // logs already reach Application Insights through the Functions host, so not twice.
+    name: 'OTEL_LOGS_EXPORTER'
+    value: 'none'
+  }
 ]
 
 var extraAppSettings = [for setting in items(union({ CLEANUP_SCHEDULE: cleanupSchedule }, additionalAppSettings)): {

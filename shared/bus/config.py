@@ -6,8 +6,13 @@ import asyncio
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import cached_property
+
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.trace import TracerProvider
 
 from shared.bus.ids import fresh_id
+from shared.bus.telemetry import BusTelemetry
 from shared.clock import Clock, system_clock
 
 
@@ -53,6 +58,14 @@ class BusConfig:
     new_id: Callable[[], str] = fresh_id
     """Source of claim and attempt ids (random; injectable so simulations replay exactly)."""
     jitter: random.Random = field(default_factory=random.Random)
+    tracer_provider: TracerProvider | None = None
+    meter_provider: MeterProvider | None = None
+    """Where the bus's spans and metrics go (``shared.bus.telemetry``); None: the global
+    providers, which the app's edge configures (``shared.observability``) or leaves no-op."""
+
+    @cached_property
+    def telemetry(self) -> BusTelemetry:
+        return BusTelemetry(self.tracer_provider, self.meter_provider)
 
     def backoff(self, round_number: int) -> float:
         """Full-jitter exponential backoff: spreads out copies that collide on one partition."""

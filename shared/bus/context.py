@@ -18,6 +18,7 @@ from shared.bus.messages import (
     check_payload_size,
     checked_partition_key,
 )
+from shared.bus.telemetry import trace_headers
 from shared.errors import MessageTooLarge
 from shared.resources import check_endpoint_name
 
@@ -26,11 +27,17 @@ S = TypeVar("S", bound=BaseModel)
 
 @dataclass(frozen=True)
 class PendingOutput:
-    """A message the handler asked to send; ``to`` is None for a publish."""
+    """A message the handler asked to send; ``to`` is None for a publish.
+
+    ``trace`` is the W3C trace context of the span that asked (the handler's), which its
+    envelopes carry; None: the context current when they are built. Kept apart from
+    ``headers``, which are the handler's own: a replay compares those, and a span id differs
+    on every run."""
 
     message: Message
     to: str | None
     headers: dict[str, str]
+    trace: dict[str, str] | None = None
 
 
 class HandlerContext(Generic[S]):
@@ -100,13 +107,14 @@ class HandlerContext(Generic[S]):
         """Send a command to endpoint ``to`` once this message's processing commits."""
         if not isinstance(command, Command):
             raise TypeError(f"send() takes a Command; publish() events ({type(command)!r})")
-        self._add(PendingOutput(command, check_endpoint_name(to), dict(headers or {})))
+        to = check_endpoint_name(to)
+        self._add(PendingOutput(command, to, dict(headers or {}), trace_headers()))
 
     def publish(self, event: Event, *, headers: dict[str, str] | None = None) -> None:
         """Publish an event to every subscriber of its topic once processing commits."""
         if not isinstance(event, Event):
             raise TypeError(f"publish() takes an Event; send() commands ({type(event)!r})")
-        self._add(PendingOutput(event, None, dict(headers or {})))
+        self._add(PendingOutput(event, None, dict(headers or {}), trace_headers()))
 
     def _add(self, output: PendingOutput) -> None:
         if len(self.outputs) >= self._max_outputs:

@@ -20,6 +20,7 @@ from shared.bus.origin import Origin
 from shared.bus.outgoing import create_tokens, discard_tokens, plan_deliveries, send_signals
 from shared.bus.records import OutgoingSignal
 from shared.bus.routes import Routes
+from shared.bus.telemetry import within
 from shared.bus.topics import RecipientLists
 from shared.clock import to_datetime
 from shared.errors import (
@@ -92,6 +93,15 @@ class IngressClient:
         check_idempotency_key(key)
         checked_partition_key(output.message)
         check_payload_size(output.message, self.config.max_payload_bytes)
+        telemetry = self.config.telemetry
+        # The span of this send: the messages it creates carry it as their trace context.
+        span = telemetry.ingress(self.sender, output.message.type_name())
+        with telemetry.active(), within(span):
+            receipt = await self._send_once(output, key)
+            span.set_attribute("bus.deduplicated", receipt.deduplicated)
+            return receipt
+
+    async def _send_once(self, output: PendingOutput, key: str) -> SendReceipt:
         config = self.config
         for round_number in range(config.max_conflict_rounds):
             if round_number:

@@ -13,6 +13,8 @@ from shared.bus.ids import derived_id
 from shared.bus.messages import Event, body_of, checked_partition_key
 from shared.bus.records import OutgoingSignal
 from shared.bus.routes import Routes
+from shared.bus.telemetry import current as current_telemetry
+from shared.bus.telemetry import trace_headers, within
 from shared.bus.topics import RecipientLists
 from shared.clock import to_datetime
 from shared.errors import AlreadyExists, MessageTooLarge, NotFound, OutcomeUnknown
@@ -44,6 +46,9 @@ async def plan_deliveries(
     for index, output in enumerate(outputs):
         message = output.message
         destinations, headers = await _destinations(output, sender, topics, routes)
+        # The bus's trace context wins over a handler's header of the same name.
+        # A new dict: ``headers`` may be the handler's own, which a replay compares.
+        headers = {**headers, **(trace_headers() if output.trace is None else output.trace)}
         for destination in destinations:
             deliveries.append(
                 Envelope(
@@ -130,27 +135,8 @@ async def create_tokens(
     metadata = {**UNCLAIMED, ORIGIN_METADATA: origin} if origin else UNCLAIMED
     try:
         for envelope in deliveries:
-            text = envelope.model_dump_json()
-            data = text.encode("utf-8")
-            for _ in range(config.max_create_attempts):
-                attempt_id = config.new_id()
-                name = token_name(sender, incoming_id, attempt_id, envelope.id, data)
-                try:
-                    etag = await tokens.create(name, data, metadata)
-                except (OutcomeUnknown, AlreadyExists):
-                    result.abandoned.append(name)
-                    continue
-                if len(text) <= MAX_INLINE_ENVELOPE_CHARS:
-                    result.hints[name] = SignalHint(etag, text)
-                result.committed_candidates.append(
-                    OutgoingSignal.for_token(envelope, attempt_id, name)
-                )
-                break
-            else:
-                raise OutcomeUnknown(
-                    f"could not create a token for {envelope.id} in "
-                    f"{config.max_create_attempts} attempts"
-                )
+            with within(config.telemetry.creating(envelope)):
+                await _create_token(tokens, envelope, result, sender, incoming_id, config, metadata)
     except Exception:
         # Tokens this round created are never going to be committed: remove them now (their
         # creation succeeded, so no late copy can appear). Crashes skip this; the cleanup
@@ -158,6 +144,34 @@ async def create_tokens(
         await discard_tokens(tokens, result.committed_candidates)
         raise
     return result
+
+
+async def _create_token(
+    tokens: BlobContainer,
+    envelope: Envelope,
+    result: CreatedTokens,
+    sender: str,
+    incoming_id: str,
+    config: BusConfig,
+    metadata: dict[str, str],
+) -> None:
+    text = envelope.model_dump_json()
+    data = text.encode("utf-8")
+    for _ in range(config.max_create_attempts):
+        attempt_id = config.new_id()
+        name = token_name(sender, incoming_id, attempt_id, envelope.id, data)
+        try:
+            etag = await tokens.create(name, data, metadata)
+        except (OutcomeUnknown, AlreadyExists):
+            result.abandoned.append(name)
+            continue
+        if len(text) <= MAX_INLINE_ENVELOPE_CHARS:
+            result.hints[name] = SignalHint(etag, text)
+        result.committed_candidates.append(OutgoingSignal.for_token(envelope, attempt_id, name))
+        return
+    raise OutcomeUnknown(
+        f"could not create a token for {envelope.id} in {config.max_create_attempts} attempts"
+    )
 
 
 async def discard_tokens(tokens: BlobContainer, created: list[OutgoingSignal]) -> None:
@@ -185,4 +199,5 @@ async def send_signals(
             etag=None if hint is None else hint.etag,
             envelope=None if hint is None else hint.envelope,
         )
-        await account.queue(out.destination).send(signal.to_json())
+        with within(current_telemetry().sending(out.destination, out.message_id)):
+            await account.queue(out.destination).send(signal.to_json())

@@ -31,6 +31,7 @@ from shared.bus.poison import poison_body as wrapped
 from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal
 from shared.bus.state.base import EndpointState
 from shared.bus.state.table import TableEndpointState
+from shared.bus.telemetry import Receiving
 from shared.bus.topics import RecipientLists
 from shared.clock import to_datetime
 from shared.errors import (
@@ -100,11 +101,13 @@ def queue_text(body: bytes) -> str:
 class Delivery:
     """What is known so far about the message being received: when its queue message was
     inserted (when the caller knows), its id once the signal is parsed, its type once the
-    envelope is decoded. For its log line and poison reason."""
+    envelope is decoded. For its log line, poison reason and receive span."""
 
     message_id: str | None = None
     message_type: str | None = None
     enqueued_at: datetime | None = None
+    trace: Receiving | None = None
+    """Its receive span, which ``_decode`` starts in the trace of the envelope."""
 
 
 _delivery: ContextVar[Delivery | None] = ContextVar("delivery", default=None)
@@ -142,12 +145,18 @@ class Pipeline(abc.ABC):
         with its last error instead. Logs one line per message with its outcome.
         ``enqueued_at`` (the queue message's insertion time) goes into a poison reason."""
         started = time.monotonic()
-        delivery = Delivery(enqueued_at=enqueued_at)
+        trace = self.config.telemetry.receiving(
+            self.endpoint.name, self.mode, dequeue_count, self.config.clock
+        )
+        delivery = Delivery(enqueued_at=enqueued_at, trace=trace)
         reset = _delivery.set(delivery)
         try:
-            outcome = await self._receive(raw, dequeue_count, delivery)
-        except Exception as error:
-            outcome = await self._failed(raw, dequeue_count, delivery, error)
+            with trace:
+                try:
+                    outcome = await self._receive(raw, dequeue_count, delivery)
+                except Exception as error:
+                    outcome = await self._failed(raw, dequeue_count, delivery, error)
+                trace.outcome = outcome.value
         finally:
             _delivery.reset(reset)
         log.info(
@@ -260,6 +269,8 @@ class Pipeline(abc.ABC):
                 f"token {signal.token} holds message {envelope.id} for "
                 f"partition {envelope.partition_key!r}, not what the signal says"
             )
+        if delivery is not None and delivery.trace is not None:
+            delivery.trace.begin(envelope)  # the signal's message: its trace from here on
         if envelope.destination != self.endpoint.name:
             raise MalformedSignal(
                 f"message {envelope.id} is addressed to "
@@ -302,7 +313,8 @@ class Pipeline(abc.ABC):
             max_outputs=self.config.max_outputs,
         )
         _, handler = self.endpoint.handlers[envelope.type]
-        await call_handler(handler, context, message)
+        with self.config.telemetry.handling(self.endpoint.name, self.mode, envelope):
+            await call_handler(handler, context, message)
         return context
 
     def _audit(

@@ -29,6 +29,7 @@ from shared.bus.outgoing import (
 from shared.bus.pipeline import Conflict, IncomingToken, Outcome, Pipeline, poison_body
 from shared.bus.records import OutboxRecord, outbox_row
 from shared.bus.state.base import StateRow, StateTransaction, StateWrite
+from shared.bus.telemetry import within
 from shared.clock import to_datetime
 from shared.errors import (
     AlreadyExists,
@@ -240,8 +241,10 @@ class Receiver(Pipeline):
             state.model_dump_json(),
             None if stored is None else stored.version,
         )
+        span = self.config.telemetry.committing(endpoint.name, self.mode, len(committed.outgoing))
         try:
-            version = await transaction.commit(write, committed, audit)
+            with within(span):
+                version = await transaction.commit(write, committed, audit)
         except TransactionFailed as e:
             # Someone else committed O(m) or changed the partition's state first. Our tokens
             # were created successfully and will never be committed: discard them now.

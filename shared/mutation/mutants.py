@@ -92,21 +92,21 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "outgoing-attempt-id-reused",
         "shared/bus/outgoing.py",
-        """            for _ in range(config.max_create_attempts):
-                attempt_id = config.new_id()""",
-        """            attempt_id = config.new_id()
-            for _ in range(config.max_create_attempts):""",
+        """    for _ in range(config.max_create_attempts):
+        attempt_id = config.new_id()""",
+        """    attempt_id = config.new_id()
+    for _ in range(config.max_create_attempts):""",
         "a create with an unknown outcome is retried under the same attempt id",
     ),
     Mutant(
         "outgoing-unknown-create-committed",
         "shared/bus/outgoing.py",
-        """                except (OutcomeUnknown, AlreadyExists):
-                    result.abandoned.append(name)
-                    continue""",
-        """                except (OutcomeUnknown, AlreadyExists):
-                    etag = ""
-                    result.abandoned.append(name)""",
+        """        except (OutcomeUnknown, AlreadyExists):
+            result.abandoned.append(name)
+            continue""",
+        """        except (OutcomeUnknown, AlreadyExists):
+            etag = ""
+            result.abandoned.append(name)""",
         "a token whose create had an unknown outcome is committed and signalled",
     ),
     # -- client sends (ingress) -----------------------------------------------------------------

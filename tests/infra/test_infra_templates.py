@@ -463,6 +463,9 @@ def test_function_app_settings_are_identity_based() -> None:
         settings["APPLICATIONINSIGHTS_AUTHENTICATION_STRING"]
         == "ClientId=${identityClientId};Authorization=AAD"
     )
+    # The bus's traces and metrics go through Azure Monitor's distro (shared/observability.py);
+    # its logs reach Application Insights through the host already.
+    assert settings["OTEL_LOGS_EXPORTER"] == "none"
 
     # No key-based storage connection of any kind.
     assert "AzureWebJobsStorage" not in settings

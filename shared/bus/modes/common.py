@@ -33,6 +33,7 @@ from shared.bus.outgoing import (
 )
 from shared.bus.pipeline import Conflict, Outcome, Pipeline
 from shared.bus.records import OutgoingSignal, json_property
+from shared.bus.telemetry import within
 from shared.errors import (
     ConflictRetriesExhausted,
     CorruptRecord,
@@ -163,8 +164,11 @@ class ModePipeline(Pipeline):
             # Refused before anything was written (a limit): these tokens never commit.
             await discard_tokens(self.tokens, created.committed_candidates)
             raise
+        outputs = len(created.committed_candidates)
+        span = self.config.telemetry.committing(self.endpoint.name, self.mode, outputs)
         try:
-            return await self.table.transact(operations)
+            with within(span):
+                return await self.table.transact(operations)
         except TransactionFailed as e:
             # Another copy or another message changed the partition first: our tokens were
             # created successfully and will never be committed, so no late copy can appear.
