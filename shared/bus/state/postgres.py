@@ -66,7 +66,7 @@ def _schema_missing(error: Exception) -> NotFound:
     return NotFound(f"the bus schema is missing ({error}): run `bus provision`")
 
 
-async def _translated(what: str, call: Callable[[], Awaitable[T]]) -> T:
+async def translated(what: str, call: Callable[[], Awaitable[T]]) -> T:
     with _translating(what):
         return await call()
 
@@ -157,11 +157,11 @@ async def open_transaction(
 ) -> AsyncIterator[tuple[Connection, list[bool]]]:
     """A pooled connection inside BEGIN, and a flag the caller sets once it has committed;
     otherwise leaving rolls back."""
-    pool = await _translated(f"connecting for {endpoint}", lambda: pools.pool(url))
-    connection = await _translated(f"connecting for {endpoint}", pool.acquire)
+    pool = await translated(f"connecting for {endpoint}", lambda: pools.pool(url))
+    connection = await translated(f"connecting for {endpoint}", pool.acquire)
     committed = [False]
     try:
-        await _translated(f"BEGIN at {endpoint}", lambda: connection.execute("BEGIN"))
+        await translated(f"BEGIN at {endpoint}", lambda: connection.execute("BEGIN"))
         yield connection, committed
     finally:
         if not committed[0]:
@@ -276,7 +276,7 @@ class PostgresEndpointState(EndpointState):
                     outbox = _outbox(row)
             return Snapshot(state, outbox)
 
-        return await _translated(f"reading {self.name}/{partition_key}", query)
+        return await translated(f"reading {self.name}/{partition_key}", query)
 
     async def insert_outbox(self, record: OutboxRecord) -> str:
         async def insert() -> str:
@@ -299,7 +299,7 @@ class PostgresEndpointState(EndpointState):
             )
             return str(version)
 
-        return await _translated(f"inserting O({record.message_id}) at {self.name}", insert)
+        return await translated(f"inserting O({record.message_id}) at {self.name}", insert)
 
     async def delete_outbox(self, record: OutboxRecord) -> None:
         async def delete() -> None:
@@ -320,7 +320,7 @@ class PostgresEndpointState(EndpointState):
             if status == "changed":
                 raise PreconditionFailed(f"O({record.message_id}) has changed")
 
-        await _translated(f"deleting O({record.message_id}) at {self.name}", delete)
+        await translated(f"deleting O({record.message_id}) at {self.name}", delete)
 
     async def fence_outbox(self, record: OutboxRecord) -> OutboxRecord:
         async def fence() -> OutboxRecord:
@@ -344,7 +344,7 @@ class PostgresEndpointState(EndpointState):
                 raise PreconditionFailed(f"O({record.message_id}) has changed")
             return replace(record, etag=str(row["fenced"]))
 
-        return await _translated(f"fencing O({record.message_id}) at {self.name}", fence)
+        return await translated(f"fencing O({record.message_id}) at {self.name}", fence)
 
     async def outbox_page(
         self, continuation: str | None, page_size: int
@@ -381,7 +381,7 @@ class PostgresEndpointState(EndpointState):
             found = [convert(r) for r in rows[:page_size]]
             return found, (next_page(found[-1]) if len(rows) > page_size else None)
 
-        return await _translated(f"listing {what} of {self.name}", page)
+        return await translated(f"listing {what} of {self.name}", page)
 
     @contextlib.asynccontextmanager
     async def begin(self) -> AsyncIterator[StateTransaction]:
@@ -441,4 +441,4 @@ class PostgresEndpointState(EndpointState):
             )
             return int(str(status).rsplit(" ", 1)[-1])
 
-        return await _translated(f"expiring audit rows of {self.name}", expire)
+        return await translated(f"expiring audit rows of {self.name}", expire)

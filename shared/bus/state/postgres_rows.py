@@ -21,10 +21,10 @@ from shared.bus.records import AuditRecord
 from shared.bus.state.connection import Pools
 from shared.bus.state.postgres import (
     Connection,
-    _translated,
     commit_on,
     insert_audit,
     open_transaction,
+    translated,
 )
 from shared.bus.state.rows import (
     ModeRows,
@@ -187,7 +187,7 @@ class PostgresRows(ModeRows):
             )
             return {r["row_key"]: _entity(r) for r in rows}
 
-        return await _translated(f"reading {self.name}/{partition_key}", query)
+        return await translated(f"reading {self.name}/{partition_key}", query)
 
     async def get(self, partition_key: str, row_key: str) -> Entity:
         found = await self.read(partition_key, [row_key])
@@ -220,7 +220,7 @@ class PostgresRows(ModeRows):
                 raise PreconditionFailed(f"row {row.partition_key!r}/{row.row_key!r} changed")
             return str(found["version"])
 
-        return await _translated(f"updating {self.name}/{row.partition_key}", update)
+        return await translated(f"updating {self.name}/{row.partition_key}", update)
 
     async def delete(self, partition_key: str, row_key: str, etag: str | None = None) -> None:
         async def delete() -> None:
@@ -242,7 +242,7 @@ class PostgresRows(ModeRows):
             if status == "changed":
                 raise PreconditionFailed(f"row {partition_key!r}/{row_key!r} has changed")
 
-        await _translated(f"deleting {self.name}/{partition_key}/{row_key}", delete)
+        await translated(f"deleting {self.name}/{partition_key}/{row_key}", delete)
 
     async def page(
         self,
@@ -277,7 +277,7 @@ class PostgresRows(ModeRows):
                 else sql_resume_at(following["partition_key"], following["row_key"])
             )
 
-        return await _translated(f"listing rows of {self.name}", page)
+        return await translated(f"listing rows of {self.name}", page)
 
     @contextlib.asynccontextmanager
     async def begin(self) -> AsyncIterator[RowsTransaction]:
