@@ -86,14 +86,25 @@ def backend_modes(
 ) -> list[typing.Any]:
     """Parameters for the ``backend`` fixture below: every mode on the in-memory stores, and
     the given modes on Azurite (``slow_azurite`` ones only under ``-m slow``); with ``sql``,
-    every mode with PostgreSQL endpoints too (``SQL_BACKENDS``, ``SQL_WINDOW_BACKENDS``)."""
+    PostgreSQL endpoints too: token mode in the model and a real server (``SQL_BACKENDS``),
+    every window mode in the model, and on a real server the window modes that run on
+    Azurite here (a real server is used with Azurite, and costs as much)."""
     params = [pytest.param(("memory", m), id=f"memory-{m}") for m in MODES]
     fast, slow = set(azurite), set(slow_azurite)
     for m in MODES:
         if m in fast or m in slow:
             marks = [pytest.mark.azurite] + ([pytest.mark.slow] if m not in fast else [])
             params.append(pytest.param(("azurite", m), id=f"azurite-{m}", marks=marks))
-    return params + (SQL_BACKENDS + SQL_WINDOW_BACKENDS if sql else [])
+    if not sql:
+        return params
+    params += SQL_BACKENDS
+    for m in WINDOW_MODES:
+        params.append(pytest.param(("memory-sql", m), id=f"memory-sql-{m}"))
+        if m in fast or m in slow:
+            marks = [pytest.mark.azurite, pytest.mark.postgres]
+            marks += [pytest.mark.slow] if m not in fast else []
+            params.append(pytest.param(("postgres", m), id=f"postgres-{m}", marks=marks))
+    return params
 
 
 @pytest.fixture(name="backend", params=backend_modes())
