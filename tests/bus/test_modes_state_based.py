@@ -12,10 +12,16 @@ import pytest
 from pydantic import BaseModel
 
 from shared.bus import BusApp, Command, HandlerContext, Outcome
-from shared.bus.modes.state_based import INDEX_PREFIX, VERSION_PREFIX, truncate_state_streams
+from shared.bus.modes.state_based import (
+    INDEX_PREFIX,
+    VERSION_PREFIX,
+    truncate_state_streams,
+    version_row,
+)
 from shared.clock import ManualClock, to_datetime
 from shared.stores.instrumented import Fault, fault_at
 from shared.stores.memory import MemoryStorageAccount
+from shared.stores.table import encode_continuation
 from tests.bus.harness import (
     Harness,
     mode_rows_of,
@@ -176,3 +182,31 @@ async def test_truncation_keeps_the_latest_version_and_what_duplicates_in_the_wi
     assert removed == 2
     assert calls > 1
     assert sorted(int(str(e["version"])) for e in indexed) == [3, 4, 5]
+
+
+async def test_truncation_resumes_from_a_checkpoint_written_before_the_upgrade() -> None:
+    """A cleanup checkpoint may hold a page continuation in the table's own format, as the
+    truncation returned it before it carried the waiting version: it goes on from there."""
+    backend = memory_backend()
+    assert backend.clock is not None
+    suffix = unique_name("")[:8]
+    app, _ = shooting_app(suffix)
+    harness = await Harness.create(backend, app)
+    shooter = f"range{suffix}"
+    for i in range(3):
+        await harness.setup_bus.client().send(Fire(game="g"), to=shooter, idempotency_key=f"{i}")
+        await harness.run_until_quiet()
+        backend.clock.advance(3600)
+    table = harness.raw.table(shooter)
+    tokens = harness.raw.blob_container(harness.config.tokens_container)
+
+    removed, continuation = await truncate_state_streams(
+        table,
+        tokens=tokens,
+        older_than=to_datetime(backend.clock()),
+        continuation=encode_continuation("g", version_row(2)),
+    )
+
+    versions = [e.row_key async for e in table.query_all(row_key_prefix=VERSION_PREFIX)]
+    assert (removed, continuation) == (1, None)
+    assert versions == [version_row(1), version_row(3)]  # version 1 was before the checkpoint

@@ -335,6 +335,13 @@ async def _resume(rows: ModeRows, continuation: str | None) -> tuple[str | None,
         return None, None
     try:
         marker = json.loads(continuation)
+    except ValueError as e:
+        raise InvalidValue(f"malformed continuation {continuation!r}") from e
+    if not isinstance(marker, dict) or "pending" not in marker:
+        # A page continuation as earlier versions returned it (a cleanup checkpoint written
+        # before an upgrade): go on from there, with no version waiting.
+        return continuation, None
+    try:
         following, (partition_key, row_key) = str(marker["next"]), marker["pending"]
     except (ValueError, TypeError, KeyError) as e:
         raise InvalidValue(f"malformed continuation {continuation!r}") from e
