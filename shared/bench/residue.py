@@ -46,7 +46,13 @@ async def _sql_rows(store: EndpointState) -> list[str]:
     """The SQL rows of an endpoint, named by the kind their table counterparts have."""
     kinds = [STATE_ROW async for _ in store.states()]
     kinds += [OUTBOX_PREFIX async for _ in store.outbox_records()]
-    return kinds + [AUDIT_PREFIX async for _ in store.audit_entities()]
+    kinds += [AUDIT_PREFIX async for _ in store.audit_entities()]
+    rows, continuation = store.rows(), None
+    while True:  # a window mode's own rows (its state rows are counted above)
+        page, continuation = await rows.page(page_size=1000, continuation=continuation)
+        kinds += [e.row_key for e in page if e.row_key != STATE_ROW]
+        if continuation is None:
+            return kinds
 
 
 async def measure_residue(

@@ -28,9 +28,9 @@ message. All share the transport, the handler API and the outgoing side."""
 MODES: tuple[Mode, ...] = typing.get_args(Mode)
 Store = Literal["table", "postgres"]
 """Where an endpoint keeps its state, outbox records and audit rows (``docs/postgres.md``):
-its Table Storage table, or PostgreSQL (token mode), committed in one SQL transaction that a
-handler's own writes can join. Tokens, signals and recipient lists stay in Blob and Queue
-storage either way, so endpoints of both stores talk to each other."""
+its Table Storage table, or PostgreSQL (in every mode, the window modes' rows too), committed
+in one SQL transaction that a handler's own writes can join. Tokens, signals and recipient
+lists stay in Blob and Queue storage either way, so endpoints of both stores talk to each other."""
 STORES: tuple[Store, ...] = typing.get_args(Store)
 Handler = Callable[[HandlerContext[Any], Any], Awaitable[None] | None]
 
@@ -60,13 +60,6 @@ class Endpoint(Generic[S]):
         if self.store not in STORES:
             raise ConfigurationError(
                 f"endpoint {self.name}: unknown store {self.store!r}; choose one of {list(STORES)}"
-            )
-        if self.store == "postgres" and self.mode != "token":
-            # The other modes' rows (state stream, entity outbox map, processed rows) have
-            # no PostgreSQL layout yet: refuse rather than silently keep them in a table.
-            raise ConfigurationError(
-                f"endpoint {self.name}: store='postgres' supports token mode only, "
-                f"not {self.mode!r}"
             )
 
     def handles(self, model: type[M]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -218,12 +218,6 @@ class Pipeline(abc.ABC):
     async def _process(self, signal: Signal) -> Outcome:
         """Deduplicate, run, commit and signal: the mode's own part."""
 
-    async def _read_partition_rows(self, partition_key: str, dedup_row: str) -> dict[str, Entity]:
-        """The partition's state row and the mode's dedup row for this message, in one query
-        (R2), keyed by RowKey; absent rows are simply missing."""
-        page = await self.table.query(partition_key=partition_key, row_keys=[STATE_ROW, dedup_row])
-        return {e.row_key: e for e in page.entities}
-
     async def _poison(self, raw: str, reason: str, dequeue_count: int, error_type: str) -> Outcome:
         log.error("endpoint %s: parking message in poison queue: %s", self.endpoint.name, reason)
         delivery = _delivery.get() or Delivery()

@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from shared.bus.origin import Origin
+from shared.bus.state.rows import ModeRows
 from shared.errors import (
     InvalidName,
     NotFound,
@@ -119,10 +120,15 @@ async def delete_row(table: Table, entity: Entity) -> bool:
 
 
 async def read_rows(
-    limit: asyncio.Semaphore, account: StorageAccount, origins: Iterable[Origin]
+    limit: asyncio.Semaphore,
+    account: StorageAccount,
+    origins: Iterable[Origin],
+    in_database: Mapping[str, ModeRows] | None = None,
 ) -> dict[Origin, Entity | None]:
     """The row each origin names (None when absent), with one read per row, or one query for
-    up to 14 rows of one partition. An origin whose row could not be read is left out."""
+    up to 14 rows of one partition. An origin whose row could not be read is left out. The
+    rows of the endpoints in ``in_database`` are read there rather than in their tables."""
+    databases = in_database or {}
     groups: dict[tuple[str, str], set[str]] = {}
     for origin in origins:
         groups.setdefault((origin.table, origin.partition_key), set()).add(origin.row_key)
@@ -136,9 +142,11 @@ async def read_rows(
         what: tuple[str, str, Sequence[str]],
     ) -> list[tuple[Origin, Entity | None]]:
         table_name, partition, keys = what
-        table = account.table(table_name)
         try:
-            found = await _read_partition(table, partition, keys)
+            if table_name in databases:
+                found = await databases[table_name].read(partition, keys)
+            else:
+                found = await _read_partition(account.table(table_name), partition, keys)
         except STORAGE_ERRORS as e:
             log.warning("cleanup: origin rows in %s/%s unread: %s", table_name, partition, e)
             return []  # their tokens wait for the next pass

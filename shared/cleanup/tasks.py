@@ -12,7 +12,9 @@ signalled is deleted (design notes section 3):
 
 Endpoints that keep their O(m) and audit rows in PostgreSQL (``store="postgres"``) are cleaned
 by the same tasks under the same rules, through their ``EndpointState`` (``context.sql``): a
-token whose origin is such an O(m) is judged by that record, read in PostgreSQL.
+token whose origin is such an O(m) is judged by that record, read in PostgreSQL. The window
+modes' rows of such endpoints (``EndpointState.rows``) are expired by the same functions as
+their table rows, and a token whose origin is one of them is judged by it, read there.
 """
 
 from __future__ import annotations
@@ -193,12 +195,14 @@ class AbandonedTokens(CleanupTask):
                 doomed.append(blob)
             elif isinstance(parsed, str):
                 report.kept[parsed] += 1
-            elif parsed[1].table in context.sql:
+            elif parsed[1].table in context.sql and parsed[2].name == "outbox":
                 in_sql.append((blob, parsed[0], parsed[1]))
             else:
                 waiting.append((blob, *parsed))
         doomed += await _judge_by_sql_origins(context, in_sql, report)
-        rows = await read_rows(context.limit, context.account, {w[2] for w in waiting})
+        # A window mode's origin row of a SQL endpoint is read in its database.
+        in_database = {name: store.rows() for name, store in context.sql.items()}
+        rows = await read_rows(context.limit, context.account, {w[2] for w in waiting}, in_database)
         fences: dict[Origin, list[BlobProperties]] = {}
         for blob, name, origin, kind in waiting:
             if origin not in rows:
@@ -591,8 +595,9 @@ class ModeRetention(CleanupTask):
         self, context: CleanupContext, continuation: str | None, report: TaskReport
     ) -> str | None:
         cutoff = context.now - timedelta(seconds=self.retention(context.config))
+        store = context.sql.get(self.endpoint)
         removed, following = await self.expire(
-            context.account.table(self.endpoint),
+            context.account.table(self.endpoint) if store is None else store.rows(),
             tokens=context.tokens,
             older_than=cutoff,
             page_size=max(2, min(context.settings.page_size, 1000)),

@@ -145,7 +145,7 @@ async def status_report(worker: Worker, progress: bool | None) -> dict[str, Any]
                     missing.append(f"queue {queue}")
             try:
                 rows_of = worker.bus().endpoint_state(endpoint.name)
-                row.update(await count_records(account.table(endpoint.name), endpoint, rows_of))
+                row.update(await count_records(endpoint, rows_of))
             except NotFound:
                 store = endpoint.store
                 missing.append(f"table {endpoint.name}" if store == "table" else "the bus schema")

@@ -8,6 +8,7 @@ index. Only what the endpoint's mode keeps is counted and shown.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from shared.bus.app import Endpoint
@@ -16,36 +17,53 @@ from shared.bus.modes.processed_table import PROCESSED_PREFIX
 from shared.bus.modes.state_based import INDEX_PREFIX
 from shared.bus.records import STATE_ROW
 from shared.bus.state.base import EndpointState
-from shared.stores.table import Table
+from shared.bus.state.rows import ModeRows
+from shared.stores.table import Entity
 
 
-async def count_records(
-    table: Table, endpoint: Endpoint[Any], outbox: EndpointState
-) -> dict[str, int]:
-    """The endpoint's record counts, keyed as ``bus status --json`` reports them. ``outbox`` is
-    where a token-mode endpoint keeps O(m): its table, or PostgreSQL (``store="postgres"``).
+async def count_records(endpoint: Endpoint[Any], state: EndpointState) -> dict[str, int]:
+    """The endpoint's record counts, keyed as ``bus status --json`` reports them. ``state`` is
+    where the endpoint keeps its rows: its table, or PostgreSQL (``store="postgres"``).
     Raises NotFound when the table (or the bus schema) is missing."""
     if endpoint.mode == "token":
         claimed = committed = 0
-        async for record in outbox.outbox_records():
+        async for record in state.outbox_records():
             if record.status == "claimed":
                 claimed += 1
             else:
                 committed += 1
         return {"outbox_claimed": claimed, "outbox_committed": committed}
+    rows = state.rows()
     if endpoint.mode == "entity_outbox":
         undispatched = entries = 0
-        async for entity in table.query_all(row_keys=[STATE_ROW]):
-            state = StateEntity.from_entity(entity)
-            entries += len(state.entries)
-            undispatched += sum(e.out is not None for e in state.entries.values())
+        async for entity in _all(rows, row_key=STATE_ROW):
+            stored = StateEntity.from_entity(entity)
+            entries += len(stored.entries)
+            undispatched += sum(e.out is not None for e in stored.entries.values())
         return {"outbox_undispatched": undispatched, "outbox_entries": entries}
     prefix = PROCESSED_PREFIX if endpoint.mode == "processed_messages" else INDEX_PREFIX
-    rows = 0
-    async for _ in table.query_all(row_key_prefix=prefix):
-        rows += 1
+    count = 0
+    async for _ in _all(rows, row_key_prefix=prefix):
+        count += 1
     key = "processed_rows" if endpoint.mode == "processed_messages" else "indexed_messages"
-    return {key: rows}
+    return {key: count}
+
+
+async def _all(
+    rows: ModeRows, *, row_key: str | None = None, row_key_prefix: str | None = None
+) -> AsyncIterator[Entity]:
+    continuation: str | None = None
+    while True:
+        page, continuation = await rows.page(
+            row_key=row_key,
+            row_key_prefix=row_key_prefix,
+            page_size=1000,
+            continuation=continuation,
+        )
+        for entity in page:
+            yield entity
+        if continuation is None:
+            return
 
 
 def describe(counts: dict[str, int] | None) -> str:

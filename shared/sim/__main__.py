@@ -10,7 +10,9 @@ The default exploration (``make simulate``) runs, for token mode:
    PostgreSQL (its in-memory model), up to one deviation and one fault;
 for each window mode (``processed_messages``, ``state_based``, ``entity_outbox``):
 5. ``small-<mode>`` and ``small-sweep-<mode>`` exhaustively with up to one deviation and one
-   fault (bounded timing: every run stays inside the mode's dedup window);
+   fault (bounded timing: every run stays inside the mode's dedup window), and
+   ``small-postgres-<mode>`` and ``small-partition-postgres-<mode>`` the same with the
+   endpoints' rows in PostgreSQL (its in-memory model);
 and, in token mode, with up to one deviation and one fault:
 6. ``small-ingress``: two scheduled client sends of one idempotency key racing, faults at
    their creates, record and signals included;
@@ -62,6 +64,9 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-partition", 1, 1),
         ("small-postgres", 1, 1),
         ("small-sweep-postgres", 1, 1),
+        ("small-postgres-processed_messages", 1, 1),
+        ("small-postgres-entity_outbox", 1, 1),
+        ("small-partition-postgres-state_based", 1, 1),
     ),
     (
         ("small-sweep", 1, 1),
@@ -74,6 +79,9 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-entity_outbox", 1, 1),
         ("small-sweep-state_based", 1, 1),
         ("small-ingress", 1, 1),
+        ("small-postgres-state_based", 1, 1),
+        ("small-partition-postgres-processed_messages", 1, 1),
+        ("small-partition-postgres-entity_outbox", 1, 1),
     ),
 )
 """The phases explored exhaustively before the random search, dealt to two processes so

@@ -70,6 +70,7 @@ async def cleanup_pass(
             CleanupSettings(grace_seconds=grace_seconds, page_size=1000),
             (endpoint,),
             to_datetime(clock()),
+            sql={endpoint: sql[endpoint]} if endpoint in sql else {},
         )
         tasks: list[CleanupTask] = [AbandonedTokens(f"{endpoint}/"), ModeRetention(endpoint, mode)]
         for task in tasks:

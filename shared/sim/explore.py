@@ -89,11 +89,19 @@ for _mode in WINDOW_MODES:
         CONFIGS[_config.name] = _config
 
 
-# Token mode with the endpoints' rows in PostgreSQL (its in-memory model): the same
-# configurations, the same invariants.
+# The endpoints' rows in PostgreSQL (its in-memory model): the same configurations, the
+# same invariants, in token mode (``small-postgres``) and in each window mode
+# (``small-postgres-processed_messages``, ...).
 for _base in ("small", "small-sweep"):
     _config = replace(CONFIGS[_base], name=f"{_base}-postgres", store="postgres")
     CONFIGS[_config.name] = _config
+for _base in ("small", "small-sweep", "small-partition"):
+    # small-partition: concurrent messages of one partition, where the row versions decide.
+    for _mode in WINDOW_MODES:
+        _config = replace(
+            CONFIGS[f"{_base}-{_mode}"], name=f"{_base}-postgres-{_mode}", store="postgres"
+        )
+        CONFIGS[_config.name] = _config
 
 
 def config_named(name: str) -> SimConfig:

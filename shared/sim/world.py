@@ -163,8 +163,6 @@ class SimConfig:
             )
         if self.client_sends and self.copies != 1:
             raise ConfigurationError("scheduled client sends queue no extra copies: copies=1")
-        if self.store == "postgres" and self.mode != "token":
-            raise ConfigurationError("store='postgres' is for token-mode endpoints")
         if self.lease <= 0 or self.sweep_grace < 0:
             raise ConfigurationError("lease must be positive and sweep_grace not negative")
         longest = self.max_ticks * self.tick + self.sweep_grace + 1

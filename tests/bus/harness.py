@@ -24,6 +24,7 @@ from shared.bus.state.base import EndpointState
 from shared.bus.state.connection import PostgresSettings
 from shared.bus.state.instrumented import InstrumentedSql
 from shared.bus.state.memory_sql import MemorySqlDatabase
+from shared.bus.state.rows import ModeRows
 from shared.bus.state.stores import PostgresDatabase
 from shared.clock import ManualClock
 from shared.errors import NotFound
@@ -35,6 +36,7 @@ from shared.stores.azure import AzureStorageAccount
 from shared.stores.instrumented import Instrumentation, InstrumentedAccount, SimulatedCrash
 from shared.stores.memory import MemoryStorageAccount
 from shared.stores.queue import QueueMessage
+from shared.stores.table import Entity
 from tests.bus.flow import Ledger
 from tests.conftest import Backend, unique_name
 
@@ -42,16 +44,41 @@ MODES: tuple[Mode, ...] = typing.get_args(Mode)
 S = typing.TypeVar("S", bound=BaseModel)
 
 
-SQL_BACKENDS = [
-    pytest.param(("memory-sql", "token"), id="memory-sql-token"),
-    pytest.param(
-        ("postgres", "token"),
-        id="postgres-token",
-        marks=[pytest.mark.azurite, pytest.mark.postgres],
-    ),
-]
-"""Token mode with its endpoints' state in PostgreSQL: in the in-memory model of it (with
-the in-memory storage account) and in a real server (with Azurite)."""
+def sql_backends(modes: Iterable[Mode]) -> list[typing.Any]:
+    """These modes with their endpoints' rows in PostgreSQL: in the in-memory model of it
+    (with the in-memory storage account) and in a real server (with Azurite)."""
+    return [
+        param
+        for m in modes
+        for param in (
+            pytest.param(("memory-sql", m), id=f"memory-sql-{m}"),
+            pytest.param(
+                ("postgres", m),
+                id=f"postgres-{m}",
+                marks=[pytest.mark.azurite, pytest.mark.postgres],
+            ),
+        )
+    ]
+
+
+SQL_BACKENDS = sql_backends(["token"])
+"""Token mode with its endpoints' state in PostgreSQL."""
+WINDOW_MODES: tuple[Mode, ...] = tuple(m for m in MODES if m != "token")
+SQL_WINDOW_BACKENDS = sql_backends(WINDOW_MODES)
+"""The window modes with their endpoints' rows in PostgreSQL."""
+
+
+@dataclass
+class SqlBackend(Backend):
+    """A backend whose endpoints of ``sql_modes`` keep their rows in ``sql``; endpoints of
+    other modes stay on tables and talk to them through blobs and queues."""
+
+    sql_modes: tuple[Mode, ...] = ("token",)
+
+
+def sql_modes(mode: str) -> tuple[Mode, ...]:
+    """The modes a SQL backend parameter moves to the database: one, or ``all``."""
+    return MODES if mode == "all" else (typing.cast(Mode, mode),)
 
 
 def backend_modes(
@@ -59,35 +86,53 @@ def backend_modes(
 ) -> list[typing.Any]:
     """Parameters for the ``backend`` fixture below: every mode on the in-memory stores, and
     the given modes on Azurite (``slow_azurite`` ones only under ``-m slow``); with ``sql``,
-    token mode with PostgreSQL endpoints too (``SQL_BACKENDS``)."""
+    PostgreSQL endpoints too: token mode in the model and a real server (``SQL_BACKENDS``),
+    every window mode in the model, and on a real server the window modes that run on
+    Azurite here (a real server is used with Azurite, and costs as much)."""
     params = [pytest.param(("memory", m), id=f"memory-{m}") for m in MODES]
     fast, slow = set(azurite), set(slow_azurite)
     for m in MODES:
         if m in fast or m in slow:
             marks = [pytest.mark.azurite] + ([pytest.mark.slow] if m not in fast else [])
             params.append(pytest.param(("azurite", m), id=f"azurite-{m}", marks=marks))
-    return params + (SQL_BACKENDS if sql else [])
+    if not sql:
+        return params
+    params += SQL_BACKENDS
+    for m in WINDOW_MODES:
+        params.append(pytest.param(("memory-sql", m), id=f"memory-sql-{m}"))
+        if m in fast or m in slow:
+            marks = [pytest.mark.azurite, pytest.mark.postgres]
+            marks += [pytest.mark.slow] if m not in fast else []
+            params.append(pytest.param(("postgres", m), id=f"postgres-{m}", marks=marks))
+    return params
 
 
 @pytest.fixture(name="backend", params=backend_modes())
 async def per_mode_backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
     """Overrides the suite's ``backend`` in modules that import it: one backend per (store,
     endpoint mode) pair; the ``mode`` fixture names the mode."""
-    name, _ = request.param
-    if name in ("memory", "memory-sql"):
+    name, mode = request.param
+    if name == "memory":
         clock = ManualClock()
-        sql = MemorySqlDatabase() if name == "memory-sql" else None
-        yield Backend(name, MemoryStorageAccount(clock=clock), clock, sql)
+        yield Backend(name, MemoryStorageAccount(clock=clock), clock)
+        return
+    if name == "memory-sql":
+        clock = ManualClock()
+        account = MemoryStorageAccount(clock=clock)
+        yield SqlBackend(name, account, clock, MemorySqlDatabase(), sql_modes(mode))
         return
     endpoints = request.getfixturevalue("azurite")
-    account = AzureStorageAccount(StorageSettings(connection_string=endpoints.connection_string))
+    azure = AzureStorageAccount(StorageSettings(connection_string=endpoints.connection_string))
     database = None
     if name == "postgres":
         database = PostgresDatabase(PostgresSettings(url=request.getfixturevalue("postgres")))
     try:
-        yield Backend(name, account, sql=database)
+        if database is None:
+            yield Backend(name, azure)
+        else:
+            yield SqlBackend(name, azure, sql=database, sql_modes=sql_modes(mode))
     finally:
-        await account.close()
+        await azure.close()
         if database is not None:
             await database.close()
 
@@ -136,11 +181,11 @@ class Harness:
         if backend.clock is not None:
             settings.setdefault("clock", backend.clock)  # one clock for stores and bus
         bus_config = BusConfig(**settings)  # type: ignore[arg-type]
-        if backend.sql is not None:
-            # A SQL backend runs the same flow with its token-mode endpoints' rows in the
-            # database; endpoints of the other modes stay on tables and talk to them.
+        if isinstance(backend, SqlBackend):
+            # A SQL backend runs the same flow with its endpoints of the chosen modes keeping
+            # their rows in the database; the others stay on tables and talk to them.
             for name, endpoint in app.endpoints.items():
-                if endpoint.mode == "token":
+                if endpoint.mode in backend.sql_modes:
                     app.endpoints[name] = replace(endpoint, store="postgres")
         harness = cls(backend, app, bus_config)
         await provision(
@@ -209,9 +254,10 @@ class Harness:
                 (e.partition_key, e.row_key) async for e in self.raw.table(endpoint).query_all()
             ]
         rows = self.rows(endpoint)
-        keys = [(s.partition_key, STATE_ROW) async for s in rows.states()]
-        keys += [(o.partition_key, outbox_row(o.message_id)) async for o in rows.outbox_records()]
-        keys += [(e.partition_key, e.row_key) async for e in rows.audit_entities()]
+        keys = {(s.partition_key, STATE_ROW) async for s in rows.states()}
+        keys |= {(o.partition_key, outbox_row(o.message_id)) async for o in rows.outbox_records()}
+        keys |= {(e.partition_key, e.row_key) async for e in rows.audit_entities()}
+        keys |= {(e.partition_key, e.row_key) async for e in mode_rows_of(rows.rows())}
         return sorted(keys)
 
     async def state(self, endpoint: str, partition: str) -> Ledger:
@@ -269,9 +315,7 @@ async def committed_attempts(harness: Harness) -> set[str]:
     for endpoint in harness.app.endpoints:
         for record in await harness.outbox_records(endpoint):
             attempts |= {o.attempt_id for o in record.outgoing}
-        if harness.app.get(endpoint).store != "table":
-            continue
-        async for entity in harness.raw.table(endpoint).query_all():
+        async for entity in mode_rows_of(harness.rows(endpoint).rows()):
             key = entity.row_key
             if key.startswith(PROCESSED_PREFIX):
                 attempts |= ProcessedRecord.from_entity(entity).committed_attempts
@@ -281,6 +325,17 @@ async def committed_attempts(harness: Harness) -> set[str]:
                 for entry in StateEntity.from_entity(entity).entries.values():
                     attempts |= set(entry.sent)
     return attempts
+
+
+async def mode_rows_of(rows: ModeRows) -> AsyncIterator[Entity]:
+    """Every window-mode row an endpoint keeps (on tables: every row of its table)."""
+    continuation: str | None = None
+    while True:
+        page, continuation = await rows.page(page_size=1000, continuation=continuation)
+        for entity in page:
+            yield entity
+        if continuation is None:
+            return
 
 
 def attempt_of(token: str) -> str:

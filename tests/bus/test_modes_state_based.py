@@ -5,17 +5,28 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from datetime import timedelta
 
 import pytest
 from pydantic import BaseModel
 
 from shared.bus import BusApp, Command, HandlerContext, Outcome
-from shared.bus.modes.state_based import INDEX_PREFIX, VERSION_PREFIX, truncate_state_streams
+from shared.bus.modes.state_based import (
+    INDEX_PREFIX,
+    VERSION_PREFIX,
+    truncate_state_streams,
+    version_row,
+)
 from shared.clock import ManualClock, to_datetime
 from shared.stores.instrumented import Fault, fault_at
 from shared.stores.memory import MemoryStorageAccount
-from tests.bus.harness import Harness
+from shared.stores.table import encode_continuation
+from tests.bus.harness import (
+    Harness,
+    mode_rows_of,
+    per_mode_backend,  # noqa: F401  (fixture "backend")
+)
 from tests.conftest import Backend, unique_name
 
 
@@ -118,37 +129,84 @@ async def test_a_handler_that_is_not_deterministic_is_reported_and_not_applied_t
     assert await harness.tokens() == []
 
 
-async def test_truncation_keeps_the_latest_version_and_what_duplicates_in_the_window_need() -> None:
+@pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param(("memory", "state_based"), id="memory-table"),
+        pytest.param(("azurite", "state_based"), id="azurite-table", marks=pytest.mark.azurite),
+        pytest.param(("memory-sql", "state_based"), id="memory-sql"),
+        pytest.param(
+            ("postgres", "state_based"),
+            id="postgres",
+            marks=[pytest.mark.azurite, pytest.mark.postgres],
+        ),
+    ],
+    indirect=True,
+)
+async def test_truncation_keeps_the_latest_version_and_what_duplicates_in_the_window_need(
+    backend: Backend,
+) -> None:
+    """In every store, over pages of two rows: a page boundary falls between versions of
+    one stream, so the version waiting for its successor crosses from one call to the next
+    in the continuation."""
+    clock = backend.clock or ManualClock(time.time())
+    suffix = unique_name("")[:8]
+    app, _ = shooting_app(suffix)
+    harness = await Harness.create(backend, app, clock=clock)
+    shooter = f"range{suffix}"
+    for i in range(5):  # versions 1..5, one hour apart
+        await harness.setup_bus.client().send(Fire(game="g"), to=shooter, idempotency_key=f"{i}")
+        await harness.run_until_quiet()
+        clock.advance(3600)
+    rows = harness.rows(shooter).rows()
+    tokens = harness.raw.blob_container(harness.config.tokens_container)
+    # The window starts between versions 3 and 4 (committed at +2 h and +3 h).
+    horizon = to_datetime(clock()) - timedelta(hours=2, minutes=30)
+
+    removed, continuation, calls = 0, None, 0
+    while True:
+        count, continuation = await truncate_state_streams(
+            rows, tokens=tokens, older_than=horizon, page_size=2, continuation=continuation
+        )
+        removed, calls = removed + count, calls + 1
+        if continuation is None:
+            break
+
+    kept = [e async for e in mode_rows_of(rows)]
+    versions = [
+        int(e.row_key[len(VERSION_PREFIX) :]) for e in kept if e.row_key.startswith(VERSION_PREFIX)
+    ]
+    indexed = [e for e in kept if e.row_key.startswith(INDEX_PREFIX)]
+    # Version 3 stays: the duplicate of the message that made version 4 replays on it.
+    assert versions == [3, 4, 5]
+    assert removed == 2
+    assert calls > 1
+    assert sorted(int(str(e["version"])) for e in indexed) == [3, 4, 5]
+
+
+async def test_truncation_resumes_from_a_checkpoint_written_before_the_upgrade() -> None:
+    """A cleanup checkpoint may hold a page continuation in the table's own format, as the
+    truncation returned it before it carried the waiting version: it goes on from there."""
     backend = memory_backend()
     assert backend.clock is not None
     suffix = unique_name("")[:8]
     app, _ = shooting_app(suffix)
     harness = await Harness.create(backend, app)
     shooter = f"range{suffix}"
-    for i in range(5):  # versions 1..5, one hour apart
+    for i in range(3):
         await harness.setup_bus.client().send(Fire(game="g"), to=shooter, idempotency_key=f"{i}")
         await harness.run_until_quiet()
         backend.clock.advance(3600)
     table = harness.raw.table(shooter)
     tokens = harness.raw.blob_container(harness.config.tokens_container)
-    # The window starts between versions 3 and 4 (committed at +2 h and +3 h).
-    horizon = to_datetime(backend.clock()) - timedelta(hours=2, minutes=30)
 
-    removed, continuation = 0, None
-    while True:
-        count, continuation = await truncate_state_streams(
-            table, tokens=tokens, older_than=horizon, page_size=2, continuation=continuation
-        )
-        removed += count
-        if continuation is None:
-            break
+    removed, continuation = await truncate_state_streams(
+        table,
+        tokens=tokens,
+        older_than=to_datetime(backend.clock()),
+        continuation=encode_continuation("g", version_row(2)),
+    )
 
-    versions = [
-        int(e.row_key[len(VERSION_PREFIX) :])
-        async for e in table.query_all(row_key_prefix=VERSION_PREFIX)
-    ]
-    indexed = [e async for e in table.query_all(row_key_prefix=INDEX_PREFIX)]
-    # Version 3 stays: the duplicate of the message that made version 4 replays on it.
-    assert versions == [3, 4, 5]
-    assert removed == 2
-    assert sorted(int(str(e["version"])) for e in indexed) == [3, 4, 5]
+    versions = [e.row_key async for e in table.query_all(row_key_prefix=VERSION_PREFIX)]
+    assert (removed, continuation) == (1, None)
+    assert versions == [version_row(1), version_row(3)]  # version 1 was before the checkpoint

@@ -22,6 +22,7 @@ from tests.bus.flow import FlowNames, PlaceOrder, build_flow
 from tests.bus.harness import (
     SQL_BACKENDS,
     Harness,
+    SqlBackend,
     attempt_of,
     backend_modes,
     committed_attempts,
@@ -175,13 +176,19 @@ async def check_every_fault(backend: Backend, flow_mode: Mode | list[Mode]) -> N
     operations = await fault_free_operations(backend, flow_mode)
     first_ack = next(i for i, op in enumerate(operations) if op.kind == "queue.delete")
     kinds = {op.kind for op in operations[: first_ack + 1]}
-    # Where the first endpoint's rows are; with a SQL backend, token-mode endpoints use it.
-    rows = "sql" if backend.sql is not None and flow_mode == "token" else "table"
-    if backend.sql is not None:
-        assert {"sql.query", "sql.insert", "sql.transact"} <= {op.kind for op in operations}
+    # Where the first endpoint's rows are: with a SQL backend, the endpoints of its modes.
+    in_sql = (
+        isinstance(backend, SqlBackend)
+        and (flow_mode[0] if isinstance(flow_mode, list) else flow_mode) in backend.sql_modes
+    )
+    rows = "sql" if in_sql else "table"
+    if isinstance(backend, SqlBackend):
+        used = {op.kind for op in operations}
+        assert {"sql.query" if flow_mode != "entity_outbox" else "sql.get", "sql.transact"} <= used
+        assert "token" not in backend.sql_modes or "sql.insert" in used
     assert {
         "blob.read",
-        f"{rows}.query" if flow_mode != "entity_outbox" else "table.get",
+        f"{rows}.query" if flow_mode != "entity_outbox" else f"{rows}.get",
         "blob.create",
         f"{rows}.transact",
         "queue.send",
@@ -248,6 +255,7 @@ async def test_a_fault_at_any_operation_then_redelivery_keeps_exactly_once(
     [
         pytest.param(("memory", "token"), id="memory"),
         pytest.param(("memory-sql", "token"), id="memory-sql"),
+        pytest.param(("memory-sql", "all"), id="memory-sql-all"),
     ],
     indirect=True,
 )
@@ -257,7 +265,8 @@ async def test_endpoints_of_different_modes_interoperate_under_every_fault(
     """One flow with an endpoint in each mode: the shared transport never lets a duplicate
     create a second token for one message, whichever mode sent it and whichever receives it.
     With ``memory-sql`` the token-mode endpoint keeps its rows in (the model of) PostgreSQL
-    while the others use tables: the stores meet only in blobs and queues."""
+    while the others use tables: the stores meet only in blobs and queues; with
+    ``memory-sql-all`` every endpoint, whatever its mode, keeps its rows there."""
     await check_every_fault(backend, MIXED)
 
 

@@ -1,6 +1,7 @@
 """The cleanup over endpoints that keep their rows in PostgreSQL (and its in-memory model):
 the same job retires their O(m), removes abandoned tokens by asking their O(m) in SQL, and
-expires their audit rows; a committed token not consumed yet is never touched."""
+expires their audit rows; a committed token not consumed yet is never touched. For the window
+modes, it judges tokens by their rows in SQL and expires those rows after their window."""
 
 from __future__ import annotations
 
@@ -8,16 +9,30 @@ from dataclasses import replace
 
 import pytest
 
+from shared.bus.app import Mode
+from shared.bus.modes.entity_outbox import StateEntity
+from shared.bus.modes.processed_table import PROCESSED_PREFIX
+from shared.bus.modes.state_based import INDEX_PREFIX
+from shared.bus.records import STATE_ROW
 from shared.bus.state.base import EndpointState
 from shared.cleanup.job import endpoint_modes, run_cleanup
 from shared.cleanup.report import CleanupReport
 from shared.cleanup.settings import CleanupSettings
 from shared.stores.instrumented import Fault, fault_at_first
 from tests.bus.flow import FlowNames, PlaceOrder, build_flow
-from tests.bus.harness import SQL_BACKENDS, Harness, per_mode_backend  # noqa: F401
+from tests.bus.harness import (
+    SQL_BACKENDS,
+    SQL_WINDOW_BACKENDS,
+    Harness,
+    endpoint_mode,  # noqa: F401  (fixture "mode")
+    mode_rows_of,
+    per_mode_backend,  # noqa: F401  (fixture "backend")
+)
 from tests.conftest import Backend, unique_name
 
-pytestmark = pytest.mark.parametrize("backend", SQL_BACKENDS, indirect=True)
+token_mode = pytest.mark.parametrize("backend", SQL_BACKENDS, indirect=True)
+window_modes = pytest.mark.parametrize("backend", SQL_WINDOW_BACKENDS, indirect=True)
+DAY = 86_400.0
 
 
 def sql_rows(harness: Harness) -> dict[str, EndpointState]:
@@ -46,9 +61,9 @@ async def cleanup(harness: Harness, later: float, **settings: float) -> CleanupR
     return report
 
 
-async def start(backend: Backend) -> tuple[Harness, FlowNames]:
+async def start(backend: Backend, mode: Mode = "token") -> tuple[Harness, FlowNames]:
     names = FlowNames.with_suffix(unique_name("")[:8])
-    harness = await Harness.create(backend, build_flow(names))
+    harness = await Harness.create(backend, build_flow(names, mode=mode))
     assert set(sql_rows(harness)) == set(names.all)
     for order in ("o1", "o2", "o3"):
         await harness.setup_bus.client().send(
@@ -57,6 +72,7 @@ async def start(backend: Backend) -> tuple[Harness, FlowNames]:
     return harness, names
 
 
+@token_mode
 async def test_one_run_after_quiet_leaves_no_dedup_data(backend: Backend) -> None:
     harness, names = await start(backend)
     harness.instrumentation.plan = fault_at_first("sql.transact", Fault.CRASH_BEFORE)
@@ -76,6 +92,7 @@ async def test_one_run_after_quiet_leaves_no_dedup_data(backend: Backend) -> Non
     assert len(await harness.applied(names.orders)) == 3
 
 
+@token_mode
 async def test_a_committed_token_not_yet_consumed_is_kept(backend: Backend) -> None:
     harness, names = await start(backend)
     for message in await harness.raw.queue(names.orders).receive(32, visibility_timeout=30):
@@ -92,6 +109,7 @@ async def test_a_committed_token_not_yet_consumed_is_kept(backend: Backend) -> N
     assert len(await harness.applied(names.loyalty)) == 3
 
 
+@token_mode
 async def test_audit_rows_expire_in_the_same_job(backend: Backend) -> None:
     harness, names = await start(backend)
     await harness.run_until_quiet()
@@ -104,3 +122,75 @@ async def test_audit_rows_expire_in_the_same_job(backend: Backend) -> None:
     assert expired.to_dict()["removed"]["audit_rows"] == 3 + 3 + 3 + 6
     for endpoint in names.all:
         assert await harness.audit_ids(endpoint) == []
+
+
+async def window_rows(harness: Harness) -> tuple[int, int]:
+    """(dedup records, state streams) over every endpoint: processed rows, state-stream
+    index rows and entity-outbox entries, all read in SQL."""
+    records = streams = 0
+    for endpoint in harness.app.endpoints:
+        async for entity in mode_rows_of(harness.rows(endpoint).rows()):
+            if entity.row_key.startswith((PROCESSED_PREFIX, INDEX_PREFIX)):
+                records += 1
+            elif entity.row_key == STATE_ROW and "outbox_parts" in entity.properties:
+                records += len(StateEntity.from_entity(entity).entries)
+            if entity.row_key == STATE_ROW:
+                streams += 1
+    return records, streams
+
+
+@window_modes
+async def test_window_rows_in_sql_judge_tokens_and_expire_after_their_window(
+    backend: Backend, mode: Mode
+) -> None:
+    harness, names = await start(backend, mode)
+    # A second message of partition o1: its stream gets a version the truncation can remove.
+    await harness.setup_bus.client().send(
+        PlaceOrder(order_id="o1", amount=6), to=names.orders, idempotency_key="o1-again"
+    )
+    harness.instrumentation.plan = fault_at_first("sql.transact", Fault.CRASH_BEFORE)
+    await harness.run_until_quiet()
+    assert harness.crashes == 1
+    assert await harness.tokens()  # the crashed round's tokens were never committed
+    records, streams = await window_rows(harness)
+    assert records > streams
+    kind = {
+        "processed_messages": "processed_rows",
+        "state_based": "state_versions",
+        "entity_outbox": "entity_outbox_entries",
+    }[mode]
+
+    within = await cleanup(harness, later=3600)
+
+    assert await harness.tokens() == []  # judged by the rows in SQL: not committed
+    assert within.to_dict()["removed"].get(kind, 0) == 0
+    assert await window_rows(harness) == (records, streams)
+
+    past = await cleanup(harness, later=8 * DAY)
+
+    assert past.to_dict()["removed"][kind] > 0
+    left, _ = await window_rows(harness)
+    # A state stream keeps its latest version (and that version's index row).
+    assert left == (streams if mode == "state_based" else 0)
+    assert len(await harness.applied(names.orders)) == 4
+    assert sorted(await harness.applied(names.orders)) == sorted(
+        await harness.audit_ids(names.orders)
+    )
+
+
+@window_modes
+async def test_a_committed_token_of_a_window_mode_in_sql_is_kept(
+    backend: Backend, mode: Mode
+) -> None:
+    harness, names = await start(backend, mode)
+    for message in await harness.raw.queue(names.orders).receive(32, visibility_timeout=30):
+        await harness.deliver(names.orders, message)  # only orders runs; its outputs wait
+    waiting = await harness.tokens()
+    assert waiting
+
+    await cleanup(harness, later=3600)
+
+    assert await harness.tokens() == waiting
+    await harness.run_until_quiet()
+    assert len(await harness.applied(names.payments)) == 3
+    assert len(await harness.applied(names.loyalty)) == 3

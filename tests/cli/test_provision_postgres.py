@@ -61,4 +61,56 @@ async def test_provision_applies_the_migrations_once(
         )
     finally:
         await connection.close()
-    assert {r["table_name"] for r in tables} == {"migrations", "state", "outbox", "audit"}
+    assert {r["table_name"] for r in tables} == {
+        "migrations",
+        "state",
+        "outbox",
+        "audit",
+        "mode_rows",
+    }
+
+
+async def test_provision_brings_a_database_of_an_earlier_version_up_to_date(
+    postgres: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A database provisioned before the window modes could keep rows in PostgreSQL (schema
+    version 1) gets only the later migrations, and keeps its rows."""
+    url = await fresh_database(postgres)
+    connection = await asyncpg.connect(url)
+    try:
+        version, description, sql = MIGRATIONS[0]
+        await connection.execute(f"CREATE SCHEMA {SCHEMA}")
+        await connection.execute(
+            f"CREATE TABLE {SCHEMA}.migrations (version int PRIMARY KEY, "
+            "description text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        await connection.execute(sql)
+        await connection.execute(
+            f"INSERT INTO {SCHEMA}.migrations (version, description) VALUES ($1, $2)",
+            version,
+            description,
+        )
+        await connection.execute(
+            f"INSERT INTO {SCHEMA}.state VALUES ('ledger', 'p1', 'Ledger', '{{}}', 1)"
+        )
+    finally:
+        await connection.close()
+    app = BusApp()
+    app.endpoint("ledger", mode="processed_messages", store="postgres")
+    worker = Worker(app, Settings({"BUS_POSTGRES_URL": url}, {}), MemoryStorageAccount())
+    resources = tmp_path / "resources.json"
+    resources.write_text(resources_json(worker.resources))
+
+    try:
+        assert await provision_command(worker, resources) == 0
+    finally:
+        await worker.close()
+
+    later = [v for v, _, _ in MIGRATIONS[1:]]
+    assert f"(applied {later})" in capsys.readouterr().out
+    connection = await asyncpg.connect(url)
+    try:
+        assert await connection.fetchval(f"SELECT count(*) FROM {SCHEMA}.mode_rows") == 0
+        assert await connection.fetchval(f"SELECT count(*) FROM {SCHEMA}.state") == 1
+    finally:
+        await connection.close()

@@ -31,14 +31,13 @@ async def test_status_counts_the_records_the_endpoints_mode_keeps(
         backend, build_flow(names, publish=False, charge=False, mode=mode)
     )
     endpoint = harness.app.endpoints[names.orders]
-    table = harness.raw.table(names.orders)
     empty = {k: 0 for k in EXPECTED[mode][0]}
-    assert await count_records(table, endpoint, harness.rows(names.orders)) == empty
+    assert await count_records(endpoint, harness.rows(names.orders)) == empty
 
     await harness.setup_bus.client().send(
         PlaceOrder(order_id="o1", amount=10), to=names.orders, idempotency_key="o1"
     )
     await harness.run_until_quiet()
 
-    counts = await count_records(table, endpoint, harness.rows(names.orders))
+    counts = await count_records(endpoint, harness.rows(names.orders))
     assert (counts, describe(counts)) == EXPECTED[mode]

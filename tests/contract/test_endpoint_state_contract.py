@@ -27,14 +27,15 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture(
+    name="store",
     params=[
         "memory-table",
         pytest.param("azurite-table", marks=pytest.mark.azurite),
         "memory-sql",
         pytest.param("postgres", marks=pytest.mark.postgres),
-    ]
+    ],
 )
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[EndpointState]:
+async def any_store(request: pytest.FixtureRequest) -> AsyncIterator[EndpointState]:
     """A fresh endpoint's rows in the store named by the parameter."""
     name = unique_name("e")
     if request.param == "memory-table":

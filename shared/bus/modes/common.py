@@ -32,7 +32,8 @@ from shared.bus.outgoing import (
     send_signals,
 )
 from shared.bus.pipeline import Conflict, Outcome, Pipeline
-from shared.bus.records import OutgoingSignal, json_property
+from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal, json_property
+from shared.bus.state.rows import ModeRows, RowsTransaction
 from shared.bus.telemetry import within
 from shared.errors import (
     ConflictRetriesExhausted,
@@ -104,6 +105,11 @@ def state_operation(existing: Entity | None, row: Entity) -> TableOperation:
 class ModePipeline(Pipeline):
     """A pipeline whose dedup record is committed with the state, without a token claim."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rows: ModeRows = self.state_store.rows()
+        """The mode's rows, in the endpoint's store (its table, or PostgreSQL)."""
+
     async def _process(self, signal: Signal) -> Outcome:
         token = await self._read_token(signal)
         if token is None:
@@ -153,13 +159,15 @@ class ModePipeline(Pipeline):
 
     async def _commit(
         self,
-        build: Callable[[], list[TableOperation]],
+        transaction: RowsTransaction,
+        build: Callable[[], tuple[list[TableOperation], AuditRecord]],
         created: CreatedTokens,
         abandoned: list[str],
     ) -> list[str | None]:
-        """Commit the round's operations, or clean up after it and raise Conflict."""
+        """Commit the round's rows and audit row, or clean up after it and raise Conflict."""
         try:
-            operations = build()
+            operations, audit = build()
+            audit.to_entity()  # the audit row's limits, the same in every store
         except Exception:
             # Refused before anything was written (a limit): these tokens never commit.
             await discard_tokens(self.tokens, created.committed_candidates)
@@ -168,7 +176,7 @@ class ModePipeline(Pipeline):
         span = self.config.telemetry.committing(self.endpoint.name, self.mode, outputs)
         try:
             with within(span):
-                return await self.table.transact(operations)
+                return await transaction.commit(operations, audit)
         except TransactionFailed as e:
             # Another copy or another message changed the partition first: our tokens were
             # created successfully and will never be committed, so no late copy can appear.
@@ -179,6 +187,11 @@ class ModePipeline(Pipeline):
             # finds the dedup record listing exactly these tokens; if not, they are abandoned.
             abandoned.extend(o.token for o in created.committed_candidates)
             raise Conflict from e
+
+    async def _read_partition_rows(self, partition_key: str, dedup_row: str) -> dict[str, Entity]:
+        """The partition's state row and the mode's dedup row for this message, in one query
+        (R2), keyed by RowKey; absent rows are simply missing."""
+        return await self.rows.read(partition_key, [STATE_ROW, dedup_row])
 
     async def _finish(
         self, outgoing: Sequence[OutgoingSignal], signal: Signal, hints: Hints | None = None

@@ -36,12 +36,13 @@ from shared.bus.modes.common import (
 from shared.bus.modes.errors import EntityOutboxFull
 from shared.bus.outgoing import Hints, send_signals
 from shared.bus.pipeline import Outcome
-from shared.bus.records import STATE_ROW, OutgoingSignal
+from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal
+from shared.bus.state.rows import ModeRows, mode_rows
 from shared.clock import to_datetime
 from shared.errors import NotFound, PreconditionFailed
 from shared.stores.blob import BlobContainer
 from shared.stores.names import MAX_CUSTOM_PROPERTIES, MAX_PROPERTY_BYTES
-from shared.stores.table import Entity, Insert, Table, TableOperation
+from shared.stores.table import Entity, Table, TableOperation
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ class EntityOutboxPipeline(ModePipeline):
 
     async def _read(self, partition_key: str) -> tuple[Entity | None, StateEntity]:
         try:
-            entity = await self.table.get(partition_key, STATE_ROW)
+            entity = await self.rows.get(partition_key, STATE_ROW)
         except NotFound:
             return None, StateEntity(partition_key, self.endpoint.state_type.__name__, None)
         return entity, StateEntity.from_entity(entity)
@@ -169,25 +170,27 @@ class EntityOutboxPipeline(ModePipeline):
             return Outcome.RESUMED
         state = self._load_state(stored.data)
         now = to_datetime(self.config.clock())
-        context = await self._run_handler(envelope, message, state, now=now)
-        created = await self._create_outputs(context, envelope, STATE_ROW)
-        abandoned.extend(created.abandoned)
-        outgoing = tuple(created.committed_candidates)
-        committed_at = to_datetime(self.config.clock())
-        updated = replace(stored, data=state.model_dump_json()).pruned(self._horizon())
-        updated = updated.with_entry(
-            # Nothing to dispatch: the entry is born cleared, saving the second write.
-            m,
-            OutboxEntry(committed_at, tuple(o.attempt_id for o in outgoing), outgoing or None),
-        )
+        async with self.rows.begin() as transaction:
+            context = await self._run_handler(
+                envelope, message, state, now=now, sql=transaction.sql
+            )
+            created = await self._create_outputs(context, envelope, STATE_ROW)
+            abandoned.extend(created.abandoned)
+            outgoing = tuple(created.committed_candidates)
+            committed_at = to_datetime(self.config.clock())
+            updated = replace(stored, data=state.model_dump_json()).pruned(self._horizon())
+            updated = updated.with_entry(
+                # Nothing to dispatch: the entry is born cleared, saving the second write.
+                m,
+                OutboxEntry(committed_at, tuple(o.attempt_id for o in outgoing), outgoing or None),
+            )
 
-        def build() -> list[TableOperation]:
-            return [
-                state_operation(existing, updated.to_entity(self.config.entity_max_bytes)),
-                Insert(self._audit(envelope, outgoing, committed_at).to_entity()),
-            ]
+            def build() -> tuple[list[TableOperation], AuditRecord]:
+                row = updated.to_entity(self.config.entity_max_bytes)
+                operations = [state_operation(existing, row)]
+                return operations, self._audit(envelope, outgoing, committed_at)
 
-        etags = await self._commit(build, created, abandoned)
+            etags = await self._commit(transaction, build, created, abandoned)
         if outgoing:
             await self._dispatch(
                 p, m, outgoing, replace(updated, etag=etags[0] or ""), created.hints
@@ -214,9 +217,7 @@ class EntityOutboxPipeline(ModePipeline):
                 return
             cleared = stored.cleared(message_id).pruned(self._horizon())
             try:
-                await self.table.update(
-                    cleared.to_entity(self.config.entity_max_bytes), etag=stored.etag
-                )
+                await self.rows.update(cleared.to_entity(self.config.entity_max_bytes), stored.etag)
                 return
             except PreconditionFailed:
                 _, stored = await self._read(partition_key)
@@ -229,7 +230,7 @@ class EntityOutboxPipeline(ModePipeline):
 
 
 async def expire_entity_outboxes(
-    table: Table,
+    store: Table | ModeRows,
     *,
     tokens: BlobContainer,
     older_than: datetime,
@@ -252,23 +253,26 @@ async def expire_entity_outboxes(
     exists a second commit fails on it.
     """
     check_page_size(page_size)
-    page = await table.query(row_keys=[STATE_ROW], page_size=page_size, continuation=continuation)
+    rows = mode_rows(store)
+    entities, following = await rows.page(
+        row_key=STATE_ROW, page_size=page_size, continuation=continuation
+    )
     dropped = 0
-    for entity in page.entities:
+    for entity in entities:
         stored = StateEntity.from_entity(entity)
         expired = [m for m, e in stored.entries.items() if e.at < older_than]
         kept = dict(stored.entries)
         for m in expired:
             if await drop_abandoned_tokens(
-                tokens, table.name, m, stored.entries[m].sent, older_than=older_than
+                tokens, rows.name, m, stored.entries[m].sent, older_than=older_than
             ):
                 del kept[m]
         if len(kept) == len(stored.entries):
             continue
         trimmed = replace(stored, entries=kept)
         try:
-            await table.update(trimmed.to_entity(1 << 30), etag=entity.etag)
+            await rows.update(trimmed.to_entity(1 << 30), entity.etag)
         except PreconditionFailed:
             continue
         dropped += len(stored.entries) - len(kept)
-    return dropped, page.continuation
+    return dropped, following

@@ -1,7 +1,8 @@
 """Processed-messages mode (seed "idempotent handlers"): one row per processed message.
 
 Partition p of the endpoint's table holds ``state`` (as in token mode), ``processed|{m}`` for
-every message processed (when, and the committed outgoing signals) and ``audit|{m}``. The
+every message processed (when, and the committed outgoing signals) and ``audit|{m}``; with
+``store="postgres"`` the same rows live in PostgreSQL (``shared.bus.state.rows``). The
 processed row is inserted in the same transaction as the state change: a copy that arrives
 later finds it with the same query that reads the state and only re-sends the committed
 signals; a concurrent copy's insert fails the whole transaction, so its state change is
@@ -26,7 +27,8 @@ from shared.bus.modes.common import (
     state_operation,
 )
 from shared.bus.pipeline import Outcome
-from shared.bus.records import STATE_ROW
+from shared.bus.records import STATE_ROW, AuditRecord
+from shared.bus.state.rows import ModeRows, mode_rows
 from shared.clock import to_datetime
 from shared.errors import PreconditionFailed
 from shared.stores.blob import BlobContainer
@@ -73,32 +75,35 @@ class ProcessedMessagesPipeline(ModePipeline):
         existing = rows.get(STATE_ROW)
         state = self._load_state(None if existing is None else str(existing["data"]))
         now = to_datetime(self.config.clock())
-        context = await self._run_handler(envelope, message, state, now=now)
-        created = await self._create_outputs(context, envelope, processed_row(m))
-        abandoned.extend(created.abandoned)
-        record = ProcessedRecord(
-            partition_key=p,
-            message_id=m,
-            committed_at=to_datetime(self.config.clock()),
-            incoming_token=signal.token,
-            outgoing=tuple(created.committed_candidates),
-            abandoned=tuple(sorted(set(abandoned))),
-        )
+        async with self.rows.begin() as transaction:
+            context = await self._run_handler(
+                envelope, message, state, now=now, sql=transaction.sql
+            )
+            created = await self._create_outputs(context, envelope, processed_row(m))
+            abandoned.extend(created.abandoned)
+            record = ProcessedRecord(
+                partition_key=p,
+                message_id=m,
+                committed_at=to_datetime(self.config.clock()),
+                incoming_token=signal.token,
+                outgoing=tuple(created.committed_candidates),
+                abandoned=tuple(sorted(set(abandoned))),
+            )
 
-        def build() -> list[TableOperation]:
-            return [
-                state_operation(existing, self._state_entity(p, state)),
-                Insert(record.to_entity()),
-                Insert(self._audit(envelope, record.outgoing, record.committed_at).to_entity()),
-            ]
+            def build() -> tuple[list[TableOperation], AuditRecord]:
+                operations = [
+                    state_operation(existing, self._state_entity(p, state)),
+                    Insert(record.to_entity()),
+                ]
+                return operations, self._audit(envelope, record.outgoing, record.committed_at)
 
-        await self._commit(build, created, abandoned)
+            await self._commit(transaction, build, created, abandoned)
         await self._finish(record.outgoing, signal, created.hints)
         return Outcome.PROCESSED
 
 
 async def expire_processed(
-    table: Table,
+    store: Table | ModeRows,
     *,
     tokens: BlobContainer,
     older_than: datetime,
@@ -106,8 +111,9 @@ async def expire_processed(
     continuation: str | None = None,
 ) -> tuple[int, str | None]:
     """Remove processed rows committed before ``older_than`` (now minus
-    ``BusConfig.processed_retention_seconds``), one page of up to ``page_size`` rows per call.
-    Returns how many were removed and the continuation for the next call (None when done).
+    ``BusConfig.processed_retention_seconds``), one page of up to ``page_size`` rows per call,
+    from the endpoint's table or its rows in PostgreSQL. Returns how many were removed and the
+    continuation for the next call (None when done).
 
     Before a row goes, uncommitted tokens of its message's rounds still under
     ``{endpoint}/{m}/`` are deleted (committed ones are in flight and left to their receiver);
@@ -121,25 +127,26 @@ async def expire_processed(
     time, and only once its audit row (same commit, kept for the audit retention) is gone too.
     """
     check_page_size(page_size)
-    page = await table.query(
+    rows = mode_rows(store)
+    entities, following = await rows.page(
         row_key_prefix=PROCESSED_PREFIX, page_size=page_size, continuation=continuation
     )
     removed = 0
-    for entity in page.entities:
+    for entity in entities:
         record = ProcessedRecord.from_entity(entity)
         if record.committed_at >= older_than:
             continue
         if not await drop_abandoned_tokens(
             tokens,
-            table.name,
+            rows.name,
             record.message_id,
             record.committed_attempts,
             older_than=older_than,
         ):
             continue
         try:
-            await table.delete(entity.partition_key, entity.row_key, etag=entity.etag)
+            await rows.delete(entity.partition_key, entity.row_key, etag=entity.etag)
         except PreconditionFailed:
             continue
         removed += 1
-    return removed, page.continuation
+    return removed, following

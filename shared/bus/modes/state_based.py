@@ -10,6 +10,8 @@ Partition p of the endpoint's table holds:
   query that reads the head, never by scanning the stream;
 - ``audit|{m}``.
 
+With ``store="postgres"`` the same rows live in PostgreSQL (``shared.bus.state.rows``).
+
 A copy of an already processed message restores the version before m's (a point read of
 ``version|{n-1}`` and ``version|{n}`` in one query), re-runs the handler with the captured
 context, and compares: the same outputs (types, destinations, bodies, hence the same ids) and
@@ -45,11 +47,12 @@ from shared.bus.modes.common import (
 )
 from shared.bus.modes.errors import NondeterministicHandler
 from shared.bus.pipeline import Outcome
-from shared.bus.records import STATE_ROW, json_property
+from shared.bus.records import STATE_ROW, AuditRecord, json_property
+from shared.bus.state.rows import ModeRows, mode_rows
 from shared.clock import to_datetime
-from shared.errors import CorruptRecord, PreconditionFailed
+from shared.errors import CorruptRecord, InvalidValue, PreconditionFailed
 from shared.stores.blob import BlobContainer
-from shared.stores.table import Entity, Insert, Table, TableOperation, encode_continuation
+from shared.stores.table import Entity, Insert, Table, TableOperation
 
 log = logging.getLogger(__name__)
 
@@ -179,32 +182,35 @@ class StateBasedPipeline(ModePipeline):
         state = self._load_state(None if head is None else str(head["data"]))
         now = to_datetime(self.config.clock())
         seed = stable_seed(m, "random")
-        context = await self._run_handler(envelope, message, state, now=now, seed=seed)
-        created = await self._create_outputs(context, envelope, index_row(m))
-        abandoned.extend(created.abandoned)
-        committed_at = to_datetime(self.config.clock())
-        data = state.model_dump_json()
-        version = Version(
-            p, current + 1, m, committed_at, now, seed, data, fingerprint(context.outputs)
-        )
-        entry = IndexEntry(
-            partition_key=p,
-            message_id=m,
-            version=current + 1,
-            committed_at=committed_at,
-            outgoing=tuple(created.committed_candidates),
-            abandoned=tuple(sorted(set(abandoned))),
-        )
+        async with self.rows.begin() as transaction:
+            context = await self._run_handler(
+                envelope, message, state, now=now, seed=seed, sql=transaction.sql
+            )
+            created = await self._create_outputs(context, envelope, index_row(m))
+            abandoned.extend(created.abandoned)
+            committed_at = to_datetime(self.config.clock())
+            data = state.model_dump_json()
+            version = Version(
+                p, current + 1, m, committed_at, now, seed, data, fingerprint(context.outputs)
+            )
+            entry = IndexEntry(
+                partition_key=p,
+                message_id=m,
+                version=current + 1,
+                committed_at=committed_at,
+                outgoing=tuple(created.committed_candidates),
+                abandoned=tuple(sorted(set(abandoned))),
+            )
 
-        def build() -> list[TableOperation]:
-            return [
-                state_operation(head, self._state_entity(p, state, version=current + 1)),
-                Insert(version.to_entity()),
-                Insert(entry.to_entity()),
-                Insert(self._audit(envelope, entry.outgoing, committed_at).to_entity()),
-            ]
+            def build() -> tuple[list[TableOperation], AuditRecord]:
+                operations = [
+                    state_operation(head, self._state_entity(p, state, version=current + 1)),
+                    Insert(version.to_entity()),
+                    Insert(entry.to_entity()),
+                ]
+                return operations, self._audit(envelope, entry.outgoing, committed_at)
 
-        await self._commit(build, created, abandoned)
+            await self._commit(transaction, build, created, abandoned)
         await self._finish(entry.outgoing, signal, created.hints)
         return Outcome.PROCESSED
 
@@ -215,12 +221,7 @@ class StateBasedPipeline(ModePipeline):
         check that it reproduces the committed run, then re-send the committed signals."""
         n = entry.version
         wanted = [version_row(n)] + ([version_row(n - 1)] if n > 1 else [])
-        rows = {
-            e.row_key: e
-            for e in (
-                await self.table.query(partition_key=entry.partition_key, row_keys=wanted)
-            ).entities
-        }
+        rows = await self.rows.read(entry.partition_key, wanted)
         produced = rows.get(version_row(n))
         before = rows.get(version_row(n - 1)) if n > 1 else None
         outcome = Outcome.RESUMED
@@ -236,9 +237,16 @@ class StateBasedPipeline(ModePipeline):
         else:
             committed = Version.from_entity(produced)
             restored = self._load_state(None if before is None else str(before["data"]))
-            context = await self._run_handler(
-                envelope, message, restored, now=committed.now, seed=committed.seed
-            )
+            async with self.rows.begin() as transaction:
+                # Never committed: whatever the replay writes through ctx.sql is rolled back.
+                context = await self._run_handler(
+                    envelope,
+                    message,
+                    restored,
+                    now=committed.now,
+                    seed=committed.seed,
+                    sql=transaction.sql,
+                )
             differences = compare_replay(committed, context)
             if differences:
                 error = NondeterministicHandler(self.endpoint.name, entry.message_id, differences)
@@ -268,7 +276,7 @@ def compare_replay(committed: Version, replay: HandlerContext[Any]) -> list[str]
 
 
 async def truncate_state_streams(
-    table: Table,
+    store: Table | ModeRows,
     *,
     tokens: BlobContainer,
     older_than: datetime,
@@ -293,53 +301,69 @@ async def truncate_state_streams(
     committed outputs without the replay check.
     """
     check_page_size(page_size, minimum=2)
+    rows = mode_rows(store)
     removed = 0
     seen = 0
-    pending: Entity | None = None  # a version whose successor is not read yet
+    continuation, pending = await _resume(rows, continuation)
     while True:
-        page = await table.query(
+        entities, following = await rows.page(
             row_key_prefix=VERSION_PREFIX, page_size=page_size, continuation=continuation
         )
-        for entity in page.entities:
+        for entity in entities:
             seen += 1
             if pending is not None and pending.partition_key == entity.partition_key:
                 successor = Version.from_entity(entity)
                 if successor.committed_at < older_than and await _remove_version(
-                    table, tokens, Version.from_entity(pending), pending.etag, older_than
+                    rows, tokens, Version.from_entity(pending), pending.etag, older_than
                 ):
                     removed += 1
             pending = entity
-        if page.continuation is None:
+        if following is None:
             return removed, None  # the last version of the last partition stays
-        continuation = page.continuation
+        continuation = following
         if seen >= page_size and pending is not None:
             # Whether ``pending`` is its partition's latest version is decided by the row
-            # after it: the next call starts from ``pending`` itself.
-            return removed, encode_continuation(pending.partition_key, pending.row_key)
+            # after it: the next call reads ``pending`` again and goes on after it.
+            marker = {"next": following, "pending": [pending.partition_key, pending.row_key]}
+            return removed, json.dumps(marker)
+
+
+async def _resume(rows: ModeRows, continuation: str | None) -> tuple[str | None, Entity | None]:
+    """The store's page continuation and the version still waiting for its successor, from
+    a continuation ``truncate_state_streams`` returned (opaque text to its callers)."""
+    if continuation is None:
+        return None, None
+    try:
+        marker = json.loads(continuation)
+    except ValueError as e:
+        raise InvalidValue(f"malformed continuation {continuation!r}") from e
+    if not isinstance(marker, dict) or "pending" not in marker:
+        # A page continuation as earlier versions returned it (a cleanup checkpoint written
+        # before an upgrade): go on from there, with no version waiting.
+        return continuation, None
+    try:
+        following, (partition_key, row_key) = str(marker["next"]), marker["pending"]
+    except (ValueError, TypeError, KeyError) as e:
+        raise InvalidValue(f"malformed continuation {continuation!r}") from e
+    found = await rows.read(str(partition_key), [str(row_key)])
+    return following, found.get(str(row_key))  # gone meanwhile: nothing waits
 
 
 async def _remove_version(
-    table: Table, tokens: BlobContainer, version: Version, etag: str, older_than: datetime
+    rows: ModeRows, tokens: BlobContainer, version: Version, etag: str, older_than: datetime
 ) -> bool:
-    try:
-        entry = IndexEntry.from_entity(
-            (
-                await table.query(
-                    partition_key=version.partition_key, row_keys=[index_row(version.message_id)]
-                )
-            ).entities[0]
-        )
-    except IndexError:
-        entry = None
+    found = await rows.read(version.partition_key, [index_row(version.message_id)])
+    indexed = found.get(index_row(version.message_id))
+    entry = None if indexed is None else IndexEntry.from_entity(indexed)
     attempts = entry.committed_attempts if entry is not None else frozenset()
     if not await drop_abandoned_tokens(
-        tokens, table.name, version.message_id, attempts, older_than=older_than
+        tokens, rows.name, version.message_id, attempts, older_than=older_than
     ):
         return False
     # The index first: a version without its index row is never looked up.
-    await table.delete(version.partition_key, index_row(version.message_id))
+    await rows.delete(version.partition_key, index_row(version.message_id))
     try:
-        await table.delete(version.partition_key, version_row(version.version), etag=etag)
+        await rows.delete(version.partition_key, version_row(version.version), etag=etag)
     except PreconditionFailed:
         return False
     return True

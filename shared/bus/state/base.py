@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from shared.bus.records import AuditRecord, OutboxRecord
+from shared.bus.state.rows import ModeRows
 from shared.errors import InvalidValue
 from shared.stores.table import Entity
 
@@ -131,8 +132,12 @@ class EndpointState(abc.ABC):
         """Open a unit of work. Leaving it without ``commit`` rolls everything back."""
 
     @abc.abstractmethod
+    def rows(self) -> ModeRows:
+        """The endpoint's window-mode rows, in the same store (``shared.bus.state.rows``)."""
+
+    @abc.abstractmethod
     def states(self) -> AsyncIterator[StateRow]:
-        """Every partition's state row (for tools and tests)."""
+        """Every partition's state row, whichever mode wrote it (for tools and tests)."""
 
     async def outbox_records(self) -> AsyncIterator[OutboxRecord]:
         """Every O(m) of the endpoint, page by page (for tools and tests)."""

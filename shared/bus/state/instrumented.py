@@ -8,14 +8,15 @@ The listings for tools (states, outbox records, audit rows) are passed through u
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 
 from shared.bus.records import AuditRecord, OutboxRecord
 from shared.bus.state.base import EndpointState, Snapshot, StateRow, StateTransaction, StateWrite
+from shared.bus.state.rows import ModeRows, RowsTransaction
 from shared.bus.state.stores import SqlDatabase
 from shared.stores.instrumented import Instrumentation
-from shared.stores.table import Entity
+from shared.stores.table import Entity, TableOperation
 
 
 class InstrumentedSql:
@@ -93,6 +94,9 @@ class InstrumentedState(EndpointState):
         async with self.inner.begin() as transaction:
             yield _Transaction(transaction, self.name, self._i)
 
+    def rows(self) -> ModeRows:
+        return InstrumentedRows(self.inner.rows(), self._i)
+
     def states(self) -> AsyncIterator[StateRow]:
         return self.inner.states()
 
@@ -103,3 +107,84 @@ class InstrumentedState(EndpointState):
 
     async def expire_audit(self, before: datetime) -> int:
         return await self.inner.expire_audit(before)
+
+
+class _RowsTransaction(RowsTransaction):
+    def __init__(self, inner: RowsTransaction, name: str, i: Instrumentation) -> None:
+        self._inner = inner
+        self._name = name
+        self._i = i
+
+    @property
+    def sql(self) -> object:
+        return self._inner.sql
+
+    async def commit(
+        self, operations: Sequence[TableOperation], audit: AuditRecord
+    ) -> list[str | None]:
+        return await self._i.run(
+            "sql.transact",
+            f"{self._name}/{audit.partition_key}",
+            lambda: self._inner.commit(operations, audit),
+        )
+
+
+class InstrumentedRows(ModeRows):
+    """A window mode's rows in SQL, each call one numbered operation."""
+
+    def __init__(self, inner: ModeRows, instrumentation: Instrumentation) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._i = instrumentation
+
+    async def read(self, partition_key: str, row_keys: Sequence[str]) -> dict[str, Entity]:
+        return await self._i.run(
+            "sql.query",
+            f"{self.name}/{partition_key}",
+            lambda: self.inner.read(partition_key, row_keys),
+        )
+
+    async def get(self, partition_key: str, row_key: str) -> Entity:
+        return await self._i.run(
+            "sql.get",
+            f"{self.name}/{partition_key}/{row_key}",
+            lambda: self.inner.get(partition_key, row_key),
+        )
+
+    async def update(self, entity: Entity, etag: str) -> str:
+        return await self._i.run(
+            "sql.update",
+            f"{self.name}/{entity.partition_key}/{entity.row_key}",
+            lambda: self.inner.update(entity, etag),
+        )
+
+    async def delete(self, partition_key: str, row_key: str, etag: str | None = None) -> None:
+        await self._i.run(
+            "sql.delete",
+            f"{self.name}/{partition_key}/{row_key}",
+            lambda: self.inner.delete(partition_key, row_key, etag),
+        )
+
+    async def page(
+        self,
+        *,
+        row_key_prefix: str | None = None,
+        row_key: str | None = None,
+        page_size: int,
+        continuation: str | None = None,
+    ) -> tuple[list[Entity], str | None]:
+        return await self._i.run(
+            "sql.query",
+            self.name,
+            lambda: self.inner.page(
+                row_key_prefix=row_key_prefix,
+                row_key=row_key,
+                page_size=page_size,
+                continuation=continuation,
+            ),
+        )
+
+    @contextlib.asynccontextmanager
+    async def begin(self) -> AsyncIterator[RowsTransaction]:
+        async with self.inner.begin() as transaction:
+            yield _RowsTransaction(transaction, self.name, self._i)

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from shared.bus.records import AuditRecord, OutboxRecord, OutgoingSignal, audit_row
+from shared.bus.records import STATE_ROW, AuditRecord, OutboxRecord, OutgoingSignal, audit_row
 from shared.bus.state.base import (
     EndpointState,
     Snapshot,
@@ -31,6 +31,7 @@ from shared.bus.state.base import (
     page_after,
 )
 from shared.bus.state.connection import Pools
+from shared.bus.state.rows import ModeRows
 from shared.bus.state.schema import SCHEMA
 from shared.errors import (
     AlreadyExists,
@@ -65,7 +66,7 @@ def _schema_missing(error: Exception) -> NotFound:
     return NotFound(f"the bus schema is missing ({error}): run `bus provision`")
 
 
-async def _translated(what: str, call: Callable[[], Awaitable[T]]) -> T:
+async def translated(what: str, call: Callable[[], Awaitable[T]]) -> T:
     with _translating(what):
         return await call()
 
@@ -104,33 +105,86 @@ def _json_outgoing(record: OutboxRecord) -> str:
     return json.dumps([o.model_dump() for o in record.outgoing])
 
 
+async def commit_on(connection: Connection, endpoint: str, write: Callable[[], Awaitable[T]]) -> T:
+    """Run ``write`` (the transaction's statements) and COMMIT, with asyncpg's errors as the
+    commit's: a lost race or a lost connection before COMMIT is TransactionFailed (nothing
+    landed), no answer to COMMIT itself is OutcomeUnknown."""
+    try:
+        result = await write()
+    except _LOST_RACE as e:
+        raise TransactionFailed(0, PreconditionFailed(f"concurrent commit: {e}")) from e
+    except _UNKNOWN as e:
+        # Not committed yet: the server rolls back a transaction whose client is gone.
+        raise TransactionFailed(0, PreconditionFailed(f"connection lost: {e}")) from e
+    except asyncpg.PostgresError as e:
+        raise StorageError(f"commit at {endpoint}: {type(e).__name__}: {e}") from e
+    try:
+        await connection.execute("COMMIT")
+    except _UNKNOWN as e:
+        raise OutcomeUnknown(f"COMMIT at {endpoint}: no answer: {e}") from e
+    except _LOST_RACE as e:
+        raise TransactionFailed(0, PreconditionFailed(f"concurrent commit: {e}")) from e
+    return result
+
+
+async def insert_audit(c: Connection, endpoint: str, audit: AuditRecord, *, index: int) -> None:
+    """Insert the audit row inside the open transaction; TransactionFailed(``index``) if the
+    message has one already."""
+    inserted = await c.fetchval(
+        f"INSERT INTO {SCHEMA}.audit (endpoint, partition_key, message_id, message_type, "
+        "source, correlation_id, causation_id, sent_at, processed_at, mode, caused) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb) "
+        "ON CONFLICT DO NOTHING RETURNING 1",
+        endpoint,
+        audit.partition_key,
+        audit.message_id,
+        audit.message_type,
+        audit.source,
+        audit.correlation_id,
+        audit.causation_id or "",
+        audit.sent_at,
+        audit.processed_at,
+        audit.mode,
+        json.dumps(audit.caused),
+    )
+    if inserted is None:
+        raise TransactionFailed(index, AlreadyExists(f"audit row of {audit.message_id} exists"))
+
+
+@contextlib.asynccontextmanager
+async def open_transaction(
+    pools: Pools, url: str, endpoint: str
+) -> AsyncIterator[tuple[Connection, list[bool]]]:
+    """A pooled connection inside BEGIN, and a flag the caller sets once it has committed;
+    otherwise leaving rolls back."""
+    pool = await translated(f"connecting for {endpoint}", lambda: pools.pool(url))
+    connection = await translated(f"connecting for {endpoint}", pool.acquire)
+    committed = [False]
+    try:
+        await translated(f"BEGIN at {endpoint}", lambda: connection.execute("BEGIN"))
+        yield connection, committed
+    finally:
+        if not committed[0]:
+            with contextlib.suppress(*_UNKNOWN, asyncpg.PostgresError):
+                await connection.execute("ROLLBACK")
+        await pool.release(connection)
+
+
 class PostgresTransaction(StateTransaction):
-    def __init__(self, endpoint: str, connection: Connection) -> None:
+    def __init__(self, endpoint: str, connection: Connection, committed: list[bool]) -> None:
         self._endpoint = endpoint
         self._connection = connection
-        self.committed = False
+        self._committed = committed
 
     @property
     def sql(self) -> Connection:
         return self._connection
 
     async def commit(self, state: StateWrite, outbox: OutboxRecord, audit: AuditRecord) -> str:
-        try:
-            version = await self._write(state, outbox, audit)
-        except _LOST_RACE as e:
-            raise TransactionFailed(0, PreconditionFailed(f"concurrent commit: {e}")) from e
-        except _UNKNOWN as e:
-            # Not committed yet: the server rolls back a transaction whose client is gone.
-            raise TransactionFailed(0, PreconditionFailed(f"connection lost: {e}")) from e
-        except asyncpg.PostgresError as e:
-            raise StorageError(f"commit at {self._endpoint}: {type(e).__name__}: {e}") from e
-        try:
-            await self._connection.execute("COMMIT")
-        except _UNKNOWN as e:
-            raise OutcomeUnknown(f"COMMIT at {self._endpoint}: no answer: {e}") from e
-        except _LOST_RACE as e:
-            raise TransactionFailed(0, PreconditionFailed(f"concurrent commit: {e}")) from e
-        self.committed = True
+        version = await commit_on(
+            self._connection, self._endpoint, lambda: self._write(state, outbox, audit)
+        )
+        self._committed[0] = True
         return version
 
     async def _write(self, state: StateWrite, outbox: OutboxRecord, audit: AuditRecord) -> str:
@@ -177,25 +231,7 @@ class PostgresTransaction(StateTransaction):
         )
         if version is None:
             raise TransactionFailed(1, PreconditionFailed(f"O({outbox.message_id}) has changed"))
-        inserted = await c.fetchval(
-            f"INSERT INTO {SCHEMA}.audit (endpoint, partition_key, message_id, message_type, "
-            "source, correlation_id, causation_id, sent_at, processed_at, mode, caused) "
-            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb) "
-            "ON CONFLICT DO NOTHING RETURNING 1",
-            e,
-            audit.partition_key,
-            audit.message_id,
-            audit.message_type,
-            audit.source,
-            audit.correlation_id,
-            audit.causation_id or "",
-            audit.sent_at,
-            audit.processed_at,
-            audit.mode,
-            json.dumps(audit.caused),
-        )
-        if inserted is None:
-            raise TransactionFailed(2, AlreadyExists(f"audit row of {audit.message_id} exists"))
+        await insert_audit(c, e, audit, index=2)
         return str(version)
 
 
@@ -240,7 +276,7 @@ class PostgresEndpointState(EndpointState):
                     outbox = _outbox(row)
             return Snapshot(state, outbox)
 
-        return await _translated(f"reading {self.name}/{partition_key}", query)
+        return await translated(f"reading {self.name}/{partition_key}", query)
 
     async def insert_outbox(self, record: OutboxRecord) -> str:
         async def insert() -> str:
@@ -263,7 +299,7 @@ class PostgresEndpointState(EndpointState):
             )
             return str(version)
 
-        return await _translated(f"inserting O({record.message_id}) at {self.name}", insert)
+        return await translated(f"inserting O({record.message_id}) at {self.name}", insert)
 
     async def delete_outbox(self, record: OutboxRecord) -> None:
         async def delete() -> None:
@@ -284,7 +320,7 @@ class PostgresEndpointState(EndpointState):
             if status == "changed":
                 raise PreconditionFailed(f"O({record.message_id}) has changed")
 
-        await _translated(f"deleting O({record.message_id}) at {self.name}", delete)
+        await translated(f"deleting O({record.message_id}) at {self.name}", delete)
 
     async def fence_outbox(self, record: OutboxRecord) -> OutboxRecord:
         async def fence() -> OutboxRecord:
@@ -308,7 +344,7 @@ class PostgresEndpointState(EndpointState):
                 raise PreconditionFailed(f"O({record.message_id}) has changed")
             return replace(record, etag=str(row["fenced"]))
 
-        return await _translated(f"fencing O({record.message_id}) at {self.name}", fence)
+        return await translated(f"fencing O({record.message_id}) at {self.name}", fence)
 
     async def outbox_page(
         self, continuation: str | None, page_size: int
@@ -345,34 +381,39 @@ class PostgresEndpointState(EndpointState):
             found = [convert(r) for r in rows[:page_size]]
             return found, (next_page(found[-1]) if len(rows) > page_size else None)
 
-        return await _translated(f"listing {what} of {self.name}", page)
+        return await translated(f"listing {what} of {self.name}", page)
 
     @contextlib.asynccontextmanager
     async def begin(self) -> AsyncIterator[StateTransaction]:
-        pool = await _translated(f"connecting for {self.name}", self._pool)
-        connection = await _translated(f"connecting for {self.name}", pool.acquire)
-        transaction = PostgresTransaction(self.name, connection)
-        try:
-            await _translated(f"BEGIN at {self.name}", lambda: connection.execute("BEGIN"))
-            yield transaction
-        finally:
-            if not transaction.committed:
-                with contextlib.suppress(*_UNKNOWN, asyncpg.PostgresError):
-                    await connection.execute("ROLLBACK")
-            await pool.release(connection)
+        async with open_transaction(self._pools, self.url, self.name) as (connection, committed):
+            yield PostgresTransaction(self.name, connection, committed)
+
+    def rows(self) -> ModeRows:
+        from shared.bus.state.postgres_rows import PostgresRows
+
+        return PostgresRows(self.name, self.url, self._pools)
 
     async def states(self) -> AsyncIterator[StateRow]:
+        from shared.bus.state.postgres_rows import decode_properties
+
         with _translating(f"listing states of {self.name}"):
             pool = await self._pool()
             async with pool.acquire() as c, c.transaction():
+                # Token mode's state rows, and the window modes' (in their rows table).
                 async for row in c.cursor(
-                    f"SELECT partition_key, type, data::text AS data, version "
-                    f"FROM {SCHEMA}.state WHERE endpoint = $1 ORDER BY partition_key",
+                    f"SELECT partition_key, type, data::text AS data, version, "
+                    f"NULL AS properties FROM {SCHEMA}.state WHERE endpoint = $1 "
+                    "UNION ALL SELECT partition_key, NULL, NULL, version, properties "
+                    f"FROM {SCHEMA}.mode_rows WHERE endpoint = $1 AND row_key = $2 "
+                    "ORDER BY partition_key",
                     self.name,
+                    STATE_ROW,
                 ):
-                    yield StateRow(
-                        row["partition_key"], row["type"], row["data"], str(row["version"])
-                    )
+                    kind, data = row["type"], row["data"]
+                    if row["properties"] is not None:
+                        properties = decode_properties(row["properties"])
+                        kind, data = str(properties.get("type", "")), str(properties["data"])
+                    yield StateRow(row["partition_key"], kind, data, str(row["version"]))
 
     async def audit_page(
         self, continuation: str | None, page_size: int
@@ -400,4 +441,4 @@ class PostgresEndpointState(EndpointState):
             )
             return int(str(status).rsplit(" ", 1)[-1])
 
-        return await _translated(f"expiring audit rows of {self.name}", expire)
+        return await translated(f"expiring audit rows of {self.name}", expire)

@@ -57,6 +57,23 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
         CREATE INDEX audit_processed_at ON {SCHEMA}.audit (endpoint, processed_at);
         """,
     ),
+    (
+        2,
+        "rows of the window modes",
+        # Processed-message records, state streams and their message index, entity-outbox
+        # state rows: keyed as in the endpoint's table, typed properties kept as JSON text
+        # (text, not jsonb, so that every string a table property holds is accepted).
+        f"""
+        CREATE TABLE {SCHEMA}.mode_rows (
+            endpoint text NOT NULL,
+            partition_key text COLLATE "C" NOT NULL,
+            row_key text COLLATE "C" NOT NULL,
+            properties text NOT NULL,
+            version bigint NOT NULL,
+            PRIMARY KEY (endpoint, partition_key, row_key)
+        );
+        """,
+    ),
 )
 
 

@@ -17,6 +17,7 @@ from shared.bus.records import (
     outbox_row,
 )
 from shared.bus.state.base import EndpointState, Snapshot, StateRow, StateTransaction, StateWrite
+from shared.bus.state.rows import ModeRows, TableRows
 from shared.stores.table import Entity, Insert, Table, TableOperation, Update
 
 
@@ -84,6 +85,9 @@ class TableEndpointState(EndpointState):
     @contextlib.asynccontextmanager
     async def begin(self) -> AsyncIterator[StateTransaction]:
         yield TableTransaction(self.table)
+
+    def rows(self) -> ModeRows:
+        return TableRows(self.table)
 
     async def states(self) -> AsyncIterator[StateRow]:
         async for entity in self.table.query_all():

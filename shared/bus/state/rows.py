@@ -1,0 +1,198 @@
+"""The window modes' rows behind one seam: processed-message records, state streams and their
+message index, entity-outbox state rows.
+
+Those modes (``shared.bus.modes``) describe their rows as Table Storage entities: a partition
+key, a row key and typed properties. ``ModeRows`` is what they need of a store of such rows,
+which Table Storage (``TableRows``), PostgreSQL (``shared.bus.state.postgres_rows``) and the
+in-memory model of PostgreSQL (``shared.bus.state.memory_sql``) all provide:
+
+- ``read`` returns some rows of one partition as of one moment (one query);
+- ``update`` replaces a row only while its version is the one given (PreconditionFailed if it
+  changed, NotFound if it is gone); ``delete`` removes it, with a version only while unchanged,
+  and does nothing when it is gone;
+- ``page`` lists rows in (partition, row) order, by row-key prefix or by one exact row key,
+  and returns the continuation of the next page (opaque: the store's own);
+- a ``RowsTransaction`` commits inserts (only if absent) and updates (only while unchanged)
+  together with the message's audit row (only if absent), all or nothing:
+  ``TransactionFailed(index)`` names the first failing operation (``len(operations)`` for the
+  audit row), ``OutcomeUnknown`` means the commit may or may not have landed. It is opened
+  before the handler runs, so a handler's writes through ``sql`` (PostgreSQL) join it.
+
+Versions are opaque: the ETag on Table Storage, a version column drawn from one sequence in
+PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from shared.bus.records import AuditRecord
+from shared.errors import InvalidValue
+from shared.stores.table import (
+    Entity,
+    Insert,
+    Table,
+    TableOperation,
+    Update,
+)
+
+RowsWrite = Insert | Update
+"""What a window mode commits: a row inserted if absent, or replaced while unchanged."""
+
+
+def check_writes(operations: Sequence[TableOperation]) -> list[RowsWrite]:
+    """The commit's operations, refusing any kind the seam does not promise to every store."""
+    writes: list[RowsWrite] = []
+    for operation in operations:
+        if not isinstance(operation, Insert | Update) or (
+            isinstance(operation, Update) and operation.etag is None
+        ):
+            raise InvalidValue(
+                f"a window mode commits inserts and version-guarded updates only, "
+                f"not {type(operation).__name__}"
+            )
+        writes.append(operation)
+    return writes
+
+
+def sql_resume_at(partition_key: str, row_key: str) -> str:
+    """A SQL page's continuation: the key of the row it starts with, as plain text (it
+    survives in the cleanup's checkpoints)."""
+    return json.dumps([partition_key, row_key])
+
+
+def sql_page_start(continuation: str | None) -> tuple[str, str] | None:
+    if continuation is None:
+        return None
+    try:
+        partition_key, row_key = json.loads(continuation)
+        return str(partition_key), str(row_key)
+    except (ValueError, TypeError) as e:
+        raise InvalidValue(f"malformed continuation {continuation!r}") from e
+
+
+def check_sql_key(name: str, value: str) -> None:
+    # PostgreSQL text refuses NUL; the bus's names bound the keys otherwise.
+    if "\x00" in value:
+        raise InvalidValue(f"{name} may not contain NUL characters")
+
+
+class RowsTransaction(abc.ABC):
+    """One open unit of work, from before the handler runs to the commit."""
+
+    @property
+    def sql(self) -> Any:
+        """The open database connection a handler may write its own tables with (PostgreSQL);
+        None where the store has no such transaction (Table Storage)."""
+        return None
+
+    @abc.abstractmethod
+    async def commit(
+        self, operations: Sequence[TableOperation], audit: AuditRecord
+    ) -> list[str | None]:
+        """Write the rows and the audit row all or nothing and end the unit of work. Returns
+        the operations' new versions, in order. Raises TransactionFailed or OutcomeUnknown."""
+
+
+class ModeRows(abc.ABC):
+    """One endpoint's window-mode rows. ``name`` is the endpoint (and its table's name)."""
+
+    name: str
+
+    @abc.abstractmethod
+    async def read(self, partition_key: str, row_keys: Sequence[str]) -> dict[str, Entity]:
+        """The rows of ``partition_key`` among ``row_keys`` that exist, by row key, in one
+        query."""
+
+    @abc.abstractmethod
+    async def get(self, partition_key: str, row_key: str) -> Entity:
+        """One row; NotFound if absent."""
+
+    @abc.abstractmethod
+    async def update(self, entity: Entity, etag: str) -> str:
+        """Replace the row while its version is ``etag``; returns the new version."""
+
+    @abc.abstractmethod
+    async def delete(self, partition_key: str, row_key: str, etag: str | None = None) -> None:
+        """Remove the row (with ``etag``: only while unchanged); nothing to do if absent."""
+
+    @abc.abstractmethod
+    async def page(
+        self,
+        *,
+        row_key_prefix: str | None = None,
+        row_key: str | None = None,
+        page_size: int,
+        continuation: str | None = None,
+    ) -> tuple[list[Entity], str | None]:
+        """One page of the rows whose row key starts with ``row_key_prefix`` or equals
+        ``row_key``, across partitions in key order, and where the next page starts."""
+
+    @abc.abstractmethod
+    def begin(self) -> AbstractAsyncContextManager[RowsTransaction]:
+        """Open a unit of work. Leaving it without ``commit`` rolls everything back."""
+
+
+class TableRowsTransaction(RowsTransaction):
+    """Table Storage has no transaction spanning the handler: the commit is the batch."""
+
+    def __init__(self, table: Table) -> None:
+        self._table = table
+
+    async def commit(
+        self, operations: Sequence[TableOperation], audit: AuditRecord
+    ) -> list[str | None]:
+        writes = check_writes(operations)
+        etags = await self._table.transact([*writes, Insert(audit.to_entity())])
+        return etags[: len(writes)]
+
+
+class TableRows(ModeRows):
+    """The rows in the endpoint's table, beside its audit rows."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self.name = table.name
+
+    async def read(self, partition_key: str, row_keys: Sequence[str]) -> dict[str, Entity]:
+        page = await self.table.query(partition_key=partition_key, row_keys=list(row_keys))
+        return {e.row_key: e for e in page.entities}
+
+    async def get(self, partition_key: str, row_key: str) -> Entity:
+        return await self.table.get(partition_key, row_key)
+
+    async def update(self, entity: Entity, etag: str) -> str:
+        return await self.table.update(entity, etag=etag)
+
+    async def delete(self, partition_key: str, row_key: str, etag: str | None = None) -> None:
+        await self.table.delete(partition_key, row_key, etag=etag)
+
+    async def page(
+        self,
+        *,
+        row_key_prefix: str | None = None,
+        row_key: str | None = None,
+        page_size: int,
+        continuation: str | None = None,
+    ) -> tuple[list[Entity], str | None]:
+        page = await self.table.query(
+            row_key_prefix=row_key_prefix,
+            row_keys=None if row_key is None else [row_key],
+            page_size=page_size,
+            continuation=continuation,
+        )
+        return page.entities, page.continuation
+
+    @contextlib.asynccontextmanager
+    async def begin(self) -> AsyncIterator[RowsTransaction]:
+        yield TableRowsTransaction(self.table)
+
+
+def mode_rows(store: Table | ModeRows) -> ModeRows:
+    """``store`` as window-mode rows: a table is taken as the endpoint's."""
+    return TableRows(store) if isinstance(store, Table) else store
