@@ -12,8 +12,14 @@ import pytest
 from shared.audit.cli import EXIT_USAGE, main
 from shared.audit.export import export
 from shared.bus import BusApp
+from shared.bus.app import Mode
 from tests.audit.orders import DELIVERIES_PER_ORDER, ORDERS, run_orders
-from tests.bus.harness import SQL_BACKENDS, per_mode_backend  # noqa: F401  (fixture "backend")
+from tests.bus.harness import (  # noqa: F401  (fixtures "backend" and "mode")
+    SQL_BACKENDS,
+    SQL_WINDOW_BACKENDS,
+    endpoint_mode,
+    per_mode_backend,
+)
 from tests.conftest import Backend
 
 
@@ -21,9 +27,11 @@ def rows_in(folder: Path) -> list[dict[str, Any]]:
     return list(ds.dataset(str(folder), format="parquet").to_table().to_pylist())
 
 
-@pytest.mark.parametrize("backend", SQL_BACKENDS, indirect=True)
-async def test_sql_audit_rows_export_to_the_table_layout(backend: Backend, tmp_path: Path) -> None:
-    harness, names = await run_orders(backend)
+@pytest.mark.parametrize("backend", SQL_BACKENDS + SQL_WINDOW_BACKENDS, indirect=True)
+async def test_sql_audit_rows_export_to_the_table_layout(
+    backend: Backend, mode: Mode, tmp_path: Path
+) -> None:
+    harness, names = await run_orders(backend, mode)
     sql = {name: harness.rows(name) for name in names.all}
     ingress = [harness.config.ingress_table]
     out = tmp_path / "export"
@@ -50,7 +58,8 @@ async def test_sql_audit_rows_export_to_the_table_layout(backend: Backend, tmp_p
         assert exported == sorted(await harness.audit_ids(endpoint))
         assert exported == sorted(await harness.applied(endpoint))
     placed = [r for r in audit if r["table"] == names.orders]
-    assert all(r["mode"] == "token" and r["processed_at"] is not None for r in placed)
+    assert {r["mode"] for r in placed} == {mode}, [r["mode"] for r in placed]
+    assert all(r["processed_at"] is not None for r in placed)
     # caused is the typed list of deliveries (array<struct> in Spark), read from SQL as well
     assert all(r["caused"] and all(c["destination"] for c in r["caused"]) for r in placed)
 
