@@ -9,7 +9,14 @@ import re
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
 from shared.bus.messages import Kind
 from shared.errors import InvalidName, MalformedSignal
@@ -48,6 +55,19 @@ class Envelope(BaseModel):
     created_at: datetime
     headers: dict[str, str] = Field(default_factory=dict)
     body: dict[str, Any]
+    deliver_at: datetime | None = None
+    """A delayed message's due time: no receiver processes it before then
+    (``shared.bus.schedule``). It is part of the token's bytes, so the digest in the token's
+    name protects it like the rest of the envelope."""
+
+    @model_serializer(mode="wrap")
+    def _without_absent_due_time(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """An undelayed envelope serialises as it did before due times existed: its bytes,
+        and so the digests in its token names, stay the same."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("deliver_at", 0) is None:
+            del data["deliver_at"]
+        return data
 
     def to_bytes(self) -> bytes:
         return self.model_dump_json().encode("utf-8")

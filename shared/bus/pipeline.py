@@ -29,6 +29,7 @@ from shared.bus.messages import Message
 from shared.bus.poison import Reason, error_reason, park, utc_time
 from shared.bus.poison import poison_body as wrapped
 from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal
+from shared.bus.schedule import NotYetDue, not_due, reschedule
 from shared.bus.state.base import EndpointState
 from shared.bus.state.table import TableEndpointState
 from shared.bus.topics import RecipientLists
@@ -58,6 +59,9 @@ class Outcome(enum.Enum):
     """The token was already gone: an earlier copy finished everything."""
     POISONED = "poisoned"
     ANOMALY = "anomaly"
+    DEFERRED = "deferred"
+    """The message is not due yet (a delayed message): its signal was sent again, hidden
+    until its due time, and nothing else was written (``shared.bus.schedule``)."""
     NONDETERMINISTIC = "nondeterministic"
     """State-based mode: replaying a duplicate on the restored state produced other outputs
     or another state than the committed run. The committed effects stand (they were sent,
@@ -176,6 +180,11 @@ class Pipeline(abc.ABC):
             return await self._process(signal)
         except (MalformedSignal, UnknownMessageType, MessageSchemaError) as e:
             return await self._poison(raw, str(e), dequeue_count, type(e).__name__)
+        except NotYetDue as early:
+            await reschedule(
+                self.account.queue(self.endpoint.name), raw, early.due, self.config.clock
+            )
+            return Outcome.DEFERRED
 
     async def _failed(
         self, raw: str, dequeue_count: int, delivery: Delivery, error: Exception
@@ -279,6 +288,10 @@ class Pipeline(abc.ABC):
             raise MessageSchemaError(
                 f"message {envelope.id} of type {envelope.type} does not match its schema: {e}"
             ) from None
+        # Checked on the token's own content, before anything is written: an early signal
+        # (however it came) only hides itself again.
+        if (early := not_due(envelope.deliver_at, self.config.clock)) is not None:
+            raise early
         return envelope, message
 
     async def _run_handler(
