@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from shared.bus.messages import Kind
+from shared.bus.retries import MAX_DELAYED_RETRIES
 from shared.errors import InvalidName, MalformedSignal
 
 _UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
@@ -124,6 +125,9 @@ class Signal(BaseModel):
     partition_key: str
     etag: str | None = None
     envelope: str | None = None
+    retry: int | None = Field(default=None, ge=1, le=MAX_DELAYED_RETRIES)
+    """How many delayed retries this signal's message has had (``shared.bus.retries``); set
+    only on the signals a retry policy sends. Trusted for counting retries, nothing else."""
 
     def to_json(self) -> str:
         return self.model_dump_json(exclude_none=True)
