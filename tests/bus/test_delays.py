@@ -29,9 +29,7 @@ from tests.bus.harness import (
 )
 from tests.conftest import Backend, unique_name
 
-pytestmark = pytest.mark.parametrize(
-    "backend", backend_modes(azurite=["token"], sql=False), indirect=True
-)
+pytestmark = pytest.mark.parametrize("backend", backend_modes(azurite=["token"]), indirect=True)
 
 DELAY = 3.0
 """Seconds: short enough for Azurite, where time really passes."""

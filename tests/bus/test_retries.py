@@ -27,9 +27,7 @@ from tests.bus.harness import (
 )
 from tests.conftest import Backend, unique_name
 
-each_backend = pytest.mark.parametrize(
-    "backend", backend_modes(azurite=["token"], sql=False), indirect=True
-)
+each_backend = pytest.mark.parametrize("backend", backend_modes(azurite=["token"]), indirect=True)
 
 BACKOFF = (1.0, 2.0)
 """Seconds, without jitter: real waits on Azurite."""
