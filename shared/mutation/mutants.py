@@ -187,7 +187,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "cleanup-young-tokens-deleted",
         "shared/cleanup/tasks.py",
-        """            if not context.is_old(blob.last_modified):
+        """            if not context.is_old(since(blob)):
                 report.kept["young"] += 1
                 continue""",
         """            if False:
