@@ -153,6 +153,21 @@ MUTANTS: tuple[Mutant, ...] = (
         await send_signals(self.account, tuple(outgoing), hints)""",
         "a window mode deletes the incoming token before signalling its outputs",
     ),
+    # -- delayed messages and retry policies ----------------------------------------------------
+    Mutant(
+        "pipeline-processes-early",
+        "shared/bus/pipeline.py",
+        "if (early := not_due(envelope.deliver_at, self.config.clock)) is not None:",
+        "if (early := not_due(None, self.config.clock)) is not None:",
+        "the receiver trusts the queue's delay: an early signal is processed before its time",
+    ),
+    Mutant(
+        "pipeline-retry-acknowledged-unsent",
+        "shared/bus/pipeline.py",
+        "await send_hidden(self.account.queue(self.endpoint.name), again, delay)",
+        "pass",
+        "a delayed retry acknowledges the failed copy without sending its next signal",
+    ),
     # -- cleanup --------------------------------------------------------------------------------
     Mutant(
         "cleanup-retire-before-r7",
