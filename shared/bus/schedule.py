@@ -24,6 +24,8 @@ from shared.clock import Clock
 from shared.errors import InvalidValue
 from shared.stores.queue import MAX_VISIBILITY_TIMEOUT, MessageQueue
 
+MAX_DELAY = timedelta(days=3650)
+"""The furthest due time a message may have: its token and outbox record stay until then."""
 MIN_RESCHEDULE_SECONDS = 1.0
 """An early signal is hidden for at least this long: a receiver whose clock is a hair behind
 the due time must not spin on it."""
@@ -45,13 +47,17 @@ def due_time(
     if delay is not None and deliver_at is not None:
         raise InvalidValue("give a message a delay or a deliver_at time, not both")
     if delay is not None:
-        if delay < timedelta(0):
-            raise InvalidValue(f"a message's delay cannot be negative ({delay})")
+        if not timedelta(0) <= delay <= MAX_DELAY:
+            raise InvalidValue(
+                f"a message's delay must be between 0 and {MAX_DELAY.days} days, not {delay}"
+            )
         deliver_at = now + delay
     if deliver_at is None:
         return None
     if deliver_at.tzinfo is None:
         raise InvalidValue("deliver_at needs a time zone (a naive time is ambiguous)")
+    if deliver_at - now > MAX_DELAY:
+        raise InvalidValue(f"a message's due time is at most {MAX_DELAY.days} days away")
     return deliver_at if deliver_at > now else None
 
 

@@ -226,7 +226,10 @@ def parse_delay(text: str) -> timedelta:
         ) from None
     if not 0 <= value < float("inf"):
         raise BadRequest(f"--delay {text!r}: a delay is a finite, positive time")
-    return timedelta(seconds=value * _UNITS[unit])
+    try:
+        return timedelta(seconds=value * _UNITS[unit])
+    except OverflowError:
+        raise BadRequest(f"--delay {text!r} is too long") from None
 
 
 Run = Callable[[Worker], Awaitable[int]]

@@ -21,8 +21,12 @@ def test_due_times_are_checked() -> None:
     assert due_time(now, deliver_at=now - timedelta(seconds=1)) is None
     with pytest.raises(InvalidValue, match="not both"):
         due_time(now, timedelta(seconds=1), now)
-    with pytest.raises(InvalidValue, match="negative"):
+    with pytest.raises(InvalidValue, match="between 0 and 3650 days"):
         due_time(now, timedelta(seconds=-1))
+    with pytest.raises(InvalidValue, match="between 0 and 3650 days"):
+        due_time(now, timedelta(days=3651))
+    with pytest.raises(InvalidValue, match="at most 3650 days away"):
+        due_time(now, deliver_at=now + timedelta(days=3651))
     with pytest.raises(InvalidValue, match="time zone"):
         due_time(now, deliver_at=now.replace(tzinfo=None) + timedelta(days=1))
 

@@ -119,6 +119,8 @@ def test_publish_reaches_every_subscriber_and_unsubscribe_takes_one_away(bus: Ru
         (["send", "PlaceOrder", "--delay", "soon", "--body", ORDER], "'soon' is not a delay"),
         (["send", "PlaceOrder", "--delay=-5m", "--body", ORDER], "finite, positive"),
         (["send", "PlaceOrder", "--delay", "nans", "--body", ORDER], "finite, positive"),
+        (["send", "PlaceOrder", "--delay", "1e300d", "--body", ORDER], "too long"),
+        (["send", "PlaceOrder", "--delay", "20000d", "--body", ORDER], "between 0 and 3650"),
         (["replay", "nosuchendpoint"], "unknown endpoints ['nosuchendpoint']"),
         (["subscribe", "hit", "loyaltee"], "'loyaltee' is no endpoint of this app"),
         (["subscribe", "hit", "loyalty"], "loyalty takes no event of topic hit"),
