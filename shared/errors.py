@@ -88,6 +88,13 @@ class MessageTooLarge(BusError):
     time so that nothing is half-sent."""
 
 
+class DoNotRetry(BusError):
+    """Raised by a handler for a message that can never succeed (a business rule refuses it,
+    a referenced record is gone for good): the bus parks it in the poison queue at once, with
+    this error as its reason, whatever the endpoint's retry policy. Nothing it did commits;
+    ``bus replay`` can still run it again once the cause is fixed."""
+
+
 class ConflictRetriesExhausted(BusError):
     """Optimistic-concurrency conflicts kept recurring within one invocation; the host will
     redeliver the message later."""

@@ -5,17 +5,21 @@ from shared.bus.config import BusConfig
 from shared.bus.context import HandlerContext
 from shared.bus.messages import Command, Event, Message
 from shared.bus.receiver import Outcome
+from shared.bus.retries import RetryPolicy
 from shared.bus.runtime import Bus
+from shared.errors import DoNotRetry
 
 __all__ = [
     "Bus",
     "BusApp",
     "BusConfig",
     "Command",
+    "DoNotRetry",
     "Endpoint",
     "Event",
     "HandlerContext",
     "Message",
     "NoState",
     "Outcome",
+    "RetryPolicy",
 ]

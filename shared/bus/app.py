@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from shared.bus.context import HandlerContext
 from shared.bus.messages import Event, Message
+from shared.bus.retries import RetryPolicy
 from shared.bus.routes import ExternalEndpoint, Routes
 from shared.errors import ConfigurationError
 from shared.resources import check_endpoint_name
@@ -50,6 +51,10 @@ class Endpoint(Generic[S]):
     handlers: dict[str, tuple[type[Message], Handler]] = field(default_factory=dict)
     routes: Routes = field(kw_only=True, repr=False, compare=False)
     """The app's destinations, which every output of this endpoint is checked against."""
+    retry: RetryPolicy | None = field(default=None, kw_only=True)
+    """What to do when a handler raises (``shared.bus.retries``); None: the host's retries."""
+    retry_for: dict[str, RetryPolicy] = field(default_factory=dict, kw_only=True)
+    """Policies of single message types (by type name), over ``retry``."""
 
     def __post_init__(self) -> None:
         check_endpoint_name(self.name)
@@ -74,6 +79,12 @@ class Endpoint(Generic[S]):
             return function
 
         return register
+
+    def retry_policy(self, type_name: str | None) -> RetryPolicy | None:
+        """The policy for a message of ``type_name`` (None: not decoded yet)."""
+        if type_name is not None and type_name in self.retry_for:
+            return self.retry_for[type_name]
+        return self.retry
 
     def handler_for(self, type_name: str) -> tuple[type[Message], Handler] | None:
         return self.handlers.get(type_name)
@@ -105,10 +116,25 @@ class BusApp:
         state: type[S] = NoState,  # type: ignore[assignment]
         mode: Mode = "token",
         store: Store = "table",
+        *,
+        retry: RetryPolicy | None = None,
+        retry_for: Mapping[type[Message], RetryPolicy] | None = None,
     ) -> Endpoint[S]:
+        """Declare an endpoint. ``retry`` is its policy for handler errors and ``retry_for``
+        the policies of single message types (``shared.bus.retries``); without either, a
+        failing message goes back to the host (host.json's visibilityTimeout and
+        maxDequeueCount)."""
         if name in self.endpoints or name in self.routes.external:
             raise ValueError(f"endpoint {name} is declared twice")
-        endpoint: Endpoint[S] = Endpoint(name, state, mode, store, routes=self.routes)
+        endpoint: Endpoint[S] = Endpoint(
+            name,
+            state,
+            mode,
+            store,
+            routes=self.routes,
+            retry=retry,
+            retry_for={m.type_name(): p for m, p in (retry_for or {}).items()},
+        )
         self.endpoints[name] = endpoint
         return endpoint
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random as _random
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
@@ -18,6 +18,7 @@ from shared.bus.messages import (
     check_payload_size,
     checked_partition_key,
 )
+from shared.bus.schedule import due_time
 from shared.bus.telemetry import trace_headers
 from shared.errors import MessageTooLarge
 from shared.resources import check_endpoint_name
@@ -38,6 +39,8 @@ class PendingOutput:
     to: str | None
     headers: dict[str, str]
     trace: dict[str, str] | None = None
+    deliver_at: datetime | None = None
+    """Not to be processed before this time (``shared.bus.schedule``); None: at once."""
 
 
 class HandlerContext(Generic[S]):
@@ -103,18 +106,38 @@ class HandlerContext(Generic[S]):
         self._ids += 1
         return derived_id(self.envelope.id, "new_id", self._ids)
 
-    def send(self, command: Command, *, to: str, headers: dict[str, str] | None = None) -> None:
-        """Send a command to endpoint ``to`` once this message's processing commits."""
+    def send(
+        self,
+        command: Command,
+        *,
+        to: str,
+        headers: dict[str, str] | None = None,
+        delay: timedelta | None = None,
+        deliver_at: datetime | None = None,
+    ) -> None:
+        """Send a command to endpoint ``to`` once this message's processing commits; with
+        ``delay`` (from ``now()``) or ``deliver_at``, it is not processed before then. A
+        delayed command to the handler's own endpoint is how a handler sets a timeout."""
         if not isinstance(command, Command):
             raise TypeError(f"send() takes a Command; publish() events ({type(command)!r})")
+        due = due_time(self._now, delay, deliver_at)
         to = check_endpoint_name(to)
-        self._add(PendingOutput(command, to, dict(headers or {}), trace_headers()))
+        self._add(PendingOutput(command, to, dict(headers or {}), trace_headers(), due))
 
-    def publish(self, event: Event, *, headers: dict[str, str] | None = None) -> None:
-        """Publish an event to every subscriber of its topic once processing commits."""
+    def publish(
+        self,
+        event: Event,
+        *,
+        headers: dict[str, str] | None = None,
+        delay: timedelta | None = None,
+        deliver_at: datetime | None = None,
+    ) -> None:
+        """Publish an event to every subscriber of its topic once processing commits; with
+        ``delay`` or ``deliver_at``, no subscriber processes it before then."""
         if not isinstance(event, Event):
             raise TypeError(f"publish() takes an Event; send() commands ({type(event)!r})")
-        self._add(PendingOutput(event, None, dict(headers or {}), trace_headers()))
+        due = due_time(self._now, delay, deliver_at)
+        self._add(PendingOutput(event, None, dict(headers or {}), trace_headers(), due))
 
     def _add(self, output: PendingOutput) -> None:
         if len(self.outputs) >= self._max_outputs:

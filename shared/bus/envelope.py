@@ -9,9 +9,17 @@ import re
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
 from shared.bus.messages import Kind
+from shared.bus.retries import MAX_DELAYED_RETRIES
 from shared.errors import InvalidName, MalformedSignal
 
 _UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
@@ -48,6 +56,19 @@ class Envelope(BaseModel):
     created_at: datetime
     headers: dict[str, str] = Field(default_factory=dict)
     body: dict[str, Any]
+    deliver_at: datetime | None = None
+    """A delayed message's due time: no receiver processes it before then
+    (``shared.bus.schedule``). It is part of the token's bytes, so the digest in the token's
+    name protects it like the rest of the envelope."""
+
+    @model_serializer(mode="wrap")
+    def _without_absent_due_time(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """An undelayed envelope serialises as it did before due times existed: its bytes,
+        and so the digests in its token names, stay the same."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("deliver_at", 0) is None:
+            del data["deliver_at"]
+        return data
 
     def to_bytes(self) -> bytes:
         return self.model_dump_json().encode("utf-8")
@@ -104,6 +125,9 @@ class Signal(BaseModel):
     partition_key: str
     etag: str | None = None
     envelope: str | None = None
+    retry: int | None = Field(default=None, ge=1, le=MAX_DELAYED_RETRIES)
+    """How many delayed retries this signal's message has had (``shared.bus.retries``); set
+    only on the signals a retry policy sends. Trusted for counting retries, nothing else."""
 
     def to_json(self) -> str:
         return self.model_dump_json(exclude_none=True)

@@ -20,6 +20,7 @@ from shared.bus.origin import Origin
 from shared.bus.outgoing import create_tokens, discard_tokens, plan_deliveries, send_signals
 from shared.bus.records import OutgoingSignal
 from shared.bus.routes import Routes
+from shared.bus.schedule import due_time
 from shared.bus.telemetry import within
 from shared.bus.topics import RecipientLists
 from shared.clock import to_datetime
@@ -77,17 +78,39 @@ class IngressClient:
         self.table = account.table(config.ingress_table)
         self.tokens = account.blob_container(config.tokens_container)
 
-    async def send(self, command: Command, *, to: str, idempotency_key: str) -> SendReceipt:
+    async def send(
+        self,
+        command: Command,
+        *,
+        to: str,
+        idempotency_key: str,
+        delay: timedelta | None = None,
+        deliver_at: datetime | None = None,
+    ) -> SendReceipt:
+        """Send ``command`` to ``to``; with ``delay`` or ``deliver_at``, it is not processed
+        before then (a retry with the same key keeps the first call's due time)."""
         if not isinstance(command, Command):
             raise TypeError("send() takes a Command")
+        due = self._due(delay, deliver_at)
         return await self._submit(
-            PendingOutput(command, check_endpoint_name(to), {}), idempotency_key
+            PendingOutput(command, check_endpoint_name(to), {}, deliver_at=due), idempotency_key
         )
 
-    async def publish(self, event: Event, *, idempotency_key: str) -> SendReceipt:
+    async def publish(
+        self,
+        event: Event,
+        *,
+        idempotency_key: str,
+        delay: timedelta | None = None,
+        deliver_at: datetime | None = None,
+    ) -> SendReceipt:
         if not isinstance(event, Event):
             raise TypeError("publish() takes an Event")
-        return await self._submit(PendingOutput(event, None, {}), idempotency_key)
+        due = self._due(delay, deliver_at)
+        return await self._submit(PendingOutput(event, None, {}, deliver_at=due), idempotency_key)
+
+    def _due(self, delay: timedelta | None, deliver_at: datetime | None) -> datetime | None:
+        return due_time(to_datetime(self.config.clock()), delay, deliver_at)
 
     async def _submit(self, output: PendingOutput, key: str) -> SendReceipt:
         check_idempotency_key(key)
@@ -113,7 +136,7 @@ class IngressClient:
                 existing = None
             if existing is not None and _expires(existing) > now:
                 outgoing = _outgoing(existing)
-                await send_signals(self.account, outgoing)
+                await send_signals(self.account, outgoing, clock=config.clock)
                 return SendReceipt(key, tuple(o.message_id for o in outgoing), True)
 
             # A fresh incoming id per round: only the round that commits is ever visible, and
@@ -160,7 +183,7 @@ class IngressClient:
             except OutcomeUnknown:
                 continue  # may have landed: the next round reads the record and finds out
             outgoing = tuple(created.committed_candidates)
-            await send_signals(self.account, outgoing, created.hints)
+            await send_signals(self.account, outgoing, created.hints, clock=config.clock)
             return SendReceipt(key, tuple(o.message_id for o in outgoing), False)
         raise ConflictRetriesExhausted(f"ingress key {key!r} kept conflicting")
 

@@ -13,10 +13,11 @@ from shared.bus.ids import derived_id
 from shared.bus.messages import Event, body_of, checked_partition_key
 from shared.bus.records import OutgoingSignal
 from shared.bus.routes import Routes
+from shared.bus.schedule import queue_delay, send_hidden
 from shared.bus.telemetry import current as current_telemetry
 from shared.bus.telemetry import trace_headers, within
 from shared.bus.topics import RecipientLists
-from shared.clock import to_datetime
+from shared.clock import Clock, system_clock, to_datetime
 from shared.errors import AlreadyExists, MessageTooLarge, NotFound, OutcomeUnknown
 from shared.stores.account import StorageAccount
 from shared.stores.blob import BlobContainer
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 
 UNCLAIMED = {"claim": ""}
 ORIGIN_METADATA = "origin"
+DUE_METADATA = "due"
 
 
 async def plan_deliveries(
@@ -63,6 +65,7 @@ async def plan_deliveries(
                     created_at=created_at,
                     headers=headers,
                     body=body_of(message),
+                    deliver_at=output.deliver_at,
                 )
             )
     if len(deliveries) > config.max_outputs:
@@ -132,9 +135,14 @@ async def create_tokens(
     token is ever signalled; it is stored in the token's metadata so the cleanup can tell an
     abandoned token from one in flight without knowing the sender's partition."""
     result = CreatedTokens([], [])
-    metadata = {**UNCLAIMED, ORIGIN_METADATA: origin} if origin else UNCLAIMED
+    common = {**UNCLAIMED, ORIGIN_METADATA: origin} if origin else UNCLAIMED
     try:
         for envelope in deliveries:
+            metadata = common
+            if envelope.deliver_at is not None:
+                # For the cleanup, which lists tokens without reading them: a delayed token
+                # is in flight until its due time, and its grace period counts from then.
+                metadata = {**common, DUE_METADATA: envelope.deliver_at.isoformat()}
             with within(config.telemetry.creating(envelope)):
                 await _create_token(tokens, envelope, result, sender, incoming_id, config, metadata)
     except Exception:
@@ -185,10 +193,16 @@ async def discard_tokens(tokens: BlobContainer, created: list[OutgoingSignal]) -
 
 
 async def send_signals(
-    account: StorageAccount, outgoing: tuple[OutgoingSignal, ...], hints: Hints | None = None
+    account: StorageAccount,
+    outgoing: tuple[OutgoingSignal, ...],
+    hints: Hints | None = None,
+    *,
+    clock: Clock = system_clock,
 ) -> None:
     """R6: at least once; a repeated signal is harmless because its token is claimed once.
-    ``hints`` (tokens this invocation created) let the receiver skip reading the token."""
+    ``hints`` (tokens this invocation created) let the receiver skip reading the token. A
+    delayed message's signal is hidden until its due time by ``clock`` (at most 7 days: the
+    receiver hides it again for the rest, ``shared.bus.schedule``)."""
     for out in outgoing:
         hint = (hints or {}).get(out.token)
         signal = Signal(
@@ -199,5 +213,6 @@ async def send_signals(
             etag=None if hint is None else hint.etag,
             envelope=None if hint is None else hint.envelope,
         )
+        queue = account.queue(out.destination)
         with within(current_telemetry().sending(out.destination, out.message_id)):
-            await account.queue(out.destination).send(signal.to_json())
+            await send_hidden(queue, signal.to_json(), queue_delay(out.deliver_at, clock))

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Iterable
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -29,12 +29,15 @@ from shared.bus.messages import Message
 from shared.bus.poison import Reason, error_reason, park, utc_time
 from shared.bus.poison import poison_body as wrapped
 from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal
+from shared.bus.retries import RetryPolicy
+from shared.bus.schedule import NotYetDue, not_due, reschedule, send_hidden
 from shared.bus.state.base import EndpointState
 from shared.bus.state.table import TableEndpointState
 from shared.bus.telemetry import Receiving
 from shared.bus.topics import RecipientLists
 from shared.clock import to_datetime
 from shared.errors import (
+    DoNotRetry,
     InvalidName,
     MalformedSignal,
     MessageSchemaError,
@@ -59,6 +62,12 @@ class Outcome(enum.Enum):
     """The token was already gone: an earlier copy finished everything."""
     POISONED = "poisoned"
     ANOMALY = "anomaly"
+    RETRYING = "retrying"
+    """The handler failed; by the endpoint's retry policy the signal was sent again, hidden
+    for a delayed retry, and this copy may be acknowledged (``shared.bus.retries``)."""
+    DEFERRED = "deferred"
+    """The message is not due yet (a delayed message): its signal was sent again, hidden
+    until its due time, and nothing else was written (``shared.bus.schedule``)."""
     NONDETERMINISTIC = "nondeterministic"
     """State-based mode: replaying a duplicate on the restored state produced other outputs
     or another state than the committed run. The committed effects stand (they were sent,
@@ -108,6 +117,7 @@ class Delivery:
     enqueued_at: datetime | None = None
     trace: Receiving | None = None
     """Its receive span, which ``_decode`` starts in the trace of the envelope."""
+    signal: Signal | None = None
 
 
 _delivery: ContextVar[Delivery | None] = ContextVar("delivery", default=None)
@@ -153,7 +163,7 @@ class Pipeline(abc.ABC):
         try:
             with trace:
                 try:
-                    outcome = await self._receive(raw, dequeue_count, delivery)
+                    outcome = await self._receive_retrying(raw, dequeue_count, delivery)
                 except Exception as error:
                     outcome = await self._failed(raw, dequeue_count, delivery, error)
                 trace.outcome = outcome.value
@@ -170,6 +180,31 @@ class Pipeline(abc.ABC):
         )
         return outcome
 
+    async def _receive_retrying(self, raw: str, dequeue_count: int, delivery: Delivery) -> Outcome:
+        """``_receive``, run again at once after an error as often as the message's retry
+        policy says. A failed round committed nothing, so a retry is what a redelivery is:
+        it finds its own O(m) and claim and carries on."""
+        retried = 0
+        while True:
+            try:
+                return await self._receive(raw, dequeue_count, delivery)
+            except DoNotRetry:
+                raise
+            except Exception as error:
+                policy = self.endpoint.retry_policy(delivery.message_type)
+                if policy is None or retried >= policy.immediate:
+                    raise
+                retried += 1
+                log.warning(
+                    "endpoint=%s message_id=%s: immediate retry %d of %d after %s: %s",
+                    self.endpoint.name,
+                    delivery.message_id or "-",
+                    retried,
+                    policy.immediate,
+                    type(error).__name__,
+                    (str(error).splitlines() or [""])[0],
+                )
+
     async def _receive(self, raw: str, dequeue_count: int, delivery: Delivery) -> Outcome:
         try:
             signal = Signal.parse(raw)
@@ -181,25 +216,87 @@ class Pipeline(abc.ABC):
                 raw, "signal is nested too deeply", dequeue_count, "MalformedSignal"
             )
         delivery.message_id = signal.message_id
+        delivery.signal = signal
         try:
             return await self._process(signal)
         except (MalformedSignal, UnknownMessageType, MessageSchemaError) as e:
             return await self._poison(raw, str(e), dequeue_count, type(e).__name__)
+        except NotYetDue as early:
+            await reschedule(
+                self.account.queue(self.endpoint.name), raw, early.due, self.config.clock
+            )
+            return Outcome.DEFERRED
 
     async def _failed(
         self, raw: str, dequeue_count: int, delivery: Delivery, error: Exception
     ) -> Outcome:
-        """Give the message back to the host, or park it with the error on its last try."""
-        where = (
+        """Park the message at once (``DoNotRetry``), schedule its next delayed retry or park
+        it when they are used up (a retry policy), or else give it back to the host and park
+        it with the error on the host's last try."""
+        if isinstance(error, DoNotRetry):
+            return await self._park_failed(raw, dequeue_count, delivery, error, "not retried")
+        policy = self.endpoint.retry_policy(delivery.message_type)
+        if policy is not None and delivery.signal is not None:
+            outcome = await self._retry_later(policy, dequeue_count, delivery, error)
+            if outcome is not None:
+                return outcome
+        last = self.config.max_dequeue_count
+        if last is None or dequeue_count < last:
+            # The host logs the error with its traceback; the note says which message it was.
+            error.add_note(self._where(dequeue_count, delivery))
+            raise error
+        return await self._park_failed(raw, dequeue_count, delivery, error)
+
+    async def _retry_later(
+        self, policy: RetryPolicy, dequeue_count: int, delivery: Delivery, error: Exception
+    ) -> Outcome | None:
+        """Send the signal again, hidden for the policy's next backoff, or park it once the
+        delayed retries are used up. None when the signal could not be sent: the host then
+        retries as without a policy. (Why sending and then acknowledging is safe:
+        ``shared.bus.retries``.)"""
+        signal = delivery.signal
+        if signal is None:
+            return None
+        done = signal.retry or 0
+        afresh = signal.model_copy(update={"retry": None}).to_json()
+        delay = policy.delay(done, self.config.jitter)
+        if delay is None:
+            note = f"after {policy.describe(done)}"
+            return await self._park_failed(afresh, dequeue_count, delivery, error, note)
+        again = signal.model_copy(update={"retry": done + 1}).to_json()
+        try:
+            await send_hidden(self.account.queue(self.endpoint.name), again, delay)
+        except Exception as sending:
+            log.warning(
+                "endpoint %s: delayed retry of %s not scheduled (%s); the host retries it",
+                self.endpoint.name,
+                signal.message_id,
+                sending,
+            )
+            return None
+        log.warning(
+            "%s failed: %s: %s; delayed retry %d of %d in %.0f s",
+            self._where(dequeue_count, delivery),
+            type(error).__name__,
+            (str(error).splitlines() or [""])[0],
+            done + 1,
+            len(policy.delays),
+            delay,
+        )
+        return Outcome.RETRYING
+
+    def _where(self, dequeue_count: int, delivery: Delivery) -> str:
+        return (
             f"receiving message {delivery.message_id or '(no id)'} of type "
             f"{delivery.message_type or '(not decoded)'} at endpoint {self.endpoint.name}, "
             f"try {dequeue_count}"
         )
-        last = self.config.max_dequeue_count
-        if last is None or dequeue_count < last:
-            # The host logs the error with its traceback; the note says which message it was.
-            error.add_note(where)
-            raise error
+
+    async def _park_failed(
+        self, raw: str, dequeue_count: int, delivery: Delivery, error: Exception, note: str = ""
+    ) -> Outcome:
+        """Park the message with ``error`` (and ``note``, why now) as its reason."""
+        where = self._where(dequeue_count, delivery)
         first = (str(error).splitlines() or [""])[0]
         log.error("%s failed: %s: %s", where, type(error).__name__, first, exc_info=error)
         reason = error_reason(
@@ -211,6 +308,8 @@ class Pipeline(abc.ABC):
             enqueued_at=delivery.enqueued_at,
             failed_at=to_datetime(self.config.clock()),
         )
+        if note:
+            reason = replace(reason, reason=f"{reason.reason} ({note})")
         await self._park(raw, reason)
         return Outcome.POISONED
 
@@ -284,6 +383,10 @@ class Pipeline(abc.ABC):
             raise MessageSchemaError(
                 f"message {envelope.id} of type {envelope.type} does not match its schema: {e}"
             ) from None
+        # Checked on the token's own content, before anything is written: an early signal
+        # (however it came) only hides itself again.
+        if (early := not_due(envelope.deliver_at, self.config.clock)) is not None:
+            raise early
         return envelope, message
 
     async def _run_handler(

@@ -133,7 +133,7 @@ class Receiver(Pipeline):
                     continue
                 outcome = Outcome.PROCESSED
             # R6
-            await send_signals(self.account, outbox.outgoing, hints)
+            await send_signals(self.account, outbox.outgoing, hints, clock=self.config.clock)
             # R7
             with contextlib.suppress(NotFound):
                 await self.tokens.delete(signal.token)

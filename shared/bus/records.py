@@ -55,6 +55,9 @@ class OutgoingSignal(BaseModel):
     token: str
     partition_key: str
     type: str
+    deliver_at: datetime | None = None
+    """A delayed message's due time, so that R6 (also when resumed from the stored record)
+    sends its signal hidden until then. Left out of the stored form when absent."""
 
     @model_validator(mode="before")
     @classmethod
@@ -78,6 +81,10 @@ class OutgoingSignal(BaseModel):
             self.attempt_id,
         ):
             del data["message_id"], data["attempt_id"]
+        if self.deliver_at is None:
+            data.pop("deliver_at", None)
+        else:  # stored with json.dumps, which takes no datetime
+            data["deliver_at"] = self.deliver_at.isoformat()
         return data
 
     @classmethod
@@ -90,6 +97,7 @@ class OutgoingSignal(BaseModel):
             token=token,
             partition_key=envelope.partition_key,
             type=envelope.type,
+            deliver_at=envelope.deliver_at,
         )
 
 

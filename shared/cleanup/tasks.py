@@ -36,7 +36,7 @@ from shared.bus.modes.entity_outbox import expire_entity_outboxes
 from shared.bus.modes.processed_table import expire_processed
 from shared.bus.modes.state_based import truncate_state_streams
 from shared.bus.origin import Origin
-from shared.bus.outgoing import ORIGIN_METADATA
+from shared.bus.outgoing import DUE_METADATA, ORIGIN_METADATA
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, OutboxRecord, OutgoingSignal
 from shared.bus.state.base import EndpointState
 from shared.cleanup.batching import STORAGE_ERRORS, delete_blobs, delete_rows, each, read_rows
@@ -159,6 +159,19 @@ async def _remove_rows(
     _add(report.kept, "changed", len(condemned) - len(deleted))  # judged again next pass
 
 
+def since(blob: BlobProperties) -> datetime:
+    """Since when a token's age counts: its last change, or for a delayed message its due time
+    (``shared.bus.schedule``), before which it is in flight however old it is. A due time
+    that does not parse counts as none: the token is then judged by its age as any other."""
+    due = blob.metadata.get(DUE_METADATA)
+    if due:
+        try:
+            return max(blob.last_modified, datetime.fromisoformat(due))
+        except (ValueError, TypeError):
+            log.warning("token %s has a due time that is not a time: %r", blob.name, due[:80])
+    return blob.last_modified
+
+
 Verdict = str
 """'abandoned', or why a token stays (a ``kept`` reason)."""
 FENCE = "fence"
@@ -183,7 +196,7 @@ class AbandonedTokens(CleanupTask):
         waiting: list[tuple[BlobProperties, re.Match[str], Origin, OriginKind]] = []
         in_sql: list[tuple[BlobProperties, re.Match[str], Origin]] = []
         for blob in page.items:
-            if not context.is_old(blob.last_modified):
+            if not context.is_old(since(blob)):
                 report.kept["young"] += 1
                 continue
             try:
@@ -255,7 +268,8 @@ class AbandonedTokens(CleanupTask):
         committed = None if row is None else kind.committed_attempts(row, name["incoming"])
         if committed is None:
             # The row says nothing about this message. That proves the token was never
-            # committed unless rows of this kind expire while their tokens may live on.
+            # committed unless rows of this kind expire while their tokens may live on. (By
+            # its creation, not its due time: the row is as old as the token at most.)
             age = (context.now - blob.last_modified).total_seconds()
             if kind.retention is not None and age >= kind.retention(context.config):
                 return "origin_expired"
@@ -384,7 +398,7 @@ def _without_origin(context: CleanupContext, blob: BlobProperties) -> Verdict:
     message could still be in flight: up to the ingress window, the longest time the bus
     keeps anything about a message it has not retired (a queue message lives 7 days too).
     Past that window, and unclaimed, nothing can still be waiting to consume it."""
-    age = (context.now - blob.last_modified).total_seconds()
+    age = (context.now - since(blob)).total_seconds()
     if blob.metadata.get("claim") or age < context.config.ingress_window_seconds:
         return "no_origin"
     return "abandoned"

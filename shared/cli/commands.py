@@ -11,6 +11,7 @@ import os
 import sys
 import uuid
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -80,9 +81,10 @@ async def send_command(
     to: str | None,
     key: str | None,
     publish: bool,
+    delay: timedelta | None = None,
 ) -> int:
     """``send`` a command or ``publish`` an event through the ingress (exactly once per key
-    within the ingress window)."""
+    within the ingress window); with ``delay``, it is not processed before then."""
     message, destination = build_message(worker.app, type_name, body, to)
     if publish and isinstance(message, Command):
         raise ValueError(f"{type_name} is a command: use `send`, not `publish`")
@@ -95,9 +97,13 @@ async def send_command(
     if isinstance(message, Command):
         if destination is None:
             raise BadRequest(f"{type_name} is a command: name its endpoint with --to")
-        receipt = await client.send(message, to=destination, idempotency_key=key)
+        receipt = await client.send(message, to=destination, idempotency_key=key, delay=delay)
     else:
-        receipt = await client.publish(message, idempotency_key=key)  # type: ignore[arg-type]
+        receipt = await client.publish(
+            message,  # type: ignore[arg-type]
+            idempotency_key=key,
+            delay=delay,
+        )
     print_json(
         {
             "idempotency_key": receipt.idempotency_key,

@@ -19,6 +19,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,11 @@ def parser(app: BusApp | None = None) -> argparse.ArgumentParser:
         s.add_argument("type", help="message type name, e.g. PlaceOrder")
         s.add_argument("--body", required=True, help="JSON object, or @file.json")
         s.add_argument("--key", help="idempotency key (default: a new one, printed)")
+        s.add_argument(
+            "--delay",
+            help="not processed before this much time has passed: seconds, or e.g. 90s, "
+            "10m, 2h, 30d",
+        )
         if name == "send":
             s.add_argument("--to", help="destination endpoint (default: the one handling it)")
 
@@ -206,6 +212,26 @@ def _body(text: str) -> dict[str, Any]:
     return value
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_delay(text: str) -> timedelta:
+    """``--delay``: a number of seconds, or a number with one unit (s, m, h, d)."""
+    number, unit = (text[:-1], text[-1]) if text[-1:] in _UNITS else (text, "s")
+    try:
+        value = float(number)
+    except ValueError:
+        raise BadRequest(
+            f"--delay {text!r} is not a delay: use seconds, or e.g. 90s, 10m, 2h, 30d"
+        ) from None
+    if not 0 <= value < float("inf"):
+        raise BadRequest(f"--delay {text!r}: a delay is a finite, positive time")
+    try:
+        return timedelta(seconds=value * _UNITS[unit])
+    except OverflowError:
+        raise BadRequest(f"--delay {text!r} is too long") from None
+
+
 Run = Callable[[Worker], Awaitable[int]]
 
 
@@ -217,8 +243,10 @@ def _command(args: argparse.Namespace, usage: Callable[[str], None]) -> Run:
     if args.command in ("send", "publish"):
         body = _body(args.body)
         to = getattr(args, "to", None)
+        publish = args.command == "publish"
+        delay = None if args.delay is None else parse_delay(args.delay)
         return lambda a: c.send_command(
-            a, args.type, body, to=to, key=args.key, publish=args.command == "publish"
+            a, args.type, body, to=to, key=args.key, publish=publish, delay=delay
         )
     if args.command in ("subscribe", "unsubscribe"):
         everything = getattr(args, "all", False)

@@ -81,6 +81,10 @@ class Options:
     concurrency: int = 8
     seed: int = 2026
     timeout: float = 600.0
+    pay_later_orders: int = 20
+    """Orders paid later (the sample's payment timeout): half get their payment right after
+    the other requests, half only once the queues are empty (every timeout fired)."""
+    pay_window_seconds: int = 5
 
 
 @dataclass
@@ -188,6 +192,47 @@ async def post(
         await asyncio.sleep(delay)
         delay = min(2.0, delay * 2)
     return None
+
+
+def plan_pay_later(options: Options) -> tuple[list[Request], list[Request], dict[str, int]]:
+    """Orders that wait for a payment from outside: their placements, their payments (the
+    first half sent right after the placements, the second half once every timeout has
+    fired) and their amounts."""
+    chooser = random.Random(options.seed + 2)
+    placements, payments, amounts = [], [], {}
+    for i in range(options.pay_later_orders):
+        order_id, amount = f"later{i}", 100 * chooser.randint(1, 50)
+        amounts[order_id] = amount
+        body = {
+            "order_id": order_id,
+            "customer": f"latecust{i % 5}",
+            "amount_cents": amount,
+            "pay_within_seconds": options.pay_window_seconds,
+        }
+        placements.append(Request(order_id, {"type": "PlaceOrder", "to": "orders", "body": body}))
+        paid = {"order_id": order_id, "payment_id": f"pay-{order_id}", "amount_cents": amount}
+        payments.append(Request(f"pay-{order_id}", {"type": "PaymentReceived", "body": paid}))
+    return placements, payments, amounts
+
+
+def check_pay_later(
+    states: Mapping[str, Mapping[str, Any]], amounts: Mapping[str, int]
+) -> tuple[list[str], Counter[str]]:
+    """Each order paid later ends paid and shipped, or cancelled with its payment refunded
+    exactly once (which one depends on whether its payment beat its timeout)."""
+    errors, ends = [], Counter[str]()
+    for order_id, amount in amounts.items():
+        status = states["orders"].get(order_id, {}).get("status")
+        refunded = states["payments"].get(order_id, {}).get("refunded_cents", 0)
+        shipped = bool(states["shipping"].get(order_id, {}).get("shipment_id"))
+        ends[str(status)] += 1
+        if status == "paid" and (not shipped or refunded):
+            errors.append(f"{order_id} is paid but shipped={shipped}, refunded {refunded}")
+        elif status == "cancelled" and (shipped or refunded != amount):
+            errors.append(f"{order_id} is cancelled but shipped={shipped}, refunded {refunded}")
+        elif status not in ("paid", "cancelled"):
+            errors.append(f"{order_id} is {status} after its payment window")
+    return errors, ends
 
 
 async def send_all(
@@ -309,10 +354,12 @@ async def verify(
     tokens_container: str,
     sql: Mapping[str, EndpointState] | None = None,
     postgres_url: str | None = None,
+    pay_later: Mapping[str, int] | None = None,
 ) -> Verdict:
     """The invariants, from storage alone: every message sent (the clients' and every one a
     handler caused) has exactly one audit row, the business state is exact, nothing is left.
-    ``sql``: the rows of the endpoints that keep them in PostgreSQL (``postgres_url``)."""
+    ``sql``: the rows of the endpoints that keep them in PostgreSQL (``postgres_url``).
+    ``pay_later``: the amounts of the orders paid later (``check_pay_later``)."""
     sql = sql or {}
     endpoints = list(demo_app().endpoints)
     audited: Counter[str] = Counter()
@@ -353,6 +400,13 @@ async def verify(
         if states["shootingrange"].get(game, {}).get("shots") != count:
             errors.append(f"range of {game} did not take {count} shots")
     errors += [f"{m} was processed {n} times" for m, n in audited.items() if n > 1]
+    if pay_later:
+        late_errors, ends = check_pay_later(states, pay_later)
+        errors += late_errors
+        print(
+            f"  pay-later orders: {ends['paid']} paid and shipped, {ends['cancelled']} "
+            "cancelled by their timeout with the late payment refunded"
+        )
     tokens_left = len([p async for p in account.blob_container(tokens_container).list()])
     return Verdict(
         sent=len(expected),
@@ -445,6 +499,8 @@ async def drive(
         await provision_postgres(worker, postgres_url)
         await worker.bus().subscribe_all()
         requests, orders, shots = plan_requests(options)
+        placements, payments, pay_later = plan_pay_later(options)
+        half = len(payments) // 2
         started = time.monotonic()
         await asyncio.to_thread(host.start)
         print(
@@ -454,7 +510,8 @@ async def drive(
         clients = Clients()
         sent = asyncio.Event()
         killer = asyncio.create_task(kill_midway(host, outcome_log, options, sent))
-        await send_all(host, requests, options, clients)
+        await send_all(host, requests + placements, options, clients)
+        await send_all(host, payments[:half], options, clients)  # most in time
         sent.set()
         print(
             f"  clients: {len(clients.receipts)} messages accepted in {clients.requests} requests "
@@ -463,6 +520,10 @@ async def drive(
         deadline = time.monotonic() + options.timeout
         await killer
         calm = await quiescent(raw, deadline)
+        # A hidden delayed signal counts as queued, so every timeout has fired by now: the
+        # other half of the payments comes after the cancellations, to be refunded.
+        await send_all(host, payments[half:], options, clients)
+        calm = calm and await quiescent(raw, deadline)
         elapsed = time.monotonic() - started
         stop_code = await asyncio.to_thread(host.stop)
         print(
@@ -478,7 +539,9 @@ async def drive(
         roots = {i for ids in clients.receipts.values() for i in ids}
         tokens = worker.config.tokens_container
         sql = worker.sql_states()
-        verdict = await verify(raw, roots, orders, shots, suppressed, tokens, sql, postgres_url)
+        verdict = await verify(
+            raw, roots, orders, shots, suppressed, tokens, sql, postgres_url, pay_later
+        )
         await worker.close()
 
     verdict.lost += len(clients.unsent)

@@ -36,7 +36,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "receiver-delete-before-send",
         "shared/bus/receiver.py",
         """            # R6
-            await send_signals(self.account, outbox.outgoing, hints)
+            await send_signals(self.account, outbox.outgoing, hints, clock=self.config.clock)
             # R7
             with contextlib.suppress(NotFound):
                 await self.tokens.delete(signal.token)""",
@@ -44,7 +44,7 @@ MUTANTS: tuple[Mutant, ...] = (
             with contextlib.suppress(NotFound):
                 await self.tokens.delete(signal.token)
             # R6
-            await send_signals(self.account, outbox.outgoing, hints)""",
+            await send_signals(self.account, outbox.outgoing, hints, clock=self.config.clock)""",
         "R7 before R6: the incoming token is deleted before the outputs are signalled",
     ),
     Mutant(
@@ -153,6 +153,21 @@ MUTANTS: tuple[Mutant, ...] = (
         await send_signals(self.account, tuple(outgoing), hints)""",
         "a window mode deletes the incoming token before signalling its outputs",
     ),
+    # -- delayed messages and retry policies ----------------------------------------------------
+    Mutant(
+        "pipeline-processes-early",
+        "shared/bus/pipeline.py",
+        "if (early := not_due(envelope.deliver_at, self.config.clock)) is not None:",
+        "if (early := not_due(None, self.config.clock)) is not None:",
+        "the receiver trusts the queue's delay: an early signal is processed before its time",
+    ),
+    Mutant(
+        "pipeline-retry-acknowledged-unsent",
+        "shared/bus/pipeline.py",
+        "await send_hidden(self.account.queue(self.endpoint.name), again, delay)",
+        "pass",
+        "a delayed retry acknowledges the failed copy without sending its next signal",
+    ),
     # -- cleanup --------------------------------------------------------------------------------
     Mutant(
         "cleanup-retire-before-r7",
@@ -187,7 +202,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "cleanup-young-tokens-deleted",
         "shared/cleanup/tasks.py",
-        """            if not context.is_old(blob.last_modified):
+        """            if not context.is_old(since(blob)):
                 report.kept["young"] += 1
                 continue""",
         """            if False:

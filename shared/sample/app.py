@@ -8,6 +8,13 @@ Orders: PlaceOrder goes to ``orders``, which publishes OrderPlaced (subscribed b
 and ``shipping``) and sends ChargePayment to ``payments``; once charged, ``payments`` sends
 ShipOrder to ``shipping``.
 
+Orders paid later (a timeout): a PlaceOrder with ``pay_within_seconds`` is not charged by the
+bus; it waits for a PaymentReceived from outside (the payment provider, through the ingress)
+and ``orders`` sends itself a PaymentDue delayed by that long. If the payment comes first,
+the order is paid and shipped and the timeout finds nothing to do; if the timeout comes
+first, the order is cancelled, and a payment arriving after that is refunded by ``payments``
+(RefundPayment). Each happens exactly once, however the messages are duplicated or retried.
+
 ``payments`` keeps its state in Table Storage, or in PostgreSQL when the environment variable
 ``SAMPLE_PAYMENTS_STORE`` is ``postgres`` (``make demo`` runs it so, with ``BUS_POSTGRES_URL``
 naming its server). There each charge is also a row of the app's own ``sample_charges``
@@ -18,6 +25,7 @@ endpoint's state and outbox record: the charge row exists once per order or not 
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from typing import cast
 
 from pydantic import BaseModel, Field
@@ -94,6 +102,32 @@ class PlaceOrder(Command):
     order_id: str
     customer: str
     amount_cents: int = Field(gt=0)
+    pay_within_seconds: int | None = Field(default=None, gt=0, le=30 * 24 * 3600)
+    """Set: the customer pays later (PaymentReceived) and the order is cancelled if not paid
+    within this long. None: charged at once (ChargePayment)."""
+
+
+class PaymentReceived(Command):
+    """From the payment provider: the customer paid ``amount_cents`` for the order."""
+
+    partition_by = "order_id"
+    order_id: str
+    payment_id: str
+    amount_cents: int = Field(gt=0)
+
+
+class PaymentDue(Command):
+    """The timeout ``orders`` sends itself: the order's payment window has closed."""
+
+    partition_by = "order_id"
+    order_id: str
+
+
+class RefundPayment(Command):
+    partition_by = "order_id"
+    order_id: str
+    payment_id: str
+    amount_cents: int
 
 
 class ChargePayment(Command):
@@ -116,8 +150,14 @@ class OrderPlaced(Event):
 
 class Order(BaseModel):
     status: str = "new"
+    """orders: new, placed, awaiting_payment, paid or cancelled. payments: charged or
+    refunded."""
     amount_cents: int = 0
     payment_id: str | None = None
+    refunded_cents: int = 0
+    """payments: what was refunded (a refund applied twice would double it)."""
+    refunded_payments: list[str] = []
+    """orders: the payments it sent back, so a payment reported again is not refunded twice."""
 
 
 class Shipping(BaseModel):
@@ -146,12 +186,45 @@ loyalty = app.endpoint("loyalty", state=Customer)
 def place_order(ctx: HandlerContext[Order], cmd: PlaceOrder) -> None:
     if ctx.state.status != "new":
         return  # the same order id placed twice by a client: keep the first
-    ctx.state.status = "placed"
     ctx.state.amount_cents = cmd.amount_cents
     ctx.publish(
         OrderPlaced(order_id=cmd.order_id, customer=cmd.customer, amount_cents=cmd.amount_cents)
     )
-    ctx.send(ChargePayment(order_id=cmd.order_id, amount_cents=cmd.amount_cents), to="payments")
+    if cmd.pay_within_seconds is None:
+        ctx.state.status = "placed"
+        ctx.send(ChargePayment(order_id=cmd.order_id, amount_cents=cmd.amount_cents), to="payments")
+        return
+    ctx.state.status = "awaiting_payment"
+    # The timeout: a message to this endpoint, not processed before the window closes.
+    ctx.send(
+        PaymentDue(order_id=cmd.order_id),
+        to="orders",
+        delay=timedelta(seconds=cmd.pay_within_seconds),
+    )
+
+
+@orders.handles(PaymentDue)
+def payment_due(ctx: HandlerContext[Order], cmd: PaymentDue) -> None:
+    if ctx.state.status == "awaiting_payment":
+        ctx.state.status = "cancelled"  # not paid in time
+    # paid already (or never placed this way): the timeout has nothing to do
+
+
+@orders.handles(PaymentReceived)
+def payment_received(ctx: HandlerContext[Order], cmd: PaymentReceived) -> None:
+    if ctx.state.status == "awaiting_payment":
+        ctx.state.status = "paid"
+        ctx.state.payment_id = cmd.payment_id
+        ctx.send(ShipOrder(order_id=cmd.order_id), to="shipping")
+        return
+    if cmd.payment_id == ctx.state.payment_id or cmd.payment_id in ctx.state.refunded_payments:
+        return  # the provider reported a payment again (under a new key): handled already
+    # Too late (cancelled), a second payment, or for an order we do not know: give it back.
+    ctx.state.refunded_payments.append(cmd.payment_id)
+    refund = RefundPayment(
+        order_id=cmd.order_id, payment_id=cmd.payment_id, amount_cents=cmd.amount_cents
+    )
+    ctx.send(refund, to="payments")
 
 
 @payments.handles(ChargePayment)
@@ -169,6 +242,13 @@ async def charge(ctx: HandlerContext[Order], cmd: ChargePayment) -> None:
             ctx.now(),
         )
     ctx.send(ShipOrder(order_id=cmd.order_id), to="shipping")
+
+
+@payments.handles(RefundPayment)
+def refund(ctx: HandlerContext[Order], cmd: RefundPayment) -> None:
+    ctx.state.status = "refunded"
+    ctx.state.payment_id = cmd.payment_id
+    ctx.state.refunded_cents += cmd.amount_cents  # doubles if a refund were ever applied twice
 
 
 @shipping.handles(OrderPlaced)

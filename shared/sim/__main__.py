@@ -20,6 +20,8 @@ and, in token mode, with up to one deviation and one fault:
 8. ``small-redelivery``: a redelivery may come after the grace period, a cleanup pass first;
 9. ``small-unbounded-sweep``: outside the timing assumptions, a round may be slower than the
    grace period while cleanup passes run (also with two deviations and no fault);
+10. ``small-delay``: a delayed message, its copies and crashes around its send (NoEarlyDelivery);
+11. ``small-retry``: a handler failing twice under a retry policy (immediate, then delayed);
 and then seeded random search over larger configurations in every mode for the rest of the
 time budget. With two cores the phases are dealt to two processes (``DEFAULT_PLAN``), each
 then searching its own random seeds. ``--mode`` keeps the phases and random runs of one mode.
@@ -67,6 +69,8 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-postgres-processed_messages", 1, 1),
         ("small-postgres-entity_outbox", 1, 1),
         ("small-partition-postgres-state_based", 1, 1),
+        ("small-delay", 1, 1),
+        ("small-retry", 1, 1),
     ),
     (
         ("small-sweep", 1, 1),

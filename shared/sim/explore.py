@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field, replace
 
 from shared.bus.app import MODES, Mode
+from shared.bus.retries import RetryPolicy
 from shared.clock import ManualClock
 from shared.errors import ConfigurationError
 from shared.sim.choices import Chooser, DepthFirst, Replay, Seeded
@@ -44,6 +45,19 @@ CONFIGS: dict[str, SimConfig] = {
         # past the grace period (free, see ``SimConfig.waits``) with a cleanup pass, and a
         # scheduled cleanup pass may also run at any point.
         SimConfig(name="small-redelivery", shape="single", copies=1, sweeps=1, waits=1),
+        # A delayed message (first -> second, due 60 s after first processed its message):
+        # crashes between its delayed send and R7, copies and redeliveries; none processed
+        # early (NoEarlyDelivery), none lost or duplicated.
+        SimConfig(name="small-delay", shape="single", copies=2, delay=60.0),
+        # second's handler fails twice per message under 1 immediate and 1 delayed retry:
+        # applied once, its outputs sent once, across crashes and copies.
+        SimConfig(
+            name="small-retry",
+            shape="chain",
+            copies=1,
+            failures=2,
+            retry=RetryPolicy(immediate=1, delays=(40.0,), jitter=0.0),
+        ),
         # Outside the timing assumptions: a process may also stall before any operation for
         # longer than the grace period (a paused machine) while a cleanup pass runs. Not
         # part of the default exploration: the cleanup's safety rests on those assumptions

@@ -25,6 +25,8 @@ the entity-outbox map inside the ``state`` row) are read as well:
   journal order, the head at n holding the latest version's state, each index row pointing
   at its message's version, each version's output fingerprints equal to the fault-free
   run's).
+- NoEarlyDelivery: no delayed message processed before its due time (the handler compares
+  its processing time with the envelope's ``deliver_at``).
 - BoundedResidue (checked when the timing assumptions hold, ``SimConfig.residue_checked``):
   after the cleanup pass that follows the quiet run by more than the grace period, no token
   is left in any mode and no O(m) in token mode. Token mode has no window, so that is all.
@@ -56,6 +58,7 @@ NO_GHOST_MESSAGES = "NoGhostMessages"
 NO_LOST_MESSAGES = "NoLostMessages"
 CONSISTENT_OUTPUT = "ConsistentOutput"
 BOUNDED_RESIDUE = "BoundedResidue"
+NO_EARLY_DELIVERY = "NoEarlyDelivery"
 UNEXPECTED_ERROR = "UnexpectedError"
 """Not an invariant of the design: a simulated process raised something other than the
 project's own errors, i.e. a bug in the code under test."""
@@ -65,6 +68,7 @@ INVARIANTS = (
     NO_LOST_MESSAGES,
     CONSISTENT_OUTPUT,
     BOUNDED_RESIDUE,
+    NO_EARLY_DELIVERY,
 )
 
 
@@ -196,6 +200,11 @@ def check(
                         + (f" (as {len(ids)} messages: {', '.join(ids)})" if len(ids) > 1 else ""),
                     )
                 )
+        found += [
+            Violation(NO_EARLY_DELIVERY, f"{endpoint} processed {a.name} before its due time")
+            for a in entries
+            if a.early
+        ]
         applied_ids = {(endpoint, a.id) for a in entries}
         applied_names = {(endpoint, a.name) for a in entries}
         for entry in entries:

@@ -11,7 +11,11 @@ Each handler appends one ``Applied`` entry (message id, its logical name, source
 digest of what it received) to its partition's state. The invariants read these entries back:
 a repeated name is a duplicated processing, an entry whose cause was never applied is a ghost,
 a missing entry is a lost message, a digest that differs from the reference run is an
-inconsistent output.
+inconsistent output, an entry processed before its message's due time is an early delivery.
+
+Options: ``delay`` makes the first endpoint's Step a delayed message (seconds); ``failures``
+makes the second endpoint's Step handler fail that many times per message (a flaky
+dependency, outside the state), under the retry policy ``retry`` of that endpoint.
 
 The logical name travels in every message body: a client's Start carries its idempotency key
 (``request``), and each output carries its cause's name and the hop (``path``). Message ids
@@ -26,11 +30,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Literal
 
 from pydantic import BaseModel
 
-from shared.bus import BusApp, Command, Event, HandlerContext
+from shared.bus import BusApp, Command, Event, HandlerContext, RetryPolicy
 from shared.bus.app import Mode
 
 Shape = Literal["single", "chain", "publish", "mixed"]
@@ -66,6 +71,8 @@ class Applied(BaseModel):
     source: str
     causation: str | None
     digest: str
+    early: bool = False
+    """Processed before its due time (NoEarlyDelivery)."""
 
 
 class Journal(BaseModel):
@@ -84,6 +91,7 @@ def digest(ctx: HandlerContext[Journal]) -> str:
 
 
 def record(ctx: HandlerContext[Journal], name: str) -> None:
+    due = ctx.envelope.deliver_at
     ctx.state.applied.append(
         Applied(
             id=ctx.message_id,
@@ -91,6 +99,7 @@ def record(ctx: HandlerContext[Journal], name: str) -> None:
             source=ctx.envelope.source,
             causation=ctx.envelope.causation_id,
             digest=digest(ctx),
+            early=due is not None and ctx.now() < due,
         )
     )
 
@@ -103,7 +112,15 @@ class SimApp:
     """The endpoint the initial messages are sent to."""
 
 
-def build_app(shape: Shape, mode: Mode = "token", suffix: str = "") -> SimApp:
+def build_app(
+    shape: Shape,
+    mode: Mode = "token",
+    suffix: str = "",
+    *,
+    delay: float = 0.0,
+    failures: int = 0,
+    retry: RetryPolicy | None = None,
+) -> SimApp:
     """The simulated application; ``mode`` is the endpoint mode every endpoint uses and
     ``suffix`` keeps the names of concurrent runs on one real account apart."""
     if shape not in SHAPES:
@@ -111,19 +128,31 @@ def build_app(shape: Shape, mode: Mode = "token", suffix: str = "") -> SimApp:
     used = {"single": 2, "chain": 3, "publish": 4, "mixed": 4}[shape]
     names = [f"{name}{suffix}" for name in ENDPOINTS[:used]]
     app = BusApp()
-    first, second, *rest = (app.endpoint(name, Journal, mode=mode) for name in names)
+    first, second, *rest = (
+        app.endpoint(name, Journal, mode=mode, retry=retry if name == names[1] else None)
+        for name in names
+    )
+    runs: dict[str, int] = {}
+    """Runs of the second endpoint's Step handler per message, failed or not."""
 
     @first.handles(Start)
     def start(ctx: HandlerContext[Journal], message: Start) -> None:
         name = message.request
         record(ctx, name)
         if shape in ("single", "chain", "mixed"):
-            ctx.send(Step(key=message.key, hop=1, path=f"{name}>step"), to=second.name)
+            ctx.send(
+                Step(key=message.key, hop=1, path=f"{name}>step"),
+                to=second.name,
+                delay=timedelta(seconds=delay) if delay else None,
+            )
         if shape in ("publish", "mixed"):
             ctx.publish(Happened(key=message.key, path=f"{name}>happened"))
 
     @second.handles(Step)
     def step(ctx: HandlerContext[Journal], message: Step) -> None:
+        runs[message.path] = runs.get(message.path, 0) + 1
+        if runs[message.path] <= failures:
+            raise RuntimeError(f"flaky dependency: run {runs[message.path]} of {message.path}")
         record(ctx, message.path)
         if shape in ("chain", "mixed"):
             ctx.send(

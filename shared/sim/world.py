@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
-from shared.bus import Bus, BusConfig
+from shared.bus import Bus, BusConfig, RetryPolicy
 from shared.bus.app import Mode, Store
 from shared.bus.envelope import Signal
 from shared.bus.state.base import EndpointState
@@ -151,6 +151,13 @@ class SimConfig:
     window: float = 3600.0
     """Window modes: how long a dedup record is kept (every mode's retention setting). Under
     bounded timing it must outlast the longest run (max_ticks ticks and the final grace)."""
+    delay: float = 0.0
+    """The first endpoint's Step is a delayed message, due this many seconds after its cause
+    was processed (NoEarlyDelivery checks none is processed before then)."""
+    failures: int = 0
+    """The second endpoint's Step handler fails this many times per message."""
+    retry: RetryPolicy | None = None
+    """The second endpoint's retry policy (None: the host's retries)."""
     stall_outlasts_audit: bool = True
     """Unbounded timing: a stall also outlasts the audit retention (the audit rows are
     removed while it lasts). Every mode inserts the audit row in its commit, so while the
@@ -256,7 +263,14 @@ class World:
 
     def __post_init__(self) -> None:
         config = self.config
-        self.sim = build_app(config.shape, config.mode, self.suffix)
+        self.sim = build_app(
+            config.shape,
+            config.mode,
+            self.suffix,
+            delay=config.delay,
+            failures=config.failures,
+            retry=config.retry,
+        )
         self.sql = MemorySqlDatabase() if config.store == "postgres" else None
         if self.sql is not None:
             declared = self.sim.app.endpoints

@@ -69,6 +69,24 @@ def test_send_is_exactly_once_per_key(bus: Run) -> None:
     assert json.loads(out) == {**first, "deduplicated": True}
 
 
+def test_send_with_a_delay_hides_the_message_until_then(
+    bus: Run, emulator: AzuriteEndpoints
+) -> None:
+    async def depths() -> tuple[int, int]:
+        storage = account(emulator)
+        try:
+            queue = storage.queue("orders")
+            return len(await queue.peek(32)), await queue.approximate_count()
+        finally:
+            await storage.close()
+
+    visible, total = asyncio.run(depths())
+    code, out, _ = bus("send", "PlaceOrder", "--delay", "1h", "--key", "later", "--body", ORDER)
+    assert code == 0
+    assert json.loads(out)["deduplicated"] is False
+    assert asyncio.run(depths()) == (visible, total + 1)  # queued, and hidden
+
+
 def test_publish_reaches_every_subscriber_and_unsubscribe_takes_one_away(bus: Run) -> None:
     code, out, _ = bus("publish", "OrderPlaced", "--key", "pub-1", "--body", PLACED)
     assert (code, len(json.loads(out)["message_ids"])) == (0, 2)
@@ -98,6 +116,11 @@ def test_publish_reaches_every_subscriber_and_unsubscribe_takes_one_away(bus: Ru
             "OrderPlaced is an event: it is published to its topic's subscribers",
         ),
         (["send", "PlaceOrder", "--key", "a/b", "--body", ORDER], "Idempotency key"),
+        (["send", "PlaceOrder", "--delay", "soon", "--body", ORDER], "'soon' is not a delay"),
+        (["send", "PlaceOrder", "--delay=-5m", "--body", ORDER], "finite, positive"),
+        (["send", "PlaceOrder", "--delay", "nans", "--body", ORDER], "finite, positive"),
+        (["send", "PlaceOrder", "--delay", "1e300d", "--body", ORDER], "too long"),
+        (["send", "PlaceOrder", "--delay", "20000d", "--body", ORDER], "between 0 and 3650"),
         (["replay", "nosuchendpoint"], "unknown endpoints ['nosuchendpoint']"),
         (["subscribe", "hit", "loyaltee"], "'loyaltee' is no endpoint of this app"),
         (["subscribe", "hit", "loyalty"], "loyalty takes no event of topic hit"),

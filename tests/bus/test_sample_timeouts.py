@@ -1,0 +1,181 @@
+"""The sample's payment timeout: an order not paid within its window is cancelled by a
+delayed message ``orders`` sends itself, and a payment arriving after that is refunded; each
+exactly once, under duplicate deliveries, a provider reporting a payment twice and a crash
+right after the timeout was signalled. In-memory stores and a private Azurite (the sample's
+queues have fixed names)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from shared.bus import Outcome
+from shared.clock import ManualClock
+from shared.local.azurite import AzuriteEndpoints
+from shared.sample.app import Order, PaymentReceived, PlaceOrder, Shipping, app
+from shared.settings import StorageSettings
+from shared.stores.azure import AzureStorageAccount
+from shared.stores.instrumented import Fault, FaultPlan, Operation
+from shared.stores.memory import MemoryStorageAccount
+from tests.bus.harness import Harness
+from tests.conftest import Backend, started_azurite
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[AzuriteEndpoints]:
+    yield from started_azurite()
+
+
+@pytest.fixture(params=["memory", pytest.param("azurite", marks=pytest.mark.azurite)])
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    if request.param == "memory":
+        clock = ManualClock()
+        yield Backend("memory", MemoryStorageAccount(clock=clock), clock)
+        return
+    endpoints: AzuriteEndpoints = request.getfixturevalue("emulator")
+    account = AzureStorageAccount(StorageSettings(connection_string=endpoints.connection_string))
+    try:
+        yield Backend("azurite", account)
+    finally:
+        await account.close()
+
+
+def window(backend: Backend) -> int:
+    """The payment window: minutes in the sample's spirit, a few real seconds on Azurite."""
+    return 300 if backend.clock is not None else 3
+
+
+async def deliver_visible(harness: Harness) -> Counter[Outcome]:
+    """Deliver what every queue shows now (and what that shows now), without waiting."""
+    before = Counter(harness.outcomes)
+    busy = True
+    while busy:
+        busy = False
+        for name in harness.app.endpoints:
+            for message in await harness.raw.queue(name).receive(32, visibility_timeout=30):
+                busy = True
+                await harness.deliver(name, message)
+    return harness.outcomes - before
+
+
+async def placed(backend: Backend, order: str) -> Harness:
+    harness = await Harness.create(backend, app)
+    for name in app.endpoints:  # the fixed-name queues may hold an earlier test's messages
+        await harness.raw.queue(name).clear()
+    await harness.setup_bus.client().send(
+        PlaceOrder(
+            order_id=order, customer="ada", amount_cents=700, pay_within_seconds=window(backend)
+        ),
+        to="orders",
+        idempotency_key=f"place-{order}",
+    )
+    await deliver_visible(harness)
+    return harness
+
+
+async def pay(harness: Harness, order: str, key: str, copies: int = 1) -> None:
+    payment = PaymentReceived(order_id=order, payment_id="pay-1", amount_cents=700)
+    await harness.setup_bus.client().send(payment, to="orders", idempotency_key=key)
+    for message in await harness.raw.queue("orders").peek(32):
+        for _ in range(copies - 1):
+            await harness.raw.queue("orders").send(message.content)
+
+
+async def order_state(harness: Harness, endpoint: str, order: str) -> Order:
+    return await harness.applied_state(endpoint, order, Order)
+
+
+async def test_an_order_not_paid_in_time_is_cancelled_and_a_late_payment_refunded_once(
+    backend: Backend,
+) -> None:
+    # Given an order waiting for its payment
+    harness = await placed(backend, "late1")
+    assert (await order_state(harness, "orders", "late1")).status == "awaiting_payment"
+
+    # When its window closes without a payment
+    assert await deliver_visible(harness) == Counter()  # the timeout is not due yet
+    await backend.elapse(window(backend) + 1.5)
+    await deliver_visible(harness)
+
+    # Then it is cancelled
+    assert (await order_state(harness, "orders", "late1")).status == "cancelled"
+
+    # And a payment arriving afterwards, reported twice under two keys and delivered twice
+    # each, is refunded once and the order is not shipped
+    await pay(harness, "late1", "provider-1", copies=2)
+    await pay(harness, "late1", "provider-1-retry", copies=2)
+    await deliver_visible(harness)
+    refunded = await order_state(harness, "payments", "late1")
+    assert (refunded.status, refunded.refunded_cents) == ("refunded", 700)
+    assert (await order_state(harness, "orders", "late1")).status == "cancelled"
+    shipping = await harness.applied_state("shipping", "late1", Shipping)
+    assert shipping.shipment_id is None
+    assert await harness.tokens() == []
+
+
+async def test_an_order_paid_in_time_ships_and_its_timeout_changes_nothing(
+    backend: Backend,
+) -> None:
+    # Given an order paid within its window (the payment delivered twice)
+    harness = await placed(backend, "ontime1")
+    await pay(harness, "ontime1", "provider-2", copies=2)
+    await deliver_visible(harness)
+    assert (await order_state(harness, "orders", "ontime1")).status == "paid"
+
+    # When the timeout comes
+    await backend.elapse(window(backend) + 1.5)
+    outcomes = await deliver_visible(harness)
+
+    # Then it found the order paid: shipped once, nothing refunded, nothing left
+    assert outcomes[Outcome.PROCESSED] == 1
+    assert (await order_state(harness, "orders", "ontime1")).status == "paid"
+    assert (await order_state(harness, "payments", "ontime1")).refunded_cents == 0
+    assert (await harness.applied_state("shipping", "ontime1", Shipping)).shipment_id
+    assert await harness.tokens() == []
+
+
+def crash_after_the_timeout_is_signalled() -> FaultPlan:
+    """Crash right after ``orders`` sends its delayed message to itself (R6 done, R7 not)."""
+    hit: list[int] = []
+
+    def plan(operation: Operation) -> Fault | None:
+        if operation.kind == "queue.send" and operation.target == "orders" and not hit:
+            hit.append(operation.index)
+            return Fault.CRASH_AFTER
+        return None
+
+    return plan
+
+
+async def test_a_crash_after_the_timeout_was_signalled_cancels_once(backend: Backend) -> None:
+    # Given the invocation that placed the order crashed after signalling its timeout
+    harness = await Harness.create(backend, app)
+    for name in app.endpoints:
+        await harness.raw.queue(name).clear()
+    harness.instrumentation.plan = crash_after_the_timeout_is_signalled()
+    await harness.setup_bus.client().send(
+        PlaceOrder(
+            order_id="crash1", customer="bob", amount_cents=700, pay_within_seconds=window(backend)
+        ),
+        to="orders",
+        idempotency_key="place-crash1",
+    )
+    await deliver_visible(harness)
+    harness.instrumentation.plan = lambda op: None
+    assert harness.crashes == 1
+
+    # When the window closes (the redelivery signalled the timeout once more) and then a
+    # payment arrives
+    await backend.elapse(window(backend) + 1.5)
+    await deliver_visible(harness)
+    await pay(harness, "crash1", "provider-3")
+    await deliver_visible(harness)
+
+    # Then the order was cancelled once and the payment refunded once
+    assert (await order_state(harness, "orders", "crash1")).status == "cancelled"
+    assert (await order_state(harness, "payments", "crash1")).refunded_cents == 700
+    audited = await harness.audit_ids("orders")
+    assert len(audited) == len(set(audited))
+    assert await harness.tokens() == []
