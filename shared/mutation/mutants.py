@@ -147,10 +147,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "modes-delete-before-send",
         "shared/bus/modes/common.py",
-        """        await send_signals(self.account, tuple(outgoing), hints)
+        """        await send_signals(self.account, tuple(outgoing), hints, clock=self.config.clock)
         await self._delete_incoming(signal)""",
         """        await self._delete_incoming(signal)
-        await send_signals(self.account, tuple(outgoing), hints)""",
+        await send_signals(self.account, tuple(outgoing), hints, clock=self.config.clock)""",
         "a window mode deletes the incoming token before signalling its outputs",
     ),
     # -- delayed messages and retry policies ----------------------------------------------------

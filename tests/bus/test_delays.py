@@ -110,6 +110,20 @@ async def test_a_delayed_message_waits_for_its_time_then_is_processed_once(
     assert await harness.tokens() == []
 
 
+async def test_the_delayed_signal_is_sent_hidden_by_the_bus_clock(
+    backend: Backend, mode: Mode
+) -> None:
+    """Every mode hides the signal it sends for a delayed output, on the bus's clock: a
+    signal sent visible would only be caught (and hidden again) by the receiver's check."""
+    harness, name = await started(backend, mode)
+    [start] = await harness.raw.queue(name).receive(32, visibility_timeout=30)
+    await harness.deliver(name, start)
+
+    assert await ledger(harness, name) == ["start"]
+    assert await harness.raw.queue(name).peek(32) == []
+    assert len(await harness.tokens()) == 1
+
+
 async def committed_signal(harness: Harness, name: str) -> Signal:
     """The signal of the one output the endpoint committed, as a replay or anyone with send
     rights on the queue could write it."""
