@@ -52,6 +52,10 @@ def load_app(reference: str, where: str | None = None) -> BusApp:
         )
     if not app.endpoints:
         raise ConfigurationError(f"{where}: the app declares no endpoints")
+    try:
+        app.check()
+    except ConfigurationError as e:
+        raise ConfigurationError(f"{where}: {e}") from e
     return app
 
 

@@ -15,7 +15,7 @@ from tests.conftest import unique_name
 
 APP = textwrap.dedent(
     """
-    from shared.bus import BusApp, Command
+    from shared.bus import BusApp, Command, RetryPolicy
 
     app = BusApp()
     empty = BusApp()
@@ -27,8 +27,18 @@ APP = textwrap.dedent(
         sku: str
 
 
+    class ReleaseStock(Command):
+        partition_by = "sku"
+        sku: str
+
+
     inventory = app.endpoint("inventory")
     inventory.handles(ReserveStock)(lambda ctx, cmd: None)
+
+    # A policy for a type the endpoint never handles: a typo or a forgotten handler.
+    mistaken = BusApp()
+    stock = mistaken.endpoint("stock", retry_for={ReleaseStock: RetryPolicy(immediate=1)})
+    stock.handles(ReserveStock)(lambda ctx, cmd: None)
     """
 )
 
@@ -66,6 +76,7 @@ def test_the_command_line_option_wins_over_the_environment(package: str) -> None
         ("app:missing", "has no attribute 'missing'"),
         ("app:count", "is a int, not a BusApp"),
         ("app:empty", "declares no endpoints"),
+        ("app:mistaken", "retry_for names ['ReleaseStock'], which it does not handle"),
         ("nothere:app", "no module named '{package}.nothere'"),
         ("broken:app", "importing {package}.broken failed: No module named 'nosuchpackage'"),
         ("raising:app", "importing {package}.raising raised RuntimeError: no database"),

@@ -147,6 +147,18 @@ class BusApp:
         before the commit (``shared.bus.routes``)."""
         return self.routes.declare_external(name, accepts)
 
+    def check(self) -> None:
+        """What can only be judged once every handler is registered (the app loader calls it
+        at start-up): a retry policy for a message type its endpoint does not handle is a
+        mistake that would otherwise go unnoticed."""
+        for endpoint in self.endpoints.values():
+            unhandled = sorted(set(endpoint.retry_for) - set(endpoint.handlers))
+            if unhandled:
+                raise ConfigurationError(
+                    f"endpoint {endpoint.name}: retry_for names {unhandled}, which it does not "
+                    f"handle (it handles {sorted(endpoint.handlers)})"
+                )
+
     def get(self, name: str) -> Endpoint[Any]:
         try:
             return self.endpoints[name]
