@@ -3,7 +3,8 @@ per ``Idempotency-Key`` within the ingress window (BusConfig.ingress_window_seco
 
 Request body: ``{"type": "PlaceOrder", "to": "orders", "body": {...}}``. ``to`` names the
 destination of a command; it may be left out when exactly one endpoint handles the type, and
-must be left out for an event (events go to the topic's subscribers).
+must be left out for an event (events go to the topic's subscribers). A delayed message adds
+``"delay_seconds": 600`` or ``"deliver_at": "2026-12-01T09:00:00+00:00"`` (``shared.bus.schedule``).
 
 Answers (JSON): 202 with ``{"idempotency_key", "message_ids", "deduplicated": false}`` for a
 new key; 200 with the same message ids and ``"deduplicated": true`` for a repeat; 400 with
@@ -17,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -29,7 +32,14 @@ from shared.bus.ingress import SendReceipt, check_idempotency_key
 from shared.bus.messages import declared_type
 from shared.bus.routes import UndeliverableMessage
 from shared.bus.telemetry import continuing
-from shared.errors import BusError, InvalidName, MessageTooLarge, OutcomeUnknown, StorageError
+from shared.errors import (
+    BusError,
+    InvalidName,
+    InvalidValue,
+    MessageTooLarge,
+    OutcomeUnknown,
+    StorageError,
+)
 from shared.settings import load_storage_timeouts
 
 log = logging.getLogger(__name__)
@@ -112,7 +122,20 @@ def build_message(
     return message, to
 
 
-def parse_request(app: BusApp, raw: bytes) -> tuple[Message, str | None]:
+@dataclass(frozen=True)
+class IngressRequest:
+    """What a request asks for: a message, its destination (commands) and when it is due."""
+
+    message: Message
+    to: str | None = None
+    delay: timedelta | None = None
+    deliver_at: datetime | None = None
+
+
+FIELDS = ("type", "to", "body", "delay_seconds", "deliver_at")
+
+
+def parse_request(app: BusApp, raw: bytes) -> IngressRequest:
     try:
         data = json.loads(raw)
     except ValueError:
@@ -123,15 +146,43 @@ def parse_request(app: BusApp, raw: bytes) -> tuple[Message, str | None]:
     _check_unicode(data)
     if not isinstance(data, dict):
         raise BadRequest("the body must be a JSON object")
-    extra = set(data) - {"type", "to", "body"}
+    extra = set(data) - set(FIELDS)
     if extra:
-        raise BadRequest(f"unexpected fields {sorted(extra)}; allowed: type, to, body")
+        raise BadRequest(f"unexpected fields {sorted(extra)}; allowed: {', '.join(FIELDS)}")
     type_name, to = data.get("type"), data.get("to")
     if not isinstance(type_name, str):
         raise BadRequest("'type' (the message type name) is required")
     if to is not None and not isinstance(to, str):
         raise BadRequest("'to' must be an endpoint name")
-    return build_message(app, type_name, data.get("body", {}), to)
+    message, to = build_message(app, type_name, data.get("body", {}), to)
+    return IngressRequest(
+        message, to, _delay(data.get("delay_seconds")), _deliver_at(data.get("deliver_at"))
+    )
+
+
+def _delay(value: object) -> timedelta | None:
+    if value is None:
+        return None
+    # bool is an int to Python, and true is no number of seconds.
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise BadRequest("'delay_seconds' must be a number of seconds")
+    if value < 0:
+        raise BadRequest("'delay_seconds' must not be negative")
+    try:
+        return timedelta(seconds=value)
+    except OverflowError:
+        raise BadRequest("'delay_seconds' is too large") from None
+
+
+def _deliver_at(value: object) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise BadRequest("'deliver_at' must be an ISO 8601 time with a time zone")
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise BadRequest(f"'deliver_at' is not an ISO 8601 time: {value[:64]!r}") from None
 
 
 def _check_unicode(data: object) -> None:
@@ -151,6 +202,20 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
         if key.lower() == wanted:
             return value
     return None
+
+
+async def _submit(bus: Bus, request: IngressRequest, key: str) -> SendReceipt:
+    message, delay, deliver_at = request.message, request.delay, request.deliver_at
+    client = bus.client("http")
+    if isinstance(message, Command):
+        if request.to is None:
+            raise BadRequest(f"{message.type_name()} is a command: name its endpoint in 'to'")
+        return await client.send(
+            message, to=request.to, idempotency_key=key, delay=delay, deliver_at=deliver_at
+        )
+    if not isinstance(message, Event):
+        raise BadRequest(f"{message.type_name()} is neither a Command nor an Event")
+    return await client.publish(message, idempotency_key=key, delay=delay, deliver_at=deliver_at)
 
 
 async def handle(bus: Bus, headers: Mapping[str, str], raw: bytes) -> Answer:
@@ -179,18 +244,9 @@ async def _handle(bus: Bus, headers: Mapping[str, str], raw: bytes) -> Answer:
         return Answer(400, {"error": f"the {IDEMPOTENCY_HEADER} header is required"})
     try:
         check_idempotency_key(key)
-        message, to = parse_request(bus.app, raw)
-        client = bus.client("http")
-        receipt: SendReceipt
-        if isinstance(message, Command):
-            if to is None:
-                raise BadRequest(f"{message.type_name()} is a command: name its endpoint in 'to'")
-            receipt = await client.send(message, to=to, idempotency_key=key)
-        else:
-            if not isinstance(message, Event):
-                raise BadRequest(f"{message.type_name()} is neither a Command nor an Event")
-            receipt = await client.publish(message, idempotency_key=key)
-    except (BadRequest, InvalidName) as e:
+        request = parse_request(bus.app, raw)
+        receipt = await _submit(bus, request, key)
+    except (BadRequest, InvalidName, InvalidValue) as e:
         return Answer(400, {"error": str(e)})
     except MessageTooLarge as e:
         return Answer(413, {"error": str(e)})

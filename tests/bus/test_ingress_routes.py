@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from shared import http_ingress
-from shared.bus import Bus, BusApp, BusConfig, Command, Event, HandlerContext
+from shared.bus import Bus, BusApp, BusConfig, Command, Event, HandlerContext, Outcome
 from shared.bus.app import NoState
 from shared.bus.routes import UndeliverableMessage
 from shared.clock import ManualClock
@@ -195,3 +196,74 @@ def test_a_subscription_is_checked_against_the_app_before_the_list_changes() -> 
         app.routes.check_subscription("reserved", "stokc")
     with pytest.raises(ValueError, match=r"billing takes no event of topic reserved; .*unheard"):
         app.routes.check_subscription("reserved", "billing")
+
+
+# Delayed messages through the HTTP ingress: ``delay_seconds`` or ``deliver_at`` in the body
+# hide the message until its time; anything else in those fields is a 400, nothing sent.
+
+RESERVE = {"type": "Reserve", "to": "stock", "body": {"sku": "s1"}}
+
+
+async def deliver_visible(ingress: Ingress) -> list[Outcome]:
+    queue = ingress.bus.account.queue("stock")
+    outcomes = []
+    while messages := await queue.receive(32, visibility_timeout=30):
+        for message in messages:
+            outcomes.append(await ingress.bus.receive("stock", message.content, 1))
+            await queue.delete(message.id, message.pop_receipt)
+    return outcomes
+
+
+def bus_now(ingress: Ingress) -> datetime:
+    return datetime.fromtimestamp(ingress.bus.config.clock(), UTC)
+
+
+@pytest.mark.parametrize("when", ["delay_seconds", "deliver_at"])
+async def test_a_delayed_request_is_processed_once_and_not_before_its_time(
+    ingress: Ingress, when: str
+) -> None:
+    due: dict[str, object] = {"delay_seconds": 120}
+    if when == "deliver_at":
+        due = {"deliver_at": (bus_now(ingress) + timedelta(seconds=120)).isoformat()}
+
+    first = await ingress.post({**RESERVE, **due}, key="late-1")
+    again = await ingress.post({**RESERVE, **due}, key="late-1")
+
+    assert (first.status, again.status) == (202, 200)
+    assert await deliver_visible(ingress) == []  # hidden, the repeat's signal too
+    clock = ingress.bus.config.clock
+    clock.advance(121)  # type: ignore[attr-defined]
+    outcomes = await deliver_visible(ingress)
+    # The repeat signalled the same token again (at least once): its copy is a duplicate.
+    assert sorted(o.value for o in outcomes) == ["duplicate", "processed"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "error"),
+    [
+        ({"delay_seconds": "600"}, "'delay_seconds' must be a number of seconds"),
+        ({"delay_seconds": True}, "'delay_seconds' must be a number of seconds"),
+        ({"delay_seconds": -1}, "'delay_seconds' must not be negative"),
+        ({"delay_seconds": 1e300}, "too large"),
+        ({"delay_seconds": 400 * 86400 * 10}, "between 0 and 3650 days"),
+        ({"deliver_at": 1700000000}, "'deliver_at' must be an ISO 8601 time"),
+        ({"deliver_at": "next tuesday"}, "'deliver_at' is not an ISO 8601 time"),
+        ({"deliver_at": "2030-01-01T00:00:00"}, "needs a time zone"),
+        ({"deliver_at": "2999-01-01T00:00:00+00:00"}, "at most 3650 days away"),
+        (
+            {"delay_seconds": 5, "deliver_at": "2030-01-01T00:00:00+00:00"},
+            "a delay or a deliver_at time, not both",
+        ),
+        ({"delay": 5}, "unexpected fields ['delay']"),
+    ],
+)
+async def test_a_bad_due_time_is_a_400_and_sends_nothing(
+    ingress: Ingress, fields: dict[str, object], error: str
+) -> None:
+    answer = await ingress.post({**RESERVE, **fields})
+
+    assert answer.status == 400
+    assert error in answer.body["error"]
+    assert await ingress.bus.account.queue("stock").peek(32) == []
+    # The key was not used up: the same key with a good request is accepted.
+    assert (await ingress.post(RESERVE)).status == 202
