@@ -35,9 +35,6 @@ from shared.local.azurite import Azurite
 from shared.settings import StorageSettings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
-from shared.stores.azure.blob import AzureBlobContainer
-from shared.stores.blob import BlobContainer
-from shared.stores.delegating import DelegatingAccount, DelegatingBlobContainer
 from shared.stores.instrumented import InstrumentedAccount
 from shared.stores.latency import LatencyAccount
 from shared.stores.memory import MemoryStorageAccount
@@ -79,25 +76,6 @@ class Result:
             f"complete={'yes' if self.complete else 'no'}  [{tasks}]"
             + "".join(f"\n    {task} stopped: {why}" for task, why in self.skipped.items())
         )
-
-
-class _BatchSizes(DelegatingAccount):
-    """Counts the batch deletes and the blobs they carry."""
-
-    def __init__(self, inner: StorageAccount) -> None:
-        super().__init__(inner)
-        self.batches = self.blobs = 0
-
-    def blob_container(self, name: str) -> BlobContainer:
-        outer = self
-
-        class Counting(DelegatingBlobContainer):
-            async def delete_unchanged(self, blobs: Sequence[tuple[str, str]]) -> list[bool]:
-                outer.batches += 1
-                outer.blobs += len(blobs)
-                return await super().delete_unchanged(blobs)
-
-        return Counting(self.inner.blob_container(name))
 
 
 async def _bounded(calls: Sequence[Callable[[], Awaitable[object]]]) -> None:
@@ -205,17 +183,12 @@ async def one_pass(
         clock=lambda: time.time() + 5,  # past a zero grace for tokens created just now
     )
     await seed(account, config, endpoint, n)
-    batched = _BatchSizes(measured())
-    counted = InstrumentedAccount(batched)
+    counted = InstrumentedAccount(measured())
     settings = CleanupSettings(grace_seconds=0, checkpoint_table=f"benchcleanup{suffix}")
     started = time.monotonic()
     report = await run_cleanup(counted, {endpoint: "token"}, config=config, settings=settings)
     seconds = time.monotonic() - started
     requests = counted.instrumentation.count
-    tokens = account.blob_container(config.tokens_container)
-    if isinstance(tokens, AzureBlobContainer) and tokens.batches_refused:
-        # The adapter fell back to one request per blob: count those, not the batch calls.
-        requests += batched.blobs - batched.batches
     return Result(
         backend=backend,
         n=n,
