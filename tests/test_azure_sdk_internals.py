@@ -11,7 +11,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from azure.core.pipeline import AsyncPipeline
+from azure.core.pipeline import AsyncPipeline, PipelineContext, PipelineRequest
+from azure.core.rest import HttpRequest
 
 from shared.settings import DEV_CONNECTION_STRING, StorageSettings
 from shared.stores.azure import AzureStorageAccount, sdk_internals
@@ -70,6 +71,18 @@ async def test_the_blob_pipeline_is_the_clients_async_pipeline(
     )
 
 
+async def test_the_blob_credential_policy_signs_a_request_with_the_account_key(
+    account: AzureStorageAccount,
+) -> None:
+    client = account._blobs.get_container_client("tokens")
+    policy = sdk_internals.blob_credential_policy(client)
+    request = PipelineRequest(
+        HttpRequest("DELETE", "http://127.0.0.1/devstoreaccount1/tokens/x"), PipelineContext(None)
+    )
+    policy.on_request(request)
+    assert request.http_request.headers["Authorization"].startswith("SharedKey devstoreaccount1:")
+
+
 async def test_the_table_send_request_is_the_generated_clients_raw_send(
     account: AzureStorageAccount,
 ) -> None:
@@ -98,6 +111,11 @@ def test_the_queue_retry_policy_is_an_async_exponential_retry() -> None:
     ("access", "attribute", "distribution"),
     [
         (sdk_internals.blob_pipeline, "ContainerClient._pipeline", "azure-storage-blob"),
+        (
+            sdk_internals.blob_credential_policy,
+            "ContainerClient._credential_policy",
+            "azure-storage-blob",
+        ),
         (
             sdk_internals.table_send_request,
             "TableClient._client",

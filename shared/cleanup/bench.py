@@ -9,7 +9,9 @@ per-request latency (``shared.stores.latency``, 10 ms by default) that stands fo
 round trips where the emulator's CPU would be the limit. Figures, not a timed test.
 
 Seeding writes straight to the stores (not counted); only the pass goes through the counting
-and latency wrappers.
+and latency wrappers. Each run also prints the CPU seconds of the client and of the emulator
+during the pass, and with ``--breakdown`` the requests of each kind
+(``shared.cleanup.bench_timing``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -29,15 +32,13 @@ from shared.bus.ids import fresh_id
 from shared.bus.ingress import INGRESS_ROW
 from shared.bus.origin import Origin
 from shared.bus.records import AuditRecord, OutboxRecord, outbox_row
+from shared.cleanup.bench_timing import RequestTimes, TimedAccount, process_cpu_seconds
 from shared.cleanup.job import run_cleanup
 from shared.cleanup.settings import CleanupSettings
 from shared.local.azurite import Azurite
 from shared.settings import StorageSettings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
-from shared.stores.azure.blob import AzureBlobContainer
-from shared.stores.blob import BlobContainer
-from shared.stores.delegating import DelegatingAccount, DelegatingBlobContainer
 from shared.stores.instrumented import InstrumentedAccount
 from shared.stores.latency import LatencyAccount
 from shared.stores.memory import MemoryStorageAccount
@@ -61,6 +62,11 @@ class Result:
     complete: bool
     per_task: dict[str, int]
     skipped: dict[str, str]
+    client_cpu: float
+    """CPU seconds of this process during the pass."""
+    server_cpu: float | None
+    """CPU seconds of the emulator during the pass (None for the in-memory store)."""
+    times: RequestTimes
 
     @property
     def items_per_second(self) -> float:
@@ -78,26 +84,14 @@ class Result:
             f"{self.requests_per_item:5.2f} requests/item  "
             f"complete={'yes' if self.complete else 'no'}  [{tasks}]"
             + "".join(f"\n    {task} stopped: {why}" for task, why in self.skipped.items())
+            + f"\n    CPU: client {self.client_cpu:.1f} s"
+            + ("" if self.server_cpu is None else f", Azurite {self.server_cpu:.1f} s")
+            + f"; load average {os.getloadavg()[0]:.1f}"
         )
 
-
-class _BatchSizes(DelegatingAccount):
-    """Counts the batch deletes and the blobs they carry."""
-
-    def __init__(self, inner: StorageAccount) -> None:
-        super().__init__(inner)
-        self.batches = self.blobs = 0
-
-    def blob_container(self, name: str) -> BlobContainer:
-        outer = self
-
-        class Counting(DelegatingBlobContainer):
-            async def delete_unchanged(self, blobs: Sequence[tuple[str, str]]) -> list[bool]:
-                outer.batches += 1
-                outer.blobs += len(blobs)
-                return await super().delete_unchanged(blobs)
-
-        return Counting(self.inner.blob_container(name))
+    def to_dict(self) -> dict[str, object]:
+        fields = {k: v for k, v in self.__dict__.items() if k != "times"}
+        return {**fields, "requests_by_kind": self.times.calls}
 
 
 async def _bounded(calls: Sequence[Callable[[], Awaitable[object]]]) -> None:
@@ -195,7 +189,11 @@ async def seed(account: StorageAccount, config: BusConfig, endpoint: str, n: int
 
 
 async def one_pass(
-    backend: str, account: StorageAccount, n: int, measured: Callable[[], StorageAccount]
+    backend: str,
+    account: StorageAccount,
+    n: int,
+    measured: Callable[[], StorageAccount],
+    server_pid: int | None = None,
 ) -> Result:
     suffix = uuid.uuid4().hex[:8]
     endpoint = f"bench{suffix}"
@@ -205,17 +203,18 @@ async def one_pass(
         clock=lambda: time.time() + 5,  # past a zero grace for tokens created just now
     )
     await seed(account, config, endpoint, n)
-    batched = _BatchSizes(measured())
-    counted = InstrumentedAccount(batched)
+    times = RequestTimes()
+    counted = InstrumentedAccount(TimedAccount(measured(), times))
     settings = CleanupSettings(grace_seconds=0, checkpoint_table=f"benchcleanup{suffix}")
+    server_before, client_before = process_cpu_seconds(server_pid), time.process_time()
     started = time.monotonic()
     report = await run_cleanup(counted, {endpoint: "token"}, config=config, settings=settings)
     seconds = time.monotonic() - started
+    server_after = process_cpu_seconds(server_pid)
+    server_cpu = None
+    if server_before is not None and server_after is not None:
+        server_cpu = server_after - server_before
     requests = counted.instrumentation.count
-    tokens = account.blob_container(config.tokens_container)
-    if isinstance(tokens, AzureBlobContainer) and tokens.batches_refused:
-        # The adapter fell back to one request per blob: count those, not the batch calls.
-        requests += batched.blobs - batched.batches
     return Result(
         backend=backend,
         n=n,
@@ -226,6 +225,9 @@ async def one_pass(
         complete=report.complete,
         per_task={t.task.split(".")[0]: sum(t.removed.values()) for t in report.tasks},
         skipped={t.task.split(".")[0]: t.skipped for t in report.tasks if t.skipped},
+        client_cpu=time.process_time() - client_before,
+        server_cpu=server_cpu,
+        times=times,
     )
 
 
@@ -237,10 +239,12 @@ async def memory_pass(n: int, latency: float) -> Result:
 
 
 async def azurite_pass(n: int) -> Result:
-    with Azurite() as endpoints:
+    emulator = Azurite()
+    with emulator as endpoints:
         settings = StorageSettings(connection_string=endpoints.connection_string)
+        pid = None if emulator.process is None else emulator.process.pid
         async with AzureStorageAccount(settings) as account:
-            return await one_pass("azurite", account, n, lambda: account)
+            return await one_pass("azurite", account, n, lambda: account, server_pid=pid)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -251,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--latency-ms", type=float, default=10.0)
     p.add_argument("--json", action="store_true", help="one JSON object per run")
+    p.add_argument("--breakdown", action="store_true", help="also print the requests of each kind")
     args = p.parse_args(argv)
     for n in args.n:
         for backend in args.backend:
@@ -258,7 +263,9 @@ def main(argv: list[str] | None = None) -> int:
                 result = asyncio.run(memory_pass(n, args.latency_ms / 1000))
             else:
                 result = asyncio.run(azurite_pass(n))
-            print(json.dumps(result.__dict__) if args.json else result.line(), flush=True)
+            print(json.dumps(result.to_dict()) if args.json else result.line(), flush=True)
+            if args.breakdown and not args.json:
+                print("\n".join(result.times.lines()), flush=True)
     return 0
 
 

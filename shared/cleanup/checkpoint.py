@@ -9,7 +9,8 @@ the lease runs out.
 The lease is for efficiency, not safety: if it lapses while its holder is still busy, two
 instances may work on one page, and that is harmless because every deletion the cleanup makes
 is individually safe and ETag-guarded. The slow holder notices at its next checkpoint
-(LeaseLost) and stops.
+(LeaseLost) and stops. A checkpoint write that timed out is not taken for a lost lease: the
+row is read again and, while it still names this instance, written over.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from shared.errors import AlreadyExists, BusError, NotFound, PreconditionFailed
+from shared.errors import AlreadyExists, BusError, NotFound, OutcomeUnknown, PreconditionFailed
 from shared.stores.table import Entity, Table
 
 TASK_PARTITION = "task"
@@ -107,11 +108,27 @@ class Checkpoints:
         entity = _entity(checkpoint.task, checkpoint.owner, lease_until, continuation, completed)
         try:
             etag = await self.table.update(entity, etag=checkpoint.etag)
-        except (PreconditionFailed, NotFound):
-            raise LeaseLost(f"cleanup task {checkpoint.task} was taken over") from None
+        except (PreconditionFailed, NotFound, OutcomeUnknown):
+            etag = await self._write_again(checkpoint, entity)
         return Checkpoint(
             checkpoint.task, checkpoint.owner, continuation, completed, etag, lease_until
         )
+
+    async def _write_again(self, checkpoint: Checkpoint, entity: Entity) -> str:
+        """The write failed or its answer was lost. On a busy store a write that timed out
+        may still have landed, and then the row's ETag is no longer the one we hold although
+        the lease is still ours: read the row, and while it names this owner, write over it.
+        A row that names another owner was taken over."""
+        try:
+            current = await self.table.get(TASK_PARTITION, checkpoint.task)
+        except NotFound:
+            raise LeaseLost(f"cleanup task {checkpoint.task} was taken over") from None
+        if _checkpoint(current).owner != checkpoint.owner:
+            raise LeaseLost(f"cleanup task {checkpoint.task} was taken over")
+        try:
+            return await self.table.update(entity, etag=current.etag)
+        except (PreconditionFailed, NotFound):
+            raise LeaseLost(f"cleanup task {checkpoint.task} was taken over") from None
 
 
 def _entity(

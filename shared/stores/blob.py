@@ -168,8 +168,13 @@ class BlobContainer(abc.ABC):
 
 
 def check_batch(blobs: Sequence[tuple[str, str]]) -> None:
-    """Refuse a batch the service would refuse: too many blobs, or one blob twice."""
+    """Refuse a batch the service would refuse: too many blobs, one blob twice, or an ETag
+    that is empty or holds a line break."""
     if len(blobs) > MAX_BATCH_DELETES:
         raise InvalidValue(f"a batch deletes at most {MAX_BATCH_DELETES} blobs, got {len(blobs)}")
     if len({name for name, _ in blobs}) != len(blobs):
         raise InvalidValue("a batch may name each blob only once")
+    for name, etag in blobs:
+        # An ETag travels as a header: a line break in one could smuggle in a request.
+        if not etag or any(c in etag for c in "\r\n\0"):
+            raise InvalidValue(f"blob {name!r}: not an ETag: {etag!r}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 
@@ -15,7 +16,7 @@ from shared.bus.ingress import INGRESS_ROW, IngressClient
 from shared.bus.modes.processed_table import processed_row
 from shared.bus.origin import Origin
 from shared.bus.records import outbox_row
-from shared.cleanup.checkpoint import TASK_PARTITION, Checkpoints
+from shared.cleanup.checkpoint import TASK_PARTITION, Checkpoints, LeaseLost
 from shared.cleanup.job import endpoint_modes, run_cleanup
 from shared.cleanup.report import CleanupReport
 from shared.cleanup.settings import CleanupSettings
@@ -25,6 +26,7 @@ from shared.errors import ConfigurationError, OutcomeUnknown
 from shared.stores.instrumented import (
     Fault,
     InstrumentedAccount,
+    Operation,
     SimulatedCrash,
     fault_at,
     fault_at_first,
@@ -569,3 +571,62 @@ async def test_a_page_whose_listing_times_out_once_is_tried_again_in_the_same_ru
     assert [op.kind for op, _ in faulty.instrumentation.injected] == ["table.query"]
     assert report.complete
     assert await residue(harness) == (0, 0)
+
+
+@pytest.mark.parametrize("fault", [Fault.ERROR_AFTER, Fault.ERROR_BEFORE])
+async def test_a_checkpoint_write_that_times_out_does_not_lose_the_lease(
+    backend: Backend, fault: Fault
+) -> None:
+    """On a busy store a lease write may time out and still land: the ETag we hold is then
+    stale although the lease is ours. The task carries on to its end in the same run."""
+    harness, names = await new_flow(backend, publish=False, charge=False)
+    for order in "abc":
+        await place_order(harness, names, order)
+    await harness.run_until_quiet()
+    cleanup = settings(page_size=1)
+    task = f"outbox.{names.orders}"
+    faulty = InstrumentedAccount(harness.raw)
+    hit: list[int] = []
+
+    def first_checkpoint_write(op: Operation) -> Fault | None:
+        if op.kind != "table.update" or task not in op.target or hit:
+            return None
+        if not op.target.startswith(cleanup.checkpoint_table):
+            return None
+        hit.append(op.index)
+        return fault
+
+    faulty.instrumentation.plan = first_checkpoint_write
+    base = harness.config.clock
+    config = replace(harness.config, clock=lambda: base() + 2)
+
+    report = await run_cleanup(
+        faulty, endpoint_modes(harness.app), config=config, settings=cleanup, owner="busy"
+    )
+
+    assert [op.kind for op, _ in faulty.instrumentation.injected] == ["table.update"]
+    [orders] = [t for t in report.tasks if t.task == task]
+    assert (orders.finished, orders.skipped) == (True, None)
+    assert orders.removed == {"outbox_records": 3}
+    assert report.complete
+    saved = await harness.raw.table(cleanup.checkpoint_table).get(TASK_PARTITION, task)
+    assert (saved["owner"], saved["continuation"]) == ("busy", "")
+
+
+async def test_a_checkpoint_row_taken_by_another_owner_still_loses_the_lease(
+    backend: Backend,
+) -> None:
+    table = backend.account.table(unique_name("cleanup"))
+    await table.create_if_missing()
+    checkpoints = Checkpoints(table, 30)
+    now = to_datetime(time.time() if backend.clock is None else backend.clock())
+    mine = await checkpoints.acquire("t", "me", now)
+    assert mine is not None
+    taken = await checkpoints.acquire("t", "other", now + timedelta(seconds=60))
+    assert taken is not None
+
+    with pytest.raises(LeaseLost):
+        await checkpoints.advance(mine, "next", now)
+
+    saved = await table.get(TASK_PARTITION, "t")
+    assert saved["owner"] == "other"

@@ -248,4 +248,52 @@ async def test_delete_unchanged_refuses_a_batch_the_service_would_refuse(
         await container.delete_unchanged([("x", etag), ("x", etag)])
     with pytest.raises(InvalidName):
         await container.delete_unchanged([("x", etag), ("", etag)])
+    smuggled = f"{etag}\r\n\r\nDELETE /other HTTP/1.1"
+    for bad in (smuggled, "", "x\ny"):
+        with pytest.raises(InvalidValue, match="not an ETag"):
+            await container.delete_unchanged([("x", bad)])
     assert [b.name async for b in container.list()] == ["x"]
+
+
+async def test_delete_unchanged_answers_each_blob_on_its_own_in_a_mixed_batch(
+    container: BlobContainer,
+) -> None:
+    """Deleted, changed since it was read, and gone, side by side in one request: each blob's
+    own If-Match decides, and the blobs that stay keep their content."""
+    names = [f"m/{i:02}" for i in range(12)]
+    created = await asyncio.gather(*(container.create(n, b"x") for n in names))
+    etags = dict(zip(names, created, strict=True))
+    changed, gone = names[1::3], names[2::3]
+    for name in changed:
+        await container.set_metadata(name, {"claim": "c"})
+    for name in gone:
+        await container.delete(name)
+
+    deleted = await container.delete_unchanged([(n, etags[n]) for n in names])
+
+    assert deleted == [n not in changed and n not in gone for n in names]
+    assert [b.name async for b in container.list()] == changed
+    assert [dict((await container.read(n)).metadata) for n in changed] == [{"claim": "c"}] * 4
+
+
+@pytest.mark.parametrize("name", ["a b+c", "ü/ñ%20x", "q?x#y&z=1", "~tilde'quote"])
+async def test_delete_unchanged_addresses_names_that_need_escaping(
+    container: BlobContainer, name: str
+) -> None:
+    etag = await container.create(name, b"data")
+    decoy = await container.create("decoy", b"other")
+
+    assert await container.delete_unchanged([(name, etag), ("decoy", etag)]) == [True, False]
+
+    assert [b.name async for b in container.list()] == ["decoy"]
+    assert (await container.read("decoy")).etag == decoy
+
+
+async def test_delete_unchanged_in_a_missing_container_is_not_found(
+    backend: Backend, container: BlobContainer
+) -> None:
+    etag = await container.create("x", b"")
+    missing = backend.account.blob_container(unique_name("missing"))
+
+    with pytest.raises(NotFound):
+        await missing.delete_unchanged([("x", etag)])

@@ -178,7 +178,7 @@ def encode_batch(table_url: str, operations: Sequence[TableOperation]) -> Encode
     return EncodedBatch(f"multipart/mixed; boundary={batch}", text.encode("utf-8"))
 
 
-def _boundary(content_type: str) -> str:
+def boundary_of(content_type: str) -> str:
     for param in content_type.split(";")[1:]:
         name, _, value = param.strip().partition("=")
         if name.lower() == "boundary" and value:
@@ -186,7 +186,7 @@ def _boundary(content_type: str) -> str:
     raise MalformedBatchResponse(f"batch response without a boundary: {content_type!r}")
 
 
-def _split_headers(text: str) -> tuple[dict[str, str], str]:
+def split_headers(text: str) -> tuple[dict[str, str], str]:
     """Headers (lower-cased names) and what follows the blank line after them."""
     head, separator, rest = text.partition(_CRLF + _CRLF)
     if not separator:
@@ -199,7 +199,7 @@ def _split_headers(text: str) -> tuple[dict[str, str], str]:
     return headers, rest
 
 
-def _multipart(body: str, boundary: str) -> list[str]:
+def multipart_parts(body: str, boundary: str) -> list[str]:
     delimiter = "--" + boundary
     end = body.find(delimiter + "--")
     if end < 0:
@@ -209,12 +209,12 @@ def _multipart(body: str, boundary: str) -> list[str]:
     return [p[2:] if p.startswith(_CRLF) else p for p in pieces]
 
 
-def _http_response(text: str) -> PartResponse:
+def http_response(text: str) -> PartResponse:
     status_line, _, rest = text.partition(_CRLF)
     fields = status_line.split(" ", 2)
     if len(fields) < 2 or not fields[0].startswith("HTTP/") or not fields[1].isdigit():
         raise MalformedBatchResponse(f"not an HTTP response line: {status_line[:80]!r}")
-    headers, body = _split_headers(rest)
+    headers, body = split_headers(rest)
     return PartResponse(int(fields[1]), headers, body.rstrip(_CRLF))
 
 
@@ -223,13 +223,13 @@ def decode_batch(content_type: str, body: bytes) -> list[PartResponse]:
     responses: list[PartResponse] = []
 
     def walk(text: str, boundary: str) -> None:
-        for piece in _multipart(text, boundary):
-            headers, rest = _split_headers(piece)
+        for piece in multipart_parts(text, boundary):
+            headers, rest = split_headers(piece)
             part_type = headers.get("content-type", "")
             if part_type.lower().startswith("multipart/mixed"):
-                walk(rest, _boundary(part_type))
+                walk(rest, boundary_of(part_type))
             else:
-                responses.append(_http_response(rest))
+                responses.append(http_response(rest))
 
-    walk(body.decode("utf-8"), _boundary(content_type))
+    walk(body.decode("utf-8"), boundary_of(content_type))
     return responses

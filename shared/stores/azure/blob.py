@@ -2,34 +2,35 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
+import inspect
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
+from email.utils import formatdate, parsedate_to_datetime
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from azure.core import MatchConditions
+from azure.core.pipeline import PipelineContext, PipelineRequest
 from azure.core.rest import HttpRequest
 from azure.storage.blob import BlobProperties as SdkBlobProperties
 from azure.storage.blob.aio import ContainerClient
 
-from shared.errors import AlreadyExists, NotFound, PreconditionFailed, StorageError
+from shared.errors import AlreadyExists, NotFound
+from shared.stores.azure.blob_batch import (
+    SubRequest,
+    SubResponse,
+    decode_responses,
+    encode_requests,
+)
 from shared.stores.azure.direct import DirectResponse, send
-from shared.stores.azure.errors import bounded, translated
-from shared.stores.azure.sdk_internals import blob_pipeline
+from shared.stores.azure.errors import bounded, from_status, translated
+from shared.stores.azure.sdk_internals import blob_credential_policy, blob_pipeline
 from shared.stores.blob import Blob, BlobContainer, BlobPage, BlobProperties, check_batch
 from shared.stores.names import check_blob_name, check_metadata
 
-log = logging.getLogger(__name__)
-
-_BATCH_REFUSED: set[str] = set()
-"""Blob endpoints that answered a Blob Batch request with one 400 for the whole batch.
-Azurite before 3.37 does that for the SDK's requests (their multipart boundary contains '=',
-Azure/Azurite#2413); deletes there go one blob at a time instead."""
-_DELETED, _GONE = 202, (404, 412)
-_FALLBACK_DELETES_IN_FLIGHT = 8
+_DELETED = 202
+_GONE_OR_CHANGED = (404, 412)
+"""A blob deleted or replaced since it was listed: not ours to delete any more."""
 
 
 def _properties(
@@ -79,6 +80,7 @@ class AzureBlobContainer(BlobContainer):
         self._client = client
         self._seconds = call_seconds
         self._blob_pipeline = blob_pipeline(client)
+        self._credential_policy = blob_credential_policy(client)
         self.name = client.container_name
         base, _, query = client.url.partition("?")
         self._base = base.rstrip("/")
@@ -194,59 +196,62 @@ class AzureBlobContainer(BlobContainer):
         check_blob_name(name)
         await self._send("DELETE", name, (202,), {} if etag is None else {"If-Match": etag})
 
-    @property
-    def batches_refused(self) -> bool:
-        """The service refused a Blob Batch request: batch deletes go one blob at a time."""
-        return self._base.rpartition("/")[0] in _BATCH_REFUSED
-
     async def delete_unchanged(self, blobs: Sequence[tuple[str, str]]) -> list[bool]:
         for name, _ in blobs:
             check_blob_name(name)
         check_batch(blobs)
         if not blobs:
             return []
-        endpoint = self._base.rpartition("/")[0]
-        if endpoint not in _BATCH_REFUSED:
-            statuses = await self._batch_delete(blobs)
-            if len(statuses) == len(blobs) and any(s != 400 for s in statuses):
-                return [
-                    self._batch_outcome(name, s)
-                    for (name, _), s in zip(blobs, statuses, strict=True)
-                ]
-            _BATCH_REFUSED.add(endpoint)
-            log.warning("%s refuses Blob Batch requests: deleting one blob at a time", endpoint)
-        # A few at a time: a whole batch at once would queue up to 256 requests behind one
-        # another on a busy emulator, long enough for the last ones to time out.
-        limit = asyncio.Semaphore(_FALLBACK_DELETES_IN_FLIGHT)
-
-        async def delete_one(name: str, etag: str) -> bool:
-            async with limit:
-                return await self._delete_one(name, etag)
-
-        return list(await asyncio.gather(*(delete_one(n, e) for n, e in blobs)))
-
-    async def _batch_delete(self, blobs: Sequence[tuple[str, str]]) -> list[int]:
-        requests = [
-            {"name": name, "etag": etag, "match_condition": MatchConditions.IfNotModified}
-            for name, etag in blobs
+        requests = [await self._signed_delete(name, etag) for name, etag in blobs]
+        body = encode_requests(requests)
+        query = "&".join(p for p in ("restype=container&comp=batch", self._query) if p)
+        request = HttpRequest(
+            "POST",
+            f"{self._base}?{query}",
+            headers={
+                "x-ms-version": self._client.api_version,
+                "Content-Type": body.content_type,
+                "Content-Length": str(len(body.body)),
+            },
+            content=body.body,
+        )
+        what = f"container {self.name} (batch delete)"
+        response = await send(self._blob_pipeline, request, what, (202,), self._seconds)
+        answers = decode_responses(
+            response.headers.get("content-type", ""), response.body, len(blobs)
+        )
+        return [
+            self._deleted(name, answer) for (name, _), answer in zip(blobs, answers, strict=True)
         ]
-        async with bounded(f"container {self.name} (batch delete)", self._seconds):
-            parts = await self._client.delete_blobs(*requests, raise_on_any_failure=False)
-            return [part.status_code async for part in parts]
 
-    def _batch_outcome(self, name: str, status: int) -> bool:
-        if status == _DELETED:
+    async def _signed_delete(self, name: str, etag: str) -> SubRequest:
+        """A conditional delete of one blob, authorised on its own as the batch requires."""
+        request = HttpRequest(
+            "DELETE",
+            self._url(name),
+            headers={
+                "x-ms-date": formatdate(usegmt=True),
+                "If-Match": etag,
+                "Content-Length": "0",
+            },
+        )
+        if self._credential_policy is not None:
+            # As the SDK does for its own sub-requests: the HTTPS check belongs to the batch
+            # request itself, which the pipeline makes.
+            signing = PipelineRequest(request, PipelineContext(None, enforce_https=False))
+            signed = self._credential_policy.on_request(signing)
+            if inspect.isawaitable(signed):
+                await signed  # a token credential fetches or refreshes its token
+        url = urlsplit(request.url)
+        path = url.path + (f"?{url.query}" if url.query else "")
+        return SubRequest("DELETE", path, dict(request.headers))
+
+    def _deleted(self, name: str, answer: SubResponse) -> bool:
+        if answer.status == _DELETED:
             return True
-        if status in _GONE:
+        if answer.status in _GONE_OR_CHANGED and answer.error_code != "ContainerNotFound":
             return False
-        raise StorageError(f"blob {self.name}/{name}: batch delete answered {status}")
-
-    async def _delete_one(self, name: str, etag: str) -> bool:
-        try:
-            await self.delete(name, etag=etag)
-        except (NotFound, PreconditionFailed):
-            return False
-        return True
+        raise from_status(answer.status, answer.error_code, self._what(name))
 
     async def list(self, prefix: str = "") -> AsyncIterator[BlobProperties]:
         # No deadline around a whole listing: it spans the caller's work between items and

@@ -42,7 +42,8 @@ async def send(
     async with bounded(what, seconds):
         result = await pipeline.run(request, **options)
         response = result.http_response
-        body: bytes = response.content if request.method == "GET" else b""
+        # Reads and batches answer with a body; other answers carry only headers.
+        body: bytes = response.content if request.method in ("GET", "POST") else b""
     status = int(response.status_code)
     if status not in expected:
         raise from_status(status, response.headers.get("x-ms-error-code", ""), what)

@@ -6,6 +6,9 @@ pipeline, so authentication, retries, timeouts and the transport stay the SDK's 
 public way to do that, so the adapter uses:
 
 - ``ContainerClient._pipeline`` (azure-storage-blob): the client's async pipeline;
+- ``ContainerClient._credential_policy`` (azure-storage-blob): the policy that authorises
+  each request, which also signs the sub-requests of a Blob Batch
+  (``shared.stores.azure.blob_batch``);
 - ``TableClient._client.send_request`` (azure-data-tables): the generated client's raw send;
 - ``azure.storage.queue._shared.policies_async.ExponentialRetry``: the async retry policy,
   which azure-storage-queue does not export (azure-storage-blob does, from ``aio``).
@@ -75,6 +78,23 @@ def blob_pipeline(client: ContainerClient) -> Any:
             "azure-storage-blob", "ContainerClient._pipeline.run", "is not a method any more"
         )
     return pipeline
+
+
+def blob_credential_policy(client: ContainerClient) -> Any:
+    """The container client's credential policy (``ContainerClient._credential_policy``):
+    its ``on_request(pipeline_request)``, a coroutine for token credentials, authorises one
+    request. None when the client has no credential (a SAS in the URL, or anonymous)."""
+    missing = object()
+    policy = getattr(client, "_credential_policy", missing)
+    if policy is missing:
+        raise _changed("azure-storage-blob", "ContainerClient._credential_policy", "is gone")
+    if policy is not None and not callable(getattr(policy, "on_request", None)):
+        raise _changed(
+            "azure-storage-blob",
+            "ContainerClient._credential_policy.on_request",
+            "is not a method any more",
+        )
+    return policy
 
 
 def table_send_request(client: TableClient) -> SendRequest:
