@@ -115,6 +115,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         help="random search only, for the whole budget (no exhaustive phases)",
     )
     parser.add_argument("--verbose", action="store_true", help="print the schedule of a replay")
+    parser.add_argument(
+        "--no-reduce",
+        dest="reduce",
+        action="store_false",
+        help="run every schedule of the exhaustive phases, equivalent ones included",
+    )
     return parser.parse_args(argv)
 
 
@@ -137,6 +143,7 @@ async def _work(
     variant: Variant | None,
     modes: tuple[Mode, ...],
     who: str,
+    reduce: bool = True,
 ) -> Summary:
     """Explore ``plan`` exhaustively, then search at random (seeds first_seed, first_seed +
     step, ...) until ``deadline`` (at least a few seconds, however long the plan took)."""
@@ -151,6 +158,7 @@ async def _work(
             max_faults=faults,
             variant=variant,
             progress=_progress(label, started),
+            reduce=reduce,
         )
         print(f"  {label}: {summary.line.removeprefix('simulation: ')}; {summary.rate}", flush=True)
         total.merge(summary)
@@ -175,10 +183,11 @@ def _second_process(
     deadline_in: float | None,
     variant: str | None,
     modes: tuple[Mode, ...],
+    reduce: bool,
 ) -> Summary:
     deadline = None if deadline_in is None else time.monotonic() + deadline_in
     chosen = VARIANTS[variant] if variant else None
-    return asyncio.run(_work(plan, first_seed, 2, deadline, chosen, modes, "[2] "))
+    return asyncio.run(_work(plan, first_seed, 2, deadline, chosen, modes, "[2] ", reduce))
 
 
 def _modes(args: argparse.Namespace, variant: Variant | None) -> tuple[Mode, ...]:
@@ -208,12 +217,20 @@ async def _explore(args: argparse.Namespace, variant: Variant | None) -> Summary
     searching = args.config is None and args.budget > 0
     deadline = time.monotonic() + args.budget if searching else None
     if args.jobs < 2 or not searching:
-        return await _work(first + second, args.first_seed, 1, deadline, variant, modes, "")
+        return await _work(
+            first + second, args.first_seed, 1, deadline, variant, modes, "", args.reduce
+        )
     with ProcessPoolExecutor(max_workers=1) as pool:
         helper = pool.submit(
-            _second_process, second, args.first_seed + 1, args.budget, args.variant, modes
+            _second_process,
+            second,
+            args.first_seed + 1,
+            args.budget,
+            args.variant,
+            modes,
+            args.reduce,
         )
-        total = await _work(first, args.first_seed, 2, deadline, variant, modes, "")
+        total = await _work(first, args.first_seed, 2, deadline, variant, modes, "", args.reduce)
         total.merge(helper.result())
     return total
 
