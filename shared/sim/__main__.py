@@ -21,8 +21,10 @@ and, in token mode, with up to one deviation and one fault:
 and then seeded random search over larger configurations in every mode for the rest of the
 time budget. With two cores the phases are dealt to two processes (``DEFAULT_PLAN``), each
 then searching its own random seeds. ``--mode`` keeps the phases and random runs of one mode.
-It prints progress, every violation with its seed and schedule, the speed (schedules per
-second of CPU and of wall-clock time) and ends with
+The exhaustive phases skip schedules equivalent to one already explored (``Reduction``;
+``--no-reduce`` runs them all). It prints progress, every violation with its seed and
+schedule, the speed (schedules and distinct schedules per second of CPU, schedules per second
+of wall-clock time) and ends with
 ``simulation: schedules=<N> faults=<F> violations=<V>``; the exit status is 1 on violations.
 """
 

@@ -5,8 +5,11 @@ full search catches."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from shared.sim.__main__ import main
 from shared.sim.explore import CONFIGS, exhaustive
 from shared.sim.fingerprint import TraceFingerprint, locations
 from shared.sim.variants import VARIANTS
@@ -170,3 +173,27 @@ async def test_the_reduced_search_catches_what_the_full_search_catches_with_faul
 
     assert full, f"{variant} is not caught in {name}: the comparison would prove nothing"
     assert reduced == full
+
+
+def test_the_command_line_prints_distinct_schedules_per_second(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    search = ["--config", "small-ingress", "--deviations", "1", "--faults", "0"]
+    counted = re.compile(r"(\d+) distinct schedules per second \((\d+) distinct, (\d+) runs pruned")
+
+    assert main([*search, "--no-reduce"]) == 0
+    full = capsys.readouterr().out.splitlines()
+    assert main(search) == 0
+    reduced = capsys.readouterr().out.splitlines()
+
+    [full_speed] = [line for line in full if line.startswith("speed:")]
+    [reduced_speed] = [line for line in reduced if line.startswith("speed:")]
+    full_counts, reduced_counts = counted.search(full_speed), counted.search(reduced_speed)
+    assert full_counts is not None
+    assert reduced_counts is not None
+    assert full_counts[3] == "0"
+    assert int(reduced_counts[3]) > 0
+    assert full_counts[2] == reduced_counts[2]
+    # The reduced search completes one run per class; the full one also the equivalent ones.
+    assert reduced[-1] == f"simulation: schedules={reduced_counts[2]} faults=0 violations=0"
+    assert full[-1] != reduced[-1]
