@@ -21,8 +21,8 @@ and, in token mode, with up to one deviation and one fault:
 and then seeded random search over larger configurations in every mode for the rest of the
 time budget. With two cores the phases are dealt to two processes (``DEFAULT_PLAN``), each
 then searching its own random seeds. ``--mode`` keeps the phases and random runs of one mode.
-The exhaustive phases skip schedules equivalent to one already explored (``Reduction``;
-``--no-reduce`` runs them all). It prints progress, every violation with its seed and
+With ``--reduce`` the exhaustive phases skip schedules equivalent to one already explored
+(``Reduction``). It prints progress, every violation with its seed and
 schedule, the speed (schedules and distinct schedules per second of CPU, schedules per second
 of wall-clock time) and ends with
 ``simulation: schedules=<N> faults=<F> violations=<V>``; the exit status is 1 on violations.
@@ -118,10 +118,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--verbose", action="store_true", help="print the schedule of a replay")
     parser.add_argument(
-        "--no-reduce",
-        dest="reduce",
-        action="store_false",
-        help="run every schedule of the exhaustive phases, equivalent ones included",
+        "--reduce",
+        action="store_true",
+        help="skip schedules of the exhaustive phases equivalent to one already explored",
     )
     return parser.parse_args(argv)
 
@@ -145,7 +144,7 @@ async def _work(
     variant: Variant | None,
     modes: tuple[Mode, ...],
     who: str,
-    reduce: bool = True,
+    reduce: bool = False,
 ) -> Summary:
     """Explore ``plan`` exhaustively, then search at random (seeds first_seed, first_seed +
     step, ...) until ``deadline`` (at least a few seconds, however long the plan took)."""
