@@ -129,7 +129,8 @@ and that is fast enough for ``make test``."""
 
 SLOW_VARIANT_SEARCHES = [
     ("no-claim", "small-unbounded", 1, 1),
-    ("no-outbox-in-commit", "small", 1, 1),
+    # Its runs end in ten poisoned redeliveries: with a deviation the full search is too long.
+    ("no-outbox-in-commit", "small", 0, 1),
     ("delete-before-send", "small", 1, 1),
     ("reused-attempt-id", "small", 1, 1),
     ("state-without-etag", "small-partition", 1, 0),
