@@ -25,8 +25,10 @@ and, in token mode, with up to one deviation and one fault:
 and then seeded random search over larger configurations in every mode for the rest of the
 time budget. With two cores the phases are dealt to two processes (``DEFAULT_PLAN``), each
 then searching its own random seeds. ``--mode`` keeps the phases and random runs of one mode.
-It prints progress, every violation with its seed and schedule, the speed (schedules per
-second of CPU and of wall-clock time) and ends with
+With ``--reduce`` the exhaustive phases skip schedules equivalent to one already explored
+(``Reduction``). It prints progress, every violation with its seed and
+schedule, the speed (schedules and distinct schedules per second of CPU, schedules per second
+of wall-clock time) and ends with
 ``simulation: schedules=<N> faults=<F> violations=<V>``; the exit status is 1 on violations.
 """
 
@@ -127,6 +129,11 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         help="random search only, for the whole budget (no exhaustive phases)",
     )
     parser.add_argument("--verbose", action="store_true", help="print the schedule of a replay")
+    parser.add_argument(
+        "--reduce",
+        action="store_true",
+        help="skip schedules of the exhaustive phases equivalent to one already explored",
+    )
     return parser.parse_args(argv)
 
 
@@ -149,6 +156,7 @@ async def _work(
     variant: Variant | None,
     modes: tuple[Mode, ...],
     who: str,
+    reduce: bool = False,
 ) -> Summary:
     """Explore ``plan`` exhaustively, then search at random (seeds first_seed, first_seed +
     step, ...) until ``deadline`` (at least a few seconds, however long the plan took)."""
@@ -163,6 +171,7 @@ async def _work(
             max_faults=faults,
             variant=variant,
             progress=_progress(label, started),
+            reduce=reduce,
         )
         print(f"  {label}: {summary.line.removeprefix('simulation: ')}; {summary.rate}", flush=True)
         total.merge(summary)
@@ -187,10 +196,11 @@ def _second_process(
     deadline_in: float | None,
     variant: str | None,
     modes: tuple[Mode, ...],
+    reduce: bool,
 ) -> Summary:
     deadline = None if deadline_in is None else time.monotonic() + deadline_in
     chosen = VARIANTS[variant] if variant else None
-    return asyncio.run(_work(plan, first_seed, 2, deadline, chosen, modes, "[2] "))
+    return asyncio.run(_work(plan, first_seed, 2, deadline, chosen, modes, "[2] ", reduce))
 
 
 def _modes(args: argparse.Namespace, variant: Variant | None) -> tuple[Mode, ...]:
@@ -220,12 +230,20 @@ async def _explore(args: argparse.Namespace, variant: Variant | None) -> Summary
     searching = args.config is None and args.budget > 0
     deadline = time.monotonic() + args.budget if searching else None
     if args.jobs < 2 or not searching:
-        return await _work(first + second, args.first_seed, 1, deadline, variant, modes, "")
+        return await _work(
+            first + second, args.first_seed, 1, deadline, variant, modes, "", args.reduce
+        )
     with ProcessPoolExecutor(max_workers=1) as pool:
         helper = pool.submit(
-            _second_process, second, args.first_seed + 1, args.budget, args.variant, modes
+            _second_process,
+            second,
+            args.first_seed + 1,
+            args.budget,
+            args.variant,
+            modes,
+            args.reduce,
         )
-        total = await _work(first, args.first_seed, 2, deadline, variant, modes, "")
+        total = await _work(first, args.first_seed, 2, deadline, variant, modes, "", args.reduce)
         total.merge(helper.result())
     return total
 

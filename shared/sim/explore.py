@@ -11,9 +11,10 @@ A run is named by a seed string that replays it exactly:
 
 from __future__ import annotations
 
+import functools
 import random
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Hashable, Iterable
 from dataclasses import dataclass, field, replace
 
 from shared.bus.app import MODES, Mode
@@ -136,9 +137,17 @@ class Summary:
     """CPU time spent (``time.process_time``)."""
     failures: list[tuple[str, RunResult]] = field(default_factory=list)
     """(seed, result) of the first violating runs."""
+    classes: set[tuple[str, int]] = field(default_factory=set)
+    """(configuration, fingerprint) of every complete run: its equivalence class."""
+    pruned: int = 0
+    """Runs cut short because an equivalent state was already explored."""
 
     def add(self, seed: str, result: RunResult, keep: int = 5) -> None:
+        if result.pruned:
+            self.pruned += 1
+            return
         self.schedules += 1
+        self.classes.add((result.config.name, result.fingerprint))
         self.faults += result.faults
         if not result.ok:
             self.violations += 1
@@ -151,6 +160,13 @@ class Summary:
         self.faults += other.faults
         self.violations += other.violations
         self.failures += other.failures[: max(0, 5 - len(self.failures))]
+        self.classes |= other.classes
+        self.pruned += other.pruned
+
+    @property
+    def distinct(self) -> int:
+        """Complete runs that no earlier one was equivalent to: distinct schedules."""
+        return len(self.classes)
 
     @property
     def line(self) -> str:
@@ -161,10 +177,54 @@ class Summary:
 
     @property
     def rate(self) -> str:
-        """Schedules per second of CPU (a figure that does not depend on the machine's
-        other load as wall-clock time does)."""
-        per_second = self.schedules / self.seconds if self.seconds else 0.0
-        return f"{per_second:.0f} schedules per second ({self.seconds:.1f} s of CPU)"
+        """Schedules and distinct schedules per second of CPU (figures that do not depend
+        on the machine's other load as wall-clock time does)."""
+        seconds = self.seconds or float("inf")
+        return (
+            f"{self.schedules / seconds:.0f} schedules per second, "
+            f"{self.distinct / seconds:.0f} distinct schedules per second "
+            f"({self.distinct} distinct, {self.pruned} runs pruned, "
+            f"{self.seconds:.1f} s of CPU)"
+        )
+
+
+@dataclass
+class Reduction:
+    """Skips the continuations of a state that an equivalent one already had explored.
+
+    Depth-first search asks ``covered`` before every action of a run with the run's decision
+    state (``World.decision_state``: the trace so far up to the order of independent events
+    and the actions enabled now). Two runs that meet the same decision state have the same
+    continuations, so a run is cut when an earlier run met its state with at least as many
+    deviations and faults left and the whole subtree below that earlier state is explored
+    (the search has backtracked above it: ``finish``). Only then is it safe: a state of the
+    run's own prefix is recorded again by every run below it."""
+
+    explored: dict[Hashable, list[tuple[int, int]]] = field(default_factory=dict)
+    pending: list[tuple[int, Hashable, tuple[int, int]]] = field(default_factory=list)
+    """(decision position, state, budget left) met by the current run."""
+
+    def covered(self, state: Hashable, chooser: DepthFirst) -> bool:
+        if len(chooser.decisions) < len(chooser.prefix):
+            return False  # never cut a run before the decision it was started to take
+        budget = (
+            chooser.max_deviations - chooser.deviations,
+            chooser.max_faults - chooser.faults,
+        )
+        for deviations, faults in self.explored.get(state, ()):
+            if deviations >= budget[0] and faults >= budget[1]:
+                return True
+        self.pending.append((len(chooser.decisions), state, budget))
+        return False
+
+    def finish(self, next_prefix: list[int] | None) -> None:
+        """The run is over and the search goes on with ``next_prefix``: the states met
+        after the decision it changes have their whole subtrees explored."""
+        changed = -1 if next_prefix is None else len(next_prefix) - 1
+        for position, state, budget in self.pending:
+            if position > changed:
+                self.explored.setdefault(state, []).append(budget)
+        self.pending.clear()
 
 
 _references: dict[tuple[object, ...], Observation] = {}
@@ -181,9 +241,13 @@ async def reference_for(config: SimConfig) -> Observation:
 
 
 async def simulate(
-    config: SimConfig, chooser: Chooser, variant: Variant | None = None
+    config: SimConfig,
+    chooser: Chooser,
+    variant: Variant | None = None,
+    covered: Callable[[Hashable], bool] | None = None,
 ) -> RunResult:
-    """One run on fresh in-memory stores, checked against the reference."""
+    """One run on fresh in-memory stores, checked against the reference (``covered``: see
+    ``World.covered``)."""
     reference = await reference_for(config)
     clock = ManualClock()
     world = World(
@@ -193,6 +257,7 @@ async def simulate(
         clock,
         wrap=variant.wrap if variant is not None else None,
         retention=variant.retention if variant is not None else None,
+        covered=covered,
     )
     with quiet_logs():
         return await world.run(reference)
@@ -216,23 +281,33 @@ async def exhaustive(
     stop_when: Callable[[RunResult], bool] | None = None,
     progress: Callable[[Summary], None] | None = None,
     limit: int | None = None,
+    reduce: bool = False,
 ) -> Summary:
     """Every decision sequence with at most ``max_deviations`` non-default scheduling
-    choices and ``max_faults`` faults, depth first."""
+    choices and ``max_faults`` faults, depth first; with ``reduce``, one of each set of
+    equivalent ones (``Reduction``)."""
     summary = Summary()
     started = time.process_time()
+    reduction = Reduction() if reduce else None
     prefix: list[int] | None = []
     while prefix is not None:
         chooser = DepthFirst(prefix, max_deviations, max_faults)
-        result = await simulate(config, chooser, variant)
+        covered = None
+        if reduction is not None:
+            covered = functools.partial(reduction.covered, chooser=chooser)
+        result = await simulate(config, chooser, variant, covered)
+        prefix = chooser.next_prefix()
+        if reduction is not None:
+            reduction.finish(prefix)
         summary.add(exhaustive_seed(config, result.decisions), result)
+        if result.pruned:
+            continue
         if progress is not None and summary.schedules % 500 == 0:
             progress(summary)
         if (stop_at_first and summary.violations) or (stop_when and stop_when(result)):
             break
         if limit and summary.schedules >= limit:
             break
-        prefix = chooser.next_prefix()
     summary.seconds = time.process_time() - started
     return summary
 

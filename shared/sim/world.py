@@ -40,7 +40,7 @@ import enum
 import logging
 import random
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
@@ -57,6 +57,7 @@ from shared.provisioning import provision
 from shared.resources import Resources
 from shared.sim.choices import Chooser, Replay
 from shared.sim.cleanup import cleanup_pass, expire_audit_rows
+from shared.sim.fingerprint import TraceFingerprint, locations
 from shared.sim.invariants import (
     NO_LOST_MESSAGES,
     UNEXPECTED_ERROR,
@@ -207,6 +208,11 @@ class RunResult:
     violations: list[Violation]
     faults: int
     observation: Observation
+    fingerprint: int = 0
+    """The run's trace up to the order of independent events (``TraceFingerprint``)."""
+    pruned: bool = False
+    """Cut short by ``World.covered``: an equivalent run was already explored. Nothing is
+    checked; the fields describe the part that ran."""
 
     @property
     def ok(self) -> bool:
@@ -226,12 +232,18 @@ AccountWrapper = Callable[[StorageAccount], StorageAccount]
 
 
 def counter_ids() -> Callable[[], str]:
-    """Claim and attempt ids from a counter, so that a run's ids replay exactly."""
-    state = {"next": 0}
+    """Claim and attempt ids from a counter per simulated process (one more for calls outside
+    any process), so that a run's ids replay exactly and an id depends only on its process's
+    own history, not on how the other processes' steps interleave with it: two equivalent
+    schedules (``TraceFingerprint``) then name everything alike. Production ids are random,
+    so nothing may depend on their order anyway."""
+    drawn: dict[int, int] = {}
 
     def new_id() -> str:
-        state["next"] += 1
-        return str(uuid.UUID(int=state["next"]))
+        process = Scheduler.current()
+        owner = 0 if process is None else process.number + 1
+        drawn[owner] = drawn.get(owner, 0) + 1
+        return str(uuid.UUID(int=owner << 64 | drawn[owner]))
 
     return new_id
 
@@ -259,6 +271,9 @@ class World:
     """Wraps the instrumented account the bus uses: how pipeline variants change behaviour."""
     retention: float | None = None
     """The retention the cleanup is configured with, if not the dedup window (a variant)."""
+    covered: Callable[[Hashable], bool] | None = None
+    """Asked before every action with the run's state (``decision_state``): True ends the
+    run at once, its continuations being equivalent to runs already explored."""
     trace: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -316,6 +331,9 @@ class World:
         }
         self._planned: dict[int, Fault] = {}
         self._held_at: dict[int, float] = {}
+        self._held_by: dict[int, tuple[str, int]] = {}
+        """Operation index of a held request -> (process, its operation number there)."""
+        self.fingerprint = TraceFingerprint()
         self._current: Process | None = None
         self._queues: dict[str, tuple[bool, bool]] | None = None
         self.ticks = self.sweeps_started = self.duplicates_sent = self.faults = self.waited = 0
@@ -475,6 +493,7 @@ class World:
         await self._cleanup(self.quiet_account, self.config.sweep_grace, self.config.window)
         self.waited += 1
         self._queues = None
+        self.fingerprint.barrier("wait")
         self.trace.append(
             f"{len(self.trace):4} time passes beyond the grace period (the redelivery is "
             "late); a cleanup pass runs"
@@ -498,17 +517,23 @@ class World:
                 lambda: self._client_send(key),
                 self.now(),
             )
-            self.trace.append(f"{number:4} start {self._current.name}")
+            self._spawned(number, self._current)
         elif action.kind == "start":
             self._current = await self.scheduler.spawn(
                 f"inv{len(self.scheduler.processes)}@{action.queue}",
                 lambda: self._invocation(action.queue),
                 self.now(),
             )
-            self.trace.append(f"{number:4} start {self._current.name}")
+            self._spawned(number, self._current)
         elif action.kind == "land":
             held = cast(HeldRequest, action.held)  # _actions gives every land its request
             accepted = await held.land()
+            sender, sent_as = self._held_by[held.operation.index]
+            self.fingerprint.operation(
+                f"late {sender}#{sent_as}",
+                locations(held.operation.kind, held.operation.target, read=False),
+                ("land", sender, sent_as, accepted),
+            )
             self.trace.append(
                 f"{number:4} late request lands: {describe(held.operation)}"
                 + ("" if accepted else " (refused)")
@@ -516,17 +541,21 @@ class World:
         elif action.kind == "tick":
             await self._advance(self.config.tick)
             self.ticks += 1
+            self.fingerprint.barrier("tick")
             self.trace.append(f"{number:4} time passes {self.config.tick:.0f}s")
         elif action.kind == "sweep":
             self.sweeps_started += 1
             self._current = await self.scheduler.spawn(
                 f"sweep{len(self.scheduler.processes)}", self._sweep, self.now()
             )
-            self.trace.append(f"{number:4} start {self._current.name}")
+            self._spawned(number, self._current)
         else:
             [message] = await self.account.queue(action.queue).peek(1)
             await self.account.queue(action.queue).send(message.content)
             self.duplicates_sent += 1
+            self.fingerprint.operation(
+                "network", [(f"queue:{action.queue}", False)], ("duplicate", action.queue)
+            )
             self.trace.append(f"{number:4} network duplicates a signal on {action.queue}")
 
     async def _step(self, number: int, process: Process) -> None:
@@ -542,6 +571,7 @@ class World:
             self.faults += 1
         if isinstance(fault, Stall):
             process.stalled = True
+            self.fingerprint.local(process.name, ("stall", process.operations))
             self.trace.append(
                 f"{number:4} {process.name}: stalls before {describe(operation)} for longer "
                 "than the grace period"
@@ -555,9 +585,40 @@ class World:
             + (f"  [{fault.value}]" if fault is not None else "")
         )
         self._current = process
+        performed = process.operations
+        self.fingerprint.operation(
+            process.name,
+            self._locations(process, operation),
+            (process.name, performed, operation.kind, operation.target, fault),
+        )
         await self.scheduler.step(process)
         for held in self.instrumentation.held[held_before:]:
             self._held_at[held.operation.index] = self.now()
+            self._held_by[held.operation.index] = (process.name, performed)
+        self._note_end(process)
+
+    def _locations(self, process: Process, operation: Operation) -> list[tuple[str, bool]]:
+        found = locations(operation.kind, operation.target, read=operation.kind in READS)
+        if self.sql is not None and process.name.startswith("sweep"):
+            # The cleanup pages through the SQL outbox without a scheduled operation, in
+            # whichever of its steps comes before: order all its steps against SQL writes.
+            found.append(("sql:outbox", False))
+        elif (
+            self.sql is not None
+            and operation.kind.startswith("sql.")
+            and operation.kind not in READS
+        ):
+            found.append(("sql:outbox", True))
+        return found
+
+    def _spawned(self, number: int, process: Process) -> None:
+        self.trace.append(f"{number:4} start {process.name}")
+        self.fingerprint.operation(process.name, [("spawns", False)], ("spawn", process.name))
+        self._note_end(process)
+
+    def _note_end(self, process: Process) -> None:
+        if process.done:
+            self.fingerprint.local(process.name, ("end", process.outcome))
 
     def _stalled(self) -> list[Process]:
         return [p for p in self.scheduler.live() if p.stalled]
@@ -593,6 +654,7 @@ class World:
         self._queues = None
         for process in self._stalled():
             process.stalled = False
+        self.fingerprint.barrier("resume")
         passed = ["the grace period"]
         if self.config.windowed:
             passed.append("the dedup window")
@@ -644,6 +706,17 @@ class World:
             stuck = await self._drive()
         finally:
             await self.scheduler.close()
+        if stuck is None:
+            return RunResult(
+                self.config,
+                list(self.chooser.decisions),
+                self.trace,
+                [],
+                self.faults,
+                Observation(mode=self.config.mode),
+                self.fingerprint.digest(),
+                pruned=True,
+            )
         # Real stores keep real time: their final passes use no grace period and no window
         # instead of waiting for them (safe: nothing is in flight any more).
         manual = self.clock is not None
@@ -665,7 +738,13 @@ class World:
         if reference is not None:
             violations += check(seen, reference, client=CLIENT, residue=self.config.residue_checked)
         return RunResult(
-            self.config, list(self.chooser.decisions), self.trace, violations, self.faults, seen
+            self.config,
+            list(self.chooser.decisions),
+            self.trace,
+            violations,
+            self.faults,
+            seen,
+            self.fingerprint.digest(),
         )
 
     async def _observe(self) -> Observation:
@@ -677,12 +756,30 @@ class World:
             self._sql_rows(counted=False),
         )
 
-    async def _drive(self) -> list[Violation]:
+    def decision_state(self, actions: list[Action]) -> Hashable:
+        """What decides the rest of a run from here: the trace so far up to the order of
+        independent events, and the actions enabled now in the order the chooser sees them
+        (the first is the default, so the current process is part of it). Two runs that meet
+        the same decision state have the same continuations, up to the names of ETags, ids
+        and receipts."""
+        return (self.fingerprint.digest(), tuple(self._action_name(a) for a in actions))
+
+    def _action_name(self, action: Action) -> Hashable:
+        if action.process is not None:
+            return (action.kind, action.process.name)
+        if action.held is not None:
+            return (action.kind, self._held_by[action.held.operation.index])
+        return (action.kind, action.queue)
+
+    async def _drive(self) -> list[Violation] | None:
+        """The violations of a run that did not end, or None if ``covered`` cut it short."""
         for _ in range(self.config.max_steps):
+            actions = await self.enabled()
+            if self.covered is not None and self.covered(self.decision_state(actions)):
+                return None
             if await self._wait_allowed() and self.chooser.choose("time", [1.0, 0.3]):
                 await self._wait()
                 continue
-            actions = await self.enabled()
             if not actions and not self._stalled():
                 return []
             if not actions:
