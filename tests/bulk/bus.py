@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
+from typing import Any
 
 from shared.bus import Bus
 from shared.provisioning import provision
@@ -48,7 +49,7 @@ async def _deliver(bus: Bus, endpoint: str, queue: MessageQueue, message: QueueM
     return outcome.value
 
 
-async def states(account: StorageAccount, endpoint: str) -> dict[str, dict[str, object]]:
+async def states(account: StorageAccount, endpoint: str) -> dict[str, dict[str, Any]]:
     """The state of every partition of ``endpoint``, by partition key."""
     rows = sample_bus(account).endpoint_state(endpoint)
     return {row.partition_key: json.loads(row.data) async for row in rows.states()}

@@ -60,6 +60,9 @@ def storage(emulator: AzuriteEndpoints) -> StorageSettings:
 @pytest.fixture
 async def account(storage: StorageSettings) -> AsyncIterator[AzureStorageAccount]:
     """The emulator's account, provisioned for the sample app and subscribed."""
-    async with AzureStorageAccount(storage) as opened:
+    opened = AzureStorageAccount(storage)
+    try:
         await provision_sample(opened)
         yield opened
+    finally:
+        await opened.close()
