@@ -42,7 +42,7 @@ from shared.bulk.keys import check_job_name
 from shared.bulk.outcomes import OUTCOME_COLUMNS, Outcome
 from shared.bulk.progress import job_progress
 from shared.bulk.replay import MAX_MESSAGE_ID_CHARS, ReplayTask, replay_partition
-from shared.bulk.rows import check_target
+from shared.bulk.rows import body_columns, check_target
 from shared.bulk.send import DUPLICATE_COUNT_COLUMN, RequestCounter, SendTask, send_partition
 from shared.bulk.summary import BulkSummary
 from shared.http_ingress import BadRequest
@@ -101,7 +101,8 @@ def run_send(
     target = check_target(load_app(options.app_reference), send.type_name, send.to)
     with _Session(options, spark) as (session, log):
         frame = read_input(session, options.input_path, options.file_format)
-        body_columns = _body_columns(frame, send)
+        columns = [c for c in frame.columns if c != CORRUPT_COLUMN]
+        body = body_columns(target, columns, send.key_column, send.body_columns)
         rows = frame.count()
         partitions = max(
             1, session.sparkContext.defaultParallelism, math.ceil(rows / send.rows_per_task)
@@ -118,7 +119,7 @@ def run_send(
             job=options.job,
             target=target,
             key_column=send.key_column,
-            body_columns=body_columns,
+            body_columns=body,
             concurrency=send.concurrency,
         )
         return _execute(
@@ -249,17 +250,6 @@ def _execute(
     log(f"wrote {outcomes_path}, {rejects_path} and the summary")
     print(summary.line(), flush=True)
     return summary
-
-
-def _body_columns(frame: DataFrame, send: SendOptions) -> tuple[str, ...]:
-    columns = [c for c in frame.columns if c != CORRUPT_COLUMN]
-    if send.key_column not in columns:
-        raise BadRequest(f"the input has no column {send.key_column!r}; columns: {columns}")
-    body = list(send.body_columns) or columns
-    missing = [c for c in body if c not in columns]
-    if missing:
-        raise BadRequest(f"the input has no columns {missing}; columns: {columns}")
-    return tuple(body)
 
 
 def _selection_problem(endpoints: list[str]) -> Column:

@@ -31,6 +31,8 @@ class Target:
 
     type_name: str
     to: str | None
+    fields: tuple[str, ...] = ()
+    """The type's fields: what a row's body columns may be."""
 
 
 def check_target(app: BusApp, type_name: str, to: str | None) -> Target:
@@ -39,18 +41,40 @@ def check_target(app: BusApp, type_name: str, to: str | None) -> Target:
     model = message_types(app).get(type_name)
     if model is None:
         raise BadRequest(unroutable(app, type_name, to))
+    fields = tuple(model.model_fields)
     if issubclass(model, Event):
         if to is not None:
             raise BadRequest(f"{type_name} is an event: it is published, leave out --to")
-        return Target(type_name, None)
+        return Target(type_name, None, fields)
     handlers = app.routes.receivers_of(type_name)
     if to is None:
         if len(handlers) != 1:
             raise BadRequest(f"{type_name} is handled by {handlers}: say which with --to")
-        return Target(type_name, handlers[0])
+        return Target(type_name, handlers[0], fields)
     if to not in handlers:
         raise BadRequest(f"endpoint {to!r} does not handle {type_name}; handled by {handlers}")
-    return Target(type_name, to)
+    return Target(type_name, to, fields)
+
+
+def body_columns(
+    target: Target, columns: Sequence[str], key_column: str, chosen: Sequence[str] = ()
+) -> tuple[str, ...]:
+    """The input columns that become the message's fields (``chosen``, else every column),
+    checked before any row is sent: a column the input lacks, or one the type has no field
+    for, would otherwise reject every row for the same reason."""
+    if key_column not in columns:
+        raise BadRequest(f"the input has no column {key_column!r}; columns: {list(columns)}")
+    body = list(chosen) or list(columns)
+    missing = [c for c in body if c not in columns]
+    if missing:
+        raise BadRequest(f"the input has no columns {missing}; columns: {list(columns)}")
+    unknown = [c for c in body if c not in target.fields]
+    if unknown:
+        raise BadRequest(
+            f"columns {unknown} are not fields of {target.type_name} ({list(target.fields)}): "
+            "choose the body's columns with --body-columns"
+        )
+    return tuple(body)
 
 
 @dataclass(frozen=True)
