@@ -10,6 +10,7 @@ that fails a check is rejected and the task goes on.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -20,6 +21,7 @@ from shared.bulk.outcomes import Outcome, Status
 from shared.bulk.rows import Planned, Rejected, Target, plan_row, row_json, safe_text
 from shared.bus import Bus, BusApp, Command, Event
 from shared.bus.ingress import IngressClient, SendReceipt
+from shared.errors import ConflictRetriesExhausted, OutcomeUnknown
 from shared.runtime import bus_config
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
@@ -27,6 +29,9 @@ from shared.stores.instrumented import InstrumentedAccount
 
 SENDER = "bulk"
 """The ingress sender of bulk jobs (token names and ingress records say it)."""
+ROW_ATTEMPTS = 4
+RETRY_SECONDS = 1.0
+"""The first wait before a row's send is tried again; it doubles each time (with jitter)."""
 DUPLICATE_COUNT_COLUMN = "__bulk_rows_with_key"
 """Added by the driver: how many input rows share this row's key."""
 
@@ -100,9 +105,21 @@ async def _send_row(
         planned = Rejected(planned.row_key, reason, row_json(row))
     if isinstance(planned, Rejected):
         return (planned.row_key, None, "rejected", planned.reason, [], planned.row)
-    receipt = await _submit(client, planned)
+    receipt = await _submit_with_retries(client, planned)
     status: Status = "deduplicated" if receipt.deduplicated else "sent"
     return (planned.row_key, planned.key, status, None, list(receipt.message_ids), None)
+
+
+async def _submit_with_retries(client: IngressClient, planned: Planned) -> SendReceipt:
+    """The ingress send of one row, tried again with the same key when storage did not
+    answer in time or kept conflicting: a busy account then slows the task rather than fail
+    it (and make Spark redo its whole partition). What still fails fails the task."""
+    for attempt in range(ROW_ATTEMPTS - 1):
+        try:
+            return await _submit(client, planned)
+        except (OutcomeUnknown, ConflictRetriesExhausted):
+            await asyncio.sleep(RETRY_SECONDS * 2**attempt * random.uniform(0.5, 1.5))
+    return await _submit(client, planned)
 
 
 async def _submit(client: IngressClient, planned: Planned) -> SendReceipt:
