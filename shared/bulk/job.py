@@ -43,7 +43,13 @@ from shared.bulk.outcomes import OUTCOME_COLUMNS, Outcome
 from shared.bulk.progress import job_progress
 from shared.bulk.replay import MAX_MESSAGE_ID_CHARS, ReplayTask, replay_partition
 from shared.bulk.rows import body_columns, check_target
-from shared.bulk.send import DUPLICATE_COUNT_COLUMN, RequestCounter, SendTask, send_partition
+from shared.bulk.send import (
+    DUPLICATE_COUNT_COLUMN,
+    RequestCounter,
+    SendTask,
+    resource_names,
+    send_partition,
+)
 from shared.bulk.summary import BulkSummary
 from shared.http_ingress import BadRequest
 from shared.runtime import bus_config
@@ -121,6 +127,7 @@ def run_send(
             key_column=send.key_column,
             body_columns=body,
             concurrency=send.concurrency,
+            resource_names=resource_names(bus_config()),
         )
         return _execute(
             session, options, log, keyed, partial(send_partition, task), rows, partitions, "send"

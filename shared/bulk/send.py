@@ -19,10 +19,9 @@ from shared.app_loader import load_app
 from shared.bulk.inputs import CORRUPT_COLUMN
 from shared.bulk.outcomes import Outcome, Status
 from shared.bulk.rows import Planned, Rejected, Target, plan_row, row_json, safe_text
-from shared.bus import Bus, BusApp, Command, Event
+from shared.bus import Bus, BusApp, BusConfig, Command, Event
 from shared.bus.ingress import IngressClient, SendReceipt
 from shared.errors import ConflictRetriesExhausted, OutcomeUnknown
-from shared.runtime import bus_config
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
 from shared.stores.instrumented import InstrumentedAccount
@@ -51,6 +50,19 @@ class SendTask:
     key_column: str
     body_columns: tuple[str, ...]
     concurrency: int
+    resource_names: dict[str, str]
+    """The bus's container and table names, from the driver (``resource_names``): an
+    executor may have no host.json beside the shipped package to read them from."""
+
+
+def resource_names(config: BusConfig) -> dict[str, str]:
+    """What a task needs of the bus's configuration to send as the driver would."""
+    return {
+        "tokens_container": config.tokens_container,
+        "topics_container": config.topics_container,
+        "ingress_table": config.ingress_table,
+        "parked_container": config.parked_container,
+    }
 
 
 def send_partition(
@@ -65,7 +77,13 @@ def send_partition(
 
 async def _send_all(task: SendTask, rows: list[dict[str, Any]]) -> tuple[list[Outcome], int]:
     app = load_app(task.app_reference)
-    config = bus_config()
+    names = task.resource_names
+    config = BusConfig(
+        tokens_container=names["tokens_container"],
+        topics_container=names["topics_container"],
+        ingress_table=names["ingress_table"],
+        parked_container=names["parked_container"],
+    )
     async with AzureStorageAccount(task.storage) as raw:
         account = InstrumentedAccount(raw)
         client = Bus(app, account, config).client(SENDER)
