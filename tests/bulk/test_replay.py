@@ -120,3 +120,27 @@ async def test_selection_rows_that_name_no_poisoned_message_are_rejected_with_wh
     assert "the message id is longer than 200 characters" in reasons
     depths = await queue_depths(account)
     assert (depths["shootingrange"], depths[poison_queue("shootingrange")]) == (1, 5)
+
+
+async def test_poisoned_messages_from_an_audit_export_are_replayed_once(
+    spark: Any,
+    account: AzureStorageAccount,
+    storage: StorageSettings,
+    emulator: AzuriteEndpoints,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    from shared.audit.cli import main as audit
+
+    ids = await park_shots(account)
+    monkeypatch.setenv("AzureWebJobsStorage", emulator.connection_string)
+    export = tmp_path / "export"
+    assert await asyncio.to_thread(audit, ["export", "--out", str(export), "--quiet"]) == 0
+    options = job_options(storage, tmp_path, "replay-3", str(export / "poisoned"))
+
+    summary = await asyncio.to_thread(run_replay, options, spark)
+
+    assert (summary.read, summary.sent, summary.not_waiting) == (len(GAMES), len(GAMES), 0)
+    assert await process_all(account) == {"processed": 2 * len(GAMES)}
+    ranges = await states(account, "shootingrange")
+    assert {game: state["shots"] for game, state in ranges.items()} == dict.fromkeys(ids, 1)
