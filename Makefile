@@ -81,6 +81,17 @@ cleanup-bench: deps
 audit-cluster-test: deps
 	$(PY) -m pytest tests/audit/test_cluster.py -m slow $(PYTEST_ARGS)
 
+# Bulk sends through Spark on Azurite: 10,000 and 100,000 rows on local[2] (docs/bulk.md;
+# `make bulk-bench ROWS=10000` for one size). Prints rows/s and requests per row; not a timed test.
+.PHONY: bulk-bench
+bulk-bench: deps
+	$(PY) -m shared.bulk.bench $(if $(ROWS),--rows $(ROWS))
+
+# The bulk job under spark-submit on the audit's standalone cluster (docs/bulk.md); slow.
+.PHONY: bulk-cluster-test
+bulk-cluster-test: deps
+	$(PY) -m pytest tests/bulk/test_cluster.py -m slow $(PYTEST_ARGS)
+
 # Deterministic simulation of the real pipeline under interleavings and faults, every endpoint
 # mode, about 4 minutes (README); `make simulate SEED=<seed>` replays the one run a violation
 # printed; `make simulate MODE=<mode>` explores one endpoint mode only.

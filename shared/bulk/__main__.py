@@ -1,0 +1,7 @@
+"""``python -m shared.bulk --help``."""
+
+import sys
+
+from shared.bulk.cli import main
+
+sys.exit(main())
