@@ -98,8 +98,10 @@ class Cluster:
         return {w: sorted((self.folder / w).glob("app-*/*/stderr")) for w in ("worker1", "worker2")}
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+@pytest.fixture(name="cluster", scope="module")
+def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A master and two workers from the pyspark installation, for the module's tests (the
+    bulk job's cluster test uses it too)."""
     started = Cluster(tmp_path_factory.mktemp("spark-cluster"))
     try:
         started.up()

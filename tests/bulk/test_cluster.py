@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,30 +20,19 @@ import pytest
 
 from shared.local.azurite import AzuriteEndpoints
 from shared.stores.azure import AzureStorageAccount
-from tests.audit.test_cluster import Cluster, spark_home
+from tests.audit.test_cluster import (  # noqa: F401  (fixture "cluster")
+    Cluster,
+    spark_home,
+    standalone_cluster,
+)
 from tests.bulk.bus import process_all, states
 from tests.bulk.jobs import shots, write_parquet
-from tests.conftest import UNDER_CI
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.azurite]
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS = 200
 JOB = ["--type", "FireAt", "--to", "shootingrange", "--key-column", "game_id", "--job", "cl-1"]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    started = Cluster(tmp_path_factory.mktemp("spark-cluster"))
-    try:
-        started.up()
-    except (OSError, RuntimeError) as e:
-        started.stop()
-        if UNDER_CI:
-            pytest.fail(f"the Spark cluster could not start: {e}")
-        pytest.skip(f"the Spark cluster could not start: {e}")
-    yield started
-    started.stop()
 
 
 def run(command: list[str], connection: str) -> dict[str, Any]:
