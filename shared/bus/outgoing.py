@@ -17,7 +17,7 @@ from shared.bus.schedule import queue_delay, send_hidden
 from shared.bus.telemetry import current as current_telemetry
 from shared.bus.telemetry import trace_headers, within
 from shared.bus.topics import RecipientLists
-from shared.clock import Clock, system_clock, to_datetime
+from shared.clock import Clock, to_datetime
 from shared.errors import AlreadyExists, MessageTooLarge, NotFound, OutcomeUnknown
 from shared.stores.account import StorageAccount
 from shared.stores.blob import BlobContainer
@@ -197,12 +197,14 @@ async def send_signals(
     outgoing: tuple[OutgoingSignal, ...],
     hints: Hints | None = None,
     *,
-    clock: Clock = system_clock,
+    clock: Clock,
 ) -> None:
     """R6: at least once; a repeated signal is harmless because its token is claimed once.
     ``hints`` (tokens this invocation created) let the receiver skip reading the token. A
     delayed message's signal is hidden until its due time by ``clock`` (at most 7 days: the
-    receiver hides it again for the rest, ``shared.bus.schedule``)."""
+    receiver hides it again for the rest, ``shared.bus.schedule``). ``clock`` is the bus's
+    (``BusConfig.clock``), never a default: a caller on another clock would send a delayed
+    signal visible."""
     for out in outgoing:
         hint = (hints or {}).get(out.token)
         signal = Signal(

@@ -375,7 +375,12 @@ async def test_a_hostile_traceparent_in_a_token_is_ignored_not_parked(
     created = await create_tokens(
         tokens, [envelope], sender=sender, incoming_id=fresh_id(), config=config
     )
-    await send_signals(flow.harness.raw, tuple(created.committed_candidates), created.hints)
+    await send_signals(
+        flow.harness.raw,
+        tuple(created.committed_candidates),
+        created.hints,
+        clock=config.clock,
+    )
 
     await flow.harness.run_until_quiet()
 
