@@ -8,7 +8,8 @@ must be left out for an event (events go to the topic's subscribers). A delayed 
 
 Answers (JSON): 202 with ``{"idempotency_key", "message_ids", "deduplicated": false}`` for a
 new key; 200 with the same message ids and ``"deduplicated": true`` for a repeat; 400 with
-``{"error": ...}`` for bad input; 413 for a body over the payload limit; 503 when storage
+``{"error": ...}`` for bad input (a repeated ``Idempotency-Key`` header or a key with a
+comma included); 413 for a body over the payload limit; 503 when storage
 could not be reached (retry with the same key). A W3C ``traceparent`` header puts the messages
 sent into the caller's trace (``shared.bus.telemetry``).
 """
@@ -242,6 +243,13 @@ async def _handle(bus: Bus, headers: Mapping[str, str], raw: bytes) -> Answer:
     key = _header(headers, IDEMPOTENCY_HEADER)
     if key is None or not key.strip():
         return Answer(400, {"error": f"the {IDEMPOTENCY_HEADER} header is required"})
+    if "," in key:
+        # Repeated headers reach a function joined by commas, so "a, b" may be two keys:
+        # taking either (or both as one) could send a message the client sent under the other.
+        return Answer(
+            400,
+            {"error": f"send one {IDEMPOTENCY_HEADER} header, without commas in the key"},
+        )
     try:
         check_idempotency_key(key)
         request = parse_request(bus.app, raw)

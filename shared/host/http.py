@@ -43,6 +43,19 @@ _PREFIX = re.compile(rf"/{ROUTE_PREFIX}/", re.IGNORECASE)
 _PARAMETER = re.compile(r"\{(\*?)([A-Za-z_][A-Za-z0-9_]*)(?::[^}?]*)?(\??)\}")
 
 
+def joined_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """One value per header name, a repeated header's values joined by ``", "``: what a
+    function on Azure receives (its front end folds repeats into one comma-separated value,
+    as HTTP allows), so a function sees here what it would see there. Taking one of the
+    values instead would hide the repeat from the function."""
+    joined: dict[str, str] = {}
+    names: dict[str, str] = {}
+    for name, value in headers.items():
+        first = names.setdefault(name.lower(), name)
+        joined[first] = f"{joined[first]}, {value}" if first in joined else value
+    return joined
+
+
 @dataclass(frozen=True)
 class Keys:
     function: str
@@ -176,7 +189,7 @@ class HttpFrontEnd:
         http_request = func.HttpRequest(
             request.method,
             str(request.url),
-            headers=dict(request.headers),
+            headers=joined_headers(request.headers),
             params=dict(request.query),
             route_params=params,
             body=body,

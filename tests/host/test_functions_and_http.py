@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import RawTestServer, TestClient
+from multidict import CIMultiDict
 
 from shared.errors import ConfigurationError
 from shared.host.functions import LoadedApp, load_functions, resolve_setting_references
-from shared.host.http import HttpFrontEnd, Keys
+from shared.host.http import HttpFrontEnd, Keys, joined_headers
 from shared.host.timers import run_timer
 from shared.local.azurite import REPO_ROOT
 
@@ -157,3 +158,8 @@ def test_the_host_command_exits_3_with_the_reason_when_a_setting_is_missing(
     )
     assert result.returncode == 3
     assert "refers to app setting %TEST_QUEUE% which is not set" in result.stderr
+
+
+def test_repeated_headers_reach_a_function_joined_as_on_azure() -> None:
+    headers = CIMultiDict([("Idempotency-Key", "a"), ("Accept", "x"), ("idempotency-key", "b")])
+    assert joined_headers(headers) == {"Idempotency-Key": "a, b", "Accept": "x"}

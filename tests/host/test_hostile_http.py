@@ -344,6 +344,23 @@ def test_every_error_the_host_answers_is_json(
     assert error
 
 
+@pytest.mark.parametrize(
+    ("key", "extra"),
+    [(b"dup-a", b"Idempotency-Key: dup-b\r\n"), (b"dup-a", b"idempotency-key: dup-a\r\n")],
+    ids=["two-keys", "one-key-twice"],
+)
+async def test_a_repeated_idempotency_key_header_is_a_400_and_nothing_is_sent(
+    host: HostProcess, account: StorageAccount, key: bytes, extra: bytes
+) -> None:
+    before = await orders_queued(account)
+    body = json.dumps(order("o-dup")).encode()
+    request = post_bytes("/api/messages", body, key=key, extra=extra)
+    reply = await asyncio.to_thread(exchange, host.port, request)
+    assert reply.status == 400
+    assert "one Idempotency-Key header" in str(reply.json()["error"])
+    assert await orders_queued(account) == before
+
+
 def test_the_host_still_serves_after_the_attacks(host: HostProcess) -> None:
     request = f"GET /api/health?code={KEY} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
     reply = exchange(host.port, request)

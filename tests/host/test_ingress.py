@@ -138,6 +138,17 @@ async def test_every_ingress_client_refuses_a_partition_key_storage_refuses(
     assert [b async for b in bus.account.blob_container(bus.config.tokens_container).list()] == []
 
 
+async def test_a_key_with_a_comma_is_a_400_and_nothing_is_recorded(bus: Bus) -> None:
+    # "a, b" is what a function receives for two Idempotency-Key headers: either key, or
+    # both as one, could name a message the client meant under the other.
+    answer = await post(bus, ORDER, key="order-1, order-2")
+    assert answer.status == 400
+    assert "one Idempotency-Key header" in answer.body["error"]
+    assert await bus.account.queue("orders").peek() == []
+    for key in ("order-1", "order-2"):
+        assert (await post(bus, ORDER, key=key)).status == 202  # neither key was used
+
+
 async def test_bad_json_is_a_400(bus: Bus) -> None:
     answer = await post(bus, None, raw=b"{not json")
     assert (answer.status, answer.body["error"]) == (
