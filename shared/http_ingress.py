@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from shared.bus import Bus, BusApp, Command, Event, Message
-from shared.bus.ingress import SendReceipt, check_idempotency_key
+from shared.bus.ingress import check_idempotency_key
 from shared.bus.messages import declared_type
 from shared.bus.routes import UndeliverableMessage
 from shared.bus.telemetry import continuing
@@ -91,9 +91,10 @@ def unroutable(app: BusApp, type_name: str, to: str | None) -> str:
 
 
 def build_message(
-    app: BusApp, type_name: str, body: object, to: str | None
+    app: BusApp, type_name: str, body: object, to: str | None, *, to_field: str = "'to'"
 ) -> tuple[Message, str | None]:
-    """The validated message and its destination (None for an event); BadRequest otherwise."""
+    """The validated message and its destination (None for an event); BadRequest otherwise.
+    ``to_field`` names where the caller gave ``to`` in the errors ('to', --to)."""
     model = message_types(app).get(type_name)
     if model is None:
         raise BadRequest(unroutable(app, type_name, to))
@@ -106,21 +107,39 @@ def build_message(
             f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}" for err in e.errors()
         )
         raise BadRequest(f"invalid {type_name}: {problems}") from None
-    if isinstance(message, Event):
+    return message, destination(app, type_name, model, to, to_field=to_field)
+
+
+def destination(
+    app: BusApp, type_name: str, model: type[Message], to: str | None, *, to_field: str
+) -> str | None:
+    """Where a client's message of ``model`` goes: the endpoint of a command (``to``, or the
+    one endpoint that handles it), None for an event (published to its topic's subscribers).
+    BadRequest says why it cannot be sent. The one rule for the HTTP ingress, ``bus send`` and
+    the bulk job."""
+    if issubclass(model, Event):
         if to is not None:
             raise BadRequest(
                 f"{type_name} is an event: it is published to its topic's subscribers, not "
-                "sent to one endpoint; leave out 'to'"
+                f"sent to one endpoint; leave out {to_field}"
             )
-        return message, None
+        return None
+    if not issubclass(model, Command):
+        raise BadRequest(
+            f"{type_name} is neither a Command nor an Event: clients send commands and "
+            "publish events"
+        )
     handlers = app.routes.receivers_of(type_name)
     if to is None:
         if len(handlers) != 1:
-            raise BadRequest(f"{type_name} is a command: say which endpoint gets it with 'to'")
-        return message, handlers[0]
+            raise BadRequest(
+                f"{type_name} is a command handled by {handlers}: say which endpoint gets it "
+                f"with {to_field}"
+            )
+        return handlers[0]
     if to not in handlers:
         raise BadRequest(f"endpoint {to!r} does not handle {type_name}; handled by {handlers}")
-    return message, to
+    return to
 
 
 @dataclass(frozen=True)
@@ -205,20 +224,6 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
     return None
 
 
-async def _submit(bus: Bus, request: IngressRequest, key: str) -> SendReceipt:
-    message, delay, deliver_at = request.message, request.delay, request.deliver_at
-    client = bus.client("http")
-    if isinstance(message, Command):
-        if request.to is None:
-            raise BadRequest(f"{message.type_name()} is a command: name its endpoint in 'to'")
-        return await client.send(
-            message, to=request.to, idempotency_key=key, delay=delay, deliver_at=deliver_at
-        )
-    if not isinstance(message, Event):
-        raise BadRequest(f"{message.type_name()} is neither a Command nor an Event")
-    return await client.publish(message, idempotency_key=key, delay=delay, deliver_at=deliver_at)
-
-
 async def handle(bus: Bus, headers: Mapping[str, str], raw: bytes) -> Answer:
     """The whole ingress request, independent of the HTTP framework, within BUS_INGRESS_TIMEOUT:
     a request stopped midway is a crash the protocol recovers from, the retry answers once."""
@@ -253,7 +258,13 @@ async def _handle(bus: Bus, headers: Mapping[str, str], raw: bytes) -> Answer:
     try:
         check_idempotency_key(key)
         request = parse_request(bus.app, raw)
-        receipt = await _submit(bus, request, key)
+        receipt = await bus.client("http").submit(
+            request.message,
+            to=request.to,
+            idempotency_key=key,
+            delay=request.delay,
+            deliver_at=request.deliver_at,
+        )
     except (BadRequest, InvalidName, InvalidValue) as e:
         return Answer(400, {"error": str(e)})
     except MessageTooLarge as e:
@@ -266,11 +277,4 @@ async def _handle(bus: Bus, headers: Mapping[str, str], raw: bytes) -> Answer:
         return Answer(
             503, {"error": f"storage unavailable, retry with the same {IDEMPOTENCY_HEADER}: {e}"}
         )
-    return Answer(
-        200 if receipt.deduplicated else 202,
-        {
-            "idempotency_key": receipt.idempotency_key,
-            "message_ids": list(receipt.message_ids),
-            "deduplicated": receipt.deduplicated,
-        },
-    )
+    return Answer(200 if receipt.deduplicated else 202, receipt.as_json())

@@ -14,11 +14,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.bulk.keys import idempotency_key, row_key_text
-from shared.bus import BusApp, Event, Message
+from shared.bus import BusApp, Message
 from shared.bus.config import BusConfig
 from shared.bus.messages import check_payload_size, checked_partition_key
 from shared.errors import InvalidName, MessageTooLarge
-from shared.http_ingress import BadRequest, build_message, message_types, unroutable
+from shared.http_ingress import (
+    BadRequest,
+    build_message,
+    destination,
+    message_types,
+    unroutable,
+)
 
 MAX_REJECTED_ROW_CHARS = 10_000
 """A rejected row is kept in the rejects output up to this length (as JSON)."""
@@ -41,19 +47,11 @@ def check_target(app: BusApp, type_name: str, to: str | None) -> Target:
     model = message_types(app).get(type_name)
     if model is None:
         raise BadRequest(unroutable(app, type_name, to))
-    fields = tuple(model.model_fields)
-    if issubclass(model, Event):
-        if to is not None:
-            raise BadRequest(f"{type_name} is an event: it is published, leave out --to")
-        return Target(type_name, None, fields)
-    handlers = app.routes.receivers_of(type_name)
-    if to is None:
-        if len(handlers) != 1:
-            raise BadRequest(f"{type_name} is handled by {handlers}: say which with --to")
-        return Target(type_name, handlers[0], fields)
-    if to not in handlers:
-        raise BadRequest(f"endpoint {to!r} does not handle {type_name}; handled by {handlers}")
-    return Target(type_name, to, fields)
+    return Target(
+        type_name,
+        destination(app, type_name, model, to, to_field="--to"),
+        tuple(model.model_fields),
+    )
 
 
 def body_columns(
@@ -114,7 +112,7 @@ def plan_row(
         # Nulls are left out, so that a field's default applies and a required field says so.
         body = {c: row[c] for c in body_columns if row.get(c) is not None}
         _check_unicode(body)
-        message, to = build_message(app, target.type_name, body, target.to)
+        message, to = build_message(app, target.type_name, body, target.to, to_field="--to")
         checked_partition_key(message)
         check_payload_size(message, config.max_payload_bytes)
     except (BadRequest, InvalidName, MessageTooLarge) as e:

@@ -19,7 +19,7 @@ from shared.app_loader import load_app
 from shared.bulk.inputs import CORRUPT_COLUMN
 from shared.bulk.outcomes import Outcome, Status
 from shared.bulk.rows import Planned, Rejected, Target, plan_row, row_json, safe_text
-from shared.bus import Bus, BusApp, BusConfig, Command, Event
+from shared.bus import Bus, BusApp, BusConfig
 from shared.bus.ingress import IngressClient, SendReceipt
 from shared.errors import ConflictRetriesExhausted, OutcomeUnknown
 from shared.settings import StorageSettings
@@ -141,9 +141,4 @@ async def _submit_with_retries(client: IngressClient, planned: Planned) -> SendR
 
 
 async def _submit(client: IngressClient, planned: Planned) -> SendReceipt:
-    message = planned.message
-    if isinstance(message, Command) and planned.to is not None:
-        return await client.send(message, to=planned.to, idempotency_key=planned.key)
-    if not isinstance(message, Event):
-        raise TypeError(f"{message.type_name()} is a command without a destination")
-    return await client.publish(message, idempotency_key=planned.key)
+    return await client.submit(planned.message, to=planned.to, idempotency_key=planned.key)

@@ -11,11 +11,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from shared.bus.config import BusConfig
 from shared.bus.context import PendingOutput
 from shared.bus.ids import derived_id
-from shared.bus.messages import Command, Event, check_payload_size, checked_partition_key
+from shared.bus.messages import (
+    Command,
+    Event,
+    Message,
+    check_payload_size,
+    checked_partition_key,
+)
 from shared.bus.origin import Origin
 from shared.bus.outgoing import create_tokens, discard_tokens, plan_deliveries, send_signals
 from shared.bus.records import OutgoingSignal
@@ -49,6 +56,14 @@ class SendReceipt:
     idempotency_key: str
     message_ids: tuple[str, ...]
     deduplicated: bool
+
+    def as_json(self) -> dict[str, Any]:
+        """What the HTTP ingress answers and ``bus send`` prints."""
+        return {
+            "idempotency_key": self.idempotency_key,
+            "message_ids": list(self.message_ids),
+            "deduplicated": self.deduplicated,
+        }
 
 
 def check_idempotency_key(key: str) -> str:
@@ -95,6 +110,27 @@ class IngressClient:
         return await self._submit(
             PendingOutput(command, check_endpoint_name(to), {}, deliver_at=due), idempotency_key
         )
+
+    async def submit(
+        self,
+        message: Message,
+        *,
+        to: str | None,
+        idempotency_key: str,
+        delay: timedelta | None = None,
+        deliver_at: datetime | None = None,
+    ) -> SendReceipt:
+        """``send`` a command to ``to``, or ``publish`` an event (``to`` None): for callers
+        that hold a message of either kind, with the destination ``build_message`` gave."""
+        if isinstance(message, Command) and to is not None:
+            return await self.send(
+                message, to=to, idempotency_key=idempotency_key, delay=delay, deliver_at=deliver_at
+            )
+        if isinstance(message, Event) and to is None:
+            return await self.publish(
+                message, idempotency_key=idempotency_key, delay=delay, deliver_at=deliver_at
+            )
+        raise TypeError(f"{message.type_name()} cannot be submitted with to={to!r}")
 
     async def publish(
         self,

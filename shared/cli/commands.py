@@ -85,7 +85,7 @@ async def send_command(
 ) -> int:
     """``send`` a command or ``publish`` an event through the ingress (exactly once per key
     within the ingress window); with ``delay``, it is not processed before then."""
-    message, destination = build_message(worker.app, type_name, body, to)
+    message, destination = build_message(worker.app, type_name, body, to, to_field="--to")
     if publish and isinstance(message, Command):
         raise ValueError(f"{type_name} is a command: use `send`, not `publish`")
     if not publish and not isinstance(message, Command):
@@ -93,24 +93,10 @@ async def send_command(
     if key is None:
         key = f"cli-{uuid.uuid4()}"
         print(f"no --key given: using {key} (pass it again to retry safely)", file=sys.stderr)
-    client = worker.bus().client("cli")
-    if isinstance(message, Command):
-        if destination is None:
-            raise BadRequest(f"{type_name} is a command: name its endpoint with --to")
-        receipt = await client.send(message, to=destination, idempotency_key=key, delay=delay)
-    else:
-        receipt = await client.publish(
-            message,  # type: ignore[arg-type]
-            idempotency_key=key,
-            delay=delay,
-        )
-    print_json(
-        {
-            "idempotency_key": receipt.idempotency_key,
-            "message_ids": list(receipt.message_ids),
-            "deduplicated": receipt.deduplicated,
-        }
+    receipt = await (
+        worker.bus().client("cli").submit(message, to=destination, idempotency_key=key, delay=delay)
     )
+    print_json(receipt.as_json())
     return EXIT_OK
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from shared.bulk.keys import check_job_name, idempotency_key, row_key_text
 from shared.bulk.rows import Planned, Rejected, Target, body_columns, check_target, plan_row
+from shared.bus import BusApp, Message
 from shared.errors import InvalidName
 from shared.http_ingress import BadRequest
 from shared.runtime import bus_config
@@ -150,3 +151,17 @@ def test_body_columns_must_be_in_the_input_and_fields_of_the_type() -> None:
         body_columns(FIRE, ["game_id", "position"], "id")
     with pytest.raises(BadRequest, match=r"no columns \['nope'\]"):
         body_columns(FIRE, ["game_id", "position"], "game_id", ["nope"])
+
+
+class Ping(Message):
+    """Neither a Command nor an Event: an endpoint may handle it, a client cannot send it."""
+
+    n: int
+
+
+def test_a_type_that_is_neither_command_nor_event_is_refused_before_any_row() -> None:
+    app = BusApp()
+    app.endpoint("pings").handles(Ping)(lambda ctx, message: None)
+    # Checked with the job's target, not found by each task as it sends (a failed job).
+    with pytest.raises(BadRequest, match="Ping is neither a Command nor an Event"):
+        check_target(app, "Ping", None)
