@@ -16,8 +16,10 @@ The page's blocks drive the test, so the page cannot drift from the code:
 
 What differs from the page, because tests share a machine: Azurite runs on ports of its own
 (its connection string set in the environment, which wins over local.settings.json), the
-host listens on a free port instead of 7071, and host.json's visibilityTimeout is one second
-instead of ten, so that five failed tries take seconds.
+host listens on a free port instead of 7071, and in host.json the visibilityTimeout is zero
+(the Functions default) instead of ten seconds and the maxPollingInterval half a second
+instead of two, so that five failed tries take a second and the host picks up each message
+the page sends within half a second.
 """
 
 from __future__ import annotations
@@ -199,7 +201,8 @@ class Project:
         for name in ("function_app.py", "local.settings.sample.json"):
             shutil.copy(REPO_ROOT / name, folder / name)
         host = json.loads((REPO_ROOT / "host.json").read_text())
-        host["extensions"]["queues"]["visibilityTimeout"] = "00:00:01"
+        host["extensions"]["queues"]["visibilityTimeout"] = "00:00:00"
+        host["extensions"]["queues"]["maxPollingInterval"] = "00:00:00.5"
         (folder / "host.json").write_text(json.dumps(host, indent=2))
         self.environ = {
             name: value

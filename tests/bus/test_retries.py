@@ -2,13 +2,16 @@
 backoff, then parked; it is applied once and its outputs are sent once, also under duplicate
 deliveries and a crash between retries. ``DoNotRetry`` parks at once.
 
-Every endpoint mode on the in-memory stores; token mode on Azurite (real seconds)."""
+Every endpoint mode on the in-memory stores; token mode on Azurite (real seconds). A test
+lets time pass in short steps until the retry it waits for has run, so that it waits no
+longer than the backoff itself."""
 
 from __future__ import annotations
 
 import json
 import random
 from collections import Counter
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -17,6 +20,7 @@ from shared.bus.app import Mode
 from shared.bus.envelope import Signal
 from shared.bus.poison import replay
 from shared.errors import ConfigurationError, MalformedSignal
+from shared.resources import poison_queue
 from shared.stores.instrumented import Fault, fault_at_first
 from tests.bus.flow import Ledger
 from tests.bus.harness import (
@@ -25,12 +29,15 @@ from tests.bus.harness import (
     endpoint_mode,  # noqa: F401  (fixture "mode")
     per_mode_backend,  # noqa: F401  (fixture "backend": one per store and mode)
 )
+from tests.bus.waiting import wait_until
 from tests.conftest import Backend, unique_name
 
 each_backend = pytest.mark.parametrize("backend", backend_modes(azurite=["token"]), indirect=True)
 
 BACKOFF = (1.0, 2.0)
 """Seconds, without jitter: real waits on Azurite."""
+WITHIN = 10.0
+"""Seconds a test waits beyond its backoffs before it gives up on a retry."""
 
 
 class Charge(Command):
@@ -112,6 +119,29 @@ async def deliver_visible(harness: Harness, name: str) -> Counter[Outcome]:
     return harness.outcomes - before
 
 
+async def deliver_until(
+    harness: Harness, name: str, done: Callable[[], Awaitable[bool]], *, within: float
+) -> Counter[Outcome]:
+    """Deliver what becomes visible as time passes until ``done()``; returns the outcomes."""
+    outcomes: Counter[Outcome] = Counter()
+
+    async def delivered() -> bool:
+        outcomes.update(await deliver_visible(harness, name))
+        return await done()
+
+    await wait_until(harness, delivered, within=within)
+    return outcomes
+
+
+def queue_empty(harness: Harness, name: str) -> Callable[[], Awaitable[bool]]:
+    """No signal left in ``name``'s queue, visible or hidden: nothing more will happen."""
+
+    async def empty() -> bool:
+        return await harness.raw.queue(name).approximate_count() == 0
+
+    return empty
+
+
 async def ledger(harness: Harness, name: str) -> list[str]:
     return (await harness.state(name, "k")).applied
 
@@ -147,17 +177,29 @@ async def test_delayed_retries_wait_their_backoff_and_apply_once(
     await send_charge(harness, name)
 
     # When delivered: two runs fail, a retry is scheduled; nothing is visible before it
+    clock = harness.config.clock
+    first_delivery = clock()
     assert await deliver_visible(harness, name) == Counter({Outcome.RETRYING: 1})
     assert failures["runs"] == 2
     assert await harness.raw.queue(name).peek() == []
-    await backend.elapse(BACKOFF[0] + 1.5)
-    assert await deliver_visible(harness, name) == Counter({Outcome.RETRYING: 1})
-    assert failures["runs"] == 4
 
-    # Then the second delayed retry succeeds: applied once, its output sent once
-    await backend.elapse(BACKOFF[1] + 1.5)
-    assert await deliver_visible(harness, name) == Counter({Outcome.PROCESSED: 2})
+    # And the first delayed retry runs (and fails twice) no sooner than its backoff
+    async def ran(runs: int) -> bool:
+        return failures["runs"] >= runs
+
+    retried = await deliver_until(harness, name, lambda: ran(4), within=BACKOFF[0] + WITHIN)
+    assert retried == Counter({Outcome.RETRYING: 1})
+    assert failures["runs"] == 4
+    assert clock() - first_delivery >= BACKOFF[0]
+
+    # Then the second one, no sooner than both backoffs, succeeds: applied once, its output
+    # sent once
+    done = await deliver_until(
+        harness, name, queue_empty(harness, name), within=BACKOFF[1] + WITHIN
+    )
+    assert done == Counter({Outcome.PROCESSED: 2})
     assert failures["runs"] == 5
+    assert clock() - first_delivery >= BACKOFF[0] + BACKOFF[1]
     assert await ledger(harness, name) == ["charge", "receipt"]
     assert await harness.tokens() == []
 
@@ -171,10 +213,13 @@ async def test_retries_used_up_park_the_message_and_a_replay_starts_afresh(
     harness, name, failures = await setup(backend, mode, 2, policy)
     await send_charge(harness, name)
     await deliver_visible(harness, name)
-    await backend.elapse(2.5)
 
     # When the last retry fails too
-    assert await deliver_visible(harness, name) == Counter({Outcome.POISONED: 1})
+    async def parked_one() -> bool:
+        return await harness.raw.queue(poison_queue(name)).approximate_count() == 1
+
+    outcomes = await deliver_until(harness, name, parked_one, within=1.0 + WITHIN)
+    assert outcomes == Counter({Outcome.POISONED: 1})
 
     # Then it is parked with its reason and without its retry number
     [parked] = await harness.poison_messages(name)
@@ -231,11 +276,9 @@ async def test_duplicate_deliveries_under_retries_apply_once(backend: Backend, m
     [copy] = await harness.raw.queue(name).peek()
     await harness.raw.queue(name).send(copy.content)
 
-    # When both copies fail and retry on their own, until the handler succeeds
-    for _ in range(4):
-        await deliver_visible(harness, name)
-        await backend.elapse(BACKOFF[1] + 1.5)
-    await deliver_visible(harness, name)
+    # When both copies fail and retry on their own, until the handler succeeds and no signal
+    # is left
+    await deliver_until(harness, name, queue_empty(harness, name), within=sum(BACKOFF) + WITHIN)
 
     # Then it was applied once and its output sent once
     assert failures["left"] == 0
@@ -260,9 +303,7 @@ async def test_a_crash_around_scheduling_a_retry_neither_loses_nor_duplicates(
     await deliver_visible(harness, name)
     harness.instrumentation.plan = lambda op: None
     assert harness.crashes == 1
-    for _ in range(3):
-        await backend.elapse(2.5)
-        await deliver_visible(harness, name)
+    await deliver_until(harness, name, queue_empty(harness, name), within=3.0 + WITHIN)
 
     # Then it was applied once and its output sent once, nothing parked or left
     assert failures["left"] == 0

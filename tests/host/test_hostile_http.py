@@ -13,6 +13,7 @@ import os
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pytest
@@ -257,10 +258,11 @@ def test_a_compressed_body_is_limited_by_what_it_inflates_to(host: HostProcess) 
     assert f"passed {LIMIT} bytes" in str(reply.json()["error"])
 
 
-@pytest.mark.parametrize("drip", [False, True], ids=["stalls", "drips"])
-def test_a_body_that_does_not_arrive_in_time_is_a_408(host: HostProcess, drip: bool) -> None:
+def slow_body(port: int, drip: bool) -> tuple[Reply, bytes]:
+    """Send the headers and 10 bytes of a 100-byte body, then nothing (or, with ``drip``, one
+    byte a second); the host's reply, and what the connection gives after it."""
     request = post_bytes("/api/messages", b"{" + b" " * 99)  # Content-Length: 100
-    with socket.create_connection(("127.0.0.1", host.port), timeout=20) as sock:
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
         started = time.monotonic()
         sock.sendall(request[:-90])  # the headers and 10 bytes of the body
         reply: Reply | None = None
@@ -276,24 +278,62 @@ def test_a_body_that_does_not_arrive_in_time_is_a_408(host: HostProcess, drip: b
             sock.settimeout(20)
         if reply is None:
             reply = read_reply(sock, started)
-        assert sock.recv(1) == b"", "the connection is closed after the 408"
+        return reply, sock.recv(1)
+
+
+def incomplete_request(port: int, sent: bytes) -> tuple[bytes, float]:
+    """Connect and send ``sent``, nothing more; what the host then sends (nothing if it
+    closes without an answer) and after how many seconds from connecting."""
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        started = time.monotonic()
+        sock.sendall(sent)
+        answer = sock.recv(1)
+        return answer, time.monotonic() - started
+
+
+@dataclass(frozen=True)
+class SlowClients:
+    bodies: dict[str, Future[tuple[Reply, bytes]]]
+    requests: dict[str, Future[tuple[bytes, float]]]
+
+
+@pytest.fixture(scope="module")
+def slow_clients(host: HostProcess) -> Iterator[SlowClients]:
+    """The slow clients of the tests below, all at once: each waits out one of the host's
+    time bounds, which the host keeps for each connection on its own."""
+    half_the_headers = b"POST /api/messages HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k"
+    with ThreadPoolExecutor(4) as pool:
+        yield SlowClients(
+            bodies={
+                "stalls": pool.submit(slow_body, host.port, False),
+                "drips": pool.submit(slow_body, host.port, True),
+            },
+            requests={
+                "nothing": pool.submit(incomplete_request, host.port, b""),
+                "half-the-headers": pool.submit(incomplete_request, host.port, half_the_headers),
+            },
+        )
+
+
+@pytest.mark.parametrize("client", ["stalls", "drips"])
+def test_a_body_that_does_not_arrive_in_time_is_a_408(
+    slow_clients: SlowClients, client: str
+) -> None:
+    reply, after = slow_clients.bodies[client].result()
+    assert after == b"", "the connection is closed after the 408"
     assert reply.status == 408
     assert "did not arrive within" in str(reply.json()["error"])
     assert BODY_SECONDS <= reply.seconds < BODY_SECONDS + 3
 
 
-@pytest.mark.parametrize(
-    "sent",
-    [b"", b"POST /api/messages HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k"],
-    ids=["nothing", "half-the-headers"],
-)
-def test_a_connection_that_sends_no_whole_request_is_closed(host: HostProcess, sent: bytes) -> None:
-    with socket.create_connection(("127.0.0.1", host.port), timeout=20) as sock:
-        started = time.monotonic()
-        sock.sendall(sent)
-        assert sock.recv(1) == b"", "closed without an answer: there is no request to answer"
-        # The host's clock starts at accept, a moment before ours: allow that moment.
-        assert HEADERS_SECONDS - 0.5 <= time.monotonic() - started < HEADERS_SECONDS + 3
+@pytest.mark.parametrize("client", ["nothing", "half-the-headers"])
+def test_a_connection_that_sends_no_whole_request_is_closed(
+    slow_clients: SlowClients, client: str
+) -> None:
+    answer, seconds = slow_clients.requests[client].result()
+    assert answer == b"", "closed without an answer: there is no request to answer"
+    # The host's clock starts at accept, a moment before ours: allow that moment.
+    assert HEADERS_SECONDS - 0.5 <= seconds < HEADERS_SECONDS + 3
 
 
 @pytest.mark.parametrize("path", ["/API/MESSAGES", "/Api/Messages", "/api/MESSAGES/"])
