@@ -13,6 +13,7 @@ from datetime import datetime
 
 from shared.bus.records import AuditRecord, OutboxRecord
 from shared.bus.state.base import EndpointState, Snapshot, StateRow, StateTransaction, StateWrite
+from shared.bus.state.damaged import OnDamaged
 from shared.bus.state.rows import ModeRows, RowsTransaction
 from shared.bus.state.stores import SqlDatabase
 from shared.stores.instrumented import Instrumentation
@@ -85,9 +86,9 @@ class InstrumentedState(EndpointState):
         )
 
     async def outbox_page(
-        self, continuation: str | None, page_size: int
+        self, continuation: str | None, page_size: int, on_damaged: OnDamaged | None = None
     ) -> tuple[list[OutboxRecord], str | None]:
-        return await self.inner.outbox_page(continuation, page_size)
+        return await self.inner.outbox_page(continuation, page_size, on_damaged)
 
     @contextlib.asynccontextmanager
     async def begin(self) -> AsyncIterator[StateTransaction]:
@@ -137,6 +138,9 @@ class InstrumentedRows(ModeRows):
         self.name = inner.name
         self._i = instrumentation
 
+    def where(self, partition_key: str, row_key: str) -> str:
+        return self.inner.where(partition_key, row_key)
+
     async def read(self, partition_key: str, row_keys: Sequence[str]) -> dict[str, Entity]:
         return await self._i.run(
             "sql.query",
@@ -172,6 +176,7 @@ class InstrumentedRows(ModeRows):
         row_key: str | None = None,
         page_size: int,
         continuation: str | None = None,
+        on_damaged: OnDamaged | None = None,
     ) -> tuple[list[Entity], str | None]:
         return await self._i.run(
             "sql.query",
@@ -181,6 +186,7 @@ class InstrumentedRows(ModeRows):
                 row_key=row_key,
                 page_size=page_size,
                 continuation=continuation,
+                on_damaged=on_damaged,
             ),
         )
 

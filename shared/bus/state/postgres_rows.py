@@ -19,6 +19,7 @@ from typing import Any
 
 from shared.bus.records import AuditRecord
 from shared.bus.state.connection import Pools
+from shared.bus.state.damaged import OnDamaged, read_each
 from shared.bus.state.postgres import (
     Connection,
     commit_on,
@@ -33,6 +34,7 @@ from shared.bus.state.rows import (
     check_writes,
     sql_page_start,
     sql_resume_at,
+    where_in_sql,
 )
 from shared.bus.state.schema import SCHEMA
 from shared.errors import (
@@ -175,6 +177,9 @@ class PostgresRows(ModeRows):
         self.url = url
         self._pools = pools
 
+    def where(self, partition_key: str, row_key: str) -> str:
+        return where_in_sql(self.name, partition_key, row_key)
+
     async def read(self, partition_key: str, row_keys: Sequence[str]) -> dict[str, Entity]:
         async def query() -> dict[str, Entity]:
             pool = await self._pools.pool(self.url)
@@ -251,6 +256,7 @@ class PostgresRows(ModeRows):
         row_key: str | None = None,
         page_size: int,
         continuation: str | None = None,
+        on_damaged: OnDamaged | None = None,
     ) -> tuple[list[Entity], str | None]:
         start = sql_page_start(continuation) or ("", "")
 
@@ -269,7 +275,12 @@ class PostgresRows(ModeRows):
                 start[1],
                 page_size + 1,
             )
-            found = [_entity(r) for r in rows[:page_size]]
+            found = read_each(
+                rows[:page_size],
+                _entity,
+                lambda r: self.where(r["partition_key"], r["row_key"]),
+                on_damaged,
+            )
             following = rows[page_size] if len(rows) > page_size else None
             return found, (
                 None

@@ -32,6 +32,8 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from shared.bus.records import AuditRecord
+from shared.bus.state.damaged import OnDamaged
+from shared.bus.state.schema import SCHEMA
 from shared.errors import InvalidValue
 from shared.stores.table import (
     Entity,
@@ -76,6 +78,11 @@ def sql_page_start(continuation: str | None) -> tuple[str, str] | None:
         raise InvalidValue(f"malformed continuation {continuation!r}") from e
 
 
+def where_in_sql(endpoint: str, partition_key: str, row_key: str) -> str:
+    """A row of ``bus.mode_rows`` named for a log: table, endpoint and key."""
+    return f"{SCHEMA}.mode_rows of {endpoint} {partition_key!r}/{row_key!r}"
+
+
 def check_sql_key(name: str, value: str) -> None:
     # PostgreSQL text refuses NUL; the bus's names bound the keys otherwise.
     if "\x00" in value:
@@ -104,6 +111,13 @@ class ModeRows(abc.ABC):
 
     name: str
 
+    def where(self, partition_key: str, row_key: str) -> str:
+        """A row named for a log: its table and key."""
+        return f"{self.name} {partition_key!r}/{row_key!r}"
+
+    def where_entity(self, entity: Entity) -> str:
+        return self.where(entity.partition_key, entity.row_key)
+
     @abc.abstractmethod
     async def read(self, partition_key: str, row_keys: Sequence[str]) -> dict[str, Entity]:
         """The rows of ``partition_key`` among ``row_keys`` that exist, by row key, in one
@@ -129,9 +143,12 @@ class ModeRows(abc.ABC):
         row_key: str | None = None,
         page_size: int,
         continuation: str | None = None,
+        on_damaged: OnDamaged | None = None,
     ) -> tuple[list[Entity], str | None]:
         """One page of the rows whose row key starts with ``row_key_prefix`` or equals
-        ``row_key``, across partitions in key order, and where the next page starts."""
+        ``row_key``, across partitions in key order, and where the next page starts. A row
+        whose stored properties cannot be read is handed to ``on_damaged`` and left out of
+        the page (raised where there is none: ``shared.bus.state.damaged``)."""
 
     @abc.abstractmethod
     def begin(self) -> AbstractAsyncContextManager[RowsTransaction]:
@@ -179,7 +196,10 @@ class TableRows(ModeRows):
         row_key: str | None = None,
         page_size: int,
         continuation: str | None = None,
+        on_damaged: OnDamaged | None = None,
     ) -> tuple[list[Entity], str | None]:
+        # A table's entities are read by the service: any damage is in their values, which
+        # the modes judge row by row.
         page = await self.table.query(
             row_key_prefix=row_key_prefix,
             row_keys=None if row_key is None else [row_key],
