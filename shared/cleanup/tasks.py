@@ -39,6 +39,7 @@ from shared.bus.origin import Origin
 from shared.bus.outgoing import DUE_METADATA, ORIGIN_METADATA
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, OutboxRecord, OutgoingSignal
 from shared.bus.state.base import EndpointState
+from shared.bus.state.damaged import ROW_ERRORS, OnDamaged
 from shared.cleanup.batching import STORAGE_ERRORS, delete_blobs, delete_rows, each, read_rows
 from shared.cleanup.origins import OriginKind, kind_of
 from shared.cleanup.report import TaskReport, describe
@@ -50,17 +51,17 @@ from shared.stores.table import Entity, Table
 
 log = logging.getLogger(__name__)
 
-ROW_ERRORS = (ValueError, KeyError, TypeError, CorruptRecord, RecursionError)
-"""What a malformed record raises when it is read or its names are used (InvalidName and
-InvalidValue are ValueErrors). Storage errors are not among them: they end the page, and the
-next run resumes from the checkpoint."""
-
 
 def _skip_bad_row(report: TaskReport, what: str, error: BaseException) -> None:
     """Report a record that cannot be judged and pass over it: one bad row must not keep
     every later one from being cleaned, nor end the run."""
     log.warning("cleanup %s: skipping bad record %s: %s", report.task, what, describe(error))
     report.bad_row(what, error)
+
+
+def _skipping(report: TaskReport) -> OnDamaged:
+    """What a store's page does with a row it cannot read: skip it as a bad record."""
+    return lambda damaged: _skip_bad_row(report, damaged.where, damaged.error)
 
 
 def _storage_error(report: TaskReport, what: str, error: BaseException) -> None:
@@ -448,7 +449,9 @@ class OutboxRecords(CleanupTask):
     ) -> str | None:
         """The same judgement over a page of O(m) records kept in SQL; each removable one is
         deleted while its version is the one read."""
-        records, following = await store.outbox_page(continuation, context.settings.page_size)
+        records, following = await store.outbox_page(
+            continuation, context.settings.page_size, _skipping(report)
+        )
 
         async def judge(record: OutboxRecord) -> None:
             what = f"O({record.message_id}) of {store.name}"
@@ -616,6 +619,7 @@ class ModeRetention(CleanupTask):
             older_than=cutoff,
             page_size=max(2, min(context.settings.page_size, 1000)),
             continuation=continuation,
+            on_damaged=_skipping(report),
         )
         report.removed[self.kind] += removed
         return following
