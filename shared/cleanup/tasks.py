@@ -337,7 +337,7 @@ async def _judge_by_sql_origins(
         try:
             record = (await store.read(origin.partition_key, message_id)).outbox
         except ROW_ERRORS as e:
-            _skip_bad_row(report, f"O({message_id}) of {store.name}", e)
+            _skip_bad_row(report, store.where_outbox(origin.partition_key, message_id), e)
             return []
         except STORAGE_ERRORS as e:
             log.warning(
@@ -454,7 +454,7 @@ class OutboxRecords(CleanupTask):
         )
 
         async def judge(record: OutboxRecord) -> None:
-            what = f"O({record.message_id}) of {store.name}"
+            what = store.where_outbox(record.partition_key, record.message_id)
             try:
                 kind = await self._judge(context, record, report)
                 if kind is not None:

@@ -25,7 +25,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from shared.bus.records import AuditRecord, OutboxRecord
+from shared.bus.records import AuditRecord, OutboxRecord, outbox_row
 from shared.bus.state.damaged import OnDamaged
 from shared.bus.state.rows import ModeRows
 from shared.errors import InvalidValue
@@ -107,6 +107,10 @@ class EndpointState(abc.ABC):
 
     name: str
     kind: str
+
+    def where_outbox(self, partition_key: str, message_id: str) -> str:
+        """O(m) named for a log: its table and key."""
+        return f"{self.name} {partition_key!r}/{outbox_row(message_id)!r}"
 
     @abc.abstractmethod
     async def read(self, partition_key: str, message_id: str) -> Snapshot:

@@ -57,6 +57,9 @@ class InstrumentedState(EndpointState):
         self.kind = inner.kind
         self._i = instrumentation
 
+    def where_outbox(self, partition_key: str, message_id: str) -> str:
+        return self.inner.where_outbox(partition_key, message_id)
+
     async def read(self, partition_key: str, message_id: str) -> Snapshot:
         return await self._i.run(
             "sql.query",

@@ -122,6 +122,9 @@ class MemorySqlState(EndpointState):
         self.db = db
         self.name = endpoint
 
+    def where_outbox(self, partition_key: str, message_id: str) -> str:
+        return where_in_sql(self.name, partition_key, message_id, "outbox")
+
     async def read(self, partition_key: str, message_id: str) -> Snapshot:
         return Snapshot(
             self.db.states.get((self.name, partition_key)),

@@ -32,7 +32,7 @@ from shared.bus.state.base import (
 )
 from shared.bus.state.connection import Pools
 from shared.bus.state.damaged import OnDamaged, read_each
-from shared.bus.state.rows import ModeRows
+from shared.bus.state.rows import ModeRows, where_in_sql
 from shared.bus.state.schema import SCHEMA
 from shared.errors import (
     AlreadyExists,
@@ -354,9 +354,8 @@ class PostgresEndpointState(EndpointState):
             "outbox", _OUTBOX_COLUMNS, _outbox, continuation, page_size, "O(m)", on_damaged
         )
 
-    def _where(self, table: str, row: Any) -> str:
-        """A row of ``table`` named for a log: table, endpoint and key."""
-        return f"{SCHEMA}.{table} of {self.name} {row['partition_key']!r}/{row['message_id']!r}"
+    def where_outbox(self, partition_key: str, message_id: str) -> str:
+        return where_in_sql(self.name, partition_key, message_id, "outbox")
 
     async def _keyset_page(
         self,
@@ -386,7 +385,10 @@ class PostgresEndpointState(EndpointState):
                 page_size + 1,
             )
             found = read_each(
-                rows[:page_size], convert, lambda r: self._where(table, r), on_damaged
+                rows[:page_size],
+                convert,
+                lambda r: where_in_sql(self.name, r["partition_key"], r["message_id"], table),
+                on_damaged,
             )
             if len(rows) <= page_size:
                 return found, None

@@ -78,9 +78,10 @@ def sql_page_start(continuation: str | None) -> tuple[str, str] | None:
         raise InvalidValue(f"malformed continuation {continuation!r}") from e
 
 
-def where_in_sql(endpoint: str, partition_key: str, row_key: str) -> str:
-    """A row of ``bus.mode_rows`` named for a log: table, endpoint and key."""
-    return f"{SCHEMA}.mode_rows of {endpoint} {partition_key!r}/{row_key!r}"
+def where_in_sql(endpoint: str, partition_key: str, key: str, table: str = "mode_rows") -> str:
+    """A row of a table of the ``bus`` schema named for a log: table, endpoint and key (a
+    row key, or in ``outbox`` and ``audit`` a message id)."""
+    return f"{SCHEMA}.{table} of {endpoint} {partition_key!r}/{key!r}"
 
 
 def check_sql_key(name: str, value: str) -> None:
