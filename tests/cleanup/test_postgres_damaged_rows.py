@@ -7,7 +7,9 @@ jsonb, so text that is not JSON cannot be stored there (only JSON of the wrong s
 NOT NULL columns, timestamptz types and status CHECK hold the rest. ``bus.mode_rows`` keeps a
 row's properties as text, so anything can be stored there: text that is not JSON, JSON of the
 wrong shape, an unknown or wrong-valued type tag, and well-encoded properties that are
-missing or of the wrong type for the mode.
+missing or of the wrong type for the mode. The window modes' retention is shared by every
+store, so the last test gives an endpoint's table and the in-memory model of PostgreSQL rows
+of the wrong type as well.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import asyncpg
 import pytest
@@ -25,11 +28,13 @@ from shared.bus.modes.processed_table import PROCESSED_PREFIX
 from shared.bus.modes.state_based import version_row
 from shared.bus.records import STATE_ROW
 from shared.bus.state.base import EndpointState
+from shared.bus.state.memory_sql import MemorySqlDatabase
 from shared.bus.state.schema import SCHEMA
 from shared.bus.state.stores import PostgresDatabase
 from shared.cleanup.job import endpoint_modes, run_cleanup
 from shared.cleanup.report import CleanupReport, TaskReport
 from shared.cleanup.settings import CleanupSettings
+from shared.stores.table import Entity, TableValue
 from tests.bus.flow import FlowNames, PlaceOrder, build_flow
 from tests.bus.harness import (
     Harness,
@@ -259,3 +264,83 @@ async def test_damaged_mode_rows_are_skipped_and_the_rest_of_their_page_expires(
                 )
             }
             assert stored == damaged  # kept as they were
+
+
+def mistyped_mode_rows(mode: Mode) -> dict[tuple[str, str], dict[str, TableValue]]:
+    """Rows of well-typed storage whose values the mode cannot read, by (partition, row key):
+    what a table or the in-memory model can hold (their properties are never text to parse)."""
+    old = datetime(2020, 1, 1, tzinfo=UTC)
+    if mode == "processed_messages":
+        return {
+            ("o1-wrong-type", f"{PROCESSED_PREFIX}a"): {
+                "committed_at": "yesterday",
+                "incoming": "t",
+                "outgoing": "[]",
+                "abandoned": "[]",
+            },
+            ("o2-missing-field", f"{PROCESSED_PREFIX}b"): {"committed_at": old},
+            ("o3-not-json", f"{PROCESSED_PREFIX}c"): {
+                "committed_at": old,
+                "incoming": "t",
+                "outgoing": "not json",
+                "abandoned": "[]",
+            },
+        }
+    if mode == "state_based":
+        return {
+            ("o1-wrong-type", version_row(1)): {"committed_at": "yesterday", "now": old},
+            ("o2-missing-field", version_row(1)): {"committed_at": old, "now": old},
+        }
+    return {
+        ("o1-missing-part", STATE_ROW): {"outbox_parts": 1, "type": "T", "data": "{}"},
+        ("o2-not-json", STATE_ROW): {
+            "outbox_parts": 1,
+            "outbox_0": "not json",
+            "type": "T",
+            "data": "{}",
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param((store, m), id=f"{store}-{m}")
+        for store in ("memory", "memory-sql")
+        for m in REMOVED
+    ],
+    indirect=True,
+)
+async def test_mistyped_window_rows_on_a_table_and_in_the_model_are_skipped_too(
+    backend: Backend, mode: Mode
+) -> None:
+    """The window modes' retention is the same code on every store: a row whose values it
+    cannot read is reported and kept, in the endpoint's table as in the model of PostgreSQL."""
+    harness, names = await flow(backend, mode)
+    damaged = mistyped_mode_rows(mode)
+    kind, removable = REMOVED[mode]
+    model = backend.sql if isinstance(backend.sql, MemorySqlDatabase) else None
+    for (partition, row_key), properties in damaged.items():
+        entity = Entity(partition, row_key, properties)
+        if model is None:
+            await harness.raw.table(names.orders).insert(entity)
+        else:  # written into the model's rows directly, as SQL would on the server
+            model.rows[names.orders, partition, row_key] = replace(
+                entity, etag=model.next_version()
+            )
+    table = f"{SCHEMA}.mode_rows of {names.orders}" if model else names.orders
+
+    for attempt in (1, 2):
+        report = await cleanup(harness, later=8 * DAY)
+
+        expiry = task(report, f"{kind}.{names.orders}")
+        assert report.complete
+        assert expiry.skipped is None
+        assert expiry.removed[kind] == (removable if attempt == 1 else 0)
+        assert expiry.kept["bad_row"] == len(damaged)
+        for partition, row_key in damaged:
+            where = f"{table} {partition!r}/{row_key!r}: "
+            assert [b for b in expiry.bad_rows if b.startswith(where)]
+        for (partition, row_key), properties in damaged.items():
+            [kept] = (await harness.rows(names.orders).rows().read(partition, [row_key])).values()
+            assert kept.properties == properties
