@@ -267,7 +267,7 @@ async def expire_entity_outboxes(
         try:
             dropped += await _expire_entries(rows, entity, tokens, older_than)
         except ROW_ERRORS as e:
-            pass_over(on_damaged, rows.where_entity(entity), e)
+            pass_over(on_damaged, rows.damaged(entity, e))
     return dropped, following
 
 

@@ -142,7 +142,7 @@ async def expire_processed(
         try:
             removed += await _expire_row(rows, entity, tokens, older_than)
         except ROW_ERRORS as e:
-            pass_over(on_damaged, rows.where_entity(entity), e)
+            pass_over(on_damaged, rows.damaged(entity, e))
     return removed, following
 
 

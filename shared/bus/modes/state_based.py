@@ -315,7 +315,7 @@ async def truncate_state_streams(
     def damaged(row: DamagedRow) -> None:
         nonlocal seen
         seen += 1  # a damaged row is one of the page's rows all the same
-        pass_over(on_damaged, row.where, row.error)
+        pass_over(on_damaged, row)
 
     continuation, pending = await _resume(rows, continuation, on_damaged)
     while True:
@@ -330,7 +330,7 @@ async def truncate_state_streams(
             try:
                 successor = Version.from_entity(entity)
             except ROW_ERRORS as e:
-                pass_over(on_damaged, rows.where_entity(entity), e)
+                pass_over(on_damaged, rows.damaged(entity, e))
                 continue
             if (
                 pending is not None
@@ -372,7 +372,8 @@ async def _resume(
     try:
         found = await rows.read(str(partition_key), [str(row_key)])
     except ROW_ERRORS as e:  # damaged since it was read: it stays, and nothing waits
-        pass_over(on_damaged, rows.where(str(partition_key), str(row_key)), e)
+        key = (str(partition_key), str(row_key))
+        pass_over(on_damaged, DamagedRow(rows.where(*key), key, e))
         return following, None
     return following, found.get(str(row_key))  # gone meanwhile: nothing waits
 
@@ -390,7 +391,7 @@ async def _remove_judged(
         version = Version.from_entity(pending)
         return await _remove_version(rows, tokens, version, pending.etag, older_than)
     except ROW_ERRORS as e:
-        pass_over(on_damaged, rows.where_entity(pending), e)
+        pass_over(on_damaged, rows.damaged(pending, e))
         return False
 
 

@@ -11,7 +11,7 @@ on Table Storage, in PostgreSQL and in the in-memory model of PostgreSQL.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -28,9 +28,11 @@ R = TypeVar("R")
 
 @dataclass(frozen=True)
 class DamagedRow:
-    """A row that could not be read: ``where`` names its table and key, ``error`` says why."""
+    """A row that could not be read: ``where`` names its table and key for a log, ``key`` is
+    its (partition key, row key or message id), ``error`` says why."""
 
     where: str
+    key: tuple[str, str]
     error: BaseException
 
 
@@ -39,17 +41,22 @@ OnDamaged = Callable[[DamagedRow], None]
 a caller that does not expect damage hears of it rather than missing a row silently."""
 
 
-def pass_over(on_damaged: OnDamaged | None, where: str, error: BaseException) -> None:
+Where = Callable[[str, str], str]
+"""How a store names the row of a key for a log (its table, endpoint and key)."""
+
+
+def pass_over(on_damaged: OnDamaged | None, row: DamagedRow) -> None:
     """Hand a damaged row to ``on_damaged``, or raise its error when there is none."""
     if on_damaged is None:
-        raise error
-    on_damaged(DamagedRow(where, error))
+        raise row.error
+    on_damaged(row)
 
 
 def read_each(
-    rows: list[R],
+    rows: Sequence[R],
     parse: Callable[[R], T],
-    where: Callable[[R], str],
+    key: Callable[[R], tuple[str, str]],
+    where: Where,
     on_damaged: OnDamaged | None,
 ) -> list[T]:
     """Each row parsed, in order, without the ones that cannot be (see ``pass_over``)."""
@@ -58,5 +65,6 @@ def read_each(
         try:
             parsed.append(parse(row))
         except ROW_ERRORS as e:
-            pass_over(on_damaged, where(row), e)
+            at = key(row)
+            pass_over(on_damaged, DamagedRow(where(*at), at, e))
     return parsed

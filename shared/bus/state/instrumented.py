@@ -144,11 +144,13 @@ class InstrumentedRows(ModeRows):
     def where(self, partition_key: str, row_key: str) -> str:
         return self.inner.where(partition_key, row_key)
 
-    async def read(self, partition_key: str, row_keys: Sequence[str]) -> dict[str, Entity]:
+    async def read(
+        self, partition_key: str, row_keys: Sequence[str], on_damaged: OnDamaged | None = None
+    ) -> dict[str, Entity]:
         return await self._i.run(
             "sql.query",
             f"{self.name}/{partition_key}",
-            lambda: self.inner.read(partition_key, row_keys),
+            lambda: self.inner.read(partition_key, row_keys, on_damaged),
         )
 
     async def get(self, partition_key: str, row_key: str) -> Entity:

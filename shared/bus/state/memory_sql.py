@@ -258,7 +258,9 @@ class MemorySqlRows(ModeRows):
     def where(self, partition_key: str, row_key: str) -> str:
         return where_in_sql(self.name, partition_key, row_key)
 
-    async def read(self, partition_key: str, row_keys: Sequence[str]) -> dict[str, Entity]:
+    async def read(
+        self, partition_key: str, row_keys: Sequence[str], on_damaged: OnDamaged | None = None
+    ) -> dict[str, Entity]:
         found = (self.db.rows.get((self.name, partition_key, k)) for k in row_keys)
         return {e.row_key: e for e in found if e is not None}
 

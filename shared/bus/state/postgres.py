@@ -387,7 +387,8 @@ class PostgresEndpointState(EndpointState):
             found = read_each(
                 rows[:page_size],
                 convert,
-                lambda r: where_in_sql(self.name, r["partition_key"], r["message_id"], table),
+                lambda r: (r["partition_key"], r["message_id"]),
+                lambda partition_key, key: where_in_sql(self.name, partition_key, key, table),
                 on_damaged,
             )
             if len(rows) <= page_size:

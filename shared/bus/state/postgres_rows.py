@@ -101,6 +101,10 @@ def _entity(row: Any) -> Entity:
     )
 
 
+def _key(row: Any) -> tuple[str, str]:
+    return row["partition_key"], row["row_key"]
+
+
 def _version(etag: str) -> int:
     """The version an ETag names; -1 (matching no row) for one the bus never handed out."""
     return int(etag) if etag.isdigit() and len(etag) < 19 else -1
@@ -180,7 +184,9 @@ class PostgresRows(ModeRows):
     def where(self, partition_key: str, row_key: str) -> str:
         return where_in_sql(self.name, partition_key, row_key)
 
-    async def read(self, partition_key: str, row_keys: Sequence[str]) -> dict[str, Entity]:
+    async def read(
+        self, partition_key: str, row_keys: Sequence[str], on_damaged: OnDamaged | None = None
+    ) -> dict[str, Entity]:
         async def query() -> dict[str, Entity]:
             pool = await self._pools.pool(self.url)
             rows = await pool.fetch(
@@ -190,7 +196,8 @@ class PostgresRows(ModeRows):
                 partition_key,
                 list(row_keys),
             )
-            return {r["row_key"]: _entity(r) for r in rows}
+            found = read_each(rows, _entity, _key, self.where, on_damaged)
+            return {e.row_key: e for e in found}
 
         return await translated(f"reading {self.name}/{partition_key}", query)
 
@@ -275,12 +282,7 @@ class PostgresRows(ModeRows):
                 start[1],
                 page_size + 1,
             )
-            found = read_each(
-                rows[:page_size],
-                _entity,
-                lambda r: self.where(r["partition_key"], r["row_key"]),
-                on_damaged,
-            )
+            found = read_each(rows[:page_size], _entity, _key, self.where, on_damaged)
             following = rows[page_size] if len(rows) > page_size else None
             return found, (
                 None

@@ -32,7 +32,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from shared.bus.records import AuditRecord
-from shared.bus.state.damaged import OnDamaged
+from shared.bus.state.damaged import DamagedRow, OnDamaged
 from shared.bus.state.schema import SCHEMA
 from shared.errors import InvalidValue
 from shared.stores.table import (
@@ -116,13 +116,18 @@ class ModeRows(abc.ABC):
         """A row named for a log: its table and key."""
         return f"{self.name} {partition_key!r}/{row_key!r}"
 
-    def where_entity(self, entity: Entity) -> str:
-        return self.where(entity.partition_key, entity.row_key)
+    def damaged(self, entity: Entity, error: BaseException) -> DamagedRow:
+        """``entity`` of these rows as one that cannot be read, and why."""
+        key = (entity.partition_key, entity.row_key)
+        return DamagedRow(self.where(*key), key, error)
 
     @abc.abstractmethod
-    async def read(self, partition_key: str, row_keys: Sequence[str]) -> dict[str, Entity]:
+    async def read(
+        self, partition_key: str, row_keys: Sequence[str], on_damaged: OnDamaged | None = None
+    ) -> dict[str, Entity]:
         """The rows of ``partition_key`` among ``row_keys`` that exist, by row key, in one
-        query."""
+        query. A row whose stored properties cannot be read is handed to ``on_damaged`` and
+        left out (raised where there is none)."""
 
     @abc.abstractmethod
     async def get(self, partition_key: str, row_key: str) -> Entity:
@@ -177,7 +182,9 @@ class TableRows(ModeRows):
         self.table = table
         self.name = table.name
 
-    async def read(self, partition_key: str, row_keys: Sequence[str]) -> dict[str, Entity]:
+    async def read(
+        self, partition_key: str, row_keys: Sequence[str], on_damaged: OnDamaged | None = None
+    ) -> dict[str, Entity]:
         page = await self.table.query(partition_key=partition_key, row_keys=list(row_keys))
         return {e.row_key: e for e in page.entities}
 

@@ -82,7 +82,11 @@ class TableEndpointState(EndpointState):
             row_key_prefix=OUTBOX_PREFIX, page_size=page_size, continuation=continuation
         )
         records = read_each(
-            page.entities, OutboxRecord.from_entity, self.rows().where_entity, on_damaged
+            page.entities,
+            OutboxRecord.from_entity,
+            lambda e: (e.partition_key, e.row_key),
+            self.rows().where,
+            on_damaged,
         )
         return records, page.continuation
 
