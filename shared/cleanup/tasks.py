@@ -39,7 +39,7 @@ from shared.bus.origin import Origin
 from shared.bus.outgoing import DUE_METADATA, ORIGIN_METADATA
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, OutboxRecord, OutgoingSignal
 from shared.bus.state.base import EndpointState
-from shared.bus.state.damaged import ROW_ERRORS, OnDamaged
+from shared.bus.state.damaged import ROW_ERRORS, DamagedRow, OnDamaged
 from shared.cleanup.batching import STORAGE_ERRORS, delete_blobs, delete_rows, each, read_rows
 from shared.cleanup.origins import OriginKind, kind_of
 from shared.cleanup.report import TaskReport, describe
@@ -222,8 +222,12 @@ class AbandonedTokens(CleanupTask):
             if origin not in rows:
                 report.kept["storage_error"] += 1  # its row could not be read
                 continue
+            row = rows[origin]
+            if isinstance(row, DamagedRow):  # nothing to judge it by: kept, and reported
+                _skip_bad_row(report, f"token {blob.name!r} of {row.where}", row.error)
+                continue
             try:
-                verdict = self._judge(context, blob, name, kind, rows[origin])
+                verdict = self._judge(context, blob, name, kind, row)
             except ROW_ERRORS as e:
                 _skip_bad_row(report, f"token {blob.name!r}", e)
                 continue
@@ -286,7 +290,7 @@ class AbandonedTokens(CleanupTask):
     @staticmethod
     async def _fence(
         context: CleanupContext,
-        rows: dict[Origin, Entity | None],
+        rows: dict[Origin, Entity | DamagedRow | None],
         fences: dict[Origin, list[BlobProperties]],
         report: TaskReport,
     ) -> list[BlobProperties]:
@@ -296,7 +300,7 @@ class AbandonedTokens(CleanupTask):
 
         async def fence(origin: Origin) -> list[BlobProperties]:
             row, kind = rows[origin], kind_of(origin.row_key)
-            if row is None or kind is None or kind.fence is None:
+            if not isinstance(row, Entity) or kind is None or kind.fence is None:
                 return []
             try:
                 await kind.fence(context.account.table(origin.table), row)
