@@ -26,6 +26,8 @@ import pytest
 from shared.bus.app import Mode
 from shared.bus.modes.processed_table import PROCESSED_PREFIX
 from shared.bus.modes.state_based import version_row
+from shared.bus.origin import Origin
+from shared.bus.outgoing import ORIGIN_METADATA
 from shared.bus.records import STATE_ROW
 from shared.bus.state.base import EndpointState
 from shared.bus.state.memory_sql import MemorySqlDatabase
@@ -34,6 +36,7 @@ from shared.bus.state.stores import PostgresDatabase
 from shared.cleanup.job import endpoint_modes, run_cleanup
 from shared.cleanup.report import CleanupReport, TaskReport
 from shared.cleanup.settings import CleanupSettings
+from shared.stores.instrumented import Fault, FaultPlan, Operation
 from shared.stores.table import Entity, TableValue
 from tests.bus.flow import FlowNames, PlaceOrder, build_flow
 from tests.bus.harness import (
@@ -344,3 +347,68 @@ async def test_mistyped_window_rows_on_a_table_and_in_the_model_are_skipped_too(
         for (partition, row_key), properties in damaged.items():
             [kept] = (await harness.rows(names.orders).rows().read(partition, [row_key])).values()
             assert kept.properties == properties
+
+
+def crash_each_partitions_first_commit(endpoint: str) -> FaultPlan:
+    """Crash before the first commit of every partition of ``endpoint``: each leaves the
+    tokens of a round that never committed, whose origin is that message's row."""
+    crashed: set[str] = set()
+
+    def plan(op: Operation) -> Fault | None:
+        if op.kind != "sql.transact" or not op.target.startswith(f"{endpoint}/"):
+            return None
+        if op.target in crashed:
+            return None
+        crashed.add(op.target)
+        return Fault.CRASH_BEFORE
+
+    return plan
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [pytest.param(("postgres", "processed_messages"), id="postgres-processed", marks=on_postgres)],
+    indirect=True,
+)
+async def test_tokens_whose_origin_row_is_damaged_are_kept_and_the_others_judged(
+    backend: Backend, mode: Mode
+) -> None:
+    names = FlowNames.with_suffix(unique_name("")[:8])
+    harness = await Harness.create(backend, build_flow(names, mode=mode))
+    harness.instrumentation.plan = crash_each_partitions_first_commit(names.orders)
+    for order in ("o1", "o2", "o3"):
+        await harness.setup_bus.client().send(
+            PlaceOrder(order_id=order, amount=5), to=names.orders, idempotency_key=order
+        )
+    await harness.run_until_quiet()
+    assert harness.crashes == 3
+    tokens = harness.raw.blob_container(harness.config.tokens_container)
+    abandoned = {
+        blob.name: Origin.decode(blob.metadata[ORIGIN_METADATA])
+        async for blob in tokens.list(f"{names.orders}/")
+    }
+    damaged = [n for n, o in abandoned.items() if o.partition_key == "o2"]
+    assert damaged
+    assert len(abandoned) > len(damaged)  # o1's and o3's are on the same page
+    [origin] = {abandoned[n] for n in damaged}
+    async with database(backend, names.orders) as sql:
+        changed = await sql.execute(
+            f"UPDATE {SCHEMA}.mode_rows SET properties = 'not json {{' "
+            "WHERE endpoint = $1 AND partition_key = $2 AND row_key = $3",
+            names.orders,
+            origin.partition_key,
+            origin.row_key,
+        )
+        assert changed == "UPDATE 1"
+
+    for attempt in (1, 2):
+        report = await cleanup(harness, later=3600)
+
+        swept = task(report, "tokens")
+        assert report.complete
+        assert swept.skipped is None
+        assert swept.removed["abandoned_tokens"] == (len(abandoned) - len(damaged)) * (attempt == 1)
+        assert swept.kept["bad_row"] == len(damaged)
+        where = f"{SCHEMA}.mode_rows of {names.orders} 'o2'/{origin.row_key!r}: CorruptRecord"
+        assert len([b for b in swept.bad_rows if f" of {where}" in b]) == len(damaged)
+        assert sorted(await harness.tokens()) == sorted(damaged)
