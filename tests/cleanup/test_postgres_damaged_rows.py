@@ -25,12 +25,13 @@ import pytest
 
 from shared.bus.app import Mode
 from shared.bus.modes.processed_table import PROCESSED_PREFIX
-from shared.bus.modes.state_based import version_row
+from shared.bus.modes.state_based import index_row, version_row
 from shared.bus.origin import Origin
 from shared.bus.outgoing import ORIGIN_METADATA
 from shared.bus.records import STATE_ROW
 from shared.bus.state.base import EndpointState
 from shared.bus.state.memory_sql import MemorySqlDatabase
+from shared.bus.state.postgres_rows import decode_properties
 from shared.bus.state.schema import SCHEMA
 from shared.bus.state.stores import PostgresDatabase
 from shared.cleanup.job import endpoint_modes, run_cleanup
@@ -412,3 +413,55 @@ async def test_tokens_whose_origin_row_is_damaged_are_kept_and_the_others_judged
         where = f"{SCHEMA}.mode_rows of {names.orders} 'o2'/{origin.row_key!r}: CorruptRecord"
         assert len([b for b in swept.bad_rows if f" of {where}" in b]) == len(damaged)
         assert sorted(await harness.tokens()) == sorted(damaged)
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [pytest.param(("postgres", "state_based"), id="postgres-state_based", marks=on_postgres)],
+    indirect=True,
+)
+async def test_a_version_whose_index_row_is_damaged_stays_and_the_others_are_truncated(
+    backend: Backend, mode: Mode
+) -> None:
+    harness, names = await flow(backend, mode)
+    await harness.setup_bus.client().send(
+        PlaceOrder(order_id="o2", amount=6), to=names.orders, idempotency_key="o2-again"
+    )
+    await harness.run_until_quiet()  # o1 and o2 have two versions each: each first may go
+    async with database(backend, names.orders) as sql:
+        first = decode_properties(
+            await sql.fetchval(
+                f"SELECT properties FROM {SCHEMA}.mode_rows "
+                "WHERE endpoint = $1 AND partition_key = 'o1' AND row_key = $2",
+                names.orders,
+                version_row(1),
+            )
+        )
+        index = index_row(str(first["message_id"]))
+        await sql.execute(
+            f'UPDATE {SCHEMA}.mode_rows SET properties = \'{{"version": ["int", "one"]}}\' '
+            "WHERE endpoint = $1 AND partition_key = 'o1' AND row_key = $2",
+            names.orders,
+            index,
+        )
+
+        for attempt in (1, 2):
+            report = await cleanup(harness, later=8 * DAY)
+
+            expiry = task(report, f"state_versions.{names.orders}")
+            assert report.complete
+            assert expiry.skipped is None
+            assert expiry.removed["state_versions"] == (1 if attempt == 1 else 0)  # o2's first
+            assert expiry.kept["bad_row"] == 1
+            [line] = expiry.bad_rows
+            assert line.startswith(f"{SCHEMA}.mode_rows of {names.orders} 'o1'/{index!r}: ")
+            left = {
+                (r["partition_key"], r["row_key"])
+                for r in await sql.fetch(
+                    f"SELECT partition_key, row_key FROM {SCHEMA}.mode_rows WHERE endpoint = $1",
+                    names.orders,
+                )
+            }
+            assert {("o1", version_row(1)), ("o1", index), ("o1", version_row(2))} <= left
+            assert ("o2", version_row(1)) not in left
+            assert ("o2", version_row(2)) in left

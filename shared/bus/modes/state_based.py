@@ -386,12 +386,17 @@ async def _remove_judged(
     on_damaged: OnDamaged | None,
 ) -> bool:
     """Remove the version ``pending`` (its successor is old enough), unless it or its index
-    row cannot be read: then both stay, reported."""
+    row cannot be read: then both stay, and the one that cannot is reported."""
     try:
         version = Version.from_entity(pending)
+    except ROW_ERRORS as e:  # damaged since it was paged (a resumed pass reads it again)
+        pass_over(on_damaged, rows.damaged(pending, e))
+        return False
+    try:
         return await _remove_version(rows, tokens, version, pending.etag, older_than)
     except ROW_ERRORS as e:
-        pass_over(on_damaged, rows.damaged(pending, e))
+        key = (version.partition_key, index_row(version.message_id))
+        pass_over(on_damaged, DamagedRow(rows.where(*key), key, e))
         return False
 
 
