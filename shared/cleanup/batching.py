@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from shared.bus.origin import Origin
+from shared.bus.state.damaged import DamagedRow
 from shared.bus.state.rows import ModeRows
 from shared.errors import (
     InvalidName,
@@ -130,10 +131,12 @@ async def read_rows(
     account: StorageAccount,
     origins: Iterable[Origin],
     in_database: Mapping[str, ModeRows] | None = None,
-) -> dict[Origin, Entity | None]:
+) -> dict[Origin, Entity | DamagedRow | None]:
     """The row each origin names (None when absent), with one read per row, or one query for
     up to 14 rows of one partition. An origin whose row could not be read is left out. The
-    rows of the endpoints in ``in_database`` are read there rather than in their tables."""
+    rows of the endpoints in ``in_database`` are read there rather than in their tables; a
+    row there whose stored properties cannot be read is given as a DamagedRow, never as
+    absent (absent says its tokens were never committed)."""
     databases = in_database or {}
     groups: dict[tuple[str, str], set[str]] = {}
     for origin in origins:
@@ -146,17 +149,24 @@ async def read_rows(
 
     async def read(
         what: tuple[str, str, Sequence[str]],
-    ) -> list[tuple[Origin, Entity | None]]:
+    ) -> list[tuple[Origin, Entity | DamagedRow | None]]:
         table_name, partition, keys = what
+        damaged: dict[str, DamagedRow] = {}
+
+        def note(row: DamagedRow) -> None:
+            damaged[row.key[1]] = row
+
         try:
             if table_name in databases:
-                found = await databases[table_name].read(partition, keys)
+                found = await databases[table_name].read(partition, keys, note)
             else:
                 found = await _read_partition(account.table(table_name), partition, keys)
         except STORAGE_ERRORS as e:
             log.warning("cleanup: origin rows in %s/%s unread: %s", table_name, partition, e)
             return []  # their tokens wait for the next pass
-        return [(Origin(table_name, partition, key), found.get(key)) for key in keys]
+        return [
+            (Origin(table_name, partition, key), damaged.get(key) or found.get(key)) for key in keys
+        ]
 
     done = await each(limit, reads, read)
     return {origin: row for batch in done for origin, row in batch}

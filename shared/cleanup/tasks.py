@@ -39,6 +39,7 @@ from shared.bus.origin import Origin
 from shared.bus.outgoing import DUE_METADATA, ORIGIN_METADATA
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, OutboxRecord, OutgoingSignal
 from shared.bus.state.base import EndpointState
+from shared.bus.state.damaged import ROW_ERRORS, DamagedRow, OnDamaged
 from shared.cleanup.batching import STORAGE_ERRORS, delete_blobs, delete_rows, each, read_rows
 from shared.cleanup.origins import OriginKind, kind_of
 from shared.cleanup.report import TaskReport, describe
@@ -50,17 +51,17 @@ from shared.stores.table import Entity, Table
 
 log = logging.getLogger(__name__)
 
-ROW_ERRORS = (ValueError, KeyError, TypeError, CorruptRecord, RecursionError)
-"""What a malformed record raises when it is read or its names are used (InvalidName and
-InvalidValue are ValueErrors). Storage errors are not among them: they end the page, and the
-next run resumes from the checkpoint."""
-
 
 def _skip_bad_row(report: TaskReport, what: str, error: BaseException) -> None:
     """Report a record that cannot be judged and pass over it: one bad row must not keep
     every later one from being cleaned, nor end the run."""
     log.warning("cleanup %s: skipping bad record %s: %s", report.task, what, describe(error))
     report.bad_row(what, error)
+
+
+def _skipping(report: TaskReport) -> OnDamaged:
+    """What a store's page does with a row it cannot read: skip it as a bad record."""
+    return lambda damaged: _skip_bad_row(report, damaged.where, damaged.error)
 
 
 def _storage_error(report: TaskReport, what: str, error: BaseException) -> None:
@@ -221,8 +222,12 @@ class AbandonedTokens(CleanupTask):
             if origin not in rows:
                 report.kept["storage_error"] += 1  # its row could not be read
                 continue
+            row = rows[origin]
+            if isinstance(row, DamagedRow):  # nothing to judge it by: kept, and reported
+                _skip_bad_row(report, f"token {blob.name!r} of {row.where}", row.error)
+                continue
             try:
-                verdict = self._judge(context, blob, name, kind, rows[origin])
+                verdict = self._judge(context, blob, name, kind, row)
             except ROW_ERRORS as e:
                 _skip_bad_row(report, f"token {blob.name!r}", e)
                 continue
@@ -285,7 +290,7 @@ class AbandonedTokens(CleanupTask):
     @staticmethod
     async def _fence(
         context: CleanupContext,
-        rows: dict[Origin, Entity | None],
+        rows: dict[Origin, Entity | DamagedRow | None],
         fences: dict[Origin, list[BlobProperties]],
         report: TaskReport,
     ) -> list[BlobProperties]:
@@ -295,7 +300,7 @@ class AbandonedTokens(CleanupTask):
 
         async def fence(origin: Origin) -> list[BlobProperties]:
             row, kind = rows[origin], kind_of(origin.row_key)
-            if row is None or kind is None or kind.fence is None:
+            if not isinstance(row, Entity) or kind is None or kind.fence is None:
                 return []
             try:
                 await kind.fence(context.account.table(origin.table), row)
@@ -336,7 +341,7 @@ async def _judge_by_sql_origins(
         try:
             record = (await store.read(origin.partition_key, message_id)).outbox
         except ROW_ERRORS as e:
-            _skip_bad_row(report, f"O({message_id}) of {store.name}", e)
+            _skip_bad_row(report, store.where_outbox(origin.partition_key, message_id), e)
             return []
         except STORAGE_ERRORS as e:
             log.warning(
@@ -448,10 +453,12 @@ class OutboxRecords(CleanupTask):
     ) -> str | None:
         """The same judgement over a page of O(m) records kept in SQL; each removable one is
         deleted while its version is the one read."""
-        records, following = await store.outbox_page(continuation, context.settings.page_size)
+        records, following = await store.outbox_page(
+            continuation, context.settings.page_size, _skipping(report)
+        )
 
         async def judge(record: OutboxRecord) -> None:
-            what = f"O({record.message_id}) of {store.name}"
+            what = store.where_outbox(record.partition_key, record.message_id)
             try:
                 kind = await self._judge(context, record, report)
                 if kind is not None:
@@ -616,6 +623,7 @@ class ModeRetention(CleanupTask):
             older_than=cutoff,
             page_size=max(2, min(context.settings.page_size, 1000)),
             continuation=continuation,
+            on_damaged=_skipping(report),
         )
         report.removed[self.kind] += removed
         return following

@@ -37,6 +37,7 @@ from shared.bus.modes.errors import EntityOutboxFull
 from shared.bus.outgoing import Hints, send_signals
 from shared.bus.pipeline import Outcome
 from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal
+from shared.bus.state.damaged import ROW_ERRORS, OnDamaged, pass_over
 from shared.bus.state.rows import ModeRows, mode_rows
 from shared.clock import to_datetime
 from shared.errors import NotFound, PreconditionFailed
@@ -236,6 +237,7 @@ async def expire_entity_outboxes(
     older_than: datetime,
     page_size: int = 100,
     continuation: str | None = None,
+    on_damaged: OnDamaged | None = None,
 ) -> tuple[int, str | None]:
     """Drop outbox entries committed before ``older_than`` (now minus
     ``BusConfig.entity_outbox_retention_seconds``) from the entities of one page of up to
@@ -251,28 +253,41 @@ async def expire_entity_outboxes(
     its entry was dropped can be processed a second time, and only once the message's audit
     row (inserted by the same commit, kept for the audit retention) is gone too: while it
     exists a second commit fails on it.
+
+    An entity that cannot be read goes to ``on_damaged`` and is left as it is
+    (``shared.bus.state.damaged``).
     """
     check_page_size(page_size)
     rows = mode_rows(store)
     entities, following = await rows.page(
-        row_key=STATE_ROW, page_size=page_size, continuation=continuation
+        row_key=STATE_ROW, page_size=page_size, continuation=continuation, on_damaged=on_damaged
     )
     dropped = 0
     for entity in entities:
-        stored = StateEntity.from_entity(entity)
-        expired = [m for m, e in stored.entries.items() if e.at < older_than]
-        kept = dict(stored.entries)
-        for m in expired:
-            if await drop_abandoned_tokens(
-                tokens, rows.name, m, stored.entries[m].sent, older_than=older_than
-            ):
-                del kept[m]
-        if len(kept) == len(stored.entries):
-            continue
-        trimmed = replace(stored, entries=kept)
         try:
-            await rows.update(trimmed.to_entity(1 << 30), entity.etag)
-        except PreconditionFailed:
-            continue
-        dropped += len(stored.entries) - len(kept)
+            dropped += await _expire_entries(rows, entity, tokens, older_than)
+        except ROW_ERRORS as e:
+            pass_over(on_damaged, rows.damaged(entity, e))
     return dropped, following
+
+
+async def _expire_entries(
+    rows: ModeRows, entity: Entity, tokens: BlobContainer, older_than: datetime
+) -> int:
+    """Drop one entity's expired entries; returns how many were dropped."""
+    stored = StateEntity.from_entity(entity)
+    expired = [m for m, e in stored.entries.items() if e.at < older_than]
+    kept = dict(stored.entries)
+    for m in expired:
+        if await drop_abandoned_tokens(
+            tokens, rows.name, m, stored.entries[m].sent, older_than=older_than
+        ):
+            del kept[m]
+    if len(kept) == len(stored.entries):
+        return 0
+    trimmed = replace(stored, entries=kept)
+    try:
+        await rows.update(trimmed.to_entity(1 << 30), entity.etag)
+    except PreconditionFailed:
+        return 0
+    return len(stored.entries) - len(kept)

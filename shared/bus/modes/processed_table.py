@@ -28,6 +28,7 @@ from shared.bus.modes.common import (
 )
 from shared.bus.pipeline import Outcome
 from shared.bus.records import STATE_ROW, AuditRecord
+from shared.bus.state.damaged import ROW_ERRORS, OnDamaged, pass_over
 from shared.bus.state.rows import ModeRows, mode_rows
 from shared.clock import to_datetime
 from shared.errors import PreconditionFailed
@@ -109,6 +110,7 @@ async def expire_processed(
     older_than: datetime,
     page_size: int = 100,
     continuation: str | None = None,
+    on_damaged: OnDamaged | None = None,
 ) -> tuple[int, str | None]:
     """Remove processed rows committed before ``older_than`` (now minus
     ``BusConfig.processed_retention_seconds``), one page of up to ``page_size`` rows per call,
@@ -118,7 +120,8 @@ async def expire_processed(
     Before a row goes, uncommitted tokens of its message's rounds still under
     ``{endpoint}/{m}/`` are deleted (committed ones are in flight and left to their receiver);
     a row whose uncommitted token is younger than ``older_than`` is kept for a later pass.
-    Rows are deleted with their ETag; ``audit|`` rows are the audit's and stay.
+    Rows are deleted with their ETag; ``audit|`` rows are the audit's and stay. A row that
+    cannot be read goes to ``on_damaged`` and stays (``shared.bus.state.damaged``).
 
     A late duplicate beyond the window: its incoming token is normally gone (deleted right
     after the first processing), so the copy is acknowledged without reading anything. Only
@@ -129,24 +132,33 @@ async def expire_processed(
     check_page_size(page_size)
     rows = mode_rows(store)
     entities, following = await rows.page(
-        row_key_prefix=PROCESSED_PREFIX, page_size=page_size, continuation=continuation
+        row_key_prefix=PROCESSED_PREFIX,
+        page_size=page_size,
+        continuation=continuation,
+        on_damaged=on_damaged,
     )
     removed = 0
     for entity in entities:
-        record = ProcessedRecord.from_entity(entity)
-        if record.committed_at >= older_than:
-            continue
-        if not await drop_abandoned_tokens(
-            tokens,
-            rows.name,
-            record.message_id,
-            record.committed_attempts,
-            older_than=older_than,
-        ):
-            continue
         try:
-            await rows.delete(entity.partition_key, entity.row_key, etag=entity.etag)
-        except PreconditionFailed:
-            continue
-        removed += 1
+            removed += await _expire_row(rows, entity, tokens, older_than)
+        except ROW_ERRORS as e:
+            pass_over(on_damaged, rows.damaged(entity, e))
     return removed, following
+
+
+async def _expire_row(
+    rows: ModeRows, entity: Entity, tokens: BlobContainer, older_than: datetime
+) -> bool:
+    """Remove one processed row if it is past the window and its tokens allow it."""
+    record = ProcessedRecord.from_entity(entity)
+    if record.committed_at >= older_than:
+        return False
+    if not await drop_abandoned_tokens(
+        tokens, rows.name, record.message_id, record.committed_attempts, older_than=older_than
+    ):
+        return False
+    try:
+        await rows.delete(entity.partition_key, entity.row_key, etag=entity.etag)
+    except PreconditionFailed:
+        return False
+    return True

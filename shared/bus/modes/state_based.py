@@ -48,6 +48,7 @@ from shared.bus.modes.common import (
 from shared.bus.modes.errors import NondeterministicHandler
 from shared.bus.pipeline import Outcome
 from shared.bus.records import STATE_ROW, AuditRecord, json_property
+from shared.bus.state.damaged import ROW_ERRORS, DamagedRow, OnDamaged, pass_over
 from shared.bus.state.rows import ModeRows, mode_rows
 from shared.clock import to_datetime
 from shared.errors import CorruptRecord, InvalidValue, PreconditionFailed
@@ -282,6 +283,7 @@ async def truncate_state_streams(
     older_than: datetime,
     page_size: int = 100,
     continuation: str | None = None,
+    on_damaged: OnDamaged | None = None,
 ) -> tuple[int, str | None]:
     """Truncate every partition's stream: remove version k (and the index row of the message
     that produced it) once version k+1 was committed before ``older_than`` (now minus
@@ -299,24 +301,44 @@ async def truncate_state_streams(
     replayed after truncation is processed again, on the latest state. A duplicate whose own
     version survives but whose previous one is gone (truncation racing it) re-sends the
     committed outputs without the replay check.
+
+    A version or index row that cannot be read goes to ``on_damaged`` and stays, and so does
+    a version whose index row is the damaged one. A damaged version is
+    passed over as if absent: the one after it was committed later still, so it says as
+    well as the damaged one whether the version before may go.
     """
     check_page_size(page_size, minimum=2)
     rows = mode_rows(store)
     removed = 0
     seen = 0
-    continuation, pending = await _resume(rows, continuation)
+
+    def damaged(row: DamagedRow) -> None:
+        nonlocal seen
+        seen += 1  # a damaged row is one of the page's rows all the same
+        pass_over(on_damaged, row)
+
+    continuation, pending = await _resume(rows, continuation, on_damaged)
     while True:
         entities, following = await rows.page(
-            row_key_prefix=VERSION_PREFIX, page_size=page_size, continuation=continuation
+            row_key_prefix=VERSION_PREFIX,
+            page_size=page_size,
+            continuation=continuation,
+            on_damaged=damaged,
         )
         for entity in entities:
             seen += 1
-            if pending is not None and pending.partition_key == entity.partition_key:
+            try:
                 successor = Version.from_entity(entity)
-                if successor.committed_at < older_than and await _remove_version(
-                    rows, tokens, Version.from_entity(pending), pending.etag, older_than
-                ):
-                    removed += 1
+            except ROW_ERRORS as e:
+                pass_over(on_damaged, rows.damaged(entity, e))
+                continue
+            if (
+                pending is not None
+                and pending.partition_key == entity.partition_key
+                and successor.committed_at < older_than
+                and await _remove_judged(rows, tokens, pending, older_than, on_damaged)
+            ):
+                removed += 1
             pending = entity
         if following is None:
             return removed, None  # the last version of the last partition stays
@@ -328,7 +350,9 @@ async def truncate_state_streams(
             return removed, json.dumps(marker)
 
 
-async def _resume(rows: ModeRows, continuation: str | None) -> tuple[str | None, Entity | None]:
+async def _resume(
+    rows: ModeRows, continuation: str | None, on_damaged: OnDamaged | None
+) -> tuple[str | None, Entity | None]:
     """The store's page continuation and the version still waiting for its successor, from
     a continuation ``truncate_state_streams`` returned (opaque text to its callers)."""
     if continuation is None:
@@ -345,8 +369,35 @@ async def _resume(rows: ModeRows, continuation: str | None) -> tuple[str | None,
         following, (partition_key, row_key) = str(marker["next"]), marker["pending"]
     except (ValueError, TypeError, KeyError) as e:
         raise InvalidValue(f"malformed continuation {continuation!r}") from e
-    found = await rows.read(str(partition_key), [str(row_key)])
+    try:
+        found = await rows.read(str(partition_key), [str(row_key)])
+    except ROW_ERRORS as e:  # damaged since it was read: it stays, and nothing waits
+        key = (str(partition_key), str(row_key))
+        pass_over(on_damaged, DamagedRow(rows.where(*key), key, e))
+        return following, None
     return following, found.get(str(row_key))  # gone meanwhile: nothing waits
+
+
+async def _remove_judged(
+    rows: ModeRows,
+    tokens: BlobContainer,
+    pending: Entity,
+    older_than: datetime,
+    on_damaged: OnDamaged | None,
+) -> bool:
+    """Remove the version ``pending`` (its successor is old enough), unless it or its index
+    row cannot be read: then both stay, and the one that cannot is reported."""
+    try:
+        version = Version.from_entity(pending)
+    except ROW_ERRORS as e:  # damaged since it was paged (a resumed pass reads it again)
+        pass_over(on_damaged, rows.damaged(pending, e))
+        return False
+    try:
+        return await _remove_version(rows, tokens, version, pending.etag, older_than)
+    except ROW_ERRORS as e:
+        key = (version.partition_key, index_row(version.message_id))
+        pass_over(on_damaged, DamagedRow(rows.where(*key), key, e))
+        return False
 
 
 async def _remove_version(

@@ -25,7 +25,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from shared.bus.records import AuditRecord, OutboxRecord
+from shared.bus.records import AuditRecord, OutboxRecord, outbox_row
+from shared.bus.state.damaged import OnDamaged
 from shared.bus.state.rows import ModeRows
 from shared.errors import InvalidValue
 from shared.stores.table import Entity
@@ -38,8 +39,13 @@ def next_page(last: OutboxRecord | AuditRecord | Entity) -> str:
     """The continuation of a SQL page: the key of its last row (plain text, so it survives
     in the cleanup's and the export's checkpoints)."""
     if isinstance(last, Entity):
-        return json.dumps([last.partition_key, str(last["message_id"])])
-    return json.dumps([last.partition_key, last.message_id])
+        return resume_after(last.partition_key, str(last["message_id"]))
+    return resume_after(last.partition_key, last.message_id)
+
+
+def resume_after(partition_key: str, message_id: str) -> str:
+    """The continuation of a SQL page that ends with this key (``next_page``)."""
+    return json.dumps([partition_key, message_id])
 
 
 def page_after(continuation: str | None) -> tuple[str, str] | None:
@@ -102,6 +108,10 @@ class EndpointState(abc.ABC):
     name: str
     kind: str
 
+    def where_outbox(self, partition_key: str, message_id: str) -> str:
+        """O(m) named for a log: its table and key."""
+        return f"{self.name} {partition_key!r}/{outbox_row(message_id)!r}"
+
     @abc.abstractmethod
     async def read(self, partition_key: str, message_id: str) -> Snapshot:
         """The state row and O(m) of ``partition_key`` in one query."""
@@ -123,9 +133,12 @@ class EndpointState(abc.ABC):
 
     @abc.abstractmethod
     async def outbox_page(
-        self, continuation: str | None, page_size: int
+        self, continuation: str | None, page_size: int, on_damaged: OnDamaged | None = None
     ) -> tuple[list[OutboxRecord], str | None]:
-        """One page of O(m) records in key order and where the next starts (None: done)."""
+        """One page of O(m) records in key order and where the next starts (None: done). A
+        record that cannot be read is handed to ``on_damaged`` and left out of the page, which
+        goes on after it (raised where there is no ``on_damaged``: ``shared.bus.state.damaged``).
+        """
 
     @abc.abstractmethod
     def begin(self) -> AbstractAsyncContextManager[StateTransaction]:

@@ -13,6 +13,7 @@ from datetime import datetime
 
 from shared.bus.records import AuditRecord, OutboxRecord
 from shared.bus.state.base import EndpointState, Snapshot, StateRow, StateTransaction, StateWrite
+from shared.bus.state.damaged import OnDamaged
 from shared.bus.state.rows import ModeRows, RowsTransaction
 from shared.bus.state.stores import SqlDatabase
 from shared.stores.instrumented import Instrumentation
@@ -56,6 +57,9 @@ class InstrumentedState(EndpointState):
         self.kind = inner.kind
         self._i = instrumentation
 
+    def where_outbox(self, partition_key: str, message_id: str) -> str:
+        return self.inner.where_outbox(partition_key, message_id)
+
     async def read(self, partition_key: str, message_id: str) -> Snapshot:
         return await self._i.run(
             "sql.query",
@@ -85,9 +89,9 @@ class InstrumentedState(EndpointState):
         )
 
     async def outbox_page(
-        self, continuation: str | None, page_size: int
+        self, continuation: str | None, page_size: int, on_damaged: OnDamaged | None = None
     ) -> tuple[list[OutboxRecord], str | None]:
-        return await self.inner.outbox_page(continuation, page_size)
+        return await self.inner.outbox_page(continuation, page_size, on_damaged)
 
     @contextlib.asynccontextmanager
     async def begin(self) -> AsyncIterator[StateTransaction]:
@@ -137,11 +141,16 @@ class InstrumentedRows(ModeRows):
         self.name = inner.name
         self._i = instrumentation
 
-    async def read(self, partition_key: str, row_keys: Sequence[str]) -> dict[str, Entity]:
+    def where(self, partition_key: str, row_key: str) -> str:
+        return self.inner.where(partition_key, row_key)
+
+    async def read(
+        self, partition_key: str, row_keys: Sequence[str], on_damaged: OnDamaged | None = None
+    ) -> dict[str, Entity]:
         return await self._i.run(
             "sql.query",
             f"{self.name}/{partition_key}",
-            lambda: self.inner.read(partition_key, row_keys),
+            lambda: self.inner.read(partition_key, row_keys, on_damaged),
         )
 
     async def get(self, partition_key: str, row_key: str) -> Entity:
@@ -172,6 +181,7 @@ class InstrumentedRows(ModeRows):
         row_key: str | None = None,
         page_size: int,
         continuation: str | None = None,
+        on_damaged: OnDamaged | None = None,
     ) -> tuple[list[Entity], str | None]:
         return await self._i.run(
             "sql.query",
@@ -181,6 +191,7 @@ class InstrumentedRows(ModeRows):
                 row_key=row_key,
                 page_size=page_size,
                 continuation=continuation,
+                on_damaged=on_damaged,
             ),
         )
 

@@ -26,6 +26,7 @@ from shared.bus.state.base import (
     next_page,
     page_after,
 )
+from shared.bus.state.damaged import OnDamaged
 from shared.bus.state.rows import (
     ModeRows,
     RowsTransaction,
@@ -33,6 +34,7 @@ from shared.bus.state.rows import (
     check_writes,
     sql_page_start,
     sql_resume_at,
+    where_in_sql,
 )
 from shared.errors import (
     AlreadyExists,
@@ -120,6 +122,9 @@ class MemorySqlState(EndpointState):
         self.db = db
         self.name = endpoint
 
+    def where_outbox(self, partition_key: str, message_id: str) -> str:
+        return where_in_sql(self.name, partition_key, message_id, "outbox")
+
     async def read(self, partition_key: str, message_id: str) -> Snapshot:
         return Snapshot(
             self.db.states.get((self.name, partition_key)),
@@ -155,8 +160,10 @@ class MemorySqlState(EndpointState):
         return fenced
 
     async def outbox_page(
-        self, continuation: str | None, page_size: int
+        self, continuation: str | None, page_size: int, on_damaged: OnDamaged | None = None
     ) -> tuple[list[OutboxRecord], str | None]:
+        # The model keeps O(m) as records, not as columns: its rows are never damaged (the
+        # schema's types and CHECK hold them; what else can be damaged is shown on the server).
         after = page_after(continuation)
         keys = sorted(
             k for k in self.db.outboxes if k[0] == self.name and (after is None or k[1:] > after)
@@ -248,7 +255,12 @@ class MemorySqlRows(ModeRows):
         self.db = db
         self.name = endpoint
 
-    async def read(self, partition_key: str, row_keys: Sequence[str]) -> dict[str, Entity]:
+    def where(self, partition_key: str, row_key: str) -> str:
+        return where_in_sql(self.name, partition_key, row_key)
+
+    async def read(
+        self, partition_key: str, row_keys: Sequence[str], on_damaged: OnDamaged | None = None
+    ) -> dict[str, Entity]:
         found = (self.db.rows.get((self.name, partition_key, k)) for k in row_keys)
         return {e.row_key: e for e in found if e is not None}
 
@@ -286,7 +298,10 @@ class MemorySqlRows(ModeRows):
         row_key: str | None = None,
         page_size: int,
         continuation: str | None = None,
+        on_damaged: OnDamaged | None = None,
     ) -> tuple[list[Entity], str | None]:
+        # The model keeps typed properties, not their JSON text: what can be damaged in it
+        # is their values, which the modes judge row by row as on the server.
         start = sql_page_start(continuation)
         keys = sorted(
             k[1:]

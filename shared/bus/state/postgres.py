@@ -27,11 +27,12 @@ from shared.bus.state.base import (
     StateRow,
     StateTransaction,
     StateWrite,
-    next_page,
     page_after,
+    resume_after,
 )
 from shared.bus.state.connection import Pools
-from shared.bus.state.rows import ModeRows
+from shared.bus.state.damaged import OnDamaged, read_each
+from shared.bus.state.rows import ModeRows, where_in_sql
 from shared.bus.state.schema import SCHEMA
 from shared.errors import (
     AlreadyExists,
@@ -347,11 +348,14 @@ class PostgresEndpointState(EndpointState):
         return await translated(f"fencing O({record.message_id}) at {self.name}", fence)
 
     async def outbox_page(
-        self, continuation: str | None, page_size: int
+        self, continuation: str | None, page_size: int, on_damaged: OnDamaged | None = None
     ) -> tuple[list[OutboxRecord], str | None]:
         return await self._keyset_page(
-            "outbox", _OUTBOX_COLUMNS, _outbox, continuation, page_size, "O(m)"
+            "outbox", _OUTBOX_COLUMNS, _outbox, continuation, page_size, "O(m)", on_damaged
         )
+
+    def where_outbox(self, partition_key: str, message_id: str) -> str:
+        return where_in_sql(self.name, partition_key, message_id, "outbox")
 
     async def _keyset_page(
         self,
@@ -361,9 +365,11 @@ class PostgresEndpointState(EndpointState):
         continuation: str | None,
         page_size: int,
         what: str,
+        on_damaged: OnDamaged | None = None,
     ) -> tuple[list[_Row], str | None]:
         """One page of this endpoint's rows of ``table`` in key order, after the key that
-        ``continuation`` holds; one row more is asked for to know whether another page exists."""
+        ``continuation`` holds; one row more is asked for to know whether another page exists.
+        A row ``convert`` cannot read goes to ``on_damaged``; the page still ends at its key."""
         after = page_after(continuation) or ("", "")
 
         async def page() -> tuple[list[_Row], str | None]:
@@ -378,8 +384,17 @@ class PostgresEndpointState(EndpointState):
                 after[1],
                 page_size + 1,
             )
-            found = [convert(r) for r in rows[:page_size]]
-            return found, (next_page(found[-1]) if len(rows) > page_size else None)
+            found = read_each(
+                rows[:page_size],
+                convert,
+                lambda r: (r["partition_key"], r["message_id"]),
+                lambda partition_key, key: where_in_sql(self.name, partition_key, key, table),
+                on_damaged,
+            )
+            if len(rows) <= page_size:
+                return found, None
+            last = rows[page_size - 1]
+            return found, resume_after(last["partition_key"], last["message_id"])
 
         return await translated(f"listing {what} of {self.name}", page)
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from shared.bus.records import AuditRecord
 from shared.bus.state.connection import Pools
+from shared.bus.state.damaged import OnDamaged, read_each
 from shared.bus.state.postgres import (
     Connection,
     commit_on,
@@ -33,6 +34,7 @@ from shared.bus.state.rows import (
     check_writes,
     sql_page_start,
     sql_resume_at,
+    where_in_sql,
 )
 from shared.bus.state.schema import SCHEMA
 from shared.errors import (
@@ -97,6 +99,10 @@ def _entity(row: Any) -> Entity:
         decode_properties(row["properties"]),
         str(row["version"]),
     )
+
+
+def _key(row: Any) -> tuple[str, str]:
+    return row["partition_key"], row["row_key"]
 
 
 def _version(etag: str) -> int:
@@ -175,7 +181,12 @@ class PostgresRows(ModeRows):
         self.url = url
         self._pools = pools
 
-    async def read(self, partition_key: str, row_keys: Sequence[str]) -> dict[str, Entity]:
+    def where(self, partition_key: str, row_key: str) -> str:
+        return where_in_sql(self.name, partition_key, row_key)
+
+    async def read(
+        self, partition_key: str, row_keys: Sequence[str], on_damaged: OnDamaged | None = None
+    ) -> dict[str, Entity]:
         async def query() -> dict[str, Entity]:
             pool = await self._pools.pool(self.url)
             rows = await pool.fetch(
@@ -185,7 +196,8 @@ class PostgresRows(ModeRows):
                 partition_key,
                 list(row_keys),
             )
-            return {r["row_key"]: _entity(r) for r in rows}
+            found = read_each(rows, _entity, _key, self.where, on_damaged)
+            return {e.row_key: e for e in found}
 
         return await translated(f"reading {self.name}/{partition_key}", query)
 
@@ -251,6 +263,7 @@ class PostgresRows(ModeRows):
         row_key: str | None = None,
         page_size: int,
         continuation: str | None = None,
+        on_damaged: OnDamaged | None = None,
     ) -> tuple[list[Entity], str | None]:
         start = sql_page_start(continuation) or ("", "")
 
@@ -269,7 +282,7 @@ class PostgresRows(ModeRows):
                 start[1],
                 page_size + 1,
             )
-            found = [_entity(r) for r in rows[:page_size]]
+            found = read_each(rows[:page_size], _entity, _key, self.where, on_damaged)
             following = rows[page_size] if len(rows) > page_size else None
             return found, (
                 None

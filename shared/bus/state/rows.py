@@ -32,6 +32,8 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from shared.bus.records import AuditRecord
+from shared.bus.state.damaged import DamagedRow, OnDamaged
+from shared.bus.state.schema import SCHEMA
 from shared.errors import InvalidValue
 from shared.stores.table import (
     Entity,
@@ -76,6 +78,12 @@ def sql_page_start(continuation: str | None) -> tuple[str, str] | None:
         raise InvalidValue(f"malformed continuation {continuation!r}") from e
 
 
+def where_in_sql(endpoint: str, partition_key: str, key: str, table: str = "mode_rows") -> str:
+    """A row of a table of the ``bus`` schema named for a log: table, endpoint and key (a
+    row key, or in ``outbox`` and ``audit`` a message id)."""
+    return f"{SCHEMA}.{table} of {endpoint} {partition_key!r}/{key!r}"
+
+
 def check_sql_key(name: str, value: str) -> None:
     # PostgreSQL text refuses NUL; the bus's names bound the keys otherwise.
     if "\x00" in value:
@@ -104,10 +112,22 @@ class ModeRows(abc.ABC):
 
     name: str
 
+    def where(self, partition_key: str, row_key: str) -> str:
+        """A row named for a log: its table and key."""
+        return f"{self.name} {partition_key!r}/{row_key!r}"
+
+    def damaged(self, entity: Entity, error: BaseException) -> DamagedRow:
+        """``entity`` of these rows as one that cannot be read, and why."""
+        key = (entity.partition_key, entity.row_key)
+        return DamagedRow(self.where(*key), key, error)
+
     @abc.abstractmethod
-    async def read(self, partition_key: str, row_keys: Sequence[str]) -> dict[str, Entity]:
+    async def read(
+        self, partition_key: str, row_keys: Sequence[str], on_damaged: OnDamaged | None = None
+    ) -> dict[str, Entity]:
         """The rows of ``partition_key`` among ``row_keys`` that exist, by row key, in one
-        query."""
+        query. A row whose stored properties cannot be read is handed to ``on_damaged`` and
+        left out (raised where there is none)."""
 
     @abc.abstractmethod
     async def get(self, partition_key: str, row_key: str) -> Entity:
@@ -129,9 +149,12 @@ class ModeRows(abc.ABC):
         row_key: str | None = None,
         page_size: int,
         continuation: str | None = None,
+        on_damaged: OnDamaged | None = None,
     ) -> tuple[list[Entity], str | None]:
         """One page of the rows whose row key starts with ``row_key_prefix`` or equals
-        ``row_key``, across partitions in key order, and where the next page starts."""
+        ``row_key``, across partitions in key order, and where the next page starts. A row
+        whose stored properties cannot be read is handed to ``on_damaged`` and left out of
+        the page (raised where there is none: ``shared.bus.state.damaged``)."""
 
     @abc.abstractmethod
     def begin(self) -> AbstractAsyncContextManager[RowsTransaction]:
@@ -159,7 +182,9 @@ class TableRows(ModeRows):
         self.table = table
         self.name = table.name
 
-    async def read(self, partition_key: str, row_keys: Sequence[str]) -> dict[str, Entity]:
+    async def read(
+        self, partition_key: str, row_keys: Sequence[str], on_damaged: OnDamaged | None = None
+    ) -> dict[str, Entity]:
         page = await self.table.query(partition_key=partition_key, row_keys=list(row_keys))
         return {e.row_key: e for e in page.entities}
 
@@ -179,7 +204,10 @@ class TableRows(ModeRows):
         row_key: str | None = None,
         page_size: int,
         continuation: str | None = None,
+        on_damaged: OnDamaged | None = None,
     ) -> tuple[list[Entity], str | None]:
+        # A table's entities are read by the service: any damage is in their values, which
+        # the modes judge row by row.
         page = await self.table.query(
             row_key_prefix=row_key_prefix,
             row_keys=None if row_key is None else [row_key],

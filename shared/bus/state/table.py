@@ -17,6 +17,7 @@ from shared.bus.records import (
     outbox_row,
 )
 from shared.bus.state.base import EndpointState, Snapshot, StateRow, StateTransaction, StateWrite
+from shared.bus.state.damaged import OnDamaged, read_each
 from shared.bus.state.rows import ModeRows, TableRows
 from shared.stores.table import Entity, Insert, Table, TableOperation, Update
 
@@ -75,12 +76,19 @@ class TableEndpointState(EndpointState):
         return replace(record, etag=await self.table.update(record.to_entity(), etag=record.etag))
 
     async def outbox_page(
-        self, continuation: str | None, page_size: int
+        self, continuation: str | None, page_size: int, on_damaged: OnDamaged | None = None
     ) -> tuple[list[OutboxRecord], str | None]:
         page = await self.table.query(
             row_key_prefix=OUTBOX_PREFIX, page_size=page_size, continuation=continuation
         )
-        return [OutboxRecord.from_entity(e) for e in page.entities], page.continuation
+        records = read_each(
+            page.entities,
+            OutboxRecord.from_entity,
+            lambda e: (e.partition_key, e.row_key),
+            self.rows().where,
+            on_damaged,
+        )
+        return records, page.continuation
 
     @contextlib.asynccontextmanager
     async def begin(self) -> AsyncIterator[StateTransaction]:
