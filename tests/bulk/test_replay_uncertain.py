@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from shared.bulk.cli import EXIT_OK, EXIT_REJECTS, main
-from shared.bus.poison import Reason
+from shared.bus.poison import Reason, park
 from shared.local.azurite import AzuriteEndpoints
 from shared.resources import poison_queue
 from shared.runtime import bus_config
@@ -116,3 +116,71 @@ async def test_parked_originals_gone_or_altered_make_the_replay_uncertain_until_
     assert await process_all(account) == {"processed": 4}
     ranges = await states(account, "shootingrange")
     assert {g: s["shots"] for g, s in ranges.items()} == dict.fromkeys(GAMES + BY_REFERENCE, 1)
+
+
+def hostile_entries(shadowed: str) -> list[str]:
+    """Poison entries written by a hostile hand, each naming a message id as ``bus poison
+    list`` reads it: one claims the id of a real parked message and holds no text to send."""
+    reason = {"endpoint": "shootingrange", "reason": "planted"}
+    return [
+        json.dumps({"poison": {**reason, "message_id": shadowed}, "signal": 7}),
+        json.dumps({"poison": {**reason, "message_id": "hostile-surrogate"}, "signal": "\ud800"}),
+        json.dumps({"poison": {**reason, "message_id": "hostile-path", "original": "tokens/../x"}}),
+    ]
+
+
+async def test_hostile_poison_entries_make_the_replay_uncertain_and_lose_no_real_message(
+    spark: Any,
+    account: AzureStorageAccount,
+    emulator: AzuriteEndpoints,
+    sample_project: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("AzureWebJobsStorage", emulator.connection_string)
+    client = sample_bus(account).client("cli")
+    shot = FireAt(game_id="shadowed", position=2)
+    [shadowed] = (await client.send(shot, to="shootingrange", idempotency_key="s")).message_ids
+    poison = account.queue(poison_queue("shootingrange"))
+    for entry in hostile_entries(shadowed):  # planted before the real one is parked
+        await poison.send(entry)
+    [message] = await account.queue("shootingrange").receive(1, visibility_timeout=60)
+    await park(account, message.content, Reason("shootingrange", "real", 5), "parked")
+    await account.queue("shootingrange").delete(message.id, message.pop_receipt)
+    await park_shots(account)
+    listed = await poison_list(emulator, capsys)
+    assert len(listed) == 3 + 1 + len(GAMES)
+    selection = sample_project / "selection.json"
+    selection.write_text(json.dumps(listed))
+    out = sample_project / "out"
+
+    assert await replay_command(emulator, selection, out) == EXIT_REJECTS
+
+    summary, outcomes = written(spark, out)
+    # The shadowed id is listed twice (the planted entry and the real one): two selection
+    # rows, one message, one outcome.
+    assert (summary["read"], summary["sent"], summary["uncertain"]) == (10, 0, 9)
+    [reason] = {o["reason"] for o in outcomes.values()}
+    assert reason.startswith(f"replayed {len(GAMES)} of {len(GAMES) + 3} taken: ")
+    assert "cannot unwrap it: its 'signal' field is not text" in reason
+    assert "its signal is not valid text" in reason
+    assert "its reference 'tokens/../x' is not a parked original of this queue" in reason
+    left = await poison_list(emulator, capsys)
+    assert sorted(item["reason"] for item in left) == ["planted"] * 3 + ["real"]
+    assert await process_all(account) == {"processed": 2 * len(GAMES)}
+
+    for received in await poison.receive(32, visibility_timeout=60):  # the operator removes
+        if received.content in hostile_entries(shadowed):  # what was planted
+            await poison.delete(received.id, received.pop_receipt)
+        else:  # the real one, visible again for the next run
+            await poison.update(received.id, received.pop_receipt, visibility_timeout=0)
+
+    assert await replay_command(emulator, selection, out) == EXIT_OK
+
+    summary, outcomes = written(spark, out)
+    assert (summary["sent"], summary["not_waiting"], summary["uncertain"]) == (1, 8, 0)
+    assert outcomes[f"shootingrange/{shadowed}"]["status"] == "sent"
+    assert await poison_list(emulator, capsys) == []
+    assert await process_all(account) == {"processed": 2}
+    ranges = await states(account, "shootingrange")
+    assert {g: s["shots"] for g, s in ranges.items()} == dict.fromkeys([*GAMES, "shadowed"], 1)
