@@ -98,6 +98,13 @@ async def test_parked_originals_gone_or_altered_make_the_replay_uncertain_until_
     assert f"its original {gone} is not in container parked" in reason
     assert f"its original {altered} is not UTF-8 text" in reason
     assert "uncertain=8" in capsys.readouterr().out
+    rejects = [
+        json.loads(line)
+        for part in (out / "rejects").glob("part-*.json")
+        for line in part.read_text().splitlines()
+    ]
+    assert sorted(r["row_key"] for r in rejects) == sorted(outcomes)
+    assert {(r["status"], r["reason"], r["row"]) for r in rejects} == {("uncertain", reason, None)}
     depths = await queue_depths(account)
     assert (depths["shootingrange"], depths[poison_queue("shootingrange")]) == (6, 2)
     left = await poison_list(emulator, capsys)
