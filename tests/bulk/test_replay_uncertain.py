@@ -32,7 +32,8 @@ BY_REFERENCE = ["by-reference-gone", "by-reference-altered"]
 async def park_by_reference(account: AzureStorageAccount, games: list[str]) -> dict[str, str]:
     """One FireAt per game sent and parked the way ``park`` keeps a message too large to sit
     beside its reason: the signal in the parked-originals container, the poison entry naming
-    its blob. Returns the blob names by game."""
+    its blob (the sample app's messages are too small for ``park`` to choose that form
+    itself). Returns the blob names by game."""
     client = sample_bus(account).client("cli")
     games_by_id = {}
     for game in games:
