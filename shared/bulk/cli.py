@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m shared.bulk",
         description="Bulk sends through Spark, exactly once per row (docs/bulk.md).",
-        epilog="Exit codes: 0 done, 1 some rows rejected (OUT/rejects), 2 could not run.",
+        epilog="Exit codes: 0 done, 1 some rows rejected or uncertain (OUT/rejects), "
+        "2 could not run.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     send = commands.add_parser(
