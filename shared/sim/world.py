@@ -228,6 +228,9 @@ class Action:
     held: HeldRequest | None = None
 
 
+TICK = Action("tick", 0.3)
+SWEEP = Action("sweep", 0.2)
+
 AccountWrapper = Callable[[StorageAccount], StorageAccount]
 
 
@@ -336,6 +339,12 @@ class World:
         self.fingerprint = TraceFingerprint()
         self._current: Process | None = None
         self._queues: dict[str, tuple[bool, bool]] | None = None
+        self._endpoint_queues = {name: self.account.queue(name) for name in self.endpoints}
+        # Actions are immutable: each is made once and listed again at every decision.
+        self._starts = {name: Action("start", 1.0, queue=name) for name in self.endpoints}
+        self._duplicates = {name: Action("duplicate", 0.2, queue=name) for name in self.endpoints}
+        self._steps: dict[int, Action] = {}
+        self._lands: dict[int, Action] = {}
         self.ticks = self.sweeps_started = self.duplicates_sent = self.faults = self.waited = 0
         self.sends_left = dict.fromkeys(range(config.messages), config.client_sends)
         self.retries_left = dict.fromkeys(range(config.messages), config.client_retries)
@@ -407,23 +416,21 @@ class World:
         after those."""
         if self._queues is None:
             self._queues = {}
-            for name in self.endpoints:
-                queue = self.account.queue(name)
+            for name, queue in self._endpoint_queues.items():
                 visible = len(await queue.peek(32))
                 self._queues[name] = (visible > 0, await queue.approximate_count() > visible)
         return self._queues
 
-    def _tick_allowed(self) -> bool:
+    def _tick_allowed(self, live: list[Process], unlanded: list[HeldRequest]) -> bool:
         if self.ticks >= self.config.max_ticks:
             return False
         if self.config.timing == "unbounded":
             return True
         later = self.now() + self.config.tick
-        if any(later - p.started_at > self.config.invocation_limit for p in self.scheduler.live()):
+        if any(later - p.started_at > self.config.invocation_limit for p in live):
             return False
         return all(
-            later - self._held_at[h.operation.index] <= self.config.late_limit
-            for h in self._unlanded()
+            later - self._held_at[h.operation.index] <= self.config.late_limit for h in unlanded
         )
 
     def _unlanded(self) -> list[HeldRequest]:
@@ -435,33 +442,39 @@ class World:
         live = self.scheduler.live()
         current = self._current
         if current is not None and current.runnable:
-            actions.append(Action("step", 1.0, process=current))
-        actions += [Action("step", 1.0, process=p) for p in live if p.runnable and p is not current]
+            actions.append(self._step_action(current))
+        actions += [self._step_action(p) for p in live if p.runnable and p is not current]
         actions += self._client_sends(live)
         queues = await self._queue_state()
         invocations = sum(1 for p in live if p.name.startswith("inv"))
         if invocations < self.config.concurrency:
-            actions += [
-                Action("start", 1.0, queue=name) for name, (visible, _) in queues.items() if visible
-            ]
-        actions += [Action("land", 0.5, held=h) for h in self._unlanded()]
+            actions += [self._starts[name] for name, (visible, _) in queues.items() if visible]
+        unlanded = self._unlanded()
+        actions += [self._land_action(h) for h in unlanded]
         hidden = any(h for _, h in queues.values())
-        if (hidden or self.sweeps_started < self.config.sweeps) and self._tick_allowed():
-            actions.append(Action("tick", 0.3))
-        if self.sweeps_started < self.config.sweeps and not any(
-            p.name.startswith("sweep") for p in live
-        ):
-            actions.append(Action("sweep", 0.2))
+        sweeps_left = self.sweeps_started < self.config.sweeps
+        if (hidden or sweeps_left) and self._tick_allowed(live, unlanded):
+            actions.append(TICK)
+        if sweeps_left and not any(p.name.startswith("sweep") for p in live):
+            actions.append(SWEEP)
         if self.duplicates_sent < self.config.duplicates:
-            actions += [
-                Action("duplicate", 0.2, queue=name)
-                for name, (visible, _) in queues.items()
-                if visible
-            ]
+            actions += [self._duplicates[name] for name, (visible, _) in queues.items() if visible]
         # A tick alone is not progress: only when it may bring a hidden message back.
         if not hidden and all(a.kind in ("tick", "sweep") for a in actions):
             return []
         return actions
+
+    def _step_action(self, process: Process) -> Action:
+        action = self._steps.get(process.number)
+        if action is None:
+            action = self._steps[process.number] = Action("step", 1.0, process=process)
+        return action
+
+    def _land_action(self, held: HeldRequest) -> Action:
+        action = self._lands.get(held.operation.index)
+        if action is None:
+            action = self._lands[held.operation.index] = Action("land", 0.5, held=held)
+        return action
 
     def _client_sends(self, live: list[Process]) -> list[Action]:
         """A client send of each key that still has one to make, or a retry of a key whose
