@@ -26,7 +26,15 @@ from shared.sim.invariants import Observation
 from shared.sim.model import SHAPES
 from shared.sim.readings import WINDOW_MODES
 from shared.sim.variants import Variant
-from shared.sim.world import ALL_FAULTS, RunResult, SimConfig, World, quiet_logs, reference_run
+from shared.sim.world import (
+    ALL_FAULTS,
+    Prepared,
+    RunResult,
+    SimConfig,
+    World,
+    quiet_logs,
+    reference_run,
+)
 from shared.stores.memory import MemoryStorageAccount
 
 CONFIGS: dict[str, SimConfig] = {
@@ -240,24 +248,48 @@ async def reference_for(config: SimConfig) -> Observation:
     return _references[key]
 
 
+_set_ups: dict[SimConfig, tuple[MemoryStorageAccount, Prepared]] = {}
+SET_UPS_KEPT = 8
+"""Configurations whose set-up account is kept: an exhaustive search runs one configuration
+thousands of times; a random search draws a new one for every run."""
+
+
+async def set_up(config: SimConfig) -> tuple[MemoryStorageAccount, Prepared]:
+    """An in-memory account as ``World.setup`` leaves it for ``config``, and what else setup
+    left behind (cached: setup depends on the configuration only, and takes as long as a few
+    steps of a run; each run works on a copy of the account)."""
+    if config not in _set_ups:
+        clock = ManualClock()
+        account = MemoryStorageAccount(clock=clock)
+        world = World(config, Replay([]), account, clock)
+        with quiet_logs():
+            await world.setup()
+        while len(_set_ups) >= SET_UPS_KEPT:
+            del _set_ups[next(iter(_set_ups))]
+        _set_ups[config] = (account, world.after_setup())
+    return _set_ups[config]
+
+
 async def simulate(
     config: SimConfig,
     chooser: Chooser,
     variant: Variant | None = None,
     covered: Callable[[Hashable], bool] | None = None,
 ) -> RunResult:
-    """One run on fresh in-memory stores, checked against the reference (``covered``: see
-    ``World.covered``)."""
+    """One run on fresh in-memory stores (a copy of the set-up ones: ``set_up``), checked
+    against the reference (``covered``: see ``World.covered``)."""
     reference = await reference_for(config)
+    template, prepared = await set_up(config)
     clock = ManualClock()
     world = World(
         config,
         chooser,
-        MemoryStorageAccount(clock=clock),
+        template.copy(clock),
         clock,
         wrap=variant.wrap if variant is not None else None,
         retention=variant.retention if variant is not None else None,
         covered=covered,
+        prepared=prepared,
     )
     with quiet_logs():
         return await world.run(reference)

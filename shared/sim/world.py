@@ -234,21 +234,33 @@ SWEEP = Action("sweep", 0.2)
 AccountWrapper = Callable[[StorageAccount], StorageAccount]
 
 
-def counter_ids() -> Callable[[], str]:
+class CounterIds:
     """Claim and attempt ids from a counter per simulated process (one more for calls outside
     any process), so that a run's ids replay exactly and an id depends only on its process's
     own history, not on how the other processes' steps interleave with it: two equivalent
     schedules (``TraceFingerprint``) then name everything alike. Production ids are random,
     so nothing may depend on their order anyway."""
-    drawn: dict[int, int] = {}
 
-    def new_id() -> str:
+    def __init__(self, drawn: dict[int, int] | None = None) -> None:
+        self.drawn = dict(drawn or {})
+        """Owner (0: outside any process, else the process number + 1) -> ids drawn."""
+
+    def __call__(self) -> str:
         process = Scheduler.current()
         owner = 0 if process is None else process.number + 1
-        drawn[owner] = drawn.get(owner, 0) + 1
-        return str(uuid.UUID(int=owner << 64 | drawn[owner]))
+        self.drawn[owner] = self.drawn.get(owner, 0) + 1
+        return str(uuid.UUID(int=owner << 64 | self.drawn[owner]))
 
-    return new_id
+
+@dataclass(frozen=True)
+class Prepared:
+    """What ``World.setup`` leaves behind besides the account's contents: the ids it drew
+    and the state of the bus's jitter. A world given it (``World.prepared``) starts where a
+    world of the same configuration was after its setup, on a copy of that world's account
+    (``explore.simulate``)."""
+
+    ids: dict[int, int]
+    jitter: tuple[Any, ...]
 
 
 async def _no_sleep(seconds: float) -> None:
@@ -277,6 +289,9 @@ class World:
     covered: Callable[[Hashable], bool] | None = None
     """Asked before every action with the run's state (``decision_state``): True ends the
     run at once, its continuations being equivalent to runs already explored."""
+    prepared: Prepared | None = None
+    """Set when ``account`` already holds what ``setup`` puts there for this configuration
+    (a copy of an account another world set up): ``run`` then skips ``setup``."""
     trace: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -306,14 +321,18 @@ class World:
         self.quiet_account = self.account if self.wrap is None else self.wrap(self.account)
         """For the cleanup passes run while nothing else runs: neither scheduled nor faulted,
         but changed by a variant like every other pass."""
+        self.ids = CounterIds(None if self.prepared is None else self.prepared.ids)
+        jitter = random.Random(0)
+        if self.prepared is not None:
+            jitter.setstate(self.prepared.jitter)
         settings: dict[str, Any] = {
             "tokens_container": f"tokens{self.suffix}",
             "topics_container": f"topics{self.suffix}",
             "ingress_table": f"ingress{self.suffix}",
             "topic_cache_seconds": 0.0,
             "sleep": _no_sleep,
-            "new_id": counter_ids(),
-            "jitter": random.Random(0),
+            "new_id": self.ids,
+            "jitter": jitter,
             "processed_retention_seconds": config.window,
             "state_stream_retention_seconds": config.window,
             "entity_outbox_retention_seconds": config.window,
@@ -387,6 +406,10 @@ class World:
         for message in await queue.peek(32):
             for _ in range(self.config.copies - 1):
                 await queue.send(message.content)
+
+    def after_setup(self) -> Prepared:
+        """What ``setup`` left behind besides the account (call it right after ``setup``)."""
+        return Prepared(dict(self.ids.drawn), self.bus_config.jitter.getstate())
 
     def _start(self, number: int) -> Start:
         return Start(key=f"k{number % self.config.partitions}", request=f"m{number}")
@@ -714,7 +737,8 @@ class World:
     async def run(self, reference: Observation | None) -> RunResult:
         """Run to quiescence, clean up once, and check the invariants against ``reference``
         (None: this run is the reference)."""
-        await self.setup()
+        if self.prepared is None:
+            await self.setup()
         try:
             stuck = await self._drive()
         finally:
