@@ -78,6 +78,7 @@ from shared.stores.instrumented import (
     InstrumentedAccount,
     Operation,
 )
+from shared.stores.queue import MessageQueue
 
 Timing = Literal["bounded", "unbounded"]
 CLIENT = "client"
@@ -263,6 +264,15 @@ class Prepared:
     jitter: tuple[Any, ...]
 
 
+async def _queue_state(queue: MessageQueue) -> tuple[bool, bool]:
+    """(has a visible message, has a hidden one)."""
+    count = await queue.approximate_count()
+    if count == 0:  # the count is never below the number of messages: none to peek at
+        return False, False
+    visible = len(await queue.peek(32))
+    return visible > 0, count > visible
+
+
 async def _no_sleep(seconds: float) -> None:
     """Backoff between conflict rounds: time the simulation does not need to spend, since the
     other processes only move when the scheduler lets them."""
@@ -357,7 +367,8 @@ class World:
         """Operation index of a held request -> (process, its operation number there)."""
         self.fingerprint = TraceFingerprint()
         self._current: Process | None = None
-        self._queues: dict[str, tuple[bool, bool]] | None = None
+        self._queues: dict[str, tuple[bool, bool]] = {}
+        """What ``_queue_state`` last read of each endpoint queue, while it holds."""
         self._endpoint_queues = {name: self.account.queue(name) for name in self.endpoints}
         # Actions are immutable: each is made once and listed again at every decision.
         self._starts = {name: Action("start", 1.0, queue=name) for name in self.endpoints}
@@ -434,14 +445,15 @@ class World:
     # -- actions -------------------------------------------------------------------------------
 
     async def _queue_state(self) -> dict[str, tuple[bool, bool]]:
-        """Per endpoint queue: (has a visible message, has a hidden one). Only queue
-        operations, late requests, duplicates and time change it, so it is read again only
-        after those."""
-        if self._queues is None:
+        """Per endpoint queue, in the endpoints' order: (has a visible message, has a hidden
+        one). Only operations on that queue, late requests, duplicates and time change it, so
+        it is read again only after those."""
+        known = self._queues
+        if len(known) < len(self._endpoint_queues):
             self._queues = {}
             for name, queue in self._endpoint_queues.items():
-                visible = len(await queue.peek(32))
-                self._queues[name] = (visible > 0, await queue.approximate_count() > visible)
+                state = known.get(name)
+                self._queues[name] = await _queue_state(queue) if state is None else state
         return self._queues
 
     def _tick_allowed(self, live: list[Process], unlanded: list[HeldRequest]) -> bool:
@@ -528,7 +540,7 @@ class World:
         await self._advance(self.config.sweep_grace + 1)
         await self._cleanup(self.quiet_account, self.config.sweep_grace, self.config.window)
         self.waited += 1
-        self._queues = None
+        self._queues = {}
         self.fingerprint.barrier("wait")
         self.trace.append(
             f"{len(self.trace):4} time passes beyond the grace period (the redelivery is "
@@ -541,7 +553,7 @@ class World:
             # _actions gives every step its process
             await self._step(number, cast(Process, action.process))
             return
-        self._queues = None  # every other action may change what the queues hold
+        self._queues = {}  # every other action may change what the queues hold
         if action.kind == "send":
             key = int(action.queue.removeprefix("m"))
             if self.sends_left[key] > 0:
@@ -598,7 +610,7 @@ class World:
         # Only runnable processes are stepped, and a runnable process has an operation pending.
         operation = cast(Operation, process.pending)
         if operation.kind.startswith("queue."):
-            self._queues = None
+            self._queues.pop(operation.target, None)  # the queue's name
         options = self._fault_options(operation)
         fault = None
         if len(options) > 1:
@@ -687,7 +699,7 @@ class World:
         if self.config.stall_outlasts_audit:
             await expire_audit_rows(self.account, self.endpoints, self._sql_rows(counted=False))
         self.past_window = self.config.windowed
-        self._queues = None
+        self._queues = {}
         for process in self._stalled():
             process.stalled = False
         self.fingerprint.barrier("resume")
