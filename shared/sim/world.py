@@ -374,6 +374,7 @@ class World:
         self._starts = {name: Action("start", 1.0, queue=name) for name in self.endpoints}
         self._duplicates = {name: Action("duplicate", 0.2, queue=name) for name in self.endpoints}
         self._steps: dict[int, Action] = {}
+        self._fault_kinds: dict[str, list[Fault | Stall | None]] = {}
         self._lands: dict[int, Action] = {}
         self.ticks = self.sweeps_started = self.duplicates_sent = self.faults = self.waited = 0
         self.sends_left = dict.fromkeys(range(config.messages), config.client_sends)
@@ -431,11 +432,19 @@ class World:
         return self._planned.pop(operation.index, None)
 
     def _fault_options(self, operation: Operation) -> list[Fault | Stall | None]:
+        """The faults ``operation`` may be given, no fault first (the same for every
+        operation of a kind: kept per kind)."""
+        options = self._fault_kinds.get(operation.kind)
+        if options is None:
+            options = self._fault_kinds[operation.kind] = self._faults_of(operation.kind)
+        return options
+
+    def _faults_of(self, kind: str) -> list[Fault | Stall | None]:
         allowed: tuple[Fault, ...] = self.config.faults
-        if operation.kind in READS:
+        if kind in READS:
             before = (Fault.CRASH_BEFORE, Fault.ERROR_BEFORE)
             allowed = tuple(f for f in allowed if f in before)
-        elif Fault.LATE in allowed and operation.kind == "queue.receive":
+        elif Fault.LATE in allowed and kind == "queue.receive":
             # A late receive only hides a message once more: the same as a crash after it.
             allowed = tuple(f for f in allowed if f is not Fault.LATE)
         if self.config.timing == "unbounded":
@@ -478,26 +487,36 @@ class World:
         current = self._current
         if current is not None and current.runnable:
             actions.append(self._step_action(current))
-        actions += [self._step_action(p) for p in live if p.runnable and p is not current]
-        actions += self._client_sends(live)
+        invocations, sweeping = 0, False
+        for process in live:
+            if process.runnable and process is not current:
+                actions.append(self._step_action(process))
+            if process.name.startswith("inv"):
+                invocations += 1
+            elif process.name.startswith("sweep"):
+                sweeping = True
+        if self.config.client_sends:
+            actions += self._client_sends(live)
         queues = await self._queue_state()
-        invocations = sum(1 for p in live if p.name.startswith("inv"))
         if invocations < self.config.concurrency:
             actions += [self._starts[name] for name, (visible, _) in queues.items() if visible]
         unlanded = self._unlanded()
         actions += [self._land_action(h) for h in unlanded]
+        duplicates = []
+        if self.duplicates_sent < self.config.duplicates:
+            duplicates = [
+                self._duplicates[name] for name, (visible, _) in queues.items() if visible
+            ]
         hidden = any(h for _, h in queues.values())
+        # A tick alone is not progress: only when it may bring a hidden message back.
+        if not hidden and not actions and not duplicates:
+            return []
         sweeps_left = self.sweeps_started < self.config.sweeps
         if (hidden or sweeps_left) and self._tick_allowed(live, unlanded):
             actions.append(TICK)
-        if sweeps_left and not any(p.name.startswith("sweep") for p in live):
+        if sweeps_left and not sweeping:
             actions.append(SWEEP)
-        if self.duplicates_sent < self.config.duplicates:
-            actions += [self._duplicates[name] for name, (visible, _) in queues.items() if visible]
-        # A tick alone is not progress: only when it may bring a hidden message back.
-        if not hidden and all(a.kind in ("tick", "sweep") for a in actions):
-            return []
-        return actions
+        return actions + duplicates
 
     def _step_action(self, process: Process) -> Action:
         action = self._steps.get(process.number)
@@ -514,8 +533,6 @@ class World:
     def _client_sends(self, live: list[Process]) -> list[Action]:
         """A client send of each key that still has one to make, or a retry of a key whose
         sends all ended without a receipt."""
-        if not self.config.client_sends:
-            return []
         sending = {p.name.partition("@")[2] for p in live if p.name.startswith(CLIENT)}
         actions = []
         for number, left in self.sends_left.items():
@@ -868,8 +885,13 @@ async def reference_run(
 
 @contextlib.contextmanager
 def quiet_logs() -> Iterator[None]:
-    """The pipeline logs every injected failure; thousands of runs would drown the output."""
+    """The pipeline logs every injected failure; thousands of runs would drown the output.
+    Inside a search already quiet, a run changes nothing (logging.disable empties every
+    logger's cache, which costs more than a few steps of a run)."""
     previous = logging.root.manager.disable
+    if previous >= logging.CRITICAL:
+        yield
+        return
     logging.disable(logging.CRITICAL)
     try:
         yield
