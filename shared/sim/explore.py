@@ -321,25 +321,27 @@ async def exhaustive(
     summary = Summary()
     started = time.process_time()
     reduction = Reduction() if reduce else None
-    prefix: list[int] | None = []
-    while prefix is not None:
-        chooser = DepthFirst(prefix, max_deviations, max_faults)
-        covered = None
-        if reduction is not None:
-            covered = functools.partial(reduction.covered, chooser=chooser)
-        result = await simulate(config, chooser, variant, covered)
-        prefix = chooser.next_prefix()
-        if reduction is not None:
-            reduction.finish(prefix)
-        summary.add(exhaustive_seed(config, result.decisions), result)
-        if result.pruned:
-            continue
-        if progress is not None and summary.schedules % 500 == 0:
-            progress(summary)
-        if (stop_at_first and summary.violations) or (stop_when and stop_when(result)):
-            break
-        if limit and summary.schedules >= limit:
-            break
+    # Quiet for the whole search: each run's quiet_logs then changes nothing.
+    with quiet_logs():
+        prefix: list[int] | None = []
+        while prefix is not None:
+            chooser = DepthFirst(prefix, max_deviations, max_faults)
+            covered = None
+            if reduction is not None:
+                covered = functools.partial(reduction.covered, chooser=chooser)
+            result = await simulate(config, chooser, variant, covered)
+            prefix = chooser.next_prefix()
+            if reduction is not None:
+                reduction.finish(prefix)
+            summary.add(exhaustive_seed(config, result.decisions), result)
+            if result.pruned:
+                continue
+            if progress is not None and summary.schedules % 500 == 0:
+                progress(summary)
+            if (stop_at_first and summary.violations) or (stop_when and stop_when(result)):
+                break
+            if limit and summary.schedules >= limit:
+                break
     summary.seconds = time.process_time() - started
     return summary
 
@@ -383,23 +385,24 @@ async def random_search(
     Without ``config``, seeds that draw a mode outside ``modes`` are skipped."""
     summary = Summary()
     started = time.process_time()
-    for seed in seeds:
-        if deadline is not None and time.monotonic() >= deadline:
-            break
-        if config is None:
-            run_config, chooser = random_config(seed)
-            if run_config.mode not in modes:
-                continue
-            name = str(seed)
-        else:
-            run_config, chooser = config, seeded_for(config, seed)
-            name = f"{config.name}@{seed}"
-        result = await simulate(run_config, chooser, variant)
-        summary.add(name, result)
-        if progress is not None and summary.schedules % 250 == 0:
-            progress(summary)
-        if (stop_at_first and summary.violations) or (stop_when and stop_when(result)):
-            break
+    with quiet_logs():
+        for seed in seeds:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            if config is None:
+                run_config, chooser = random_config(seed)
+                if run_config.mode not in modes:
+                    continue
+                name = str(seed)
+            else:
+                run_config, chooser = config, seeded_for(config, seed)
+                name = f"{config.name}@{seed}"
+            result = await simulate(run_config, chooser, variant)
+            summary.add(name, result)
+            if progress is not None and summary.schedules % 250 == 0:
+                progress(summary)
+            if (stop_at_first and summary.violations) or (stop_when and stop_when(result)):
+                break
     summary.seconds = time.process_time() - started
     return summary
 
