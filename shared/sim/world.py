@@ -374,7 +374,7 @@ class World:
         self._starts = {name: Action("start", 1.0, queue=name) for name in self.endpoints}
         self._duplicates = {name: Action("duplicate", 0.2, queue=name) for name in self.endpoints}
         self._steps: dict[int, Action] = {}
-        self._fault_kinds: dict[str, list[Fault | Stall | None]] = {}
+        self._fault_kinds: dict[str, tuple[list[Fault | Stall | None], list[float]]] = {}
         self._lands: dict[int, Action] = {}
         self.ticks = self.sweeps_started = self.duplicates_sent = self.faults = self.waited = 0
         self.sends_left = dict.fromkeys(range(config.messages), config.client_sends)
@@ -431,12 +431,15 @@ class World:
     def _plan(self, operation: Operation) -> Fault | None:
         return self._planned.pop(operation.index, None)
 
-    def _fault_options(self, operation: Operation) -> list[Fault | Stall | None]:
-        """The faults ``operation`` may be given, no fault first (the same for every
-        operation of a kind: kept per kind)."""
+    def _fault_options(
+        self, operation: Operation
+    ) -> tuple[list[Fault | Stall | None], list[float]]:
+        """The faults ``operation`` may be given, no fault first, and their weights (the same
+        for every operation of a kind: kept per kind)."""
         options = self._fault_kinds.get(operation.kind)
         if options is None:
-            options = self._fault_kinds[operation.kind] = self._faults_of(operation.kind)
+            faults = self._faults_of(operation.kind)
+            options = self._fault_kinds[operation.kind] = (faults, [1.0] * len(faults))
         return options
 
     def _faults_of(self, kind: str) -> list[Fault | Stall | None]:
@@ -628,10 +631,10 @@ class World:
         operation = cast(Operation, process.pending)
         if operation.kind.startswith("queue."):
             self._queues.pop(operation.target, None)  # the queue's name
-        options = self._fault_options(operation)
+        options, weights = self._fault_options(operation)
         fault = None
         if len(options) > 1:
-            fault = options[self.chooser.choose("fault", [1.0] * len(options))]
+            fault = options[self.chooser.choose("fault", weights)]
         if fault is not None:
             self.faults += 1
         if isinstance(fault, Stall):
@@ -657,9 +660,10 @@ class World:
             (process.name, performed, operation.kind, operation.target, fault),
         )
         await self.scheduler.step(process)
-        for held in self.instrumentation.held[held_before:]:
-            self._held_at[held.operation.index] = self.now()
-            self._held_by[held.operation.index] = (process.name, performed)
+        if len(self.instrumentation.held) > held_before:
+            for held in self.instrumentation.held[held_before:]:
+                self._held_at[held.operation.index] = self.now()
+                self._held_by[held.operation.index] = (process.name, performed)
         self._note_end(process)
 
     def _locations(self, process: Process, operation: Operation) -> list[tuple[str, bool]]:
@@ -843,7 +847,12 @@ class World:
             actions = await self.enabled()
             if self.covered is not None and self.covered(self.decision_state(actions)):
                 return None
-            if await self._wait_allowed() and self.chooser.choose("time", [1.0, 0.3]):
+            waits_left = self.waited < self.config.waits  # most runs have none: skip the rest
+            if (
+                waits_left
+                and await self._wait_allowed()
+                and self.chooser.choose("time", [1.0, 0.3])
+            ):
                 await self._wait()
                 continue
             if not actions and not self._stalled():
