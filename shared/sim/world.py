@@ -500,7 +500,9 @@ class World:
                 sweeping = True
         if self.config.client_sends:
             actions += self._client_sends(live)
-        queues = await self._queue_state()
+        queues = self._queues
+        if len(queues) < len(self._endpoint_queues):  # one was changed since it was read
+            queues = await self._queue_state()
         if invocations < self.config.concurrency:
             actions += [self._starts[name] for name, (visible, _) in queues.items() if visible]
         unlanded = self._unlanded()
@@ -748,9 +750,10 @@ class World:
         if not messages:
             return "nothing to receive"
         [message] = messages
-        with contextlib.suppress(MalformedSignal):
-            token = Signal.parse(message.content).token
-            incoming_token.set((self.bus_config.tokens_container, token))
+        if self.wrap is not None:  # only a variant's wrapper reads the incoming token
+            with contextlib.suppress(MalformedSignal):
+                token = Signal.parse(message.content).token
+                incoming_token.set((self.bus_config.tokens_container, token))
         acknowledged = await self.workers[queue_name].run_one(message)
         return "acknowledged" if acknowledged else "released"
 
