@@ -26,7 +26,15 @@ from shared.sim.invariants import Observation
 from shared.sim.model import SHAPES
 from shared.sim.readings import WINDOW_MODES
 from shared.sim.variants import Variant
-from shared.sim.world import ALL_FAULTS, RunResult, SimConfig, World, quiet_logs, reference_run
+from shared.sim.world import (
+    ALL_FAULTS,
+    Prepared,
+    RunResult,
+    SimConfig,
+    World,
+    quiet_logs,
+    reference_run,
+)
 from shared.stores.memory import MemoryStorageAccount
 
 CONFIGS: dict[str, SimConfig] = {
@@ -240,24 +248,48 @@ async def reference_for(config: SimConfig) -> Observation:
     return _references[key]
 
 
+_set_ups: dict[SimConfig, tuple[MemoryStorageAccount, Prepared]] = {}
+SET_UPS_KEPT = 8
+"""Configurations whose set-up account is kept: an exhaustive search runs one configuration
+thousands of times; a random search draws a new one for every run."""
+
+
+async def set_up(config: SimConfig) -> tuple[MemoryStorageAccount, Prepared]:
+    """An in-memory account as ``World.setup`` leaves it for ``config``, and what else setup
+    left behind (cached: setup depends on the configuration only, and takes as long as a few
+    steps of a run; each run works on a copy of the account)."""
+    if config not in _set_ups:
+        clock = ManualClock()
+        account = MemoryStorageAccount(clock=clock)
+        world = World(config, Replay([]), account, clock)
+        with quiet_logs():
+            await world.setup()
+        while len(_set_ups) >= SET_UPS_KEPT:
+            del _set_ups[next(iter(_set_ups))]
+        _set_ups[config] = (account, world.after_setup())
+    return _set_ups[config]
+
+
 async def simulate(
     config: SimConfig,
     chooser: Chooser,
     variant: Variant | None = None,
     covered: Callable[[Hashable], bool] | None = None,
 ) -> RunResult:
-    """One run on fresh in-memory stores, checked against the reference (``covered``: see
-    ``World.covered``)."""
+    """One run on fresh in-memory stores (a copy of the set-up ones: ``set_up``), checked
+    against the reference (``covered``: see ``World.covered``)."""
     reference = await reference_for(config)
+    template, prepared = await set_up(config)
     clock = ManualClock()
     world = World(
         config,
         chooser,
-        MemoryStorageAccount(clock=clock),
+        template.copy(clock),
         clock,
         wrap=variant.wrap if variant is not None else None,
         retention=variant.retention if variant is not None else None,
         covered=covered,
+        prepared=prepared,
     )
     with quiet_logs():
         return await world.run(reference)
@@ -289,25 +321,27 @@ async def exhaustive(
     summary = Summary()
     started = time.process_time()
     reduction = Reduction() if reduce else None
-    prefix: list[int] | None = []
-    while prefix is not None:
-        chooser = DepthFirst(prefix, max_deviations, max_faults)
-        covered = None
-        if reduction is not None:
-            covered = functools.partial(reduction.covered, chooser=chooser)
-        result = await simulate(config, chooser, variant, covered)
-        prefix = chooser.next_prefix()
-        if reduction is not None:
-            reduction.finish(prefix)
-        summary.add(exhaustive_seed(config, result.decisions), result)
-        if result.pruned:
-            continue
-        if progress is not None and summary.schedules % 500 == 0:
-            progress(summary)
-        if (stop_at_first and summary.violations) or (stop_when and stop_when(result)):
-            break
-        if limit and summary.schedules >= limit:
-            break
+    # Quiet for the whole search: each run's quiet_logs then changes nothing.
+    with quiet_logs():
+        prefix: list[int] | None = []
+        while prefix is not None:
+            chooser = DepthFirst(prefix, max_deviations, max_faults)
+            covered = None
+            if reduction is not None:
+                covered = functools.partial(reduction.covered, chooser=chooser)
+            result = await simulate(config, chooser, variant, covered)
+            prefix = chooser.next_prefix()
+            if reduction is not None:
+                reduction.finish(prefix)
+            summary.add(exhaustive_seed(config, result.decisions), result)
+            if result.pruned:
+                continue
+            if progress is not None and summary.schedules % 500 == 0:
+                progress(summary)
+            if (stop_at_first and summary.violations) or (stop_when and stop_when(result)):
+                break
+            if limit and summary.schedules >= limit:
+                break
     summary.seconds = time.process_time() - started
     return summary
 
@@ -351,23 +385,24 @@ async def random_search(
     Without ``config``, seeds that draw a mode outside ``modes`` are skipped."""
     summary = Summary()
     started = time.process_time()
-    for seed in seeds:
-        if deadline is not None and time.monotonic() >= deadline:
-            break
-        if config is None:
-            run_config, chooser = random_config(seed)
-            if run_config.mode not in modes:
-                continue
-            name = str(seed)
-        else:
-            run_config, chooser = config, seeded_for(config, seed)
-            name = f"{config.name}@{seed}"
-        result = await simulate(run_config, chooser, variant)
-        summary.add(name, result)
-        if progress is not None and summary.schedules % 250 == 0:
-            progress(summary)
-        if (stop_at_first and summary.violations) or (stop_when and stop_when(result)):
-            break
+    with quiet_logs():
+        for seed in seeds:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            if config is None:
+                run_config, chooser = random_config(seed)
+                if run_config.mode not in modes:
+                    continue
+                name = str(seed)
+            else:
+                run_config, chooser = config, seeded_for(config, seed)
+                name = f"{config.name}@{seed}"
+            result = await simulate(run_config, chooser, variant)
+            summary.add(name, result)
+            if progress is not None and summary.schedules % 250 == 0:
+                progress(summary)
+            if (stop_at_first and summary.violations) or (stop_when and stop_when(result)):
+                break
     summary.seconds = time.process_time() - started
     return summary
 

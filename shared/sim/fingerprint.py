@@ -28,9 +28,9 @@ _MASK = (1 << 64) - 1
 
 class TraceFingerprint:
     def __init__(self) -> None:
-        self._chains: dict[Hashable, tuple[int, int]] = {}
+        self._chains: dict[Hashable, tuple[int, int, int]] = {}
         """Projection -> (hash chain of its ordered events, sum of the reads since the last
-        ordered event)."""
+        ordered event, the projection's term of ``_sum``)."""
         self._sum = 0
         """Sum of hash((projection, chain, reads)) over the projections of this segment."""
         self._segments = 0
@@ -41,15 +41,16 @@ class TraceFingerprint:
         if old is None:
             chain, reads = 0, 0
         else:
-            chain, reads = old
-            self._sum -= hash((projection, chain, reads))
+            chain, reads, term = old
+            self._sum -= term
         if read:
             reads = (reads + hash(event)) & _MASK
         else:
             chain = hash((chain, reads, event))
             reads = 0
-        self._chains[projection] = (chain, reads)
-        self._sum += hash((projection, chain, reads))
+        term = hash((projection, chain, reads))
+        self._chains[projection] = (chain, reads, term)
+        self._sum += term
 
     def operation(
         self, process: str, locations: Iterable[tuple[str, bool]], event: Hashable

@@ -72,9 +72,9 @@ class Scheduler:
         if process is None:
             return
         process.pending = operation
-        process._release = asyncio.get_running_loop().create_future()
+        release = process._release = asyncio.get_running_loop().create_future()
         self._signal_idle()
-        await process._release
+        await release
         process.pending = None
         process.operations += 1
 
@@ -110,7 +110,13 @@ class Scheduler:
         release = process._release
         if release is None or process.done:
             raise RuntimeError(f"process {process.name} is not waiting at an operation")
-        await self._run_until_idle(lambda: release.set_result(None))
+        if self.idle_timeout is not None:
+            await self._run_until_idle(lambda: release.set_result(None))
+            return
+        # In-memory stores: the _run_until_idle of every step, without its timer and calls.
+        idle = self._idle = release.get_loop().create_future()
+        release.set_result(None)
+        await idle
 
     def live(self) -> list[Process]:
         return [p for p in self.processes if not p.done]

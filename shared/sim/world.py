@@ -78,6 +78,7 @@ from shared.stores.instrumented import (
     InstrumentedAccount,
     Operation,
 )
+from shared.stores.queue import MessageQueue
 
 Timing = Literal["bounded", "unbounded"]
 CLIENT = "client"
@@ -228,24 +229,48 @@ class Action:
     held: HeldRequest | None = None
 
 
+TICK = Action("tick", 0.3)
+SWEEP = Action("sweep", 0.2)
+
 AccountWrapper = Callable[[StorageAccount], StorageAccount]
 
 
-def counter_ids() -> Callable[[], str]:
+class CounterIds:
     """Claim and attempt ids from a counter per simulated process (one more for calls outside
     any process), so that a run's ids replay exactly and an id depends only on its process's
     own history, not on how the other processes' steps interleave with it: two equivalent
     schedules (``TraceFingerprint``) then name everything alike. Production ids are random,
     so nothing may depend on their order anyway."""
-    drawn: dict[int, int] = {}
 
-    def new_id() -> str:
+    def __init__(self, drawn: dict[int, int] | None = None) -> None:
+        self.drawn = dict(drawn or {})
+        """Owner (0: outside any process, else the process number + 1) -> ids drawn."""
+
+    def __call__(self) -> str:
         process = Scheduler.current()
         owner = 0 if process is None else process.number + 1
-        drawn[owner] = drawn.get(owner, 0) + 1
-        return str(uuid.UUID(int=owner << 64 | drawn[owner]))
+        self.drawn[owner] = self.drawn.get(owner, 0) + 1
+        return str(uuid.UUID(int=owner << 64 | self.drawn[owner]))
 
-    return new_id
+
+@dataclass(frozen=True)
+class Prepared:
+    """What ``World.setup`` leaves behind besides the account's contents: the ids it drew
+    and the state of the bus's jitter. A world given it (``World.prepared``) starts where a
+    world of the same configuration was after its setup, on a copy of that world's account
+    (``explore.simulate``)."""
+
+    ids: dict[int, int]
+    jitter: tuple[Any, ...]
+
+
+async def _queue_state(queue: MessageQueue) -> tuple[bool, bool]:
+    """(has a visible message, has a hidden one)."""
+    count = await queue.approximate_count()
+    if count == 0:  # the count is never below the number of messages: none to peek at
+        return False, False
+    visible = len(await queue.peek(32))
+    return visible > 0, count > visible
 
 
 async def _no_sleep(seconds: float) -> None:
@@ -274,6 +299,9 @@ class World:
     covered: Callable[[Hashable], bool] | None = None
     """Asked before every action with the run's state (``decision_state``): True ends the
     run at once, its continuations being equivalent to runs already explored."""
+    prepared: Prepared | None = None
+    """Set when ``account`` already holds what ``setup`` puts there for this configuration
+    (a copy of an account another world set up): ``run`` then skips ``setup``."""
     trace: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -303,14 +331,18 @@ class World:
         self.quiet_account = self.account if self.wrap is None else self.wrap(self.account)
         """For the cleanup passes run while nothing else runs: neither scheduled nor faulted,
         but changed by a variant like every other pass."""
+        self.ids = CounterIds(None if self.prepared is None else self.prepared.ids)
+        jitter = random.Random(0)
+        if self.prepared is not None:
+            jitter.setstate(self.prepared.jitter)
         settings: dict[str, Any] = {
             "tokens_container": f"tokens{self.suffix}",
             "topics_container": f"topics{self.suffix}",
             "ingress_table": f"ingress{self.suffix}",
             "topic_cache_seconds": 0.0,
             "sleep": _no_sleep,
-            "new_id": counter_ids(),
-            "jitter": random.Random(0),
+            "new_id": self.ids,
+            "jitter": jitter,
             "processed_retention_seconds": config.window,
             "state_stream_retention_seconds": config.window,
             "entity_outbox_retention_seconds": config.window,
@@ -335,7 +367,15 @@ class World:
         """Operation index of a held request -> (process, its operation number there)."""
         self.fingerprint = TraceFingerprint()
         self._current: Process | None = None
-        self._queues: dict[str, tuple[bool, bool]] | None = None
+        self._queues: dict[str, tuple[bool, bool]] = {}
+        """What ``_queue_state`` last read of each endpoint queue, while it holds."""
+        self._endpoint_queues = {name: self.account.queue(name) for name in self.endpoints}
+        # Actions are immutable: each is made once and listed again at every decision.
+        self._starts = {name: Action("start", 1.0, queue=name) for name in self.endpoints}
+        self._duplicates = {name: Action("duplicate", 0.2, queue=name) for name in self.endpoints}
+        self._steps: dict[int, Action] = {}
+        self._fault_kinds: dict[str, tuple[list[Fault | Stall | None], list[float]]] = {}
+        self._lands: dict[int, Action] = {}
         self.ticks = self.sweeps_started = self.duplicates_sent = self.faults = self.waited = 0
         self.sends_left = dict.fromkeys(range(config.messages), config.client_sends)
         self.retries_left = dict.fromkeys(range(config.messages), config.client_retries)
@@ -379,6 +419,10 @@ class World:
             for _ in range(self.config.copies - 1):
                 await queue.send(message.content)
 
+    def after_setup(self) -> Prepared:
+        """What ``setup`` left behind besides the account (call it right after ``setup``)."""
+        return Prepared(dict(self.ids.drawn), self.bus_config.jitter.getstate())
+
     def _start(self, number: int) -> Start:
         return Start(key=f"k{number % self.config.partitions}", request=f"m{number}")
 
@@ -387,12 +431,23 @@ class World:
     def _plan(self, operation: Operation) -> Fault | None:
         return self._planned.pop(operation.index, None)
 
-    def _fault_options(self, operation: Operation) -> list[Fault | Stall | None]:
+    def _fault_options(
+        self, operation: Operation
+    ) -> tuple[list[Fault | Stall | None], list[float]]:
+        """The faults ``operation`` may be given, no fault first, and their weights (the same
+        for every operation of a kind: kept per kind)."""
+        options = self._fault_kinds.get(operation.kind)
+        if options is None:
+            faults = self._faults_of(operation.kind)
+            options = self._fault_kinds[operation.kind] = (faults, [1.0] * len(faults))
+        return options
+
+    def _faults_of(self, kind: str) -> list[Fault | Stall | None]:
         allowed: tuple[Fault, ...] = self.config.faults
-        if operation.kind in READS:
+        if kind in READS:
             before = (Fault.CRASH_BEFORE, Fault.ERROR_BEFORE)
             allowed = tuple(f for f in allowed if f in before)
-        elif Fault.LATE in allowed and operation.kind == "queue.receive":
+        elif Fault.LATE in allowed and kind == "queue.receive":
             # A late receive only hides a message once more: the same as a crash after it.
             allowed = tuple(f for f in allowed if f is not Fault.LATE)
         if self.config.timing == "unbounded":
@@ -402,28 +457,27 @@ class World:
     # -- actions -------------------------------------------------------------------------------
 
     async def _queue_state(self) -> dict[str, tuple[bool, bool]]:
-        """Per endpoint queue: (has a visible message, has a hidden one). Only queue
-        operations, late requests, duplicates and time change it, so it is read again only
-        after those."""
-        if self._queues is None:
+        """Per endpoint queue, in the endpoints' order: (has a visible message, has a hidden
+        one). Only operations on that queue, late requests, duplicates and time change it, so
+        it is read again only after those."""
+        known = self._queues
+        if len(known) < len(self._endpoint_queues):
             self._queues = {}
-            for name in self.endpoints:
-                queue = self.account.queue(name)
-                visible = len(await queue.peek(32))
-                self._queues[name] = (visible > 0, await queue.approximate_count() > visible)
+            for name, queue in self._endpoint_queues.items():
+                state = known.get(name)
+                self._queues[name] = await _queue_state(queue) if state is None else state
         return self._queues
 
-    def _tick_allowed(self) -> bool:
+    def _tick_allowed(self, live: list[Process], unlanded: list[HeldRequest]) -> bool:
         if self.ticks >= self.config.max_ticks:
             return False
         if self.config.timing == "unbounded":
             return True
         later = self.now() + self.config.tick
-        if any(later - p.started_at > self.config.invocation_limit for p in self.scheduler.live()):
+        if any(later - p.started_at > self.config.invocation_limit for p in live):
             return False
         return all(
-            later - self._held_at[h.operation.index] <= self.config.late_limit
-            for h in self._unlanded()
+            later - self._held_at[h.operation.index] <= self.config.late_limit for h in unlanded
         )
 
     def _unlanded(self) -> list[HeldRequest]:
@@ -435,39 +489,55 @@ class World:
         live = self.scheduler.live()
         current = self._current
         if current is not None and current.runnable:
-            actions.append(Action("step", 1.0, process=current))
-        actions += [Action("step", 1.0, process=p) for p in live if p.runnable and p is not current]
-        actions += self._client_sends(live)
-        queues = await self._queue_state()
-        invocations = sum(1 for p in live if p.name.startswith("inv"))
+            actions.append(self._step_action(current))
+        invocations, sweeping = 0, False
+        for process in live:
+            if process.runnable and process is not current:
+                actions.append(self._step_action(process))
+            if process.name.startswith("inv"):
+                invocations += 1
+            elif process.name.startswith("sweep"):
+                sweeping = True
+        if self.config.client_sends:
+            actions += self._client_sends(live)
+        queues = self._queues
+        if len(queues) < len(self._endpoint_queues):  # one was changed since it was read
+            queues = await self._queue_state()
         if invocations < self.config.concurrency:
-            actions += [
-                Action("start", 1.0, queue=name) for name, (visible, _) in queues.items() if visible
-            ]
-        actions += [Action("land", 0.5, held=h) for h in self._unlanded()]
-        hidden = any(h for _, h in queues.values())
-        if (hidden or self.sweeps_started < self.config.sweeps) and self._tick_allowed():
-            actions.append(Action("tick", 0.3))
-        if self.sweeps_started < self.config.sweeps and not any(
-            p.name.startswith("sweep") for p in live
-        ):
-            actions.append(Action("sweep", 0.2))
+            actions += [self._starts[name] for name, (visible, _) in queues.items() if visible]
+        unlanded = self._unlanded()
+        actions += [self._land_action(h) for h in unlanded]
+        duplicates = []
         if self.duplicates_sent < self.config.duplicates:
-            actions += [
-                Action("duplicate", 0.2, queue=name)
-                for name, (visible, _) in queues.items()
-                if visible
+            duplicates = [
+                self._duplicates[name] for name, (visible, _) in queues.items() if visible
             ]
+        hidden = any(h for _, h in queues.values())
         # A tick alone is not progress: only when it may bring a hidden message back.
-        if not hidden and all(a.kind in ("tick", "sweep") for a in actions):
+        if not hidden and not actions and not duplicates:
             return []
-        return actions
+        sweeps_left = self.sweeps_started < self.config.sweeps
+        if (hidden or sweeps_left) and self._tick_allowed(live, unlanded):
+            actions.append(TICK)
+        if sweeps_left and not sweeping:
+            actions.append(SWEEP)
+        return actions + duplicates
+
+    def _step_action(self, process: Process) -> Action:
+        action = self._steps.get(process.number)
+        if action is None:
+            action = self._steps[process.number] = Action("step", 1.0, process=process)
+        return action
+
+    def _land_action(self, held: HeldRequest) -> Action:
+        action = self._lands.get(held.operation.index)
+        if action is None:
+            action = self._lands[held.operation.index] = Action("land", 0.5, held=held)
+        return action
 
     def _client_sends(self, live: list[Process]) -> list[Action]:
         """A client send of each key that still has one to make, or a retry of a key whose
         sends all ended without a receipt."""
-        if not self.config.client_sends:
-            return []
         sending = {p.name.partition("@")[2] for p in live if p.name.startswith(CLIENT)}
         actions = []
         for number, left in self.sends_left.items():
@@ -492,7 +562,7 @@ class World:
         await self._advance(self.config.sweep_grace + 1)
         await self._cleanup(self.quiet_account, self.config.sweep_grace, self.config.window)
         self.waited += 1
-        self._queues = None
+        self._queues = {}
         self.fingerprint.barrier("wait")
         self.trace.append(
             f"{len(self.trace):4} time passes beyond the grace period (the redelivery is "
@@ -505,7 +575,7 @@ class World:
             # _actions gives every step its process
             await self._step(number, cast(Process, action.process))
             return
-        self._queues = None  # every other action may change what the queues hold
+        self._queues = {}  # every other action may change what the queues hold
         if action.kind == "send":
             key = int(action.queue.removeprefix("m"))
             if self.sends_left[key] > 0:
@@ -562,11 +632,11 @@ class World:
         # Only runnable processes are stepped, and a runnable process has an operation pending.
         operation = cast(Operation, process.pending)
         if operation.kind.startswith("queue."):
-            self._queues = None
-        options = self._fault_options(operation)
+            self._queues.pop(operation.target, None)  # the queue's name
+        options, weights = self._fault_options(operation)
         fault = None
         if len(options) > 1:
-            fault = options[self.chooser.choose("fault", [1.0] * len(options))]
+            fault = options[self.chooser.choose("fault", weights)]
         if fault is not None:
             self.faults += 1
         if isinstance(fault, Stall):
@@ -592,9 +662,10 @@ class World:
             (process.name, performed, operation.kind, operation.target, fault),
         )
         await self.scheduler.step(process)
-        for held in self.instrumentation.held[held_before:]:
-            self._held_at[held.operation.index] = self.now()
-            self._held_by[held.operation.index] = (process.name, performed)
+        if len(self.instrumentation.held) > held_before:
+            for held in self.instrumentation.held[held_before:]:
+                self._held_at[held.operation.index] = self.now()
+                self._held_by[held.operation.index] = (process.name, performed)
         self._note_end(process)
 
     def _locations(self, process: Process, operation: Operation) -> list[tuple[str, bool]]:
@@ -651,7 +722,7 @@ class World:
         if self.config.stall_outlasts_audit:
             await expire_audit_rows(self.account, self.endpoints, self._sql_rows(counted=False))
         self.past_window = self.config.windowed
-        self._queues = None
+        self._queues = {}
         for process in self._stalled():
             process.stalled = False
         self.fingerprint.barrier("resume")
@@ -679,9 +750,10 @@ class World:
         if not messages:
             return "nothing to receive"
         [message] = messages
-        with contextlib.suppress(MalformedSignal):
-            token = Signal.parse(message.content).token
-            incoming_token.set((self.bus_config.tokens_container, token))
+        if self.wrap is not None:  # only a variant's wrapper reads the incoming token
+            with contextlib.suppress(MalformedSignal):
+                token = Signal.parse(message.content).token
+                incoming_token.set((self.bus_config.tokens_container, token))
         acknowledged = await self.workers[queue_name].run_one(message)
         return "acknowledged" if acknowledged else "released"
 
@@ -701,7 +773,8 @@ class World:
     async def run(self, reference: Observation | None) -> RunResult:
         """Run to quiescence, clean up once, and check the invariants against ``reference``
         (None: this run is the reference)."""
-        await self.setup()
+        if self.prepared is None:
+            await self.setup()
         try:
             stuck = await self._drive()
         finally:
@@ -777,7 +850,12 @@ class World:
             actions = await self.enabled()
             if self.covered is not None and self.covered(self.decision_state(actions)):
                 return None
-            if await self._wait_allowed() and self.chooser.choose("time", [1.0, 0.3]):
+            waits_left = self.waited < self.config.waits  # most runs have none: skip the rest
+            if (
+                waits_left
+                and await self._wait_allowed()
+                and self.chooser.choose("time", [1.0, 0.3])
+            ):
                 await self._wait()
                 continue
             if not actions and not self._stalled():
@@ -819,8 +897,13 @@ async def reference_run(
 
 @contextlib.contextmanager
 def quiet_logs() -> Iterator[None]:
-    """The pipeline logs every injected failure; thousands of runs would drown the output."""
+    """The pipeline logs every injected failure; thousands of runs would drown the output.
+    Inside a search already quiet, a run changes nothing (logging.disable empties every
+    logger's cache, which costs more than a few steps of a run)."""
     previous = logging.root.manager.disable
+    if previous >= logging.CRITICAL:
+        yield
+        return
     logging.disable(logging.CRITICAL)
     try:
         yield

@@ -78,7 +78,8 @@ def check_key(kind: str, value: str) -> str:
     if not isinstance(value, str):
         raise InvalidName(f"{kind} must be a string, got {type(value).__name__}")
     try:
-        size = len(value.encode("utf-16-le"))
+        # An ASCII key (the usual one) is two bytes a character and holds no lone surrogate.
+        size = 2 * len(value) if value.isascii() else len(value.encode("utf-16-le"))
     except UnicodeEncodeError:  # lone surrogates: undecodable bytes or escapes in JSON
         raise InvalidName(f"{kind} {value[:40]!r} is not valid Unicode text") from None
     if size > MAX_KEY_BYTES:

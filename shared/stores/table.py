@@ -106,7 +106,8 @@ def operation_key(op: TableOperation) -> tuple[str, str]:
 
 def _value_size(value: TableValue) -> int:
     if isinstance(value, str):
-        return len(value.encode("utf-16-le"))
+        # UTF-16: an ASCII text is two bytes a character, without encoding it to count them.
+        return 2 * len(value) if value.isascii() else len(value.encode("utf-16-le"))
     if isinstance(value, bytes):
         return len(value)
     return 8

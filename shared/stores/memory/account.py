@@ -20,6 +20,14 @@ class MemoryStorageAccount(StorageAccount):
     def __init__(self, clock: Clock = system_clock) -> None:
         self.state = MemoryState(clock=clock)
 
+    def copy(self, clock: Clock) -> MemoryStorageAccount:
+        """Another account holding what this one holds now, on ``clock``, independent of this
+        one from here on (``MemoryState.copy``): what a long set-up leaves behind, built once
+        and copied for each use."""
+        account = MemoryStorageAccount(clock)
+        account.state = self.state.copy(clock)
+        return account
+
     def blob_container(self, name: str) -> BlobContainer:
         return MemoryBlobContainer(self.state, check_container_name(name))
 

@@ -55,12 +55,12 @@ class MemoryQueue(MessageQueue):
             del messages[message_id]
         return messages
 
-    def _view(self, message_id: str, stored: _Stored) -> QueueMessage:
+    def _view(self, message_id: str, stored: _Stored, pop_receipt: str) -> QueueMessage:
         return QueueMessage(
             id=message_id,
             content=stored.content,
             dequeue_count=stored.dequeue_count,
-            pop_receipt=stored.pop_receipt,
+            pop_receipt=pop_receipt,
             inserted_on=to_datetime(stored.inserted),
             next_visible_on=to_datetime(stored.visible_at),
         )
@@ -118,7 +118,7 @@ class MemoryQueue(MessageQueue):
                     pop_receipt=str(uuid.uuid4()),
                 )
                 messages[message_id] = stored
-                received.append(self._view(message_id, stored))
+                received.append(self._view(message_id, stored, stored.pop_receipt))
             return received
 
     def _leased(self, message_id: str, pop_receipt: str) -> _Stored:
@@ -167,7 +167,8 @@ class MemoryQueue(MessageQueue):
             visible = sorted(
                 (m.sequence, k, m) for k, m in self._messages().items() if m.visible_at <= now
             )[:max_messages]
-            return [replace(self._view(k, m), pop_receipt="") for _, k, m in visible]
+            # A peek holds no lease: its messages carry no pop receipt.
+            return [self._view(k, m, "") for _, k, m in visible]
 
     async def approximate_count(self) -> int:
         with self._state.lock:

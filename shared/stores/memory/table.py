@@ -110,13 +110,14 @@ class MemoryTable(Table):
             if op.etag is not None and current.etag != op.etag:
                 raise PreconditionFailed(f"entity {key} changed (ETag mismatch)")
 
-    def _write(self, rows: _Rows, op: TableOperation) -> str | None:
+    def _write(self, rows: _Rows, op: TableOperation, entity: Entity | None) -> str | None:
+        """Apply ``op`` (checked); ``entity`` is its entity as ``normalise_entity`` returned
+        it, None for a Delete."""
         key = operation_key(op)
-        if isinstance(op, Delete):
+        if entity is None:
             del rows[key]
             return None
         etag = self._state.new_etag()
-        entity = normalise_entity(op.entity)
         rows[key] = Entity(entity.partition_key, entity.row_key, dict(entity.properties), etag)
         return etag
 
@@ -130,11 +131,11 @@ class MemoryTable(Table):
         return await self._single(Upsert(entity))
 
     async def _single(self, op: Insert | Update | Upsert) -> str:
-        normalise_entity(op.entity)
+        entity = normalise_entity(op.entity)
         with self._state.lock:
             rows = self._rows()
             self._check(rows, op)
-            etag = cast(str, self._write(rows, op))  # None only for a Delete, never passed here
+            etag = cast(str, self._write(rows, op, entity))  # None only for a Delete
         return etag
 
     async def delete(self, partition_key: str, row_key: str, *, etag: str | None = None) -> None:
@@ -145,13 +146,13 @@ class MemoryTable(Table):
             if (partition_key, row_key) in rows:
                 op = Delete(partition_key, row_key, etag)
                 self._check(rows, op)
-                self._write(rows, op)
+                self._write(rows, op, None)
 
     async def transact(self, operations: Sequence[TableOperation]) -> list[str | None]:
         check_transaction(operations)
-        for op in operations:
-            if not isinstance(op, Delete):
-                normalise_entity(op.entity)
+        entities = [
+            None if isinstance(op, Delete) else normalise_entity(op.entity) for op in operations
+        ]
         with self._state.lock:
             rows = self._rows()
             # Every operation names a distinct entity, so checking all of them against the
@@ -161,4 +162,4 @@ class MemoryTable(Table):
                     self._check(rows, op)
                 except StorageError as e:
                     raise TransactionFailed(index, e) from e
-            return [self._write(rows, op) for op in operations]
+            return [self._write(rows, op, e) for op, e in zip(operations, entities, strict=True)]
