@@ -12,6 +12,7 @@ gone from the poison queue (``not_waiting``) and sends nothing for them.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -52,18 +53,25 @@ async def _replay_endpoint(
     task: ReplayTask, endpoint: str, ids: list[str]
 ) -> tuple[list[Outcome], int]:
     wanted, chosen = set(ids), set[str]()
+    taken = 0
 
     def select(content: str) -> bool:
+        # Every entry that claims a selected id is taken, not only the first: the id is the
+        # entry's own claim, so a planted or damaged entry could otherwise stand in for the
+        # real one. Replaying a real copy twice is harmless (one token, one processing).
+        nonlocal taken
         message_id = read_poison(content).message_id
-        if message_id not in wanted or message_id in chosen:
-            return False  # not selected, or a second copy of one already taken
+        if message_id not in wanted:
+            return False
         chosen.add(message_id)
+        taken += 1
         return True
 
     async with AzureStorageAccount(task.storage) as raw:
         account = InstrumentedAccount(raw)
+        # No limit: copies of one id may be anywhere in the queue, so the pass reads it all.
         report = await replay_report(
-            account, endpoint, len(ids), task.parked_container, select=select
+            account, endpoint, sys.maxsize, task.parked_container, select=select
         )
         made = account.instrumentation.count
     uncertain = "; ".join(report.skipped)
@@ -74,7 +82,7 @@ async def _replay_endpoint(
         elif report.skipped:
             # replay_report says how many it could not send, not which: every one taken is
             # marked, and a run of the job again replays what is still waiting.
-            reason = f"replayed {report.replayed} of {len(chosen)} taken: {uncertain}"
+            reason = f"replayed {report.replayed} of {taken} taken: {uncertain}"
             outcomes.append((_name(endpoint, message_id), None, "uncertain", reason, [], None))
         else:
             outcomes.append((_name(endpoint, message_id), None, "sent", None, [message_id], None))
