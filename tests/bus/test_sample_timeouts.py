@@ -8,40 +8,24 @@ processed, failing if that happens before the window closed."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
 from shared.bus import Outcome
-from shared.clock import ManualClock
 from shared.local.azurite import AzuriteEndpoints
 from shared.sample.app import Order, PaymentReceived, PlaceOrder, Shipping, app
-from shared.settings import StorageSettings
-from shared.stores.azure import AzureStorageAccount
 from shared.stores.instrumented import Fault, FaultPlan, Operation
-from shared.stores.memory import MemoryStorageAccount
 from tests.bus.harness import Harness
 from tests.bus.waiting import wait_until
 from tests.conftest import Backend, started_azurite
 
 
 @pytest.fixture(scope="module")
-def emulator() -> Iterator[AzuriteEndpoints]:
+def azurite() -> Iterator[AzuriteEndpoints]:
+    """An emulator of this module's own (the sample app's queue names are fixed), which the
+    shared ``backend`` fixture uses in place of the session's."""
     yield from started_azurite()
-
-
-@pytest.fixture(params=["memory", pytest.param("azurite", marks=pytest.mark.azurite)])
-async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
-    if request.param == "memory":
-        clock = ManualClock()
-        yield Backend("memory", MemoryStorageAccount(clock=clock), clock)
-        return
-    endpoints: AzuriteEndpoints = request.getfixturevalue("emulator")
-    account = AzureStorageAccount(StorageSettings(connection_string=endpoints.connection_string))
-    try:
-        yield Backend("azurite", account)
-    finally:
-        await account.close()
 
 
 def window(backend: Backend) -> int:
