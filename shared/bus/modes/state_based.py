@@ -372,8 +372,7 @@ async def _resume(
     try:
         found = await rows.read(str(partition_key), [str(row_key)])
     except ROW_ERRORS as e:  # damaged since it was read: it stays, and nothing waits
-        key = (str(partition_key), str(row_key))
-        pass_over(on_damaged, DamagedRow(rows.where(*key), key, e))
+        pass_over(on_damaged, rows.damaged_at(str(partition_key), str(row_key), e))
         return following, None
     return following, found.get(str(row_key))  # gone meanwhile: nothing waits
 
@@ -395,8 +394,8 @@ async def _remove_judged(
     try:
         return await _remove_version(rows, tokens, version, pending.etag, older_than)
     except ROW_ERRORS as e:
-        key = (version.partition_key, index_row(version.message_id))
-        pass_over(on_damaged, DamagedRow(rows.where(*key), key, e))
+        index = rows.damaged_at(version.partition_key, index_row(version.message_id), e)
+        pass_over(on_damaged, index)
         return False
 
 

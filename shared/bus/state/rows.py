@@ -118,8 +118,11 @@ class ModeRows(abc.ABC):
 
     def damaged(self, entity: Entity, error: BaseException) -> DamagedRow:
         """``entity`` of these rows as one that cannot be read, and why."""
-        key = (entity.partition_key, entity.row_key)
-        return DamagedRow(self.where(*key), key, error)
+        return self.damaged_at(entity.partition_key, entity.row_key, error)
+
+    def damaged_at(self, partition_key: str, row_key: str, error: BaseException) -> DamagedRow:
+        """The row at this key as one that cannot be read, and why."""
+        return DamagedRow(self.where(partition_key, row_key), (partition_key, row_key), error)
 
     @abc.abstractmethod
     async def read(
