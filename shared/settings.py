@@ -14,12 +14,12 @@ One setting name (``AzureWebJobsStorage`` by default) either holds a connection 
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shared import app_settings
 from shared.errors import ConfigurationError
 
 DEFAULT_SETTING = "AzureWebJobsStorage"
@@ -43,8 +43,8 @@ class StorageTimeouts:
 
     ``connect`` and ``read`` bound each HTTP attempt (``read`` is silence on the socket);
     ``call`` bounds one store call, the SDK's retries included; ``ingress`` bounds one
-    ``POST /api/messages``, all its storage calls included. Each is read from the environment
-    variable named beside it."""
+    ``POST /api/messages``, all its storage calls included. Each is the app setting named
+    beside it (``shared.app_settings``)."""
 
     connect: float = 3.0  # BUS_STORAGE_CONNECT_TIMEOUT
     read: float = 5.0  # BUS_STORAGE_READ_TIMEOUT
@@ -52,33 +52,25 @@ class StorageTimeouts:
     ingress: float = 12.0  # BUS_INGRESS_TIMEOUT
 
 
-_TIMEOUT_VARIABLES = {
-    "connect": "BUS_STORAGE_CONNECT_TIMEOUT",
-    "read": "BUS_STORAGE_READ_TIMEOUT",
-    "call": "BUS_STORAGE_CALL_TIMEOUT",
-    "ingress": "BUS_INGRESS_TIMEOUT",
-}
+def load_storage_timeouts(
+    environ: Mapping[str, str], origins: Mapping[str, str] | None = None
+) -> StorageTimeouts:
+    """The timeouts set in ``environ``, the defaults for the rest (``shared.app_settings``
+    declares them); ``origins`` names where each value came from, for the errors."""
 
+    def value(setting: app_settings.Setting[float]) -> float:
+        return app_settings.read(setting, environ, (origins or {}).get(setting.name))
 
-def load_storage_timeouts(environ: Mapping[str, str]) -> StorageTimeouts:
-    """The timeouts set in ``environ``, the defaults for the rest."""
-    values: dict[str, float] = {}
-    for name, variable in _TIMEOUT_VARIABLES.items():
-        text = environ.get(variable, "").strip()
-        if not text:
-            continue
-        try:
-            values[name] = float(text)
-        except ValueError:
-            raise ConfigurationError(
-                f"{variable} must be a number of seconds, got {text!r}"
-            ) from None
-        if not (math.isfinite(values[name]) and values[name] > 0):
-            raise ConfigurationError(f"{variable} must be a positive number of seconds")
-    timeouts = StorageTimeouts(**values)
+    timeouts = StorageTimeouts(
+        connect=value(app_settings.CONNECT_TIMEOUT),
+        read=value(app_settings.READ_TIMEOUT),
+        call=value(app_settings.CALL_TIMEOUT),
+        ingress=value(app_settings.INGRESS_TIMEOUT),
+    )
     if max(timeouts.connect, timeouts.read) > timeouts.call or timeouts.call > timeouts.ingress:
         raise ConfigurationError(
-            "storage timeouts must nest: connect and read <= call <= ingress, got "
+            "storage timeouts must nest: BUS_STORAGE_CONNECT_TIMEOUT and "
+            "BUS_STORAGE_READ_TIMEOUT <= BUS_STORAGE_CALL_TIMEOUT <= BUS_INGRESS_TIMEOUT, got "
             f"{timeouts.connect:g}, {timeouts.read:g}, {timeouts.call:g}, {timeouts.ingress:g}"
         )
     return timeouts

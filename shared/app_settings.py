@@ -1,0 +1,399 @@
+"""Every app setting, declared once: its name, default, what it accepts and what it does.
+
+This list is the single source of truth for the settings the app reads. ``read`` parses a
+value with its declaration (a bad one is a ``ConfigurationError`` naming the setting, where
+its value came from and what it accepts), ``shared.config.build_config`` reads them all once
+at start-up, and the table of docs/settings.md is generated from it (``python -m
+shared.config``; a test fails when the two differ).
+
+Only ``shared.errors`` is imported here, so that ``shared.settings`` (the resolver) can parse
+the storage timeouts with these declarations too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from shared.errors import ConfigurationError
+
+T = TypeVar("T")
+
+DAY = 24 * 3600
+WEEK = 7 * DAY
+CENTURY = 36500 * DAY
+"""The longest window a setting accepts (a longer one would overflow a date)."""
+
+
+@dataclass(frozen=True)
+class Setting(Generic[T]):
+    """One app setting. ``parse`` turns a non-blank value into ``T`` or raises ValueError;
+    an unset or blank setting takes ``default``."""
+
+    name: str
+    default: T
+    accepts: str
+    """What a value must be, as the error message and the docs say it."""
+    description: str
+    group: str
+    parse: Callable[[str], T]
+    shown_default: str
+    """The default as the docs show it."""
+
+
+def read(setting: Setting[T], values: Mapping[str, str], origin: str | None = None) -> T:
+    """The value of ``setting`` in ``values`` (its default when unset or blank). ``origin``
+    says in the error where the value came from (the environment, local.settings.json...)."""
+    raw = values.get(setting.name, "")
+    if not raw.strip():
+        return setting.default
+    try:
+        return setting.parse(raw.strip())
+    except ValueError:
+        where = f" (from the {origin})" if origin else ""
+        raise ConfigurationError(
+            f"app setting {setting.name}={raw.strip()[:80]!r}{where} is not accepted: it must "
+            f"be {setting.accepts}"
+        ) from None
+
+
+def _number(text: str, low: float, high: float, *, open_low: bool) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value > high or value < low or (open_low and value == low):
+        raise ValueError(text)
+    return value
+
+
+def _amount(amount: float) -> str:
+    """Seconds as the docs show them: 604800 (7 days)."""
+    shown = f"{int(amount)}" if amount == int(amount) else f"{amount:g}"
+    if amount >= DAY and amount % DAY == 0:
+        days = int(amount // DAY)
+        return f"{shown} ({days} day{'s' * (days != 1)})"
+    return shown
+
+
+def seconds(
+    name: str,
+    default: float,
+    description: str,
+    *,
+    group: str,
+    low: float = 0.0,
+    open_low: bool = True,
+    high: float = CENTURY,
+) -> Setting[float]:
+    """A number of seconds: above ``low`` (or from it, ``open_low=False``) up to ``high``."""
+    above = f"above {_amount(low)}" if open_low else f"at least {_amount(low)}"
+    return Setting(
+        name,
+        default,
+        f"a number of seconds {above} and at most {_amount(high)}",
+        description,
+        group,
+        lambda text: _number(text, low, high, open_low=open_low),
+        _amount(default),
+    )
+
+
+def whole(
+    name: str, default: int, description: str, *, group: str, low: int, high: int
+) -> Setting[int]:
+    """A whole number from ``low`` to ``high``."""
+
+    def parse(text: str) -> int:
+        value = int(text)
+        if not low <= value <= high:
+            raise ValueError(text)
+        return value
+
+    return Setting(
+        name,
+        default,
+        f"a whole number from {low} to {high}",
+        description,
+        group,
+        parse,
+        str(default),
+    )
+
+
+TRUE = ("true", "1", "yes")
+FALSE = ("false", "0", "no")
+
+
+def flag(name: str, description: str, *, group: str) -> Setting[bool]:
+    """On or off, off by default."""
+
+    def parse(text: str) -> bool:
+        if text.lower() in TRUE:
+            return True
+        if text.lower() in FALSE:
+            return False
+        raise ValueError(text)
+
+    return Setting(
+        name, False, "true or false (also 1/0, yes/no)", description, group, parse, "false"
+    )
+
+
+def text(
+    name: str, default: str | None, accepts: str, description: str, *, group: str
+) -> Setting[str | None]:
+    """Text, checked where it is used (a connection string, a URL, an app reference)."""
+    return Setting(
+        name, default, accepts, description, group, lambda value: value, default or "unset"
+    )
+
+
+# --- The declarations ----------------------------------------------------------------------
+
+APP = "app and storage"
+TIMEOUTS = "storage timeouts"
+BUS = "bus"
+POSTGRES = "PostgreSQL"
+CLEANUP = "cleanup"
+
+BUS_APP = text(
+    "BUS_APP",
+    None,
+    "package.module:attribute naming a BusApp",
+    'the app every process runs (README, "Writing an endpoint"); unset: the sample app, '
+    "shared.sample.app:app",
+    group=APP,
+)
+STORAGE_SETTING = text(
+    "BUS_STORAGE_SETTING",
+    "AzureWebJobsStorage",
+    "the name of a connection setting",
+    "which connection setting the bus, `bus`, the audit and the queue triggers use",
+    group=APP,
+)
+CONNECTION = text(
+    "AzureWebJobsStorage",
+    None,
+    "a connection string, UseDevelopmentStorage=true, or unset with identity-based "
+    "AzureWebJobsStorage__accountName or __blobServiceUri, __queueServiceUri and "
+    "__tableServiceUri (optionally __credential=managedidentity and __clientId)",
+    "the storage account (the connection setting BUS_STORAGE_SETTING names); required by every "
+    "command that touches storage, never a silent fallback to the emulator",
+    group=APP,
+)
+
+CONNECT_TIMEOUT = seconds(
+    "BUS_STORAGE_CONNECT_TIMEOUT",
+    3.0,
+    "per HTTP attempt to storage: time to connect",
+    group=TIMEOUTS,
+    high=3600,
+)
+READ_TIMEOUT = seconds(
+    "BUS_STORAGE_READ_TIMEOUT",
+    5.0,
+    "per HTTP attempt to storage: longest silence while reading an answer",
+    group=TIMEOUTS,
+    high=3600,
+)
+CALL_TIMEOUT = seconds(
+    "BUS_STORAGE_CALL_TIMEOUT",
+    8.0,
+    "one store call, SDK retries included; then it fails with OutcomeUnknown (a queue worker "
+    "logs it and backs off; a handler's message is retried later). At least the connect and "
+    "read timeouts",
+    group=TIMEOUTS,
+    high=3600,
+)
+INGRESS_TIMEOUT = seconds(
+    "BUS_INGRESS_TIMEOUT",
+    12.0,
+    "one `POST /api/messages`, all its storage calls included; then 503 (retry with the same "
+    "key). At least the call timeout",
+    group=TIMEOUTS,
+    high=3600,
+)
+
+INGRESS_WINDOW = seconds(
+    "BUS_INGRESS_WINDOW_SECONDS",
+    float(WEEK),
+    "how long client retries with one Idempotency-Key are deduplicated (the ingress record's "
+    "window, `shared.bus.ingress`)",
+    group=BUS,
+)
+PROCESSED_RETENTION = seconds(
+    "BUS_PROCESSED_RETENTION_SECONDS",
+    float(WEEK),
+    "processed_messages mode: how long a processed-message row deduplicates copies of its "
+    "message; the cleanup removes older rows (docs/modes.md)",
+    group=BUS,
+)
+STATE_STREAM_RETENTION = seconds(
+    "BUS_STATE_STREAM_RETENTION_SECONDS",
+    float(WEEK),
+    "state_based mode: how long a duplicate can still be replayed against the version before "
+    "it; the cleanup removes older versions, never the latest",
+    group=BUS,
+)
+ENTITY_OUTBOX_RETENTION = seconds(
+    "BUS_ENTITY_OUTBOX_RETENTION_SECONDS",
+    float(WEEK),
+    "entity_outbox mode: how long a dispatched entry stays in the entity's outbox map to "
+    "deduplicate copies",
+    group=BUS,
+)
+MAX_PAYLOAD = whole(
+    "BUS_MAX_PAYLOAD_BYTES",
+    256 * 1024,
+    "largest serialised message body sent, at the ingress (413), by `bus send` and by a "
+    "handler (MessageTooLarge)",
+    group=BUS,
+    low=1,
+    high=16 * 1024 * 1024,
+)
+MAX_OUTPUTS = whole(
+    "BUS_MAX_OUTPUTS",
+    100,
+    "most messages one handler run may send or publish (an outbox record holds their signals "
+    "in one 64 KiB table property)",
+    group=BUS,
+    low=1,
+    high=100,
+)
+MAX_CONFLICT_ROUNDS = whole(
+    "BUS_MAX_CONFLICT_ROUNDS",
+    12,
+    "optimistic-concurrency retries inside one invocation before the message is given back to "
+    "the queue",
+    group=BUS,
+    low=1,
+    high=100,
+)
+
+POSTGRES_URL = text(
+    "BUS_POSTGRES_URL",
+    None,
+    "a libpq URL, postgresql://user@host:port/database",
+    'the database of `store="postgres"` endpoints; required when the app has such endpoints '
+    "(docs/postgres.md)",
+    group=POSTGRES,
+)
+POSTGRES_ENDPOINT_URL = text(
+    "BUS_POSTGRES_URL_<ENDPOINT>",
+    None,
+    "a libpq URL",
+    "one endpoint's own database (the endpoint's name upper-cased, other characters as _)",
+    group=POSTGRES,
+)
+POSTGRES_POOL_SIZE = whole(
+    "BUS_POSTGRES_POOL_SIZE",
+    10,
+    "pooled connections per database and process; a message holds one from before its "
+    "handler runs to its commit",
+    group=POSTGRES,
+    low=1,
+    high=1000,
+)
+POSTGRES_ENTRA = flag(
+    "BUS_POSTGRES_ENTRA",
+    "sign in to Azure Database for PostgreSQL with a Microsoft Entra token (azure-identity, "
+    "fetched per new connection) instead of a password",
+    group=POSTGRES,
+)
+
+CLEANUP_SCHEDULE = text(
+    "CLEANUP_SCHEDULE",
+    None,
+    "an NCRONTAB schedule, six fields, seconds first, UTC (the template and "
+    "local.settings.sample.json set `0 */5 * * * *`)",
+    "schedule of the `cleanup` timer function, read by the Functions host; without it the "
+    "host does not index that function",
+    group=CLEANUP,
+)
+CLEANUP_GRACE = seconds(
+    "CLEANUP_GRACE_SECONDS",
+    600.0,
+    "age after which an uncommitted token is abandoned; keep it above the function timeout "
+    "plus a few minutes (docs/cleanup.md)",
+    group=CLEANUP,
+    open_low=False,
+)
+CLEANUP_BUDGET = seconds(
+    "CLEANUP_BUDGET_SECONDS",
+    240.0,
+    "a cleanup run stops starting pages after this long",
+    group=CLEANUP,
+    open_low=False,
+)
+CLEANUP_PAGE_SIZE = whole(
+    "CLEANUP_PAGE_SIZE", 200, "rows or blobs per page", group=CLEANUP, low=1, high=1000
+)
+CLEANUP_CONCURRENCY = whole(
+    "CLEANUP_CONCURRENCY", 32, "records judged at once across a pass", group=CLEANUP, low=1, high=64
+)
+CLEANUP_LEASE = seconds(
+    "CLEANUP_LEASE_SECONDS",
+    30.0,
+    "lease on a cleanup task, renewed by a heartbeat every third of it",
+    group=CLEANUP,
+    low=1.0,
+    open_low=False,
+)
+CLEANUP_AUDIT_RETENTION = seconds(
+    "CLEANUP_AUDIT_RETENTION_SECONDS",
+    30.0 * DAY,
+    "audit rows older than this are removed (export them first to keep them)",
+    group=CLEANUP,
+    open_low=False,
+)
+
+SETTINGS: tuple[Setting[Any], ...] = (
+    BUS_APP,
+    STORAGE_SETTING,
+    CONNECTION,
+    CONNECT_TIMEOUT,
+    READ_TIMEOUT,
+    CALL_TIMEOUT,
+    INGRESS_TIMEOUT,
+    INGRESS_WINDOW,
+    PROCESSED_RETENTION,
+    STATE_STREAM_RETENTION,
+    ENTITY_OUTBOX_RETENTION,
+    MAX_PAYLOAD,
+    MAX_OUTPUTS,
+    MAX_CONFLICT_ROUNDS,
+    POSTGRES_URL,
+    POSTGRES_ENDPOINT_URL,
+    POSTGRES_POOL_SIZE,
+    POSTGRES_ENTRA,
+    CLEANUP_SCHEDULE,
+    CLEANUP_GRACE,
+    CLEANUP_BUDGET,
+    CLEANUP_PAGE_SIZE,
+    CLEANUP_CONCURRENCY,
+    CLEANUP_LEASE,
+    CLEANUP_AUDIT_RETENTION,
+)
+"""Every app setting, in the order of the docs' table."""
+
+
+def _cell(value: str) -> str:
+    return value.replace("|", "\\|")
+
+
+def markdown_table() -> str:
+    """The table of docs/settings.md, generated from ``SETTINGS``."""
+    lines = [
+        "| Setting | Default | Accepts | What it does |",
+        "| --- | --- | --- | --- |",
+    ]
+    group = None
+    for setting in SETTINGS:
+        if setting.group != group:
+            group = setting.group
+            lines.append(f"| **{group}** | | | |")
+        lines.append(
+            f"| `{setting.name}` | {_cell(setting.shown_default)} | {_cell(setting.accepts)} | "
+            f"{_cell(setting.description)} |"
+        )
+    return "\n".join(lines) + "\n"
