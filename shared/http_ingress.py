@@ -20,7 +20,6 @@ import asyncio
 import json
 import logging
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -41,7 +40,7 @@ from shared.errors import (
     OutcomeUnknown,
     StorageError,
 )
-from shared.settings import load_storage_timeouts
+from shared.settings import StorageTimeouts
 
 log = logging.getLogger(__name__)
 
@@ -224,10 +223,17 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
     return None
 
 
-async def handle(bus: Bus, headers: Mapping[str, str], raw: bytes) -> Answer:
-    """The whole ingress request, independent of the HTTP framework, within BUS_INGRESS_TIMEOUT:
+async def handle(
+    bus: Bus,
+    headers: Mapping[str, str],
+    raw: bytes,
+    *,
+    ingress_seconds: float = StorageTimeouts.ingress,
+) -> Answer:
+    """The whole ingress request, independent of the HTTP framework, within
+    ``ingress_seconds`` (BUS_INGRESS_TIMEOUT: the worker passes ``AppConfig.timeouts.ingress``):
     a request stopped midway is a crash the protocol recovers from, the retry answers once."""
-    seconds = load_storage_timeouts(os.environ).ingress
+    seconds = ingress_seconds
     try:
         # A W3C traceparent header (untrusted: a malformed one starts a new trace) is the
         # parent of the ingress span, so the messages sent join the caller's trace.

@@ -2,7 +2,8 @@
 
 ``function_app.py`` registers the bindings generated from ``worker()`` (``shared.bindings``);
 each calls one method here. The CLI and the demo build a ``Worker`` on their own account.
-Where the rest lives: settings in ``shared.settings``, the app in ``shared.app_loader``, the
+Where the rest lives: settings in ``shared.settings``, the configuration built from them once
+at start-up in ``shared.config`` (``AppConfig``), the app in ``shared.app_loader``, the
 demo's faults in ``shared.host.chaos``, the demo's outcome log in ``shared.local.outcome_log``,
 cleanup in ``shared.cleanup.now``, the storage health check in ``shared.health``.
 """
@@ -20,32 +21,24 @@ from shared.app_loader import configured_app
 from shared.bus import Bus, BusApp, BusConfig, Outcome
 from shared.bus.pipeline import queue_text
 from shared.bus.state.base import EndpointState
-from shared.bus.state.connection import PostgresSettings
 from shared.bus.state.instrumented import InstrumentedSql
 from shared.bus.state.stores import PostgresDatabase, SqlDatabase
 from shared.cleanup.now import cleanup_pass
+from shared.config import AppConfig, build_config, default_bus_config
 from shared.health import check
 from shared.host.chaos import with_crashes, with_duplicates
-from shared.host.queue_worker import QueueSettings
 from shared.local.outcome_log import OutcomeLog
-from shared.resources import CONTAINERS, TABLES, Resources, resources_for
+from shared.resources import Resources, resources_for
 from shared.settings import Settings, resolve_settings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
 from shared.stores.instrumented import InstrumentedAccount
 
-HOST_JSON = Path(__file__).resolve().parents[1] / "host.json"
-
 
 def bus_config() -> BusConfig:
-    """Defaults, with the shared containers' and tables' names (``shared.resources``)."""
-    return BusConfig(
-        tokens_container=CONTAINERS["tokens"],
-        topics_container=CONTAINERS["topics"],
-        ingress_table=TABLES["ingress"],
-        parked_container=CONTAINERS["parked"],
-        max_dequeue_count=QueueSettings.from_host_json(HOST_JSON).max_dequeue_count,
-    )
+    """Defaults, with the shared containers' and tables' names (``shared.resources``), for
+    tools that need only those names; a worker's own is ``AppConfig.bus``."""
+    return default_bus_config()
 
 
 class Worker:
@@ -58,34 +51,38 @@ class Worker:
     task removes; the client's retry with the same key is answered exactly once either way."""
 
     def __init__(
-        self, app: BusApp, settings: Settings, account: StorageAccount | None = None
+        self, app: BusApp, config: AppConfig | Settings, account: StorageAccount | None = None
     ) -> None:
+        """``config``: the app's configuration, or the settings to build it from (with the
+        host.json of the current folder)."""
         self.app = app
-        self.settings = settings
-        self.config = bus_config()
+        self.app_config = config if isinstance(config, AppConfig) else build_config(config)
+        self.settings = self.app_config.settings
+        self.config = self.app_config.bus
         self.resources: Resources = resources_for(app.endpoints)
         self._given_account = account
         self._account: StorageAccount | None = None
         self._bus: Bus | None = None
         self._ingress_bus: Bus | None = None
         self._sql: PostgresDatabase | None = None
-        self._outcome_log = OutcomeLog.from_settings(settings)
+        self._outcome_log = OutcomeLog.from_settings(self.settings)
 
     @classmethod
-    def from_settings(cls, settings: Settings | None = None) -> Worker:
-        """The configured app (``BUS_APP``) on the configured storage."""
-        settings = settings or resolve_settings()
-        return cls(configured_app(settings), settings)
+    def from_settings(cls, settings: Settings | None = None, *, root: Path | None = None) -> Worker:
+        """The configured app (``BUS_APP``) on the configured storage; host.json from ``root``
+        (default: the current folder)."""
+        config = build_config(settings or resolve_settings(), root=root)
+        return cls(configured_app(config.settings), config)
 
     @classmethod
     def for_account(cls, account: StorageAccount, settings: Settings | None = None) -> Worker:
         """The configured app on an account the caller opened (and closes)."""
-        settings = settings or resolve_settings()
-        return cls(configured_app(settings), settings, account)
+        config = build_config(settings or resolve_settings())
+        return cls(configured_app(config.settings), config, account)
 
     def account(self) -> StorageAccount:
         if self._account is None:
-            raw = self._given_account or AzureStorageAccount(self.settings.storage())
+            raw = self._given_account or AzureStorageAccount(self.app_config.require_storage())
             self._account = with_duplicates(raw, self.settings.values)
         return self._account
 
@@ -93,7 +90,7 @@ class Worker:
         """The database of the app's ``store="postgres"`` endpoints (None if it has none),
         from ``BUS_POSTGRES_URL`` and its per-endpoint variants (``shared.bus.state``)."""
         if self._sql is None and any(e.store == "postgres" for e in self.app.endpoints.values()):
-            self._sql = PostgresDatabase(PostgresSettings.from_env(self.settings.values))
+            self._sql = PostgresDatabase(self.app_config.postgres)
         return self._sql
 
     def sql_states(self) -> dict[str, EndpointState]:
@@ -145,7 +142,9 @@ class Worker:
 
     async def ingress(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str]:
         """HTTP status and JSON body for ``POST /api/messages`` (see ``shared.http_ingress``)."""
-        answer = await http_ingress.handle(self.ingress_bus(), headers, body)
+        answer = await http_ingress.handle(
+            self.ingress_bus(), headers, body, ingress_seconds=self.app_config.timeouts.ingress
+        )
         return answer.status, answer.json()
 
     async def health(self) -> tuple[int, str]:
@@ -166,7 +165,7 @@ class Worker:
             self.account(),
             self.app,
             self.config,
-            self.settings,
+            self.app_config.cleanup,
             grace_seconds=grace_seconds,
             progress=progress,
             sql=self.sql_states(),
@@ -186,13 +185,18 @@ class Worker:
 _worker: Worker | None = None
 
 
-def worker() -> Worker:
-    """This process's worker, from the resolved settings on first use; telemetry is set up
-    then too (``shared.observability``)."""
+def worker(root: Path | None = None) -> Worker:
+    """This process's worker, built on first use from the resolved settings and the host.json
+    in ``root`` (the app's folder; default the current folder), its storage clients opened
+    then too: after this nothing reads the environment. Telemetry is set up first
+    (``shared.observability``)."""
     global _worker
     if _worker is None:
         observability.configure()  # before any span: OTEL_* and Application Insights settings
-        _worker = Worker.from_settings()
+        built = Worker.from_settings(root=root)
+        if built.app_config.storage is not None:
+            built.account()  # the clients, with their options, now rather than on a message
+        _worker = built
     return _worker
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -15,10 +14,11 @@ from dataclasses import dataclass
 import pytest
 
 from shared import http_ingress, runtime
+from shared.config import build_config
 from shared.errors import OutcomeUnknown
 from shared.host.queue_worker import QueueSettings, QueueWorker
 from shared.provisioning import provision
-from shared.settings import StorageSettings, StorageTimeouts, load_storage_timeouts
+from shared.settings import StorageSettings, StorageTimeouts, resolve_settings
 from shared.stores.azure import AzureStorageAccount
 from shared.stores.table import Entity, Insert
 from tests.conftest import unique_name
@@ -183,7 +183,7 @@ async def test_the_ingress_answers_503_at_its_deadline_when_each_call_keeps_with
         ("BUS_INGRESS_TIMEOUT", "1.5"),
     ]:
         monkeypatch.setenv(variable, seconds)
-    timeouts = load_storage_timeouts(os.environ)
+    timeouts = build_config(resolve_settings(local_file=None)).timeouts
     settings = StorageSettings(split_connection_string(azurite, healthy), timeouts=timeouts)
     order = {"type": "PlaceOrder", "to": "orders", "body": {"order_id": "o9", "customer": "c"}}
     order["body"] = {**order["body"], "amount_cents": 900}  # type: ignore[dict-item]
@@ -196,12 +196,13 @@ async def test_the_ingress_answers_503_at_its_deadline_when_each_call_keeps_with
         await bus.subscribe_all()
         with azurite.frozen():
             started = time.monotonic()
-            answer = await http_ingress.handle(bus, headers, raw)
+            status, answer = await worker.ingress(headers, raw)
             elapsed = time.monotonic() - started
-        assert answer.status == 503
-        assert answer.body["error"].startswith("storage did not answer within 1.5 s")
+        assert status == 503
+        assert json.loads(answer)["error"].startswith("storage did not answer within 1.5 s")
         assert timeouts.ingress <= elapsed < timeouts.ingress + SLACK
-        retried = await http_ingress.handle(bus, headers, raw)
+        status, answer = await worker.ingress(headers, raw)
+        retried = http_ingress.Answer(status, json.loads(answer))
         assert retried.status == 202, retried.body
         signals = await account.queue("orders").peek()
         assert [json.loads(m.content)["message_id"] for m in signals] == retried.body["message_ids"]

@@ -29,6 +29,7 @@ from shared import runtime
 from shared.bindings import FIXED_FUNCTIONS, blueprint
 from shared.bus import BusApp
 from shared.bus.poison import unwrap
+from shared.config import build_config
 from shared.errors import ConfigurationError
 from shared.host.ncrontab import Schedule
 from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
@@ -247,7 +248,9 @@ async def deployed(
     worker = SAMPLE
     # The worker the functions are bound to, pointed at this Azurite.
     monkeypatch.setattr(
-        worker, "settings", sample_settings(AzureWebJobsStorage=azurite.connection_string)
+        worker,
+        "app_config",
+        build_config(sample_settings(AzureWebJobsStorage=azurite.connection_string)),
     )
     await worker.close()
     account = worker.account()

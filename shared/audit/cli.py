@@ -20,8 +20,8 @@ from pathlib import Path
 
 from shared.app_loader import APP_SETTING, configured_app
 from shared.bus.state.base import EndpointState
-from shared.bus.state.connection import PostgresSettings
 from shared.bus.state.stores import PostgresDatabase
+from shared.config import build_config
 from shared.errors import BusError, ConfigurationError
 from shared.resources import TABLES
 from shared.settings import (
@@ -263,7 +263,7 @@ def _postgres_endpoints(
     names = _in_postgres(args, endpoints)
     if not names:
         return None, {}
-    database = PostgresDatabase(PostgresSettings.from_env(_settings(args).values))
+    database = PostgresDatabase(build_config(_settings(args)).postgres)
     return database, {name: database.endpoint_state(name) for name in names}
 
 

@@ -1,5 +1,5 @@
-"""One cleanup pass for an app, configured from the app settings: what the ``cleanup`` timer
-function and ``bus cleanup`` run."""
+"""One cleanup pass for an app, configured from the app settings (``AppConfig.cleanup``):
+what the ``cleanup`` timer function and ``bus cleanup`` run."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from shared.bus.config import BusConfig
 from shared.bus.state.base import EndpointState
 from shared.cleanup.job import endpoint_modes, run_cleanup
 from shared.cleanup.settings import CleanupSettings
-from shared.resources import TABLES
-from shared.settings import Settings
 from shared.stores.account import StorageAccount
 
 
@@ -21,7 +19,7 @@ async def cleanup_pass(
     account: StorageAccount,
     app: BusApp,
     config: BusConfig,
-    settings: Settings,
+    settings: CleanupSettings,
     *,
     grace_seconds: float | None = None,
     progress: Callable[[str], None] | None = None,
@@ -31,14 +29,14 @@ async def cleanup_pass(
     """One run over every endpoint of ``app``: paged, resumable, within the ``CLEANUP_*``
     settings' time budget (``shared.cleanup``). Returns the JSON-ready report: totals removed
     and kept, and one entry per task."""
-    cleanup = CleanupSettings.from_env(settings.values)
+    cleanup = settings
     if grace_seconds is not None:
         cleanup = replace(cleanup, grace_seconds=grace_seconds)
     report = await run_cleanup(
         account,
         endpoint_modes(app),
         config=config,
-        settings=replace(cleanup, checkpoint_table=TABLES["cleanup"]),
+        settings=cleanup,
         progress=progress,
         sql=sql,
         wait=wait,

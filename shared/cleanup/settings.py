@@ -1,15 +1,16 @@
-"""What the cleanup removes, and when: grace, retention, paging and the per-run budget."""
+"""What the cleanup removes, and when: grace, retention, paging and the per-run budget.
+
+The app reads them from the ``CLEANUP_*`` app settings (``shared.app_settings``) into
+``AppConfig.cleanup`` (``shared.config``)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from shared.errors import ConfigurationError
 
 DAY = 24 * 3600.0
-INTEGER_SETTINGS = ("page_size", "concurrency")
 
 
 @dataclass(frozen=True)
@@ -47,22 +48,3 @@ class CleanupSettings:
             raise ConfigurationError(
                 f"cleanup lease_seconds must be at least 1: {self.lease_seconds}"
             )
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> CleanupSettings:
-        """Read ``CLEANUP_<FIELD>`` app settings (e.g. ``CLEANUP_GRACE_SECONDS``); unset ones
-        keep their defaults."""
-        values: dict[str, float | int] = {}
-        for f in fields(cls):
-            if f.name == "checkpoint_table":
-                continue
-            raw = env.get(f"CLEANUP_{f.name.upper()}")
-            if raw is None or raw.strip() == "":
-                continue
-            try:
-                values[f.name] = int(raw) if f.name in INTEGER_SETTINGS else float(raw)
-            except ValueError:
-                raise ConfigurationError(
-                    f"app setting CLEANUP_{f.name.upper()}={raw!r} is not a number"
-                ) from None
-        return cls(**values)  # type: ignore[arg-type]

@@ -5,7 +5,9 @@ else the environment, else ``local.settings.json`` Values in the current folder,
 defaults. The app is the one named by ``BUS_APP`` (``--app``; default the sample app).
 Storage: ``--connection-string``, else the connection setting named by ``--setting`` (default
 ``BUS_STORAGE_SETTING``, else AzureWebJobsStorage). A connection setting that no source sets
-is an error, never a silent fallback to the emulator.
+is an error, never a silent fallback to the emulator. Every app setting (docs/settings.md) and
+the host.json of the current folder are read once, before the command runs
+(``shared.config``): a bad value is a configuration error (exit 3) naming the setting.
 
 Exit codes: 0 done; 1 failed (storage error, unreachable or refused); 2 bad usage or input;
 3 configuration (no connection, an app that cannot be loaded, a stale resources file,
@@ -26,6 +28,7 @@ from typing import Any
 from shared.app_loader import APP_SETTING, configured_app
 from shared.bus import BusApp, Command, Event
 from shared.cli import commands, poison_commands
+from shared.config import AppConfig, build_config
 from shared.errors import (
     BusError,
     ConfigurationError,
@@ -194,10 +197,10 @@ def settings_of(args: argparse.Namespace) -> Settings:
     return resolve_settings(options, local_file=args.settings_file)
 
 
-def storage_of(args: argparse.Namespace, settings: Settings) -> StorageSettings:
+def storage_of(args: argparse.Namespace, config: AppConfig) -> StorageSettings:
     if args.connection_string:
-        return StorageSettings(connection_string=args.connection_string)
-    return settings.storage()
+        return StorageSettings(connection_string=args.connection_string, timeouts=config.timeouts)
+    return config.require_storage()
 
 
 def _body(text: str) -> dict[str, Any]:
@@ -292,13 +295,15 @@ def _command(args: argparse.Namespace, usage: Callable[[str], None]) -> Run:
 
 
 async def _run(args: argparse.Namespace, command: Run) -> int:
-    settings = settings_of(args)
-    app = configured_app(settings)
+    # Every setting is read and checked here, once: a bad value stops the command before it
+    # starts, naming the setting (``shared.config``).
+    config = build_config(settings_of(args))
+    app = configured_app(config.settings)
     if args.command in WITHOUT_STORAGE:
-        return await command(Worker(app, settings))
-    storage = storage_of(args, settings)
+        return await command(Worker(app, config))
+    storage = storage_of(args, config)
     async with AzureStorageAccount(storage) as account:
-        worker = Worker(app, settings, account)
+        worker = Worker(app, config, account)
         # One bounded read first: the SDK retries an unreachable endpoint for over a minute,
         # and an operator should hear at once what is wrong.
         await check_storage_ready(

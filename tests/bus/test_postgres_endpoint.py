@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from shared.bus import Bus, BusApp, Command, HandlerContext, Outcome
 from shared.bus.app import Mode
 from shared.bus.state.connection import ENTRA_SCOPE, Pools, PostgresSettings
+from shared.config import build_config
 from shared.errors import ConfigurationError
 from shared.stores.instrumented import Fault, fault_at_first
 from shared.stores.memory import MemoryStorageAccount
@@ -21,7 +22,7 @@ from tests.bus.harness import (
     endpoint_mode,  # noqa: F401  (fixture "mode")
     per_mode_backend,  # noqa: F401  (fixture "backend")
 )
-from tests.conftest import Backend, unique_name
+from tests.conftest import Backend, sample_settings, unique_name
 
 
 class Bill(Command):
@@ -175,24 +176,33 @@ def test_an_unknown_store_is_refused() -> None:
 
 async def test_a_postgres_endpoint_without_a_database_is_a_clear_error() -> None:
     bus = Bus(billing_app("billing", "invoices"), MemoryStorageAccount())
-    with pytest.raises(ConfigurationError, match="BUS_POSTGRES_URL"):
+    with pytest.raises(ConfigurationError, match=r"BUS_POSTGRES_URL"):
         bus.receiver("billing")
 
 
 def test_the_url_settings_name_a_default_and_per_endpoint_databases() -> None:
-    settings = PostgresSettings.from_env(
-        {
-            "BUS_POSTGRES_URL": "postgresql://bus@db:5432/app",
-            "BUS_POSTGRES_URL_BILLING_EU": "postgresql://bus@eu-db:5432/billing",
-            "BUS_POSTGRES_POOL_SIZE": "4",
-        }
-    )
+    settings = build_config(
+        sample_settings(
+            BUS_POSTGRES_URL="postgresql://bus@db:5432/app",
+            BUS_POSTGRES_URL_BILLING_EU="postgresql://bus@eu-db:5432/billing",
+            BUS_POSTGRES_POOL_SIZE="4",
+            BUS_POSTGRES_ENTRA="yes",
+        )
+    ).postgres
     assert settings.url_for("orders") == "postgresql://bus@db:5432/app"
     assert settings.url_for("billing-eu") == "postgresql://bus@eu-db:5432/billing"
     assert settings.pool_size == 4
-    with pytest.raises(ConfigurationError, match="libpq URL"):
-        PostgresSettings.from_env({"BUS_POSTGRES_URL": "Server=db;Password=secret"})
-    with pytest.raises(ConfigurationError, match="BUS_POSTGRES_URL_ORDERS"):
+    assert settings.entra
+    with pytest.raises(ConfigurationError, match=r"BUS_POSTGRES_URL .*libpq URL") as refused:
+        build_config(sample_settings(BUS_POSTGRES_URL="Server=db;Password=secret"))
+    assert "secret" not in str(refused.value)
+    with pytest.raises(ConfigurationError, match=r"BUS_POSTGRES_URL_EU .*libpq URL"):
+        build_config(sample_settings(BUS_POSTGRES_URL_EU="db.example:5432"))
+    with pytest.raises(ConfigurationError, match=r"BUS_POSTGRES_POOL_SIZE.*from 1 to 1000"):
+        build_config(sample_settings(BUS_POSTGRES_POOL_SIZE="0"))
+    with pytest.raises(ConfigurationError, match=r"BUS_POSTGRES_ENTRA.*true or false"):
+        build_config(sample_settings(BUS_POSTGRES_ENTRA="ture"))
+    with pytest.raises(ConfigurationError, match=r"BUS_POSTGRES_URL_ORDERS"):
         PostgresSettings().url_for("orders")
 
 

@@ -22,7 +22,9 @@ from shared.cleanup.report import CleanupReport
 from shared.cleanup.settings import CleanupSettings
 from shared.cleanup.tasks import AbandonedTokens, standard_tasks
 from shared.clock import ManualClock, to_datetime
+from shared.config import build_config
 from shared.errors import ConfigurationError, OutcomeUnknown
+from shared.resources import TABLES
 from shared.stores.instrumented import (
     Fault,
     InstrumentedAccount,
@@ -35,7 +37,7 @@ from shared.stores.memory import MemoryStorageAccount
 from shared.stores.table import Entity
 from tests.bus.flow import FlowNames, PlaceOrder, build_flow
 from tests.bus.harness import Harness
-from tests.conftest import Backend, unique_name
+from tests.conftest import Backend, sample_settings, unique_name
 
 
 def settings(**overrides: object) -> CleanupSettings:
@@ -336,12 +338,17 @@ async def test_one_failing_task_does_not_stop_the_others(backend: Backend) -> No
 
 
 def test_settings_come_from_app_settings_with_clear_errors() -> None:
-    parsed = CleanupSettings.from_env(
-        {"CLEANUP_GRACE_SECONDS": "900", "CLEANUP_PAGE_SIZE": "50", "CLEANUP_BUDGET_SECONDS": ""}
-    )
+    parsed = build_config(
+        sample_settings(
+            CLEANUP_GRACE_SECONDS="900", CLEANUP_PAGE_SIZE="50", CLEANUP_BUDGET_SECONDS=""
+        )
+    ).cleanup
     assert (parsed.grace_seconds, parsed.page_size, parsed.budget_seconds) == (900, 50, 240)
-    with pytest.raises(ConfigurationError, match="CLEANUP_GRACE_SECONDS"):
-        CleanupSettings.from_env({"CLEANUP_GRACE_SECONDS": "ten minutes"})
+    assert parsed.checkpoint_table == TABLES["cleanup"]
+    with pytest.raises(ConfigurationError, match=r"CLEANUP_GRACE_SECONDS.*a number of seconds"):
+        build_config(sample_settings(CLEANUP_GRACE_SECONDS="ten minutes"))
+    with pytest.raises(ConfigurationError, match=r"CLEANUP_CONCURRENCY.*from 1 to 64"):
+        build_config(sample_settings(CLEANUP_CONCURRENCY="65"))
     with pytest.raises(ConfigurationError, match="page_size"):
         CleanupSettings(page_size=0)
     with pytest.raises(ConfigurationError, match="grace_seconds"):

@@ -29,15 +29,6 @@ def endpoint_setting(endpoint: str) -> str:
     return f"{URL_SETTING}_{re.sub(r'[^A-Za-z0-9]', '_', endpoint).upper()}"
 
 
-def _check_url(url: str, where: str) -> str:
-    if not url.startswith(("postgresql://", "postgres://")):
-        raise ConfigurationError(
-            f"{where} must be a libpq URL (postgresql://user@host:port/database), got "
-            f"{url.split('@')[-1]!r}"
-        )
-    return url
-
-
 @dataclass(frozen=True)
 class PostgresSettings:
     url: str | None = None
@@ -46,24 +37,6 @@ class PostgresSettings:
     """Per endpoint overrides, by endpoint name."""
     entra: bool = False
     pool_size: int = 10
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> PostgresSettings:
-        prefix = f"{URL_SETTING}_"
-        url = env.get(URL_SETTING) or None
-        overrides = {k[len(prefix) :]: v for k, v in env.items() if k.startswith(prefix) and v}
-        try:
-            pool_size = int(env.get(POOL_SETTING, "10"))
-        except ValueError:
-            raise ConfigurationError(f"{POOL_SETTING} must be a whole number") from None
-        if pool_size < 1:
-            raise ConfigurationError(f"{POOL_SETTING} must be at least 1")
-        return cls(
-            url=None if url is None else _check_url(url, URL_SETTING),
-            endpoint_urls={k: _check_url(v, prefix + k) for k, v in overrides.items()},
-            entra=env.get(ENTRA_SETTING, "").lower() in ("1", "true", "yes"),
-            pool_size=pool_size,
-        )
 
     @property
     def configured(self) -> bool:

@@ -1,0 +1,166 @@
+"""The app's configuration: one frozen object, built once at start-up.
+
+``build_config`` reads every app setting declared in ``shared.app_settings`` from the resolved
+``Settings`` (``shared.settings.resolve_settings``: command line, environment,
+local.settings.json, defaults) and host.json from the app's root folder, and checks them all:
+a bad value stops start-up with a ``ConfigurationError`` naming the setting, where its value
+came from and what it accepts. After that nothing reads the environment: the function app's
+worker, the HTTP ingress, the timer's cleanup and ``bus`` take what they need from the
+``AppConfig`` (OpenTelemetry's own ``OTEL_*`` variables aside, ``shared.observability``).
+
+host.json is found in one place, the app's root folder: the folder of ``function_app.py`` for
+the function app (it passes its folder to ``shared.runtime.worker``), the current folder for
+``bus`` and the other tools (where ``local.settings.json`` is read too). Without a host.json
+there the queue settings are the Functions host's defaults.
+
+``python -m shared.config`` prints the settings table of docs/settings.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shared import app_settings as s
+from shared.bus.config import BusConfig
+from shared.bus.state.connection import PostgresSettings
+from shared.cleanup.settings import CleanupSettings
+from shared.errors import ConfigurationError
+from shared.host.queue_worker import QueueSettings
+from shared.resources import CONTAINERS, TABLES
+from shared.settings import (
+    Settings,
+    StorageSettings,
+    StorageTimeouts,
+    load_storage_timeouts,
+    resolve_settings,
+)
+
+HOST_JSON = "host.json"
+
+
+def host_json_path(root: Path | None = None) -> Path:
+    """Where the app's host.json is: in ``root``, the app's folder (default: the current
+    folder)."""
+    return (root or Path.cwd()) / HOST_JSON
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    """Everything the app is configured with, checked, from ``build_config``."""
+
+    settings: Settings
+    """The resolved settings (the app reference and the connection's name are read from here
+    by ``shared.app_loader`` and the bindings)."""
+    storage: StorageSettings | None
+    """The storage account, None when no source sets the connection (``require_storage``
+    says so to a command that needs it)."""
+    timeouts: StorageTimeouts
+    postgres: PostgresSettings
+    cleanup: CleanupSettings
+    queues: QueueSettings
+    """host.json's ``extensions.queues``: maxDequeueCount, batch sizes, visibility timeout."""
+    host_json: Path | None
+    """The host.json read (None: none was found, the Functions host's defaults apply)."""
+    bus: BusConfig = field(default_factory=BusConfig)
+    """The bus's tunables from the app settings, the shared resource names and host.json's
+    maxDequeueCount; clock, ids and telemetry providers keep BusConfig's defaults."""
+
+    def require_storage(self) -> StorageSettings:
+        """The storage settings; a ConfigurationError naming the connection setting and where
+        it was looked for when none is set."""
+        if self.storage is None:
+            return self.settings.storage()  # raises, saying what is missing
+        return self.storage
+
+
+def _value(settings: Settings, setting: s.Setting[s.T]) -> s.T:
+    return s.read(setting, settings.values, settings.origin(setting.name))
+
+
+def _postgres(settings: Settings) -> PostgresSettings:
+    url = _value(settings, s.POSTGRES_URL)
+    prefix = f"{s.POSTGRES_URL.name}_"
+    overrides = {
+        name[len(prefix) :]: value.strip()
+        for name, value in settings.values.items()
+        if name.startswith(prefix) and value.strip()
+    }
+    for name, value in {s.POSTGRES_URL.name: url, **overrides}.items():
+        if value is not None and not value.startswith(("postgresql://", "postgres://")):
+            setting = name if name == s.POSTGRES_URL.name else prefix + name
+            raise ConfigurationError(
+                f"app setting {setting} (from the {settings.origin(setting)}) is not accepted: "
+                f"it must be {s.POSTGRES_URL.accepts} (the value is not shown: it may hold a "
+                "password)"
+            )
+    return PostgresSettings(
+        url=url,
+        endpoint_urls=overrides,
+        entra=_value(settings, s.POSTGRES_ENTRA),
+        pool_size=_value(settings, s.POSTGRES_POOL_SIZE),
+    )
+
+
+def _cleanup(settings: Settings) -> CleanupSettings:
+    return CleanupSettings(
+        grace_seconds=_value(settings, s.CLEANUP_GRACE),
+        budget_seconds=_value(settings, s.CLEANUP_BUDGET),
+        page_size=_value(settings, s.CLEANUP_PAGE_SIZE),
+        concurrency=_value(settings, s.CLEANUP_CONCURRENCY),
+        lease_seconds=_value(settings, s.CLEANUP_LEASE),
+        audit_retention_seconds=_value(settings, s.CLEANUP_AUDIT_RETENTION),
+        checkpoint_table=TABLES["cleanup"],
+    )
+
+
+def _bus(settings: Settings, queues: QueueSettings) -> BusConfig:
+    return BusConfig(
+        tokens_container=CONTAINERS["tokens"],
+        topics_container=CONTAINERS["topics"],
+        ingress_table=TABLES["ingress"],
+        parked_container=CONTAINERS["parked"],
+        max_dequeue_count=queues.max_dequeue_count,
+        ingress_window_seconds=_value(settings, s.INGRESS_WINDOW),
+        processed_retention_seconds=_value(settings, s.PROCESSED_RETENTION),
+        state_stream_retention_seconds=_value(settings, s.STATE_STREAM_RETENTION),
+        entity_outbox_retention_seconds=_value(settings, s.ENTITY_OUTBOX_RETENTION),
+        max_payload_bytes=_value(settings, s.MAX_PAYLOAD),
+        max_outputs=_value(settings, s.MAX_OUTPUTS),
+        max_conflict_rounds=_value(settings, s.MAX_CONFLICT_ROUNDS),
+    )
+
+
+def build_config(settings: Settings | None = None, *, root: Path | None = None) -> AppConfig:
+    """The app's configuration from ``settings`` (default: ``resolve_settings()``) and the
+    host.json in ``root`` (default: the current folder). Raises ConfigurationError on the
+    first bad value, naming it."""
+    settings = settings or resolve_settings()
+    _value(settings, s.BUS_APP)  # text: ``shared.app_loader`` checks it when it loads the app
+    timeouts = load_storage_timeouts(settings.values, settings.origins)
+    storage = None
+    if settings.configures(settings.storage_setting):
+        storage = settings.storage()
+    path = host_json_path(root)
+    found = path.is_file()
+    queues = QueueSettings.from_host_json(path) if found else QueueSettings()
+    return AppConfig(
+        settings=settings,
+        storage=storage,
+        timeouts=timeouts,
+        postgres=_postgres(settings),
+        cleanup=_cleanup(settings),
+        queues=queues,
+        host_json=path if found else None,
+        bus=_bus(settings, queues),
+    )
+
+
+def default_bus_config() -> BusConfig:
+    """The bus configuration of an app with no settings and no host.json: the defaults, with
+    the shared containers' and tables' names (for tools that only need those names)."""
+    return _bus(resolve_settings(environ={}, local_file=None), QueueSettings())
+
+
+if __name__ == "__main__":
+    print(s.markdown_table(), end="")
