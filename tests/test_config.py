@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pickle
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -18,13 +19,14 @@ from pathlib import Path
 import pytest
 
 from shared import app_settings, runtime
+from shared.bulk.send import bus_fields
 from shared.bus.config import BusConfig
 from shared.bus.ingress import INGRESS_ROW
 from shared.bus.state.connection import PostgresSettings
 from shared.cleanup.settings import CleanupSettings
 from shared.cli.main import main as bus_main
 from shared.config import AppConfig, build_config
-from shared.errors import ConfigurationError
+from shared.errors import ConfigurationError, MessageTooLarge
 from shared.host.queue_worker import QueueSettings
 from shared.provisioning import provision
 from shared.resources import TABLES
@@ -268,6 +270,29 @@ async def test_the_ingress_window_setting_is_the_ingress_records_window() -> Non
     assert isinstance(created, datetime)
     assert isinstance(expires, datetime)
     assert expires - created == timedelta(hours=1)
+
+
+async def test_the_output_limit_refuses_a_handler_sending_more() -> None:
+    """The sample's PlaceOrder handler publishes OrderPlaced and sends ChargePayment."""
+    worker = await provisioned(BUS_MAX_OUTPUTS="1")
+    status, body = await worker.ingress({"Idempotency-Key": "k1"}, json.dumps(ORDER).encode())
+    assert status == 202, body
+    (signal,) = await worker.account().queue("orders").receive(1, visibility_timeout=30)
+    with pytest.raises(MessageTooLarge, match="at most 1 messages"):
+        await worker.receive("orders", signal.content.encode(), 1)
+
+
+def test_a_bulk_send_task_carries_the_drivers_settings() -> None:
+    """Executors read no settings: the window, payload limit and conflict rounds travel in
+    the pickled task."""
+    driver = config(
+        BUS_INGRESS_WINDOW_SECONDS="3600", BUS_MAX_PAYLOAD_BYTES="2048", BUS_MAX_CONFLICT_ROUNDS="3"
+    ).bus
+    executor = BusConfig(**pickle.loads(pickle.dumps(bus_fields(driver))))
+    assert executor.ingress_window_seconds == 3600
+    assert executor.max_payload_bytes == 2048
+    assert executor.max_conflict_rounds == 3
+    assert executor.tokens_container == driver.tokens_container
 
 
 async def test_the_ingress_timeout_setting_bounds_a_request() -> None:

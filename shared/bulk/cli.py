@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from shared.app_loader import APP_SETTING, DEFAULT_APP
 from shared.bulk.inputs import FORMATS, input_format
 from shared.bulk.summary import BulkSummary
+from shared.config import build_config
 from shared.errors import BusError
 from shared.settings import DEFAULT_SETTING, STORAGE_SETTING_NAME, resolve_settings
 
@@ -125,19 +126,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> BulkSummary:
     from shared.bulk.job import JobOptions, SendOptions, run_replay, run_send
 
-    settings = resolve_settings(
-        {STORAGE_SETTING_NAME: args.connection_setting, APP_SETTING: args.app}
+    config = build_config(
+        resolve_settings({STORAGE_SETTING_NAME: args.connection_setting, APP_SETTING: args.app})
     )
+    settings = config.settings
     options = JobOptions(
         job=args.job,
         input_path=args.input,
         file_format=input_format(args.input, args.format),
         out=args.out or f"bulk-{args.job}",
-        storage=settings.storage(),
+        storage=config.require_storage(),
         app_reference=settings.get(APP_SETTING) or DEFAULT_APP,
         master=args.master,
         progress=args.progress,
         quiet=args.quiet,
+        bus=config.bus,
     )
     if args.command == "replay":
         return run_replay(options)

@@ -19,7 +19,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -47,12 +47,13 @@ from shared.bulk.send import (
     DUPLICATE_COUNT_COLUMN,
     RequestCounter,
     SendTask,
-    resource_names,
+    bus_fields,
     send_partition,
 )
 from shared.bulk.summary import BulkSummary
+from shared.bus.config import BusConfig
+from shared.config import default_bus_config
 from shared.http_ingress import BadRequest
-from shared.runtime import bus_config
 from shared.settings import StorageSettings
 from shared.terminal import StageLog
 
@@ -85,6 +86,9 @@ class JobOptions:
     master: str | None = None
     progress: bool | None = None
     quiet: bool = False
+    bus: BusConfig = field(default_factory=default_bus_config)
+    """The driver's bus configuration (``AppConfig.bus``): resource names and the tunables a
+    send obeys, handed to the tasks."""
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,7 @@ def run_send(
             key_column=send.key_column,
             body_columns=body,
             concurrency=send.concurrency,
-            resource_names=resource_names(bus_config()),
+            bus_fields=bus_fields(options.bus),
         )
         return _execute(
             session, options, log, keyed, partial(send_partition, task), rows, partitions, "send"
@@ -167,7 +171,7 @@ def run_replay(options: JobOptions, spark: SparkSession | None = None) -> BulkSu
         )
         endpoints = max(1, groups.count())
         log(f"read {rows} selection rows from {options.input_path}; {endpoints} endpoints")
-        task = ReplayTask(options.storage, bus_config().parked_container)
+        task = ReplayTask(options.storage, options.bus.parked_container)
         selected = groups.repartition(endpoints, "endpoint")
         return _execute(
             session,

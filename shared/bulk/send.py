@@ -50,18 +50,22 @@ class SendTask:
     key_column: str
     body_columns: tuple[str, ...]
     concurrency: int
-    resource_names: dict[str, str]
-    """The bus's container and table names, from the driver (``resource_names``): an
-    executor may have no host.json beside the shipped package to read them from."""
+    bus_fields: dict[str, Any]
+    """The bus's container and table names and the app settings a send obeys (ingress window,
+    payload limit, conflict rounds), from the driver's configuration (``bus_fields``): an
+    executor reads no settings of its own."""
 
 
-def resource_names(config: BusConfig) -> dict[str, str]:
+def bus_fields(config: BusConfig) -> dict[str, Any]:
     """What a task needs of the bus's configuration to send as the driver would."""
     return {
         "tokens_container": config.tokens_container,
         "topics_container": config.topics_container,
         "ingress_table": config.ingress_table,
         "parked_container": config.parked_container,
+        "ingress_window_seconds": config.ingress_window_seconds,
+        "max_payload_bytes": config.max_payload_bytes,
+        "max_conflict_rounds": config.max_conflict_rounds,
     }
 
 
@@ -77,13 +81,7 @@ def send_partition(
 
 async def _send_all(task: SendTask, rows: list[dict[str, Any]]) -> tuple[list[Outcome], int]:
     app = load_app(task.app_reference)
-    names = task.resource_names
-    config = BusConfig(
-        tokens_container=names["tokens_container"],
-        topics_container=names["topics_container"],
-        ingress_table=names["ingress_table"],
-        parked_container=names["parked_container"],
-    )
+    config = BusConfig(**task.bus_fields)
     async with AzureStorageAccount(task.storage) as raw:
         account = InstrumentedAccount(raw)
         client = Bus(app, account, config).client(SENDER)
