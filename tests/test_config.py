@@ -17,9 +17,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from shared import app_settings, runtime
 from shared.bulk.send import bus_fields
+from shared.bus import BusApp, Command, HandlerContext
+from shared.bus.app import Mode
 from shared.bus.config import BusConfig
 from shared.bus.ingress import INGRESS_ROW
 from shared.bus.state.connection import PostgresSettings
@@ -293,6 +296,59 @@ def test_a_bulk_send_task_carries_the_drivers_settings() -> None:
     assert executor.max_payload_bytes == 2048
     assert executor.max_conflict_rounds == 3
     assert executor.tokens_container == driver.tokens_container
+
+
+class ConfigProbe(Command):
+    partition_by = "key"
+    key: str
+
+
+class Tally(BaseModel):
+    seen: int = 0
+
+
+def window_app(mode: Mode) -> BusApp:
+    app = BusApp()
+    tally = app.endpoint("tally", state=Tally, mode=mode)
+
+    @tally.handles(ConfigProbe)
+    def count(ctx: HandlerContext[Tally], probe: ConfigProbe) -> None:
+        ctx.state.seen += 1
+
+    return app
+
+
+@pytest.mark.parametrize(
+    ("mode", "setting", "kind"),
+    [
+        ("processed_messages", "BUS_PROCESSED_RETENTION_SECONDS", "processed_rows"),
+        ("state_based", "BUS_STATE_STREAM_RETENTION_SECONDS", "state_versions"),
+        ("entity_outbox", "BUS_ENTITY_OUTBOX_RETENTION_SECONDS", "entity_outbox_entries"),
+    ],
+)
+async def test_each_retention_setting_is_the_window_the_cleanup_keeps(
+    mode: Mode, setting: str, kind: str
+) -> None:
+    """Two messages to one partition, then a cleanup pass: within the default week nothing
+    of their dedup data goes; past a one-second retention it does."""
+    removed = {}
+    for retention in ("", "1"):
+        account = MemoryStorageAccount()
+        worker = runtime.Worker(window_app(mode), config(**{setting: retention}), account)
+        await provision(account, worker.resources)
+        for key in ("k1", "k2"):
+            probe = {"type": "ConfigProbe", "to": "tally", "body": {"key": "p"}}
+            status, body = await worker.ingress(
+                {"Idempotency-Key": key}, json.dumps(probe).encode()
+            )
+            assert status == 202, body
+            (signal,) = await account.queue("tally").receive(1, visibility_timeout=30)
+            assert (await worker.receive("tally", signal.content.encode(), 1)).value == "processed"
+        await asyncio.sleep(1.2)
+        report = await worker.cleanup(grace_seconds=0)
+        removed[retention] = report["removed"].get(kind, 0)
+    assert removed[""] == 0
+    assert removed["1"] > 0
 
 
 async def test_the_ingress_timeout_setting_bounds_a_request() -> None:
