@@ -18,7 +18,7 @@ there the queue settings are the Functions host's defaults.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from shared import app_settings as s
@@ -62,7 +62,7 @@ class AppConfig:
     """host.json's ``extensions.queues``: maxDequeueCount, batch sizes, visibility timeout."""
     host_json: Path | None
     """The host.json read (None: none was found, the Functions host's defaults apply)."""
-    bus: BusConfig = field(default_factory=BusConfig)
+    bus: BusConfig
     """The bus's tunables from the app settings, the shared resource names and host.json's
     maxDequeueCount; clock, ids and telemetry providers keep BusConfig's defaults."""
 
@@ -136,7 +136,6 @@ def build_config(settings: Settings | None = None, *, root: Path | None = None) 
     host.json in ``root`` (default: the current folder). Raises ConfigurationError on the
     first bad value, naming it."""
     settings = settings or resolve_settings()
-    _value(settings, s.BUS_APP)  # text: ``shared.app_loader`` checks it when it loads the app
     timeouts = load_storage_timeouts(settings.values, settings.origins)
     storage = None
     if settings.configures(settings.storage_setting):
