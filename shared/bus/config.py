@@ -1,4 +1,10 @@
-"""Tunable settings of a bus runtime, with the defaults users get."""
+"""Tunable settings of a bus runtime, with the defaults users get.
+
+A deployed app sets the ingress window, the retention windows, the payload and output limits
+and the conflict rounds through app settings (``BUS_INGRESS_WINDOW_SECONDS``... declared in
+``shared.app_settings``, read once by ``shared.config.build_config``), host.json sets
+``max_dequeue_count``; the rest (clock, sleep, ids, jitter, telemetry providers) is given by
+code."""
 
 from __future__ import annotations
 
