@@ -26,7 +26,7 @@ from shared.bus.outgoing import (
     plan_deliveries,
     send_signals,
 )
-from shared.bus.pipeline import Conflict, IncomingToken, Outcome, Pipeline, poison_body
+from shared.bus.pipeline import Conflict, Delivery, IncomingToken, Outcome, Pipeline
 from shared.bus.records import OutboxRecord, outbox_row
 from shared.bus.state.base import StateRow, StateTransaction, StateWrite
 from shared.bus.telemetry import within
@@ -43,12 +43,7 @@ from shared.errors import (
     UnknownMessageType,
 )
 
-__all__ = ["Outcome", "Receiver", "poison_body"]
-
 log = logging.getLogger(__name__)
-
-_Conflict = Conflict
-_Token = IncomingToken
 
 
 class Receiver(Pipeline):
@@ -56,9 +51,9 @@ class Receiver(Pipeline):
 
     mode = "token"
 
-    async def _process(self, signal: Signal) -> Outcome:
+    async def _process(self, signal: Signal, delivery: Delivery) -> Outcome:
         m, p = signal.message_id, signal.partition_key
-        hinted = self._from_hints(signal)
+        hinted = self._from_hints(signal, delivery)
         if hinted is not None:
             # R1 skipped: the copy is the token's content (its digest is in the token's name)
             # and addressed here; the claim below is conditional on the ETag the token was
@@ -70,7 +65,7 @@ class Receiver(Pipeline):
             if read is None:
                 return Outcome.DUPLICATE
             token = read
-            envelope, message = self._decode(signal, token)
+            envelope, message = self._decode(signal, token, delivery)
         inserted: OutboxRecord | None = None  # an O(m) this invocation created, if any
         abandoned: list[str] = []  # unknown-outcome creates from rounds that did not commit
         hints: Hints = {}  # for the tokens this invocation committed, if it did
@@ -108,7 +103,7 @@ class Receiver(Pipeline):
                         await self._drop_unused_outbox(inserted)
                         return Outcome.DUPLICATE
                     token = reread
-                    envelope, message = self._decode(signal, token)
+                    envelope, message = self._decode(signal, token, delivery)
                     continue
                 token = replace(token, etag=new_etag, claim=outbox.claim)
             elif token.claim != outbox.claim:
@@ -144,7 +139,9 @@ class Receiver(Pipeline):
             f"{self.config.max_conflict_rounds} rounds; the host will redeliver it"
         )
 
-    def _from_hints(self, signal: Signal) -> tuple[IncomingToken, Envelope, Message] | None:
+    def _from_hints(
+        self, signal: Signal, delivery: Delivery
+    ) -> tuple[IncomingToken, Envelope, Message] | None:
         """The token as the signal's hints describe it, or None to read it: no hints, a copy
         the token's name does not vouch for, or one that does not decode into this signal's
         message for this endpoint (the token decides then)."""
@@ -162,7 +159,7 @@ class Receiver(Pipeline):
             return None
         token = IncomingToken(signal.token, signal.etag, "", copy.encode("utf-8"))
         try:
-            envelope, message = self._decode(signal, token)
+            envelope, message = self._decode(signal, token, delivery)
         except (MalformedSignal, UnknownMessageType, MessageSchemaError) as e:
             log.warning(
                 "endpoint %s: ignoring the envelope copy in the signal for %s (%s); "

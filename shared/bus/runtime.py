@@ -11,8 +11,8 @@ from shared.bus.ingress import IngressClient
 from shared.bus.modes.entity_outbox import EntityOutboxPipeline
 from shared.bus.modes.processed_table import ProcessedMessagesPipeline
 from shared.bus.modes.state_based import StateBasedPipeline
-from shared.bus.pipeline import Pipeline
-from shared.bus.receiver import Outcome, Receiver
+from shared.bus.pipeline import Outcome, Pipeline
+from shared.bus.receiver import Receiver
 from shared.bus.state.base import EndpointState
 from shared.bus.state.stores import SqlDatabase
 from shared.bus.state.stores import endpoint_state as state_of

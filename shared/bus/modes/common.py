@@ -31,7 +31,7 @@ from shared.bus.outgoing import (
     plan_deliveries,
     send_signals,
 )
-from shared.bus.pipeline import Conflict, Outcome, Pipeline
+from shared.bus.pipeline import Conflict, Delivery, Outcome, Pipeline
 from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal, json_property
 from shared.bus.state.rows import ModeRows, RowsTransaction
 from shared.bus.telemetry import within
@@ -110,13 +110,13 @@ class ModePipeline(Pipeline):
         self.rows: ModeRows = self.state_store.rows()
         """The mode's rows, in the endpoint's store (its table, or PostgreSQL)."""
 
-    async def _process(self, signal: Signal) -> Outcome:
+    async def _process(self, signal: Signal, delivery: Delivery) -> Outcome:
         token = await self._read_token(signal)
         if token is None:
             # The incoming token is deleted only after the commit and the signals: whatever
             # this copy is, an earlier one finished it.
             return Outcome.DUPLICATE
-        envelope, message = self._decode(signal, token)
+        envelope, message = self._decode(signal, token, delivery)
         abandoned: list[str] = []  # unknown-outcome creates of rounds that did not commit
         for round_number in range(self.config.max_conflict_rounds):
             if round_number:
