@@ -3,7 +3,8 @@
 Signal parsing and poison parking, reading and decoding the incoming token, running the
 handler with its deterministic context, and building the audit row. A mode adds only its own
 deduplication and commit (``_process``): token mode in ``shared.bus.receiver``, the others in
-``shared.bus.modes``.
+``shared.bus.modes``, each running its rounds with ``shared.bus.rounds`` and creating its
+outputs with ``Pipeline._create_outputs``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from shared.bus.config import BusConfig
 from shared.bus.context import HandlerContext
 from shared.bus.envelope import Envelope, Signal
 from shared.bus.messages import Message
+from shared.bus.origin import Origin
+from shared.bus.outgoing import CreatedTokens, create_tokens, plan_deliveries
 from shared.bus.poison import Reason, error_reason, park, utc_time
 from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal
 from shared.bus.retries import RetryPolicy
@@ -70,10 +73,6 @@ class Outcome(enum.Enum):
     """State-based mode: replaying a duplicate on the restored state produced other outputs
     or another state than the committed run. The committed effects stand (they were sent,
     once); the handler must be fixed. See ``shared.bus.modes.errors.NondeterministicHandler``."""
-
-
-class Conflict(Exception):
-    """Another writer got there first; start the round again from the read."""
 
 
 @dataclass
@@ -401,6 +400,36 @@ class Pipeline(abc.ABC):
         with self.config.telemetry.handling(self.endpoint.name, self.mode, envelope):
             await call_handler(handler, context, message)
         return context
+
+    async def _create_outputs(
+        self,
+        context: HandlerContext[Any],
+        envelope: Envelope,
+        origin_row: str,
+        abandoned: list[str],
+    ) -> CreatedTokens:
+        """Create the tokens of the handler's sends, before the commit, each naming
+        ``origin_row`` (the dedup row that will list it) as its origin; creates whose outcome
+        is unknown go to ``abandoned``. Every mode creates its outputs here."""
+        deliveries = await plan_deliveries(
+            context.outputs,
+            sender=self.endpoint.name,
+            incoming_id=envelope.id,
+            correlation_id=envelope.correlation_id,
+            topics=self.topics,
+            routes=self.endpoint.routes,
+            config=self.config,
+        )
+        created = await create_tokens(
+            self.tokens,
+            deliveries,
+            sender=self.endpoint.name,
+            incoming_id=envelope.id,
+            config=self.config,
+            origin=Origin(self.endpoint.name, envelope.partition_key, origin_row).encode(),
+        )
+        abandoned.extend(created.abandoned)
+        return created
 
     def _audit(
         self, envelope: Envelope, outgoing: Iterable[OutgoingSignal], processed_at: datetime

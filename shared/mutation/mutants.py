@@ -35,16 +35,16 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "receiver-delete-before-send",
         "shared/bus/receiver.py",
-        """            # R6
-            await send_signals(self.account, outbox.outgoing, hints, clock=self.config.clock)
-            # R7
-            with contextlib.suppress(NotFound):
-                await self.tokens.delete(signal.token)""",
-        """            # R7
-            with contextlib.suppress(NotFound):
-                await self.tokens.delete(signal.token)
-            # R6
-            await send_signals(self.account, outbox.outgoing, hints, clock=self.config.clock)""",
+        """        # R6
+        await send_signals(self.account, outbox.outgoing, hints, clock=self.config.clock)
+        # R7
+        with contextlib.suppress(NotFound):
+            await self.tokens.delete(signal.token)""",
+        """        # R7
+        with contextlib.suppress(NotFound):
+            await self.tokens.delete(signal.token)
+        # R6
+        await send_signals(self.account, outbox.outgoing, hints, clock=self.config.clock)""",
         "R7 before R6: the incoming token is deleted before the outputs are signalled",
     ),
     Mutant(
