@@ -19,8 +19,7 @@ from typing import Any
 
 from shared.bulk.outcomes import Outcome
 from shared.bulk.send import RequestCounter
-from shared.bus.poison import replay_report
-from shared.cli.poisoned import read_poison
+from shared.bus.poison import read_poison, replay_report
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
 from shared.stores.instrumented import InstrumentedAccount
