@@ -24,8 +24,6 @@ from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
 from shared.stores.instrumented import InstrumentedAccount
 
-ENDPOINT_COLUMN = "endpoint"
-MESSAGE_ID_COLUMN = "message_id"
 MAX_MESSAGE_ID_CHARS = 200
 
 
