@@ -15,7 +15,7 @@ import enum
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -105,11 +105,11 @@ class Delivery:
     envelope is decoded. For its log line, poison reason and receive span."""
 
     raw: str
-    dequeue_count: int = 1
-    enqueued_at: datetime | None = None
-    started: float = field(default_factory=time.monotonic)
+    dequeue_count: int
+    enqueued_at: datetime | None
+    started: float
     """``time.monotonic()`` when this try began, for its log line's duration."""
-    trace: Receiving | None = None
+    trace: Receiving
     """Its receive span, which ``_decode`` starts in the trace of the envelope."""
     signal: Signal | None = None
     message_id: str | None = None
@@ -349,8 +349,7 @@ class Pipeline(abc.ABC):
                 f"token {signal.token} holds message {envelope.id} for "
                 f"partition {envelope.partition_key!r}, not what the signal says"
             )
-        if delivery.trace is not None:
-            delivery.trace.begin(envelope)  # the signal's message: its trace from here on
+        delivery.trace.begin(envelope)  # the signal's message: its trace from here on
         if envelope.destination != self.endpoint.name:
             raise MalformedSignal(
                 f"message {envelope.id} is addressed to "
