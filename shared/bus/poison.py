@@ -31,7 +31,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.errors import NotFound, TooLarge
+from shared.bus.envelope import Signal
+from shared.errors import MalformedSignal, NotFound, TooLarge
 from shared.resources import poison_queue
 from shared.stores.account import StorageAccount
 from shared.stores.queue import MessageQueue, QueueMessage
@@ -152,6 +153,25 @@ class PoisonedMessage:
     original: str | None = None
     """Name of the blob in the parked-originals container holding the original."""
     info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def message_id(self) -> str | None:
+        """The parked message's id: its signal's when the signal parses, else the one its
+        reason names (None when neither does)."""
+        named = _named(self.info.get("message_id"))
+        if self.signal is not None:
+            with contextlib.suppress(MalformedSignal):
+                return Signal.parse(self.signal).message_id
+        return named
+
+    @property
+    def message_type(self) -> str | None:
+        """The parked message's type as its reason names it, if it does."""
+        return _named(self.info.get("message_type"))
+
+
+def _named(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def unwrap(content: str, endpoint: str | None = None) -> PoisonedMessage:
