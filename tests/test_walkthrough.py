@@ -40,8 +40,7 @@ from pathlib import Path
 import pytest
 
 from shared.app_loader import APP_SETTING, configured_app
-from shared.bus import Bus, BusConfig, Command
-from shared.bus.receiver import Outcome
+from shared.bus import Bus, BusConfig, Command, Outcome
 from shared.bus.unsubscribed import unsubscribed_counts
 from shared.host.process import READY_MARK, free_port
 from shared.http_ingress import message_types

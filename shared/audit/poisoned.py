@@ -17,9 +17,8 @@ import contextlib
 from collections.abc import Sequence
 
 from shared.audit.rows import Row
-from shared.bus.envelope import Signal
 from shared.bus.poison import Unreadable, unwrap
-from shared.errors import MalformedSignal, NotFound
+from shared.errors import NotFound
 from shared.resources import poison_queue
 from shared.stores.account import StorageAccount
 from shared.stores.queue import MessageQueue, QueueMessage
@@ -27,7 +26,7 @@ from shared.stores.queue import MessageQueue, QueueMessage
 HOLD_SECONDS = 120.0
 """How long a message the audit is reading stays hidden if the audit dies before showing it
 again (it shows every one again as soon as it has read them all)."""
-MAX_REASON_CHARS = 500
+MAX_LISTED_REASON_CHARS = 500
 BATCH = 32
 
 
@@ -38,16 +37,8 @@ def poisoned_row(queue: str, endpoint: str, content: str) -> Row:
         parked = unwrap(content, endpoint)
     except Unreadable as e:
         return (queue, endpoint, None, None, f"unreadable poison message: {e}")
-    message_id = _text(parked.info.get("message_id"))
-    if parked.signal is not None:
-        with contextlib.suppress(MalformedSignal):
-            message_id = Signal.parse(parked.signal).message_id
-    reason = parked.reason[:MAX_REASON_CHARS]
-    return (queue, endpoint, message_id, _text(parked.info.get("message_type")), reason)
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
+    reason = parked.reason[:MAX_LISTED_REASON_CHARS]
+    return (queue, endpoint, parked.message_id, parked.message_type, reason)
 
 
 async def _read_all(queue: MessageQueue) -> list[QueueMessage]:

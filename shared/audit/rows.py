@@ -17,8 +17,7 @@ import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from shared.bus.ingress import INGRESS_ROW
-from shared.bus.records import AUDIT_PREFIX, OutgoingSignal
+from shared.bus.records import OutgoingSignal
 
 AUDIT_COLUMNS = (
     "table",
@@ -54,14 +53,6 @@ Delivery = dict[str, str | None]
 DELIVERY_FIELDS = ("id", "type", "destination")
 Value = str | datetime | list[Delivery] | None
 Row = tuple[Value, ...]
-
-
-def is_audit_key(row_key: str) -> bool:
-    return row_key.startswith(AUDIT_PREFIX)
-
-
-def is_ingress_key(row_key: str) -> bool:
-    return row_key == INGRESS_ROW
 
 
 def _text(value: object) -> str | None:

@@ -19,14 +19,11 @@ from typing import Any
 
 from shared.bulk.outcomes import Outcome
 from shared.bulk.send import RequestCounter
-from shared.bus.poison import replay_report
-from shared.cli.poisoned import read_poison
+from shared.bus.poison import read_poison, replay_report
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
 from shared.stores.instrumented import InstrumentedAccount
 
-ENDPOINT_COLUMN = "endpoint"
-MESSAGE_ID_COLUMN = "message_id"
 MAX_MESSAGE_ID_CHARS = 200
 
 

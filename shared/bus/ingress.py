@@ -26,6 +26,7 @@ from shared.bus.messages import (
 from shared.bus.origin import Origin
 from shared.bus.outgoing import create_tokens, discard_tokens, plan_deliveries, send_signals
 from shared.bus.records import OutgoingSignal
+from shared.bus.rounds import Conflict, conflict_rounds
 from shared.bus.routes import Routes
 from shared.bus.schedule import due_time
 from shared.bus.telemetry import within
@@ -33,7 +34,6 @@ from shared.bus.topics import RecipientLists
 from shared.clock import to_datetime
 from shared.errors import (
     AlreadyExists,
-    ConflictRetriesExhausted,
     CorruptRecord,
     InvalidName,
     NotFound,
@@ -161,67 +161,72 @@ class IngressClient:
             return receipt
 
     async def _send_once(self, output: PendingOutput, key: str) -> SendReceipt:
-        config = self.config
-        for round_number in range(config.max_conflict_rounds):
-            if round_number:
-                await config.sleep(config.backoff(round_number))
-            now = to_datetime(config.clock())
-            try:
-                existing: Entity | None = await self.table.get(key, INGRESS_ROW)
-            except NotFound:
-                existing = None
-            if existing is not None and _expires(existing) > now:
-                outgoing = _outgoing(existing)
-                await send_signals(self.account, outgoing, clock=config.clock)
-                return SendReceipt(key, tuple(o.message_id for o in outgoing), True)
+        return await conflict_rounds(
+            self.config,
+            lambda: self._send_round(output, key),
+            f"ingress key {key!r} kept conflicting",
+        )
 
-            # A fresh incoming id per round: only the round that commits is ever visible, and
-            # a key reused after its window gets new message ids rather than colliding.
-            incoming_id = derived_id(self.sender, key, config.new_id())
-            deliveries = await plan_deliveries(
-                [output],
-                sender=self.sender,
-                incoming_id=incoming_id,
-                correlation_id=incoming_id,
-                topics=self.topics,
-                routes=self.routes,
-                config=config,
-            )
-            created = await create_tokens(
-                self.tokens,
-                deliveries,
-                sender=self.sender,
-                incoming_id=incoming_id,
-                config=config,
-                origin=Origin(self.table.name, key, INGRESS_ROW).encode(),
-            )
-            record = Entity(
-                key,
-                INGRESS_ROW,
-                {
-                    "sender": self.sender,
-                    "incoming_id": incoming_id,
-                    "type": output.message.type_name(),
-                    "created_at": now,
-                    "expires_at": now + timedelta(seconds=config.ingress_window_seconds),
-                    "outgoing": json.dumps([o.model_dump() for o in created.committed_candidates]),
-                    "abandoned": json.dumps(created.abandoned),
-                },
-            )
-            try:
-                if existing is None:
-                    await self.table.insert(record)
-                else:
-                    await self.table.update(record, etag=existing.etag)
-            except (AlreadyExists, PreconditionFailed):
-                await discard_tokens(self.tokens, created.committed_candidates)
-                continue
-            except OutcomeUnknown:
-                continue  # may have landed: the next round reads the record and finds out
-            outgoing = tuple(created.committed_candidates)
-            await send_signals(self.account, outgoing, created.hints, clock=config.clock)
-            return SendReceipt(key, tuple(o.message_id for o in outgoing), False)
-        raise ConflictRetriesExhausted(f"ingress key {key!r} kept conflicting")
+    async def _send_round(self, output: PendingOutput, key: str) -> SendReceipt:
+        """One round: read the key's record, then either re-send what it lists or create the
+        message's tokens and record them; raises Conflict to start again from the read."""
+        config = self.config
+        now = to_datetime(config.clock())
+        try:
+            existing: Entity | None = await self.table.get(key, INGRESS_ROW)
+        except NotFound:
+            existing = None
+        if existing is not None and _expires(existing) > now:
+            outgoing = _outgoing(existing)
+            await send_signals(self.account, outgoing, clock=config.clock)
+            return SendReceipt(key, tuple(o.message_id for o in outgoing), True)
+
+        # A fresh incoming id per round: only the round that commits is ever visible, and
+        # a key reused after its window gets new message ids rather than colliding.
+        incoming_id = derived_id(self.sender, key, config.new_id())
+        deliveries = await plan_deliveries(
+            [output],
+            sender=self.sender,
+            incoming_id=incoming_id,
+            correlation_id=incoming_id,
+            topics=self.topics,
+            routes=self.routes,
+            config=config,
+        )
+        created = await create_tokens(
+            self.tokens,
+            deliveries,
+            sender=self.sender,
+            incoming_id=incoming_id,
+            config=config,
+            origin=Origin(self.table.name, key, INGRESS_ROW).encode(),
+        )
+        record = Entity(
+            key,
+            INGRESS_ROW,
+            {
+                "sender": self.sender,
+                "incoming_id": incoming_id,
+                "type": output.message.type_name(),
+                "created_at": now,
+                "expires_at": now + timedelta(seconds=config.ingress_window_seconds),
+                "outgoing": json.dumps([o.model_dump() for o in created.committed_candidates]),
+                "abandoned": json.dumps(created.abandoned),
+            },
+        )
+        try:
+            if existing is None:
+                await self.table.insert(record)
+            else:
+                await self.table.update(record, etag=existing.etag)
+        except (AlreadyExists, PreconditionFailed) as e:
+            await discard_tokens(self.tokens, created.committed_candidates)
+            raise Conflict from e
+        except OutcomeUnknown as e:
+            raise Conflict from e  # may have landed: the next round reads the record and finds out
+        outgoing = tuple(created.committed_candidates)
+        await send_signals(self.account, outgoing, created.hints, clock=config.clock)
+        return SendReceipt(key, tuple(o.message_id for o in outgoing), False)
 
 
 def _expires(entity: Entity) -> datetime:

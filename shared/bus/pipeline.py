@@ -3,7 +3,8 @@
 Signal parsing and poison parking, reading and decoding the incoming token, running the
 handler with its deterministic context, and building the audit row. A mode adds only its own
 deduplication and commit (``_process``): token mode in ``shared.bus.receiver``, the others in
-``shared.bus.modes``.
+``shared.bus.modes``, each running its rounds with ``shared.bus.rounds`` and creating its
+outputs with ``Pipeline._create_outputs``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import enum
 import logging
 import time
 from collections.abc import Iterable
-from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -26,8 +26,9 @@ from shared.bus.config import BusConfig
 from shared.bus.context import HandlerContext
 from shared.bus.envelope import Envelope, Signal
 from shared.bus.messages import Message
+from shared.bus.origin import Origin
+from shared.bus.outgoing import CreatedTokens, create_tokens, plan_deliveries
 from shared.bus.poison import Reason, error_reason, park, utc_time
-from shared.bus.poison import poison_body as wrapped
 from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal
 from shared.bus.retries import RetryPolicy
 from shared.bus.schedule import NotYetDue, not_due, reschedule, send_hidden
@@ -74,10 +75,6 @@ class Outcome(enum.Enum):
     once); the handler must be fixed. See ``shared.bus.modes.errors.NondeterministicHandler``."""
 
 
-class Conflict(Exception):
-    """Another writer got there first; start the round again from the read."""
-
-
 @dataclass
 class IncomingToken:
     name: str
@@ -88,12 +85,6 @@ class IncomingToken:
     @classmethod
     def of(cls, blob: Blob) -> IncomingToken:
         return cls(blob.properties.name, blob.etag, blob.metadata.get("claim", ""), blob.data)
-
-
-def poison_body(endpoint: str, raw: str, reason: str, dequeue_count: int) -> str:
-    """A poison message keeps the original signal verbatim next to why it was parked, so an
-    operator can read the reason and replay the signal unchanged."""
-    return wrapped(raw, Reason(endpoint, reason, dequeue_count))
 
 
 def queue_text(body: bytes) -> str:
@@ -108,19 +99,21 @@ def queue_text(body: bytes) -> str:
 
 @dataclass
 class Delivery:
-    """What is known so far about the message being received: when its queue message was
-    inserted (when the caller knows), its id once the signal is parsed, its type once the
+    """One queue message being received, passed through the pipeline: its text as given, which
+    try this is, when its queue message was inserted (when the caller knows) and when this try
+    started; then what is learnt on the way: its signal and id once parsed, its type once the
     envelope is decoded. For its log line, poison reason and receive span."""
 
-    message_id: str | None = None
-    message_type: str | None = None
-    enqueued_at: datetime | None = None
-    trace: Receiving | None = None
+    raw: str
+    dequeue_count: int
+    enqueued_at: datetime | None
+    started: float
+    """``time.monotonic()`` when this try began, for its log line's duration."""
+    trace: Receiving
     """Its receive span, which ``_decode`` starts in the trace of the envelope."""
     signal: Signal | None = None
-
-
-_delivery: ContextVar[Delivery | None] = ContextVar("delivery", default=None)
+    message_id: str | None = None
+    message_type: str | None = None
 
 
 class Pipeline(abc.ABC):
@@ -158,36 +151,32 @@ class Pipeline(abc.ABC):
         trace = self.config.telemetry.receiving(
             self.endpoint.name, self.mode, dequeue_count, self.config.clock
         )
-        delivery = Delivery(enqueued_at=enqueued_at, trace=trace)
-        reset = _delivery.set(delivery)
-        try:
-            with trace:
-                try:
-                    outcome = await self._receive_retrying(raw, dequeue_count, delivery)
-                except Exception as error:
-                    outcome = await self._failed(raw, dequeue_count, delivery, error)
-                trace.outcome = outcome.value
-        finally:
-            _delivery.reset(reset)
+        delivery = Delivery(raw, dequeue_count, enqueued_at, started, trace)
+        with trace:
+            try:
+                outcome = await self._receive_retrying(delivery)
+            except Exception as error:
+                outcome = await self._failed(delivery, error)
+            trace.outcome = outcome.value
         log.info(
             "endpoint=%s type=%s message_id=%s outcome=%s duration_ms=%.1f try=%d",
             self.endpoint.name,
             delivery.message_type or "-",
             delivery.message_id or "-",
             outcome.value,
-            (time.monotonic() - started) * 1000,
-            dequeue_count,
+            (time.monotonic() - delivery.started) * 1000,
+            delivery.dequeue_count,
         )
         return outcome
 
-    async def _receive_retrying(self, raw: str, dequeue_count: int, delivery: Delivery) -> Outcome:
+    async def _receive_retrying(self, delivery: Delivery) -> Outcome:
         """``_receive``, run again at once after an error as often as the message's retry
         policy says. A failed round committed nothing, so a retry is what a redelivery is:
         it finds its own O(m) and claim and carries on."""
         retried = 0
         while True:
             try:
-                return await self._receive(raw, dequeue_count, delivery)
+                return await self._receive(delivery)
             except DoNotRetry:
                 raise
             except Exception as error:
@@ -205,50 +194,46 @@ class Pipeline(abc.ABC):
                     (str(error).splitlines() or [""])[0],
                 )
 
-    async def _receive(self, raw: str, dequeue_count: int, delivery: Delivery) -> Outcome:
+    async def _receive(self, delivery: Delivery) -> Outcome:
         try:
-            signal = Signal.parse(raw)
+            signal = Signal.parse(delivery.raw)
             check_key("PartitionKey", signal.partition_key)
         except (MalformedSignal, InvalidName) as e:
-            return await self._poison(raw, str(e), dequeue_count, type(e).__name__)
+            return await self._poison(delivery, str(e), type(e).__name__)
         except RecursionError:  # JSON nested deeper than the parser goes
-            return await self._poison(
-                raw, "signal is nested too deeply", dequeue_count, "MalformedSignal"
-            )
+            return await self._poison(delivery, "signal is nested too deeply", "MalformedSignal")
         delivery.message_id = signal.message_id
         delivery.signal = signal
         try:
-            return await self._process(signal)
+            return await self._process(signal, delivery)
         except (MalformedSignal, UnknownMessageType, MessageSchemaError) as e:
-            return await self._poison(raw, str(e), dequeue_count, type(e).__name__)
+            return await self._poison(delivery, str(e), type(e).__name__)
         except NotYetDue as early:
             await reschedule(
-                self.account.queue(self.endpoint.name), raw, early.due, self.config.clock
+                self.account.queue(self.endpoint.name), delivery.raw, early.due, self.config.clock
             )
             return Outcome.DEFERRED
 
-    async def _failed(
-        self, raw: str, dequeue_count: int, delivery: Delivery, error: Exception
-    ) -> Outcome:
+    async def _failed(self, delivery: Delivery, error: Exception) -> Outcome:
         """Park the message at once (``DoNotRetry``), schedule its next delayed retry or park
         it when they are used up (a retry policy), or else give it back to the host and park
         it with the error on the host's last try."""
         if isinstance(error, DoNotRetry):
-            return await self._park_failed(raw, dequeue_count, delivery, error, "not retried")
+            return await self._park_failed(delivery, delivery.raw, error, "not retried")
         policy = self.endpoint.retry_policy(delivery.message_type)
         if policy is not None and delivery.signal is not None:
-            outcome = await self._retry_later(policy, dequeue_count, delivery, error)
+            outcome = await self._retry_later(policy, delivery, error)
             if outcome is not None:
                 return outcome
         last = self.config.max_dequeue_count
-        if last is None or dequeue_count < last:
+        if last is None or delivery.dequeue_count < last:
             # The host logs the error with its traceback; the note says which message it was.
-            error.add_note(self._where(dequeue_count, delivery))
+            error.add_note(self._where(delivery))
             raise error
-        return await self._park_failed(raw, dequeue_count, delivery, error)
+        return await self._park_failed(delivery, delivery.raw, error)
 
     async def _retry_later(
-        self, policy: RetryPolicy, dequeue_count: int, delivery: Delivery, error: Exception
+        self, policy: RetryPolicy, delivery: Delivery, error: Exception
     ) -> Outcome | None:
         """Send the signal again, hidden for the policy's next backoff, or park it once the
         delayed retries are used up. None when the signal could not be sent: the host then
@@ -262,7 +247,7 @@ class Pipeline(abc.ABC):
         delay = policy.delay(done, self.config.jitter)
         if delay is None:
             note = f"after {policy.describe(done)}"
-            return await self._park_failed(afresh, dequeue_count, delivery, error, note)
+            return await self._park_failed(delivery, afresh, error, note)
         again = signal.model_copy(update={"retry": done + 1}).to_json()
         try:
             await send_hidden(self.account.queue(self.endpoint.name), again, delay)
@@ -276,7 +261,7 @@ class Pipeline(abc.ABC):
             return None
         log.warning(
             "%s failed: %s: %s; delayed retry %d of %d in %.0f s",
-            self._where(dequeue_count, delivery),
+            self._where(delivery),
             type(error).__name__,
             (str(error).splitlines() or [""])[0],
             done + 1,
@@ -285,24 +270,25 @@ class Pipeline(abc.ABC):
         )
         return Outcome.RETRYING
 
-    def _where(self, dequeue_count: int, delivery: Delivery) -> str:
+    def _where(self, delivery: Delivery) -> str:
         return (
             f"receiving message {delivery.message_id or '(no id)'} of type "
             f"{delivery.message_type or '(not decoded)'} at endpoint {self.endpoint.name}, "
-            f"try {dequeue_count}"
+            f"try {delivery.dequeue_count}"
         )
 
     async def _park_failed(
-        self, raw: str, dequeue_count: int, delivery: Delivery, error: Exception, note: str = ""
+        self, delivery: Delivery, raw: str, error: Exception, note: str = ""
     ) -> Outcome:
-        """Park the message with ``error`` (and ``note``, why now) as its reason."""
-        where = self._where(dequeue_count, delivery)
+        """Park ``raw`` (the delivery's text, or its signal afresh) with ``error`` (and
+        ``note``, why now) as its reason."""
+        where = self._where(delivery)
         first = (str(error).splitlines() or [""])[0]
         log.error("%s failed: %s: %s", where, type(error).__name__, first, exc_info=error)
         reason = error_reason(
             self.endpoint.name,
             error,
-            dequeue_count,
+            delivery.dequeue_count,
             message_id=delivery.message_id,
             message_type=delivery.message_type,
             enqueued_at=delivery.enqueued_at,
@@ -314,18 +300,18 @@ class Pipeline(abc.ABC):
         return Outcome.POISONED
 
     @abc.abstractmethod
-    async def _process(self, signal: Signal) -> Outcome:
-        """Deduplicate, run, commit and signal: the mode's own part."""
+    async def _process(self, signal: Signal, delivery: Delivery) -> Outcome:
+        """Deduplicate, run, commit and signal ``delivery``'s ``signal``: the mode's own
+        part."""
 
-    async def _poison(self, raw: str, reason: str, dequeue_count: int, error_type: str) -> Outcome:
+    async def _poison(self, delivery: Delivery, reason: str, error_type: str) -> Outcome:
         log.error("endpoint %s: parking message in poison queue: %s", self.endpoint.name, reason)
-        delivery = _delivery.get() or Delivery()
         await self._park(
-            raw,
+            delivery.raw,
             Reason(
                 self.endpoint.name,
                 reason,
-                dequeue_count,
+                delivery.dequeue_count,
                 error_type=error_type,
                 message_id=delivery.message_id,
                 message_type=delivery.message_type,
@@ -350,20 +336,20 @@ class Pipeline(abc.ABC):
         except NotFound:
             return None
 
-    def _decode(self, signal: Signal, token: IncomingToken) -> tuple[Envelope, Message]:
+    def _decode(
+        self, signal: Signal, token: IncomingToken, delivery: Delivery
+    ) -> tuple[Envelope, Message]:
         try:
             envelope = Envelope.from_bytes(token.envelope_bytes)
         except ValidationError as e:
             raise MalformedSignal(f"token {signal.token} does not hold an envelope: {e}") from None
-        if (delivery := _delivery.get()) is not None:
-            delivery.message_type = envelope.type
+        delivery.message_type = envelope.type
         if envelope.id != signal.message_id or envelope.partition_key != signal.partition_key:
             raise MalformedSignal(
                 f"token {signal.token} holds message {envelope.id} for "
                 f"partition {envelope.partition_key!r}, not what the signal says"
             )
-        if delivery is not None and delivery.trace is not None:
-            delivery.trace.begin(envelope)  # the signal's message: its trace from here on
+        delivery.trace.begin(envelope)  # the signal's message: its trace from here on
         if envelope.destination != self.endpoint.name:
             raise MalformedSignal(
                 f"message {envelope.id} is addressed to "
@@ -413,6 +399,36 @@ class Pipeline(abc.ABC):
         with self.config.telemetry.handling(self.endpoint.name, self.mode, envelope):
             await call_handler(handler, context, message)
         return context
+
+    async def _create_outputs(
+        self,
+        context: HandlerContext[Any],
+        envelope: Envelope,
+        origin_row: str,
+        abandoned: list[str],
+    ) -> CreatedTokens:
+        """Create the tokens of the handler's sends, before the commit, each naming
+        ``origin_row`` (the dedup row that will list it) as its origin; creates whose outcome
+        is unknown go to ``abandoned``. Every mode creates its outputs here."""
+        deliveries = await plan_deliveries(
+            context.outputs,
+            sender=self.endpoint.name,
+            incoming_id=envelope.id,
+            correlation_id=envelope.correlation_id,
+            topics=self.topics,
+            routes=self.endpoint.routes,
+            config=self.config,
+        )
+        created = await create_tokens(
+            self.tokens,
+            deliveries,
+            sender=self.endpoint.name,
+            incoming_id=envelope.id,
+            config=self.config,
+            origin=Origin(self.endpoint.name, envelope.partition_key, origin_row).encode(),
+        )
+        abandoned.extend(created.abandoned)
+        return created
 
     def _audit(
         self, envelope: Envelope, outgoing: Iterable[OutgoingSignal], processed_at: datetime

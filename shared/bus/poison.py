@@ -1,4 +1,6 @@
-"""Poison-queue handling: parking a message with why, reading it back, and replaying it.
+"""Poison-queue handling: the poison messages' wire format (written here, read here), parking
+a message with why, reading it back, and replaying it. The CLI (``bus poison list``,
+``bus replay``), the bulk replay and the audit read poison messages only through this module.
 
 A poison message takes one of three forms, all of which replay:
 
@@ -12,6 +14,10 @@ A poison message takes one of three forms, all of which replay:
 Replaying sends the original signal back to the endpoint's queue; its token was kept, so it is
 processed exactly once. Poison-queue contents are not trusted: a damaged wrapper or a reference
 outside ``<endpoint>/<uuid>`` is skipped and reported, never followed.
+
+Two readings of one content: ``unwrap``, strict, for replay (what to send back, or why not),
+and ``read_poison``, lenient, for listing and selecting (whatever the content says about
+itself, never an error).
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.errors import NotFound, TooLarge
+from shared.bus.envelope import Signal
+from shared.errors import MalformedSignal, NotFound, TooLarge
 from shared.resources import poison_queue
 from shared.stores.account import StorageAccount
 from shared.stores.queue import MessageQueue, QueueMessage
@@ -96,8 +103,19 @@ def error_reason(
 
 
 def poison_body(raw: str, reason: Reason) -> str:
-    """The original message verbatim beside why it was parked."""
+    """The original message verbatim beside why it was parked (the inline form)."""
     return json.dumps({"poison": reason.as_json(), "signal": raw})
+
+
+def parked_name(endpoint: str) -> str:
+    """A fresh name in the parked-originals container for a message of ``endpoint``."""
+    return f"{endpoint}/{uuid.uuid4()}"
+
+
+def reference_body(reason: Reason, original: str) -> str:
+    """Why a message was parked, naming the blob ``original`` that keeps it (the by-reference
+    form, for a message too large to be parked whole beside its reason)."""
+    return json.dumps({"poison": {**reason.as_json(), "original": original}})
 
 
 async def park(account: StorageAccount, raw: str, reason: Reason, container: str) -> str:
@@ -113,13 +131,13 @@ async def park(account: StorageAccount, raw: str, reason: Reason, container: str
         return "inline"
     except TooLarge:
         pass
-    name = f"{reason.endpoint}/{uuid.uuid4()}"
+    name = parked_name(reason.endpoint)
     # The reason travels in the poison message; the metadata copy helps whoever lists blobs.
     note = "".join(c if c.isascii() and c.isprintable() else "?" for c in reason.reason)
     await account.blob_container(container).upload(
         name, raw.encode("utf-8"), {"endpoint": reason.endpoint, "reason": note[:1024]}
     )
-    await queue.send(json.dumps({"poison": {**reason.as_json(), "original": name}}))
+    await queue.send(reference_body(reason, name))
     return "reference"
 
 
@@ -136,15 +154,31 @@ class PoisonedMessage:
     """Name of the blob in the parked-originals container holding the original."""
     info: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def message_id(self) -> str | None:
+        """The parked message's id: its signal's when the signal parses, else the one its
+        reason names (None when neither does)."""
+        named = _named(self.info.get("message_id"))
+        if self.signal is not None:
+            with contextlib.suppress(MalformedSignal):
+                return Signal.parse(self.signal).message_id
+        return named
+
+    @property
+    def message_type(self) -> str | None:
+        """The parked message's type as its reason names it, if it does."""
+        return _named(self.info.get("message_type"))
+
+
+def _named(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
 
 def unwrap(content: str, endpoint: str | None = None) -> PoisonedMessage:
     """What a poison message holds. Raises Unreadable for a wrapper that is damaged, or a
     reference that is not ``<endpoint>/<uuid>`` (never followed: it could name any blob)."""
-    try:
-        data = json.loads(content)
-    except (ValueError, RecursionError):
-        data = None
-    if not (isinstance(data, dict) and "poison" in data):
+    data = _json_object(content)
+    if data is None or "poison" not in data:
         return PoisonedMessage(content, HOST_MOVED_REASON)
     info = data["poison"]
     if not isinstance(info, dict):
@@ -161,6 +195,99 @@ def unwrap(content: str, endpoint: str | None = None) -> PoisonedMessage:
     if not re.fullmatch(rf"{owner}/{_UUID}", original):
         raise Unreadable(f"its reference {original[:120]!r} is not a parked original of this queue")
     return PoisonedMessage(None, reason, original, info)
+
+
+def _json_object(text: object) -> dict[str, Any] | None:
+    """``text`` parsed as a JSON object, or None (not text, not JSON, nested deeper than the
+    parser goes, or not an object)."""
+    if not isinstance(text, str):
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+@dataclass(frozen=True)
+class PoisonRecord:
+    reason: str
+    endpoint: str | None = None
+    message_type: str | None = None
+    message_id: str | None = None
+    dequeue_count: int | None = None
+    """Deliveries tried before it was parked, as the wrapper says (the host's move says none)."""
+    error_type: str | None = None
+    original: str | None = None
+    """The parked-originals blob holding the message, when it was parked by reference."""
+    enqueued_at: str | None = None
+    """When its queue message was inserted: its first try followed (``Reason``)."""
+    failed_at: str | None = None
+    """When the failure that parked it happened: the last failure."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def read_poison(body: str) -> PoisonRecord:
+    """The record of one poison message's content, as far as the content says: for
+    ``bus poison list`` and the filters of replays (``bus replay``, the bulk replay). The
+    content came from a queue, so nothing in it is trusted: every field is optional, only
+    text, numbers and times with a zone are read, and text is cut to ``MAX_REASON_CHARS``.
+    Whatever cannot be read is left out, never an error."""
+    data = _json_object(body) or {}
+    info = data.get("poison")
+    if not isinstance(info, dict):
+        return _from_signal(body, HOST_MOVED_REASON)
+    signal = _from_signal(data.get("signal"), "")
+    return PoisonRecord(
+        reason=_text(info.get("reason")) or "",
+        endpoint=_text(info.get("endpoint")),
+        message_type=_text(info.get("message_type")) or signal.message_type,
+        message_id=_text(info.get("message_id")) or signal.message_id,
+        dequeue_count=_count(info.get("dequeue_count")),
+        error_type=_text(info.get("error_type")),
+        original=_text(info.get("original")),
+        enqueued_at=_time(info.get("enqueued_at")),
+        failed_at=_time(info.get("failed_at")),
+    )
+
+
+def _from_signal(raw: object, reason: str) -> PoisonRecord:
+    """A raw signal names its message id; the envelope copy it may carry names the type."""
+    signal = _json_object(raw) if isinstance(raw, str) else None
+    if signal is None:
+        return PoisonRecord(reason)
+    envelope = _json_object(signal.get("envelope"))
+    return PoisonRecord(
+        reason,
+        message_id=_text(signal.get("message_id")),
+        message_type=None if envelope is None else _text(envelope.get("type")),
+    )
+
+
+def _text(value: object) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return None
+    return str(value)[:MAX_REASON_CHARS] or None
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _time(value: object) -> str | None:
+    """An ISO 8601 time with its zone, in UTC to the second; anything else (no zone, not a
+    time, out of range once in UTC) is left out."""
+    if not isinstance(value, str) or len(value) > 40:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+        if moment.tzinfo is None:
+            return None
+        return moment.astimezone(UTC).isoformat(timespec="seconds")
+    except (ValueError, OverflowError):
+        return None
 
 
 @dataclass

@@ -14,26 +14,19 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from shared.bus.envelope import Envelope, Signal
 from shared.bus.messages import Message
-from shared.bus.origin import Origin
-from shared.bus.outgoing import (
-    Hints,
-    create_tokens,
-    discard_tokens,
-    plan_deliveries,
-    send_signals,
-)
-from shared.bus.pipeline import Conflict, IncomingToken, Outcome, Pipeline, poison_body
+from shared.bus.outgoing import Hints, discard_tokens, send_signals
+from shared.bus.pipeline import Delivery, IncomingToken, Outcome, Pipeline
 from shared.bus.records import OutboxRecord, outbox_row
+from shared.bus.rounds import Conflict, conflict_rounds
 from shared.bus.state.base import StateRow, StateTransaction, StateWrite
 from shared.bus.telemetry import within
 from shared.clock import to_datetime
 from shared.errors import (
     AlreadyExists,
-    ConflictRetriesExhausted,
     MalformedSignal,
     MessageSchemaError,
     NotFound,
@@ -43,12 +36,23 @@ from shared.errors import (
     UnknownMessageType,
 )
 
-__all__ = ["Outcome", "Receiver", "poison_body"]
-
 log = logging.getLogger(__name__)
 
-_Conflict = Conflict
-_Token = IncomingToken
+
+@dataclass
+class _Progress:
+    """What token mode's rounds for one message carry from one round to the next."""
+
+    token: IncomingToken
+    """token(a) as last read or claimed."""
+    envelope: Envelope
+    message: Message
+    inserted: OutboxRecord | None = None
+    """An O(m) this invocation created, if any."""
+    abandoned: list[str] = field(default_factory=list)
+    """Unknown-outcome creates from rounds that did not commit."""
+    hints: Hints = field(default_factory=dict)
+    """For the tokens this invocation committed, if it did."""
 
 
 class Receiver(Pipeline):
@@ -56,9 +60,8 @@ class Receiver(Pipeline):
 
     mode = "token"
 
-    async def _process(self, signal: Signal) -> Outcome:
-        m, p = signal.message_id, signal.partition_key
-        hinted = self._from_hints(signal)
+    async def _process(self, signal: Signal, delivery: Delivery) -> Outcome:
+        hinted = self._from_hints(signal, delivery)
         if hinted is not None:
             # R1 skipped: the copy is the token's content (its digest is in the token's name)
             # and addressed here; the claim below is conditional on the ETag the token was
@@ -70,81 +73,86 @@ class Receiver(Pipeline):
             if read is None:
                 return Outcome.DUPLICATE
             token = read
-            envelope, message = self._decode(signal, token)
-        inserted: OutboxRecord | None = None  # an O(m) this invocation created, if any
-        abandoned: list[str] = []  # unknown-outcome creates from rounds that did not commit
-        hints: Hints = {}  # for the tokens this invocation committed, if it did
-
-        for round_number in range(self.config.max_conflict_rounds):
-            if round_number:
-                await self.config.sleep(self.config.backoff(round_number))
-            # R2: state and O(m) in one query.
-            snapshot = await self.state_store.read(p, m)
-            # R3
-            if snapshot.outbox is None:
-                record = OutboxRecord(
-                    p,
-                    m,
-                    claim=self.config.new_id(),
-                    incoming_token=signal.token,
-                    started_at=to_datetime(self.config.clock()),
-                )
-                try:
-                    etag = await self.state_store.insert_outbox(record)
-                except AlreadyExists:
-                    continue
-                outbox = inserted = replace(record, etag=etag)
-            else:
-                outbox = snapshot.outbox
-            # R4
-            if not token.claim:
-                try:
-                    new_etag = await self.tokens.set_metadata(
-                        signal.token, {"claim": outbox.claim}, etag=token.etag
-                    )
-                except (PreconditionFailed, NotFound):
-                    reread = await self._read_token(signal)  # back to R1
-                    if reread is None:
-                        await self._drop_unused_outbox(inserted)
-                        return Outcome.DUPLICATE
-                    token = reread
-                    envelope, message = self._decode(signal, token)
-                    continue
-                token = replace(token, etag=new_etag, claim=outbox.claim)
-            elif token.claim != outbox.claim:
-                log.error(
-                    "endpoint %s: token %s is claimed by %s but O(%s) has claim %s; "
-                    "acknowledging without processing",
-                    self.endpoint.name,
-                    signal.token,
-                    token.claim,
-                    m,
-                    outbox.claim,
-                )
-                return Outcome.ANOMALY
-            # R5
-            outcome = Outcome.RESUMED
-            if not outbox.committed:
-                try:
-                    outbox = await self._run_and_commit(
-                        envelope, message, outbox, snapshot.state, abandoned, hints
-                    )
-                except Conflict:
-                    continue
-                outcome = Outcome.PROCESSED
-            # R6
-            await send_signals(self.account, outbox.outgoing, hints, clock=self.config.clock)
-            # R7
-            with contextlib.suppress(NotFound):
-                await self.tokens.delete(signal.token)
-            # R8 is the cleanup's: O(m) is retired once token(a) is gone, off the hot path.
-            return outcome
-        raise ConflictRetriesExhausted(
-            f"message {m} at {self.endpoint.name}: still conflicting after "
-            f"{self.config.max_conflict_rounds} rounds; the host will redeliver it"
+            envelope, message = self._decode(signal, token, delivery)
+        progress = _Progress(token, envelope, message)
+        return await conflict_rounds(
+            self.config,
+            lambda: self._round(signal, delivery, progress),
+            f"message {signal.message_id} at {self.endpoint.name}: still conflicting after "
+            f"{self.config.max_conflict_rounds} rounds; the host will redeliver it",
         )
 
-    def _from_hints(self, signal: Signal) -> tuple[IncomingToken, Envelope, Message] | None:
+    async def _round(self, signal: Signal, delivery: Delivery, progress: _Progress) -> Outcome:
+        """R2-R7 once; raises Conflict to start again from R2."""
+        m, p = signal.message_id, signal.partition_key
+        token, hints = progress.token, progress.hints
+        # R2: state and O(m) in one query.
+        snapshot = await self.state_store.read(p, m)
+        # R3
+        if snapshot.outbox is None:
+            record = OutboxRecord(
+                p,
+                m,
+                claim=self.config.new_id(),
+                incoming_token=signal.token,
+                started_at=to_datetime(self.config.clock()),
+            )
+            try:
+                etag = await self.state_store.insert_outbox(record)
+            except AlreadyExists as e:
+                raise Conflict from e
+            outbox = progress.inserted = replace(record, etag=etag)
+        else:
+            outbox = snapshot.outbox
+        # R4
+        if not token.claim:
+            try:
+                new_etag = await self.tokens.set_metadata(
+                    signal.token, {"claim": outbox.claim}, etag=token.etag
+                )
+            except (PreconditionFailed, NotFound) as e:
+                reread = await self._read_token(signal)  # back to R1
+                if reread is None:
+                    await self._drop_unused_outbox(progress.inserted)
+                    return Outcome.DUPLICATE
+                progress.token = reread
+                progress.envelope, progress.message = self._decode(signal, reread, delivery)
+                raise Conflict from e
+            progress.token = replace(token, etag=new_etag, claim=outbox.claim)
+        elif token.claim != outbox.claim:
+            log.error(
+                "endpoint %s: token %s is claimed by %s but O(%s) has claim %s; "
+                "acknowledging without processing",
+                self.endpoint.name,
+                signal.token,
+                token.claim,
+                m,
+                outbox.claim,
+            )
+            return Outcome.ANOMALY
+        # R5
+        outcome = Outcome.RESUMED
+        if not outbox.committed:
+            outbox = await self._run_and_commit(
+                progress.envelope,
+                progress.message,
+                outbox,
+                snapshot.state,
+                progress.abandoned,
+                hints,
+            )
+            outcome = Outcome.PROCESSED
+        # R6
+        await send_signals(self.account, outbox.outgoing, hints, clock=self.config.clock)
+        # R7
+        with contextlib.suppress(NotFound):
+            await self.tokens.delete(signal.token)
+        # R8 is the cleanup's: O(m) is retired once token(a) is gone, off the hot path.
+        return outcome
+
+    def _from_hints(
+        self, signal: Signal, delivery: Delivery
+    ) -> tuple[IncomingToken, Envelope, Message] | None:
         """The token as the signal's hints describe it, or None to read it: no hints, a copy
         the token's name does not vouch for, or one that does not decode into this signal's
         message for this endpoint (the token decides then)."""
@@ -162,7 +170,7 @@ class Receiver(Pipeline):
             return None
         token = IncomingToken(signal.token, signal.etag, "", copy.encode("utf-8"))
         try:
-            envelope, message = self._decode(signal, token)
+            envelope, message = self._decode(signal, token, delivery)
         except (MalformedSignal, UnknownMessageType, MessageSchemaError) as e:
             log.warning(
                 "endpoint %s: ignoring the envelope copy in the signal for %s (%s); "
@@ -213,25 +221,7 @@ class Receiver(Pipeline):
         context = await self._run_handler(
             envelope, message, state, now=outbox.started_at, sql=transaction.sql
         )
-
-        deliveries = await plan_deliveries(
-            context.outputs,
-            sender=endpoint.name,
-            incoming_id=envelope.id,
-            correlation_id=envelope.correlation_id,
-            topics=self.topics,
-            routes=endpoint.routes,
-            config=self.config,
-        )
-        created = await create_tokens(
-            self.tokens,
-            deliveries,
-            sender=endpoint.name,
-            incoming_id=envelope.id,
-            config=self.config,
-            origin=Origin(endpoint.name, envelope.partition_key, outbox_row(envelope.id)).encode(),
-        )
-        abandoned.extend(created.abandoned)
+        created = await self._create_outputs(context, envelope, outbox_row(envelope.id), abandoned)
         now = to_datetime(self.config.clock())
         committed = outbox.committing(created.committed_candidates, abandoned, now)
         audit = self._audit(envelope, committed.outgoing, now)

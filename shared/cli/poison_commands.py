@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.bus.poison import replay_report
+from shared.bus.poison import read_poison, replay_report
 from shared.cli.commands import EXIT_OK, print_json, say
-from shared.cli.poisoned import read_poison
 from shared.resources import poison_queue
 from shared.runtime import Worker
 from shared.terminal import ProgressBar, table

@@ -35,16 +35,16 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "receiver-delete-before-send",
         "shared/bus/receiver.py",
-        """            # R6
-            await send_signals(self.account, outbox.outgoing, hints, clock=self.config.clock)
-            # R7
-            with contextlib.suppress(NotFound):
-                await self.tokens.delete(signal.token)""",
-        """            # R7
-            with contextlib.suppress(NotFound):
-                await self.tokens.delete(signal.token)
-            # R6
-            await send_signals(self.account, outbox.outgoing, hints, clock=self.config.clock)""",
+        """        # R6
+        await send_signals(self.account, outbox.outgoing, hints, clock=self.config.clock)
+        # R7
+        with contextlib.suppress(NotFound):
+            await self.tokens.delete(signal.token)""",
+        """        # R7
+        with contextlib.suppress(NotFound):
+            await self.tokens.delete(signal.token)
+        # R6
+        await send_signals(self.account, outbox.outgoing, hints, clock=self.config.clock)""",
         "R7 before R6: the incoming token is deleted before the outputs are signalled",
     ),
     Mutant(
@@ -113,20 +113,20 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "ingress-lost-race-sends",
         "shared/bus/ingress.py",
-        """            except (AlreadyExists, PreconditionFailed):
-                await discard_tokens(self.tokens, created.committed_candidates)
-                continue""",
-        """            except (AlreadyExists, PreconditionFailed):
-                pass""",
+        """        except (AlreadyExists, PreconditionFailed) as e:
+            await discard_tokens(self.tokens, created.committed_candidates)
+            raise Conflict from e""",
+        """        except (AlreadyExists, PreconditionFailed) as e:
+            pass""",
         "a send whose record insert lost the race to a concurrent send of its key still sends",
     ),
     Mutant(
         "ingress-unknown-insert-sends",
         "shared/bus/ingress.py",
-        """            except OutcomeUnknown:
-                continue  # may have landed""",
-        """            except OutcomeUnknown:
-                pass  # may have landed""",
+        """        except OutcomeUnknown as e:
+            raise Conflict from e  # may have landed""",
+        """        except OutcomeUnknown as e:
+            pass  # may have landed""",
         "a record insert with an unknown outcome is taken as committed",
     ),
     Mutant(

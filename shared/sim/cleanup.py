@@ -27,7 +27,7 @@ from shared.clock import Clock, to_datetime
 from shared.stores.account import StorageAccount
 
 
-async def cleanup_pass(
+async def cleanup_to_completion(
     account: StorageAccount,
     endpoints: Mapping[str, Mode],
     *,

@@ -32,7 +32,7 @@ the entity-outbox map inside the ``state`` row) are read as well:
   is left in any mode and no O(m) in token mode. Token mode has no window, so that is all.
   The window modes legitimately keep one dedup record per message for their window, so for
   them time then moves past the window and one more cleanup pass (the same tasks) runs; after
-  it no token is left and the dedup data is down to what ``ModeRows.beyond_window`` allows:
+  it no token is left and the dedup data is down to what ``ModeReading.beyond_window`` allows:
   no ``processed|`` row, no entry in any entity-outbox map, and of each state-based stream
   only the head version with its index row.
 """
@@ -49,7 +49,7 @@ from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
 from shared.bus.state.base import EndpointState
 from shared.resources import poison_queue
 from shared.sim.model import Applied, Journal
-from shared.sim.readings import WINDOW_MODES, ModeRows
+from shared.sim.readings import WINDOW_MODES, ModeReading
 from shared.stores.account import StorageAccount
 from shared.stores.table import Entity
 
@@ -91,7 +91,7 @@ class Observation:
     """endpoint -> partition -> the message ids its journal applied, in order."""
     caused: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     """endpoint -> message id -> ids of the messages its audit row says it caused."""
-    rows: dict[str, ModeRows] = field(default_factory=dict)
+    rows: dict[str, ModeReading] = field(default_factory=dict)
     """endpoint -> its mode's dedup data."""
     poisoned: dict[str, int] = field(default_factory=dict)
     queued: dict[str, int] = field(default_factory=dict)
@@ -157,7 +157,7 @@ async def observe(
         entries: list[Applied] = []
         journals: dict[str, list[str]] = {}
         caused: dict[str, list[str]] = {}
-        rows = ModeRows(mode)
+        rows = ModeReading(mode)
         outbox = 0
         async for entity in _rows(account, endpoint, sql or {}):
             if entity.row_key == STATE_ROW:

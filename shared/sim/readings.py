@@ -9,7 +9,7 @@ differently (``docs/modes.md``):
   the version number in the ``state`` row (the stream's head);
 - ``entity_outbox``: one entry per message in the outbox map inside the ``state`` row.
 
-``ModeRows`` turns these into ``DedupRecord``s (what the mode says it committed for message m)
+``ModeReading`` turns these into ``DedupRecord``s (what the mode says it committed for message m)
 and, for the state-based stream, ``StreamVersion``s and each partition's head, so that the
 checks compare like with like across modes.
 """
@@ -66,7 +66,7 @@ class StreamHead:
 
 
 @dataclass
-class ModeRows:
+class ModeReading:
     """What one endpoint's table holds of its mode's dedup data."""
 
     mode: Mode

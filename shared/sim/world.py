@@ -56,7 +56,7 @@ from shared.host.queue_worker import QueueSettings, QueueWorker
 from shared.provisioning import provision
 from shared.resources import Resources
 from shared.sim.choices import Chooser, Replay
-from shared.sim.cleanup import cleanup_pass, expire_audit_rows
+from shared.sim.cleanup import cleanup_to_completion, expire_audit_rows
 from shared.sim.fingerprint import TraceFingerprint, locations
 from shared.sim.invariants import (
     NO_LOST_MESSAGES,
@@ -700,7 +700,7 @@ class World:
         return {} if sql is None else {e: sql.endpoint_state(e) for e in self.endpoints}
 
     async def _cleanup(self, account: StorageAccount, grace: float, window: float) -> None:
-        await cleanup_pass(
+        await cleanup_to_completion(
             account,
             self.modes,
             tokens_container=self.bus_config.tokens_container,

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from shared.bulk.cli import EXIT_OK, EXIT_REJECTS, main
-from shared.bus.poison import Reason, park
+from shared.bus.poison import Reason, park, parked_name, reference_body
 from shared.local.azurite import AzuriteEndpoints
 from shared.resources import poison_queue
 from shared.runtime import bus_config
@@ -46,10 +45,9 @@ async def park_by_reference(account: AzureStorageAccount, games: list[str]) -> d
     for message in await queue.receive(32, visibility_timeout=60):
         message_id = json.loads(message.content)["message_id"]
         reason = Reason("shootingrange", "RuntimeError: failed", 5, "RuntimeError", message_id)
-        name = f"shootingrange/{uuid.uuid4()}"
+        name = parked_name("shootingrange")
         await blobs.upload(name, message.content.encode("utf-8"), {"endpoint": "shootingrange"})
-        entry = {"poison": {**reason.as_json(), "original": name}}
-        await account.queue(poison_queue("shootingrange")).send(json.dumps(entry))
+        await account.queue(poison_queue("shootingrange")).send(reference_body(reason, name))
         await queue.delete(message.id, message.pop_receipt)
         names[games_by_id[message_id]] = name
     assert set(names) == set(games)

@@ -12,13 +12,12 @@ from dataclasses import dataclass, field, replace
 import pytest
 from pydantic import BaseModel
 
-from shared.bus import Bus, BusApp, BusConfig
+from shared.bus import Bus, BusApp, BusConfig, Outcome
 from shared.bus.app import Mode
 from shared.bus.envelope import TOKEN_NAME
 from shared.bus.modes.entity_outbox import StateEntity
 from shared.bus.modes.processed_table import PROCESSED_PREFIX, ProcessedRecord
 from shared.bus.modes.state_based import INDEX_PREFIX, IndexEntry
-from shared.bus.receiver import Outcome
 from shared.bus.records import STATE_ROW, OutboxRecord, outbox_row
 from shared.bus.state.base import EndpointState
 from shared.bus.state.connection import PostgresSettings

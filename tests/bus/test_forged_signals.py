@@ -20,8 +20,7 @@ import pytest
 from shared.bus import Outcome
 from shared.bus.app import Mode
 from shared.bus.envelope import envelope_digest
-from shared.bus.pipeline import poison_body
-from shared.bus.poison import replay
+from shared.bus.poison import Reason, poison_body, replay
 from shared.resources import poison_queue
 from shared.stores.queue import QueueMessage
 from tests.bus.flow import FlowNames, PlaceOrder, build_flow
@@ -177,7 +176,7 @@ async def test_a_parked_signal_forged_out_of_the_poison_queue_is_never_processed
     harness, names, real = await charge_in_flight(backend, mode)
     parked = await take(harness, names.payments, real)
     await harness.raw.queue(poison_queue(names.payments)).send(
-        poison_body(names.payments, real, "payment provider unavailable", 5)
+        poison_body(real, Reason(names.payments, "payment provider unavailable", 5))
     )
     await harness.raw.queue(names.payments).delete(parked.id, parked.pop_receipt)
     [seen] = await harness.raw.queue(poison_queue(names.payments)).peek()

@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from shared.bus import Outcome
 from shared.bus.poison import Reason as PoisonReason
 from shared.bus.poison import poison_body, replay_report, unwrap, utc_time
-from shared.bus.receiver import Outcome
 from shared.clock import to_datetime
 from shared.resources import poison_queue
 from tests.bus.harness import Harness

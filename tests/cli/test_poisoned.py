@@ -8,8 +8,15 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from shared.bus.poison import HOST_MOVED_REASON, Reason, error_reason, poison_body
-from shared.cli.poisoned import MAX_FIELD_CHARS, PoisonRecord, read_poison
+from shared.bus.poison import (
+    HOST_MOVED_REASON,
+    MAX_REASON_CHARS,
+    PoisonRecord,
+    Reason,
+    error_reason,
+    poison_body,
+    read_poison,
+)
 
 SIGNAL = json.dumps(
     {
@@ -128,4 +135,4 @@ def test_anything_else_is_a_record_with_only_what_it_really_says(body: str) -> N
 def test_text_from_the_message_is_cut_to_a_bounded_length() -> None:
     body = json.dumps({"poison": {"reason": "x" * 100_000, "message_id": "y" * 100_000}})
     record = read_poison(body)
-    assert len(record.reason) == len(record.message_id or "") == MAX_FIELD_CHARS
+    assert len(record.reason) == len(record.message_id or "") == MAX_REASON_CHARS

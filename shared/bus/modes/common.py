@@ -19,24 +19,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from shared.bus.context import HandlerContext
 from shared.bus.envelope import TOKEN_NAME, Envelope, Signal, token_prefix
 from shared.bus.messages import Message
-from shared.bus.origin import Origin
-from shared.bus.outgoing import (
-    CreatedTokens,
-    Hints,
-    create_tokens,
-    discard_tokens,
-    plan_deliveries,
-    send_signals,
-)
-from shared.bus.pipeline import Conflict, Outcome, Pipeline
+from shared.bus.outgoing import CreatedTokens, Hints, discard_tokens, send_signals
+from shared.bus.pipeline import Delivery, Outcome, Pipeline
 from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal, json_property
+from shared.bus.rounds import Conflict, conflict_rounds
 from shared.bus.state.rows import ModeRows, RowsTransaction
 from shared.bus.telemetry import within
 from shared.errors import (
-    ConflictRetriesExhausted,
     CorruptRecord,
     InvalidValue,
     NotFound,
@@ -110,24 +101,19 @@ class ModePipeline(Pipeline):
         self.rows: ModeRows = self.state_store.rows()
         """The mode's rows, in the endpoint's store (its table, or PostgreSQL)."""
 
-    async def _process(self, signal: Signal) -> Outcome:
+    async def _process(self, signal: Signal, delivery: Delivery) -> Outcome:
         token = await self._read_token(signal)
         if token is None:
             # The incoming token is deleted only after the commit and the signals: whatever
             # this copy is, an earlier one finished it.
             return Outcome.DUPLICATE
-        envelope, message = self._decode(signal, token)
+        envelope, message = self._decode(signal, token, delivery)
         abandoned: list[str] = []  # unknown-outcome creates of rounds that did not commit
-        for round_number in range(self.config.max_conflict_rounds):
-            if round_number:
-                await self.config.sleep(self.config.backoff(round_number))
-            try:
-                return await self._round(signal, envelope, message, abandoned)
-            except Conflict:
-                continue
-        raise ConflictRetriesExhausted(
+        return await conflict_rounds(
+            self.config,
+            lambda: self._round(signal, envelope, message, abandoned),
             f"message {signal.message_id} at {self.endpoint.name}: still conflicting after "
-            f"{self.config.max_conflict_rounds} rounds; the host will redeliver it"
+            f"{self.config.max_conflict_rounds} rounds; the host will redeliver it",
         )
 
     @abc.abstractmethod
@@ -135,27 +121,6 @@ class ModePipeline(Pipeline):
         self, signal: Signal, envelope: Envelope, message: Message, abandoned: list[str]
     ) -> Outcome:
         """One read-run-commit-signal round; raises Conflict to start again."""
-
-    async def _create_outputs(
-        self, context: HandlerContext[Any], envelope: Envelope, origin_row: str
-    ) -> CreatedTokens:
-        deliveries = await plan_deliveries(
-            context.outputs,
-            sender=self.endpoint.name,
-            incoming_id=envelope.id,
-            correlation_id=envelope.correlation_id,
-            topics=self.topics,
-            routes=self.endpoint.routes,
-            config=self.config,
-        )
-        return await create_tokens(
-            self.tokens,
-            deliveries,
-            sender=self.endpoint.name,
-            incoming_id=envelope.id,
-            config=self.config,
-            origin=Origin(self.endpoint.name, envelope.partition_key, origin_row).encode(),
-        )
 
     async def _commit(
         self,

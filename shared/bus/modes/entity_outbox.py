@@ -175,8 +175,7 @@ class EntityOutboxPipeline(ModePipeline):
             context = await self._run_handler(
                 envelope, message, state, now=now, sql=transaction.sql
             )
-            created = await self._create_outputs(context, envelope, STATE_ROW)
-            abandoned.extend(created.abandoned)
+            created = await self._create_outputs(context, envelope, STATE_ROW, abandoned)
             outgoing = tuple(created.committed_candidates)
             committed_at = to_datetime(self.config.clock())
             updated = replace(stored, data=state.model_dump_json()).pruned(self._horizon())

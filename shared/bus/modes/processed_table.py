@@ -80,8 +80,7 @@ class ProcessedMessagesPipeline(ModePipeline):
             context = await self._run_handler(
                 envelope, message, state, now=now, sql=transaction.sql
             )
-            created = await self._create_outputs(context, envelope, processed_row(m))
-            abandoned.extend(created.abandoned)
+            created = await self._create_outputs(context, envelope, processed_row(m), abandoned)
             record = ProcessedRecord(
                 partition_key=p,
                 message_id=m,

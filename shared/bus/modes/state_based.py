@@ -187,8 +187,7 @@ class StateBasedPipeline(ModePipeline):
             context = await self._run_handler(
                 envelope, message, state, now=now, seed=seed, sql=transaction.sql
             )
-            created = await self._create_outputs(context, envelope, index_row(m))
-            abandoned.extend(created.abandoned)
+            created = await self._create_outputs(context, envelope, index_row(m), abandoned)
             committed_at = to_datetime(self.config.clock())
             data = state.model_dump_json()
             version = Version(

@@ -11,11 +11,10 @@ from shared.bus.ingress import IngressClient
 from shared.bus.modes.entity_outbox import EntityOutboxPipeline
 from shared.bus.modes.processed_table import ProcessedMessagesPipeline
 from shared.bus.modes.state_based import StateBasedPipeline
-from shared.bus.pipeline import Pipeline
-from shared.bus.receiver import Outcome, Receiver
+from shared.bus.pipeline import Outcome, Pipeline
+from shared.bus.receiver import Receiver
 from shared.bus.state.base import EndpointState
-from shared.bus.state.stores import SqlDatabase
-from shared.bus.state.stores import endpoint_state as state_of
+from shared.bus.state.stores import SqlDatabase, endpoint_state
 from shared.bus.topics import RecipientLists
 from shared.stores.account import StorageAccount
 
@@ -68,7 +67,7 @@ class Bus:
     def endpoint_state(self, endpoint: str) -> EndpointState:
         """Where ``endpoint`` keeps its state, O(m) and audit rows."""
         declared = self.app.get(endpoint)
-        return state_of(declared.name, declared.store, self.account, self.sql)
+        return endpoint_state(declared.name, declared.store, self.account, self.sql)
 
     async def receive(
         self,
