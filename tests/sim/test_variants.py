@@ -76,7 +76,7 @@ async def test_without_the_claim_a_stalled_copy_processes_the_message_again() ->
 
 async def test_with_the_claim_a_stalled_copy_never_processes_twice() -> None:
     """The same exploration with the real pipeline: no duplicate, ghost or inconsistent
-    output (a stall beyond the grace period may still lose a message: see the README)."""
+    output (a stall beyond the grace period may still lose a message: see docs/simulation.md)."""
     summary = await exhaustive(CONFIGS["small-unbounded"], max_deviations=0, max_faults=1)
 
     assert summary.schedules > 80
