@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from shared.bus.origin import Origin
 from shared.bus.state.damaged import DamagedRow
-from shared.bus.state.rows import ModeRows
+from shared.bus.state.rows import EndpointRows
 from shared.errors import (
     InvalidName,
     NotFound,
@@ -130,7 +130,7 @@ async def read_rows(
     limit: asyncio.Semaphore,
     account: StorageAccount,
     origins: Iterable[Origin],
-    in_database: Mapping[str, ModeRows] | None = None,
+    in_database: Mapping[str, EndpointRows] | None = None,
 ) -> dict[Origin, Entity | DamagedRow | None]:
     """The row each origin names (None when absent), with one read per row, or one query for
     up to 14 rows of one partition. An origin whose row could not be read is left out. The

@@ -33,7 +33,7 @@ from shared.bus.outgoing import (
 )
 from shared.bus.pipeline import Conflict, Outcome, Pipeline
 from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal, json_property
-from shared.bus.state.rows import ModeRows, RowsTransaction
+from shared.bus.state.rows import EndpointRows, RowsTransaction
 from shared.bus.telemetry import within
 from shared.errors import (
     ConflictRetriesExhausted,
@@ -107,7 +107,7 @@ class ModePipeline(Pipeline):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.rows: ModeRows = self.state_store.rows()
+        self.rows: EndpointRows = self.state_store.rows()
         """The mode's rows, in the endpoint's store (its table, or PostgreSQL)."""
 
     async def _process(self, signal: Signal) -> Outcome:

@@ -1,17 +1,22 @@
-"""The window modes' rows behind one seam: processed-message records, state streams and their
-message index, entity-outbox state rows.
+"""One endpoint's rows behind one seam, whatever the mode: token mode's state row, outbox
+records O(m) and audit rows (typed in ``shared.bus.state.base``), and the window modes'
+processed-message records, state streams and their message index, entity-outbox state rows.
 
-Those modes (``shared.bus.modes``) describe their rows as Table Storage entities: a partition
-key, a row key and typed properties. ``ModeRows`` is what they need of a store of such rows,
-which Table Storage (``TableRows``), PostgreSQL (``shared.bus.state.postgres_rows``) and the
-in-memory model of PostgreSQL (``shared.bus.state.memory_sql``) all provide:
+Every row is a Table Storage entity: a partition key, a row key and typed properties.
+``EndpointRows`` is what the bus needs of a store of such rows, which Table Storage
+(``TableRows``), PostgreSQL (``shared.bus.state.postgres_rows``), the in-memory model of
+PostgreSQL (``shared.bus.state.memory_sql``) and the counting wrapper
+(``shared.bus.state.instrumented``) all provide; ``tests/contract/test_endpoint_rows_contract.py``
+runs the contract on each:
 
 - ``read`` returns some rows of one partition as of one moment (one query);
+- ``insert`` creates a row only if absent (AlreadyExists otherwise);
 - ``update`` replaces a row only while its version is the one given (PreconditionFailed if it
   changed, NotFound if it is gone); ``delete`` removes it, with a version only while unchanged,
   and does nothing when it is gone;
 - ``page`` lists rows in (partition, row) order, by row-key prefix or by one exact row key,
-  and returns the continuation of the next page (opaque: the store's own);
+  and returns the continuation of the next page (opaque: the store's own); a row whose
+  stored properties cannot be read goes to ``on_damaged`` (``shared.bus.state.damaged``);
 - a ``RowsTransaction`` commits inserts (only if absent) and updates (only while unchanged)
   together with the message's audit row (only if absent), all or nothing:
   ``TransactionFailed(index)`` names the first failing operation (``len(operations)`` for the
@@ -29,9 +34,10 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 from typing import Any
 
-from shared.bus.records import AuditRecord
+from shared.bus.records import AUDIT_PREFIX, AuditRecord
 from shared.bus.state.damaged import DamagedRow, OnDamaged
 from shared.bus.state.schema import SCHEMA
 from shared.errors import InvalidValue
@@ -68,14 +74,24 @@ def sql_resume_at(partition_key: str, row_key: str) -> str:
     return json.dumps([partition_key, row_key])
 
 
-def sql_page_start(continuation: str | None) -> tuple[str, str] | None:
+def sql_page_start(
+    continuation: str | None, row_key_prefix: str | None = None
+) -> tuple[str, str] | None:
+    """Where a SQL page starts (inclusive). A continuation always names a row the page's
+    filter matched; one whose row key lacks ``row_key_prefix`` was written before migration
+    3 by the outbox or audit listing of the old tables, and names the message id the page
+    ended *after*: it resumes just after that message's row ("\x01" sorts right after the
+    key in the "C" collation, and PostgreSQL text holds no NUL)."""
     if continuation is None:
         return None
     try:
         partition_key, row_key = json.loads(continuation)
-        return str(partition_key), str(row_key)
+        start = str(partition_key), str(row_key)
     except (ValueError, TypeError) as e:
         raise InvalidValue(f"malformed continuation {continuation!r}") from e
+    if row_key_prefix is not None and not start[1].startswith(row_key_prefix):
+        return start[0], f"{row_key_prefix}{start[1]}\x01"
+    return start
 
 
 def where_in_sql(endpoint: str, partition_key: str, key: str, table: str = "mode_rows") -> str:
@@ -107,10 +123,12 @@ class RowsTransaction(abc.ABC):
         the operations' new versions, in order. Raises TransactionFailed or OutcomeUnknown."""
 
 
-class ModeRows(abc.ABC):
-    """One endpoint's window-mode rows. ``name`` is the endpoint (and its table's name)."""
+class EndpointRows(abc.ABC):
+    """One endpoint's rows. ``name`` is the endpoint (and its table's name); ``kind`` names
+    the store in logs and operation counts."""
 
     name: str
+    kind: str
 
     def where(self, partition_key: str, row_key: str) -> str:
         """A row named for a log: its table and key."""
@@ -135,6 +153,10 @@ class ModeRows(abc.ABC):
     @abc.abstractmethod
     async def get(self, partition_key: str, row_key: str) -> Entity:
         """One row; NotFound if absent."""
+
+    @abc.abstractmethod
+    async def insert(self, entity: Entity) -> str:
+        """Create the row; returns its version. AlreadyExists if it exists."""
 
     @abc.abstractmethod
     async def update(self, entity: Entity, etag: str) -> str:
@@ -163,6 +185,30 @@ class ModeRows(abc.ABC):
     def begin(self) -> AbstractAsyncContextManager[RowsTransaction]:
         """Open a unit of work. Leaving it without ``commit`` rolls everything back."""
 
+    async def expire_audit(self, before: datetime, on_damaged: OnDamaged | None = None) -> int:
+        """Delete the audit rows processed before ``before``, each while unchanged; returns
+        how many. Page by page over the audit rows; a store may do it more directly."""
+        removed = 0
+        continuation: str | None = None
+        while True:
+            page, continuation = await self.page(
+                row_key_prefix=AUDIT_PREFIX,
+                page_size=1000,
+                continuation=continuation,
+                on_damaged=on_damaged,
+            )
+            for entity in page:
+                processed = entity.get("processed_at")
+                if isinstance(processed, datetime) and processed < before:
+                    await self.delete(entity.partition_key, entity.row_key, etag=entity.etag)
+                    removed += 1
+            if continuation is None:
+                return removed
+
+
+ModeRows = EndpointRows
+"""The name of ``EndpointRows`` while it held the window modes' rows only."""
+
 
 class TableRowsTransaction(RowsTransaction):
     """Table Storage has no transaction spanning the handler: the commit is the batch."""
@@ -178,8 +224,10 @@ class TableRowsTransaction(RowsTransaction):
         return etags[: len(writes)]
 
 
-class TableRows(ModeRows):
-    """The rows in the endpoint's table, beside its audit rows."""
+class TableRows(EndpointRows):
+    """The rows in the endpoint's table."""
+
+    kind = "table"
 
     def __init__(self, table: Table) -> None:
         self.table = table
@@ -193,6 +241,9 @@ class TableRows(ModeRows):
 
     async def get(self, partition_key: str, row_key: str) -> Entity:
         return await self.table.get(partition_key, row_key)
+
+    async def insert(self, entity: Entity) -> str:
+        return await self.table.insert(entity)
 
     async def update(self, entity: Entity, etag: str) -> str:
         return await self.table.update(entity, etag=etag)
@@ -224,6 +275,6 @@ class TableRows(ModeRows):
         yield TableRowsTransaction(self.table)
 
 
-def mode_rows(store: Table | ModeRows) -> ModeRows:
-    """``store`` as window-mode rows: a table is taken as the endpoint's."""
+def mode_rows(store: Table | EndpointRows) -> EndpointRows:
+    """``store`` as endpoint rows: a table is taken as the endpoint's."""
     return TableRows(store) if isinstance(store, Table) else store
