@@ -32,6 +32,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
@@ -40,14 +41,28 @@ from typing import Any
 from shared.bus.records import AUDIT_PREFIX, AuditRecord
 from shared.bus.state.damaged import DamagedRow, OnDamaged
 from shared.bus.state.schema import SCHEMA
-from shared.errors import InvalidValue
+from shared.errors import (
+    InvalidValue,
+    NotFound,
+    OutcomeUnknown,
+    PreconditionFailed,
+    StorageError,
+    TransactionFailed,
+)
 from shared.stores.table import (
+    Delete,
     Entity,
     Insert,
     Table,
     TableOperation,
     Update,
 )
+
+log = logging.getLogger(__name__)
+
+
+def _key(entity: Entity) -> tuple[str, str]:
+    return entity.partition_key, entity.row_key
 
 RowsWrite = Insert | Update
 """What a window mode commits: a row inserted if absent, or replaced while unchanged."""
@@ -185,6 +200,23 @@ class EndpointRows(abc.ABC):
     def begin(self) -> AbstractAsyncContextManager[RowsTransaction]:
         """Open a unit of work. Leaving it without ``commit`` rolls everything back."""
 
+    async def delete_unchanged(self, entities: Sequence[Entity]) -> list[Entity]:
+        """Delete rows of one partition (at most ``MAX_TRANSACTION_OPERATIONS``), each while
+        its version is the one read; returns the rows deleted. One that changed since it was
+        read, or whose delete failed in storage (logged), stays for the next look. One at a
+        time here; a store may delete them together."""
+        deleted: list[Entity] = []
+        for entity in entities:
+            try:
+                await self.delete(entity.partition_key, entity.row_key, etag=entity.etag)
+            except PreconditionFailed:
+                continue  # changed since it was read
+            except (StorageError, OutcomeUnknown) as e:
+                log.warning("row %s left for the next pass: %s", self.where(*_key(entity)), e)
+                continue
+            deleted.append(entity)
+        return deleted
+
     async def expire_audit(self, before: datetime, on_damaged: OnDamaged | None = None) -> int:
         """Delete the audit rows processed before ``before``, each while unchanged; returns
         how many. Page by page over the audit rows; a store may do it more directly."""
@@ -236,8 +268,16 @@ class TableRows(EndpointRows):
     async def read(
         self, partition_key: str, row_keys: Sequence[str], on_damaged: OnDamaged | None = None
     ) -> dict[str, Entity]:
-        page = await self.table.query(partition_key=partition_key, row_keys=list(row_keys))
-        return {e.row_key: e for e in page.entities}
+        keys = list(row_keys)
+        page = await self.table.query(partition_key=partition_key, row_keys=keys)
+        if page.continuation is None:
+            return {e.row_key: e for e in page.entities}
+        # The service split the answer across pages (it may, rarely): each row on its own.
+        found: dict[str, Entity] = {}
+        for key in keys:
+            with contextlib.suppress(NotFound):
+                found[key] = await self.table.get(partition_key, key)
+        return found
 
     async def get(self, partition_key: str, row_key: str) -> Entity:
         return await self.table.get(partition_key, row_key)
@@ -250,6 +290,18 @@ class TableRows(EndpointRows):
 
     async def delete(self, partition_key: str, row_key: str, etag: str | None = None) -> None:
         await self.table.delete(partition_key, row_key, etag=etag)
+
+    async def delete_unchanged(self, entities: Sequence[Entity]) -> list[Entity]:
+        if len(entities) > 1:
+            try:
+                await self.table.transact(
+                    [Delete(e.partition_key, e.row_key, e.etag) for e in entities]
+                )
+            except (TransactionFailed, StorageError, OutcomeUnknown):
+                pass  # one row changed or went, or no answer: delete each on its own
+            else:
+                return list(entities)
+        return await super().delete_unchanged(entities)
 
     async def page(
         self,
