@@ -114,10 +114,6 @@ class EndpointState:
         self.name = rows.name
         self.kind = rows.kind
 
-    def where_outbox(self, partition_key: str, message_id: str) -> str:
-        """O(m) named for a log: its table and key."""
-        return self._rows.where(partition_key, outbox_row(message_id))
-
     async def read(self, partition_key: str, message_id: str) -> Snapshot:
         """The state row and O(m) of ``partition_key`` in one query."""
         rows = await self._rows.read(partition_key, [STATE_ROW, outbox_row(message_id)])
