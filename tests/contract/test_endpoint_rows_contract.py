@@ -548,3 +548,19 @@ async def test_committed_rows_keep_their_time_in_utc(rows: EndpointRows) -> None
     assert stored == local
     assert isinstance(stored, datetime)
     assert stored.utcoffset() == timedelta(0)
+
+
+async def test_rows_are_deleted_together_only_while_unchanged(rows: EndpointRows) -> None:
+    keys = ["processed|a", "processed|b", "processed|c", "processed|d"]
+    for key in keys:
+        await rows.insert(row(key=key))
+    read, _ = await rows.page(row_key_prefix="processed|", page_size=10)
+    await rows.update(row(key="processed|b", outgoing="[1]"), read[1].etag)
+
+    deleted = await rows.delete_unchanged(read[:3])
+
+    assert [e.row_key for e in deleted] == ["processed|a", "processed|c"]
+    left, _ = await rows.page(row_key_prefix="processed|", page_size=10)
+    assert [e.row_key for e in left] == ["processed|b", "processed|d"]
+    assert [e.row_key for e in await rows.delete_unchanged(left)] == keys[1::2]
+    assert (await rows.page(row_key_prefix="processed|", page_size=10))[0] == []
