@@ -64,6 +64,7 @@ log = logging.getLogger(__name__)
 def _key(entity: Entity) -> tuple[str, str]:
     return entity.partition_key, entity.row_key
 
+
 RowsWrite = Insert | Update
 """What a window mode commits: a row inserted if absent, or replaced while unchanged."""
 
