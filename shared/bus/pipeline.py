@@ -33,7 +33,7 @@ from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal
 from shared.bus.retries import RetryPolicy
 from shared.bus.schedule import NotYetDue, not_due, reschedule, send_hidden
 from shared.bus.state.base import EndpointState
-from shared.bus.state.table import TableEndpointState
+from shared.bus.state.rows import TableRows
 from shared.bus.telemetry import Receiving
 from shared.bus.topics import RecipientLists
 from shared.clock import to_datetime
@@ -136,7 +136,7 @@ class Pipeline(abc.ABC):
         self.topics = topics
         self.tokens = account.blob_container(config.tokens_container)
         self.table = account.table(endpoint.name)
-        self.state_store = state or TableEndpointState(self.table)
+        self.state_store = state or EndpointState(TableRows(self.table))
         """Token mode's state, O(m) and audit rows, in whichever store the endpoint uses."""
 
     async def receive(

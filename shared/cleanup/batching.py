@@ -2,9 +2,10 @@
 
 Each record's decision is independent and each deletion is ETag-guarded, so a page's records
 are judged concurrently (at most ``limit`` at once) and what they condemn is deleted in
-batches: tokens through the blob store's batch delete, rows of one partition in table
-transactions. Origin rows are read once per origin, and several rows of one partition in one
-query.
+batches: tokens through the blob store's batch delete, rows of one partition together
+(``EndpointRows.delete_unchanged``: a table transaction on Table Storage). Origin rows are
+read once per origin, and several rows of one partition in one query, in whichever store
+keeps them.
 """
 
 from __future__ import annotations
@@ -12,24 +13,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TypeVar
 
 from shared.bus.origin import Origin
-from shared.bus.state.damaged import DamagedRow
-from shared.bus.state.rows import ModeRows
-from shared.errors import (
-    InvalidName,
-    NotFound,
-    OutcomeUnknown,
-    PreconditionFailed,
-    StorageError,
-    TransactionFailed,
-)
-from shared.stores.account import StorageAccount
+from shared.bus.state.damaged import DamagedRow, OnDamaged
+from shared.bus.state.rows import EndpointRows
+from shared.errors import InvalidName, OutcomeUnknown, StorageError
 from shared.stores.blob import BlobContainer, BlobProperties
 from shared.stores.names import MAX_TRANSACTION_OPERATIONS
-from shared.stores.table import Delete, Entity, Table
+from shared.stores.table import Entity
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -89,55 +82,31 @@ async def delete_blobs(tokens: BlobContainer, blobs: Sequence[BlobProperties]) -
 
 
 async def delete_rows(
-    limit: asyncio.Semaphore, table: Table, rows: Sequence[Entity]
+    limit: asyncio.Semaphore, rows: EndpointRows, condemned: Sequence[Entity]
 ) -> list[Entity]:
-    """Delete the rows that still have the ETag they were read with, one transaction per
-    partition (up to 100 rows); return the rows deleted. A transaction fails as a whole when
-    one row changed, and then its rows are deleted one by one, each under its own ETag."""
+    """Delete the rows that still have the version they were read with, up to 100 of one
+    partition at a time (one transaction on Table Storage: ``EndpointRows.delete_unchanged``);
+    return the rows deleted. A row that changed or could not be deleted stays."""
     groups: dict[str, list[Entity]] = {}
-    for row in rows:
+    for row in condemned:
         groups.setdefault(row.partition_key, []).append(row)
     batches = [
         batch for group in groups.values() for batch in chunks(group, MAX_TRANSACTION_OPERATIONS)
     ]
-
-    async def delete_batch(batch: Sequence[Entity]) -> list[Entity]:
-        if len(batch) > 1:
-            try:
-                await table.transact([Delete(e.partition_key, e.row_key, e.etag) for e in batch])
-            except (TransactionFailed, *STORAGE_ERRORS):
-                pass  # one row changed or went, or no answer: delete each on its own
-            else:
-                return list(batch)
-        return [e for e in batch if await delete_row(table, e)]
-
-    done = await each(limit, batches, delete_batch)
+    done = await each(limit, batches, rows.delete_unchanged)
     return [row for batch in done for row in batch]
-
-
-async def delete_row(table: Table, entity: Entity) -> bool:
-    try:
-        await table.delete(entity.partition_key, entity.row_key, etag=entity.etag)
-    except PreconditionFailed:
-        return False  # changed since we read it: look again next pass
-    except STORAGE_ERRORS as e:
-        log.warning("cleanup: row %s/%s left for the next pass: %s", table.name, entity, e)
-        return False
-    return True
 
 
 async def read_rows(
     limit: asyncio.Semaphore,
-    account: StorageAccount,
+    rows_of: Callable[[str], EndpointRows],
     origins: Iterable[Origin],
-    in_database: Mapping[str, ModeRows] | None = None,
 ) -> dict[Origin, Entity | DamagedRow | None]:
-    """The row each origin names (None when absent), with one read per row, or one query for
-    up to 14 rows of one partition. An origin whose row could not be read is left out. The
-    rows of the endpoints in ``in_database`` are read there rather than in their tables; a
-    row there whose stored properties cannot be read is given as a DamagedRow, never as
-    absent (absent says its tokens were never committed)."""
-    databases = in_database or {}
+    """The row each origin names (None when absent), with one query for up to 14 rows of one
+    partition, in the rows ``rows_of`` gives for the origin's table (whichever store keeps
+    them). An origin whose row could not be read is left out; a row whose stored properties
+    cannot be read is given as a DamagedRow, never as absent (absent says its tokens were
+    never committed)."""
     groups: dict[tuple[str, str], set[str]] = {}
     for origin in origins:
         groups.setdefault((origin.table, origin.partition_key), set()).add(origin.row_key)
@@ -157,10 +126,7 @@ async def read_rows(
             damaged[row.key[1]] = row
 
         try:
-            if table_name in databases:
-                found = await databases[table_name].read(partition, keys, note)
-            else:
-                found = await _read_partition(account.table(table_name), partition, keys)
+            found = await _read_partition(rows_of(table_name), partition, keys, note)
         except STORAGE_ERRORS as e:
             log.warning("cleanup: origin rows in %s/%s unread: %s", table_name, partition, e)
             return []  # their tokens wait for the next pass
@@ -172,17 +138,15 @@ async def read_rows(
     return {origin: row for batch in done for origin, row in batch}
 
 
-async def _read_partition(table: Table, partition: str, keys: Sequence[str]) -> dict[str, Entity]:
-    if len(keys) > 1:
-        try:
-            page = await table.query(partition_key=partition, row_keys=keys)
-        except InvalidName:
-            pass  # a key the service would refuse in a filter: read each on its own
-        else:
-            if page.continuation is None:
-                return {e.row_key: e for e in page.entities}
+async def _read_partition(
+    rows: EndpointRows, partition: str, keys: Sequence[str], on_damaged: OnDamaged
+) -> dict[str, Entity]:
+    try:
+        return await rows.read(partition, keys, on_damaged)
+    except InvalidName:
+        pass  # a key the store refuses (a token's origin may name any): each on its own
     found: dict[str, Entity] = {}
     for key in keys:
-        with contextlib.suppress(NotFound, InvalidName):
-            found[key] = await table.get(partition, key)
+        with contextlib.suppress(InvalidName):
+            found |= await rows.read(partition, [key], on_damaged)
     return found

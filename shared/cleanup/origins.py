@@ -27,7 +27,8 @@ from shared.bus.modes.entity_outbox import StateEntity
 from shared.bus.modes.processed_table import PROCESSED_PREFIX, ProcessedRecord
 from shared.bus.modes.state_based import INDEX_PREFIX, IndexEntry
 from shared.bus.records import OUTBOX_PREFIX, STATE_ROW, OutboxRecord, OutgoingSignal
-from shared.stores.table import Entity, Table
+from shared.bus.state.rows import EndpointRows
+from shared.stores.table import Entity
 
 
 @dataclass(frozen=True)
@@ -41,16 +42,16 @@ class OriginKind:
     retention: Callable[[BusConfig], float] | None = None
     """None when the row outlives every token it committed; otherwise how long the row is
     kept, beyond which its absence proves nothing."""
-    fence: Callable[[Table, Entity], Awaitable[Entity]] | None = None
+    fence: Callable[[EndpointRows, Entity], Awaitable[Entity]] | None = None
     """For rows that exist before their commit and are committed with If-Match: rewrite the
     row unchanged (new ETag) so that a stalled round can no longer commit through it. Makes
     deleting a token of an uncommitted row safe however slow that round is."""
 
 
-async def _fence_outbox(table: Table, entity: Entity) -> Entity:
+async def _fence_outbox(rows: EndpointRows, entity: Entity) -> Entity:
     if OutboxRecord.from_entity(entity).committed:
         return entity  # its commit changed the ETag already: no stalled round can commit now
-    etag = await table.update(entity, etag=entity.etag)
+    etag = await rows.update(entity, entity.etag)
     return Entity(entity.partition_key, entity.row_key, entity.properties, etag)
 
 

@@ -10,11 +10,10 @@ signalled is deleted (design notes section 3):
 - an ingress record is removed only after its window, and only once its tokens are gone;
 - audit rows are removed after their retention period.
 
-Endpoints that keep their O(m) and audit rows in PostgreSQL (``store="postgres"``) are cleaned
-by the same tasks under the same rules, through their ``EndpointState`` (``context.sql``): a
-token whose origin is such an O(m) is judged by that record, read in PostgreSQL. The window
-modes' rows of such endpoints (``EndpointState.rows``) are expired by the same functions as
-their table rows, and a token whose origin is one of them is judged by it, read there.
+Every task reaches an endpoint's rows one way, ``CleanupContext.rows`` (an ``EndpointRows``,
+``shared.bus.state.rows``), whichever store keeps them: its table, or PostgreSQL for endpoints
+declared with ``store="postgres"``. So each judgement, and what is done with a row that cannot
+be read (``shared.bus.state.damaged``), is written once for every store.
 """
 
 from __future__ import annotations
@@ -40,6 +39,7 @@ from shared.bus.outgoing import DUE_METADATA, ORIGIN_METADATA
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, OutboxRecord, OutgoingSignal
 from shared.bus.state.base import EndpointState
 from shared.bus.state.damaged import ROW_ERRORS, DamagedRow, OnDamaged
+from shared.bus.state.rows import EndpointRows, TableRows
 from shared.cleanup.batching import STORAGE_ERRORS, delete_blobs, delete_rows, each, read_rows
 from shared.cleanup.origins import OriginKind, kind_of
 from shared.cleanup.report import TaskReport, describe
@@ -47,7 +47,7 @@ from shared.cleanup.settings import CleanupSettings
 from shared.errors import CorruptRecord, InvalidValue, NotFound, PreconditionFailed
 from shared.stores.account import StorageAccount
 from shared.stores.blob import BlobContainer, BlobProperties
-from shared.stores.table import Entity, Table
+from shared.stores.table import Entity
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +75,8 @@ def _add(counter: Counter[str], key: str, count: int) -> None:
         counter[key] += count
 
 
-def _row(table: Table, entity: Entity) -> str:
-    return f"{table.name} {entity.partition_key!r}/{entity.row_key!r}"
+def _row(rows: EndpointRows, entity: Entity) -> str:
+    return rows.where(entity.partition_key, entity.row_key)
 
 
 @dataclass(frozen=True)
@@ -91,8 +91,14 @@ class CleanupContext:
     ``CLEANUP_CONCURRENCY`` across a pass; a context made on its own (a sweep, a simulation)
     judges one record at a time, so its storage calls come in a fixed order."""
     sql: Mapping[str, EndpointState] = field(default_factory=dict)
-    """Endpoints whose O(m) and audit rows are in a SQL database (``store="postgres"``),
-    with their rows; every other endpoint keeps them in its table."""
+    """Endpoints whose rows are in a SQL database (``store="postgres"``), with their rows;
+    every other endpoint keeps them in its table. Read through ``rows`` only."""
+
+    def rows(self, table: str) -> EndpointRows:
+        """The rows of an endpoint (or of the ingress table), in whichever store keeps them:
+        the tasks' one way to any row."""
+        store = self.sql.get(table)
+        return TableRows(self.account.table(table)) if store is None else store.rows()
 
     @property
     def grace(self) -> timedelta:
@@ -147,14 +153,14 @@ async def _clear_prefix(
 
 async def _remove_rows(
     context: CleanupContext,
-    table: Table,
+    rows: EndpointRows,
     condemned: Sequence[tuple[Entity, str]],
     report: TaskReport,
 ) -> None:
     """Delete the rows judged removable (each with the kind it is counted as); a row that
     changed since it was read stays for the next pass."""
     kinds = {(e.partition_key, e.row_key): kind for e, kind in condemned}
-    deleted = await delete_rows(context.limit, table, [e for e, _ in condemned])
+    deleted = await delete_rows(context.limit, rows, [e for e, _ in condemned])
     for row in deleted:
         report.removed[kinds[row.partition_key, row.row_key]] += 1
     _add(report.kept, "changed", len(condemned) - len(deleted))  # judged again next pass
@@ -195,7 +201,6 @@ class AbandonedTokens(CleanupTask):
         )
         doomed: list[BlobProperties] = []
         waiting: list[tuple[BlobProperties, re.Match[str], Origin, OriginKind]] = []
-        in_sql: list[tuple[BlobProperties, re.Match[str], Origin]] = []
         for blob in page.items:
             if not context.is_old(since(blob)):
                 report.kept["young"] += 1
@@ -209,14 +214,9 @@ class AbandonedTokens(CleanupTask):
                 doomed.append(blob)
             elif isinstance(parsed, str):
                 report.kept[parsed] += 1
-            elif parsed[1].table in context.sql and parsed[2].name == "outbox":
-                in_sql.append((blob, parsed[0], parsed[1]))
             else:
                 waiting.append((blob, *parsed))
-        doomed += await _judge_by_sql_origins(context, in_sql, report)
-        # A window mode's origin row of a SQL endpoint is read in its database.
-        in_database = {name: store.rows() for name, store in context.sql.items()}
-        rows = await read_rows(context.limit, context.account, {w[2] for w in waiting}, in_database)
+        rows = await read_rows(context.limit, context.rows, {w[2] for w in waiting})
         fences: dict[Origin, list[BlobProperties]] = {}
         for blob, name, origin, kind in waiting:
             if origin not in rows:
@@ -303,7 +303,7 @@ class AbandonedTokens(CleanupTask):
             if not isinstance(row, Entity) or kind is None or kind.fence is None:
                 return []
             try:
-                await kind.fence(context.account.table(origin.table), row)
+                await kind.fence(context.rows(origin.table), row)
             except (PreconditionFailed, NotFound):
                 # Someone wrote it meanwhile: judge these tokens again next pass.
                 report.kept["origin_changed"] += len(fences[origin])
@@ -316,85 +316,6 @@ class AbandonedTokens(CleanupTask):
 
         fenced = await each(context.limit, list(fences), fence)
         return [blob for blobs in fenced for blob in blobs]
-
-
-async def _judge_by_sql_origins(
-    context: CleanupContext,
-    waiting: Sequence[tuple[BlobProperties, re.Match[str], Origin]],
-    report: TaskReport,
-) -> list[BlobProperties]:
-    """Judge the tokens whose origin is O(m) of a SQL endpoint by the same rules as a
-    table's O(m): each record is read once in PostgreSQL, a token it committed is kept, and
-    an uncommitted record is fenced before its tokens go. Returns the tokens to delete."""
-    by_origin: dict[Origin, list[tuple[BlobProperties, re.Match[str]]]] = {}
-    for blob, name, origin in waiting:
-        by_origin.setdefault(origin, []).append((blob, name))
-
-    async def judge(origin: Origin) -> list[BlobProperties]:
-        tokens = by_origin[origin]
-        store = context.sql[origin.table]
-        if not origin.row_key.startswith(OUTBOX_PREFIX):
-            log.warning("tokens name a non-outbox row of SQL endpoint %s", store.name)
-            report.kept["bad_origin"] += len(tokens)
-            return []
-        message_id = origin.row_key[len(OUTBOX_PREFIX) :]
-        try:
-            record = (await store.read(origin.partition_key, message_id)).outbox
-        except ROW_ERRORS as e:
-            _skip_bad_row(report, store.where_outbox(origin.partition_key, message_id), e)
-            return []
-        except STORAGE_ERRORS as e:
-            log.warning(
-                "cleanup: O(%s) of %s left for the next pass: %s", message_id, store.name, e
-            )
-            report.kept["storage_error"] += len(tokens)
-            return []
-        verdicts = [(blob, _judge_by_record(blob, name, record)) for blob, name in tokens]
-        doomed = [blob for blob, verdict in verdicts if verdict == "abandoned"]
-        fenced = [blob for blob, verdict in verdicts if verdict == FENCE]
-        for _, verdict in verdicts:
-            if verdict not in ("abandoned", FENCE):
-                report.kept[verdict] += 1
-        if fenced and record is not None:
-            doomed += await _fence_sql(store, record, fenced, report)
-        return doomed
-
-    judged = await each(context.limit, list(by_origin), judge)
-    return [blob for blobs in judged for blob in blobs]
-
-
-def _judge_by_record(
-    blob: BlobProperties, name: re.Match[str], record: OutboxRecord | None
-) -> Verdict:
-    committed = set() if record is None else {o.attempt_id for o in record.outgoing}
-    if name["attempt"] in committed:
-        return "in_flight"
-    if blob.metadata.get("claim"):
-        log.error("token %s is claimed but its origin never committed it", blob.name)
-        return "claimed_not_committed"
-    if record is not None and not record.committed:
-        return FENCE
-    return "abandoned"
-
-
-async def _fence_sql(
-    store: EndpointState,
-    record: OutboxRecord,
-    tokens: list[BlobProperties],
-    report: TaskReport,
-) -> list[BlobProperties]:
-    """Give the uncommitted O(m) a new version before its tokens go, so a round far slower
-    than the grace period can no longer commit them (as ``AbandonedTokens._fence``)."""
-    try:
-        await store.fence_outbox(record)
-    except (PreconditionFailed, NotFound):
-        report.kept["origin_changed"] += len(tokens)  # judged again next pass
-        return []
-    except STORAGE_ERRORS as e:
-        log.warning("cleanup: O(%s) of %s not fenced: %s", record.message_id, store.name, e)
-        report.kept["storage_error"] += len(tokens)
-        return []
-    return tokens
 
 
 def _without_origin(context: CleanupContext, blob: BlobProperties) -> Verdict:
@@ -419,59 +340,27 @@ class OutboxRecords(CleanupTask):
     async def run_page(
         self, context: CleanupContext, continuation: str | None, report: TaskReport
     ) -> str | None:
-        store = context.sql.get(self.endpoint)
-        if store is not None:
-            return await self._run_sql_page(context, store, continuation, report)
-        table = context.account.table(self.endpoint)
-        page = await table.query(
+        rows = context.rows(self.endpoint)
+        page, following = await rows.page(
             row_key_prefix=OUTBOX_PREFIX,
             page_size=context.settings.page_size,
             continuation=continuation,
+            on_damaged=_skipping(report),
         )
 
         async def judge(entity: Entity) -> tuple[Entity, str] | None:
             try:
                 kind = await self._judge(context, OutboxRecord.from_entity(entity), report)
             except ROW_ERRORS as e:
-                _skip_bad_row(report, _row(table, entity), e)
+                _skip_bad_row(report, _row(rows, entity), e)
             except STORAGE_ERRORS as e:
-                _storage_error(report, _row(table, entity), e)
+                _storage_error(report, _row(rows, entity), e)
             else:
                 return None if kind is None else (entity, kind)
             return None
 
-        verdicts = await each(context.limit, page.entities, judge)
-        await _remove_rows(context, table, [v for v in verdicts if v is not None], report)
-        return page.continuation
-
-    async def _run_sql_page(
-        self,
-        context: CleanupContext,
-        store: EndpointState,
-        continuation: str | None,
-        report: TaskReport,
-    ) -> str | None:
-        """The same judgement over a page of O(m) records kept in SQL; each removable one is
-        deleted while its version is the one read."""
-        records, following = await store.outbox_page(
-            continuation, context.settings.page_size, _skipping(report)
-        )
-
-        async def judge(record: OutboxRecord) -> None:
-            what = store.where_outbox(record.partition_key, record.message_id)
-            try:
-                kind = await self._judge(context, record, report)
-                if kind is not None:
-                    await store.delete_outbox(record)
-                    report.removed[kind] += 1
-            except PreconditionFailed:
-                report.kept["changed"] += 1  # judged again next pass
-            except ROW_ERRORS as e:
-                _skip_bad_row(report, what, e)
-            except STORAGE_ERRORS as e:
-                _storage_error(report, what, e)
-
-        await each(context.limit, records, judge)
+        verdicts = await each(context.limit, page, judge)
+        await _remove_rows(context, rows, [v for v in verdicts if v is not None], report)
         return following
 
     async def _judge(
@@ -513,23 +402,26 @@ class IngressRecords(CleanupTask):
     async def run_page(
         self, context: CleanupContext, continuation: str | None, report: TaskReport
     ) -> str | None:
-        table = context.account.table(context.config.ingress_table)
-        page = await table.query(
-            row_keys=[INGRESS_ROW], page_size=context.settings.page_size, continuation=continuation
+        rows = context.rows(context.config.ingress_table)
+        page, following = await rows.page(
+            row_key=INGRESS_ROW,
+            page_size=context.settings.page_size,
+            continuation=continuation,
+            on_damaged=_skipping(report),
         )
 
         async def judge(entity: Entity) -> tuple[Entity, str] | None:
             try:
                 return await self._judge(context, entity, report)
             except ROW_ERRORS as e:
-                _skip_bad_row(report, _row(table, entity), e)
+                _skip_bad_row(report, _row(rows, entity), e)
             except STORAGE_ERRORS as e:
-                _storage_error(report, _row(table, entity), e)
+                _storage_error(report, _row(rows, entity), e)
             return None
 
-        verdicts = await each(context.limit, page.entities, judge)
-        await _remove_rows(context, table, [v for v in verdicts if v is not None], report)
-        return page.continuation
+        verdicts = await each(context.limit, page, judge)
+        await _remove_rows(context, rows, [v for v in verdicts if v is not None], report)
+        return following
 
     async def _judge(
         self, context: CleanupContext, entity: Entity, report: TaskReport
@@ -560,25 +452,22 @@ class AuditRows(CleanupTask):
         self, context: CleanupContext, continuation: str | None, report: TaskReport
     ) -> str | None:
         cutoff = context.now - timedelta(seconds=context.settings.audit_retention_seconds)
-        store = context.sql.get(self.endpoint)
-        if store is not None:  # one indexed DELETE does the whole endpoint
-            _add(report.removed, "audit_rows", await store.expire_audit(cutoff))
-            return None
-        table = context.account.table(self.endpoint)
-        page = await table.query(
+        rows = context.rows(self.endpoint)
+        page, following = await rows.page(
             row_key_prefix=AUDIT_PREFIX,
             page_size=context.settings.page_size,
             continuation=continuation,
+            on_damaged=_skipping(report),
         )
         expired: list[tuple[Entity, str]] = []
-        for entity in page.entities:
+        for entity in page:
             processed_at = entity.properties.get("processed_at")
             if isinstance(processed_at, datetime) and processed_at > cutoff:
                 report.kept["within_retention"] += 1
             else:
                 expired.append((entity, "audit_rows"))
-        await _remove_rows(context, table, expired, report)
-        return page.continuation
+        await _remove_rows(context, rows, expired, report)
+        return following
 
 
 Expiry = Callable[..., Awaitable[tuple[int, str | None]]]
@@ -616,9 +505,8 @@ class ModeRetention(CleanupTask):
         self, context: CleanupContext, continuation: str | None, report: TaskReport
     ) -> str | None:
         cutoff = context.now - timedelta(seconds=self.retention(context.config))
-        store = context.sql.get(self.endpoint)
         removed, following = await self.expire(
-            context.account.table(self.endpoint) if store is None else store.rows(),
+            context.rows(self.endpoint),
             tokens=context.tokens,
             older_than=cutoff,
             page_size=max(2, min(context.settings.page_size, 1000)),

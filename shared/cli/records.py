@@ -17,7 +17,7 @@ from shared.bus.modes.processed_table import PROCESSED_PREFIX
 from shared.bus.modes.state_based import INDEX_PREFIX
 from shared.bus.records import STATE_ROW
 from shared.bus.state.base import EndpointState
-from shared.bus.state.rows import ModeRows
+from shared.bus.state.rows import EndpointRows
 from shared.stores.table import Entity
 
 
@@ -50,7 +50,7 @@ async def count_records(endpoint: Endpoint[Any], state: EndpointState) -> dict[s
 
 
 async def _all(
-    rows: ModeRows, *, row_key: str | None = None, row_key_prefix: str | None = None
+    rows: EndpointRows, *, row_key: str | None = None, row_key_prefix: str | None = None
 ) -> AsyncIterator[Entity]:
     continuation: str | None = None
     while True:

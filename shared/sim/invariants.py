@@ -116,33 +116,21 @@ class Observation:
 async def _rows(
     account: StorageAccount, endpoint: str, sql: Mapping[str, EndpointState]
 ) -> AsyncIterator[Entity]:
-    """Every row of the endpoint, from its table or, for a SQL endpoint, as table rows (the
-    window modes' rows are kept in that layout already)."""
+    """Every row of the endpoint, from its table or, for a SQL endpoint, from its rows there
+    (kept in the table's layout)."""
     store = sql.get(endpoint)
     if store is None:
         async for entity in account.table(endpoint).query_all():
             yield entity
         return
-    window_states: set[str] = set()  # partitions whose state row is a window mode's row
     rows = store.rows()
     continuation: str | None = None
     while True:
         page, continuation = await rows.page(page_size=1000, continuation=continuation)
         for entity in page:
-            if entity.row_key == STATE_ROW:
-                window_states.add(entity.partition_key)
             yield entity
         if continuation is None:
-            break
-    async for state in store.states():
-        if state.partition_key in window_states:
-            continue
-        data = {"type": state.type, "data": state.data}
-        yield Entity(state.partition_key, STATE_ROW, data, state.version)
-    async for record in store.outbox_records():
-        yield record.to_entity()
-    async for entity in store.audit_entities():
-        yield entity
+            return
 
 
 async def observe(

@@ -23,7 +23,7 @@ from shared.bus.state.base import EndpointState
 from shared.bus.state.connection import PostgresSettings
 from shared.bus.state.instrumented import InstrumentedSql
 from shared.bus.state.memory_sql import MemorySqlDatabase
-from shared.bus.state.rows import ModeRows
+from shared.bus.state.rows import EndpointRows
 from shared.bus.state.stores import PostgresDatabase
 from shared.clock import ManualClock
 from shared.errors import NotFound
@@ -326,7 +326,7 @@ async def committed_attempts(harness: Harness) -> set[str]:
     return attempts
 
 
-async def mode_rows_of(rows: ModeRows) -> AsyncIterator[Entity]:
+async def mode_rows_of(rows: EndpointRows) -> AsyncIterator[Entity]:
     """Every window-mode row an endpoint keeps (on tables: every row of its table)."""
     continuation: str | None = None
     while True:

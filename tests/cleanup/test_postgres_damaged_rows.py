@@ -2,11 +2,9 @@
 could: the cleanup skips each one with its reason (table, key, what is wrong), counts it as a
 bad row, keeps it, and cleans every other row of its page, pass after pass.
 
-The schema limits what can be damaged. ``bus.outbox`` keeps ``outgoing`` and ``abandoned`` as
-jsonb, so text that is not JSON cannot be stored there (only JSON of the wrong shape), and its
-NOT NULL columns, timestamptz types and status CHECK hold the rest. ``bus.mode_rows`` keeps a
-row's properties as text, so anything can be stored there: text that is not JSON, JSON of the
-wrong shape, an unknown or wrong-valued type tag, and well-encoded properties that are
+Every row of every mode is in ``bus.mode_rows`` (token mode's O(m) since migration 3), which
+keeps a row's properties as text, so anything can be stored there: text that is not JSON, JSON
+of the wrong shape, an unknown or wrong-valued type tag, and well-encoded properties that are
 missing or of the wrong type for the mode. The window modes' retention is shared by every
 store, so the last test gives an endpoint's table and the in-memory model of PostgreSQL rows
 of the wrong type as well.
@@ -28,10 +26,10 @@ from shared.bus.modes.processed_table import PROCESSED_PREFIX
 from shared.bus.modes.state_based import index_row, version_row
 from shared.bus.origin import Origin
 from shared.bus.outgoing import ORIGIN_METADATA
-from shared.bus.records import STATE_ROW
+from shared.bus.records import OUTBOX_PREFIX, STATE_ROW, outbox_row
 from shared.bus.state.base import EndpointState
 from shared.bus.state.memory_sql import MemorySqlDatabase
-from shared.bus.state.postgres_rows import decode_properties
+from shared.bus.state.postgres_rows import decode_properties, encode_properties
 from shared.bus.state.schema import SCHEMA
 from shared.bus.state.stores import PostgresDatabase
 from shared.cleanup.job import endpoint_modes, run_cleanup
@@ -102,16 +100,32 @@ async def database(backend: Backend, endpoint: str) -> AsyncIterator[asyncpg.Con
         await connection.close()
 
 
-def damaged_outbox_rows() -> dict[str, tuple[str, str, str, str | None]]:
-    """O(m) rows the bus cannot read, by message id: (status, outgoing, abandoned,
-    committed_at). Partitions sort between the good rows' (o1, o2, o3)."""
+def damaged_outbox_rows() -> dict[str, str]:
+    """O(m) rows the bus cannot read, by message id: their stored properties. Partitions sort
+    between the good rows' (o1, o2, o3)."""
     signal = '{"token": 1}'
+
+    def outbox(status: str, outgoing: str, abandoned: str, committed_at: str | None) -> str:
+        properties: dict[str, TableValue] = {
+            "claim": "c",
+            "status": status,
+            "incoming": "none",
+            "started_at": datetime.fromisoformat(OLD),
+            "outgoing": outgoing,
+            "abandoned": abandoned,
+        }
+        if committed_at is not None:
+            properties["committed_at"] = datetime.fromisoformat(committed_at)
+        return encode_properties(properties)
+
     return {
-        "outgoing-not-a-list": ("committed", '{"not": "a list"}', "[]", OLD),
-        "outgoing-missing-fields": ("committed", f"[{signal}]", "[]", OLD),
-        "outgoing-a-number": ("committed", "[1]", "[]", OLD),
-        "abandoned-a-number": ("claimed", "[]", "7", None),
-        "committed-without-committed-at": ("committed", "[]", "[]", None),
+        "outgoing-not-a-list": outbox("committed", '{"not": "a list"}', "[]", OLD),
+        "outgoing-missing-fields": outbox("committed", f"[{signal}]", "[]", OLD),
+        "outgoing-a-number": outbox("committed", "[1]", "[]", OLD),
+        "outgoing-not-json": outbox("committed", "not json", "[]", OLD),
+        "abandoned-a-number": outbox("claimed", "[]", "7", None),
+        "committed-without-committed-at": outbox("committed", "[]", "[]", None),
+        "properties-not-json": "not json {",
     }
 
 
@@ -125,35 +139,22 @@ async def test_damaged_outbox_rows_are_skipped_and_the_rest_of_their_page_is_cle
 ) -> None:
     harness, names = await flow(backend, "token")
     damaged = damaged_outbox_rows()
-    partitions = ["o1-x", "o2-x", "o2-y", "o3-x", "o3-y"]
+    partitions = ["o1-x", "o2-x", "o2-y", "o2-z", "o3-x", "o3-y", "o3-z"]
     async with database(backend, names.orders) as sql:
-        for partition, (message_id, (status, outgoing, abandoned, committed_at)) in zip(
-            partitions, damaged.items(), strict=True
-        ):
+        for partition, (message_id, properties) in zip(partitions, damaged.items(), strict=True):
             await sql.execute(
-                f"INSERT INTO {SCHEMA}.outbox (endpoint, partition_key, message_id, claim, "
-                "status, incoming_token, started_at, committed_at, outgoing, abandoned, "
-                f"version) VALUES ($1, $2, $3, 'c', $4, 'none', $5::text::timestamptz, "
-                f"$6::text::timestamptz, $7::jsonb, $8::jsonb, nextval('{SCHEMA}.row_version'))",
+                f"INSERT INTO {SCHEMA}.mode_rows (endpoint, partition_key, row_key, "
+                f"properties, version) VALUES ($1, $2, $3, $4, nextval('{SCHEMA}.row_version'))",
                 names.orders,
                 partition,
-                message_id,
-                status,
-                OLD,
-                committed_at,
-                outgoing,
-                abandoned,
-            )
-        # jsonb refuses text that is not JSON: that damage cannot be stored in bus.outbox.
-        with pytest.raises(asyncpg.InvalidTextRepresentationError):
-            await sql.execute(
-                f"UPDATE {SCHEMA}.outbox SET outgoing = 'not json'::jsonb WHERE endpoint = $1",
-                names.orders,
+                outbox_row(message_id),
+                properties,
             )
         good = await sql.fetchval(
-            f"SELECT count(*) FROM {SCHEMA}.outbox WHERE endpoint = $1 "
-            "AND partition_key IN ('o1', 'o2', 'o3')",
+            f"SELECT count(*) FROM {SCHEMA}.mode_rows WHERE endpoint = $1 "
+            "AND partition_key IN ('o1', 'o2', 'o3') AND starts_with(row_key, $2)",
             names.orders,
+            OUTBOX_PREFIX,
         )
         assert good == 4  # the flow's O(m), all on the same page as the damaged ones
 
@@ -169,16 +170,21 @@ async def test_damaged_outbox_rows_are_skipped_and_the_rest_of_their_page_is_cle
             assert outbox.kept["bad_row"] == len(damaged)
             assert report.kept()["bad_row"] == len(damaged)  # the pass's summary counts them
             for partition, message_id in zip(partitions, damaged, strict=True):
-                where = f"{SCHEMA}.outbox of {names.orders} {partition!r}/{message_id!r}"
+                row_key = outbox_row(message_id)
+                where = f"{SCHEMA}.mode_rows of {names.orders} {partition!r}/{row_key!r}"
                 assert [b for b in outbox.bad_rows if b.startswith(f"{where}: ")]
                 assert f"skipping bad record {where}: " in caplog.text
             assert any("ValidationError" in b for b in outbox.bad_rows)
             assert any("TypeError" in b for b in outbox.bad_rows)
             assert any("without committed_at" in b for b in outbox.bad_rows)
+            assert any("CorruptRecord" in b for b in outbox.bad_rows)
             left = await sql.fetch(
-                f"SELECT message_id FROM {SCHEMA}.outbox WHERE endpoint = $1", names.orders
+                f"SELECT row_key FROM {SCHEMA}.mode_rows WHERE endpoint = $1 "
+                "AND starts_with(row_key, $2)",
+                names.orders,
+                OUTBOX_PREFIX,
             )
-            assert sorted(r["message_id"] for r in left) == sorted(damaged)
+            assert sorted(r["row_key"] for r in left) == sorted(map(outbox_row, damaged))
 
 
 def damaged_mode_rows(mode: Mode) -> dict[tuple[str, str], str]:

@@ -101,8 +101,8 @@ async def test_the_app_role_provisions_and_runs_the_bus_without_admin_rights(
         assert await schema_version(app) >= 1
         assert await migrate(app) == []
         await app.execute(
-            f"INSERT INTO {SCHEMA}.state (endpoint, partition_key, type, data, version) "
-            "VALUES ('billing', 'p', 'T', '{}', nextval('bus.row_version'))"
+            f"INSERT INTO {SCHEMA}.mode_rows (endpoint, partition_key, row_key, properties, "
+            "version) VALUES ('billing', 'p', 'state', '{}', nextval('bus.row_version'))"
         )
         # The app's own tables land in its own schema, found first on the search path.
         await app.execute("CREATE TABLE charges (id text PRIMARY KEY)")

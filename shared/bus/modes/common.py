@@ -25,7 +25,7 @@ from shared.bus.outgoing import CreatedTokens, Hints, discard_tokens, send_signa
 from shared.bus.pipeline import Delivery, Outcome, Pipeline
 from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal, json_property
 from shared.bus.rounds import Conflict, conflict_rounds
-from shared.bus.state.rows import ModeRows, RowsTransaction
+from shared.bus.state.rows import EndpointRows, RowsTransaction
 from shared.bus.telemetry import within
 from shared.errors import (
     CorruptRecord,
@@ -98,7 +98,7 @@ class ModePipeline(Pipeline):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.rows: ModeRows = self.state_store.rows()
+        self.rows: EndpointRows = self.state_store.rows()
         """The mode's rows, in the endpoint's store (its table, or PostgreSQL)."""
 
     async def _process(self, signal: Signal, delivery: Delivery) -> Outcome:

@@ -38,7 +38,7 @@ from shared.bus.outgoing import Hints, send_signals
 from shared.bus.pipeline import Outcome
 from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal
 from shared.bus.state.damaged import ROW_ERRORS, OnDamaged, pass_over
-from shared.bus.state.rows import ModeRows, mode_rows
+from shared.bus.state.rows import EndpointRows, mode_rows
 from shared.clock import to_datetime
 from shared.errors import NotFound, PreconditionFailed
 from shared.stores.blob import BlobContainer
@@ -230,7 +230,7 @@ class EntityOutboxPipeline(ModePipeline):
 
 
 async def expire_entity_outboxes(
-    store: Table | ModeRows,
+    store: Table | EndpointRows,
     *,
     tokens: BlobContainer,
     older_than: datetime,
@@ -271,7 +271,7 @@ async def expire_entity_outboxes(
 
 
 async def _expire_entries(
-    rows: ModeRows, entity: Entity, tokens: BlobContainer, older_than: datetime
+    rows: EndpointRows, entity: Entity, tokens: BlobContainer, older_than: datetime
 ) -> int:
     """Drop one entity's expired entries; returns how many were dropped."""
     stored = StateEntity.from_entity(entity)

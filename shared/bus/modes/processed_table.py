@@ -29,7 +29,7 @@ from shared.bus.modes.common import (
 from shared.bus.pipeline import Outcome
 from shared.bus.records import STATE_ROW, AuditRecord
 from shared.bus.state.damaged import ROW_ERRORS, OnDamaged, pass_over
-from shared.bus.state.rows import ModeRows, mode_rows
+from shared.bus.state.rows import EndpointRows, mode_rows
 from shared.clock import to_datetime
 from shared.errors import PreconditionFailed
 from shared.stores.blob import BlobContainer
@@ -103,7 +103,7 @@ class ProcessedMessagesPipeline(ModePipeline):
 
 
 async def expire_processed(
-    store: Table | ModeRows,
+    store: Table | EndpointRows,
     *,
     tokens: BlobContainer,
     older_than: datetime,
@@ -146,7 +146,7 @@ async def expire_processed(
 
 
 async def _expire_row(
-    rows: ModeRows, entity: Entity, tokens: BlobContainer, older_than: datetime
+    rows: EndpointRows, entity: Entity, tokens: BlobContainer, older_than: datetime
 ) -> bool:
     """Remove one processed row if it is past the window and its tokens allow it."""
     record = ProcessedRecord.from_entity(entity)

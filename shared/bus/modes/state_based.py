@@ -49,7 +49,7 @@ from shared.bus.modes.errors import NondeterministicHandler
 from shared.bus.pipeline import Outcome
 from shared.bus.records import STATE_ROW, AuditRecord, json_property
 from shared.bus.state.damaged import ROW_ERRORS, DamagedRow, OnDamaged, pass_over
-from shared.bus.state.rows import ModeRows, mode_rows
+from shared.bus.state.rows import EndpointRows, mode_rows
 from shared.clock import to_datetime
 from shared.errors import CorruptRecord, InvalidValue, PreconditionFailed
 from shared.stores.blob import BlobContainer
@@ -276,7 +276,7 @@ def compare_replay(committed: Version, replay: HandlerContext[Any]) -> list[str]
 
 
 async def truncate_state_streams(
-    store: Table | ModeRows,
+    store: Table | EndpointRows,
     *,
     tokens: BlobContainer,
     older_than: datetime,
@@ -350,7 +350,7 @@ async def truncate_state_streams(
 
 
 async def _resume(
-    rows: ModeRows, continuation: str | None, on_damaged: OnDamaged | None
+    rows: EndpointRows, continuation: str | None, on_damaged: OnDamaged | None
 ) -> tuple[str | None, Entity | None]:
     """The store's page continuation and the version still waiting for its successor, from
     a continuation ``truncate_state_streams`` returned (opaque text to its callers)."""
@@ -377,7 +377,7 @@ async def _resume(
 
 
 async def _remove_judged(
-    rows: ModeRows,
+    rows: EndpointRows,
     tokens: BlobContainer,
     pending: Entity,
     older_than: datetime,
@@ -399,7 +399,7 @@ async def _remove_judged(
 
 
 async def _remove_version(
-    rows: ModeRows, tokens: BlobContainer, version: Version, etag: str, older_than: datetime
+    rows: EndpointRows, tokens: BlobContainer, version: Version, etag: str, older_than: datetime
 ) -> bool:
     found = await rows.read(version.partition_key, [index_row(version.message_id)])
     indexed = found.get(index_row(version.message_id))

@@ -1,13 +1,23 @@
-"""Where an endpoint keeps its state, outbox records O(m) and audit rows.
+"""Where an endpoint keeps its rows: every mode's, in one store per endpoint.
 
-Token mode's pipeline reads and commits these rows through ``EndpointState`` only, and the
-window modes theirs through ``EndpointState.rows()`` (``ModeRows``, ``rows``), so each
-pipeline serves every store: Table Storage (``table``), PostgreSQL (``postgres``,
-``postgres_rows``) and the in-memory model of PostgreSQL (``memory_sql``) the simulator and
-fast tests use. Tokens, signals and recipient lists stay in Blob and Queue storage whatever
+``EndpointRows`` (``rows``) is the one interface: a partition's rows read by key, version-guarded
+writes, keyset pages and one transaction that commits rows with the audit row. Token mode reads
+and commits its state row, O(m) and audit rows through ``EndpointState`` (``base``), a typed
+layer over it; the window modes speak entities directly. The stores: Table Storage
+(``TableRows``), PostgreSQL (``postgres_rows``, one table ``bus.mode_rows``), the in-memory model
+of PostgreSQL (``memory_sql``) the simulator and fast tests use, and the counting wrapper
+(``instrumented``). Tokens, signals and recipient lists stay in Blob and Queue storage whatever
 the store.
 """
 
 from shared.bus.state.base import EndpointState, Snapshot, StateRow, StateTransaction, StateWrite
+from shared.bus.state.rows import EndpointRows
 
-__all__ = ["EndpointState", "Snapshot", "StateRow", "StateTransaction", "StateWrite"]
+__all__ = [
+    "EndpointRows",
+    "EndpointState",
+    "Snapshot",
+    "StateRow",
+    "StateTransaction",
+    "StateWrite",
+]

@@ -1,6 +1,9 @@
-"""The endpoint-state seam: what every store of state + O(m) + audit rows must do.
+"""Token mode's rows, typed over the endpoint's rows (``shared.bus.state.rows``).
 
-The contract (``tests/contract/test_endpoint_state_contract.py`` runs it on every store):
+One class for every store: the state row, O(m) and the audit rows are entities of
+``EndpointRows`` (``STATE_ROW``, ``outbox_row``, ``audit_row`` in ``shared.bus.records``), so
+what is promised here follows from the rows' contract (``tests/contract/
+test_endpoint_rows_contract.py`` runs both on every store):
 
 - ``read`` returns the partition's state row and O(m) as of one moment (one query, R2).
 - ``insert_outbox`` creates O(m) only if absent (a unique key); ``AlreadyExists`` otherwise.
@@ -18,44 +21,26 @@ Versions are opaque strings: the ETag on Table Storage, the version column in Po
 
 from __future__ import annotations
 
-import abc
-import json
+import contextlib
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any, Literal
 
-from shared.bus.records import AuditRecord, OutboxRecord, outbox_row
-from shared.bus.state.damaged import OnDamaged
-from shared.bus.state.rows import ModeRows
-from shared.errors import InvalidValue
-from shared.stores.table import Entity
+from shared.bus.records import (
+    AUDIT_PREFIX,
+    OUTBOX_PREFIX,
+    STATE_ROW,
+    AuditRecord,
+    OutboxRecord,
+    outbox_row,
+)
+from shared.bus.state.damaged import OnDamaged, read_each
+from shared.bus.state.rows import EndpointRows, RowsTransaction
+from shared.stores.table import Entity, Insert, TableOperation, Update
 
 StoreKind = Literal["table", "postgres"]
 STORES: tuple[StoreKind, ...] = ("table", "postgres")
-
-
-def next_page(last: OutboxRecord | AuditRecord | Entity) -> str:
-    """The continuation of a SQL page: the key of its last row (plain text, so it survives
-    in the cleanup's and the export's checkpoints)."""
-    if isinstance(last, Entity):
-        return resume_after(last.partition_key, str(last["message_id"]))
-    return resume_after(last.partition_key, last.message_id)
-
-
-def resume_after(partition_key: str, message_id: str) -> str:
-    """The continuation of a SQL page that ends with this key (``next_page``)."""
-    return json.dumps([partition_key, message_id])
-
-
-def page_after(continuation: str | None) -> tuple[str, str] | None:
-    if continuation is None:
-        return None
-    try:
-        partition_key, message_id = json.loads(continuation)
-        return str(partition_key), str(message_id)
-    except (ValueError, TypeError) as e:
-        raise InvalidValue(f"malformed continuation {continuation!r}") from e
 
 
 @dataclass(frozen=True)
@@ -66,6 +51,12 @@ class StateRow:
     type: str
     data: str
     version: str
+
+
+def state_row(entity: Entity) -> StateRow:
+    return StateRow(
+        entity.partition_key, str(entity.get("type", "")), str(entity["data"]), entity.etag
+    )
 
 
 @dataclass(frozen=True)
@@ -86,52 +77,70 @@ class StateWrite:
     expected: str | None
 
 
-class StateTransaction(abc.ABC):
+class StateTransaction:
     """One open unit of work, from before the handler runs to the commit."""
+
+    def __init__(self, rows: RowsTransaction, endpoint: EndpointRows) -> None:
+        self._rows = rows
+        self._endpoint = endpoint
+        """The endpoint's rows outside the transaction (the mutants of ``shared.mutation`` that
+        commit over whatever version is current read it there)."""
 
     @property
     def sql(self) -> Any:
         """The open database connection a handler may write its own tables with (PostgreSQL);
         None where the store has no such transaction (Table Storage)."""
-        return None
+        return self._rows.sql
 
-    @abc.abstractmethod
     async def commit(self, state: StateWrite, outbox: OutboxRecord, audit: AuditRecord) -> str:
         """Write state, the committed O(m) (guarded by ``outbox.etag``) and the audit row in
         one transaction and end it. Returns O(m)'s new version. Raises TransactionFailed
-        (nothing written) or OutcomeUnknown."""
+        (nothing written; index 0 the state, 1 O(m), 2 the audit row) or OutcomeUnknown."""
+        entity = Entity(state.partition_key, STATE_ROW, {"type": state.type, "data": state.data})
+        state_op: TableOperation = (
+            Insert(entity) if state.expected is None else Update(entity, state.expected)
+        )
+        etags = await self._rows.commit(
+            [state_op, Update(outbox.to_entity(), etag=outbox.etag)], audit
+        )
+        return etags[1] or ""
 
 
-class EndpointState(abc.ABC):
-    """One endpoint's rows. ``kind`` names the store in logs and operation counts."""
+class EndpointState:
+    """One endpoint's token-mode rows, over its ``EndpointRows`` in whichever store."""
 
-    name: str
-    kind: str
+    def __init__(self, rows: EndpointRows) -> None:
+        self._rows = rows
+        self.name = rows.name
+        self.kind = rows.kind
 
-    def where_outbox(self, partition_key: str, message_id: str) -> str:
-        """O(m) named for a log: its table and key."""
-        return f"{self.name} {partition_key!r}/{outbox_row(message_id)!r}"
-
-    @abc.abstractmethod
     async def read(self, partition_key: str, message_id: str) -> Snapshot:
         """The state row and O(m) of ``partition_key`` in one query."""
+        rows = await self._rows.read(partition_key, [STATE_ROW, outbox_row(message_id)])
+        state = rows.get(STATE_ROW)
+        outbox = rows.get(outbox_row(message_id))
+        return Snapshot(
+            None if state is None else state_row(state),
+            None if outbox is None else OutboxRecord.from_entity(outbox),
+        )
 
-    @abc.abstractmethod
     async def insert_outbox(self, record: OutboxRecord) -> str:
         """Create O(m); returns its version. AlreadyExists if it exists."""
+        return await self._rows.insert(record.to_entity())
 
-    @abc.abstractmethod
     async def delete_outbox(self, record: OutboxRecord) -> None:
         """Delete O(m) while its version is ``record.etag`` (PreconditionFailed if changed;
         nothing to do if it is gone)."""
+        await self._rows.delete(
+            record.partition_key, outbox_row(record.message_id), etag=record.etag
+        )
 
-    @abc.abstractmethod
     async def fence_outbox(self, record: OutboxRecord) -> OutboxRecord:
         """Rewrite O(m) unchanged under a new version, while its version is ``record.etag``
         (PreconditionFailed if changed, NotFound if gone): a round that read the old version
         can no longer commit through it (the cleanup does this before deleting a token)."""
+        return replace(record, etag=await self._rows.update(record.to_entity(), etag=record.etag))
 
-    @abc.abstractmethod
     async def outbox_page(
         self, continuation: str | None, page_size: int, on_damaged: OnDamaged | None = None
     ) -> tuple[list[OutboxRecord], str | None]:
@@ -139,18 +148,42 @@ class EndpointState(abc.ABC):
         record that cannot be read is handed to ``on_damaged`` and left out of the page, which
         goes on after it (raised where there is no ``on_damaged``: ``shared.bus.state.damaged``).
         """
+        page, following = await self._rows.page(
+            row_key_prefix=OUTBOX_PREFIX,
+            page_size=page_size,
+            continuation=continuation,
+            on_damaged=on_damaged,
+        )
+        records = read_each(
+            page,
+            OutboxRecord.from_entity,
+            lambda e: (e.partition_key, e.row_key),
+            self._rows.where,
+            on_damaged,
+        )
+        return records, following
 
-    @abc.abstractmethod
-    def begin(self) -> AbstractAsyncContextManager[StateTransaction]:
+    @contextlib.asynccontextmanager
+    async def begin(self) -> AsyncIterator[StateTransaction]:
         """Open a unit of work. Leaving it without ``commit`` rolls everything back."""
+        async with self._rows.begin() as transaction:
+            yield StateTransaction(transaction, self._rows)
 
-    @abc.abstractmethod
-    def rows(self) -> ModeRows:
-        """The endpoint's window-mode rows, in the same store (``shared.bus.state.rows``)."""
+    def rows(self) -> EndpointRows:
+        """The endpoint's rows, every mode's (``shared.bus.state.rows``)."""
+        return self._rows
 
-    @abc.abstractmethod
-    def states(self) -> AsyncIterator[StateRow]:
+    async def states(self) -> AsyncIterator[StateRow]:
         """Every partition's state row, whichever mode wrote it (for tools and tests)."""
+        continuation: str | None = None
+        while True:
+            page, continuation = await self._rows.page(
+                row_key=STATE_ROW, page_size=1000, continuation=continuation
+            )
+            for entity in page:
+                yield state_row(entity)
+            if continuation is None:
+                return
 
     async def outbox_records(self) -> AsyncIterator[OutboxRecord]:
         """Every O(m) of the endpoint, page by page (for tools and tests)."""
@@ -162,12 +195,14 @@ class EndpointState(abc.ABC):
             if continuation is None:
                 return
 
-    @abc.abstractmethod
     async def audit_page(
         self, continuation: str | None, page_size: int
     ) -> tuple[list[Entity], str | None]:
-        """One page of audit rows in key order, in the Table Storage entity layout the audit
-        reads, and where the next page starts (None: done). For ``bus-audit export``."""
+        """One page of audit rows in key order and where the next page starts (None: done).
+        For ``bus-audit export``."""
+        return await self._rows.page(
+            row_key_prefix=AUDIT_PREFIX, page_size=page_size, continuation=continuation
+        )
 
     async def audit_entities(self) -> AsyncIterator[Entity]:
         """Every audit row, page by page."""
@@ -179,6 +214,6 @@ class EndpointState(abc.ABC):
             if continuation is None:
                 return
 
-    @abc.abstractmethod
-    async def expire_audit(self, before: Any) -> int:
-        """Delete audit rows processed before ``before`` (a datetime); returns how many."""
+    async def expire_audit(self, before: datetime, on_damaged: OnDamaged | None = None) -> int:
+        """Delete audit rows processed before ``before``; returns how many."""
+        return await self._rows.expire_audit(before, on_damaged)

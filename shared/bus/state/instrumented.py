@@ -1,8 +1,9 @@
-"""Counting and fault injection for SQL endpoint state, as ``shared.stores.instrumented``
-does for the storage account: every read, O(m) insert or delete and commit is one numbered
-operation (``sql.query``, ``sql.insert``, ``sql.delete``, ``sql.transact``) of the same
-``Instrumentation``, so the fault matrix and the simulator reach PostgreSQL endpoints too.
-The listings for tools (states, outbox records, audit rows) are passed through uncounted.
+"""Counting and fault injection for SQL endpoint rows, as ``shared.stores.instrumented`` does
+for the storage account: every read, insert, update, delete, page and commit is one numbered
+operation (``sql.query``, ``sql.get``, ``sql.insert``, ``sql.update``, ``sql.delete``,
+``sql.transact``) of the same ``Instrumentation``, so the fault matrix and the simulator reach
+PostgreSQL endpoints too. Expiring audit rows (a tool's and the cleanup's) is passed through
+uncounted.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 
-from shared.bus.records import AuditRecord, OutboxRecord
-from shared.bus.state.base import EndpointState, Snapshot, StateRow, StateTransaction, StateWrite
+from shared.bus.records import AuditRecord
+from shared.bus.state.base import EndpointState
 from shared.bus.state.damaged import OnDamaged
-from shared.bus.state.rows import ModeRows, RowsTransaction
+from shared.bus.state.rows import EndpointRows, RowsTransaction
 from shared.bus.state.stores import SqlDatabase
 from shared.stores.instrumented import Instrumentation
 from shared.stores.table import Entity, TableOperation
@@ -25,92 +26,14 @@ class InstrumentedSql:
         self.inner = inner
         self.instrumentation = instrumentation
 
+    def endpoint_rows(self, endpoint: str) -> EndpointRows:
+        return InstrumentedRows(self.inner.endpoint_rows(endpoint), self.instrumentation)
+
     def endpoint_state(self, endpoint: str) -> EndpointState:
-        return InstrumentedState(self.inner.endpoint_state(endpoint), self.instrumentation)
+        return EndpointState(self.endpoint_rows(endpoint))
 
     async def close(self) -> None:
         await self.inner.close()
-
-
-class _Transaction(StateTransaction):
-    def __init__(self, inner: StateTransaction, name: str, i: Instrumentation) -> None:
-        self._inner = inner
-        self._name = name
-        self._i = i
-
-    @property
-    def sql(self) -> object:
-        return self._inner.sql
-
-    async def commit(self, state: StateWrite, outbox: OutboxRecord, audit: AuditRecord) -> str:
-        return await self._i.run(
-            "sql.transact",
-            f"{self._name}/{state.partition_key}",
-            lambda: self._inner.commit(state, outbox, audit),
-        )
-
-
-class InstrumentedState(EndpointState):
-    def __init__(self, inner: EndpointState, instrumentation: Instrumentation) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.kind = inner.kind
-        self._i = instrumentation
-
-    def where_outbox(self, partition_key: str, message_id: str) -> str:
-        return self.inner.where_outbox(partition_key, message_id)
-
-    async def read(self, partition_key: str, message_id: str) -> Snapshot:
-        return await self._i.run(
-            "sql.query",
-            f"{self.name}/{partition_key}",
-            lambda: self.inner.read(partition_key, message_id),
-        )
-
-    async def insert_outbox(self, record: OutboxRecord) -> str:
-        return await self._i.run(
-            "sql.insert",
-            f"{self.name}/{record.partition_key}/{record.message_id}",
-            lambda: self.inner.insert_outbox(record),
-        )
-
-    async def delete_outbox(self, record: OutboxRecord) -> None:
-        await self._i.run(
-            "sql.delete",
-            f"{self.name}/{record.partition_key}/{record.message_id}",
-            lambda: self.inner.delete_outbox(record),
-        )
-
-    async def fence_outbox(self, record: OutboxRecord) -> OutboxRecord:
-        return await self._i.run(
-            "sql.update",
-            f"{self.name}/{record.partition_key}/{record.message_id}",
-            lambda: self.inner.fence_outbox(record),
-        )
-
-    async def outbox_page(
-        self, continuation: str | None, page_size: int, on_damaged: OnDamaged | None = None
-    ) -> tuple[list[OutboxRecord], str | None]:
-        return await self.inner.outbox_page(continuation, page_size, on_damaged)
-
-    @contextlib.asynccontextmanager
-    async def begin(self) -> AsyncIterator[StateTransaction]:
-        async with self.inner.begin() as transaction:
-            yield _Transaction(transaction, self.name, self._i)
-
-    def rows(self) -> ModeRows:
-        return InstrumentedRows(self.inner.rows(), self._i)
-
-    def states(self) -> AsyncIterator[StateRow]:
-        return self.inner.states()
-
-    async def audit_page(
-        self, continuation: str | None, page_size: int
-    ) -> tuple[list[Entity], str | None]:
-        return await self.inner.audit_page(continuation, page_size)
-
-    async def expire_audit(self, before: datetime) -> int:
-        return await self.inner.expire_audit(before)
 
 
 class _RowsTransaction(RowsTransaction):
@@ -133,12 +56,13 @@ class _RowsTransaction(RowsTransaction):
         )
 
 
-class InstrumentedRows(ModeRows):
-    """A window mode's rows in SQL, each call one numbered operation."""
+class InstrumentedRows(EndpointRows):
+    """An endpoint's rows in SQL, each call one numbered operation."""
 
-    def __init__(self, inner: ModeRows, instrumentation: Instrumentation) -> None:
+    def __init__(self, inner: EndpointRows, instrumentation: Instrumentation) -> None:
         self.inner = inner
         self.name = inner.name
+        self.kind = inner.kind
         self._i = instrumentation
 
     def where(self, partition_key: str, row_key: str) -> str:
@@ -158,6 +82,13 @@ class InstrumentedRows(ModeRows):
             "sql.get",
             f"{self.name}/{partition_key}/{row_key}",
             lambda: self.inner.get(partition_key, row_key),
+        )
+
+    async def insert(self, entity: Entity) -> str:
+        return await self._i.run(
+            "sql.insert",
+            f"{self.name}/{entity.partition_key}/{entity.row_key}",
+            lambda: self.inner.insert(entity),
         )
 
     async def update(self, entity: Entity, etag: str) -> str:
@@ -199,3 +130,6 @@ class InstrumentedRows(ModeRows):
     async def begin(self) -> AsyncIterator[RowsTransaction]:
         async with self.inner.begin() as transaction:
             yield _RowsTransaction(transaction, self.name, self._i)
+
+    async def expire_audit(self, before: datetime, on_damaged: OnDamaged | None = None) -> int:
+        return await self.inner.expire_audit(before, on_damaged)

@@ -1,11 +1,12 @@
-"""The window modes' rows in PostgreSQL (``bus.mode_rows``, migration 2): one row per
-(endpoint, partition, row key), its typed properties as JSON text, and a version drawn from
-the same sequence as the other bus tables.
+"""Endpoint rows in PostgreSQL (``bus.mode_rows``, migration 2; since migration 3 every row
+of every mode, token mode's state, O(m) and audit rows included): one row per (endpoint,
+partition, row key), its typed properties as JSON text, and a version drawn from one
+sequence, never reused.
 
 The compare-and-swap is Table Storage's: an INSERT that meets the primary key is the 409, an
 UPDATE ... WHERE version = expected that matches no row is the 412. A commit writes the rows
-and the audit row (in ``bus.audit``, beside token mode's) in one SQL transaction, opened
-before the handler runs so that its writes through ``ctx.sql`` land with them or not at all.
+and the audit row in one SQL transaction, opened before the handler runs so that its writes
+through ``ctx.sql`` land with them or not at all.
 """
 
 from __future__ import annotations
@@ -23,12 +24,11 @@ from shared.bus.state.damaged import OnDamaged, read_each
 from shared.bus.state.postgres import (
     Connection,
     commit_on,
-    insert_audit,
     open_transaction,
     translated,
 )
 from shared.bus.state.rows import (
-    ModeRows,
+    EndpointRows,
     RowsTransaction,
     check_sql_key,
     check_writes,
@@ -138,7 +138,7 @@ class PostgresRowsTransaction(RowsTransaction):
             versions: list[str | None] = []
             for index, (row, etag) in enumerate(zip(rows, etags, strict=True)):
                 versions.append(await self._write(index, row, etag))
-            await insert_audit(self._connection, self._endpoint, audit, index=len(rows))
+            await self._write(len(rows), _checked(audit.to_entity()), None)
             return versions
 
         versions = await commit_on(self._connection, self._endpoint, write)
@@ -175,7 +175,9 @@ class PostgresRowsTransaction(RowsTransaction):
         return str(version)
 
 
-class PostgresRows(ModeRows):
+class PostgresRows(EndpointRows):
+    kind = "sql"
+
     def __init__(self, endpoint: str, url: str, pools: Pools) -> None:
         self.name = endpoint
         self.url = url
@@ -206,6 +208,26 @@ class PostgresRows(ModeRows):
         if row_key not in found:
             raise NotFound(f"row {partition_key!r}/{row_key!r} of {self.name} is absent")
         return found[row_key]
+
+    async def insert(self, entity: Entity) -> str:
+        row = _checked(entity)
+
+        async def insert() -> str:
+            pool = await self._pools.pool(self.url)
+            version = await pool.fetchval(
+                f"INSERT INTO {_TABLE} (endpoint, partition_key, row_key, properties, version) "
+                f"VALUES ($1, $2, $3, $4, nextval('{SCHEMA}.row_version')) "
+                "ON CONFLICT DO NOTHING RETURNING version",
+                self.name,
+                row.partition_key,
+                row.row_key,
+                encode_properties(row.properties),
+            )
+            if version is None:
+                raise AlreadyExists(f"row {row.partition_key!r}/{row.row_key!r} exists")
+            return str(version)
+
+        return await translated(f"inserting {self.name}/{row.partition_key}", insert)
 
     async def update(self, entity: Entity, etag: str) -> str:
         row = _checked(entity)
@@ -265,7 +287,7 @@ class PostgresRows(ModeRows):
         continuation: str | None = None,
         on_damaged: OnDamaged | None = None,
     ) -> tuple[list[Entity], str | None]:
-        start = sql_page_start(continuation) or ("", "")
+        start = sql_page_start(continuation, row_key_prefix) or ("", "")
 
         async def page() -> tuple[list[Entity], str | None]:
             pool = await self._pools.pool(self.url)

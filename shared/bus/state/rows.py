@@ -1,17 +1,22 @@
-"""The window modes' rows behind one seam: processed-message records, state streams and their
-message index, entity-outbox state rows.
+"""One endpoint's rows behind one seam, whatever the mode: token mode's state row, outbox
+records O(m) and audit rows (typed in ``shared.bus.state.base``), and the window modes'
+processed-message records, state streams and their message index, entity-outbox state rows.
 
-Those modes (``shared.bus.modes``) describe their rows as Table Storage entities: a partition
-key, a row key and typed properties. ``ModeRows`` is what they need of a store of such rows,
-which Table Storage (``TableRows``), PostgreSQL (``shared.bus.state.postgres_rows``) and the
-in-memory model of PostgreSQL (``shared.bus.state.memory_sql``) all provide:
+Every row is a Table Storage entity: a partition key, a row key and typed properties.
+``EndpointRows`` is what the bus needs of a store of such rows, which Table Storage
+(``TableRows``), PostgreSQL (``shared.bus.state.postgres_rows``), the in-memory model of
+PostgreSQL (``shared.bus.state.memory_sql``) and the counting wrapper
+(``shared.bus.state.instrumented``) all provide; ``tests/contract/test_endpoint_rows_contract.py``
+runs the contract on each:
 
 - ``read`` returns some rows of one partition as of one moment (one query);
+- ``insert`` creates a row only if absent (AlreadyExists otherwise);
 - ``update`` replaces a row only while its version is the one given (PreconditionFailed if it
   changed, NotFound if it is gone); ``delete`` removes it, with a version only while unchanged,
   and does nothing when it is gone;
 - ``page`` lists rows in (partition, row) order, by row-key prefix or by one exact row key,
-  and returns the continuation of the next page (opaque: the store's own);
+  and returns the continuation of the next page (opaque: the store's own); a row whose
+  stored properties cannot be read goes to ``on_damaged`` (``shared.bus.state.damaged``);
 - a ``RowsTransaction`` commits inserts (only if absent) and updates (only while unchanged)
   together with the message's audit row (only if absent), all or nothing:
   ``TransactionFailed(index)`` names the first failing operation (``len(operations)`` for the
@@ -27,21 +32,38 @@ from __future__ import annotations
 import abc
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 from typing import Any
 
-from shared.bus.records import AuditRecord
+from shared.bus.records import AUDIT_PREFIX, AuditRecord
 from shared.bus.state.damaged import DamagedRow, OnDamaged
 from shared.bus.state.schema import SCHEMA
-from shared.errors import InvalidValue
+from shared.errors import (
+    InvalidValue,
+    NotFound,
+    OutcomeUnknown,
+    PreconditionFailed,
+    StorageError,
+    TransactionFailed,
+)
 from shared.stores.table import (
+    Delete,
     Entity,
     Insert,
     Table,
     TableOperation,
     Update,
 )
+
+log = logging.getLogger(__name__)
+
+
+def _key(entity: Entity) -> tuple[str, str]:
+    return entity.partition_key, entity.row_key
+
 
 RowsWrite = Insert | Update
 """What a window mode commits: a row inserted if absent, or replaced while unchanged."""
@@ -68,14 +90,24 @@ def sql_resume_at(partition_key: str, row_key: str) -> str:
     return json.dumps([partition_key, row_key])
 
 
-def sql_page_start(continuation: str | None) -> tuple[str, str] | None:
+def sql_page_start(
+    continuation: str | None, row_key_prefix: str | None = None
+) -> tuple[str, str] | None:
+    """Where a SQL page starts (inclusive). A continuation always names a row the page's
+    filter matched; one whose row key lacks ``row_key_prefix`` was written before migration
+    3 by the outbox or audit listing of the old tables, and names the message id the page
+    ended *after*: it resumes just after that message's row ("\x01" sorts right after the
+    key in the "C" collation, and PostgreSQL text holds no NUL)."""
     if continuation is None:
         return None
     try:
         partition_key, row_key = json.loads(continuation)
-        return str(partition_key), str(row_key)
+        start = str(partition_key), str(row_key)
     except (ValueError, TypeError) as e:
         raise InvalidValue(f"malformed continuation {continuation!r}") from e
+    if row_key_prefix is not None and not start[1].startswith(row_key_prefix):
+        return start[0], f"{row_key_prefix}{start[1]}\x01"
+    return start
 
 
 def where_in_sql(endpoint: str, partition_key: str, key: str, table: str = "mode_rows") -> str:
@@ -107,10 +139,12 @@ class RowsTransaction(abc.ABC):
         the operations' new versions, in order. Raises TransactionFailed or OutcomeUnknown."""
 
 
-class ModeRows(abc.ABC):
-    """One endpoint's window-mode rows. ``name`` is the endpoint (and its table's name)."""
+class EndpointRows(abc.ABC):
+    """One endpoint's rows. ``name`` is the endpoint (and its table's name); ``kind`` names
+    the store in logs and operation counts."""
 
     name: str
+    kind: str
 
     def where(self, partition_key: str, row_key: str) -> str:
         """A row named for a log: its table and key."""
@@ -135,6 +169,10 @@ class ModeRows(abc.ABC):
     @abc.abstractmethod
     async def get(self, partition_key: str, row_key: str) -> Entity:
         """One row; NotFound if absent."""
+
+    @abc.abstractmethod
+    async def insert(self, entity: Entity) -> str:
+        """Create the row; returns its version. AlreadyExists if it exists."""
 
     @abc.abstractmethod
     async def update(self, entity: Entity, etag: str) -> str:
@@ -163,6 +201,44 @@ class ModeRows(abc.ABC):
     def begin(self) -> AbstractAsyncContextManager[RowsTransaction]:
         """Open a unit of work. Leaving it without ``commit`` rolls everything back."""
 
+    async def delete_unchanged(self, entities: Sequence[Entity]) -> list[Entity]:
+        """Delete rows of one partition (at most ``MAX_TRANSACTION_OPERATIONS``), each while
+        its version is the one read; returns the rows deleted. One that changed since it was
+        read, or whose delete failed in storage (logged), stays for the next look. One at a
+        time here; a store may delete them together."""
+        deleted: list[Entity] = []
+        for entity in entities:
+            try:
+                await self.delete(entity.partition_key, entity.row_key, etag=entity.etag)
+            except PreconditionFailed:
+                continue  # changed since it was read
+            except (StorageError, OutcomeUnknown) as e:
+                log.warning("row %s left for the next pass: %s", self.where(*_key(entity)), e)
+                continue
+            deleted.append(entity)
+        return deleted
+
+    async def expire_audit(self, before: datetime, on_damaged: OnDamaged | None = None) -> int:
+        """Delete the audit rows processed before ``before``, each while unchanged; returns
+        how many. Page by page over the audit rows; a store may do it more directly."""
+        removed = 0
+        continuation: str | None = None
+        while True:
+            page, continuation = await self.page(
+                row_key_prefix=AUDIT_PREFIX,
+                page_size=1000,
+                continuation=continuation,
+                on_damaged=on_damaged,
+            )
+            for entity in page:
+                processed = entity.get("processed_at")
+                if isinstance(processed, datetime) and processed < before:
+                    await self.delete(entity.partition_key, entity.row_key, etag=entity.etag)
+                    removed += 1
+            if continuation is None:
+                return removed
+
+
 
 class TableRowsTransaction(RowsTransaction):
     """Table Storage has no transaction spanning the handler: the commit is the batch."""
@@ -178,8 +254,10 @@ class TableRowsTransaction(RowsTransaction):
         return etags[: len(writes)]
 
 
-class TableRows(ModeRows):
-    """The rows in the endpoint's table, beside its audit rows."""
+class TableRows(EndpointRows):
+    """The rows in the endpoint's table."""
+
+    kind = "table"
 
     def __init__(self, table: Table) -> None:
         self.table = table
@@ -188,17 +266,40 @@ class TableRows(ModeRows):
     async def read(
         self, partition_key: str, row_keys: Sequence[str], on_damaged: OnDamaged | None = None
     ) -> dict[str, Entity]:
-        page = await self.table.query(partition_key=partition_key, row_keys=list(row_keys))
-        return {e.row_key: e for e in page.entities}
+        keys = list(row_keys)
+        page = await self.table.query(partition_key=partition_key, row_keys=keys)
+        if page.continuation is None:
+            return {e.row_key: e for e in page.entities}
+        # The service split the answer across pages (it may, rarely): each row on its own.
+        found: dict[str, Entity] = {}
+        for key in keys:
+            with contextlib.suppress(NotFound):
+                found[key] = await self.table.get(partition_key, key)
+        return found
 
     async def get(self, partition_key: str, row_key: str) -> Entity:
         return await self.table.get(partition_key, row_key)
+
+    async def insert(self, entity: Entity) -> str:
+        return await self.table.insert(entity)
 
     async def update(self, entity: Entity, etag: str) -> str:
         return await self.table.update(entity, etag=etag)
 
     async def delete(self, partition_key: str, row_key: str, etag: str | None = None) -> None:
         await self.table.delete(partition_key, row_key, etag=etag)
+
+    async def delete_unchanged(self, entities: Sequence[Entity]) -> list[Entity]:
+        if len(entities) > 1:
+            try:
+                await self.table.transact(
+                    [Delete(e.partition_key, e.row_key, e.etag) for e in entities]
+                )
+            except (TransactionFailed, StorageError, OutcomeUnknown):
+                pass  # one row changed or went, or no answer: delete each on its own
+            else:
+                return list(entities)
+        return await super().delete_unchanged(entities)
 
     async def page(
         self,
@@ -224,6 +325,6 @@ class TableRows(ModeRows):
         yield TableRowsTransaction(self.table)
 
 
-def mode_rows(store: Table | ModeRows) -> ModeRows:
-    """``store`` as window-mode rows: a table is taken as the endpoint's."""
+def mode_rows(store: Table | EndpointRows) -> EndpointRows:
+    """``store`` as endpoint rows: a table is taken as the endpoint's."""
     return TableRows(store) if isinstance(store, Table) else store

@@ -12,6 +12,12 @@ from typing import Any
 SCHEMA = "bus"
 _LOCK_KEY = 0x6275735F736368  # "bus_sch": serialises concurrent migrations
 
+
+def _iso(column: str) -> str:
+    """A timestamptz column as the ISO text ``datetime.fromisoformat`` reads back, in UTC."""
+    return f"""to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') || '+00:00'"""
+
+
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (
         1,
@@ -72,6 +78,61 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
             version bigint NOT NULL,
             PRIMARY KEY (endpoint, partition_key, row_key)
         );
+        """,
+    ),
+    (
+        3,
+        "every row in mode_rows",
+        # Token mode's state, O(m) and audit rows move into mode_rows in the entity layout of
+        # the endpoint's table (``shared.bus.records``: ``STATE_ROW``, ``outbox|{m}``,
+        # ``audit|{m}``), so that one interface serves every mode and store. Each state and
+        # O(m) row keeps its version (a round that read it still commits, or fails, as
+        # before); audit rows had none and draw one. Times are ISO text in UTC, as
+        # ``postgres_rows.encode_properties`` writes them. The old tables are dropped, so
+        # that an instance of the previous version still running fails loudly on them
+        # rather than writing rows nobody reads any more. A token-mode state row that meets
+        # a window mode's row of the same key stops the migration (nothing is applied).
+        f"""
+        INSERT INTO {SCHEMA}.mode_rows (endpoint, partition_key, row_key, properties, version)
+        SELECT endpoint, partition_key, 'state',
+            jsonb_build_object(
+                'type', jsonb_build_array('str', type),
+                'data', jsonb_build_array('str', data::text)
+            )::text,
+            version
+        FROM {SCHEMA}.state;
+        INSERT INTO {SCHEMA}.mode_rows (endpoint, partition_key, row_key, properties, version)
+        SELECT endpoint, partition_key, 'outbox|' || message_id,
+            (jsonb_build_object(
+                'claim', jsonb_build_array('str', claim),
+                'status', jsonb_build_array('str', status),
+                'incoming', jsonb_build_array('str', incoming_token),
+                'started_at', jsonb_build_array('datetime', {_iso("started_at")}),
+                'outgoing', jsonb_build_array('str', outgoing::text),
+                'abandoned', jsonb_build_array('str', abandoned::text)
+            ) || CASE WHEN committed_at IS NULL THEN '{{}}'::jsonb ELSE jsonb_build_object(
+                'committed_at', jsonb_build_array('datetime', {_iso("committed_at")})
+            ) END)::text,
+            version
+        FROM {SCHEMA}.outbox;
+        INSERT INTO {SCHEMA}.mode_rows (endpoint, partition_key, row_key, properties, version)
+        SELECT endpoint, partition_key, 'audit|' || message_id,
+            jsonb_build_object(
+                'endpoint', jsonb_build_array('str', endpoint),
+                'message_id', jsonb_build_array('str', message_id),
+                'message_type', jsonb_build_array('str', message_type),
+                'source', jsonb_build_array('str', source),
+                'correlation_id', jsonb_build_array('str', correlation_id),
+                'causation_id', jsonb_build_array('str', causation_id),
+                'sent_at', jsonb_build_array('datetime', {_iso("sent_at")}),
+                'processed_at', jsonb_build_array('datetime', {_iso("processed_at")}),
+                'mode', jsonb_build_array('str', mode),
+                'caused', jsonb_build_array('str', caused::text)
+            )::text,
+            nextval('{SCHEMA}.row_version')
+        FROM {SCHEMA}.audit
+        ORDER BY endpoint, partition_key, message_id;
+        DROP TABLE {SCHEMA}.audit, {SCHEMA}.outbox, {SCHEMA}.state;
         """,
     ),
 )

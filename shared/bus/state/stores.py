@@ -1,4 +1,5 @@
-"""Which ``EndpointState`` an endpoint gets: its table, or its rows in a SQL database."""
+"""Which ``EndpointRows`` an endpoint gets: its table, or its rows in a SQL database; token
+mode reads them through ``EndpointState``."""
 
 from __future__ import annotations
 
@@ -7,14 +8,16 @@ from typing import Any, Protocol
 
 from shared.bus.state.base import EndpointState
 from shared.bus.state.connection import Pools, PostgresSettings
+from shared.bus.state.rows import EndpointRows, TableRows
 from shared.bus.state.schema import migrate, schema_version
-from shared.bus.state.table import TableEndpointState
 from shared.errors import ConfigurationError
 from shared.stores.account import StorageAccount
 
 
 class SqlDatabase(Protocol):
     """Where ``store="postgres"`` endpoints keep their rows: PostgreSQL or its model."""
+
+    def endpoint_rows(self, endpoint: str) -> EndpointRows: ...
 
     def endpoint_state(self, endpoint: str) -> EndpointState: ...
 
@@ -28,10 +31,13 @@ class PostgresDatabase:
         self.settings = settings
         self.pools = Pools(settings, credential)
 
-    def endpoint_state(self, endpoint: str) -> EndpointState:
-        from shared.bus.state.postgres import PostgresEndpointState
+    def endpoint_rows(self, endpoint: str) -> EndpointRows:
+        from shared.bus.state.postgres_rows import PostgresRows
 
-        return PostgresEndpointState(endpoint, self.settings.url_for(endpoint), self.pools)
+        return PostgresRows(endpoint, self.settings.url_for(endpoint), self.pools)
+
+    def endpoint_state(self, endpoint: str) -> EndpointState:
+        return EndpointState(self.endpoint_rows(endpoint))
 
     async def close(self) -> None:
         await self.pools.close()
@@ -53,14 +59,22 @@ class PostgresDatabase:
         return lines
 
 
-def endpoint_state(
+def endpoint_rows(
     endpoint: str, store: str, account: StorageAccount, sql: SqlDatabase | None
-) -> EndpointState:
+) -> EndpointRows:
+    """The endpoint's rows in the store it names (``store="table"|"postgres"``)."""
     if store == "table":
-        return TableEndpointState(account.table(endpoint))
+        return TableRows(account.table(endpoint))
     if sql is None:
         raise ConfigurationError(
             f"endpoint {endpoint} keeps its state in PostgreSQL but the bus has no database: "
             "set BUS_POSTGRES_URL"
         )
-    return sql.endpoint_state(endpoint)
+    return sql.endpoint_rows(endpoint)
+
+
+def endpoint_state(
+    endpoint: str, store: str, account: StorageAccount, sql: SqlDatabase | None
+) -> EndpointState:
+    """Token mode's typed rows of the endpoint (``endpoint_rows``)."""
+    return EndpointState(endpoint_rows(endpoint, store, account, sql))

@@ -1,26 +1,37 @@
-"""The endpoint-state contract (``shared.bus.state.base``), run against every store: Table
-Storage in memory and on Azurite, the in-memory model of PostgreSQL and a real PostgreSQL."""
+"""The endpoint-rows contract (``shared.bus.state.rows``) and token mode's typed rows over it
+(``shared.bus.state.base``), run against every store: Table Storage in memory and on Azurite,
+the in-memory model of PostgreSQL, the counting wrapper around it, and a real PostgreSQL."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
 from shared.bus.records import AuditRecord, OutboxRecord
 from shared.bus.state.base import EndpointState, StateWrite
 from shared.bus.state.connection import PostgresSettings
+from shared.bus.state.instrumented import InstrumentedSql
 from shared.bus.state.memory_sql import MemorySqlDatabase
+from shared.bus.state.rows import EndpointRows, TableRows
 from shared.bus.state.stores import PostgresDatabase
-from shared.bus.state.table import TableEndpointState
-from shared.errors import AlreadyExists, NotFound, PreconditionFailed, TransactionFailed
+from shared.errors import (
+    AlreadyExists,
+    InvalidValue,
+    NotFound,
+    PreconditionFailed,
+    TransactionFailed,
+)
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
+from shared.stores.instrumented import Instrumentation
 from shared.stores.memory import MemoryStorageAccount
+from shared.stores.table import Delete, Entity, Insert, TableValue, Update, Upsert
 from tests.conftest import unique_name
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -32,6 +43,7 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
         "memory-table",
         pytest.param("azurite-table", marks=pytest.mark.azurite),
         "memory-sql",
+        "instrumented-sql",
         pytest.param("postgres", marks=pytest.mark.postgres),
     ],
 )
@@ -41,22 +53,29 @@ async def any_store(request: pytest.FixtureRequest) -> AsyncIterator[EndpointSta
     if request.param == "memory-table":
         table = MemoryStorageAccount().table(name)
         await table.create_if_missing()
-        yield TableEndpointState(table)
+        yield EndpointState(TableRows(table))
     elif request.param == "azurite-table":
         endpoints = request.getfixturevalue("azurite")
         settings = StorageSettings(connection_string=endpoints.connection_string)
         account = AzureStorageAccount(settings)
         table = account.table(name)
         await table.create_if_missing()
-        yield TableEndpointState(table)
+        yield EndpointState(TableRows(table))
         await table.delete_table()
         await account.close()
     elif request.param == "memory-sql":
         yield MemorySqlDatabase().endpoint_state(name)
+    elif request.param == "instrumented-sql":
+        yield InstrumentedSql(MemorySqlDatabase(), Instrumentation()).endpoint_state(name)
     else:
         database = PostgresDatabase(PostgresSettings(url=request.getfixturevalue("postgres")))
         yield database.endpoint_state(name)
         await database.close()
+
+
+@pytest.fixture
+def rows(store: EndpointState) -> EndpointRows:
+    return store.rows()
 
 
 def claimed(partition: str = "p1", message: str = "m1") -> OutboxRecord:
@@ -318,3 +337,230 @@ async def test_outbox_records_page_in_key_order(store: EndpointState) -> None:
             break
 
     assert seen == [("p1", "m1"), ("p1", "m2"), ("p2", "m1")]
+
+
+# -- the rows themselves, as every mode writes them ------------------------------------------
+
+
+def row(partition: str = "p1", key: str = "processed|m1", **properties: TableValue) -> Entity:
+    values: dict[str, TableValue] = {"committed_at": T0, "outgoing": "[]", **properties}
+    return Entity(partition, key, values)
+
+
+async def commit(
+    rows: EndpointRows, *operations: Insert | Update, message: str = "m1"
+) -> list[str]:
+    async with rows.begin() as transaction:
+        partition = operations[0].entity.partition_key  # one partition, as on Table Storage
+        versions = await transaction.commit(list(operations), audit(partition, message))
+    return [str(v) for v in versions]
+
+
+async def test_a_row_is_inserted_once(rows: EndpointRows) -> None:
+    version = await rows.insert(row())
+
+    with pytest.raises(AlreadyExists):
+        await rows.insert(row(outgoing="[1]"))
+
+    stored = await rows.get("p1", "processed|m1")
+    assert stored.etag == version
+    assert stored["outgoing"] == "[]"
+
+
+async def test_absent_rows_read_as_nothing(rows: EndpointRows) -> None:
+    assert await rows.read("p1", ["state", "processed|m1"]) == {}
+    with pytest.raises(NotFound):
+        await rows.get("p1", "state")
+
+
+async def test_a_commit_writes_rows_and_the_audit_row_together(
+    store: EndpointState, rows: EndpointRows
+) -> None:
+    state = Entity("p1", "state", {"type": "Counter", "data": '{"n": 1}'})
+    versions = await commit(rows, Insert(state), Insert(row()))
+
+    found = await rows.read("p1", ["state", "processed|m1", "processed|m2"])
+
+    assert sorted(found) == ["processed|m1", "state"]
+    assert [found["state"].etag, found["processed|m1"].etag] == versions
+    assert found["processed|m1"]["committed_at"] == T0
+    assert [str(e["message_id"]) async for e in store.audit_entities()] == ["m1"]
+    assert [(s.partition_key, s.data) async for s in store.states()] == [("p1", '{"n": 1}')]
+
+
+async def test_property_types_come_back_as_they_went_in(rows: EndpointRows) -> None:
+    values: dict[str, TableValue] = {
+        "text": "a\x00b é",
+        "count": 2**40,
+        "flag": True,
+        "ratio": math.pi,
+        "raw": b"\x00\xff",
+        "at": datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC),
+    }
+    await commit(rows, Insert(Entity("p1", "version|1", values)))
+
+    stored = await rows.get("p1", "version|1")
+
+    assert dict(stored.properties) == values
+    assert {k: type(v) for k, v in stored.properties.items()} == {
+        k: type(v) for k, v in values.items()
+    }
+
+
+async def test_an_existing_row_fails_the_whole_commit(
+    store: EndpointState, rows: EndpointRows
+) -> None:
+    await commit(rows, Insert(row()), message="m0")
+    state = Entity("p1", "state", {"type": "Counter", "data": "{}"})
+
+    with pytest.raises(TransactionFailed) as failed:
+        await commit(rows, Insert(state), Insert(row(outgoing="[1]")))
+
+    assert failed.value.index == 1
+    assert isinstance(failed.value.cause, AlreadyExists)
+    assert await rows.read("p1", ["state"]) == {}  # the state insert was not applied
+    assert (await rows.get("p1", "processed|m1"))["outgoing"] == "[]"
+    assert [str(e["message_id"]) async for e in store.audit_entities()] == ["m0"]
+
+
+async def test_a_stale_version_fails_the_whole_commit(rows: EndpointRows) -> None:
+    [version] = await commit(rows, Insert(Entity("p1", "state", {"data": "1"})), message="m0")
+    await rows.update(Entity("p1", "state", {"data": "2"}), version)
+
+    with pytest.raises(TransactionFailed) as failed:
+        await commit(rows, Update(Entity("p1", "state", {"data": "3"}), version), Insert(row()))
+
+    assert failed.value.index == 0
+    assert isinstance(failed.value.cause, PreconditionFailed)
+    assert (await rows.get("p1", "state"))["data"] == "2"
+    assert await rows.read("p1", ["processed|m1"]) == {}
+
+
+async def test_an_existing_audit_row_fails_a_rows_commit(rows: EndpointRows) -> None:
+    await commit(rows, Insert(row(key="processed|m0")), message="m1")
+
+    with pytest.raises(TransactionFailed) as failed:
+        await commit(rows, Insert(row()), message="m1")
+
+    assert failed.value.index == 1  # after the rows: the audit row
+    assert await rows.read("p1", ["processed|m1"]) == {}
+
+
+async def test_only_one_of_two_concurrent_rows_commits_wins(rows: EndpointRows) -> None:
+    async def attempt(n: int) -> str:
+        try:
+            await commit(rows, Insert(row(outgoing=f"[{n}]")), message=f"m{n}")
+        except TransactionFailed:
+            return "lost"
+        return "won"
+
+    results = await asyncio.gather(attempt(1), attempt(2))
+
+    assert sorted(results) == ["lost", "won"]
+
+
+async def test_leaving_without_commit_writes_nothing(rows: EndpointRows) -> None:
+    async with rows.begin():
+        pass
+    with pytest.raises(RuntimeError):
+        async with rows.begin():
+            raise RuntimeError("the handler failed")
+    assert await rows.read("p1", ["state"]) == {}
+
+
+async def test_only_inserts_and_guarded_updates_are_committed(rows: EndpointRows) -> None:
+    for operation in (
+        Upsert(row()),
+        Delete("p1", "processed|m1"),
+        Update(row(), etag=None),
+    ):
+        with pytest.raises(InvalidValue):
+            async with rows.begin() as transaction:
+                await transaction.commit([operation], audit())
+    assert await rows.read("p1", ["processed|m1"]) == {}
+
+
+async def test_updates_and_deletes_are_guarded_by_the_version(rows: EndpointRows) -> None:
+    [version] = await commit(rows, Insert(row()))
+
+    newer = await rows.update(row(outgoing="[2]"), version)
+
+    assert newer != version
+    with pytest.raises(PreconditionFailed):
+        await rows.update(row(outgoing="[3]"), version)
+    with pytest.raises(PreconditionFailed):
+        await rows.delete("p1", "processed|m1", version)
+    await rows.delete("p1", "processed|m1", newer)
+    await rows.delete("p1", "processed|m1", newer)  # gone: nothing to do
+    with pytest.raises(NotFound):
+        await rows.update(row(), newer)
+
+
+async def test_a_version_is_never_handed_out_twice(rows: EndpointRows) -> None:
+    [first] = await commit(rows, Insert(row()), message="m1")
+    await rows.delete("p1", "processed|m1")
+    [second] = await commit(rows, Insert(row()), message="m2")
+
+    with pytest.raises(PreconditionFailed):
+        await rows.update(row(outgoing="[9]"), first)
+    assert second != first
+
+
+async def test_pages_follow_key_order_by_prefix_or_exact_key(rows: EndpointRows) -> None:
+    keys = [("p2", "processed|a"), ("p1", "processed|b"), ("p1", "processed|a"), ("p1", "state")]
+    for n, (partition, key) in enumerate(keys):
+        await commit(rows, Insert(row(partition, key)), message=f"m{n}")
+
+    seen: list[tuple[str, str]] = []
+    continuation: str | None = None
+    while True:
+        page, continuation = await rows.page(
+            row_key_prefix="processed|", page_size=2, continuation=continuation
+        )
+        assert len(page) <= 2
+        seen += [(e.partition_key, e.row_key) for e in page]
+        if continuation is None:
+            break
+    states, _ = await rows.page(row_key="state", page_size=10)
+
+    assert seen == [("p1", "processed|a"), ("p1", "processed|b"), ("p2", "processed|a")]
+    assert [(e.partition_key, e.row_key) for e in states] == [("p1", "state")]
+
+
+async def test_hostile_row_keys_are_data_not_syntax(rows: EndpointRows) -> None:
+    partition = "p'; DROP TABLE bus.mode_rows; --"
+    await commit(rows, Insert(row(partition, "processed|%_'")))
+
+    found = await rows.read(partition, ["processed|%_'", "processed|%"])
+    page, _ = await rows.page(row_key_prefix="processed|%", page_size=10)
+
+    assert list(found) == ["processed|%_'"]
+    assert [e.row_key for e in page] == ["processed|%_'"]
+    assert await rows.read("p1", ["processed|%_'"]) == {}
+
+
+async def test_committed_rows_keep_their_time_in_utc(rows: EndpointRows) -> None:
+    local = datetime(2026, 3, 1, 14, 0, tzinfo=timezone(timedelta(hours=2)))
+    await commit(rows, Insert(row(committed_at=local)))
+
+    stored = (await rows.get("p1", "processed|m1"))["committed_at"]
+
+    assert stored == local
+    assert isinstance(stored, datetime)
+    assert stored.utcoffset() == timedelta(0)
+
+
+async def test_rows_are_deleted_together_only_while_unchanged(rows: EndpointRows) -> None:
+    keys = ["processed|a", "processed|b", "processed|c", "processed|d"]
+    for key in keys:
+        await rows.insert(row(key=key))
+    read, _ = await rows.page(row_key_prefix="processed|", page_size=10)
+    await rows.update(row(key="processed|b", outgoing="[1]"), read[1].etag)
+
+    deleted = await rows.delete_unchanged(read[:3])
+
+    assert [e.row_key for e in deleted] == ["processed|a", "processed|c"]
+    left, _ = await rows.page(row_key_prefix="processed|", page_size=10)
+    assert [e.row_key for e in left] == ["processed|b", "processed|d"]
+    assert [e.row_key for e in await rows.delete_unchanged(left)] == keys[1::2]
+    assert (await rows.page(row_key_prefix="processed|", page_size=10))[0] == []
