@@ -239,7 +239,6 @@ class EndpointRows(abc.ABC):
                 return removed
 
 
-
 class TableRowsTransaction(RowsTransaction):
     """Table Storage has no transaction spanning the handler: the commit is the batch."""
 
