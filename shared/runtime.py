@@ -26,7 +26,7 @@ from shared.bus.state.stores import PostgresDatabase, SqlDatabase
 from shared.cleanup.now import cleanup_pass
 from shared.health import check
 from shared.host.chaos import with_crashes, with_duplicates
-from shared.host.queue_worker import QueueSettings
+from shared.host_json import QueueSettings
 from shared.local.outcome_log import OutcomeLog
 from shared.resources import CONTAINERS, TABLES, Resources, resources_for
 from shared.settings import Settings, resolve_settings

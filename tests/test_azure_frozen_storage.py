@@ -16,7 +16,8 @@ import pytest
 
 from shared import http_ingress, runtime
 from shared.errors import OutcomeUnknown
-from shared.host.queue_worker import QueueSettings, QueueWorker
+from shared.host.queue_worker import QueueWorker
+from shared.host_json import QueueSettings
 from shared.provisioning import provision
 from shared.settings import StorageSettings, StorageTimeouts, load_storage_timeouts
 from shared.stores.azure import AzureStorageAccount

@@ -33,7 +33,8 @@ from shared.bus.state.connection import PostgresSettings
 from shared.bus.state.instrumented import InstrumentedSql
 from shared.bus.state.stores import PostgresDatabase
 from shared.errors import InvalidValue
-from shared.host.queue_worker import Handler, QueueSettings, QueueWorker
+from shared.host.queue_worker import Handler, QueueWorker
+from shared.host_json import QueueSettings
 from shared.local.azurite import REPO_ROOT
 from shared.settings import StorageSettings
 from shared.stores.account import StorageAccount

@@ -28,8 +28,9 @@ from shared import health
 from shared.errors import ConfigurationError
 from shared.host.functions import LoadedApp, QueueFunction, invoke
 from shared.host.http import MAX_REQUEST_BYTES, ROUTE_PREFIX, HttpFrontEnd, Keys
-from shared.host.queue_worker import MessageHandler, QueueSettings, QueueWorker, timespan
+from shared.host.queue_worker import MessageHandler, QueueWorker
 from shared.host.timers import run_timer
+from shared.host_json import QueueSettings, timespan
 from shared.settings import load_storage_settings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount

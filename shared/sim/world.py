@@ -52,7 +52,8 @@ from shared.bus.state.instrumented import InstrumentedSql
 from shared.bus.state.memory_sql import MemorySqlDatabase
 from shared.clock import ManualClock
 from shared.errors import ConfigurationError, MalformedSignal
-from shared.host.queue_worker import QueueSettings, QueueWorker
+from shared.host.queue_worker import QueueWorker
+from shared.host_json import QueueSettings
 from shared.provisioning import provision
 from shared.resources import Resources
 from shared.sim.choices import Chooser, Replay

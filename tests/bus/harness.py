@@ -28,7 +28,8 @@ from shared.bus.state.rows import ModeRows
 from shared.bus.state.stores import PostgresDatabase
 from shared.clock import ManualClock
 from shared.errors import NotFound
-from shared.host.queue_worker import QueueSettings, QueueWorker
+from shared.host.queue_worker import QueueWorker
+from shared.host_json import QueueSettings
 from shared.provisioning import provision
 from shared.resources import Resources, poison_queue
 from shared.settings import StorageSettings

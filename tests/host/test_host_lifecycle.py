@@ -19,7 +19,7 @@ from shared.host.functions import load_functions
 from shared.host.host import HostConfig, LocalHost
 from shared.host.http import Keys
 from shared.host.process import HostProcess
-from shared.host.queue_worker import QueueSettings
+from shared.host_json import QueueSettings
 from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.provisioning import provision
 from shared.sample.app import PlaceOrder

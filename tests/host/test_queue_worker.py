@@ -14,7 +14,8 @@ from azure.storage.queue.aio import QueueClient
 
 from shared.bus.poison import unwrap
 from shared.errors import ConfigurationError
-from shared.host.queue_worker import QueueSettings, QueueWorker
+from shared.host.queue_worker import QueueWorker
+from shared.host_json import QueueSettings
 from shared.local.azurite import AzuriteEndpoints
 from shared.resources import poison_queue
 from shared.settings import StorageSettings
