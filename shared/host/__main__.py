@@ -19,7 +19,9 @@ import signal
 import sys
 from pathlib import Path
 
+from shared import runtime
 from shared.errors import BusError
+from shared.host import chaos
 from shared.host.functions import load_functions
 from shared.host.host import HostConfig, LocalHost
 from shared.host.http import MAX_REQUEST_BYTES, Keys
@@ -88,6 +90,11 @@ def main(argv: list[str] | None = None) -> int:
         config = HostConfig(
             config.queues, config.function_timeout, args.drain_seconds, args.max_request_bytes
         )
+        # Faults and the outcome log, when the settings ask for them, wrap the worker the
+        # app builds on import (``shared.runtime``): set before the app is loaded.
+        wrappers = chaos.wrappers(settings)
+        if wrappers is not None:
+            runtime.wrap(wrappers)
         app = load_functions(args.app, os.environ, set(args.functions) if args.functions else None)
     except BusError as e:
         print(f"host: configuration error: {e}", file=sys.stderr)

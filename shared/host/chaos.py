@@ -6,6 +6,10 @@ never set them in Azure.
 - ``BUS_CHAOS_CRASH_RATE``: probability (0-1) that a storage operation of a queue-triggered
   or HTTP invocation crashes it, before or after the operation is applied.
 - ``BUS_CHAOS_SEED``: makes both reproducible.
+
+With ``BUS_OUTCOME_LOG`` (``shared.local.outcome_log``) they are what the local host wraps
+around the app's worker (``wrappers``, given to ``shared.runtime.wrap``); the deployed app
+reads none of them.
 """
 
 from __future__ import annotations
@@ -13,8 +17,13 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 
+from shared.bus.state.instrumented import InstrumentedSql
+from shared.bus.state.stores import SqlDatabase
 from shared.errors import ConfigurationError
 from shared.local.chaos import DuplicatingAccount
+from shared.local.outcome_log import OutcomeLog
+from shared.runtime import Wrappers
+from shared.settings import Settings
 from shared.stores.account import StorageAccount
 from shared.stores.instrumented import (
     Fault,
@@ -60,12 +69,32 @@ def with_duplicates(account: StorageAccount, environ: Mapping[str, str]) -> Stor
     return DuplicatingAccount(account, rate, _seed(environ)) if rate > 0 else account
 
 
-def with_crashes(account: StorageAccount, environ: Mapping[str, str]) -> StorageAccount:
-    """``account`` crashing at storage operations as the settings ask (unchanged if not)."""
+def with_crashes(
+    account: StorageAccount, sql: SqlDatabase | None, environ: Mapping[str, str]
+) -> tuple[StorageAccount, SqlDatabase | None]:
+    """``account`` and ``sql`` crashing at their operations as the settings ask, one crash
+    plan for both (unchanged if not)."""
     rate = _rate(environ, CRASH_RATE)
     if rate <= 0:
-        return account
-    return InstrumentedAccount(account, Instrumentation(plan=crash_plan(rate, _seed(environ))))
+        return account, sql
+    instrumentation = Instrumentation(plan=crash_plan(rate, _seed(environ)))
+    crashing = InstrumentedAccount(account, instrumentation)
+    return crashing, None if sql is None else InstrumentedSql(sql, instrumentation)
+
+
+def wrappers(settings: Settings) -> Wrappers | None:
+    """What the settings ask the local host to wrap around the app's worker: duplicated
+    signals on its account, crashes on its bus's account and database, its outcomes in the
+    outcome log. None when they ask for nothing."""
+    environ = settings.values
+    log = OutcomeLog.from_settings(settings)
+    if _rate(environ, DUPLICATE_RATE) <= 0 and _rate(environ, CRASH_RATE) <= 0 and log is None:
+        return None
+    return Wrappers(
+        account=lambda account: with_duplicates(account, environ),
+        bus=lambda account, sql: with_crashes(account, sql, environ),
+        outcome=None if log is None else log.record,
+    )
 
 
 def _seed(environ: Mapping[str, str]) -> int:
