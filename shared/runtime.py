@@ -5,7 +5,7 @@ each calls one method here. The CLI and the demo build a ``Worker`` on their own
 Where the rest lives: settings in ``shared.settings``, the app in ``shared.app_loader``,
 cleanup in ``shared.cleanup.now``, the storage health check in ``shared.health``. A local run
 wraps the worker's stores and watches its outcomes through ``Wrappers`` (the local host's
-faults and outcome log, ``shared.host.chaos``); the deployed app wraps nothing.
+faults and outcome log, ``lab.host.chaos``); the deployed app wraps nothing.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ HOST_JSON = Path(__file__).resolve().parents[1] / "host.json"
 @dataclass(frozen=True)
 class Wrappers:
     """What a caller wraps around a worker's stores, and who hears of its outcomes: nothing
-    by default and in Azure; the local host's faults and outcome log (``shared.host.chaos``)
+    by default and in Azure; the local host's faults and outcome log (``lab.host.chaos``)
     in a local run."""
 
     account: Callable[[StorageAccount], StorageAccount] | None = None

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from lab.host import chaos
+from lab.local.chaos import DuplicatingAccount
+from lab.local.outcome_log import OUTCOME_LOG_SETTING
 from shared import runtime
 from shared.bus import Outcome
 from shared.bus.state.instrumented import InstrumentedSql
 from shared.bus.state.memory_sql import MemorySqlDatabase
-from shared.host import chaos
-from shared.local.chaos import DuplicatingAccount
-from shared.local.outcome_log import OUTCOME_LOG_SETTING
 from shared.provisioning import provision
 from shared.sample.app import app as sample_app
 from shared.settings import Settings
