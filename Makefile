@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 
 deps: $(PY_STAMP) $(NODE_STAMP) java postgres chromium
 
-$(PY_STAMP): requirements.txt requirements-dev.txt pyproject.toml
+$(PY_STAMP): requirements.txt requirements-tools.txt requirements-dev.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	@touch $@
