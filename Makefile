@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 
 deps: $(PY_STAMP) $(NODE_STAMP) java postgres chromium
 
-$(PY_STAMP): requirements.txt requirements-dev.txt
+$(PY_STAMP): requirements.txt requirements-tools.txt requirements-dev.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	@touch $@
@@ -60,20 +60,20 @@ lint-infra:
 	bash scripts/lint-infra.sh
 
 demo: deps
-	$(PY) -m shared.local.demo
+	$(PY) -m lab.local.demo
 
 # The Spark audit against DuckDB, Polars and the same checks in one Python process, at 1M and
 # 10M synthetic audit rows on local[2] (docs/audit.md). Prints figures; not a timed test.
 .PHONY: audit-bench
 audit-bench: deps
-	$(PY) -m shared.audit.bench
+	$(PY) -m lab.audit.bench
 
 # One cleanup pass over N abandoned tokens, N retired outbox records and N expired ingress
 # and audit rows, N = 5,000 and 20,000, on Azurite and on the in-memory store with 10 ms per
 # request (docs/cleanup.md). Prints items/s and requests per item; not a timed test.
 .PHONY: cleanup-bench
 cleanup-bench: deps
-	$(PY) -m shared.cleanup.bench $(if $(N),--n $(N))
+	$(PY) -m lab.cleanup.bench $(if $(N),--n $(N))
 
 # The audit on a real Spark standalone cluster (a master and two workers from the pyspark
 # installation, on free ports) against local mode; about 4 minutes (docs/audit.md).
@@ -85,7 +85,7 @@ audit-cluster-test: deps
 # `make bulk-bench ROWS=10000` for one size). Prints rows/s and requests per row; not a timed test.
 .PHONY: bulk-bench
 bulk-bench: deps
-	$(PY) -m shared.bulk.bench $(if $(ROWS),--rows $(ROWS))
+	$(PY) -m lab.bulk.bench $(if $(ROWS),--rows $(ROWS))
 
 # The bulk job under spark-submit on the audit's standalone cluster (docs/bulk.md); slow.
 .PHONY: bulk-cluster-test
@@ -97,20 +97,20 @@ bulk-cluster-test: deps
 # printed; `make simulate MODE=<mode>` explores one endpoint mode only.
 .PHONY: simulate
 simulate: deps
-	$(PY) -m shared.sim $(if $(SEED),--seed $(SEED)) $(if $(MODE),--mode $(MODE))
+	$(PY) -m lab.sim $(if $(SEED),--seed $(SEED)) $(if $(MODE),--mode $(MODE))
 
 # Mutation testing of the protocol modules (docs/mutation.md): each mutant of
-# shared/mutation/mutants.py against the protocol tests and a bounded simulator run, in a copy
+# lab/mutation/mutants.py against the protocol tests and a bounded simulator run, in a copy
 # of the repository. Long (roughly an hour on two cores); not part of CI.
 .PHONY: mutate
 mutate: deps
-	$(PY) -m shared.mutation $(if $(ONLY),--only $(ONLY))
+	$(PY) -m lab.mutation $(if $(ONLY),--only $(ONLY))
 
 # The cost of exactly-once: every mode side by side on one Azurite (docs/benchmarks.md).
 # Writes bench/results.json; QUICK=1 runs the same at a small size into bench/results-quick.json.
 .PHONY: bench
 bench: deps
-	$(PY) -m shared.bench $(if $(QUICK),--quick)
+	$(PY) -m lab.bench $(if $(QUICK),--quick)
 
 clean:
 	rm -rf $(VENV) .venv-checkov node_modules .pytest_cache .mypy_cache .ruff_cache

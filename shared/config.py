@@ -26,7 +26,7 @@ from shared.bus.config import BusConfig
 from shared.bus.state.connection import PostgresSettings
 from shared.cleanup.settings import CleanupSettings
 from shared.errors import ConfigurationError
-from shared.host.queue_worker import QueueSettings
+from shared.host_json import QueueSettings
 from shared.resources import CONTAINERS, TABLES
 from shared.settings import (
     Settings,

@@ -1,7 +1,7 @@
 """Is every resource the app needs reachable, and is every trigger worker still running?
 Used by the health endpoint and the demo.
 
-Workers: the local host (``shared.host``) runs the queue and timer triggers in the app's own
+Workers: the local host (``lab.host``) runs the queue and timer triggers in the app's own
 process and records here any of them that ends while the host is not stopping, with why.
 On Azure the Functions host owns the triggers, outside the app's reach: nothing is recorded,
 and health covers storage only.

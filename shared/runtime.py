@@ -3,15 +3,17 @@
 ``function_app.py`` registers the bindings generated from ``worker()`` (``shared.bindings``);
 each calls one method here. The CLI and the demo build a ``Worker`` on their own account.
 Where the rest lives: settings in ``shared.settings``, the configuration built from them once
-at start-up in ``shared.config`` (``AppConfig``), the app in ``shared.app_loader``, the
-demo's faults in ``shared.host.chaos``, the demo's outcome log in ``shared.local.outcome_log``,
-cleanup in ``shared.cleanup.now``, the storage health check in ``shared.health``.
+at start-up in ``shared.config`` (``AppConfig``), the app in ``shared.app_loader``, cleanup in
+``shared.cleanup.now``, the storage health check in ``shared.health``. A local run wraps the
+worker's stores and watches its outcomes through ``Wrappers`` (the local host's faults and
+outcome log, ``lab.host.chaos``); the deployed app wraps nothing.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -21,18 +23,36 @@ from shared.app_loader import configured_app
 from shared.bus import Bus, BusApp, BusConfig, Outcome
 from shared.bus.pipeline import queue_text
 from shared.bus.state.base import EndpointState
-from shared.bus.state.instrumented import InstrumentedSql
 from shared.bus.state.stores import PostgresDatabase, SqlDatabase
 from shared.cleanup.now import cleanup_pass
 from shared.config import AppConfig, build_config, default_bus_config
+from shared.errors import ConfigurationError
 from shared.health import check
-from shared.host.chaos import with_crashes, with_duplicates
-from shared.local.outcome_log import OutcomeLog
 from shared.resources import Resources, resources_for
 from shared.settings import Settings, resolve_settings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
-from shared.stores.instrumented import InstrumentedAccount
+
+
+@dataclass(frozen=True)
+class Wrappers:
+    """What a caller wraps around a worker's stores, and who hears of its outcomes: nothing
+    by default and in Azure; the local host's faults and outcome log (``lab.host.chaos``)
+    in a local run."""
+
+    account: Callable[[StorageAccount], StorageAccount] | None = None
+    """Wraps the storage account once, for every use: the bus, health and cleanup."""
+    bus: (
+        Callable[[StorageAccount, SqlDatabase | None], tuple[StorageAccount, SqlDatabase | None]]
+        | None
+    ) = None
+    """Wraps the account and the database the bus works on (queue-triggered and HTTP
+    invocations), not those of health and cleanup."""
+    outcome: Callable[[str, Outcome], None] | None = None
+    """Called with the endpoint and the outcome of every receive."""
+
+
+_wrappers = Wrappers()
 
 
 def bus_config() -> BusConfig:
@@ -42,16 +62,21 @@ def bus_config() -> BusConfig:
 
 
 class Worker:
-    """One app on one storage account: the account (opened from the settings unless given),
-    a bus for queue-triggered processing and one for HTTP ingress.
+    """One app on one storage account: the account (opened from the settings unless given)
+    and one bus, for queue-triggered processing and HTTP ingress alike.
 
-    The demo's faults apply as the settings ask (``shared.host.chaos``): duplicated signals
-    on the account, simulated crashes on both buses. A crash between an ingress token's create
-    and its ingress record leaves a token no record lists, which the cleanup's abandoned-token
-    task removes; the client's retry with the same key is answered exactly once either way."""
+    ``wrappers`` wrap its stores and hear of its outcomes (``Wrappers``). A crash a wrapper
+    injects between an ingress token's create and its ingress record leaves a token no record
+    lists, which the cleanup's abandoned-token task removes; the client's retry with the same
+    key is answered exactly once either way."""
 
     def __init__(
-        self, app: BusApp, config: AppConfig | Settings, account: StorageAccount | None = None
+        self,
+        app: BusApp,
+        config: AppConfig | Settings,
+        account: StorageAccount | None = None,
+        *,
+        wrappers: Wrappers | None = None,
     ) -> None:
         """``config``: the app's configuration, or the settings to build it from (with the
         host.json of the current folder)."""
@@ -60,19 +85,24 @@ class Worker:
         self.settings = self.app_config.settings
         self.config = self.app_config.bus
         self.resources: Resources = resources_for(app.endpoints)
+        self.wrappers = wrappers or Wrappers()
         self._given_account = account
         self._account: StorageAccount | None = None
         self._bus: Bus | None = None
-        self._ingress_bus: Bus | None = None
         self._sql: PostgresDatabase | None = None
-        self._outcome_log = OutcomeLog.from_settings(self.settings)
 
     @classmethod
-    def from_settings(cls, settings: Settings | None = None, *, root: Path | None = None) -> Worker:
+    def from_settings(
+        cls,
+        settings: Settings | None = None,
+        *,
+        root: Path | None = None,
+        wrappers: Wrappers | None = None,
+    ) -> Worker:
         """The configured app (``BUS_APP``) on the configured storage; host.json from ``root``
         (default: the current folder)."""
         config = build_config(settings or resolve_settings(), root=root)
-        return cls(configured_app(config.settings), config)
+        return cls(configured_app(config.settings), config, wrappers=wrappers)
 
     @classmethod
     def for_account(cls, account: StorageAccount, settings: Settings | None = None) -> Worker:
@@ -83,7 +113,8 @@ class Worker:
     def account(self) -> StorageAccount:
         if self._account is None:
             raw = self._given_account or AzureStorageAccount(self.app_config.require_storage())
-            self._account = with_duplicates(raw, self.settings.values)
+            wrap = self.wrappers.account
+            self._account = raw if wrap is None else wrap(raw)
         return self._account
 
     def sql(self) -> PostgresDatabase | None:
@@ -105,23 +136,14 @@ class Worker:
         }
 
     def bus(self) -> Bus:
-        """The bus of queue-triggered processing."""
+        """The bus of queue-triggered processing and HTTP ingress."""
         if self._bus is None:
-            self._bus = self._new_bus()
+            account: StorageAccount = self.account()
+            sql: SqlDatabase | None = self.sql()
+            if self.wrappers.bus is not None:
+                account, sql = self.wrappers.bus(account, sql)
+            self._bus = Bus(self.app, account, self.config, sql=sql)
         return self._bus
-
-    def ingress_bus(self) -> Bus:
-        """The bus of HTTP ingress."""
-        if self._ingress_bus is None:
-            self._ingress_bus = self._new_bus()
-        return self._ingress_bus
-
-    def _new_bus(self) -> Bus:
-        account = with_crashes(self.account(), self.settings.values)
-        sql: SqlDatabase | None = self.sql()
-        if sql is not None and isinstance(account, InstrumentedAccount):
-            sql = InstrumentedSql(sql, account.instrumentation)  # the demo's crashes, here too
-        return Bus(self.app, account, self.config, sql=sql)
 
     async def receive(
         self,
@@ -136,14 +158,14 @@ class Worker:
         outcome = await self.bus().receive(
             endpoint, queue_text(body), dequeue_count, enqueued_at=enqueued_at
         )
-        if self._outcome_log is not None:
-            self._outcome_log.record(endpoint, outcome)
+        if self.wrappers.outcome is not None:
+            self.wrappers.outcome(endpoint, outcome)
         return outcome
 
     async def ingress(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str]:
         """HTTP status and JSON body for ``POST /api/messages`` (see ``shared.http_ingress``)."""
         answer = await http_ingress.handle(
-            self.ingress_bus(), headers, body, ingress_seconds=self.app_config.timeouts.ingress
+            self.bus(), headers, body, ingress_seconds=self.app_config.timeouts.ingress
         )
         return answer.status, answer.json()
 
@@ -174,7 +196,7 @@ class Worker:
 
     async def close(self) -> None:
         """Release the connections this worker opened; it reopens them on next use."""
-        account, self._account, self._bus, self._ingress_bus = self._account, None, None, None
+        account, self._account, self._bus = self._account, None, None
         sql, self._sql = self._sql, None
         if sql is not None:
             await sql.close()
@@ -193,7 +215,7 @@ def worker(root: Path | None = None) -> Worker:
     global _worker
     if _worker is None:
         observability.configure()  # before any span: OTEL_* and Application Insights settings
-        built = Worker.from_settings(root=root)
+        built = Worker.from_settings(root=root, wrappers=_wrappers)
         if built.app_config.storage is not None:
             built.account()  # the clients, with their options, now rather than on a message
         _worker = built
@@ -204,3 +226,12 @@ async def close() -> None:
     """Release the worker's connections (the local host calls this when it stops)."""
     if _worker is not None:
         await _worker.close()
+
+
+def wrap(wrappers: Wrappers) -> None:
+    """Have this process's worker built with ``wrappers`` (the local host's faults and
+    outcome log); only before its first use."""
+    global _wrappers
+    if _worker is not None:
+        raise ConfigurationError("the worker is already built: wrap its stores before")
+    _wrappers = wrappers

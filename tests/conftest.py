@@ -20,13 +20,13 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from lab.local.azurite import Azurite, AzuriteEndpoints
+from lab.local.postgres import PostgresServer
 from shared.app_loader import APP_SETTING, DEFAULT_APP
 from shared.bus.state.schema import migrate
 from shared.bus.state.stores import SqlDatabase
 from shared.clock import ManualClock
 from shared.errors import ConfigurationError
-from shared.local.azurite import Azurite, AzuriteEndpoints
-from shared.local.postgres import PostgresServer
 from shared.resources import RESOURCES_FILE, resources_for, resources_json
 from shared.sample.app import app as sample_app
 from shared.settings import Settings, StorageSettings, resolve_settings

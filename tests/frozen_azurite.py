@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from lab.local.azurite import Azurite, AzuriteEndpoints
 from shared.errors import ConfigurationError
-from shared.local.azurite import Azurite, AzuriteEndpoints
 from tests.conftest import UNDER_CI
 
 

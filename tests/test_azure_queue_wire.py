@@ -7,7 +7,7 @@ import base64
 import pytest
 from azure.storage.queue.aio import QueueClient
 
-from shared.local.azurite import AzuriteEndpoints
+from lab.local.azurite import AzuriteEndpoints
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
 from tests.conftest import unique_name

@@ -30,7 +30,7 @@ from shared.cleanup.settings import CleanupSettings
 from shared.cli.main import main as bus_main
 from shared.config import AppConfig, build_config
 from shared.errors import ConfigurationError, MessageTooLarge
-from shared.host.queue_worker import QueueSettings
+from shared.host_json import QueueSettings
 from shared.provisioning import provision
 from shared.resources import TABLES
 from shared.sample.app import app as sample_app
@@ -237,12 +237,11 @@ def test_the_cli_names_a_bad_value_from_local_settings_json(
         ("BUS_MAX_CONFLICT_ROUNDS", "4", "max_conflict_rounds", 4),
     ],
 )
-def test_each_bus_setting_reaches_both_buses_of_the_worker(
+def test_each_bus_setting_reaches_the_bus_of_the_worker(
     name: str, value: str, attribute: str, expected: object
 ) -> None:
     worker = runtime.Worker(sample_app, config(**{name: value}), MemoryStorageAccount())
     assert getattr(worker.bus().config, attribute) == expected
-    assert getattr(worker.ingress_bus().config, attribute) == expected
 
 
 async def provisioned(**values: str) -> runtime.Worker:
@@ -441,8 +440,7 @@ def test_the_function_apps_worker_reads_nothing_more_once_built(
     assert worker.app_config.host_json == REPO / "host.json"
     assert worker.app_config.timeouts.ingress == 20
     with environment_watched() as reads:
-        buses = worker.bus(), worker.ingress_bus(), worker.sql()
+        bus, _ = worker.bus(), worker.sql()
     assert reads == []
-    assert buses[0] is not buses[1]
-    assert buses[0].config.max_dequeue_count == 5
+    assert bus.config.max_dequeue_count == 5
     asyncio.run(worker.close())

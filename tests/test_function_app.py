@@ -25,14 +25,14 @@ import pytest
 from azure.functions.queue import QueueMessage
 from azure.functions.timer import TimerRequest
 
+from lab.host.ncrontab import Schedule
+from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared import runtime
 from shared.bindings import FIXED_FUNCTIONS, blueprint
 from shared.bus import BusApp
 from shared.bus.poison import unwrap
 from shared.config import build_config
 from shared.errors import ConfigurationError
-from shared.host.ncrontab import Schedule
-from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.provisioning import provision
 from shared.resources import RESOURCES_FILE, poison_queue, resources_for, resources_json
 from shared.sample.app import PlaceOrder

@@ -10,8 +10,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from lab.local.postgres import PostgresServer, find_binaries
 from shared.errors import ConfigurationError
-from shared.local.postgres import PostgresServer, find_binaries
 
 pytestmark = pytest.mark.postgres
 

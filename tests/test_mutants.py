@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.mutation.mutants import MUTANTS, Mutant
+from lab.mutation.mutants import MUTANTS, Mutant
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -15,5 +15,5 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.id for m in MUTANTS])
 def test_the_mutant_still_applies(mutant: Mutant) -> None:
     text = (ROOT / mutant.path).read_text(encoding="utf-8")
-    assert text.count(mutant.original) == 1, f"{mutant.id}: update shared/mutation/mutants.py"
+    assert text.count(mutant.original) == 1, f"{mutant.id}: update lab/mutation/mutants.py"
     assert mutant.replacement != mutant.original

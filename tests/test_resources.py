@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from lab.local.azurite import REPO_ROOT
 from shared.app_loader import APP_SETTING, configured_app
 from shared.errors import ConfigurationError, NotFound
-from shared.local.azurite import REPO_ROOT
 from shared.provisioning import provision
 from shared.resources import (
     RESOURCES_FILE,

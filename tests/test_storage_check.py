@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from shared.host.process import free_port
-from shared.local.azurite import AzuriteEndpoints
+from lab.host.process import free_port
+from lab.local.azurite import AzuriteEndpoints
 from shared.settings import DEV_KEY, StorageSettings
 from shared.storage_check import ResourcesMissing, StorageUnavailable, check_storage_ready
 from shared.stores.azure import AzureStorageAccount

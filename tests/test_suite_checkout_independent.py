@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.local.azurite import REPO_ROOT
+from lab.local.azurite import REPO_ROOT
 
 MODULES = (
     "tests/test_resources.py",
@@ -43,7 +43,7 @@ def checkout_running_a_user_app(folder: Path) -> dict[str, str]:
     """A copy of the repository whose ``infra/resources.json`` lists a user's app; returns
     the environment to run in (nothing of this process's ``BUS_*`` settings)."""
     ignore = shutil.ignore_patterns("__pycache__")
-    for name in ("shared", "tests", "infra"):
+    for name in ("shared", "lab", "tests", "infra"):
         shutil.copytree(REPO_ROOT / name, folder / name, ignore=ignore)
     for name in ("function_app.py", "host.json", "local.settings.sample.json", "pyproject.toml"):
         shutil.copy(REPO_ROOT / name, folder / name)

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from lab.host.process import HostProcess
+from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.audit.cli import main as audit_main
 from shared.cli import main as bus_main
-from shared.host.process import HostProcess
-from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
 from tests.conftest import unique_name

@@ -10,7 +10,7 @@ The page's blocks drive the test, so the page cannot drift from the code:
   after it are its output (stdout and stderr), matched line by line, in order, where ``...``
   stands for lines left out, and ids, times, decimals and pids may differ (an id the page
   shows is then replaced by the real one in later commands and outputs);
-- a command running ``python -m shared.host`` starts the host in the background, stopping the
+- a command running ``python -m lab.host`` starts the host in the background, stopping the
   running one first as Ctrl-C would; ``text host-log`` blocks are lines that must appear in
   the running host's log.
 
@@ -39,12 +39,12 @@ from pathlib import Path
 
 import pytest
 
+from lab.host.process import READY_MARK, free_port
+from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.app_loader import APP_SETTING, configured_app
 from shared.bus import Bus, BusConfig, Command, Outcome
 from shared.bus.unsubscribed import unsubscribed_counts
-from shared.host.process import READY_MARK, free_port
 from shared.http_ingress import message_types
-from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.provisioning import provision
 from shared.resources import resources_for
 from shared.settings import StorageSettings, resolve_settings
@@ -56,7 +56,7 @@ PAGE = REPO_ROOT / "docs" / "your-first-endpoint.md"
 SKIPPED = ("source .venv/bin/activate", "node_modules/.bin/azurite")
 """Commands the test does for itself: the venv is the one running the tests, and Azurite is
 the fixture's."""
-HOST_COMMAND = "python -m shared.host"
+HOST_COMMAND = "python -m lab.host"
 PAGE_PORT = "7071"
 WAIT_SECONDS = 90.0
 
@@ -196,6 +196,7 @@ class Project:
         self.host_logs: list[Path] = []
         ignore = shutil.ignore_patterns("__pycache__")
         shutil.copytree(REPO_ROOT / "shared", folder / "shared", ignore=ignore)
+        shutil.copytree(REPO_ROOT / "lab", folder / "lab", ignore=ignore)  # the local host
         shutil.copytree(REPO_ROOT / "infra", folder / "infra", ignore=ignore)
         for name in ("function_app.py", "local.settings.sample.json"):
             shutil.copy(REPO_ROOT / name, folder / name)
@@ -210,7 +211,7 @@ class Project:
         }
         self.environ.update(
             AzureWebJobsStorage=azurite.connection_string,
-            PYTHONPATH=str(folder),  # this copy of shared/, as an editable install would be
+            PYTHONPATH=str(folder),  # this copy of shared/ and lab/, as an editable install
             PYTHONUNBUFFERED="1",  # stdout and stderr interleaved as on a terminal
             PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
         )

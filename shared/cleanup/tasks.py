@@ -522,7 +522,7 @@ def standard_tasks(endpoints: Mapping[str, str] | Collection[str]) -> list[Clean
 
     The job runs them side by side; none waits on another, since the outbox and ingress
     tasks delete the abandoned tokens under their own records' prefixes themselves. A sweep
-    (``shared.cleanup.sweep``) runs them in this order."""
+    (``lab.cleanup.sweep``) runs them in this order."""
     modes = dict(endpoints) if isinstance(endpoints, Mapping) else dict.fromkeys(endpoints, "token")
     names = sorted(modes)
     tasks: list[CleanupTask] = [AbandonedTokens()]

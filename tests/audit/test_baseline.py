@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shared.audit.synthetic import START, SyntheticSpec, expected_counts
+from lab.audit.synthetic import START, SyntheticSpec, expected_counts
 
 pytestmark = pytest.mark.spark
 
@@ -20,7 +20,7 @@ SPEC = SyntheticSpec(rows=2000, planted=4)
 @pytest.fixture(scope="module")
 def synthetic(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One synthetic data set for every engine's test (writing it takes Spark seconds)."""
-    from shared.audit.synthetic import write_synthetic
+    from lab.audit.synthetic import write_synthetic
 
     folder = tmp_path_factory.mktemp("synthetic")
     write_synthetic(spark, SPEC, str(folder))
@@ -28,7 +28,7 @@ def synthetic(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_spark_and_the_baseline_agree_on_synthetic_data(spark: Any, synthetic: Path) -> None:
-    from shared.audit.baseline import audit_files
+    from lab.audit.baseline import audit_files
     from shared.audit.compute import AuditOptions, run_audit
     from shared.audit.file_source import read_files
 
@@ -73,7 +73,7 @@ def test_spark_and_the_baseline_agree_on_synthetic_data(spark: Any, synthetic: P
 @pytest.mark.parametrize("engine", ["duckdb", "polars"])
 def test_the_bench_anchors_find_what_spark_finds(spark: Any, synthetic: Path, engine: str) -> None:
     pytest.importorskip(engine)
-    from shared.audit import anchors
+    from lab.audit import anchors
     from shared.audit.compute import AuditOptions, run_audit
     from shared.audit.file_source import read_files
 

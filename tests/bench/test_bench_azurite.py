@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from shared.bench.modes import AT_LEAST_ONCE, TOKEN, bench_modes, select
-from shared.bench.report import results_document, write_results
-from shared.bench.runner import Plan, measure
-from shared.local.azurite import AzuriteEndpoints
+from lab.bench.modes import AT_LEAST_ONCE, TOKEN, bench_modes, select
+from lab.bench.report import results_document, write_results
+from lab.bench.runner import Plan, measure
+from lab.local.azurite import AzuriteEndpoints
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
 
@@ -54,7 +54,7 @@ def test_the_per_operation_costs_cover_every_kind_the_pipelines_use(
 ) -> None:
     """Given a fresh Azurite, when every operation kind runs twice, then each has a row with
     the host's and the emulator's CPU and the wall time per operation."""
-    from shared.bench.ops import main as ops_main
+    from lab.bench.ops import main as ops_main
 
     assert ops_main(["--count", "2"]) == 0
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from shared.bench.modes import AT_LEAST_ONCE, TOKEN, BenchMode, bench_modes, select
-from shared.bench.report import mode_table, results_document, scaling_table, write_results
-from shared.bench.runner import Measurement, Plan, measure, measure_side_by_side, split
-from shared.bench.workload import Names
+from lab.bench.modes import AT_LEAST_ONCE, TOKEN, BenchMode, bench_modes, select
+from lab.bench.report import mode_table, results_document, scaling_table, write_results
+from lab.bench.runner import Measurement, Plan, measure, measure_side_by_side, split
+from lab.bench.workload import Names
 from shared.errors import InvalidValue
 from shared.stores.memory import MemoryStorageAccount
 

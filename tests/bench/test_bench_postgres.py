@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared.bench.modes import TOKEN_POSTGRES, postgres_modes
-from shared.bench.runner import Plan, measure
-from shared.local.azurite import AzuriteEndpoints
+from lab.bench.modes import TOKEN_POSTGRES, postgres_modes
+from lab.bench.runner import Plan, measure
+from lab.local.azurite import AzuriteEndpoints
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from shared.local.azurite import AzuriteEndpoints
+from lab.local.azurite import AzuriteEndpoints
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
 from tests.bulk.bus import provision_sample

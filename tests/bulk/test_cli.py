@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from lab.local.azurite import AzuriteEndpoints
 from shared.bulk.cli import EXIT_ERROR, EXIT_REJECTS, main
-from shared.local.azurite import AzuriteEndpoints
 from shared.stores.azure import AzureStorageAccount
 from tests.bulk.bus import queue_depths
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from shared.local.azurite import AzuriteEndpoints
+from lab.local.azurite import AzuriteEndpoints
 from shared.stores.azure import AzureStorageAccount
 from tests.audit.test_cluster import (  # noqa: F401  (fixture "cluster")
     Cluster,

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from lab.local.azurite import AzuriteEndpoints
 from shared.bulk.job import run_replay
 from shared.bus.poison import Reason, park
 from shared.cli.main import main as bus
-from shared.local.azurite import AzuriteEndpoints
 from shared.resources import poison_queue
 from shared.sample.app import FireAt
 from shared.settings import StorageSettings

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from lab.local.azurite import AzuriteEndpoints
 from shared.bulk.cli import EXIT_OK, EXIT_REJECTS, main
 from shared.bus.poison import Reason, park, parked_name, reference_body
-from shared.local.azurite import AzuriteEndpoints
 from shared.resources import poison_queue
 from shared.runtime import bus_config
 from shared.sample.app import FireAt

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 import pytest
 from pydantic import BaseModel
 
+from lab.host.queue_worker import QueueWorker
 from shared.bus import Bus, BusApp, BusConfig, Outcome
 from shared.bus.app import Mode
 from shared.bus.envelope import TOKEN_NAME
@@ -27,7 +28,7 @@ from shared.bus.state.rows import EndpointRows
 from shared.bus.state.stores import PostgresDatabase
 from shared.clock import ManualClock
 from shared.errors import NotFound
-from shared.host.queue_worker import QueueSettings, QueueWorker
+from shared.host_json import QueueSettings
 from shared.provisioning import provision
 from shared.resources import Resources, poison_queue
 from shared.settings import StorageSettings

@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
+from lab.local.azurite import AzuriteEndpoints
 from shared.bus import Outcome
-from shared.local.azurite import AzuriteEndpoints
 from shared.sample.app import Order, PaymentReceived, PlaceOrder, Shipping, app
 from shared.stores.instrumented import Fault, FaultPlan, Operation
 from tests.bus.harness import Harness

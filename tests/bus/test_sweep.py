@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared.cleanup.sweep import sweep_endpoint
+from lab.cleanup.sweep import sweep_endpoint
 from shared.stores.instrumented import Fault, fault_at_first
 from tests.bus.flow import FlowNames, PlaceOrder, build_flow
 from tests.bus.harness import Harness

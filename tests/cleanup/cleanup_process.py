@@ -1,5 +1,5 @@
 """A cleanup instance as a process of its own, for tests that kill it: one pass of the cleanup
-job over the residue ``shared.cleanup.bench.seed`` wrote, slowed by a per-request latency so
+job over the residue ``lab.cleanup.bench.seed`` wrote, slowed by a per-request latency so
 that a test can stop it in the middle of a task.
 
     python -m tests.cleanup.cleanup_process <connection string> <suffix> <lease seconds>

@@ -1,4 +1,4 @@
-"""Names and readings for tests that seed a residue with ``shared.cleanup.bench.seed`` and
+"""Names and readings for tests that seed a residue with ``lab.cleanup.bench.seed`` and
 clean it from several processes."""
 
 from __future__ import annotations

@@ -12,10 +12,10 @@ import uuid
 
 import pytest
 
-from shared.cleanup.bench import seed
+from lab.cleanup.bench import seed
+from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.cleanup.job import run_cleanup
 from shared.errors import NotFound
-from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.settings import StorageSettings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from azure.storage.queue.aio import QueueClient
 
+from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.bus.poison import Reason
 from shared.bus.poison import park as park_message
 from shared.cleanup.checkpoint import Checkpoints
 from shared.cli import main
-from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.resources import TABLES, poison_queue
 from shared.settings import DEV_KEY, StorageSettings
 from shared.stores.azure import AzureStorageAccount

@@ -14,10 +14,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.bus.poison import Reason, error_reason, poison_body
 from shared.bus.poison import park as park_message
 from shared.cli import main
-from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.resources import poison_queue
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount

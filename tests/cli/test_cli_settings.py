@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from lab.local.azurite import AzuriteEndpoints
 from shared.cli import main
-from shared.local.azurite import AzuriteEndpoints
 from shared.resources import RESOURCES_FILE, resources_for, resources_json
 from shared.sample.app import app as sample_app
 from tests.conftest import unique_name

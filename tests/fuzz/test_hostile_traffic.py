@@ -35,12 +35,12 @@ import aiohttp
 import pytest
 from azure.storage.queue.aio import QueueClient
 
+from lab.host.process import HostProcess
+from lab.local import demo
+from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared import runtime
 from shared.bus.poison import Unreadable, unwrap
 from shared.errors import NotFound
-from shared.host.process import HostProcess
-from shared.local import demo
-from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.provisioning import provision
 from shared.resources import poison_queue
 from shared.settings import StorageSettings

@@ -14,11 +14,11 @@ import pytest
 from aiohttp.test_utils import RawTestServer, TestClient
 from multidict import CIMultiDict
 
+from lab.host.functions import LoadedApp, load_functions, resolve_setting_references
+from lab.host.http import HttpFrontEnd, Keys, joined_headers
+from lab.host.timers import run_timer
+from lab.local.azurite import REPO_ROOT
 from shared.errors import ConfigurationError
-from shared.host.functions import LoadedApp, load_functions, resolve_setting_references
-from shared.host.http import HttpFrontEnd, Keys, joined_headers
-from shared.host.timers import run_timer
-from shared.local.azurite import REPO_ROOT
 
 APPS = Path(__file__).parent / "apps"
 SETTINGS = {"TEST_QUEUE": "work-items", "TEST_SCHEDULE": "*/1 * * * * *"}
@@ -145,7 +145,7 @@ def test_the_host_command_exits_3_with_the_reason_when_a_setting_is_missing(
     tmp_path: Path,
 ) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TEST_")}
-    command = [sys.executable, "-m", "shared.host", "--app", str(APPS / "triggers_app.py")]
+    command = [sys.executable, "-m", "lab.host", "--app", str(APPS / "triggers_app.py")]
     command += ["--host-json", str(REPO_ROOT / "host.json")]
     result = subprocess.run(
         command,

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from lab.host.process import HostProcess
+from lab.local import demo
+from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared import runtime
-from shared.host.process import HostProcess
-from shared.local import demo
-from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.provisioning import provision
 from shared.sample.app import FireAt, PlaceOrder
 from shared.settings import StorageSettings

@@ -14,13 +14,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from lab.host.functions import load_functions
+from lab.host.host import HostConfig, LocalHost
+from lab.host.http import Keys
+from lab.host.process import HostProcess
+from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared import runtime
-from shared.host.functions import load_functions
-from shared.host.host import HostConfig, LocalHost
-from shared.host.http import Keys
-from shared.host.process import HostProcess
-from shared.host.queue_worker import QueueSettings
-from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
+from shared.host_json import QueueSettings
 from shared.provisioning import provision
 from shared.sample.app import PlaceOrder
 from shared.settings import StorageSettings

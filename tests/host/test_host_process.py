@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from lab.host.process import HostProcess
+from lab.local import demo
+from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
+from lab.local.outcome_log import OUTCOME_LOG_SETTING
 from shared import runtime
-from shared.host.process import HostProcess
-from shared.local import demo
-from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
-from shared.local.outcome_log import OUTCOME_LOG_SETTING
 from shared.provisioning import provision
 from shared.sample.app import FireAt, PlaceOrder
 from shared.settings import StorageSettings

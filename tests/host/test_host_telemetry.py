@@ -15,10 +15,10 @@ from typing import Any
 import aiohttp
 import pytest
 
+from lab.host.process import HostProcess
+from lab.local import demo
+from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared import runtime
-from shared.host.process import HostProcess
-from shared.local import demo
-from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.provisioning import provision
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount

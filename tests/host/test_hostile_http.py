@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from lab.host.process import HostProcess
+from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared import runtime
-from shared.host.process import HostProcess
-from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.provisioning import provision
 from shared.settings import StorageSettings
 from shared.stores.account import StorageAccount
@@ -33,9 +33,9 @@ KEY = "hostile-fn-key"
 LIMIT = 1024 * 1024
 """The host's request size limit in this module (``--max-request-bytes``)."""
 BODY_SECONDS = 5.0
-"""shared.host.http.BODY_READ_SECONDS, as a client measures it."""
+"""lab.host.http.BODY_READ_SECONDS, as a client measures it."""
 HEADERS_SECONDS = 5.0
-"""shared.host.http.HEADERS_SECONDS, as a client measures it."""
+"""lab.host.http.HEADERS_SECONDS, as a client measures it."""
 
 
 @dataclass(frozen=True)

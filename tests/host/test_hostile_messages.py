@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from azure.storage.queue.aio import QueueClient
 
+from lab.host.process import HostProcess
+from lab.local import demo
+from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
+from lab.local.outcome_log import OUTCOME_LOG_SETTING
 from shared import runtime
 from shared.bus.poison import unwrap
-from shared.host.process import HostProcess
-from shared.local import demo
-from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
-from shared.local.outcome_log import OUTCOME_LOG_SETTING
 from shared.provisioning import provision
 from shared.resources import poison_queue
 from shared.sample.app import ChargePayment, FireAt

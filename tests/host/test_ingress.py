@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import RawTestServer, TestClient
 
+from lab.host.functions import load_functions
+from lab.host.http import HttpFrontEnd, Keys
 from shared import http_ingress, runtime
 from shared.bus import Bus, BusConfig
 from shared.errors import InvalidName
-from shared.host.functions import load_functions
-from shared.host.http import HttpFrontEnd, Keys
 from shared.provisioning import provision
 from shared.sample.app import OrderPlaced, PlaceOrder
 from shared.stores.memory import MemoryStorageAccount

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from lab.host.ncrontab import Schedule
 from shared.errors import ConfigurationError
-from shared.host.ncrontab import Schedule
 
 T0 = datetime(2026, 3, 14, 10, 7, 30, tzinfo=UTC)  # a Saturday
 

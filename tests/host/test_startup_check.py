@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.host.process import free_port
-from shared.local.azurite import REPO_ROOT, AzuriteEndpoints
+from lab.host.process import free_port
+from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.settings import DEV_KEY
 from tests.conftest import unique_name
 
@@ -26,7 +26,7 @@ def start_host(folder: Path, **settings: str) -> tuple[subprocess.CompletedProce
         "CLEANUP_SCHEDULE": "0 0 0 1 1 *",
         **settings,
     }
-    command = [sys.executable, "-m", "shared.host", "--app", str(REPO_ROOT / "function_app.py")]
+    command = [sys.executable, "-m", "lab.host", "--app", str(REPO_ROOT / "function_app.py")]
     started = time.monotonic()
     result = subprocess.run(
         [*command, "--port", "0"],

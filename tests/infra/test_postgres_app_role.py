@@ -17,8 +17,8 @@ import asyncpg
 import pytest
 from provisioned import INFRA_DIR
 
+from lab.local.postgres import find_binaries
 from shared.bus.state.schema import SCHEMA, migrate, schema_version
-from shared.local.postgres import find_binaries
 
 ROLE_SQL = INFRA_DIR / "app" / "postgres-app-role.sql"
 APP_ROLE = "id-func-bus-test"  # identity names carry hyphens: every use must quote them

@@ -11,12 +11,12 @@ from dataclasses import replace
 
 import pytest
 
+from lab.local.azurite import AzuriteEndpoints
+from lab.sim.choices import Chooser, DepthFirst, Replay
+from lab.sim.explore import Summary, exhaustive_seed, simulate
+from lab.sim.world import RunResult, SimConfig, World, quiet_logs, reference_run
 from shared.clock import ManualClock
-from shared.local.azurite import AzuriteEndpoints
 from shared.settings import StorageSettings
-from shared.sim.choices import Chooser, DepthFirst, Replay
-from shared.sim.explore import Summary, exhaustive_seed, simulate
-from shared.sim.world import RunResult, SimConfig, World, quiet_logs, reference_run
 from shared.stores.azure import AzureStorageAccount
 from shared.stores.instrumented import Fault
 from shared.stores.memory import MemoryStorageAccount

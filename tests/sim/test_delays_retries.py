@@ -5,10 +5,10 @@ included."""
 
 from __future__ import annotations
 
-from shared.sim.explore import CONFIGS, exhaustive
-from shared.sim.invariants import NO_EARLY_DELIVERY, Observation, check
-from shared.sim.model import Applied
-from shared.sim.variants import Variant
+from lab.sim.explore import CONFIGS, exhaustive
+from lab.sim.invariants import NO_EARLY_DELIVERY, Observation, check
+from lab.sim.model import Applied
+from lab.sim.variants import Variant
 from shared.stores.account import StorageAccount
 from shared.stores.delegating import DelegatingAccount, DelegatingQueue
 from shared.stores.queue import MessageQueue

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.sim.explore import CONFIGS, exhaustive
+from lab.sim.explore import CONFIGS, exhaustive
 
 
 async def test_every_interleaving_with_two_deviations_keeps_every_invariant() -> None:

@@ -11,11 +11,10 @@ from dataclasses import replace
 
 import pytest
 
-from shared.errors import ConfigurationError
-from shared.sim.__main__ import main
-from shared.sim.explore import CONFIGS, exhaustive, random_search, reference_for
-from shared.sim.readings import WINDOW_MODES
-from shared.sim.variants import (
+from lab.sim.__main__ import main
+from lab.sim.explore import CONFIGS, exhaustive, random_search, reference_for
+from lab.sim.readings import WINDOW_MODES
+from lab.sim.variants import (
     NO_INDEX_ROW,
     NO_OUTBOX_ENTRY,
     NO_PROCESSED_OR_AUDIT_ROW,
@@ -26,7 +25,8 @@ from shared.sim.variants import (
     SIGNALS_UNRECORDED,
     Variant,
 )
-from shared.sim.world import RunResult, SimConfig
+from lab.sim.world import RunResult, SimConfig
+from shared.errors import ConfigurationError
 
 JOURNAL_DUPLICATE = re.compile(r"applied message \S+ (\d+) times")
 

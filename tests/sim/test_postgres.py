@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.sim.explore import CONFIGS, exhaustive
-from shared.sim.readings import WINDOW_MODES
+from lab.sim.explore import CONFIGS, exhaustive
+from lab.sim.readings import WINDOW_MODES
 
 
 async def test_every_interleaving_with_two_deviations_keeps_every_invariant() -> None:

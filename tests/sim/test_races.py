@@ -9,16 +9,16 @@ from collections.abc import Callable
 
 import pytest
 
-from shared.bus.app import MODES
-from shared.sim.explore import CONFIGS, Summary, exhaustive
-from shared.sim.variants import (
+from lab.sim.explore import CONFIGS, Summary, exhaustive
+from lab.sim.variants import (
     INGRESS_DOUBLE_SEND,
     LOST_UPDATE,
     NO_CLEANUP_FENCE,
     RETIRED_BEFORE_R7,
     Variant,
 )
-from shared.sim.world import RunResult
+from lab.sim.world import RunResult
+from shared.bus.app import MODES
 
 Accept = Callable[[RunResult], bool]
 

@@ -9,11 +9,11 @@ import re
 
 import pytest
 
-from shared.sim.__main__ import main
-from shared.sim.explore import CONFIGS, exhaustive
-from shared.sim.fingerprint import TraceFingerprint, locations
-from shared.sim.variants import VARIANTS
-from shared.sim.world import RunResult
+from lab.sim.__main__ import main
+from lab.sim.explore import CONFIGS, exhaustive
+from lab.sim.fingerprint import TraceFingerprint, locations
+from lab.sim.variants import VARIANTS
+from lab.sim.world import RunResult
 
 
 def fingerprint(*events: tuple[str, str, str, int]) -> int:

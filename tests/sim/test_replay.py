@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
+from lab.sim.__main__ import main
+from lab.sim.explore import CONFIGS, exhaustive, exhaustive_seed, random_search, replay
+from lab.sim.variants import DELETE_BEFORE_SEND
 from shared.errors import ConfigurationError
-from shared.sim.__main__ import main
-from shared.sim.explore import CONFIGS, exhaustive, exhaustive_seed, random_search, replay
-from shared.sim.variants import DELETE_BEFORE_SEND
 
 
 async def test_a_random_seed_replays_the_same_schedule() -> None:
@@ -85,7 +85,7 @@ def test_a_seed_replays_identically_in_another_process_with_another_hash_seed() 
     outputs = []
     for hash_seed in ("1", "2"):
         done = subprocess.run(
-            [sys.executable, "-m", "shared.sim", "--seed", "11", "--verbose"],
+            [sys.executable, "-m", "lab.sim", "--seed", "11", "--verbose"],
             capture_output=True,
             text=True,
             check=True,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from lab.sim.choices import Replay, Seeded
+from lab.sim.explore import CONFIGS, reference_for, set_up, simulate
+from lab.sim.world import RunResult, SimConfig, World, quiet_logs
 from shared.clock import ManualClock
-from shared.sim.choices import Replay, Seeded
-from shared.sim.explore import CONFIGS, reference_for, set_up, simulate
-from shared.sim.world import RunResult, SimConfig, World, quiet_logs
 from shared.stores.memory import MemoryStorageAccount
 
 CONFIGURATIONS = [

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from shared.sim.explore import CONFIGS, Summary, exhaustive
-from shared.sim.variants import (
+from lab.sim.explore import CONFIGS, Summary, exhaustive
+from lab.sim.variants import (
     DELETE_BEFORE_SEND,
     NO_CLAIM,
     NO_OUTBOX_IN_COMMIT,
     REUSED_ATTEMPT_ID,
     Variant,
 )
-from shared.sim.world import RunResult
+from lab.sim.world import RunResult
 
 
 def broken(summary: Summary) -> set[str]:

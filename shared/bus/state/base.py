@@ -83,7 +83,7 @@ class StateTransaction:
     def __init__(self, rows: RowsTransaction, endpoint: EndpointRows) -> None:
         self._rows = rows
         self._endpoint = endpoint
-        """The endpoint's rows outside the transaction (the mutants of ``shared.mutation`` that
+        """The endpoint's rows outside the transaction (the mutants of ``lab.mutation`` that
         commit over whatever version is current read it there)."""
 
     @property

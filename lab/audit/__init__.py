@@ -1,0 +1,1 @@
+"""The audit bench and the single-machine anchors it measures Spark against."""

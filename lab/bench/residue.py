@@ -1,0 +1,78 @@
+"""What a measurement leaves in storage once its queues are empty, before any cleanup.
+
+Everything beyond the business state counts: tokens, outbox records, audit rows, processed-
+message rows, state versions, index rows. Rows are grouped by the part of their RowKey before
+the first ``|`` (the bus's row naming), so a new mode's rows show up under their own name.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from lab.bench.workload import Names
+from shared.bus.records import STATE_ROW
+from shared.bus.state.base import EndpointState
+from shared.bus.state.stores import SqlDatabase
+from shared.errors import NotFound
+from shared.resources import poison_queue
+from shared.stores.account import StorageAccount
+
+
+@dataclass
+class Residue:
+    kinds: Counter[str] = field(default_factory=Counter)
+    """Rows per RowKey kind (``state`` included) and ``token blobs``."""
+    ingress_rows: int = 0
+    """Idempotency records of the client that enqueued the roots (reported apart: they
+    belong to how messages enter, which the floor has no equivalent of)."""
+    poisoned: int = 0
+    left_in_queues: int = 0
+
+    @property
+    def total(self) -> int:
+        """Residue proper: everything except the business state rows."""
+        return sum(n for kind, n in self.kinds.items() if kind != STATE_ROW)
+
+
+async def _rows(account: StorageAccount, table: str) -> list[str]:
+    try:
+        return [e.row_key async for e in account.table(table).query_all()]
+    except NotFound:
+        return []
+
+
+async def _sql_rows(store: EndpointState) -> list[str]:
+    """The row keys of an endpoint's rows in SQL (every mode's, as in its table)."""
+    kinds: list[str] = []
+    rows, continuation = store.rows(), None
+    while True:
+        page, continuation = await rows.page(page_size=1000, continuation=continuation)
+        kinds += [e.row_key for e in page]
+        if continuation is None:
+            return kinds
+
+
+async def measure_residue(
+    account: StorageAccount, names: Names, sql: SqlDatabase | None = None
+) -> Residue:
+    """``sql``: where the endpoints keep their rows when they are PostgreSQL endpoints."""
+    residue = Residue()
+    for endpoint in names.endpoints:
+        rows = (
+            await _rows(account, endpoint)
+            if sql is None
+            else await _sql_rows(sql.endpoint_state(endpoint))
+        )
+        for row_key in rows:
+            residue.kinds[row_key.split("|", 1)[0]] += 1
+        residue.poisoned += await account.queue(poison_queue(endpoint)).approximate_count()
+        residue.left_in_queues += await account.queue(endpoint).approximate_count()
+    try:
+        tokens = [b async for b in account.blob_container(names.tokens).list()]
+    except NotFound:
+        tokens = []
+    if tokens:
+        residue.kinds["token blobs"] = len(tokens)
+    residue.ingress_rows = len(await _rows(account, names.ingress))
+    return residue

@@ -1,0 +1,1 @@
+"""The bulk-send bench (``make bulk-bench``)."""

@@ -1,0 +1,646 @@
+"""``make demo``: the main job, against an embedded Azurite and PostgreSQL.
+
+It starts the emulator on free ports and a private PostgreSQL server (``payments`` keeps its
+state, outbox records and audit rows there, and writes each charge to the app's own table in
+the same transaction, while the other endpoints use Table Storage and talk to it through the
+same queues and blobs), provisions every resource of the sample app, and starts the local
+Functions host (``python -m lab.host``, reading ``function_app.py``) as a separate process.
+Clients then post about 275 orders and shots to the HTTP ingress (``POST /api/messages`` with
+an Idempotency-Key; about 30% of requests are repeated, and every failed request is retried
+with its key) which make about 1,000 deliveries through the sample app, while the host
+misbehaves on purpose: about 30% of its signals are sent twice, 1% of its storage and SQL
+operations crash the invocation (queue-triggered and HTTP alike), and once 40% of the
+deliveries are processed the whole host is killed with SIGKILL and started again, whether or
+not the clients are still sending. Once every queue is empty the host is stopped gracefully,
+one cleanup pass runs, and the outcome is checked from the business state, the charge rows
+and the audit rows. ``--no-postgres`` keeps every endpoint on Table Storage.
+The last line sums it up; the exit code is non-zero when anything was lost, duplicated or
+made up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import asyncpg
+
+from lab.host.chaos import CRASH_RATE, DUPLICATE_RATE, SEED
+from lab.host.process import HostProcess
+from lab.local.azurite import REPO_ROOT, Azurite
+from lab.local.outcome_log import OUTCOME_LOG_SETTING
+from lab.local.postgres import PostgresServer
+from shared.app_loader import APP_SETTING, load_app
+from shared.bus import BusApp, Outcome
+from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
+from shared.bus.state.base import EndpointState
+from shared.bus.state.connection import URL_SETTING
+from shared.provisioning import provision
+from shared.resources import poison_queue
+from shared.runtime import Worker
+from shared.sample.charges import PAYMENTS_STORE, SAMPLE_SCHEMA
+from shared.settings import DEFAULT_SETTING, StorageSettings, resolve_settings
+from shared.stores.account import StorageAccount
+from shared.stores.azure import AzureStorageAccount
+
+FUNCTION_KEY = "demo-function-key"
+DEMO_APP = "shared.sample.app:app"
+"""The demo checks the sample app's business state, so it runs the sample whatever
+``BUS_APP`` says."""
+DELIVERIES_PER_ORDER = (
+    5  # PlaceOrder, OrderPlaced to loyalty and shipping, ChargePayment, ShipOrder
+)
+DELIVERIES_PER_SHOT = 2  # FireAt, then Hit or Missed to the leaderboard
+
+
+@dataclass
+class Options:
+    orders: int = 150
+    shots: int = 125
+    duplicate_rate: float = 0.3
+    crash_rate: float = 0.01
+    kill_at: float = 0.4
+    """Fraction of the expected deliveries processed when the host is killed (0: no kill)."""
+    lease_seconds: float = 4.0
+    concurrency: int = 8
+    seed: int = 2026
+    timeout: float = 600.0
+    pay_later_orders: int = 20
+    """Orders paid later (the sample's payment timeout): half get their payment right after
+    the other requests, half only once the queues are empty (every timeout fired)."""
+    pay_window_seconds: int = 5
+
+
+@dataclass
+class Request:
+    key: str
+    payload: dict[str, Any]
+
+
+@dataclass
+class Clients:
+    """What the HTTP clients saw."""
+
+    receipts: dict[str, list[str]] = field(default_factory=dict)
+    requests: int = 0
+    retries: int = 0
+    repeats: int = 0
+    inconsistent: list[str] = field(default_factory=list)
+    unsent: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Verdict:
+    sent: int
+    processed: int
+    duplicates_suppressed: int
+    lost: int
+    ghosts: int
+    residue: int
+    state_errors: list[str]
+
+    @property
+    def passed(self) -> bool:
+        return (
+            self.lost == 0
+            and self.ghosts == 0
+            and self.residue == 0
+            and not self.state_errors
+            and self.processed == self.sent
+        )
+
+    def line(self) -> str:
+        return (
+            f"demo: sent={self.sent} processed={self.processed} "
+            f"duplicates_suppressed={self.duplicates_suppressed} lost={self.lost} "
+            f"ghosts={self.ghosts} residue={self.residue} "
+            f"verdict={'PASS' if self.passed else 'FAIL'}"
+        )
+
+
+def demo_app() -> BusApp:
+    return load_app(DEMO_APP)
+
+
+def plan_requests(options: Options) -> tuple[list[Request], dict[str, int], Counter[str]]:
+    """The client requests (orders and shots interleaved), the order amounts and the shots
+    per game they must lead to."""
+    chooser = random.Random(options.seed)
+    orders: dict[str, int] = {}
+    shots: Counter[str] = Counter()
+    order_requests, shot_requests = [], []
+    for i in range(options.orders):
+        order_id, amount = f"order{i}", 100 * chooser.randint(1, 50)
+        orders[order_id] = amount
+        body = {"order_id": order_id, "customer": f"cust{i % 20}", "amount_cents": amount}
+        order_requests.append(
+            Request(order_id, {"type": "PlaceOrder", "to": "orders", "body": body})
+        )
+    for i in range(options.shots):
+        game = f"game{i % 10}"
+        shots[game] += 1
+        body = {"game_id": game, "position": chooser.randint(0, 9)}
+        shot_requests.append(Request(f"shot{i}", {"type": "FireAt", "body": body}))
+    mixed = order_requests + shot_requests
+    chooser.shuffle(mixed)
+    return mixed, orders, shots
+
+
+async def post(
+    session: aiohttp.ClientSession,
+    host: HostProcess,
+    request: Request,
+    clients: Clients,
+    deadline: float,
+) -> list[str] | None:
+    """POST until the ingress answers 200/202; a dead or restarting host, a crash inside the
+    function (500) or storage trouble (503) are retried with the same Idempotency-Key."""
+    delay = 0.1
+    while time.monotonic() < deadline:
+        clients.requests += 1
+        try:
+            async with session.post(
+                f"{host.url}/api/messages",
+                json=request.payload,
+                headers={"Idempotency-Key": request.key, "x-functions-key": FUNCTION_KEY},
+            ) as response:
+                if response.status in (200, 202):
+                    return [str(i) for i in (await response.json())["message_ids"]]
+                if response.status < 500:
+                    raise RuntimeError(
+                        f"{request.key}: HTTP {response.status} {await response.text()}"
+                    )
+        except (aiohttp.ClientError, TimeoutError):
+            pass
+        clients.retries += 1
+        await asyncio.sleep(delay)
+        delay = min(2.0, delay * 2)
+    return None
+
+
+def plan_pay_later(options: Options) -> tuple[list[Request], list[Request], dict[str, int]]:
+    """Orders that wait for a payment from outside: their placements, their payments (the
+    first half sent right after the placements, the second half once every timeout has
+    fired) and their amounts."""
+    chooser = random.Random(options.seed + 2)
+    placements, payments, amounts = [], [], {}
+    for i in range(options.pay_later_orders):
+        order_id, amount = f"later{i}", 100 * chooser.randint(1, 50)
+        amounts[order_id] = amount
+        body = {
+            "order_id": order_id,
+            "customer": f"latecust{i % 5}",
+            "amount_cents": amount,
+            "pay_within_seconds": options.pay_window_seconds,
+        }
+        placements.append(Request(order_id, {"type": "PlaceOrder", "to": "orders", "body": body}))
+        paid = {"order_id": order_id, "payment_id": f"pay-{order_id}", "amount_cents": amount}
+        payments.append(Request(f"pay-{order_id}", {"type": "PaymentReceived", "body": paid}))
+    return placements, payments, amounts
+
+
+def check_pay_later(
+    states: Mapping[str, Mapping[str, Any]], amounts: Mapping[str, int]
+) -> tuple[list[str], Counter[str]]:
+    """Each order paid later ends paid and shipped, or cancelled with its payment refunded
+    exactly once (which one depends on whether its payment beat its timeout)."""
+    errors, ends = [], Counter[str]()
+    for order_id, amount in amounts.items():
+        status = states["orders"].get(order_id, {}).get("status")
+        refunded = states["payments"].get(order_id, {}).get("refunded_cents", 0)
+        shipped = bool(states["shipping"].get(order_id, {}).get("shipment_id"))
+        ends[str(status)] += 1
+        if status == "paid" and (not shipped or refunded):
+            errors.append(f"{order_id} is paid but shipped={shipped}, refunded {refunded}")
+        elif status == "cancelled" and (shipped or refunded != amount):
+            errors.append(f"{order_id} is cancelled but shipped={shipped}, refunded {refunded}")
+        elif status not in ("paid", "cancelled"):
+            errors.append(f"{order_id} is {status} after its payment window")
+    return errors, ends
+
+
+async def send_all(
+    host: HostProcess, requests: list[Request], options: Options, clients: Clients
+) -> None:
+    chooser = random.Random(options.seed + 1)
+    deadline = time.monotonic() + options.timeout
+    pending = asyncio.Queue[Request]()
+    for request in requests:
+        pending.put_nowait(request)
+
+    async def client(session: aiohttp.ClientSession) -> None:
+        while not pending.empty():
+            request = pending.get_nowait()
+            ids = await post(session, host, request, clients, deadline)
+            if ids is None:
+                clients.unsent.append(request.key)
+                continue
+            clients.receipts[request.key] = ids
+            if chooser.random() < options.duplicate_rate:
+                # The client did not see the answer and sends again: same key, same ids.
+                clients.repeats += 1
+                again = await post(session, host, request, clients, deadline)
+                if again is not None and again != ids:
+                    clients.inconsistent.append(request.key)
+
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        await asyncio.gather(*(client(session) for _ in range(options.concurrency)))
+
+
+def read_outcomes(path: Path) -> Counter[str]:
+    outcomes: Counter[str] = Counter()
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                outcomes[str(json.loads(line)["outcome"])] += 1
+    return outcomes
+
+
+def processed_so_far(path: Path) -> int:
+    """Cheap count of committed deliveries, polled while the host runs."""
+    if not path.exists():
+        return 0
+    return path.read_bytes().count(f'"outcome": "{Outcome.PROCESSED.value}"'.encode())
+
+
+async def kill_midway(
+    host: HostProcess, outcome_log: Path, options: Options, sent: asyncio.Event
+) -> float | None:
+    """SIGKILL the host once the given share of deliveries is processed, then restart it.
+    Returns when the kill happened (seconds into the run), and whether the clients were still
+    sending: a kill in the middle of an ingress request leaves at worst a token no ingress
+    record lists, which the final cleanup removes, while the client's retry with the same
+    key is answered exactly once."""
+    if options.kill_at <= 0:
+        return None
+    expected = options.orders * DELIVERIES_PER_ORDER + options.shots * DELIVERIES_PER_SHOT
+    started = time.monotonic()
+    while processed_so_far(outcome_log) < options.kill_at * expected:
+        if time.monotonic() - started > options.timeout:
+            return None
+        await asyncio.sleep(0.25)
+    host.kill()
+    killed_at = time.monotonic() - started
+    during = "after the clients finished" if sent.is_set() else "while the clients were sending"
+    print(f"  host killed with SIGKILL after {killed_at:.1f}s, {during}; restarting it")
+    await asyncio.to_thread(host.start)
+    return killed_at
+
+
+async def quiescent(account: StorageAccount, deadline: float) -> bool:
+    """Every endpoint queue empty, twice in a row (counts include leased messages)."""
+    calm = 0
+    while time.monotonic() < deadline:
+        waiting = sum([await account.queue(e).approximate_count() for e in demo_app().endpoints])
+        calm = calm + 1 if waiting == 0 else 0
+        if calm == 2:
+            return True
+        await asyncio.sleep(0.5)
+    return False
+
+
+async def rows(
+    account: StorageAccount, table: str, prefix: str, sql: Mapping[str, EndpointState]
+) -> list[dict[str, object]]:
+    """The endpoint's rows of one kind, from its table or from PostgreSQL."""
+    store = sql.get(table)
+    if store is None:
+        return [
+            {"pk": e.partition_key, **e.properties}
+            async for e in account.table(table).query_all(row_key_prefix=prefix)
+        ]
+    if prefix == AUDIT_PREFIX:
+        return [{"pk": e.partition_key, **e.properties} async for e in store.audit_entities()]
+    if prefix == OUTBOX_PREFIX:
+        return [{"pk": r.partition_key} async for r in store.outbox_records()]
+    return [{"pk": s.partition_key, "data": s.data} async for s in store.states()]
+
+
+async def charge_rows(sql: Mapping[str, EndpointState], url: str | None) -> Counter[str]:
+    """Rows per order in the sample's own ``sample_charges`` table (PostgreSQL only)."""
+    if "payments" not in sql or url is None:
+        return Counter()
+    connection = await asyncpg.connect(url)
+    try:
+        found = await connection.fetch("SELECT order_id FROM sample_charges")
+    finally:
+        await connection.close()
+    return Counter(str(r["order_id"]) for r in found)
+
+
+async def verify(
+    account: StorageAccount,
+    roots: set[str],
+    orders: dict[str, int],
+    shots: Counter[str],
+    suppressed: int,
+    tokens_container: str,
+    sql: Mapping[str, EndpointState] | None = None,
+    postgres_url: str | None = None,
+    pay_later: Mapping[str, int] | None = None,
+) -> Verdict:
+    """The invariants, from storage alone: every message sent (the clients' and every one a
+    handler caused) has exactly one audit row, the business state is exact, nothing is left.
+    ``sql``: the rows of the endpoints that keep them in PostgreSQL (``postgres_url``).
+    ``pay_later``: the amounts of the orders paid later (``check_pay_later``)."""
+    sql = sql or {}
+    endpoints = list(demo_app().endpoints)
+    audited: Counter[str] = Counter()
+    expected = set(roots)
+    outbox_left = 0
+    for endpoint in endpoints:
+        for row in await rows(account, endpoint, AUDIT_PREFIX, sql):
+            audited[str(row["message_id"])] += 1
+            expected |= {c["id"] for c in json.loads(str(row["caused"]))}
+        outbox_left += len(await rows(account, endpoint, OUTBOX_PREFIX, sql))
+
+    states = {
+        e: {
+            str(r["pk"]): json.loads(str(r["data"])) for r in await rows(account, e, STATE_ROW, sql)
+        }
+        for e in endpoints
+    }
+    errors = []
+    charges = await charge_rows(sql, postgres_url)
+    if charges:
+        errors += [f"order {o} has {charges[o]} charge rows" for o in orders if charges[o] != 1]
+        errors += [f"charge row for unknown order {o}" for o in charges if o not in orders]
+    for order_id, amount in orders.items():
+        if states["payments"].get(order_id, {}).get("amount_cents") != amount:
+            errors.append(f"payment of {order_id} is not exactly {amount}")
+        if not states["shipping"].get(order_id, {}).get("shipment_id"):
+            errors.append(f"order {order_id} was not shipped")
+    customers = Counter(f"cust{int(o[5:]) % 20}" for o in orders)
+    for customer, count in customers.items():
+        if states["loyalty"].get(customer, {}).get("orders") != count:
+            errors.append(f"loyalty of {customer} is not {count} orders")
+        if len(states["shipping"].get(customer, {}).get("pick_list", [])) != count:
+            errors.append(f"pick list of {customer} does not hold {count} orders")
+    for game, count in shots.items():
+        score = states["leaderboard"].get(game, {})
+        if score.get("hits", 0) + score.get("misses", 0) != count:
+            errors.append(f"leaderboard of {game} does not count {count} shots")
+        if states["shootingrange"].get(game, {}).get("shots") != count:
+            errors.append(f"range of {game} did not take {count} shots")
+    errors += [f"{m} was processed {n} times" for m, n in audited.items() if n > 1]
+    if pay_later:
+        late_errors, ends = check_pay_later(states, pay_later)
+        errors += late_errors
+        print(
+            f"  pay-later orders: {ends['paid']} paid and shipped, {ends['cancelled']} "
+            "cancelled by their timeout with the late payment refunded"
+        )
+    tokens_left = len([p async for p in account.blob_container(tokens_container).list()])
+    return Verdict(
+        sent=len(expected),
+        processed=len(audited),
+        duplicates_suppressed=suppressed,
+        lost=len(expected - set(audited)),
+        ghosts=len(set(audited) - expected),
+        residue=tokens_left + outbox_left,
+        state_errors=errors,
+    )
+
+
+def run_audit(connection_string: str, workdir: Path, postgres_url: str | None) -> int | None:
+    """The Spark audit (``python -m shared.audit run``) over the same storage, in its own
+    process (it starts a JVM); None when PySpark is not installed. With PostgreSQL endpoints
+    the audit rows are exported first (``export`` reads them there) and the export audited."""
+    if importlib.util.find_spec("pyspark") is None:
+        return None
+    started = time.monotonic()
+    env = {
+        **os.environ,
+        DEFAULT_SETTING: connection_string,
+        APP_SETTING: DEMO_APP,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,  # Spark's workers need this venv's packages
+    }
+    command = [sys.executable, "-m", "shared.audit", "run", "--out", str(workdir / "audit")]
+    command += ["--master", "local[2]", "--splits", "2", "--quiet"]
+    if postgres_url is not None:
+        env[URL_SETTING] = postgres_url
+        exported = workdir / "audit-export"
+        export = [sys.executable, "-m", "shared.audit", "export", "--out", str(exported)]
+        done = subprocess.run(
+            [*export, "--quiet"],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        print(f"  audit export: {done.stdout.strip() or done.stderr.strip()[-500:]}")
+        if done.returncode != 0:
+            return done.returncode
+        command += ["--input", str(exported)]
+    result = subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    for line in result.stdout.strip().splitlines()[-12:]:
+        print(f"  audit: {line}")
+    if result.returncode != 0:
+        for line in result.stderr.strip().splitlines()[-12:]:
+            print(f"  audit: {line}")
+    print(f"  spark audit: exit code {result.returncode} in {time.monotonic() - started:.0f}s")
+    return result.returncode
+
+
+async def drive(
+    connection_string: str, options: Options, workdir: Path, postgres_url: str | None
+) -> Verdict:
+    outcome_log = workdir / "outcomes.jsonl"
+    database = {} if postgres_url is None else {URL_SETTING: postgres_url}
+    host = HostProcess(
+        REPO_ROOT / "function_app.py",
+        {
+            **os.environ,
+            **database,
+            DEFAULT_SETTING: connection_string,
+            "CLEANUP_SCHEDULE": os.environ.get("CLEANUP_SCHEDULE", "0 */5 * * * *"),
+            "BUS_HOST_FUNCTION_KEY": FUNCTION_KEY,
+            APP_SETTING: DEMO_APP,
+            OUTCOME_LOG_SETTING: str(outcome_log),
+            DUPLICATE_RATE: str(options.duplicate_rate),
+            CRASH_RATE: str(options.crash_rate),
+            SEED: str(options.seed),
+        },
+        workdir / "host.log",
+        args=["--lease-seconds", str(options.lease_seconds)],
+    )
+    async with AzureStorageAccount(StorageSettings(connection_string)) as raw:
+        settings = resolve_settings({APP_SETTING: DEMO_APP, **database}, local_file=None)
+        worker = Worker(demo_app(), settings, raw)
+        print(f"  {(await provision(raw, worker.resources)).summary()}")
+        await provision_postgres(worker, postgres_url)
+        await worker.bus().subscribe_all()
+        requests, orders, shots = plan_requests(options)
+        placements, payments, pay_later = plan_pay_later(options)
+        half = len(payments) // 2
+        started = time.monotonic()
+        await asyncio.to_thread(host.start)
+        print(
+            f"  local host started on {host.url} (pid {host.process.pid if host.process else '?'})"
+        )
+
+        clients = Clients()
+        sent = asyncio.Event()
+        killer = asyncio.create_task(kill_midway(host, outcome_log, options, sent))
+        await send_all(host, requests + placements, options, clients)
+        await send_all(host, payments[:half], options, clients)  # most in time
+        sent.set()
+        print(
+            f"  clients: {len(clients.receipts)} messages accepted in {clients.requests} requests "
+            f"({clients.repeats} repeated on purpose, {clients.retries} retried after errors)"
+        )
+        deadline = time.monotonic() + options.timeout
+        await killer
+        calm = await quiescent(raw, deadline)
+        # A hidden delayed signal counts as queued, so every timeout has fired by now: the
+        # other half of the payments comes after the cancellations, to be refunded.
+        await send_all(host, payments[half:], options, clients)
+        calm = calm and await quiescent(raw, deadline)
+        elapsed = time.monotonic() - started
+        stop_code = await asyncio.to_thread(host.stop)
+        print(
+            f"  queues {'empty' if calm else 'NOT EMPTY'} after {elapsed:.1f}s; host stopped "
+            f"gracefully with exit code {stop_code} after {host.starts} starts"
+        )
+        swept = await worker.cleanup(grace_seconds=0)
+        poisoned = {
+            e: await raw.queue(poison_queue(e)).approximate_count() for e in worker.app.endpoints
+        }
+        outcomes = read_outcomes(outcome_log)
+        suppressed = outcomes[Outcome.DUPLICATE.value] + outcomes[Outcome.RESUMED.value]
+        roots = {i for ids in clients.receipts.values() for i in ids}
+        tokens = worker.config.tokens_container
+        sql = worker.sql_states()
+        verdict = await verify(
+            raw, roots, orders, shots, suppressed, tokens, sql, postgres_url, pay_later
+        )
+        await worker.close()
+
+    verdict.lost += len(clients.unsent)
+    verdict.state_errors += [
+        f"ingress key {k} answered with other ids" for k in clients.inconsistent
+    ]
+    verdict.state_errors += [f"{n} messages in {q}-poison" for q, n in poisoned.items() if n]
+    if not calm:
+        verdict.state_errors.append("queues did not drain before the timeout")
+    if stop_code != 0:
+        verdict.state_errors.append(f"host did not stop gracefully (exit code {stop_code})")
+
+    print()
+    print(f"  {'host deliveries':<34}{'count':>8}")
+    for outcome in Outcome:
+        print(f"  {outcome.value:<34}{outcomes[outcome.value]:>8}")
+    print(f"  {'host starts (1 + restarts)':<34}{host.starts:>8}")
+    print(f"  {'messages in poison queues':<34}{sum(poisoned.values()):>8}")
+    removed = swept["removed"]
+    print(f"  {'outbox records retired':<34}{removed.get('outbox_records', 0):>8}")
+    print(f"  {'abandoned tokens removed':<34}{removed.get('abandoned_tokens', 0):>8}")
+    for error in verdict.state_errors[:10]:
+        print(f"  ERROR: {error}")
+    if not verdict.passed:
+        print(f"  host output: {workdir / 'host.log'}")
+    print()
+    return verdict
+
+
+async def provision_postgres(worker: Worker, url: str | None) -> None:
+    """The bus schema (``bus provision`` does the same) and the sample's own table."""
+    sql = worker.sql()
+    if sql is None or url is None:
+        return
+    for line in await sql.migrate(worker.sql_states()):
+        print(f"  {line}")
+    connection = await asyncpg.connect(url)
+    try:
+        await connection.execute(SAMPLE_SCHEMA)
+    finally:
+        await connection.close()
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m lab.local.demo",
+        description="Exactly-once under duplicates and crashes, on an embedded Azurite.",
+    )
+    d = Options()
+    p.add_argument("--orders", type=int, default=d.orders, help="orders placed (5 deliveries each)")
+    p.add_argument("--shots", type=int, default=d.shots, help="shots fired (2 deliveries each)")
+    p.add_argument("--duplicate-rate", type=float, default=d.duplicate_rate)
+    p.add_argument("--crash-rate", type=float, default=d.crash_rate, help="per storage operation")
+    p.add_argument(
+        "--kill-at", type=float, default=d.kill_at, help="share processed at the SIGKILL (0: none)"
+    )
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--keep", action="store_true", help="keep the work folder (host log)")
+    p.add_argument("--no-audit", action="store_true", help="skip the Spark audit")
+    p.add_argument(
+        "--no-postgres",
+        action="store_true",
+        help="keep payments on Table Storage too (no PostgreSQL server)",
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    options = Options(
+        orders=args.orders,
+        shots=args.shots,
+        duplicate_rate=args.duplicate_rate,
+        crash_rate=args.crash_rate,
+        kill_at=args.kill_at,
+        seed=args.seed,
+    )
+    started = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="bus-demo-"))
+    # Read when the sample app is imported, here and in the host and audit processes.
+    os.environ[PAYMENTS_STORE] = "table" if args.no_postgres else "postgres"
+    print("demo: starting Azurite on free ports")
+    with contextlib.ExitStack() as running:
+        endpoints = running.enter_context(Azurite(location=str(workdir / "azurite")))
+        postgres_url = None
+        if not args.no_postgres:
+            print("demo: starting PostgreSQL on a free port (payments keeps its state there)")
+            postgres_url = running.enter_context(PostgresServer())
+        verdict = asyncio.run(drive(endpoints.connection_string, options, workdir, postgres_url))
+        wanted = verdict.passed and not args.no_audit
+        audit = run_audit(endpoints.connection_string, workdir, postgres_url) if wanted else None
+    if audit is not None and audit != 0:
+        verdict.state_errors.append(f"the Spark audit failed (exit code {audit})")
+    print(f"  total {time.monotonic() - started:.0f}s")
+    if not args.keep and verdict.passed:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(verdict.line())
+    return 0 if verdict.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,284 @@
+"""``python -m lab.sim``: the default exploration, or one replayed seed.
+
+The default exploration (``make simulate``) runs, for token mode:
+1. ``small`` exhaustively: every schedule with at most one deviation from the default order,
+   each with no fault and with every single fault at every operation;
+2. ``small`` exhaustively with up to two deviations and no fault;
+3. ``small-sweep`` exhaustively: a cleanup pass and time passing may come at any point,
+   with up to one deviation and one fault;
+4. ``small-postgres`` and ``small-sweep-postgres``: the same with the endpoints' rows in
+   PostgreSQL (its in-memory model), up to one deviation and one fault;
+for each window mode (``processed_messages``, ``state_based``, ``entity_outbox``):
+5. ``small-<mode>`` and ``small-sweep-<mode>`` exhaustively with up to one deviation and one
+   fault (bounded timing: every run stays inside the mode's dedup window), and
+   ``small-postgres-<mode>`` and ``small-partition-postgres-<mode>`` the same with the
+   endpoints' rows in PostgreSQL (its in-memory model);
+and, in token mode, with up to one deviation and one fault:
+6. ``small-ingress``: two scheduled client sends of one idempotency key racing, faults at
+   their creates, record and signals included;
+7. ``small-partition``: three messages on one partition (concurrent state updates);
+8. ``small-redelivery``: a redelivery may come after the grace period, a cleanup pass first;
+9. ``small-unbounded-sweep``: outside the timing assumptions, a round may be slower than the
+   grace period while cleanup passes run (also with two deviations and no fault);
+10. ``small-delay``: a delayed message, its copies and crashes around its send (NoEarlyDelivery);
+11. ``small-retry``: a handler failing twice under a retry policy (immediate, then delayed);
+and then seeded random search over larger configurations in every mode for the rest of the
+time budget. With two cores the phases are dealt to two processes (``DEFAULT_PLAN``), each
+then searching its own random seeds. ``--mode`` keeps the phases and random runs of one mode.
+With ``--reduce`` the exhaustive phases skip schedules equivalent to one already explored
+(``Reduction``). It prints progress, every violation with its seed and
+schedule, the speed (schedules and distinct schedules per second of CPU, schedules per second
+of wall-clock time) and ends with
+``simulation: schedules=<N> faults=<F> violations=<V>``; the exit status is 1 on violations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+
+from lab.sim.explore import (
+    CONFIGS,
+    Summary,
+    config_named,
+    exhaustive,
+    random_search,
+    replay,
+    report,
+)
+from lab.sim.variants import VARIANTS, Variant
+from shared.bus.app import MODES, Mode
+from shared.errors import ConfigurationError
+
+Phase = tuple[str, int, int]
+"""(configuration, deviations, faults) explored exhaustively."""
+Plan = tuple[Phase, ...]
+
+DEFAULT_PLAN: tuple[Plan, Plan] = (
+    (
+        ("small", 1, 1),
+        ("small", 2, 0),
+        ("small-processed_messages", 1, 1),
+        ("small-partition", 1, 1),
+        ("small-postgres", 1, 1),
+        ("small-sweep-postgres", 1, 1),
+        ("small-postgres-processed_messages", 1, 1),
+        ("small-postgres-entity_outbox", 1, 1),
+        ("small-partition-postgres-state_based", 1, 1),
+        ("small-delay", 1, 1),
+        ("small-retry", 1, 1),
+    ),
+    (
+        ("small-sweep", 1, 1),
+        ("small-sweep-processed_messages", 1, 1),
+        ("small-sweep-entity_outbox", 1, 1),
+        ("small-redelivery", 1, 1),
+        ("small-unbounded-sweep", 1, 1),
+        ("small-unbounded-sweep", 2, 0),
+        ("small-state_based", 1, 1),
+        ("small-entity_outbox", 1, 1),
+        ("small-sweep-state_based", 1, 1),
+        ("small-ingress", 1, 1),
+        ("small-postgres-state_based", 1, 1),
+        ("small-partition-postgres-processed_messages", 1, 1),
+        ("small-partition-postgres-entity_outbox", 1, 1),
+    ),
+)
+"""The phases explored exhaustively before the random search, dealt to two processes so
+that both take about as long (measured); with one process they run one after the other."""
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m lab.sim",
+        description="Explore interleavings and faults of the real pipeline; check invariants.",
+    )
+    parser.add_argument("--seed", help="replay one run: an integer, <config>@<n> or <config>:<d.d>")
+    parser.add_argument(
+        "--variant", choices=sorted(VARIANTS), help="explore a known-bad pipeline variant"
+    )
+    parser.add_argument("--config", choices=sorted(CONFIGS), help="explore one configuration")
+    parser.add_argument(
+        "--mode", choices=MODES, help="the default exploration restricted to one endpoint mode"
+    )
+    parser.add_argument("--deviations", type=int, default=1, help="with --config (default 1)")
+    parser.add_argument("--faults", type=int, default=1, help="with --config (default 1)")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=240.0,
+        help="seconds for the whole exploration: the random search fills what the exhaustive "
+        "phases leave (default 240; the exhaustive phases always finish)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="processes; with 2 or more, a second process runs random search from the start",
+    )
+    parser.add_argument("--first-seed", type=int, default=0, help="first random seed (default 0)")
+    parser.add_argument(
+        "--random",
+        action="store_true",
+        help="random search only, for the whole budget (no exhaustive phases)",
+    )
+    parser.add_argument("--verbose", action="store_true", help="print the schedule of a replay")
+    parser.add_argument(
+        "--reduce",
+        action="store_true",
+        help="skip schedules of the exhaustive phases equivalent to one already explored",
+    )
+    return parser.parse_args(argv)
+
+
+def _progress(label: str, started: float) -> Callable[[Summary], None]:
+    def show(summary: Summary) -> None:
+        print(
+            f"  {label}: {summary.schedules} schedules, {summary.violations} violations "
+            f"({time.monotonic() - started:.0f}s)",
+            flush=True,
+        )
+
+    return show
+
+
+async def _work(
+    plan: Plan,
+    first_seed: int,
+    step: int,
+    deadline: float | None,
+    variant: Variant | None,
+    modes: tuple[Mode, ...],
+    who: str,
+    reduce: bool = False,
+) -> Summary:
+    """Explore ``plan`` exhaustively, then search at random (seeds first_seed, first_seed +
+    step, ...) until ``deadline`` (at least a few seconds, however long the plan took)."""
+    total = Summary()
+    started = time.monotonic()
+    for name, deviations, faults in plan:
+        label = f"{who}exhaustive {name} (deviations<={deviations}, faults<={faults})"
+        print(label, flush=True)
+        summary = await exhaustive(
+            config_named(name),
+            max_deviations=deviations,
+            max_faults=faults,
+            variant=variant,
+            progress=_progress(label, started),
+            reduce=reduce,
+        )
+        print(f"  {label}: {summary.line.removeprefix('simulation: ')}; {summary.rate}", flush=True)
+        total.merge(summary)
+    if deadline is not None:
+        label = f"{who}random search"
+        print(f"{label} from seed {first_seed}", flush=True)
+        summary = await random_search(
+            itertools.count(first_seed, step),
+            modes=modes,
+            variant=variant,
+            deadline=max(deadline, time.monotonic() + 5),
+            progress=_progress(label, started),
+        )
+        print(f"  {label}: {summary.line.removeprefix('simulation: ')}; {summary.rate}", flush=True)
+        total.merge(summary)
+    return total
+
+
+def _second_process(
+    plan: Plan,
+    first_seed: int,
+    deadline_in: float | None,
+    variant: str | None,
+    modes: tuple[Mode, ...],
+    reduce: bool,
+) -> Summary:
+    deadline = None if deadline_in is None else time.monotonic() + deadline_in
+    chosen = VARIANTS[variant] if variant else None
+    return asyncio.run(_work(plan, first_seed, 2, deadline, chosen, modes, "[2] ", reduce))
+
+
+def _modes(args: argparse.Namespace, variant: Variant | None) -> tuple[Mode, ...]:
+    """The modes explored: all, or the one asked for, and only those a variant changes."""
+    chosen = [m for m in MODES if args.mode is None or m == args.mode]
+    if variant is not None:
+        chosen = [m for m in chosen if m in variant.modes]
+    if not chosen:
+        raise ConfigurationError(
+            f"variant {args.variant} changes modes {list(variant.modes if variant else ())}, "
+            f"not {args.mode}"
+        )
+    return tuple(chosen)
+
+
+def _keep(plan: Plan, modes: tuple[Mode, ...]) -> Plan:
+    return tuple(phase for phase in plan if config_named(phase[0]).mode in modes)
+
+
+async def _explore(args: argparse.Namespace, variant: Variant | None) -> Summary:
+    modes = _modes(args, variant)
+    first, second = (_keep(plan, modes) for plan in DEFAULT_PLAN)
+    if args.random:
+        first, second = (), ()
+    if args.config is not None:
+        first, second = ((args.config, args.deviations, args.faults),), ()
+    searching = args.config is None and args.budget > 0
+    deadline = time.monotonic() + args.budget if searching else None
+    if args.jobs < 2 or not searching:
+        return await _work(
+            first + second, args.first_seed, 1, deadline, variant, modes, "", args.reduce
+        )
+    with ProcessPoolExecutor(max_workers=1) as pool:
+        helper = pool.submit(
+            _second_process,
+            second,
+            args.first_seed + 1,
+            args.budget,
+            args.variant,
+            modes,
+            args.reduce,
+        )
+        total = await _work(first, args.first_seed, 2, deadline, variant, modes, "", args.reduce)
+        total.merge(helper.result())
+    return total
+
+
+async def _main(args: argparse.Namespace) -> int:
+    variant = VARIANTS[args.variant] if args.variant else None
+    if args.seed:
+        result = await replay(args.seed, variant)
+        summary = Summary()
+        summary.add(args.seed, result)
+        if result.ok:
+            print("\n".join(result.trace) if args.verbose else f"seed {args.seed}: no violation")
+    else:
+        started = time.monotonic()
+        summary = await _explore(args, variant)
+        elapsed = time.monotonic() - started
+        processes = 2 if args.jobs >= 2 and args.config is None and args.budget > 0 else 1
+        print(
+            f"speed: {summary.rate}; {summary.schedules / elapsed:.0f} schedules per second "
+            f"of wall-clock time ({elapsed:.0f} s, {processes} process(es))"
+        )
+    for seed, failed in summary.failures:
+        print(report(seed, failed))
+    print(summary.line)
+    return 1 if summary.violations else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    try:
+        return asyncio.run(_main(args))
+    except ConfigurationError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

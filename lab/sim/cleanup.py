@@ -1,0 +1,137 @@
+"""The one place the simulator calls the cleanup: the real tasks of ``shared.cleanup``, run to
+the end in the calling process so the simulator can interleave them with processing.
+
+Per endpoint, by its mode:
+- ``token``: ``sweep_endpoint`` (the endpoint's abandoned tokens, then its O(m) records);
+- a window mode: the endpoint's abandoned tokens (``AbandonedTokens``, judged by the mode's
+  origin rows), then ``ModeRetention`` (``expire_processed``, ``truncate_state_streams`` or
+  ``expire_entity_outboxes``), in the order of ``standard_tasks``. The job's other tasks
+  have nothing to do here: a window-mode table holds no O(m), the simulated client's ingress
+  records outlive every run (their window is days) and audit rows are the audit's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+
+from lab.cleanup.sweep import sweep_endpoint
+from shared.bus.app import Mode
+from shared.bus.config import BusConfig
+from shared.bus.records import AUDIT_PREFIX
+from shared.bus.state.base import EndpointState
+from shared.cleanup.report import TaskReport
+from shared.cleanup.settings import CleanupSettings
+from shared.cleanup.tasks import AbandonedTokens, CleanupContext, CleanupTask, ModeRetention
+from shared.clock import Clock, to_datetime
+from shared.stores.account import StorageAccount
+
+
+async def cleanup_to_completion(
+    account: StorageAccount,
+    endpoints: Mapping[str, Mode],
+    *,
+    tokens_container: str,
+    ingress_table: str,
+    grace_seconds: float,
+    window_seconds: float,
+    clock: Clock,
+    sql: Mapping[str, EndpointState] | None = None,
+    senders: tuple[str, ...] = (),
+) -> None:
+    """One cleanup pass over every endpoint, then over the tokens of each client ``senders``
+    names (judged by their ingress records); ``window_seconds`` is the retention of every
+    window mode's dedup records (its dedup window); ``sql`` the rows of endpoints that keep
+    them in SQL."""
+    sql = sql or {}
+    for endpoint, mode in endpoints.items():
+        if mode == "token":
+            await sweep_endpoint(
+                account,
+                endpoint,
+                tokens_container=tokens_container,
+                ingress_table=ingress_table,
+                grace_seconds=grace_seconds,
+                clock=clock,
+                sql=sql.get(endpoint),
+            )
+            continue
+        config = BusConfig(
+            tokens_container=tokens_container,
+            ingress_table=ingress_table,
+            clock=clock,
+            processed_retention_seconds=window_seconds,
+            state_stream_retention_seconds=window_seconds,
+            entity_outbox_retention_seconds=window_seconds,
+        )
+        context = CleanupContext(
+            account,
+            config,
+            CleanupSettings(grace_seconds=grace_seconds, page_size=1000),
+            (endpoint,),
+            to_datetime(clock()),
+            sql={endpoint: sql[endpoint]} if endpoint in sql else {},
+        )
+        tasks: list[CleanupTask] = [AbandonedTokens(f"{endpoint}/"), ModeRetention(endpoint, mode)]
+        for task in tasks:
+            report = TaskReport(task.id)
+            continuation: str | None = None
+            while True:
+                continuation = await task.run_page(context, continuation, report)
+                if continuation is None:
+                    break
+    for sender in senders:
+        await _run(
+            AbandonedTokens(f"{sender}/"),
+            account,
+            tuple(endpoints),
+            grace_seconds,
+            clock,
+            BusConfig(tokens_container=tokens_container, ingress_table=ingress_table, clock=clock),
+            sql,
+        )
+
+
+async def _run(
+    task: CleanupTask,
+    account: StorageAccount,
+    endpoints: tuple[str, ...],
+    grace_seconds: float,
+    clock: Clock,
+    config: BusConfig,
+    sql: Mapping[str, EndpointState],
+) -> None:
+    context = CleanupContext(
+        account,
+        config,
+        CleanupSettings(grace_seconds=grace_seconds, page_size=1000),
+        endpoints,
+        to_datetime(clock()),
+        sql=sql,
+    )
+    report = TaskReport(task.id)
+    continuation: str | None = None
+    while True:
+        continuation = await task.run_page(context, continuation, report)
+        if continuation is None:
+            return
+
+
+async def expire_audit_rows(
+    account: StorageAccount,
+    endpoints: Iterable[str],
+    sql: Mapping[str, EndpointState] | None = None,
+) -> int:
+    """Delete every audit row, as the audit retention eventually does. Used only when a
+    simulated process stalls for longer than any retention period; returns how many went."""
+    removed = 0
+    sql = sql or {}
+    for endpoint in endpoints:
+        if endpoint in sql:
+            removed += await sql[endpoint].expire_audit(datetime.max.replace(tzinfo=UTC))
+            continue
+        table = account.table(endpoint)
+        async for entity in table.query_all(row_key_prefix=AUDIT_PREFIX):
+            await table.delete(entity.partition_key, entity.row_key)
+            removed += 1
+    return removed

@@ -1,0 +1,435 @@
+"""The invariants of design notes section 6, checked from the stores after a run.
+
+A run is compared with its reference: the same configuration run once without faults,
+duplicates or concurrency. The reference says which messages must exist (every output has a
+deterministic id) and what each handler must have seen.
+
+Every invariant means the same thing in every endpoint mode; what differs is where the
+mode keeps the evidence (``lab.sim.readings``). The handler journal in the ``state`` row
+and the ``audit|{m}`` rows are read in every mode; the window modes' dedup records
+(``processed|{m}`` rows, the state-based ``version|{n}`` stream and ``msgidx|{m}`` index,
+the entity-outbox map inside the ``state`` row) are read as well:
+
+- NoDuplicatedProcessing: no message applied twice (its logical name once in the journal, so
+  a client key sent twice as two messages counts too; state-based: in one version only).
+  Window modes, while the run stays inside the dedup window: every applied message has its
+  dedup record, exactly one, since without it the next copy would apply the message again.
+- NoGhostMessages: nothing applied that the fault-free run does not send there, or whose
+  cause was never applied.
+- NoLostMessages: everything the fault-free run applies is applied, nothing is poisoned or
+  left queued; no dedup record or audit row names a message the state never applied (every
+  copy of it would be skipped).
+- ConsistentOutput: each message's content and each audit row's outputs equal the
+  fault-free run's; a window mode's record commits the same signals as the audit row says;
+  state-based: the stream is the state's history (versions 1..n, one per applied message in
+  journal order, the head at n holding the latest version's state, each index row pointing
+  at its message's version, each version's output fingerprints equal to the fault-free
+  run's).
+- NoEarlyDelivery: no delayed message processed before its due time (the handler compares
+  its processing time with the envelope's ``deliver_at``).
+- BoundedResidue (checked when the timing assumptions hold, ``SimConfig.residue_checked``):
+  after the cleanup pass that follows the quiet run by more than the grace period, no token
+  is left in any mode and no O(m) in token mode. Token mode has no window, so that is all.
+  The window modes legitimately keep one dedup record per message for their window, so for
+  them time then moves past the window and one more cleanup pass (the same tasks) runs; after
+  it no token is left and the dedup data is down to what ``ModeReading.beyond_window`` allows:
+  no ``processed|`` row, no entry in any entity-outbox map, and of each state-based stream
+  only the head version with its index row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+
+from lab.sim.model import Applied, Journal
+from lab.sim.readings import WINDOW_MODES, ModeReading
+from shared.bus.app import Mode
+from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
+from shared.bus.state.base import EndpointState
+from shared.resources import poison_queue
+from shared.stores.account import StorageAccount
+from shared.stores.table import Entity
+
+NO_DUPLICATED_PROCESSING = "NoDuplicatedProcessing"
+NO_GHOST_MESSAGES = "NoGhostMessages"
+NO_LOST_MESSAGES = "NoLostMessages"
+CONSISTENT_OUTPUT = "ConsistentOutput"
+BOUNDED_RESIDUE = "BoundedResidue"
+NO_EARLY_DELIVERY = "NoEarlyDelivery"
+UNEXPECTED_ERROR = "UnexpectedError"
+"""Not an invariant of the design: a simulated process raised something other than the
+project's own errors, i.e. a bug in the code under test."""
+INVARIANTS = (
+    NO_DUPLICATED_PROCESSING,
+    NO_GHOST_MESSAGES,
+    NO_LOST_MESSAGES,
+    CONSISTENT_OUTPUT,
+    BOUNDED_RESIDUE,
+    NO_EARLY_DELIVERY,
+)
+
+
+@dataclass(frozen=True)
+class Violation:
+    invariant: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.invariant}: {self.detail}"
+
+
+@dataclass
+class Observation:
+    """What the stores hold once a run is quiet and one cleanup pass has run."""
+
+    mode: Mode = "token"
+    applied: dict[str, list[Applied]] = field(default_factory=dict)
+    journals: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    """endpoint -> partition -> the message ids its journal applied, in order."""
+    caused: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    """endpoint -> message id -> ids of the messages its audit row says it caused."""
+    rows: dict[str, ModeReading] = field(default_factory=dict)
+    """endpoint -> its mode's dedup data."""
+    poisoned: dict[str, int] = field(default_factory=dict)
+    queued: dict[str, int] = field(default_factory=dict)
+    tokens: list[str] = field(default_factory=list)
+    outbox_records: dict[str, int] = field(default_factory=dict)
+    within_window: bool = True
+    """False once simulated time went past the dedup window while copies were still about
+    (a stall under unbounded timing): dedup records may then have expired legitimately."""
+    beyond: Observation | None = None
+    """Window modes: the stores after one more cleanup pass past the dedup window."""
+
+    def expected(self) -> dict[tuple[str, str], Applied]:
+        """(endpoint, logical name) -> what the handler applied."""
+        return {(e, a.name): a for e, entries in self.applied.items() for a in entries}
+
+    def names(self) -> dict[str, str]:
+        """Message id -> logical name, for every message this run applied (ids differ
+        between runs whose client sends interleaved differently; names do not)."""
+        return {a.id: a.name for entries in self.applied.values() for a in entries}
+
+
+async def _rows(
+    account: StorageAccount, endpoint: str, sql: Mapping[str, EndpointState]
+) -> AsyncIterator[Entity]:
+    """Every row of the endpoint, from its table or, for a SQL endpoint, from its rows there
+    (kept in the table's layout)."""
+    store = sql.get(endpoint)
+    if store is None:
+        async for entity in account.table(endpoint).query_all():
+            yield entity
+        return
+    rows = store.rows()
+    continuation: str | None = None
+    while True:
+        page, continuation = await rows.page(page_size=1000, continuation=continuation)
+        for entity in page:
+            yield entity
+        if continuation is None:
+            return
+
+
+async def observe(
+    account: StorageAccount,
+    endpoints: list[str],
+    tokens_container: str,
+    mode: Mode = "token",
+    sql: Mapping[str, EndpointState] | None = None,
+) -> Observation:
+    seen = Observation(mode)
+    for endpoint in endpoints:
+        entries: list[Applied] = []
+        journals: dict[str, list[str]] = {}
+        caused: dict[str, list[str]] = {}
+        rows = ModeReading(mode)
+        outbox = 0
+        async for entity in _rows(account, endpoint, sql or {}):
+            if entity.row_key == STATE_ROW:
+                journal = Journal.model_validate_json(str(entity["data"])).applied
+                entries += journal
+                journals[entity.partition_key] = [a.id for a in journal]
+            elif entity.row_key.startswith(AUDIT_PREFIX):
+                ids = sorted(str(c["id"]) for c in json.loads(str(entity["caused"])))
+                caused[entity.row_key[len(AUDIT_PREFIX) :]] = ids
+            elif entity.row_key.startswith(OUTBOX_PREFIX):
+                outbox += 1
+            rows.read(entity)
+        seen.applied[endpoint] = entries
+        seen.journals[endpoint] = journals
+        seen.caused[endpoint] = caused
+        seen.rows[endpoint] = rows
+        seen.outbox_records[endpoint] = outbox
+        seen.queued[endpoint] = await account.queue(endpoint).approximate_count()
+        seen.poisoned[endpoint] = await account.queue(poison_queue(endpoint)).approximate_count()
+    seen.tokens = [p.name async for p in account.blob_container(tokens_container).list()]
+    return seen
+
+
+def check(
+    run: Observation, reference: Observation, *, client: str, residue: bool
+) -> list[Violation]:
+    """Every violated invariant, with what shows it."""
+    found: list[Violation] = []
+    expected = reference.expected()
+    names, reference_names = run.names(), reference.names()
+    for endpoint, entries in run.applied.items():
+        counts = Counter(a.name for a in entries)
+        for name, count in sorted(counts.items()):
+            if count > 1:
+                ids = sorted({a.id for a in entries if a.name == name})
+                found.append(
+                    Violation(
+                        NO_DUPLICATED_PROCESSING,
+                        f"{endpoint} applied message {name} {count} times"
+                        + (f" (as {len(ids)} messages: {', '.join(ids)})" if len(ids) > 1 else ""),
+                    )
+                )
+        found += [
+            Violation(NO_EARLY_DELIVERY, f"{endpoint} processed {a.name} before its due time")
+            for a in entries
+            if a.early
+        ]
+        applied_ids = {(endpoint, a.id) for a in entries}
+        applied_names = {(endpoint, a.name) for a in entries}
+        for entry in entries:
+            reference_entry = expected.get((endpoint, entry.name))
+            cause_applied = entry.source == client or any(
+                a.id == entry.causation for a in run.applied.get(entry.source, [])
+            )
+            if reference_entry is None or not cause_applied:
+                found.append(
+                    Violation(
+                        NO_GHOST_MESSAGES,
+                        f"{endpoint} applied {entry.id} from {entry.source}, caused by "
+                        f"{entry.causation}, which "
+                        + ("no fault-free run sends" if reference_entry is None else "never ran"),
+                    )
+                )
+            elif reference_entry.digest != entry.digest:
+                found.append(
+                    Violation(
+                        CONSISTENT_OUTPUT,
+                        f"{endpoint} received message {entry.id} with different content",
+                    )
+                )
+        wanted_by_name = {
+            reference_names.get(m, m): sorted(reference_names.get(c, c) for c in caused)
+            for m, caused in reference.caused.get(endpoint, {}).items()
+        }
+        for message_id, caused in sorted(run.caused.get(endpoint, {}).items()):
+            name = names.get(message_id, message_id)
+            wanted = wanted_by_name.get(name)
+            named = sorted(names.get(c, c) for c in caused)
+            if wanted is not None and wanted != named:
+                found.append(
+                    Violation(
+                        CONSISTENT_OUTPUT,
+                        f"{endpoint} processing {name} caused {named}, not {wanted}",
+                    )
+                )
+            if (endpoint, message_id) not in applied_ids:
+                found.append(
+                    Violation(
+                        NO_LOST_MESSAGES,
+                        f"{endpoint} has an audit row for {message_id}, which its state never "
+                        "applied",
+                    )
+                )
+        missing = sorted(m for (e, m) in expected if e == endpoint and (e, m) not in applied_names)
+        if missing:
+            found.append(
+                Violation(NO_LOST_MESSAGES, f"{endpoint} never applied {', '.join(missing)}")
+            )
+        if run.poisoned.get(endpoint):
+            found.append(
+                Violation(
+                    NO_LOST_MESSAGES,
+                    f"{run.poisoned[endpoint]} message(s) parked in the poison queue of {endpoint}",
+                )
+            )
+        if run.queued.get(endpoint):
+            found.append(
+                Violation(
+                    NO_LOST_MESSAGES,
+                    f"{run.queued[endpoint]} message(s) still queued at {endpoint} when the "
+                    "run stopped",
+                )
+            )
+        found += _dedup_records(run, endpoint)
+        found += _state_stream(run, reference, endpoint)
+    if residue:
+        found += _residue(run)
+    return found
+
+
+def _dedup_records(run: Observation, endpoint: str) -> list[Violation]:
+    """A window mode's dedup records against the journal and the audit rows."""
+    rows = run.rows.get(endpoint)
+    if rows is None or rows.mode not in WINDOW_MODES:
+        return []
+    found: list[Violation] = []
+    applied = {a.id for a in run.applied.get(endpoint, [])}
+    audited = run.caused.get(endpoint, {})
+    records = rows.by_message()
+    for message_id, same in sorted(records.items()):
+        if len(same) > 1:
+            found.append(
+                Violation(
+                    NO_DUPLICATED_PROCESSING,
+                    f"{endpoint} recorded message {message_id} as processed {len(same)} times",
+                )
+            )
+        if message_id not in applied:
+            found.append(
+                Violation(
+                    NO_LOST_MESSAGES,
+                    f"{endpoint} recorded {message_id} as processed but its state never applied "
+                    "it: every copy would be skipped",
+                )
+            )
+        caused = audited.get(message_id)
+        for record in same:
+            if caused is None:
+                continue
+            signals = list(record.signals) if record.signals is not None else None
+            if record.outputs != len(caused) or (signals is not None and signals != caused):
+                committed = signals if signals is not None else f"{record.outputs} signal(s)"
+                found.append(
+                    Violation(
+                        CONSISTENT_OUTPUT,
+                        f"{endpoint}'s {rows.mode} record of {message_id} committed {committed}; "
+                        f"its audit row says {caused}",
+                    )
+                )
+    if run.within_window:
+        unrecorded = sorted(applied - records.keys())
+        if unrecorded:
+            found.append(
+                Violation(
+                    NO_DUPLICATED_PROCESSING,
+                    f"{endpoint} applied {', '.join(unrecorded)} without its {rows.mode} "
+                    "dedup record inside the dedup window: the next copy would apply it again",
+                )
+            )
+    return found
+
+
+def _state_stream(run: Observation, reference: Observation, endpoint: str) -> list[Violation]:
+    """State-based: the version stream must be the history of the state (inside the window,
+    before any truncation)."""
+    rows = run.rows.get(endpoint)
+    if rows is None or rows.mode != "state_based" or not run.within_window:
+        return []
+    found: list[Violation] = []
+    journals = run.journals.get(endpoint, {})
+    for partition in sorted(journals.keys() | rows.versions.keys()):
+        versions = rows.versions.get(partition, [])
+        messages = [v.message_id for v in versions]
+        repeated = sorted(m for m, n in Counter(messages).items() if n > 1)
+        if repeated:
+            found.append(
+                Violation(
+                    NO_DUPLICATED_PROCESSING,
+                    f"{endpoint} partition {partition!r}: {', '.join(repeated)} produced more "
+                    "than one version each",
+                )
+            )
+        head = rows.heads.get(partition)
+        journal = journals.get(partition, [])
+        numbers = [v.number for v in versions]
+        if (
+            numbers != list(range(1, len(versions) + 1))
+            or head is None
+            or head.version != len(versions)
+            or messages != journal
+        ):
+            found.append(
+                Violation(
+                    CONSISTENT_OUTPUT,
+                    f"{endpoint} partition {partition!r}: the stream "
+                    f"{list(zip(numbers, messages, strict=True))} with head "
+                    f"{None if head is None else head.version} is not the history of a state "
+                    f"that applied {journal}",
+                )
+            )
+        elif versions and head is not None and versions[-1].data != head.data:
+            found.append(
+                Violation(
+                    CONSISTENT_OUTPUT,
+                    f"{endpoint} partition {partition!r}: the latest version's state differs "
+                    "from the state row",
+                )
+            )
+    produced = {(p, v.number): v for p, vs in rows.versions.items() for v in vs}
+    for record in rows.records:
+        version = produced.get((record.partition, record.version or 0))
+        if version is None or version.message_id != record.message_id:
+            found.append(
+                Violation(
+                    CONSISTENT_OUTPUT,
+                    f"{endpoint}'s index row of {record.describe()} points at version "
+                    f"{record.version}, which {record.message_id} did not produce",
+                )
+            )
+    reference_rows = reference.rows.get(endpoint)
+    if reference_rows is not None:
+        reference_names, names = reference.names(), run.names()
+        wanted = {
+            reference_names.get(v.message_id, v.message_id): v.outputs
+            for vs in reference_rows.versions.values()
+            for v in vs
+        }
+        for version in produced.values():
+            outputs = wanted.get(names.get(version.message_id, version.message_id))
+            if outputs is not None and outputs != version.outputs:
+                found.append(
+                    Violation(
+                        CONSISTENT_OUTPUT,
+                        f"{endpoint} version {version.number} records other outputs for "
+                        f"{version.message_id} than the fault-free run",
+                    )
+                )
+    return found
+
+
+def _residue(run: Observation) -> list[Violation]:
+    found: list[Violation] = []
+    if run.tokens:
+        found.append(
+            Violation(
+                BOUNDED_RESIDUE,
+                f"{len(run.tokens)} token(s) left after the cleanup pass: "
+                + ", ".join(run.tokens[:3]),
+            )
+        )
+    records = {e: n for e, n in run.outbox_records.items() if n}
+    if records:
+        found.append(
+            Violation(BOUNDED_RESIDUE, f"outbox records left after the cleanup: {records}")
+        )
+    later = run.beyond
+    if later is None:
+        return found
+    if later.tokens:
+        found.append(
+            Violation(
+                BOUNDED_RESIDUE,
+                f"{len(later.tokens)} token(s) left after the cleanup pass beyond the dedup "
+                "window: " + ", ".join(later.tokens[:3]),
+            )
+        )
+    for endpoint, rows in sorted(later.rows.items()):
+        left = rows.beyond_window()
+        if left:
+            found.append(
+                Violation(
+                    BOUNDED_RESIDUE,
+                    f"{endpoint} kept {len(left)} row(s) of dedup data after a cleanup pass "
+                    f"beyond the dedup window: {', '.join(left[:3])}",
+                )
+            )
+    return found

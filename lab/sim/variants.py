@@ -1,0 +1,410 @@
+"""Known-bad variants of the pipeline: each removes one rule of design notes section 3, and
+the simulator must find the violation that rule prevents. They prove the checker can fail.
+
+The code under test is neither edited nor patched: a variant wraps the stores the bus and
+the cleanup use (the bus is built over whatever account it is given), or sets the cleanup's
+configuration (its retention), the two seams the code already has.
+
+The variants of the window modes each break what one reading of the invariants checks
+(``lab.sim.invariants``): the dedup record committed with the state, the state committed
+with the record, the signals the record commits, the state-based stream, and the retention
+that bounds the residue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from shared.bus.app import Mode
+from shared.bus.envelope import TOKEN_NAME
+from shared.bus.ingress import INGRESS_ROW
+from shared.bus.modes.entity_outbox import StateEntity
+from shared.bus.modes.processed_table import PROCESSED_PREFIX
+from shared.bus.modes.state_based import INDEX_PREFIX, VERSION_PREFIX
+from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
+from shared.errors import AlreadyExists, NotFound, OutcomeUnknown
+from shared.stores.account import StorageAccount
+from shared.stores.blob import BlobContainer, BlobProperties
+from shared.stores.delegating import (
+    DelegatingAccount,
+    DelegatingBlobContainer,
+    DelegatingQueue,
+    DelegatingTable,
+)
+from shared.stores.queue import MessageQueue
+from shared.stores.table import (
+    Delete,
+    Entity,
+    Table,
+    TableOperation,
+    Update,
+    operation_key,
+)
+
+AccountWrapper = Callable[[StorageAccount], StorageAccount]
+
+incoming_token: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+    "incoming_token", default=None
+)
+"""(container, token) named by the signal the current invocation is processing, set by the
+simulator for variants that need to know it."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    rule: str
+    """The rule of the protocol this variant breaks."""
+    wrap: AccountWrapper | None = None
+    retention: float | None = None
+    """The retention (seconds) the cleanup is configured with instead of the dedup window."""
+    modes: tuple[Mode, ...] = ("token",)
+    """The endpoint modes whose code this variant changes (it is explored only there)."""
+
+
+class _Blobs(DelegatingBlobContainer):
+    """Passes every call to ``inner``; variants override what they change."""
+
+
+class _Table(DelegatingTable):
+    """Passes every call to ``inner``; variants override what they change."""
+
+
+class _Queue(DelegatingQueue):
+    """Passes every call to ``inner``; variants override what they change."""
+
+    def __init__(self, inner: MessageQueue, account: StorageAccount) -> None:
+        super().__init__(inner)
+        self.account = account
+
+
+class _Account(DelegatingAccount):
+    def __init__(
+        self,
+        inner: StorageAccount,
+        blobs: type[_Blobs] = _Blobs,
+        table: type[_Table] = _Table,
+        queue: type[_Queue] = _Queue,
+    ) -> None:
+        super().__init__(inner)
+        self._blobs = blobs
+        self._table = table
+        self._queue = queue
+
+    def blob_container(self, name: str) -> BlobContainer:
+        return self._blobs(self.inner.blob_container(name))
+
+    def table(self, name: str) -> Table:
+        return self._table(self.inner.table(name))
+
+    def queue(self, name: str) -> MessageQueue:
+        return self._queue(self.inner.queue(name), self.inner)
+
+
+# -- no claim step (R4) ----------------------------------------------------------------------
+
+
+class _ClaimIgnored(_Blobs):
+    """The claim write is never sent: set_metadata reports success (with the ETag it was
+    given) without touching the blob."""
+
+    async def set_metadata(
+        self, name: str, metadata: Mapping[str, str], *, etag: str | None = None
+    ) -> str:
+        if "claim" not in metadata:
+            return await super().set_metadata(name, metadata, etag=etag)
+        return etag or '"unclaimed"'
+
+
+NO_CLAIM = Variant(
+    "no-claim",
+    "R4: the token is claimed by compare-and-swap before the handler runs",
+    wrap=lambda account: _Account(account, blobs=_ClaimIgnored),
+)
+
+
+# -- state committed without the outbox record (R5) ------------------------------------------
+
+
+class _OutboxDropped(_Table):
+    """The commit transaction loses its outbox-record update: state and audit row commit,
+    O(m) stays as it was."""
+
+    async def transact(self, operations: Sequence[TableOperation]) -> list[str | None]:
+        dropped = [
+            index
+            for index, op in enumerate(operations)
+            if isinstance(op, Update) and operation_key(op)[1].startswith(OUTBOX_PREFIX)
+        ]
+        if not dropped or len(dropped) == len(operations):
+            return await self.inner.transact(operations)
+        kept = [op for index, op in enumerate(operations) if index not in dropped]
+        etags = iter(await self.inner.transact(kept))
+        return [None if index in dropped else next(etags) for index in range(len(operations))]
+
+
+NO_OUTBOX_IN_COMMIT = Variant(
+    "no-outbox-in-commit",
+    "R5: state and O(m) commit in one transaction",
+    wrap=lambda account: _Account(account, table=_OutboxDropped),
+)
+
+
+# -- incoming token deleted before the signals are sent (R6/R7 swapped) ----------------------
+
+
+class _DeleteBeforeSend(_Queue):
+    """Every signal an invocation sends is preceded by deleting its incoming token."""
+
+    async def send(
+        self, content: str, *, visibility_delay: float = 0.0, time_to_live: float | None = None
+    ) -> str:
+        where = incoming_token.get()
+        if where is not None:
+            container, token = where
+            with contextlib.suppress(NotFound):
+                await self.account.blob_container(container).delete(token)
+        return await super().send(
+            content, visibility_delay=visibility_delay, time_to_live=time_to_live
+        )
+
+
+DELETE_BEFORE_SEND = Variant(
+    "delete-before-send",
+    "R6 before R7: signals are sent before the incoming token is deleted",
+    wrap=lambda account: _Account(account, queue=_DeleteBeforeSend),
+)
+
+
+# -- an attempt id reused after an unknown create outcome ------------------------------------
+
+
+class _CreateRetriedUnderOneName(_Blobs):
+    """A create with an unknown outcome is retried under the same name (the same attempt id),
+    and a name that now exists is taken to be the earlier try's: the unsafe assumption."""
+
+    async def create(
+        self, name: str, data: bytes, metadata: Mapping[str, str] | None = None
+    ) -> str:
+        try:
+            return await super().create(name, data, metadata)
+        except OutcomeUnknown:
+            pass
+        try:
+            return await super().create(name, data, metadata)
+        except AlreadyExists:
+            return (await self.get_properties(name)).etag
+
+
+REUSED_ATTEMPT_ID = Variant(
+    "reused-attempt-id",
+    "attempt ids are at-most-once: never commit one whose create had an unknown outcome",
+    wrap=lambda account: _Account(account, blobs=_CreateRetriedUnderOneName),
+)
+
+
+# -- client sends: a lost race on the ingress record goes on to send ---------------------------
+
+
+class _IngressRaceIgnored(_Table):
+    """Inserting an ingress record that another send of the key inserted first reports
+    success: both racing sends see no record, and both send."""
+
+    async def insert(self, entity: Entity) -> str:
+        try:
+            return await super().insert(entity)
+        except AlreadyExists:
+            if entity.row_key != INGRESS_ROW:
+                raise
+            return '"lost-the-race"'
+
+
+INGRESS_DOUBLE_SEND = Variant(
+    "ingress-double-send",
+    "R5 for clients: a send commits only by inserting (or ETag-updating) its key's record",
+    wrap=lambda account: _Account(account, table=_IngressRaceIgnored),
+    modes=("token", "processed_messages", "state_based", "entity_outbox"),
+)
+
+
+# -- a state written without its ETag (lost update) -------------------------------------------
+
+
+def _state_without_etag(op: TableOperation) -> TableOperation | None:
+    if isinstance(op, Update) and op.entity.row_key == STATE_ROW:
+        return dataclasses.replace(op, etag=None)
+    return op
+
+
+# -- the cleanup: no fence, and O(m) retired while its incoming token exists -------------------
+
+
+class _FenceSkipped(_Table):
+    """The cleanup's fence (an unchanged rewrite of an uncommitted O(m), for a new ETag)
+    reports success with the old ETag and writes nothing."""
+
+    async def update(self, entity: Entity, *, etag: str | None = None) -> str:
+        if entity.row_key.startswith(OUTBOX_PREFIX) and etag is not None:
+            return etag
+        return await super().update(entity, etag=etag)
+
+
+NO_CLEANUP_FENCE = Variant(
+    "no-cleanup-fence",
+    "cleanup: an uncommitted O(m) is fenced (new ETag) before its tokens are deleted",
+    wrap=lambda account: _Account(account, table=_FenceSkipped),
+)
+
+
+class _TokensLookGone(_Blobs):
+    """Asked whether a token exists (the cleanup's question), every token looks gone."""
+
+    async def get_properties(self, name: str) -> BlobProperties:
+        if TOKEN_NAME.fullmatch(name):
+            raise NotFound(f"{name} (the variant hides every token from the cleanup)")
+        return await super().get_properties(name)
+
+
+RETIRED_BEFORE_R7 = Variant(
+    "retired-before-r7",
+    "cleanup: O(m) is retired only once its incoming token is gone (R7 done)",
+    wrap=lambda account: _Account(account, blobs=_TokensLookGone),
+)
+
+# -- window modes: commits that leave out or alter part of what they must write -------------
+
+Rewrite = Callable[[TableOperation], TableOperation | None]
+
+
+def _rewriting(rewrite: Rewrite) -> type[_Table]:
+    """A table whose transactions pass every operation through ``rewrite`` (None: the
+    operation is left out, and the others still commit together)."""
+
+    class Rewriting(_Table):
+        async def transact(self, operations: Sequence[TableOperation]) -> list[str | None]:
+            changed = [rewrite(op) for op in operations]
+            kept = [op for op in changed if op is not None]
+            if not kept:
+                return [None] * len(operations)
+            etags = iter(await self.inner.transact(kept))
+            return [None if op is None else next(etags) for op in changed]
+
+    return Rewriting
+
+
+def _leave_out(*prefixes: str) -> Rewrite:
+    def rewrite(op: TableOperation) -> TableOperation | None:
+        return None if operation_key(op)[1].startswith(prefixes) else op
+
+    return rewrite
+
+
+def _state_without_outbox_map(op: TableOperation) -> TableOperation | None:
+    if isinstance(op, Delete) or op.entity.row_key != STATE_ROW:
+        return op
+    if "outbox_parts" not in op.entity.properties:
+        return op
+    emptied = dataclasses.replace(StateEntity.from_entity(op.entity), entries={})
+    return dataclasses.replace(op, entity=emptied.to_entity(1 << 30))
+
+
+def _state_left_out(op: TableOperation) -> TableOperation | None:
+    return None if operation_key(op)[1] == STATE_ROW else op
+
+
+def _signals_unrecorded(op: TableOperation) -> TableOperation | None:
+    if isinstance(op, Delete) or not op.entity.row_key.startswith(PROCESSED_PREFIX):
+        return op
+    entity = op.entity
+    emptied = Entity(entity.partition_key, entity.row_key, {**entity.properties, "outgoing": "[]"})
+    return dataclasses.replace(op, entity=emptied)
+
+
+def _commit_variant(name: str, rule: str, mode: Mode, rewrite: Rewrite) -> Variant:
+    table = _rewriting(rewrite)
+    return Variant(name, rule, wrap=lambda account: _Account(account, table=table), modes=(mode,))
+
+
+NO_PROCESSED_ROW = _commit_variant(
+    "no-processed-row",
+    "processed_messages: processed|{m} commits with the state",
+    "processed_messages",
+    _leave_out(PROCESSED_PREFIX),
+)
+NO_PROCESSED_OR_AUDIT_ROW = _commit_variant(
+    "no-processed-or-audit-row",
+    "processed_messages: processed|{m} commits with the state, and so does audit|{m}, whose "
+    "insert otherwise stops a second commit",
+    "processed_messages",
+    _leave_out(PROCESSED_PREFIX, AUDIT_PREFIX),
+)
+NO_STATE_WITH_RECORD = _commit_variant(
+    "no-state-with-record",
+    "processed_messages: the state change commits with processed|{m}",
+    "processed_messages",
+    _state_left_out,
+)
+SIGNALS_UNRECORDED = _commit_variant(
+    "signals-unrecorded",
+    "processed_messages: processed|{m} records the signals its commit created",
+    "processed_messages",
+    _signals_unrecorded,
+)
+NO_INDEX_ROW = _commit_variant(
+    "no-index-row",
+    "state_based: msgidx|{m} commits with the version",
+    "state_based",
+    _leave_out(INDEX_PREFIX),
+)
+NO_VERSION_ROW = _commit_variant(
+    "no-version-row",
+    "state_based: version|{n} commits with the state row",
+    "state_based",
+    _leave_out(VERSION_PREFIX),
+)
+NO_OUTBOX_ENTRY = _commit_variant(
+    "no-outbox-entry",
+    "entity_outbox: the entry for m commits inside the state row",
+    "entity_outbox",
+    _state_without_outbox_map,
+)
+
+
+LOST_UPDATE = _commit_variant(
+    "state-without-etag",
+    "R5: the state is written If-Match its ETag (else a concurrent update is lost)",
+    "token",
+    _state_without_etag,
+)
+NO_RETENTION = Variant(
+    "no-retention",
+    "window modes: the cleanup removes dedup records older than the retention period",
+    retention=100 * 365 * 24 * 3600.0,
+    modes=("processed_messages", "state_based", "entity_outbox"),
+)
+
+VARIANTS = {
+    v.name: v
+    for v in (
+        NO_CLAIM,
+        NO_OUTBOX_IN_COMMIT,
+        DELETE_BEFORE_SEND,
+        REUSED_ATTEMPT_ID,
+        INGRESS_DOUBLE_SEND,
+        LOST_UPDATE,
+        NO_CLEANUP_FENCE,
+        RETIRED_BEFORE_R7,
+        NO_PROCESSED_ROW,
+        NO_PROCESSED_OR_AUDIT_ROW,
+        NO_STATE_WITH_RECORD,
+        SIGNALS_UNRECORDED,
+        NO_INDEX_ROW,
+        NO_VERSION_ROW,
+        NO_OUTBOX_ENTRY,
+        NO_RETENTION,
+    )
+}

@@ -1,8 +1,0 @@
-"""Entry point of ``python -m shared.bench``."""
-
-import sys
-
-from shared.bench.cli import main
-
-if __name__ == "__main__":  # host processes import this module too; only the bench runs it
-    sys.exit(main())

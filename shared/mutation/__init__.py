@@ -1,7 +1,0 @@
-"""Mutation testing of the protocol modules: ``make mutate`` (``python -m shared.mutation``).
-
-Each mutant in ``shared.mutation.mutants`` is one plausible bug written into a copy of the
-repository; the protocol tests and a bounded simulator run must fail on it (the mutant is
-killed). A mutant that survives is either equivalent (the docs say why) or a gap in the
-evidence. Results and their triage: ``docs/mutation.md``.
-"""
