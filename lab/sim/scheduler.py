@@ -55,6 +55,12 @@ class SimulationHung(BusError):
     """A simulated process neither reached a storage operation nor finished."""
 
 
+class ConcurrentOperations(BaseException):
+    """A simulated process reached a second storage operation while one was pending. A
+    BaseException, like ``SimulatedCrash``, so no handler in the code under test swallows it;
+    the process ends and the run reports it as an unexpected error."""
+
+
 class Scheduler:
     def __init__(self, idle_timeout: float | None = None) -> None:
         self.processes: list[Process] = []
@@ -71,10 +77,31 @@ class Scheduler:
         process = _current.get()
         if process is None:
             return
+        if process._release is not None and not process._release.done():
+            # Two tasks of one process (a TaskGroup, gather) at storage at once: each would need
+            # its own decision, and one pending operation per process cannot give it. End the
+            # process loudly (a reported error) rather than lose track of the parked one: that
+            # one is cancelled too, so the process is not taken as waiting until it has ended.
+            message = (
+                f"{process.name} started {operation.kind} {operation.target} while "
+                f"{process.pending} was pending: the scheduler runs one operation of a "
+                "process at a time"
+            )
+            process._release.cancel()
+            raise ConcurrentOperations(message)
         process.pending = operation
         release = process._release = asyncio.get_running_loop().create_future()
         self._signal_idle()
-        await release
+        try:
+            await release
+        except asyncio.CancelledError:
+            # Cancelled while parked (a sibling task failed and its TaskGroup cancelled the
+            # rest): the operation never happened, and the process runs on to handle the
+            # cancellation, so it no longer waits here.
+            if process._release is release:
+                process.pending = None
+                process._release = None
+            raise
         process.pending = None
         process.operations += 1
 
@@ -89,6 +116,8 @@ class Scheduler:
                 process.outcome = await body()
             except SimulatedCrash:
                 process.outcome = "crashed"
+            except ConcurrentOperations as e:
+                process.outcome = f"raised {type(e).__name__}: {e}"
             except BusError as e:
                 # A storage error the process did not handle: it ends, as a function would.
                 process.outcome = f"failed: {type(e).__name__}"
@@ -102,38 +131,57 @@ class Scheduler:
         def start() -> None:
             process._task = asyncio.create_task(main())
 
-        await self._run_until_idle(start)
+        await self._run_until_idle(start, process)
         return process
 
     async def step(self, process: Process) -> None:
         """Let ``process`` perform its pending operation and run on to its next one."""
         release = process._release
-        if release is None or process.done:
+        if release is None or release.done() or process.done:
             raise RuntimeError(f"process {process.name} is not waiting at an operation")
         if self.idle_timeout is not None:
-            await self._run_until_idle(lambda: release.set_result(None))
+            await self._run_until_idle(lambda: release.set_result(None), process)
             return
         # In-memory stores: the _run_until_idle of every step, without its timer and calls.
-        idle = self._idle = release.get_loop().create_future()
+        loop = release.get_loop()
+        idle = self._idle = loop.create_future()
         release.set_result(None)
         await idle
+        while not self._settled(process):
+            idle = self._idle = loop.create_future()
+            await idle
 
     def live(self) -> list[Process]:
         return [p for p in self.processes if not p.done]
 
-    async def _run_until_idle(self, start: Callable[[], None]) -> None:
-        idle = self._idle = asyncio.get_running_loop().create_future()
+    async def _run_until_idle(self, start: Callable[[], None], process: Process) -> None:
+        """Run ``start`` and then the loop until ``process`` is settled (``_settled``)."""
+        loop = asyncio.get_running_loop()
+        idle = self._idle = loop.create_future()
         start()
-        if self.idle_timeout is None:
-            await idle
-            return
-        try:
-            await asyncio.wait_for(asyncio.shield(idle), self.idle_timeout)
-        except TimeoutError:
-            raise SimulationHung(
-                f"a simulated process ran for {self.idle_timeout}s without reaching a "
-                "storage operation"
-            ) from None
+        while True:
+            if self.idle_timeout is None:
+                await idle
+            else:
+                try:
+                    await asyncio.wait_for(asyncio.shield(idle), self.idle_timeout)
+                except TimeoutError:
+                    raise SimulationHung(
+                        f"a simulated process ran for {self.idle_timeout}s without reaching a "
+                        "storage operation"
+                    ) from None
+            if self._settled(process):
+                return
+            idle = self._idle = loop.create_future()
+
+    @staticmethod
+    def _settled(process: Process) -> bool:
+        """Whether ``process`` has stopped running: it has ended, or it is parked at an
+        operation that is still to be decided. An idle signal alone does not say so: a task
+        that parked at a gate may be cancelled right after (its TaskGroup aborting when a
+        sibling crashed), and the process then runs on until it parks again or ends, each of
+        which signals again."""
+        return process.done or (process._release is not None and not process._release.done())
 
     def _signal_idle(self) -> None:
         if self._idle is not None and not self._idle.done():
