@@ -22,7 +22,7 @@ from pathlib import Path
 from lab.host import chaos
 from lab.host.functions import load_functions
 from lab.host.host import HostConfig, LocalHost
-from lab.host.http import MAX_REQUEST_BYTES, Keys
+from lab.host.http import MAX_CONNECTIONS, MAX_REQUEST_BYTES, Keys
 from shared import runtime
 from shared.errors import BusError
 from shared.settings import DEFAULTS, load_storage_settings, resolve_settings
@@ -61,6 +61,13 @@ def parser() -> argparse.ArgumentParser:
         help="largest HTTP request body read (default 100 MB, the Functions host's limit); "
         "a larger one gets 413 without being read",
     )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=MAX_CONNECTIONS,
+        help=f"HTTP connections open at once (default {MAX_CONNECTIONS}); one more is "
+        "answered 503 and closed",
+    )
     p.add_argument("--functions", nargs="+", help="run only these functions")
     p.add_argument(
         "--verbose",
@@ -88,7 +95,11 @@ def main(argv: list[str] | None = None) -> int:
             args.host_json or folder / "host.json", args.lease_seconds
         )
         config = HostConfig(
-            config.queues, config.function_timeout, args.drain_seconds, args.max_request_bytes
+            config.queues,
+            config.function_timeout,
+            args.drain_seconds,
+            args.max_request_bytes,
+            args.max_connections,
         )
         # Faults and the outcome log, when the settings ask for them, wrap the worker the
         # app builds on import (``shared.runtime``): set before the app is loaded.
