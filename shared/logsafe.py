@@ -6,14 +6,20 @@ log: ``shown`` escapes every control character (newlines, carriage returns, esca
 the Unicode line and paragraph separators, lone surrogates) as a backslash sequence and bounds
 the length, saying how much was cut. What it returns is one printable line; what is already
 printable (ASCII or not) stays as it is, so ordinary names read as before.
+
+A backslash is left as it is, so ``shown`` may be applied twice (where an error text built
+from escaped values reaches a log line that escapes it again) without doubling anything: the
+guarantee is that no control character gets through, not that the escaping can be undone.
 """
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 LIMIT = 300
 """Characters of an outside value kept in one log line; the rest is counted, not shown."""
 
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def _escaped(char: str) -> str:
@@ -31,11 +37,24 @@ def _escaped(char: str) -> str:
 def shown(value: object, limit: int = LIMIT) -> str:
     """``value`` (``str()`` of it when not a string) as one printable line of at most about
     ``limit`` characters: control characters escaped, the rest cut with the count of what
-    was left out. A backslash is doubled, so an escape in the output cannot be forged by the
-    input."""
+    was left out."""
     text = value if isinstance(value, str) else str(value)
     head = text[:limit]
-    out = "".join(_escaped(c) if not c.isprintable() or c == "\\" else c for c in head)
+    out = "".join(c if c.isprintable() else _escaped(c) for c in head)
     if len(text) > limit:
         out += f"...({len(text) - limit} more characters)"
     return out
+
+
+def problems(error: ValidationError, what: str = "value", most: int = 10) -> str:
+    """A pydantic validation error as one line: each problem's location (the key names a
+    sender chose) and message, escaped, at most ``most`` of them. ``str(error)`` would put
+    the key names in raw, one problem a line."""
+    listed = error.errors()
+    text = "; ".join(
+        f"{shown('.'.join(map(str, e['loc'])) or what, 100)}: {shown(e['msg'], 200)}"
+        for e in listed[:most]
+    )
+    if len(listed) > most:
+        text += f"; and {len(listed) - most} more"
+    return text
