@@ -260,6 +260,13 @@ def error_response(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
+def complaint(error: object) -> str:
+    """What aiohttp's parser says is wrong, without the bytes it quotes after a blank line:
+    they are the client's request line or header, ``?code=`` (the function key) included."""
+    description = str(error).split("\n\n", 1)[0]
+    return shown(" ".join(part.strip() for part in description.splitlines()).rstrip(":"), 200)
+
+
 class AccessLog(AbstractAccessLogger):
     """One line per answered request: method, path without the query string (``?code=`` is
     a key), status, size and seconds; the method and path escaped, as a client wrote them."""
@@ -348,7 +355,7 @@ class JsonErrorHandler(web.RequestHandler):
             self.log_exception("error handling a request from %s", request.remote, exc_info=exc)
         else:
             # The client's fault: one line, so that garbage cannot flood the log with traces.
-            log.info("malformed request from %s: %s", request.remote, shown(message or exc))
+            log.info("malformed request from %s: %s", request.remote, complaint(message or exc))
         text = message if message and status < HTTPStatus.INTERNAL_SERVER_ERROR else None
         response = error_response(status, text or HTTPStatus(status).phrase.lower())
         response.force_close()

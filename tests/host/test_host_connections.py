@@ -201,6 +201,16 @@ def test_the_access_log_holds_no_key_and_no_forged_line(host: HostProcess) -> No
     with pytest.raises(urllib.error.HTTPError) as missing:
         urllib.request.urlopen(f"{host.url}{forged.replace(' ', '%20')}", timeout=30)
     assert missing.value.code == 404
+    # Requests aiohttp itself refuses: its error text quotes what it could not parse.
+    for malformed in (
+        f"GET /api/health?code={KEY} HTTP/1.1\r\nHost: x\r\nBad Header Line\r\n\r\n",
+        f"GET /api/health?code={KEY} HTTP/9.9\r\nHost: x\r\n\r\n",
+        f"GET /api/health?x=1&code={KEY}\x01\nforged: outcome=processed HTTP/1.1\r\n\r\n",
+        f"G\x1bT /api/health?code={KEY} HTTP/1.1\r\nHost: x\r\n\r\n",
+    ):
+        with socket.create_connection(("127.0.0.1", host.port), timeout=30) as sock:
+            sock.sendall(malformed.encode())
+            assert read_reply(sock, time.monotonic()).status == 400
     time.sleep(0.5)  # the access log line follows the answer
     log = host.log_path.read_text(errors="replace")
     assert KEY not in log
