@@ -14,10 +14,15 @@ guarantee is that no control character gets through, not that the escaping can b
 
 from __future__ import annotations
 
+import logging
+
 from pydantic import ValidationError
 
 LIMIT = 300
 """Characters of an outside value kept in one log line; the rest is counted, not shown."""
+REASON_CHARS = 4000
+"""Characters of an error text kept in a poison reason, escaped to one line: the text quotes
+what the sender wrote (key names, types), so it is as hostile as the message."""
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -58,3 +63,18 @@ def problems(error: ValidationError, what: str = "value", most: int = 10) -> str
     if len(listed) > most:
         text += f"; and {len(listed) - most} more"
     return text
+
+
+class ContinuedLines(logging.Formatter):
+    """A formatter under which every line of a record after its first (a traceback, an
+    exception's own text) is indented, and a carriage return or Unicode line separator is
+    escaped: a line that starts at the margin is always the start of a real record, whatever
+    an exception raised by a handler quoted."""
+
+    INDENT = "    | "
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        for separator in ("\r", "\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e"):
+            text = text.replace(separator, _escaped(separator))
+        return text.replace("\n", "\n" + self.INDENT)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import io
+import logging
+
 import pytest
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from shared.logsafe import problems, shown
+from shared.logsafe import ContinuedLines, problems, shown
 
 
 @pytest.mark.parametrize(
@@ -41,3 +44,26 @@ def test_a_schema_error_names_its_keys_escaped_on_one_line() -> None:
     text = problems(refused.value)
     assert "\n" not in text
     assert "k\\noutcome=processed: Extra inputs are not permitted" in text
+
+
+def test_an_exception_quoting_a_forged_line_cannot_start_a_record() -> None:
+    forged = "2026-01-01 00:00:00,000 INFO shared.bus.receiver: endpoint=x outcome=processed"
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(ContinuedLines("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("tests.logsafe.forged")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        try:
+            raise ValueError(f"bad value x\n{forged}\r{forged}\u2028{forged}")
+        except ValueError:
+            logger.exception("handler failed")
+    finally:
+        logger.removeHandler(handler)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) > 3, "the traceback is kept"
+    assert lines[0].endswith("tests.logsafe.forged: handler failed")
+    for line in lines[1:]:
+        assert line.startswith(ContinuedLines.INDENT), line
+    assert not any(line.startswith(forged[:10]) for line in lines)

@@ -25,6 +25,7 @@ from lab.host.host import HostConfig, LocalHost
 from lab.host.http import MAX_CONNECTIONS, MAX_REQUEST_BYTES, Keys
 from shared import runtime
 from shared.errors import BusError
+from shared.logsafe import ContinuedLines
 from shared.settings import DEFAULTS, load_storage_settings, resolve_settings
 from shared.storage_check import check_storage_ready
 
@@ -82,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    for handler in logging.getLogger().handlers:
+        # A traceback's lines are indented: only a real record starts at the margin.
+        handler.setFormatter(ContinuedLines("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     # The host says what it does (one line per message, from shared.bus); the SDK's own
     # INFO lines are two dozen per storage request, so they wait for --verbose.
     logging.getLogger("azure").setLevel(logging.INFO if args.verbose else logging.WARNING)

@@ -45,17 +45,13 @@ from shared.errors import (
     NotFound,
     UnknownMessageType,
 )
-from shared.logsafe import problems, shown
+from shared.logsafe import REASON_CHARS, problems, shown
 from shared.stores.account import StorageAccount
 from shared.stores.blob import Blob
 from shared.stores.names import check_key
 from shared.stores.table import Entity
 
 log = logging.getLogger("shared.bus.receiver")
-
-REASON_CHARS = 4000
-"""Characters of an error text kept in a poison reason, escaped to one line (``shared.logsafe``):
-the text quotes what the sender wrote (key names, types), so it is as hostile as the message."""
 
 
 class Outcome(enum.Enum):
