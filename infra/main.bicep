@@ -49,6 +49,9 @@ param storagePublicNetworkAccess string = 'Enabled'
 ])
 param storageSkuName string = 'Standard_ZRS'
 
+@description('Optional. Create the storage account with hierarchical namespaces (Data Lake Storage Gen2). Off by default; only when on do the app identity and the deployer get Storage Blob Data Owner (POSIX ACLs) instead of Storage Blob Data Contributor.')
+param storageHierarchicalNamespace bool = false
+
 @description('Optional. Object id of the person (or pipeline) deploying, granted the same storage data roles as the app so local tools can use Entra ID; leave empty to skip.')
 param deployerPrincipalId string = ''
 
@@ -163,6 +166,7 @@ module storage 'app/storage.bicep' = {
     tags: tags
     skuName: storageSkuName
     publicNetworkAccess: storagePublicNetworkAccess
+    isHnsEnabled: storageHierarchicalNamespace
     logAnalyticsWorkspaceId: monitoring.outputs.logAnalyticsWorkspaceId
   }
 }
@@ -175,6 +179,7 @@ module appRoles 'app/roles.bicep' = {
     principalType: 'ServicePrincipal'
     appInsightsName: monitoring.outputs.appInsightsName
     assignMonitoringRole: true
+    hierarchicalNamespace: storageHierarchicalNamespace
   }
 }
 
@@ -186,6 +191,7 @@ module deployerRoles 'app/roles.bicep' = if (!empty(deployerPrincipalId)) {
     principalType: deployerPrincipalType
     appInsightsName: monitoring.outputs.appInsightsName
     assignMonitoringRole: false
+    hierarchicalNamespace: storageHierarchicalNamespace
   }
 }
 

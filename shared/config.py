@@ -23,7 +23,7 @@ from pathlib import Path
 
 from shared import app_settings as s
 from shared.bus.config import BusConfig
-from shared.bus.state.connection import PostgresSettings
+from shared.bus.state.connection import PostgresSettings, url_problem
 from shared.cleanup.settings import CleanupSettings
 from shared.errors import ConfigurationError
 from shared.host_json import QueueSettings
@@ -87,12 +87,13 @@ def _postgres(settings: Settings) -> PostgresSettings:
         if name.startswith(prefix) and value.strip()
     }
     for name, value in {s.POSTGRES_URL.name: url, **overrides}.items():
-        if value is not None and not value.startswith(("postgresql://", "postgres://")):
+        problem = None if value is None else url_problem(value)
+        if problem is not None:
             setting = name if name == s.POSTGRES_URL.name else prefix + name
             raise ConfigurationError(
                 f"app setting {setting} (from the {settings.origin(setting)}) is not accepted: "
-                f"it must be {s.POSTGRES_URL.accepts} (the value is not shown: it may hold a "
-                "password)"
+                f"{problem}; it must be {s.POSTGRES_URL.accepts} (the value is not shown: it "
+                "may hold a password)"
             )
     return PostgresSettings(
         url=url,

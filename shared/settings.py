@@ -108,13 +108,17 @@ class StorageSettings:
 def parse_connection_string(value: str) -> dict[str, str]:
     """Split ``Key=Value;...`` into a dict; values may contain '=' (base64 keys)."""
     parts: dict[str, str] = {}
-    for item in value.split(";"):
+    for number, item in enumerate(value.split(";"), 1):
         item = item.strip()
         if not item:
             continue
         key, sep, val = item.partition("=")
         if not sep:
-            raise ConfigurationError(f"malformed connection string part {key!r} (no '=')")
+            # Not quoted: a part without '=' may be a key split off by a stray ';'.
+            raise ConfigurationError(
+                f"malformed connection string: part {number} has no '=' (the value is not "
+                "shown: it may hold a key)"
+            )
         parts[key.strip()] = val.strip()
     return parts
 

@@ -167,6 +167,31 @@ def test_a_bad_value_is_an_error_naming_the_setting_and_what_it_accepts(
     assert accepts in message
 
 
+SECRET = "hunter2-not-real"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("BUS_POSTGRES_URL", f"host=db.example port=5432 user=bus password={SECRET}"),
+        ("BUS_POSTGRES_URL", f"jdbc:postgresql://db.example:5432/bus?password={SECRET}"),
+        ("BUS_POSTGRES_URL", f"Server=db.example;Database=bus;User Id=bus;Password={SECRET};"),
+        ("BUS_POSTGRES_URL", f"postgresql://bus:{SECRET}@db.example:port/bus"),
+        ("BUS_POSTGRES_URL_BILLING", f"host=db.example password={SECRET}"),
+    ],
+    ids=["keyword", "jdbc", "ado.net", "bad-port", "endpoint-keyword"],
+)
+def test_a_postgres_setting_in_another_form_is_refused_without_echoing_it(
+    name: str, value: str
+) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        config(**{name: value})
+    message = str(refused.value)
+    assert f"app setting {name} (from the environment) is not accepted" in message
+    assert SECRET not in message
+    assert "db.example" not in message, "nothing of the value is quoted"
+
+
 def test_a_bad_value_stops_the_worker_at_start_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

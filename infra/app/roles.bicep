@@ -2,9 +2,12 @@
 //
 // The storage roles are the narrowest built-in roles that cover what the
 // principal does:
-//   * Storage Blob Data Owner: the Functions host takes blob leases for its own
-//     coordination and reads the deployment package; the bus keeps claim-check
-//     payloads and tokens in blobs.
+//   * Storage Blob Data Contributor: the Functions host takes blob leases for
+//     its own coordination and reads the deployment package; the bus keeps
+//     claim-check payloads and tokens in blobs. Read, write, delete and lease
+//     need no more. Storage Blob Data Owner (which adds setting POSIX ACLs and
+//     ownership) is granted instead only when the account has hierarchical
+//     namespaces (hierarchicalNamespace), where the ACLs are part of access.
 //   * Storage Queue Data Contributor: send, peek, receive and delete messages.
 //   * Storage Table Data Contributor: read and write table entities.
 // Monitoring Metrics Publisher on Application Insights lets the principal send
@@ -30,12 +33,18 @@ param principalType string = 'ServicePrincipal'
 @description('Required. Name of the Application Insights component the principal may publish telemetry to.')
 param appInsightsName string
 
+@description('Optional. Whether the storage account has hierarchical namespaces (Data Lake Storage); only then is Storage Blob Data Owner granted instead of Storage Blob Data Contributor.')
+param hierarchicalNamespace bool = false
+
 @description('Optional. Whether to grant Monitoring Metrics Publisher on the Application Insights component (the app needs it; a person running local tools does not).')
 param assignMonitoringRole bool = true
 
 // Built-in role definition ids (the same in every tenant).
+var storageBlobDataContributorRoleId = 'ba92f5b4-2d11-453d-a403-e96b0029c9fe'
+var storageBlobDataOwnerRoleId = 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b'
+
 var storageDataRoles = {
-  storageBlobDataOwner: 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b'
+  storageBlobData: hierarchicalNamespace ? storageBlobDataOwnerRoleId : storageBlobDataContributorRoleId
   storageQueueDataContributor: '974c5e8b-45b9-4653-ba55-5f855dd0fb88'
   storageTableDataContributor: '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3'
 }

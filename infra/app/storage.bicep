@@ -38,6 +38,9 @@ param publicNetworkAccess string = 'Enabled'
 @description('Optional. Resource id of a Log Analytics workspace that receives blob, queue and table request logs; no diagnostic settings are created when empty.')
 param logAnalyticsWorkspaceId string = ''
 
+@description('Optional. Enable hierarchical namespaces (Data Lake Storage Gen2). Off by default: the bus needs flat blob containers only, and with it off the app identity gets Storage Blob Data Contributor rather than Owner.')
+param isHnsEnabled bool = false
+
 @description('Optional. Days that deleted blobs and containers stay recoverable.')
 @minValue(1)
 @maxValue(365)
@@ -64,6 +67,7 @@ resource storageAccount 'Microsoft.Storage/storageAccounts@2023-05-01' = {
   }
   properties: {
     accessTier: 'Hot'
+    isHnsEnabled: isHnsEnabled
     allowSharedKeyAccess: false
     allowBlobPublicAccess: false
     allowCrossTenantReplication: false

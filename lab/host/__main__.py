@@ -22,9 +22,10 @@ from pathlib import Path
 from lab.host import chaos
 from lab.host.functions import load_functions
 from lab.host.host import HostConfig, LocalHost
-from lab.host.http import MAX_REQUEST_BYTES, Keys
+from lab.host.http import MAX_CONNECTIONS, MAX_REQUEST_BYTES, Keys
 from shared import runtime
 from shared.errors import BusError
+from shared.logsafe import ContinuedLines
 from shared.settings import DEFAULTS, load_storage_settings, resolve_settings
 from shared.storage_check import check_storage_ready
 
@@ -61,6 +62,13 @@ def parser() -> argparse.ArgumentParser:
         help="largest HTTP request body read (default 100 MB, the Functions host's limit); "
         "a larger one gets 413 without being read",
     )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=MAX_CONNECTIONS,
+        help=f"HTTP connections open at once (default {MAX_CONNECTIONS}); one more is "
+        "answered 503 and closed",
+    )
     p.add_argument("--functions", nargs="+", help="run only these functions")
     p.add_argument(
         "--verbose",
@@ -75,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    for handler in logging.getLogger().handlers:
+        # A traceback's lines are indented: only a real record starts at the margin.
+        handler.setFormatter(ContinuedLines("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     # The host says what it does (one line per message, from shared.bus); the SDK's own
     # INFO lines are two dozen per storage request, so they wait for --verbose.
     logging.getLogger("azure").setLevel(logging.INFO if args.verbose else logging.WARNING)
@@ -88,7 +99,11 @@ def main(argv: list[str] | None = None) -> int:
             args.host_json or folder / "host.json", args.lease_seconds
         )
         config = HostConfig(
-            config.queues, config.function_timeout, args.drain_seconds, args.max_request_bytes
+            config.queues,
+            config.function_timeout,
+            args.drain_seconds,
+            args.max_request_bytes,
+            args.max_connections,
         )
         # Faults and the outcome log, when the settings ask for them, wrap the worker the
         # app builds on import (``shared.runtime``): set before the app is loaded.

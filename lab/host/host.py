@@ -25,7 +25,7 @@ from aiohttp import web
 from azure.functions.queue import QueueMessage
 
 from lab.host.functions import LoadedApp, QueueFunction, invoke
-from lab.host.http import MAX_REQUEST_BYTES, ROUTE_PREFIX, HttpFrontEnd, Keys
+from lab.host.http import MAX_CONNECTIONS, MAX_REQUEST_BYTES, ROUTE_PREFIX, HttpFrontEnd, Keys
 from lab.host.queue_worker import MessageHandler, QueueWorker
 from lab.host.timers import run_timer
 from shared import health
@@ -47,10 +47,14 @@ class HostConfig:
     function_timeout: float = DEFAULT_FUNCTION_TIMEOUT
     drain_seconds: float = 30.0
     max_request_bytes: int = MAX_REQUEST_BYTES
+    max_connections: int = MAX_CONNECTIONS
+    """HTTP connections open at once; one more is answered 503 and closed."""
 
     def __post_init__(self) -> None:
         if self.max_request_bytes < 1:
             raise ConfigurationError("the request size limit must be at least 1 byte")
+        if self.max_connections < 1:
+            raise ConfigurationError("the connection cap must be at least 1")
 
     @classmethod
     def from_host_json(cls, path: Path, lease_seconds: float | None = None) -> HostConfig:
@@ -129,6 +133,7 @@ class LocalHost:
             self.keys,
             self.config.function_timeout,
             max_request_bytes=self.config.max_request_bytes,
+            max_connections=self.config.max_connections,
         )
         runner = front.runner(shutdown_timeout=self.config.drain_seconds)
         await runner.setup()

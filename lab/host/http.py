@@ -9,8 +9,14 @@ regard to case, ``/api`` included, as on Azure.
 Bodies are read with two bounds: at most ``max_request_bytes`` (a larger Content-Length is
 refused with 413 before anything is read, a streamed body as soon as it passes the limit) and
 within ``BODY_READ_SECONDS`` (408 otherwise), so a client can hold neither memory nor a
-connection; a connection that has not sent its first request's headers within
-``HEADERS_SECONDS`` is closed. Every error the host itself answers is JSON: ``{"error": "..."}``.
+connection. Each request's headers must arrive within ``HEADERS_SECONDS``, counted from
+accept for the first and from the end of the previous answer for the next (an idle kept-alive
+connection is closed the same way); an answer of 401, 404 or 405 closes the connection; and at
+most ``max_connections`` connections are open at once (more are answered 503 and closed).
+Every error the host itself answers is JSON: ``{"error": "..."}``.
+
+The access log names method, path (never the query string, which may carry ``?code=``, the
+function key), status, size and time, each outside value escaped by ``shared.logsafe``.
 """
 
 from __future__ import annotations
@@ -22,13 +28,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
+from typing import Any
 
 import azure.functions as func
 from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
 from aiohttp.web_protocol import RequestPayloadError
 
 from lab.host.functions import HttpFunction, invoke
 from shared.errors import ConfigurationError
+from shared.logsafe import shown
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +47,13 @@ MAX_REQUEST_BYTES = 100 * 1024 * 1024
 BODY_READ_SECONDS = 5.0
 """How long a request body may take to arrive once its headers are in."""
 HEADERS_SECONDS = 5.0
-"""How long a new connection may take to send its first request's headers."""
+"""How long a connection may take to send a request's headers: from accept for its first
+request, from the end of the previous answer for each next one (idle keep-alive included)."""
+MAX_CONNECTIONS = 256
+"""Connections open at once by default; one more is answered 503 and closed."""
+CLOSING_STATUSES = frozenset({401, 404, 405})
+"""Answers after which the connection is closed: a client that guesses keys or paths gets a
+new connection (and a new header timer) for every guess, not a connection to keep."""
 _PREFIX = re.compile(rf"/{ROUTE_PREFIX}/", re.IGNORECASE)
 _PARAMETER = re.compile(r"\{(\*?)([A-Za-z_][A-Za-z0-9_]*)(?::[^}?]*)?(\??)\}")
 
@@ -149,18 +164,27 @@ class HttpFrontEnd:
         function_timeout: float,
         *,
         max_request_bytes: int = MAX_REQUEST_BYTES,
+        max_connections: int = MAX_CONNECTIONS,
     ):
         self.routes = [Route.compile(f) for f in functions]
         self.keys = keys
         self.function_timeout = function_timeout
         self.max_request_bytes = max_request_bytes
+        self.max_connections = max_connections
 
     def runner(self, shutdown_timeout: float) -> web.ServerRunner:
-        return web.ServerRunner(JsonErrorServer(self.dispatch), shutdown_timeout=shutdown_timeout)
+        server = JsonErrorServer(self.dispatch, max_connections=self.max_connections)
+        return web.ServerRunner(server, shutdown_timeout=shutdown_timeout)
 
     async def dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
         if isinstance(request.protocol, JsonErrorHandler):
             request.protocol.headers_arrived()
+        response = await self._dispatch(request)
+        if response.status in CLOSING_STATUSES:
+            response.force_close()
+        return response
+
+    async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
         prefix = _PREFIX.match(request.path)
         if prefix is None:
             return error_response(404, "not found")
@@ -236,20 +260,73 @@ def error_response(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
+def complaint(error: object) -> str:
+    """What aiohttp's parser says is wrong, without the bytes it quotes after a blank line:
+    they are the client's request line or header, ``?code=`` (the function key) included."""
+    description = str(error).split("\n\n", 1)[0]
+    return shown(" ".join(part.strip() for part in description.splitlines()).rstrip(":"), 200)
+
+
+class AccessLog(AbstractAccessLogger):
+    """One line per answered request: method, path without the query string (``?code=`` is
+    a key), status, size and seconds; the method and path escaped, as a client wrote them."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        self.logger.info(
+            "%s %s %s %d %d %.3fs",
+            request.remote or "-",
+            shown(request.method, 20),
+            shown(request.rel_url.raw_path, 200),
+            response.status,
+            response.body_length,
+            time,
+        )
+
+
 class JsonErrorHandler(web.RequestHandler):
     """aiohttp's connection handler, answering the errors it raises itself (a malformed
     request line or header, an error outside any function) in the host's JSON error form,
-    and closing a connection whose first request's headers do not arrive in time."""
+    closing a connection whose next request's headers do not arrive in time, and refusing a
+    connection over the server's cap."""
 
     _headers_due: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        # aiohttp bounds idle time only between requests of a kept-alive connection: one
-        # that never completes its first request's headers would be held open for ever.
+        server = self._manager
+        if isinstance(server, JsonErrorServer) and server.over_capacity():
+            server.refused_one()
+            body = b'{"error": "too many connections; try again later"}'
+            if isinstance(transport, asyncio.WriteTransport):
+                transport.write(
+                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                    b"Connection: close\r\nContent-Length: "
+                    + str(len(body)).encode()
+                    + b"\r\n\r\n"
+                    + body
+                )
+            self.force_close()
+            transport.close()
+            return
+        # aiohttp bounds idle time only between requests of a kept-alive connection, by
+        # its keep-alive timer: one that never completes a request's headers is bounded here.
+        self._arm_headers_timer()
+
+    def _arm_headers_timer(self) -> None:
+        self.headers_arrived()
         self._headers_due = asyncio.get_running_loop().call_later(
             HEADERS_SECONDS, self._headers_overdue
         )
+
+    async def finish_response(
+        self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
+    ) -> tuple[web.StreamResponse, bool]:
+        answered = await super().finish_response(request, resp, start_time)
+        # The answer is out: the next request's headers are due within HEADERS_SECONDS,
+        # like the first one's (a pipelined request already in cancels this at dispatch).
+        if self.transport is not None and not self._force_close and not self._close:
+            self._arm_headers_timer()
+        return answered
 
     def headers_arrived(self) -> None:
         if self._headers_due is not None:
@@ -262,7 +339,7 @@ class JsonErrorHandler(web.RequestHandler):
 
     def _headers_overdue(self) -> None:
         self._headers_due = None
-        log.info("closing a connection that sent no request within %gs", HEADERS_SECONDS)
+        log.info("closing a connection that sent no whole request within %gs", HEADERS_SECONDS)
         self.force_close()
 
     def handle_error(
@@ -278,7 +355,7 @@ class JsonErrorHandler(web.RequestHandler):
             self.log_exception("error handling a request from %s", request.remote, exc_info=exc)
         else:
             # The client's fault: one line, so that garbage cannot flood the log with traces.
-            log.info("malformed request from %s: %s", request.remote, message or exc)
+            log.info("malformed request from %s: %s", request.remote, complaint(message or exc))
         text = message if message and status < HTTPStatus.INTERNAL_SERVER_ERROR else None
         response = error_response(status, text or HTTPStatus(status).phrase.lower())
         response.force_close()
@@ -286,9 +363,42 @@ class JsonErrorHandler(web.RequestHandler):
 
 
 class JsonErrorServer(web.Server):
-    """The low-level aiohttp server with ``JsonErrorHandler`` for every connection."""
+    """The low-level aiohttp server with ``JsonErrorHandler`` for every connection, at most
+    ``max_connections`` of them open at once."""
+
+    def __init__(
+        self, handler: Any, *, max_connections: int = MAX_CONNECTIONS, **kwargs: Any
+    ) -> None:
+        if max_connections < 1:
+            raise ConfigurationError("the connection cap must be at least 1")
+        super().__init__(handler, **kwargs)
+        self.max_connections = max_connections
+        self.refused = 0
+        self._refusal_logged = -1.0
+
+    def over_capacity(self) -> bool:
+        """Whether the connection just made is one too many (it is already counted)."""
+        return len(self.connections) > self.max_connections
+
+    def refused_one(self) -> None:
+        self.refused += 1
+        now = asyncio.get_running_loop().time()
+        if now - self._refusal_logged >= 10.0:  # one line per 10 s, however many
+            self._refusal_logged = now
+            log.warning(
+                "refusing connections over the cap of %d (%d refused so far)",
+                self.max_connections,
+                self.refused,
+            )
 
     def __call__(self) -> web.RequestHandler:
         # lingering_time=0: a body left unread (refused as too large or too slow) is not
-        # drained after the answer; the connection is closed instead.
-        return JsonErrorHandler(self, loop=asyncio.get_running_loop(), lingering_time=0)
+        # drained after the answer; the connection is closed instead. keepalive_timeout:
+        # aiohttp's own idle bound (an hour by default), as short as the header timer.
+        return JsonErrorHandler(
+            self,
+            loop=asyncio.get_running_loop(),
+            lingering_time=0,
+            keepalive_timeout=HEADERS_SECONDS,
+            access_log_class=AccessLog,
+        )

@@ -24,6 +24,7 @@ from typing import Any
 from shared.bus.poison import error_reason, park
 from shared.errors import BusError, ConfigurationError, NotFound, OutcomeUnknown
 from shared.host_json import QueueSettings
+from shared.logsafe import REASON_CHARS, shown
 from shared.resources import poison_queue
 from shared.stores.account import StorageAccount
 from shared.stores.queue import QueueMessage
@@ -181,7 +182,7 @@ class QueueWorker:
                 enqueued_at=message.inserted_on,
                 failed_at=datetime.now(UTC),
             ),
-            reason=text,
+            reason=shown(text, REASON_CHARS),
             message_id=_message_id(message.content),
         )
         try:
@@ -210,7 +211,7 @@ def _text(error: BaseException) -> str:
     if isinstance(error, TimeoutError) and not str(error):
         return "the function did not finish within functionTimeout"
     lines = str(error).splitlines()
-    return lines[0][:500] if lines else ""
+    return shown(lines[0], 500) if lines else ""
 
 
 def _message_id(content: str) -> str | None:
@@ -221,7 +222,7 @@ def _message_id(content: str) -> str | None:
     except (ValueError, RecursionError):
         return None
     value = data.get("message_id") if isinstance(data, dict) else None
-    return value[:100] if isinstance(value, str) else None
+    return shown(value, 100) if isinstance(value, str) else None
 
 
 def _of_content(handler: Handler) -> MessageHandler:

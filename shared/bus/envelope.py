@@ -21,6 +21,7 @@ from pydantic import (
 from shared.bus.messages import Kind
 from shared.bus.retries import MAX_DELAYED_RETRIES
 from shared.errors import InvalidName, MalformedSignal
+from shared.logsafe import problems
 
 _UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 _SENDER = r"[a-z][a-z0-9]{2,39}"
@@ -159,10 +160,7 @@ class Signal(BaseModel):
         try:
             signal = cls.model_validate(data)
         except ValidationError as e:
-            details = "; ".join(
-                f"{'.'.join(map(str, err['loc'])) or 'signal'}: {err['msg']}" for err in e.errors()
-            )
-            raise MalformedSignal(f"signal has the wrong schema: {details}") from None
+            raise MalformedSignal(f"signal has the wrong schema: {problems(e, 'signal')}") from None
         match = TOKEN_NAME.fullmatch(signal.token)
         if match is None:
             raise MalformedSignal(

@@ -45,6 +45,7 @@ from shared.errors import (
     NotFound,
     UnknownMessageType,
 )
+from shared.logsafe import REASON_CHARS, problems, shown
 from shared.stores.account import StorageAccount
 from shared.stores.blob import Blob
 from shared.stores.names import check_key
@@ -161,8 +162,8 @@ class Pipeline(abc.ABC):
         log.info(
             "endpoint=%s type=%s message_id=%s outcome=%s duration_ms=%.1f try=%d",
             self.endpoint.name,
-            delivery.message_type or "-",
-            delivery.message_id or "-",
+            shown(delivery.message_type or "-", 100),
+            shown(delivery.message_id or "-", 100),
             outcome.value,
             (time.monotonic() - delivery.started) * 1000,
             delivery.dequeue_count,
@@ -187,11 +188,11 @@ class Pipeline(abc.ABC):
                 log.warning(
                     "endpoint=%s message_id=%s: immediate retry %d of %d after %s: %s",
                     self.endpoint.name,
-                    delivery.message_id or "-",
+                    shown(delivery.message_id or "-", 100),
                     retried,
                     policy.immediate,
                     type(error).__name__,
-                    (str(error).splitlines() or [""])[0],
+                    shown(error),
                 )
 
     async def _receive(self, delivery: Delivery) -> Outcome:
@@ -255,15 +256,15 @@ class Pipeline(abc.ABC):
             log.warning(
                 "endpoint %s: delayed retry of %s not scheduled (%s); the host retries it",
                 self.endpoint.name,
-                signal.message_id,
-                sending,
+                shown(signal.message_id),
+                shown(sending),
             )
             return None
         log.warning(
             "%s failed: %s: %s; delayed retry %d of %d in %.0f s",
             self._where(delivery),
             type(error).__name__,
-            (str(error).splitlines() or [""])[0],
+            shown(error),
             done + 1,
             len(policy.delays),
             delay,
@@ -272,8 +273,9 @@ class Pipeline(abc.ABC):
 
     def _where(self, delivery: Delivery) -> str:
         return (
-            f"receiving message {delivery.message_id or '(no id)'} of type "
-            f"{delivery.message_type or '(not decoded)'} at endpoint {self.endpoint.name}, "
+            f"receiving message {shown(delivery.message_id or '(no id)', 100)} of type "
+            f"{shown(delivery.message_type or '(not decoded)', 100)} at endpoint "
+            f"{self.endpoint.name}, "
             f"try {delivery.dequeue_count}"
         )
 
@@ -283,8 +285,7 @@ class Pipeline(abc.ABC):
         """Park ``raw`` (the delivery's text, or its signal afresh) with ``error`` (and
         ``note``, why now) as its reason."""
         where = self._where(delivery)
-        first = (str(error).splitlines() or [""])[0]
-        log.error("%s failed: %s: %s", where, type(error).__name__, first, exc_info=error)
+        log.error("%s failed: %s: %s", where, type(error).__name__, shown(error), exc_info=error)
         reason = error_reason(
             self.endpoint.name,
             error,
@@ -294,6 +295,7 @@ class Pipeline(abc.ABC):
             enqueued_at=delivery.enqueued_at,
             failed_at=to_datetime(self.config.clock()),
         )
+        reason = replace(reason, reason=shown(reason.reason, REASON_CHARS))
         if note:
             reason = replace(reason, reason=f"{reason.reason} ({note})")
         await self._park(raw, reason)
@@ -305,6 +307,7 @@ class Pipeline(abc.ABC):
         part."""
 
     async def _poison(self, delivery: Delivery, reason: str, error_type: str) -> Outcome:
+        reason = shown(reason, REASON_CHARS)
         log.error("endpoint %s: parking message in poison queue: %s", self.endpoint.name, reason)
         await self._park(
             delivery.raw,
@@ -342,7 +345,9 @@ class Pipeline(abc.ABC):
         try:
             envelope = Envelope.from_bytes(token.envelope_bytes)
         except ValidationError as e:
-            raise MalformedSignal(f"token {signal.token} does not hold an envelope: {e}") from None
+            raise MalformedSignal(
+                f"token {signal.token} does not hold an envelope: {problems(e, 'envelope')}"
+            ) from None
         delivery.message_type = envelope.type
         if envelope.id != signal.message_id or envelope.partition_key != signal.partition_key:
             raise MalformedSignal(
@@ -359,7 +364,7 @@ class Pipeline(abc.ABC):
         if found is None:
             raise UnknownMessageType(
                 f"endpoint {self.endpoint.name} has no handler for message type "
-                f"{envelope.type!r} (message {envelope.id}); it handles "
+                f"{shown(envelope.type)!r} (message {shown(envelope.id)}); it handles "
                 f"{sorted(self.endpoint.handlers)}"
             )
         model, _ = found
@@ -367,7 +372,8 @@ class Pipeline(abc.ABC):
             message = model.model_validate(envelope.body)
         except ValidationError as e:
             raise MessageSchemaError(
-                f"message {envelope.id} of type {envelope.type} does not match its schema: {e}"
+                f"message {shown(envelope.id)} of type {shown(envelope.type)} does not match "
+                f"its schema: {problems(e, 'body')}"
             ) from None
         # Checked on the token's own content, before anything is written: an early signal
         # (however it came) only hides itself again.

@@ -35,6 +35,7 @@ from shared.errors import (
     TransactionFailed,
     UnknownMessageType,
 )
+from shared.logsafe import shown
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +178,7 @@ class Receiver(Pipeline):
                 "reading the token",
                 self.endpoint.name,
                 signal.token,
-                e,
+                shown(e),
             )
             return None
         return token, envelope, message

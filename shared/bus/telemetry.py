@@ -32,6 +32,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from shared.clock import Clock, to_datetime
+from shared.logsafe import shown
 
 if TYPE_CHECKING:
     from shared.bus.envelope import Envelope
@@ -300,10 +301,11 @@ class Receiving:
         self.span = self._start(remote_context(envelope.headers))
         self.span.set_attributes(
             {
-                "messaging.message.id": envelope.id,
-                "messaging.message.conversation_id": envelope.correlation_id,
-                "bus.message.type": envelope.type,
-                "bus.source": envelope.source,
+                # Set before the type is checked: what the sender wrote, escaped.
+                "messaging.message.id": shown(envelope.id, 100),
+                "messaging.message.conversation_id": shown(envelope.correlation_id, 100),
+                "bus.message.type": shown(envelope.type, 100),
+                "bus.source": shown(envelope.source, 100),
             }
         )
         self._attached = otel_context.attach(trace.set_span_in_context(self.span))

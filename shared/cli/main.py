@@ -3,11 +3,14 @@
 Settings are resolved like the function app's (``shared.settings``): a command-line option,
 else the environment, else ``local.settings.json`` Values in the current folder, else the
 defaults. The app is the one named by ``BUS_APP`` (``--app``; default the sample app).
-Storage: ``--connection-string``, else the connection setting named by ``--setting`` (default
-``BUS_STORAGE_SETTING``, else AzureWebJobsStorage). A connection setting that no source sets
-is an error, never a silent fallback to the emulator. Every app setting (docs/settings.md) and
-the host.json of the current folder are read once, before the command runs
-(``shared.config``): a bad value is a configuration error (exit 3) naming the setting.
+Storage: the connection setting named by ``--setting`` (default ``BUS_STORAGE_SETTING``, else
+AzureWebJobsStorage) from the environment or ``local.settings.json``, or a connection string
+read from ``--connection-string-file PATH``. ``--connection-string`` still works but warns on
+stderr: the account key would be in the process list for every user of the machine. A
+connection setting that no source sets is an error, never a silent fallback to the emulator.
+Every app setting (docs/settings.md) and the host.json of the current folder are read once,
+before the command runs (``shared.config``): a bad value is a configuration error (exit 3)
+naming the setting.
 
 Exit codes: 0 done; 1 failed (storage error, unreachable or refused); 2 bad usage or input;
 3 configuration (no connection, an app that cannot be loaded, a stale resources file,
@@ -80,7 +83,18 @@ def parser(app: BusApp | None = None) -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--connection-string", help="storage connection string (overrides settings)")
+    given = p.add_mutually_exclusive_group()
+    given.add_argument(
+        "--connection-string",
+        help="storage connection string (overrides settings); visible in the process list, "
+        "so prefer the environment or --connection-string-file",
+    )
+    given.add_argument(
+        "--connection-string-file",
+        type=Path,
+        metavar="PATH",
+        help="read the storage connection string from this file (overrides settings)",
+    )
     p.add_argument(
         "--setting",
         help=f"connection setting name (default: {STORAGE_SETTING_NAME}, else AzureWebJobsStorage)",
@@ -197,9 +211,38 @@ def settings_of(args: argparse.Namespace) -> Settings:
     return resolve_settings(options, local_file=args.settings_file)
 
 
-def storage_of(args: argparse.Namespace, config: AppConfig) -> StorageSettings:
+VISIBLE_KEY_WARNING = (
+    "bus: warning: --connection-string puts the storage account key in the process list, "
+    "where every user of this machine can read it; set the connection setting in the "
+    "environment (AzureWebJobsStorage, or the one --setting names) or use "
+    "--connection-string-file PATH"
+)
+
+
+def given_connection_string(args: argparse.Namespace) -> str | None:
+    """The connection string from ``--connection-string-file`` or ``--connection-string``
+    (warning on stderr for the latter), or None to use the settings."""
+    path: Path | None = getattr(args, "connection_string_file", None)
+    if path is not None:
+        try:
+            text = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+            raise ConfigurationError(
+                f"cannot read --connection-string-file {path}: {reason}"
+            ) from None
+        if not text:
+            raise ConfigurationError(f"--connection-string-file {path} is empty")
+        return text
     if args.connection_string:
-        return StorageSettings(connection_string=args.connection_string, timeouts=config.timeouts)
+        return str(args.connection_string)
+    return None
+
+
+def storage_of(args: argparse.Namespace, config: AppConfig) -> StorageSettings:
+    given = given_connection_string(args)
+    if given is not None:
+        return StorageSettings(connection_string=given, timeouts=config.timeouts)
     return config.require_storage()
 
 
@@ -319,7 +362,7 @@ def _app_for_help(argv: list[str] | None) -> BusApp | None:
     """The app, read before the full parse so that ``bus send --help`` lists its types; an app
     that cannot be loaded is reported when a command runs."""
     early = argparse.ArgumentParser(add_help=False)
-    for option in ("--app", "--setting", "--connection-string"):
+    for option in ("--app", "--setting", "--connection-string", "--connection-string-file"):
         early.add_argument(option)
     early.add_argument("--settings-file", type=Path, default=LOCAL_SETTINGS_FILE)
     try:
@@ -331,6 +374,8 @@ def _app_for_help(argv: list[str] | None) -> BusApp | None:
 def main(argv: list[str] | None = None) -> int:
     p = parser(_app_for_help(argv))
     args = p.parse_args(argv)
+    if args.connection_string:
+        print(VISIBLE_KEY_WARNING, file=sys.stderr)
     try:
         command = _command(args, p.error)
         code = asyncio.run(_run(args, command))

@@ -39,13 +39,19 @@ Run = Callable[..., tuple[int, str, str]]
 
 @pytest.fixture
 def bus(
-    emulator: AzuriteEndpoints, sample_project: Path, capsys: pytest.CaptureFixture[str]
+    emulator: AzuriteEndpoints,
+    sample_project: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> Run:
     """Run ``bus <args>`` on the sample app, from a project folder of its own (its resources
-    file, no settings file); returns (exit code, stdout, stderr)."""
+    file, no settings file), the connection string in the environment as an operator should
+    give it; returns (exit code, stdout, stderr)."""
+    monkeypatch.setenv("AzureWebJobsStorage", emulator.connection_string)
+    monkeypatch.delenv("BUS_STORAGE_SETTING", raising=False)
 
     def run(*args: str) -> tuple[int, str, str]:
-        code = main(["--connection-string", emulator.connection_string, "--no-progress", *args])
+        code = main(["--no-progress", *args])
         out, err = capsys.readouterr()
         return code, out, err
 

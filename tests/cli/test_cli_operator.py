@@ -38,11 +38,18 @@ Run = Callable[..., tuple[int, str, str]]
 
 
 @pytest.fixture
-def bare(emulator: AzuriteEndpoints, capsys: pytest.CaptureFixture[str]) -> Run:
-    """Run ``bus <args>`` as given (no provisioning); returns (exit code, stdout, stderr)."""
+def bare(
+    emulator: AzuriteEndpoints,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> Run:
+    """Run ``bus <args>`` as given (no provisioning), the connection string in the
+    environment; returns (exit code, stdout, stderr)."""
+    monkeypatch.setenv("AzureWebJobsStorage", emulator.connection_string)
+    monkeypatch.delenv("BUS_STORAGE_SETTING", raising=False)
 
     def run(*args: str) -> tuple[int, str, str]:
-        code = main(["--connection-string", emulator.connection_string, *args])
+        code = main(list(args))
         out, err = capsys.readouterr()
         return code, out, err
 

@@ -161,3 +161,79 @@ def test_provision_resources_file_names_another_file(
 
     elsewhere.write_text(resources_json(resources_for(sample_app.endpoints)))
     assert bus(*args, "--resources-file", str(elsewhere))[0] == 0
+
+
+@pytest.mark.azurite
+def test_the_connection_string_is_read_from_a_file_without_a_warning(
+    bus: Run, azurite: AzuriteEndpoints, tmp_path: Path
+) -> None:
+    secret = tmp_path / "storage.secret"
+    secret.write_text(azurite.connection_string + "\n")
+    (tmp_path / "infra").mkdir()
+    (tmp_path / RESOURCES_FILE).write_text(resources_json(resources_for(sample_app.endpoints)))
+    code, out, err = bus("--connection-string-file", str(secret), "provision")
+    assert code == 0, err
+    assert "process list" not in err
+    assert azurite.connection_string not in out + err
+
+
+@pytest.mark.azurite
+def test_the_connection_string_from_the_environment_needs_no_option(
+    bus: Run, azurite: AzuriteEndpoints, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AzureWebJobsStorage", azurite.connection_string)
+    (tmp_path / "infra").mkdir()
+    (tmp_path / RESOURCES_FILE).write_text(resources_json(resources_for(sample_app.endpoints)))
+    code, _, err = bus("provision")
+    assert code == 0, err
+    assert "process list" not in err
+
+
+@pytest.mark.azurite
+def test_a_connection_string_on_the_command_line_works_but_warns(
+    bus: Run, azurite: AzuriteEndpoints, tmp_path: Path
+) -> None:
+    (tmp_path / "infra").mkdir()
+    (tmp_path / RESOURCES_FILE).write_text(resources_json(resources_for(sample_app.endpoints)))
+    code, _, err = bus("--connection-string", azurite.connection_string, "provision")
+    assert code == 0, err
+    assert "--connection-string puts the storage account key in the process list" in err
+    assert "--connection-string-file" in err
+    assert azurite.connection_string not in err
+
+
+def test_an_unreadable_or_empty_connection_string_file_is_a_configuration_error(
+    bus: Run, tmp_path: Path
+) -> None:
+    missing = tmp_path / "nowhere.secret"
+    code, _, err = bus("--connection-string-file", str(missing), "status")
+    assert code == 3
+    assert f"cannot read --connection-string-file {missing}: No such file or directory" in err
+    empty = tmp_path / "empty.secret"
+    empty.write_text("\n")
+    code, _, err = bus("--connection-string-file", str(empty), "status")
+    assert code == 3
+    assert "is empty" in err
+
+
+def test_a_malformed_connection_string_is_refused_without_quoting_it(
+    bus: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stray ';' splits the key off: the part without '=' is the key itself.
+    malformed = "AccountName=acct;AccountKey=abc;ZGVmc2VjcmV0a2V5bWF0ZXJpYWw"
+    secret = tmp_path / "storage.secret"
+    secret.write_text(malformed)
+    code, _, err = bus("--connection-string-file", str(secret), "status")
+    assert code == 2, err
+    assert "ZGVmc2VjcmV0a2V5bWF0ZXJpYWw" not in err
+    monkeypatch.setenv("AzureWebJobsStorage", malformed)
+    code, _, err = bus("status")
+    assert code == 3, err
+    assert "ZGVmc2VjcmV0a2V5bWF0ZXJpYWw" not in err
+    assert "part 3 has no '='" in err
+
+
+def test_both_connection_options_at_once_are_a_usage_error(bus: Run, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as usage:
+        bus("--connection-string", "x", "--connection-string-file", str(tmp_path / "f"), "status")
+    assert usage.value.code == 2

@@ -4,6 +4,7 @@ endpoints, as versioned migrations that a second run leaves alone."""
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
@@ -112,3 +113,31 @@ async def test_provision_brings_a_database_of_an_earlier_version_up_to_date(
         assert [tuple(r) for r in moved] == [("ledger", "p1", "state", 1)]
     finally:
         await connection.close()
+
+
+async def test_provision_names_host_port_and_database_only(
+    postgres: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The user and password given as URL parameters (a form libpq takes) are never printed:
+    ``bus provision`` says which server and database, nothing else of the URL."""
+    url = await fresh_database(postgres)
+    parts = urlsplit(url)
+    secret = "not-a-real-password-Zx81"
+    moved = (
+        f"postgresql://{parts.hostname}:{parts.port}{parts.path}"
+        f"?user={parts.username}&password={secret}&application_name=provisioning"
+    )
+    app = BusApp()
+    app.endpoint("billing", store="postgres")
+    worker = Worker(app, Settings({"BUS_POSTGRES_URL": moved}, {}), MemoryStorageAccount())
+    resources = tmp_path / "resources.json"
+    resources.write_text(resources_json(worker.resources))
+    try:
+        assert await provision_command(worker, resources) == 0
+    finally:
+        await worker.close()
+    out = capsys.readouterr()
+    printed = out.out + out.err
+    assert f"PostgreSQL {parts.hostname}:{parts.port}{parts.path}: bus schema" in printed
+    for hidden in (secret, "password", "user=", f"{parts.username}@", "application_name"):
+        assert hidden not in printed, hidden

@@ -31,6 +31,7 @@ EXPECTED_FILES = {
 }
 
 STORAGE_BLOB_DATA_OWNER = "b7e6dc6d-f1e8-4753-8033-0f276bb0955b"
+STORAGE_BLOB_DATA_CONTRIBUTOR = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"
 STORAGE_QUEUE_DATA_CONTRIBUTOR = "974c5e8b-45b9-4653-ba55-5f855dd0fb88"
 STORAGE_TABLE_DATA_CONTRIBUTOR = "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3"
 MONITORING_METRICS_PUBLISHER = "3913510d-42f4-4e42-8a64-420c390055eb"
@@ -339,17 +340,20 @@ def test_roles_are_the_narrow_data_roles_only() -> None:
     roles = load("app/roles.bicep")
     granted = {s for node in walk(roles) if isinstance(node, str) for s in GUID.findall(node)}
     assert granted == {
+        STORAGE_BLOB_DATA_CONTRIBUTOR,
         STORAGE_BLOB_DATA_OWNER,
         STORAGE_QUEUE_DATA_CONTRIBUTOR,
         STORAGE_TABLE_DATA_CONTRIBUTOR,
         MONITORING_METRICS_PUBLISHER,
     }
     storage_roles = roles["variables"]["storageDataRoles"]["value"]
-    assert set(storage_roles.values()) == {
-        STORAGE_BLOB_DATA_OWNER,
-        STORAGE_QUEUE_DATA_CONTRIBUTOR,
-        STORAGE_TABLE_DATA_CONTRIBUTOR,
+    assert set(storage_roles) == {
+        "storageBlobData",
+        "storageQueueDataContributor",
+        "storageTableDataContributor",
     }
+    assert storage_roles["storageQueueDataContributor"] == STORAGE_QUEUE_DATA_CONTRIBUTOR
+    assert storage_roles["storageTableDataContributor"] == STORAGE_TABLE_DATA_CONTRIBUTOR
     assignments = resources_of_type(roles, "Microsoft.Authorization/roleAssignments")
     scopes = {}
     for name, resource in assignments.items():
@@ -365,6 +369,54 @@ def test_roles_are_the_narrow_data_roles_only() -> None:
             assert not resources_of_type(
                 parse_bicep(path), "Microsoft.Authorization/roleAssignments"
             ), path.name
+
+
+def test_blob_role_is_contributor_unless_hierarchical_namespaces_are_on() -> None:
+    roles = load("app/roles.bicep")
+    variables = roles["variables"]
+    assert variables["storageBlobDataContributorRoleId"]["value"] == STORAGE_BLOB_DATA_CONTRIBUTOR
+    assert variables["storageBlobDataOwnerRoleId"]["value"] == STORAGE_BLOB_DATA_OWNER
+    parameter = roles["parameters"]["hierarchicalNamespace"]
+    assert parameter["type"] == "bool"
+    assert parameter["default"] is False
+    assert "Owner" in (description(parameter) or "")
+    # hierarchicalNamespace ? storageBlobDataOwnerRoleId : storageBlobDataContributorRoleId
+    choice = variables["storageDataRoles"]["value"]["storageBlobData"]
+    assert choice["operator"] == {
+        "type": "conditional",
+        "operands": {
+            "condition": "hierarchicalNamespace",
+            "true_value": "storageBlobDataOwnerRoleId",
+            "false_value": "storageBlobDataContributorRoleId",
+        },
+    }
+    # The one GUID literal for Owner is only that variable; nothing else names it.
+    owner_mentions = [
+        node for node in walk(roles) if isinstance(node, str) and STORAGE_BLOB_DATA_OWNER in node
+    ]
+    assert owner_mentions == [STORAGE_BLOB_DATA_OWNER]
+
+    storage = load("app/storage.bicep")
+    assert storage["parameters"]["isHnsEnabled"]["default"] is False
+    _, account = only_resource(storage, "Microsoft.Storage/storageAccounts")
+    assert account["properties"]["isHnsEnabled"] == "isHnsEnabled"
+
+    main = load("main.bicep")
+    switch = main["parameters"]["storageHierarchicalNamespace"]
+    assert switch["default"] is False
+    assert description(switch)
+    for module in modules_by_path(main, "app/roles.bicep").values():
+        _, _, body = unwrap(module["config"])
+        assert body["params"]["hierarchicalNamespace"] == "storageHierarchicalNamespace"
+    for module in modules_by_path(main, "app/storage.bicep").values():
+        _, _, body = unwrap(module["config"])
+        assert body["params"]["isHnsEnabled"] == "storageHierarchicalNamespace"
+    roles_row = next(
+        line
+        for line in DEPLOY_MD.read_text(encoding="utf-8").splitlines()
+        if line.startswith("| app identity | Storage Blob Data")
+    )
+    assert roles_row.startswith("| app identity | Storage Blob Data Contributor"), roles_row
 
 
 def test_main_grants_roles_to_identity_and_optional_deployer() -> None:

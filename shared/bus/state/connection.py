@@ -14,15 +14,48 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
 
 from shared.errors import ConfigurationError
+from shared.logsafe import shown
+
+URL_SCHEMES = ("postgresql://", "postgres://")
 
 URL_SETTING = "BUS_POSTGRES_URL"
 ENTRA_SETTING = "BUS_POSTGRES_ENTRA"
 POOL_SETTING = "BUS_POSTGRES_POOL_SIZE"
 ENTRA_SCOPE = "https://ossrdbms-aad.database.windows.net/.default"
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` is not a libpq URL this bus takes, in words that quote nothing of it (it
+    may hold a password), or None. Keyword (``host=... password=...``), JDBC and ADO.NET
+    forms are refused, as is a URL whose host part does not parse."""
+    if not url.startswith(URL_SCHEMES):
+        return "it is not a postgresql:// URL (keyword, JDBC and ADO.NET forms are not taken)"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises on a port that is not a number)
+    except ValueError:
+        return "its host and port do not parse"
+    return None
+
+
+def described(url: str) -> str:
+    """``host:port/database`` of a libpq URL and nothing else: no user, no password (in the
+    URL's user part or its ``?password=``), no other parameter. What an operator may see."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "(a PostgreSQL URL that does not parse)"
+    query = parse_qs(parts.query)
+    host = parts.hostname or (query.get("host") or ["localhost"])[0]
+    port_text = str(port) if port is not None else (query.get("port") or ["5432"])[0]
+    database = unquote(parts.path.lstrip("/")) or (query.get("dbname") or ["(default)"])[0]
+    return f"{shown(host, 100)}:{shown(port_text, 10)}/{shown(database, 100)}"
 
 
 def endpoint_setting(endpoint: str) -> str:

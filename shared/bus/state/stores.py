@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from shared.bus.state.base import EndpointState
-from shared.bus.state.connection import Pools, PostgresSettings
+from shared.bus.state.connection import Pools, PostgresSettings, described
 from shared.bus.state.rows import EndpointRows, TableRows
 from shared.bus.state.schema import migrate, schema_version
 from shared.errors import ConfigurationError
@@ -51,7 +51,7 @@ class PostgresDatabase:
             async with pool.acquire() as connection:
                 applied = await migrate(connection)
                 version = await schema_version(connection)
-            where = url.split("@")[-1]  # never print credentials
+            where = described(url)  # host, port and database: never credentials
             lines.append(
                 f"PostgreSQL {where}: bus schema at version {version}"
                 + (f" (applied {applied})" if applied else " (up to date)")
