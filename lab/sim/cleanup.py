@@ -18,8 +18,6 @@ from datetime import UTC, datetime
 from lab.cleanup.sweep import sweep_endpoint
 from shared.bus.app import Mode
 from shared.bus.config import BusConfig
-from shared.bus.records import AUDIT_PREFIX
-from shared.bus.state.base import EndpointState
 from shared.bus.state.rows import EndpointRows
 from shared.cleanup.report import TaskReport
 from shared.cleanup.settings import CleanupSettings
@@ -114,21 +112,11 @@ async def _run(
             return
 
 
-async def expire_audit_rows(
-    account: StorageAccount,
-    endpoints: Iterable[str],
-    sql: Mapping[str, EndpointState] | None = None,
-) -> int:
-    """Delete every audit row, as the audit retention eventually does. Used only when a
-    simulated process stalls for longer than any retention period; returns how many went."""
+async def expire_audit_rows(rows: Iterable[EndpointRows]) -> int:
+    """Delete every audit row of these endpoints' rows, as the audit retention eventually
+    does. Used only when a simulated process stalls for longer than any retention period
+    (nothing else runs meanwhile); returns how many went."""
     removed = 0
-    sql = sql or {}
-    for endpoint in endpoints:
-        if endpoint in sql:
-            removed += await sql[endpoint].expire_audit(datetime.max.replace(tzinfo=UTC))
-            continue
-        table = account.table(endpoint)
-        async for entity in table.query_all(row_key_prefix=AUDIT_PREFIX):
-            await table.delete(entity.partition_key, entity.row_key)
-            removed += 1
+    for endpoint in rows:
+        removed += await endpoint.expire_audit(datetime.max.replace(tzinfo=UTC))
     return removed

@@ -729,7 +729,7 @@ class World:
         await self._advance(max(beyond, self.config.sweep_grace) + 1)
         await self._cleanup(self.quiet_account, self.config.sweep_grace, self.config.window)
         if self.config.stall_outlasts_audit:
-            await expire_audit_rows(self.account, self.endpoints, self._sql_rows(counted=False))
+            await expire_audit_rows(self._endpoint_rows(self.account).values())
         self.past_window = self.config.windowed
         self._queues = {}
         for process in self._stalled():
