@@ -22,8 +22,8 @@ from shared import http_ingress, observability
 from shared.app_loader import configured_app
 from shared.bus import Bus, BusApp, BusConfig, Outcome
 from shared.bus.pipeline import queue_text
-from shared.bus.state.base import EndpointState
-from shared.bus.state.stores import PostgresDatabase, SqlDatabase
+from shared.bus.state.rows import EndpointRows
+from shared.bus.state.stores import PostgresDatabase, SqlDatabase, endpoints_rows
 from shared.cleanup.now import cleanup_pass
 from shared.config import AppConfig, build_config, default_bus_config
 from shared.errors import ConfigurationError
@@ -124,16 +124,15 @@ class Worker:
             self._sql = PostgresDatabase(self.app_config.postgres)
         return self._sql
 
-    def sql_states(self) -> dict[str, EndpointState]:
-        """The rows of each endpoint that keeps them in PostgreSQL, by endpoint name."""
-        sql = self.sql()
-        if sql is None:
-            return {}
-        return {
-            e.name: sql.endpoint_state(e.name)
-            for e in self.app.endpoints.values()
-            if e.store == "postgres"
-        }
+    def sql_endpoints(self) -> list[str]:
+        """The app's endpoints that keep their rows in PostgreSQL (``store="postgres"``)."""
+        return [e.name for e in self.app.endpoints.values() if e.store == "postgres"]
+
+    def endpoint_rows(self) -> dict[str, EndpointRows]:
+        """Every endpoint's rows, by name, in the store it declares (its table, or the
+        database of ``sql``): what the cleanup is given. On the worker's account and database,
+        not the bus's: ``Wrappers.bus`` does not reach the cleanup."""
+        return endpoints_rows(self.app.endpoints.values(), self.account(), self.sql())
 
     def bus(self) -> Bus:
         """The bus of queue-triggered processing and HTTP ingress."""
@@ -189,8 +188,8 @@ class Worker:
             self.config,
             self.app_config.cleanup,
             grace_seconds=grace_seconds,
+            rows=self.endpoint_rows(),
             progress=progress,
-            sql=self.sql_states(),
             wait=wait,
         )
 

@@ -34,6 +34,7 @@ from shared.bus.ids import fresh_id
 from shared.bus.ingress import INGRESS_ROW
 from shared.bus.origin import Origin
 from shared.bus.records import AuditRecord, OutboxRecord, outbox_row
+from shared.bus.state.rows import TableRows
 from shared.cleanup.job import run_cleanup
 from shared.cleanup.settings import CleanupSettings
 from shared.settings import StorageSettings
@@ -208,7 +209,13 @@ async def one_pass(
     settings = CleanupSettings(grace_seconds=0, checkpoint_table=f"benchcleanup{suffix}")
     server_before, client_before = process_cpu_seconds(server_pid), time.process_time()
     started = time.monotonic()
-    report = await run_cleanup(counted, {endpoint: "token"}, config=config, settings=settings)
+    report = await run_cleanup(
+        counted,
+        {endpoint: "token"},
+        rows={endpoint: TableRows(counted.table(endpoint))},
+        config=config,
+        settings=settings,
+    )
     seconds = time.monotonic() - started
     server_after = process_cpu_seconds(server_pid)
     server_cpu = None

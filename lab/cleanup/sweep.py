@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from shared.bus.config import BusConfig
-from shared.bus.state.base import EndpointState
+from shared.bus.state.rows import EndpointRows
 from shared.cleanup.report import TaskReport
 from shared.cleanup.settings import CleanupSettings
 from shared.cleanup.tasks import AbandonedTokens, CleanupContext, CleanupTask, OutboxRecords
@@ -31,21 +31,21 @@ class SweepReport:
 async def sweep_endpoint(
     account: StorageAccount,
     endpoint: str,
+    rows: EndpointRows,
     *,
     tokens_container: str = "tokens",
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     clock: Clock = system_clock,
     ingress_table: str = "ingress",
-    sql: EndpointState | None = None,
 ) -> SweepReport:
-    """``sql``: the endpoint's rows when it keeps them in SQL (else its table has them)."""
+    """``rows``: the endpoint's rows, in whichever store keeps them (the caller chooses:
+    ``shared.bus.state.stores.endpoint_rows``); the tokens are in ``account``."""
     context = CleanupContext(
         account,
         BusConfig(tokens_container=tokens_container, ingress_table=ingress_table, clock=clock),
         CleanupSettings(grace_seconds=grace_seconds, page_size=1000),
-        (endpoint,),
+        {endpoint: rows},
         to_datetime(clock()),
-        sql={} if sql is None else {endpoint: sql},
     )
     report = SweepReport()
     tasks: list[CleanupTask] = [AbandonedTokens(f"{endpoint}/"), OutboxRecords(endpoint)]

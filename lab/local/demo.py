@@ -538,7 +538,8 @@ async def drive(
         suppressed = outcomes[Outcome.DUPLICATE.value] + outcomes[Outcome.RESUMED.value]
         roots = {i for ids in clients.receipts.values() for i in ids}
         tokens = worker.config.tokens_container
-        sql = worker.sql_states()
+        db = worker.sql()
+        sql = {} if db is None else {e: db.endpoint_state(e) for e in worker.sql_endpoints()}
         verdict = await verify(
             raw, roots, orders, shots, suppressed, tokens, sql, postgres_url, pay_later
         )
@@ -576,7 +577,7 @@ async def provision_postgres(worker: Worker, url: str | None) -> None:
     sql = worker.sql()
     if sql is None or url is None:
         return
-    for line in await sql.migrate(worker.sql_states()):
+    for line in await sql.migrate(worker.sql_endpoints()):
         print(f"  {line}")
     connection = await asyncpg.connect(url)
     try:

@@ -18,8 +18,7 @@ from datetime import UTC, datetime
 from lab.cleanup.sweep import sweep_endpoint
 from shared.bus.app import Mode
 from shared.bus.config import BusConfig
-from shared.bus.records import AUDIT_PREFIX
-from shared.bus.state.base import EndpointState
+from shared.bus.state.rows import EndpointRows
 from shared.cleanup.report import TaskReport
 from shared.cleanup.settings import CleanupSettings
 from shared.cleanup.tasks import AbandonedTokens, CleanupContext, CleanupTask, ModeRetention
@@ -30,30 +29,30 @@ from shared.stores.account import StorageAccount
 async def cleanup_to_completion(
     account: StorageAccount,
     endpoints: Mapping[str, Mode],
+    rows: Mapping[str, EndpointRows],
     *,
     tokens_container: str,
     ingress_table: str,
     grace_seconds: float,
     window_seconds: float,
     clock: Clock,
-    sql: Mapping[str, EndpointState] | None = None,
     senders: tuple[str, ...] = (),
 ) -> None:
     """One cleanup pass over every endpoint, then over the tokens of each client ``senders``
     names (judged by their ingress records); ``window_seconds`` is the retention of every
-    window mode's dedup records (its dedup window); ``sql`` the rows of endpoints that keep
-    them in SQL."""
-    sql = sql or {}
+    window mode's dedup records (its dedup window). ``rows``: each endpoint's rows, in
+    whichever store and through whichever wrapper the caller chose; the tokens and the
+    ingress table are in ``account``."""
     for endpoint, mode in endpoints.items():
         if mode == "token":
             await sweep_endpoint(
                 account,
                 endpoint,
+                rows[endpoint],
                 tokens_container=tokens_container,
                 ingress_table=ingress_table,
                 grace_seconds=grace_seconds,
                 clock=clock,
-                sql=sql.get(endpoint),
             )
             continue
         config = BusConfig(
@@ -68,9 +67,8 @@ async def cleanup_to_completion(
             account,
             config,
             CleanupSettings(grace_seconds=grace_seconds, page_size=1000),
-            (endpoint,),
+            {endpoint: rows[endpoint]},
             to_datetime(clock()),
-            sql={endpoint: sql[endpoint]} if endpoint in sql else {},
         )
         tasks: list[CleanupTask] = [AbandonedTokens(f"{endpoint}/"), ModeRetention(endpoint, mode)]
         for task in tasks:
@@ -84,22 +82,20 @@ async def cleanup_to_completion(
         await _run(
             AbandonedTokens(f"{sender}/"),
             account,
-            tuple(endpoints),
+            {endpoint: rows[endpoint] for endpoint in endpoints},
             grace_seconds,
             clock,
             BusConfig(tokens_container=tokens_container, ingress_table=ingress_table, clock=clock),
-            sql,
         )
 
 
 async def _run(
     task: CleanupTask,
     account: StorageAccount,
-    endpoints: tuple[str, ...],
+    endpoints: Mapping[str, EndpointRows],
     grace_seconds: float,
     clock: Clock,
     config: BusConfig,
-    sql: Mapping[str, EndpointState],
 ) -> None:
     context = CleanupContext(
         account,
@@ -107,7 +103,6 @@ async def _run(
         CleanupSettings(grace_seconds=grace_seconds, page_size=1000),
         endpoints,
         to_datetime(clock()),
-        sql=sql,
     )
     report = TaskReport(task.id)
     continuation: str | None = None
@@ -117,21 +112,11 @@ async def _run(
             return
 
 
-async def expire_audit_rows(
-    account: StorageAccount,
-    endpoints: Iterable[str],
-    sql: Mapping[str, EndpointState] | None = None,
-) -> int:
-    """Delete every audit row, as the audit retention eventually does. Used only when a
-    simulated process stalls for longer than any retention period; returns how many went."""
+async def expire_audit_rows(rows: Iterable[EndpointRows]) -> int:
+    """Delete every audit row of these endpoints' rows, as the audit retention eventually
+    does. Used only when a simulated process stalls for longer than any retention period
+    (nothing else runs meanwhile); returns how many went."""
     removed = 0
-    sql = sql or {}
-    for endpoint in endpoints:
-        if endpoint in sql:
-            removed += await sql[endpoint].expire_audit(datetime.max.replace(tzinfo=UTC))
-            continue
-        table = account.table(endpoint)
-        async for entity in table.query_all(row_key_prefix=AUDIT_PREFIX):
-            await table.delete(entity.partition_key, entity.row_key)
-            removed += 1
+    for endpoint in rows:
+        removed += await endpoint.expire_audit(datetime.max.replace(tzinfo=UTC))
     return removed

@@ -66,6 +66,8 @@ from shared.bus.envelope import Signal
 from shared.bus.state.base import EndpointState
 from shared.bus.state.instrumented import InstrumentedSql
 from shared.bus.state.memory_sql import MemorySqlDatabase
+from shared.bus.state.rows import EndpointRows
+from shared.bus.state.stores import endpoints_rows
 from shared.clock import ManualClock
 from shared.errors import ConfigurationError, MalformedSignal
 from shared.host_json import QueueSettings
@@ -700,16 +702,22 @@ class World:
         sql = self.counted_sql if counted else self.sql
         return {} if sql is None else {e: sql.endpoint_state(e) for e in self.endpoints}
 
+    def _endpoint_rows(self, account: StorageAccount) -> dict[str, EndpointRows]:
+        """Each endpoint's rows for a pass on ``account``, in the store it declares: its table
+        there, or its rows in SQL, counted when ``account`` is the instrumented one."""
+        sql = self.counted_sql if account is self.instrumented else self.sql
+        return endpoints_rows(self.sim.app.endpoints.values(), account, sql)
+
     async def _cleanup(self, account: StorageAccount, grace: float, window: float) -> None:
         await cleanup_to_completion(
             account,
             self.modes,
+            self._endpoint_rows(account),
             tokens_container=self.bus_config.tokens_container,
             ingress_table=self.bus_config.ingress_table,
             grace_seconds=grace,
             window_seconds=window if self.retention is None else self.retention,
             clock=self.bus_config.clock,
-            sql=self._sql_rows(counted=account is self.instrumented),
             senders=(CLIENT,),
         )
 
@@ -721,7 +729,7 @@ class World:
         await self._advance(max(beyond, self.config.sweep_grace) + 1)
         await self._cleanup(self.quiet_account, self.config.sweep_grace, self.config.window)
         if self.config.stall_outlasts_audit:
-            await expire_audit_rows(self.account, self.endpoints, self._sql_rows(counted=False))
+            await expire_audit_rows(self._endpoint_rows(self.account).values())
         self.past_window = self.config.windowed
         self._queues = {}
         for process in self._stalled():

@@ -21,7 +21,7 @@ from datetime import datetime
 
 from shared.bus.app import BusApp
 from shared.bus.config import BusConfig
-from shared.bus.state.base import EndpointState
+from shared.bus.state.rows import EndpointRows
 from shared.cleanup.batching import STORAGE_ERRORS
 from shared.cleanup.checkpoint import Checkpoint, Checkpoints, LeaseLost
 from shared.cleanup.heartbeat import Heartbeat, HeldLease
@@ -29,7 +29,7 @@ from shared.cleanup.report import CleanupReport, TaskReport
 from shared.cleanup.settings import CleanupSettings
 from shared.cleanup.tasks import CleanupContext, CleanupTask, standard_tasks
 from shared.clock import to_datetime
-from shared.errors import BusError
+from shared.errors import BusError, ConfigurationError
 from shared.stores.account import StorageAccount
 
 log = logging.getLogger(__name__)
@@ -48,26 +48,31 @@ async def run_cleanup(
     account: StorageAccount,
     endpoints: Mapping[str, str] | Collection[str],
     *,
+    rows: Mapping[str, EndpointRows],
     config: BusConfig | None = None,
     settings: CleanupSettings | None = None,
     tasks: Sequence[CleanupTask] | None = None,
     owner: str | None = None,
     monotonic: Callable[[], float] = time.monotonic,
     progress: Progress | None = None,
-    sql: Mapping[str, EndpointState] | None = None,
     wait: bool = False,
 ) -> CleanupReport:
     """Run every cleanup task once (or until the budget is spent) and report what happened.
 
     ``endpoints`` maps each endpoint to its mode (``{e.name: e.mode}`` of a BusApp); bare
-    names are taken as token mode. ``sql`` holds the rows of the endpoints that keep them in
-    a SQL database (``Bus.sql_states``).
+    names are taken as token mode. ``rows`` holds each endpoint's rows, in whichever store
+    keeps them, chosen by the caller (``Worker.endpoint_rows``): the tasks reach them only
+    there. The ingress table, the tokens and the checkpoints are in ``account``.
 
     The tasks run side by side, sharing one limit on the records judged at once, so each gets
     a share of the budget in every run. Every task runs at least one page per call, so even a
     zero budget makes progress. With ``wait``, a task leased by another live instance is
     taken once that lease is released or runs out, as long as the budget lasts.
     """
+    missing = sorted(set(endpoints) - set(rows))
+    if missing:
+        raise ConfigurationError(f"cleanup: no rows given for endpoints {missing}")
+    looked_after = {name: rows[name] for name in sorted(endpoints)}
     config = config or BusConfig()
     settings = settings or CleanupSettings()
     owner = owner or f"cleanup-{uuid.uuid4().hex[:12]}"
@@ -86,15 +91,12 @@ async def run_cleanup(
         return to_datetime(config.clock())
 
     limit = asyncio.Semaphore(settings.concurrency)
-    rows_in_sql = dict(sql or {})
     pass_ = _Pass(
         checkpoints=checkpoints,
         owner=owner,
         over_budget=lambda: monotonic() - started >= settings.budget_seconds,
         now=now,
-        context=lambda: CleanupContext(
-            account, config, settings, tuple(sorted(endpoints)), now(), limit, rows_in_sql
-        ),
+        context=lambda: CleanupContext(account, config, settings, looked_after, now(), limit),
         progress=progress,
         wait=wait,
         poll_seconds=min(2.0, settings.lease_seconds / 10),

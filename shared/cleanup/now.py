@@ -9,7 +9,7 @@ from typing import Any
 
 from shared.bus.app import BusApp
 from shared.bus.config import BusConfig
-from shared.bus.state.base import EndpointState
+from shared.bus.state.rows import EndpointRows
 from shared.cleanup.job import endpoint_modes, run_cleanup
 from shared.cleanup.settings import CleanupSettings
 from shared.stores.account import StorageAccount
@@ -21,13 +21,14 @@ async def cleanup_pass(
     config: BusConfig,
     settings: CleanupSettings,
     *,
+    rows: Mapping[str, EndpointRows],
     grace_seconds: float | None = None,
     progress: Callable[[str], None] | None = None,
-    sql: Mapping[str, EndpointState] | None = None,
     wait: bool = False,
 ) -> dict[str, Any]:
     """One run over every endpoint of ``app``: paged, resumable, within the ``CLEANUP_*``
-    settings' time budget (``shared.cleanup``). Returns the JSON-ready report: totals removed
+    settings' time budget (``shared.cleanup``), over each endpoint's ``rows`` as the caller
+    chose them (``Worker.endpoint_rows``). Returns the JSON-ready report: totals removed
     and kept, and one entry per task."""
     cleanup = settings
     if grace_seconds is not None:
@@ -35,10 +36,10 @@ async def cleanup_pass(
     report = await run_cleanup(
         account,
         endpoint_modes(app),
+        rows=rows,
         config=config,
         settings=cleanup,
         progress=progress,
-        sql=sql,
         wait=wait,
     )
     return report.to_dict()

@@ -11,9 +11,12 @@ signalled is deleted (design notes section 3):
 - audit rows are removed after their retention period.
 
 Every task reaches an endpoint's rows one way, ``CleanupContext.rows`` (an ``EndpointRows``,
-``shared.bus.state.rows``), whichever store keeps them: its table, or PostgreSQL for endpoints
-declared with ``store="postgres"``. So each judgement, and what is done with a row that cannot
-be read (``shared.bus.state.damaged``), is written once for every store.
+``shared.bus.state.rows``), whichever store keeps them. The cleanup does not choose the store:
+whoever composes it hands it every endpoint's rows, already chosen from the endpoint's
+declaration (its table, or PostgreSQL for ``store="postgres"``: ``Worker.endpoint_rows``,
+``shared.bus.state.stores.endpoints_rows``). So each judgement, and what is done with a row
+that cannot be read (``shared.bus.state.damaged``), is written once for every store. The
+ingress records are no endpoint's rows: they are always in the ingress table.
 """
 
 from __future__ import annotations
@@ -37,14 +40,19 @@ from shared.bus.modes.state_based import truncate_state_streams
 from shared.bus.origin import Origin
 from shared.bus.outgoing import DUE_METADATA, ORIGIN_METADATA
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, OutboxRecord, OutgoingSignal
-from shared.bus.state.base import EndpointState
 from shared.bus.state.damaged import ROW_ERRORS, DamagedRow, OnDamaged
 from shared.bus.state.rows import EndpointRows, TableRows
 from shared.cleanup.batching import STORAGE_ERRORS, delete_blobs, delete_rows, each, read_rows
 from shared.cleanup.origins import OriginKind, kind_of
 from shared.cleanup.report import TaskReport, describe
 from shared.cleanup.settings import CleanupSettings
-from shared.errors import CorruptRecord, InvalidValue, NotFound, PreconditionFailed
+from shared.errors import (
+    ConfigurationError,
+    CorruptRecord,
+    InvalidValue,
+    NotFound,
+    PreconditionFailed,
+)
 from shared.stores.account import StorageAccount
 from shared.stores.blob import BlobContainer, BlobProperties
 from shared.stores.table import Entity
@@ -84,21 +92,25 @@ class CleanupContext:
     account: StorageAccount
     config: BusConfig
     settings: CleanupSettings
-    endpoints: tuple[str, ...]
+    endpoints: Mapping[str, EndpointRows]
+    """The endpoints the cleanup looks after, each with its rows, in whichever store keeps
+    them: chosen by whoever composes the cleanup, never here."""
     now: datetime
     limit: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
     """How many records are judged at once. The job shares one limit of
     ``CLEANUP_CONCURRENCY`` across a pass; a context made on its own (a sweep, a simulation)
     judges one record at a time, so its storage calls come in a fixed order."""
-    sql: Mapping[str, EndpointState] = field(default_factory=dict)
-    """Endpoints whose rows are in a SQL database (``store="postgres"``), with their rows;
-    every other endpoint keeps them in its table. Read through ``rows`` only."""
 
     def rows(self, table: str) -> EndpointRows:
-        """The rows of an endpoint (or of the ingress table), in whichever store keeps them:
-        the tasks' one way to any row."""
-        store = self.sql.get(table)
-        return TableRows(self.account.table(table)) if store is None else store.rows()
+        """The rows of an endpoint (as given in ``endpoints``) or of the ingress table: the
+        tasks' one way to any row."""
+        rows = self.endpoints.get(table)
+        if rows is not None:
+            return rows
+        if table == self.config.ingress_table:
+            # The ingress records are the bus's own, no endpoint's: always in this table.
+            return TableRows(self.account.table(table))
+        raise ConfigurationError(f"the cleanup was given no rows of endpoint {table}")
 
     @property
     def grace(self) -> timedelta:

@@ -68,7 +68,7 @@ async def provision_command(worker: Worker, resources_file: Path = RESOURCES_FIL
     say((await provision(worker.account(), worker.resources)).summary())
     sql = worker.sql()
     if sql is not None:  # the schema of endpoints that keep their state in PostgreSQL
-        for line in await sql.migrate(worker.sql_states()):
+        for line in await sql.migrate(worker.sql_endpoints()):
             say(line)
     return EXIT_OK
 

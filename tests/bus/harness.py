@@ -25,13 +25,14 @@ from shared.bus.state.connection import PostgresSettings
 from shared.bus.state.instrumented import InstrumentedSql
 from shared.bus.state.memory_sql import MemorySqlDatabase
 from shared.bus.state.rows import EndpointRows
-from shared.bus.state.stores import PostgresDatabase
+from shared.bus.state.stores import PostgresDatabase, endpoints_rows
 from shared.clock import ManualClock
 from shared.errors import NotFound
 from shared.host_json import QueueSettings
 from shared.provisioning import provision
 from shared.resources import Resources, poison_queue
 from shared.settings import StorageSettings
+from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
 from shared.stores.instrumented import Instrumentation, InstrumentedAccount, SimulatedCrash
 from shared.stores.memory import MemoryStorageAccount
@@ -245,6 +246,11 @@ class Harness:
     def rows(self, endpoint: str) -> EndpointState:
         """Where ``endpoint`` keeps state, O(m) and audit rows (its table or the database)."""
         return self.setup_bus.endpoint_state(endpoint)
+
+    def cleanup_rows(self, account: StorageAccount | None = None) -> dict[str, EndpointRows]:
+        """Every endpoint's rows as a cleanup is given them: in the store it declares, its
+        table on ``account`` (default: the uncounted one) or the uncounted database."""
+        return endpoints_rows(self.app.endpoints.values(), account or self.raw, self.backend.sql)
 
     async def row_keys(self, endpoint: str) -> list[tuple[str, str]]:
         """(partition, row) of every row ``endpoint`` keeps, whichever its store; SQL rows are

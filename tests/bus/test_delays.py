@@ -256,7 +256,11 @@ async def test_a_delay_longer_than_the_queue_allows_reschedules_itself(
 
     # The cleanup, meanwhile, keeps the token: it is in flight, not abandoned
     report = await run_cleanup(
-        harness.raw, endpoint_modes(harness.app), config=harness.config, settings=cleanup
+        harness.raw,
+        endpoint_modes(harness.app),
+        rows=harness.cleanup_rows(),
+        config=harness.config,
+        settings=cleanup,
     )
     assert report.removed().get("abandoned_tokens", 0) == 0
     assert len(await harness.tokens()) == 1
@@ -336,7 +340,11 @@ async def test_the_cleanup_counts_a_delayed_token_s_age_from_its_due_time(
     await backend.elapse(harness.config.ingress_window_seconds + 1)
     cleanup = CleanupSettings(grace_seconds=300, checkpoint_table=unique_name("cleanup"))
     await run_cleanup(
-        harness.raw, endpoint_modes(harness.app), config=harness.config, settings=cleanup
+        harness.raw,
+        endpoint_modes(harness.app),
+        rows=harness.cleanup_rows(),
+        config=harness.config,
+        settings=cleanup,
     )
 
     # Then only the undelayed one is removed: the delayed one's age counts from its due time

@@ -15,6 +15,7 @@ async def sweep_all(harness: Harness, grace: float = 0.0) -> tuple[int, int]:
         report = await sweep_endpoint(
             harness.raw,
             endpoint,
+            harness.cleanup_rows()[endpoint],
             tokens_container=harness.config.tokens_container,
             grace_seconds=grace,
             clock=harness.config.clock,

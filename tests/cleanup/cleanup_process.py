@@ -20,9 +20,11 @@ from tests.cleanup.residue import Residue
 async def main(connection_string: str, suffix: str, lease_seconds: float) -> None:
     residue = Residue(suffix)
     async with AzureStorageAccount(StorageSettings(connection_string)) as account:
+        slowed = LatencyAccount(account, 0.05)
         await run_cleanup(
-            LatencyAccount(account, 0.05),
+            slowed,
             residue.endpoints,
+            rows=residue.rows(slowed),
             config=residue.config,
             settings=residue.settings(lease_seconds=lease_seconds, page_size=10, concurrency=2),
             owner="doomed-instance",

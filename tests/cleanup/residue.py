@@ -10,6 +10,7 @@ from typing import Any
 from shared.bus.config import BusConfig
 from shared.bus.ingress import INGRESS_ROW
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX
+from shared.bus.state.rows import EndpointRows, TableRows
 from shared.cleanup.checkpoint import TASK_PARTITION
 from shared.cleanup.settings import CleanupSettings
 from shared.stores.account import StorageAccount
@@ -35,6 +36,10 @@ class Residue:
             ingress_table=f"crashingress{self.suffix}",
             clock=lambda: time.time() + 5,  # past a zero grace for tokens created just now
         )
+
+    def rows(self, account: StorageAccount) -> dict[str, EndpointRows]:
+        """The endpoint's rows, as the cleanup is given them: its table on ``account``."""
+        return {self.endpoint: TableRows(account.table(self.endpoint))}
 
     def settings(self, **overrides: Any) -> CleanupSettings:
         return CleanupSettings(

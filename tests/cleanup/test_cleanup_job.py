@@ -53,7 +53,12 @@ async def clean(
     base = harness.config.clock
     config = replace(harness.config, clock=lambda: base() + ahead)
     return await run_cleanup(
-        harness.raw, endpoint_modes(harness.app), config=config, settings=cleanup, owner=owner
+        harness.raw,
+        endpoint_modes(harness.app),
+        rows=harness.cleanup_rows(),
+        config=config,
+        settings=cleanup,
+        owner=owner,
     )
 
 
@@ -327,6 +332,7 @@ async def test_one_failing_task_does_not_stop_the_others(backend: Backend) -> No
     report = await run_cleanup(
         harness.raw,
         endpoint_modes(harness.app),
+        rows=harness.cleanup_rows(),
         config=replace(harness.config, clock=lambda: harness.config.clock() + 2),
         settings=settings(),
         tasks=tasks,
@@ -412,6 +418,7 @@ async def test_window_modes_keep_their_dedup_data_for_the_retention_and_no_longe
         return await run_cleanup(
             harness.raw,
             endpoints,
+            rows=harness.cleanup_rows(),
             config=replace(harness.config, clock=lambda: base() + ahead),
             settings=settings(),
         )
@@ -496,6 +503,7 @@ async def test_a_token_without_origin_goes_once_older_than_the_ingress_window_an
         return await run_cleanup(
             harness.raw,
             endpoint_modes(harness.app),
+            rows=harness.cleanup_rows(),
             config=replace(config, clock=lambda: base() + ahead),
             settings=settings(),
         )
@@ -522,7 +530,13 @@ async def test_the_heartbeat_keeps_a_lease_through_a_page_longer_than_the_lease(
 
     async def run(owner: str) -> CleanupReport:
         return await run_cleanup(
-            account, [], config=config, settings=cleanup, tasks=[SlowTask()], owner=owner
+            account,
+            [],
+            rows={},
+            config=config,
+            settings=cleanup,
+            tasks=[SlowTask()],
+            owner=owner,
         )
 
     first = asyncio.create_task(run("first"))
@@ -548,7 +562,11 @@ async def test_a_request_that_fails_leaves_its_record_for_the_next_pass_not_the_
     config = replace(harness.config, clock=lambda: base() + 2)
 
     first = await run_cleanup(
-        faulty, endpoint_modes(harness.app), config=config, settings=settings()
+        faulty,
+        endpoint_modes(harness.app),
+        rows=harness.cleanup_rows(faulty),
+        config=config,
+        settings=settings(),
     )
 
     [orders] = [t for t in first.tasks if t.task == f"outbox.{names.orders}"]
@@ -572,7 +590,11 @@ async def test_a_page_whose_listing_times_out_once_is_tried_again_in_the_same_ru
     config = replace(harness.config, clock=lambda: base() + 2)
 
     report = await run_cleanup(
-        faulty, endpoint_modes(harness.app), config=config, settings=settings()
+        faulty,
+        endpoint_modes(harness.app),
+        rows=harness.cleanup_rows(faulty),
+        config=config,
+        settings=settings(),
     )
 
     assert [op.kind for op, _ in faulty.instrumentation.injected] == ["table.query"]
@@ -608,7 +630,12 @@ async def test_a_checkpoint_write_that_times_out_does_not_lose_the_lease(
     config = replace(harness.config, clock=lambda: base() + 2)
 
     report = await run_cleanup(
-        faulty, endpoint_modes(harness.app), config=config, settings=cleanup, owner="busy"
+        faulty,
+        endpoint_modes(harness.app),
+        rows=harness.cleanup_rows(faulty),
+        config=config,
+        settings=cleanup,
+        owner="busy",
     )
 
     assert [op.kind for op, _ in faulty.instrumentation.injected] == ["table.update"]

@@ -71,6 +71,7 @@ async def test_a_pass_after_an_instance_was_killed_mid_task_leaves_no_residue(
         busy = await run_cleanup(
             account,
             residue.endpoints,
+            rows=residue.rows(account),
             config=residue.config,
             settings=residue.settings(lease_seconds=LEASE_SECONDS),
         )
@@ -84,6 +85,7 @@ async def test_a_pass_after_an_instance_was_killed_mid_task_leaves_no_residue(
         report = await run_cleanup(
             account,
             residue.endpoints,
+            rows=residue.rows(account),
             config=residue.config,
             settings=residue.settings(lease_seconds=LEASE_SECONDS),
             wait=True,

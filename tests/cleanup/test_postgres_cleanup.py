@@ -14,7 +14,6 @@ from shared.bus.modes.entity_outbox import StateEntity
 from shared.bus.modes.processed_table import PROCESSED_PREFIX
 from shared.bus.modes.state_based import INDEX_PREFIX
 from shared.bus.records import STATE_ROW
-from shared.bus.state.base import EndpointState
 from shared.cleanup.job import endpoint_modes, run_cleanup
 from shared.cleanup.report import CleanupReport
 from shared.cleanup.settings import CleanupSettings
@@ -35,12 +34,8 @@ window_modes = pytest.mark.parametrize("backend", SQL_WINDOW_BACKENDS, indirect=
 DAY = 86_400.0
 
 
-def sql_rows(harness: Harness) -> dict[str, EndpointState]:
-    return {
-        name: harness.rows(name)
-        for name, endpoint in harness.app.endpoints.items()
-        if endpoint.store == "postgres"
-    }
+def sql_endpoints(harness: Harness) -> set[str]:
+    return {name for name, e in harness.app.endpoints.items() if e.store == "postgres"}
 
 
 async def cleanup(harness: Harness, later: float, **settings: float) -> CleanupReport:
@@ -48,6 +43,7 @@ async def cleanup(harness: Harness, later: float, **settings: float) -> CleanupR
     report = await run_cleanup(
         harness.raw,
         endpoint_modes(harness.app),
+        rows=harness.cleanup_rows(),
         config=replace(harness.config, clock=lambda: clock() + later),
         settings=CleanupSettings(
             budget_seconds=600,
@@ -55,7 +51,6 @@ async def cleanup(harness: Harness, later: float, **settings: float) -> CleanupR
             checkpoint_table=unique_name("cleanup"),
             **settings,  # type: ignore[arg-type]
         ),
-        sql=sql_rows(harness),
     )
     assert report.complete
     return report
@@ -64,7 +59,7 @@ async def cleanup(harness: Harness, later: float, **settings: float) -> CleanupR
 async def start(backend: Backend, mode: Mode = "token") -> tuple[Harness, FlowNames]:
     names = FlowNames.with_suffix(unique_name("")[:8])
     harness = await Harness.create(backend, build_flow(names, mode=mode))
-    assert set(sql_rows(harness)) == set(names.all)
+    assert sql_endpoints(harness) == set(names.all)
     for order in ("o1", "o2", "o3"):
         await harness.setup_bus.client().send(
             PlaceOrder(order_id=order, amount=5), to=names.orders, idempotency_key=order

@@ -27,7 +27,6 @@ from shared.bus.modes.state_based import index_row, version_row
 from shared.bus.origin import Origin
 from shared.bus.outgoing import ORIGIN_METADATA
 from shared.bus.records import OUTBOX_PREFIX, STATE_ROW, outbox_row
-from shared.bus.state.base import EndpointState
 from shared.bus.state.memory_sql import MemorySqlDatabase
 from shared.bus.state.postgres_rows import decode_properties, encode_properties
 from shared.bus.state.schema import SCHEMA
@@ -67,19 +66,14 @@ async def flow(backend: Backend, mode: Mode) -> tuple[Harness, FlowNames]:
 async def cleanup(harness: Harness, later: float) -> CleanupReport:
     """One pass, with pages large enough that every row of a task is on one page."""
     clock = harness.config.clock
-    sql: dict[str, EndpointState] = {
-        name: harness.rows(name)
-        for name, endpoint in harness.app.endpoints.items()
-        if endpoint.store == "postgres"
-    }
     return await run_cleanup(
         harness.raw,
         endpoint_modes(harness.app),
+        rows=harness.cleanup_rows(),
         config=replace(harness.config, clock=lambda: clock() + later),
         settings=CleanupSettings(
             budget_seconds=600, page_size=100, checkpoint_table=unique_name("cleanup")
         ),
-        sql=sql,
     )
 
 

@@ -114,6 +114,7 @@ async def one_cleanup_run(harness: Harness, later: float = 3600) -> CleanupRepor
     report = await run_cleanup(
         harness.raw,
         endpoint_modes(harness.app),
+        rows=harness.cleanup_rows(),
         config=replace(harness.config, clock=lambda: clock() + later),
         settings=CleanupSettings(budget_seconds=600, page_size=1000),
     )

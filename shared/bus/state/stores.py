@@ -4,7 +4,7 @@ mode reads them through ``EndpointState``."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from shared.bus.state.base import EndpointState
 from shared.bus.state.connection import Pools, PostgresSettings, described
@@ -12,6 +12,9 @@ from shared.bus.state.rows import EndpointRows, TableRows
 from shared.bus.state.schema import migrate, schema_version
 from shared.errors import ConfigurationError
 from shared.stores.account import StorageAccount
+
+if TYPE_CHECKING:
+    from shared.bus.app import Endpoint
 
 
 class SqlDatabase(Protocol):
@@ -78,3 +81,11 @@ def endpoint_state(
 ) -> EndpointState:
     """Token mode's typed rows of the endpoint (``endpoint_rows``)."""
     return EndpointState(endpoint_rows(endpoint, store, account, sql))
+
+
+def endpoints_rows(
+    endpoints: Iterable[Endpoint[Any]], account: StorageAccount, sql: SqlDatabase | None
+) -> dict[str, EndpointRows]:
+    """Each endpoint's rows in the store it declares (``endpoint_rows``), by name: what whoever
+    composes the cleanup gives it (``shared.cleanup``), table and PostgreSQL endpoints alike."""
+    return {e.name: endpoint_rows(e.name, e.store, account, sql) for e in endpoints}
