@@ -215,3 +215,44 @@ async def test_the_bus_parks_with_no_expiry_whole_or_as_an_excerpt(backend: Back
 
     assert forms == ["inline", "excerpt"]
     assert [m.expires_on for m in entries] == [None, None]
+
+
+async def test_the_cleanup_reparks_and_removes_orphans_on_every_backend(backend: Backend) -> None:
+    """On Azurite too: the expiry a receive reports, the copy with no expiry, the orphan
+    removed and the referenced original kept (a margin of seven days takes the host's move
+    at once; the job's clock runs ahead of the emulator's whole-second timestamps)."""
+    harness = await Harness.create(backend, flaky_app(f"flaky{unique_name('')[:8]}", {}))
+    [name] = harness.app.endpoints
+    container = harness.raw.blob_container(harness.config.parked_container)
+    await container.create_if_missing()
+    await harness.setup_bus.client().send(Flaky(key="k"), to=name, idempotency_key="k")
+    signal = await host_moves_to_poison(harness, name)
+    referenced, orphan = f"{name}/{uuid.uuid4()}", f"{name}/{uuid.uuid4()}"
+    for blob in (referenced, orphan):
+        await container.upload(blob, b"{}", {})
+    await harness.raw.queue(poison_queue(name)).send(
+        reference_body(PoisonReason(name, "why", 1), referenced), time_to_live=-1
+    )
+    base = harness.config.clock
+    ahead = replace(harness.config, clock=lambda: base() + 2.0)
+
+    report = await run_cleanup(
+        harness.raw,
+        endpoint_modes(harness.app),
+        config=ahead,
+        settings=CleanupSettings(
+            checkpoint_table=unique_name("cleanup"),
+            grace_seconds=0,
+            poison_expiry_margin_seconds=7 * DAY,
+        ),
+    )
+
+    assert task(report, name) == {
+        "removed": {"orphan_parked_originals": 1},
+        "kept": {"parked": 2, "parked_originals": 1},  # the copy is read in the same pass
+        "changed": {"poison_entries_reparked": 1},
+    }
+    assert [b.name async for b in container.list()] == [referenced]
+    entries = await harness.raw.queue(poison_queue(name)).peek()
+    assert [m.expires_on for m in entries] == [None, None]
+    assert signal in [m.content for m in entries]
