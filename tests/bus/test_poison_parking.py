@@ -18,8 +18,10 @@ from shared.bus import BusApp, Command, HandlerContext, Outcome
 from shared.bus.poison import (
     EXCERPT_CHARS,
     MAX_REASON_CHARS,
+    discard,
     park,
     poison_body,
+    reference_body,
     replay_report,
     unwrap,
     utc_time,
@@ -344,3 +346,24 @@ async def test_a_queue_only_sender_leaves_no_blob_and_no_row_behind(
         assert [m.expires_on for m in entries] == [None, None]
     finally:
         await account.close()
+
+
+async def test_a_parked_original_goes_only_with_its_poison_message(backend: Backend) -> None:
+    """``discard`` deletes the poison message first and its original after: when someone
+    else received the message since (its pop receipt is stale), the original stays for them."""
+    harness = await harness_with(backend, {"left": 0})
+    name = only_endpoint(harness)
+    container = harness.raw.blob_container(harness.config.parked_container)
+    poison = harness.raw.queue(poison_queue(name))
+    original = f"{name}/{uuid.uuid4()}"
+    await container.upload(original, b"{}", {})
+    await poison.send(reference_body(PoisonReason(name, "why", 1), original), time_to_live=-1)
+    [stale] = await poison.receive(visibility_timeout=1)
+    await backend.elapse(1.5)
+    [current] = await poison.receive(visibility_timeout=30)  # another replay took it since
+
+    assert not await discard(poison, stale, container, original)
+    assert [b.name async for b in container.list()] == [original]
+    assert await discard(poison, current, container, original)
+    assert [b.name async for b in container.list()] == []
+    assert await poison.approximate_count() == 0
