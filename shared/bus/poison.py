@@ -197,14 +197,13 @@ async def park(
     return "reference"
 
 
-async def repark(account: StorageAccount, endpoint: str, content: str, container: str) -> str:
+async def repark(account: StorageAccount, endpoint: str, content: str) -> str:
     """Send a poison message's ``content``, as it was found in ``endpoint``'s poison queue,
     to that queue again with no expiry (the cleanup does it for entries that would expire);
     returns ``copy``, or ``excerpt`` for a text too large to be sent again as it is (the host
     moves what it was given, perhaps not base64: such a text is too large to be a signal, so
-    no token waits for it). ``container`` is not written: a copy refers to the same parked
-    original, if any."""
-    del container  # named for symmetry with park: a re-park never writes a blob
+    no token waits for it). No blob is written: a copy refers to the same parked original,
+    if any."""
     queue = account.queue(poison_queue(endpoint))
     try:
         await queue.send(content, time_to_live=NEVER_EXPIRES)

@@ -110,9 +110,7 @@ class PoisonQueue(CleanupTask):
             report.kept["parked"] += 1
             return
         try:
-            form = await repark(
-                context.account, self.endpoint, message.content, context.config.parked_container
-            )
+            form = await repark(context.account, self.endpoint, message.content)
         except STORAGE_ERRORS as e:
             log.warning("cleanup %s: entry %s not re-parked: %s", self.id, message.id, e)
             report.kept["storage_error"] += 1

@@ -5,11 +5,12 @@ after the grace period, and never while a poison message may still refer to them
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import replace
 
 from shared.bus.poison import Reason as PoisonReason
-from shared.bus.poison import park, reference_body, repark, replay_report
+from shared.bus.poison import park, reference_body, repark, replay_report, unwrap
 from shared.cleanup.job import endpoint_modes, run_cleanup
 from shared.cleanup.report import CleanupReport
 from shared.cleanup.settings import CleanupSettings
@@ -132,7 +133,7 @@ async def test_a_crash_between_the_copy_and_the_delete_leaves_two_that_replay_on
     await harness.setup_bus.client().send(Flaky(key="k"), to=name, idempotency_key="k")
     signal = await host_moves_to_poison(harness, name)
     clock_of(harness).advance(1.5 * DAY)
-    await repark(harness.raw, name, signal, harness.config.parked_container)  # then the crash
+    await repark(harness.raw, name, signal)  # then the crash
 
     report = await clean(harness)
     clock_of(harness).advance(6.5 * DAY)
@@ -147,17 +148,19 @@ async def test_a_crash_between_the_copy_and_the_delete_leaves_two_that_replay_on
 
 async def test_a_host_moved_text_too_large_to_send_again_whole_is_kept_as_an_excerpt() -> None:
     """The host moves what it was given: a text sent not base64 may not fit once encoded.
-    It is too large to be a signal, so an excerpt keeps all that can matter."""
+    It is too large to be a signal, so no token waits for it: an excerpt keeps its reason,
+    its first characters and its digest."""
     harness, name = await memory_harness({"left": 0})
-    poison = harness.raw.queue(poison_queue(name))
-    await poison.send("!" * 40_000)  # as a text the host moved (base64 of it: 53 KiB)
+    text = "!" * 60_000  # 80,000 characters in base64: more than a queue message holds
 
-    form = await repark(harness.raw, name, "!" * 60_000, harness.config.parked_container)
+    form = await repark(harness.raw, name, text)
 
     assert form == "excerpt"
-    entries = await poison.peek()
-    assert all(m.expires_on is None or len(m.content) == 40_000 for m in entries)
-    assert max(len(m.content) for m in entries if m.expires_on is None) < 4_000
+    [entry] = await harness.raw.queue(poison_queue(name)).peek()
+    kept = unwrap(entry.content, name)
+    assert kept.excerpt_only
+    assert kept.info["sha256"] == hashlib.sha256(text.encode()).hexdigest()
+    assert (entry.expires_on, len(entry.content) < 4_000) == (None, True)
 
 
 async def test_orphan_parked_originals_go_after_the_grace_period_and_referenced_ones_stay() -> None:
