@@ -9,14 +9,24 @@ import hashlib
 import uuid
 from dataclasses import replace
 
+import pytest
+
 from shared.bus.poison import Reason as PoisonReason
 from shared.bus.poison import park, reference_body, repark, replay_report, unwrap
 from shared.cleanup.job import endpoint_modes, run_cleanup
+from shared.cleanup.parked import HOLD_SECONDS
 from shared.cleanup.report import CleanupReport
 from shared.cleanup.settings import CleanupSettings
 from shared.cleanup.summary import cleanup_summary
 from shared.clock import ManualClock
 from shared.resources import poison_queue
+from shared.stores.instrumented import (
+    Fault,
+    Instrumentation,
+    InstrumentedAccount,
+    SimulatedCrash,
+    fault_at_first,
+)
 from shared.stores.memory import MemoryStorageAccount
 from tests.bus.harness import Harness
 from tests.bus.test_failures import Flaky, flaky_app
@@ -127,15 +137,26 @@ async def test_an_entry_with_more_than_the_margin_left_waits_for_a_later_pass() 
 
 async def test_a_crash_between_the_copy_and_the_delete_leaves_two_that_replay_once() -> None:
     """The cleanup sends the copy with no expiry, then dies before deleting the original:
-    the next pass re-parks the original too. Two entries, one message: replayed twice,
-    processed once."""
+    two entries. The next pass re-parks the original too; eight days after the move both
+    are there, and replaying both processes the message once."""
     harness, name = await memory_harness({"left": 0})
     await harness.setup_bus.client().send(Flaky(key="k"), to=name, idempotency_key="k")
     signal = await host_moves_to_poison(harness, name)
     clock_of(harness).advance(1.5 * DAY)
-    await repark(harness.raw, name, signal)  # then the crash
+    cleanup = CleanupSettings(checkpoint_table=unique_name("cleanup"))
+    dying = InstrumentedAccount(
+        harness.raw, Instrumentation(plan=fault_at_first("queue.delete", Fault.CRASH_BEFORE))
+    )
 
-    report = await clean(harness)
+    with pytest.raises(SimulatedCrash):
+        await run_cleanup(
+            dying, endpoint_modes(harness.app), config=harness.config, settings=cleanup
+        )
+    assert await harness.raw.queue(poison_queue(name)).approximate_count() == 2
+    clock_of(harness).advance(HOLD_SECONDS + cleanup.lease_seconds)  # its holds and leases end
+    report = await run_cleanup(
+        harness.raw, endpoint_modes(harness.app), config=harness.config, settings=cleanup
+    )
     clock_of(harness).advance(6.5 * DAY)
 
     assert task(report, name)["changed"] == {"poison_entries_reparked": 1}
