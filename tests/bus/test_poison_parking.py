@@ -158,8 +158,9 @@ class Note(Command):
     text: str = ""
 
 
-async def note_harness(backend: Backend) -> Harness:
-    """An endpoint taking notes whose text travels in the signal's envelope copy."""
+async def note_harness(backend: Backend, failing: dict[str, bool] | None = None) -> Harness:
+    """An endpoint taking notes whose text travels in the signal's envelope copy; its
+    handler fails with a long error while ``failing["now"]``, and the first try is the last."""
     name = f"notes{unique_name('')[:8]}"
     app = BusApp()
     endpoint = app.endpoint(name, state=Ledger)
@@ -167,9 +168,11 @@ async def note_harness(backend: Backend) -> Harness:
     @endpoint.handles(Note)
     def handle(ctx: HandlerContext[Ledger], note: Note) -> None:
         ctx.state.applied.append(ctx.message_id)
+        if failing is not None and failing["now"]:
+            raise RuntimeError("é" * MAX_REASON_CHARS)
 
     parked = unique_name("parked")
-    harness = await Harness.create(backend, app, parked_container=parked)
+    harness = await Harness.create(backend, app, parked_container=parked, max_dequeue_count=1)
     await harness.raw.blob_container(parked).create_if_missing()
     return harness
 
@@ -181,32 +184,25 @@ LONG_NOTE = "é" * 7000
 async def test_a_signal_whose_token_exists_too_large_to_park_whole_is_kept_by_reference(
     backend: Backend,
 ) -> None:
-    """Its token waits for it, so it must replay whole: kept in a blob at most a signal
-    long, which replay deletes once the poison message is gone."""
-    harness = await note_harness(backend)
+    """Its token waits for it, so it must replay whole: the pipeline keeps it in a blob at
+    most a signal long, which replay deletes once the poison message is gone."""
+    failing = {"now": True}
+    harness = await note_harness(backend, failing)
     name = only_endpoint(harness)
     container = harness.raw.blob_container(harness.config.parked_container)
     await harness.setup_bus.client().send(
         Note(key="k", text=LONG_NOTE), to=name, idempotency_key="k"
     )
     [signal] = await harness.raw.queue(name).peek()
-    reason = PoisonReason(name, "é" * MAX_REASON_CHARS, 1)
 
-    form = await park(
-        harness.raw,
-        signal.content,
-        reason,
-        harness.config.parked_container,
-        tokens=harness.raw.blob_container(harness.config.tokens_container),
-    )
+    await harness.run_until_quiet()  # fails on its last try: parked
 
-    assert form == "reference"
     [parked] = await harness.raw.queue(poison_queue(name)).peek()
     poisoned = unwrap(parked.content, name)
     assert poisoned.original is not None
     assert (await container.read(poisoned.original)).data.decode() == signal.content
     assert parked.expires_on is None
-    await harness.raw.queue(name).clear()
+    failing["now"] = False
     report = await replay_report(harness.raw, name, container=harness.config.parked_container)
     assert (report.replayed, report.skipped) == (1, [])
     [replayed] = await harness.raw.queue(name).peek()
