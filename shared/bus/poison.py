@@ -306,6 +306,10 @@ class PoisonRecord:
     """When its queue message was inserted: its first try followed (``Reason``)."""
     failed_at: str | None = None
     """When the failure that parked it happened: the last failure."""
+    sha256: str | None = None
+    """For a text parked as an excerpt: the SHA-256 of the whole text, as the wrapper says."""
+    chars: int | None = None
+    """For a text parked as an excerpt: its length in characters, as the wrapper says."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -332,6 +336,8 @@ def read_poison(body: str) -> PoisonRecord:
         original=_text(info.get("original")),
         enqueued_at=_time(info.get("enqueued_at")),
         failed_at=_time(info.get("failed_at")),
+        sha256=_digest(info.get("sha256")),
+        chars=_count(info.get("chars")),
     )
 
 
@@ -352,6 +358,10 @@ def _text(value: object) -> str | None:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         return None
     return str(value)[:MAX_REASON_CHARS] or None
+
+
+def _digest(value: object) -> str | None:
+    return value if isinstance(value, str) and re.fullmatch("[0-9a-f]{64}", value) else None
 
 
 def _count(value: object) -> int | None:
