@@ -346,6 +346,15 @@ CLEANUP_AUDIT_RETENTION = seconds(
     group=CLEANUP,
     open_low=False,
 )
+CLEANUP_POISON_EXPIRY_MARGIN = seconds(
+    "CLEANUP_POISON_EXPIRY_MARGIN_SECONDS",
+    6.0 * DAY,
+    "a poison message with less than this left before it expires (the Functions host moves "
+    "them with 7 days) is re-parked with no expiry",
+    group=CLEANUP,
+    low=3600.0,
+    open_low=False,
+)
 
 SETTINGS: tuple[Setting[Any], ...] = (
     BUS_APP,
@@ -373,6 +382,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     CLEANUP_CONCURRENCY,
     CLEANUP_LEASE,
     CLEANUP_AUDIT_RETENTION,
+    CLEANUP_POISON_EXPIRY_MARGIN,
 )
 """Every app setting, in the order of the docs' table."""
 

@@ -111,6 +111,7 @@ def _cleanup(settings: Settings) -> CleanupSettings:
         concurrency=_value(settings, s.CLEANUP_CONCURRENCY),
         lease_seconds=_value(settings, s.CLEANUP_LEASE),
         audit_retention_seconds=_value(settings, s.CLEANUP_AUDIT_RETENTION),
+        poison_expiry_margin_seconds=_value(settings, s.CLEANUP_POISON_EXPIRY_MARGIN),
         checkpoint_table=TABLES["cleanup"],
     )
 

@@ -27,7 +27,9 @@ class QueueSettings:
     """Extend the lease every ``lease_seconds / 2`` while the function runs, as the Functions
     host does, so a short lease (quick recovery after a crash) is safe for slow functions."""
     parked_container: str = DEFAULT_PARKED_CONTAINER
-    """Where a message too large to move to the poison queue beside its error is kept."""
+    """Where a message too large to move to the poison queue beside its error is kept (only a
+    signal whose token exists in ``tokens_container``: ``shared.bus.poison.park``)."""
+    tokens_container: str = "tokens"
 
     def __post_init__(self) -> None:
         if not 1 <= self.batch_size <= MAX_RECEIVE_BATCH:

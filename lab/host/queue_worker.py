@@ -186,7 +186,13 @@ class QueueWorker:
             message_id=_message_id(message.content),
         )
         try:
-            form = await park(self.account, message.content, reason, self.settings.parked_container)
+            form = await park(
+                self.account,
+                message.content,
+                reason,
+                self.settings.parked_container,
+                tokens=self.account.blob_container(self.settings.tokens_container),
+            )
         except (BusError, OSError) as e:
             # Not moved: it comes back after its lease and is moved then.
             log.error(

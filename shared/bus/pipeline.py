@@ -325,12 +325,23 @@ class Pipeline(abc.ABC):
         return Outcome.POISONED
 
     async def _park(self, raw: str, reason: Reason) -> None:
-        if await park(self.account, raw, reason, self.config.parked_container) == "reference":
+        """Park ``raw``: whole, or, when it does not fit beside its reason, by reference only
+        if it names a token that exists (its message must replay), else as an excerpt."""
+        form = await park(
+            self.account, raw, reason, self.config.parked_container, tokens=self.tokens
+        )
+        if form == "reference":
             log.error(
                 "endpoint %s: message too large to park beside its reason; original kept in "
                 "container %s",
                 self.endpoint.name,
                 self.config.parked_container,
+            )
+        elif form == "excerpt":
+            log.error(
+                "endpoint %s: refused text too large to park beside its reason names no "
+                "token; parked as an excerpt and its SHA-256",
+                self.endpoint.name,
             )
 
     async def _read_token(self, signal: Signal) -> IncomingToken | None:

@@ -2,14 +2,26 @@
 a message with why, reading it back, and replaying it. The CLI (``bus poison list``,
 ``bus replay``), the bulk replay and the audit read poison messages only through this module.
 
-A poison message takes one of three forms, all of which replay:
+A poison message takes one of four forms:
 
 - ``{"poison": {...why...}, "signal": raw}``: the original message verbatim beside why it was
   parked (the pipeline's refusals, and the last error once deliveries are exhausted);
-- ``{"poison": {...why..., "original": "<endpoint>/<id>"}}``: the same for a message too large
-  to be parked whole beside its reason; the original is kept in the parked-originals blob
-  container (``parked`` in infra/resources.json) and replay fetches it from there;
+- ``{"poison": {...why..., "original": "<endpoint>/<id>"}}``: the same for a signal too large
+  to be parked whole beside its reason that names a token that exists; the original is kept in
+  the parked-originals blob container (``parked`` in infra/resources.json), replay fetches it
+  from there and deletes it once the poison message is gone;
+- ``{"poison": {...why..., "excerpt": prefix, "sha256": hex, "chars": n}}``: a refused text
+  too large to be parked beside its reason that names no token (not a signal, oversized,
+  malformed, or naming a token that does not exist): only its first ``EXCERPT_CHARS``
+  characters, the SHA-256 of its UTF-8 bytes and its length are kept. No token holds such a
+  message, so nothing is lost, and whoever may only send to a queue can never make the bus
+  write a blob. It does not replay (the replay skips it and says why);
 - anything else: a raw signal, as the Functions host moves it after ``maxDequeueCount``.
+
+Every poison message the bus writes is sent with no expiry (time-to-live -1): a parked
+message waits for its operator however long that takes. The Functions host's own moves get the
+queue's default of seven days; the cleanup re-parks those with no expiry well before then
+(``shared.cleanup.parked``), and removes parked originals no poison message refers to.
 
 Replaying sends the original signal back to the endpoint's queue; its token was kept, so it is
 processed exactly once. Poison-queue contents are not trusted: a damaged wrapper or a reference
@@ -23,6 +35,7 @@ itself, never an error).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import re
 import uuid
@@ -35,6 +48,7 @@ from shared.bus.envelope import Signal
 from shared.errors import MalformedSignal, NotFound, TooLarge
 from shared.resources import poison_queue
 from shared.stores.account import StorageAccount
+from shared.stores.blob import BlobContainer
 from shared.stores.queue import MessageQueue, QueueMessage
 
 DEFAULT_PARKED_CONTAINER = "parked"
@@ -43,6 +57,12 @@ MAX_REASON_CHARS = 2000
 """A reason longer than this is cut: it is for a person to read, and it must leave room."""
 _UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 HOST_MOVED_REASON = "failed maxDequeueCount times (moved by the host)"
+NEVER_EXPIRES = -1
+"""The time-to-live every poison message is sent with: it stays until it is replayed."""
+EXCERPT_CHARS = 1024
+"""How much of a refused text that names no token is kept (with its digest and length). With a
+reason of at most ``MAX_REASON_CHARS`` the excerpt form always fits in a queue message, even
+with every character escaped in JSON."""
 
 
 @dataclass(frozen=True)
@@ -114,31 +134,85 @@ def parked_name(endpoint: str) -> str:
 
 def reference_body(reason: Reason, original: str) -> str:
     """Why a message was parked, naming the blob ``original`` that keeps it (the by-reference
-    form, for a message too large to be parked whole beside its reason)."""
+    form, for a signal too large to be parked whole beside its reason)."""
     return json.dumps({"poison": {**reason.as_json(), "original": original}})
 
 
-async def park(account: StorageAccount, raw: str, reason: Reason, container: str) -> str:
-    """Put ``raw`` in its endpoint's poison queue with ``reason``; returns the form used
-    (``inline`` or ``reference``).
+def excerpt_body(raw: str, reason: Reason) -> str:
+    """Why a text that names no token was refused, with its first ``EXCERPT_CHARS``
+    characters, the SHA-256 of its UTF-8 bytes and its length (the excerpt form)."""
+    digest = hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()
+    excerpt = {"excerpt": raw[:EXCERPT_CHARS], "sha256": digest, "chars": len(raw)}
+    return json.dumps({"poison": {**reason.as_json(), **excerpt}})
+
+
+async def names_a_token(tokens: BlobContainer, raw: str) -> bool:
+    """True when ``raw`` is a signal whose token exists in ``tokens``: a message that must
+    stay replayable whole, its token waiting for it."""
+    try:
+        signal = Signal.parse(raw)
+    except (MalformedSignal, RecursionError):
+        return False
+    try:
+        await tokens.get_properties(signal.token)
+    except NotFound:
+        return False
+    return True
+
+
+async def park(
+    account: StorageAccount,
+    raw: str,
+    reason: Reason,
+    container: str,
+    *,
+    tokens: BlobContainer | None = None,
+) -> str:
+    """Put ``raw`` in its endpoint's poison queue with ``reason``, with no expiry; returns the
+    form used (``inline``, ``reference`` or ``excerpt``).
 
     A message that does not fit beside its reason (a queue message holds 64 KiB encoded) is
-    kept whole in ``container`` and the poison message points to it: nothing is retried
-    forever because it cannot be parked, and nothing is dropped."""
+    kept whole in ``container``, the poison message pointing to it, only when it is a signal
+    naming a token that exists in ``tokens``: its token waits for it, so it must replay. Such a
+    blob is at most a signal long, and only a writer of tokens can cause one. Anything else
+    too large (refused before any token is involved: not a signal, oversized, malformed, or
+    naming no token) is parked as an excerpt and a digest: a sender who may only write to a
+    queue leaves no blob behind. Either way nothing is retried forever for want of room."""
     queue = account.queue(poison_queue(reason.endpoint))
     try:
-        await queue.send(poison_body(raw, reason))
+        await queue.send(poison_body(raw, reason), time_to_live=NEVER_EXPIRES)
         return "inline"
     except TooLarge:
         pass
+    if tokens is None or not await names_a_token(tokens, raw):
+        await queue.send(excerpt_body(raw, reason), time_to_live=NEVER_EXPIRES)
+        return "excerpt"
     name = parked_name(reason.endpoint)
     # The reason travels in the poison message; the metadata copy helps whoever lists blobs.
     note = "".join(c if c.isascii() and c.isprintable() else "?" for c in reason.reason)
     await account.blob_container(container).upload(
         name, raw.encode("utf-8"), {"endpoint": reason.endpoint, "reason": note[:1024]}
     )
-    await queue.send(reference_body(reason, name))
+    await queue.send(reference_body(reason, name), time_to_live=NEVER_EXPIRES)
     return "reference"
+
+
+async def repark(account: StorageAccount, endpoint: str, content: str) -> str:
+    """Send a poison message's ``content``, as it was found in ``endpoint``'s poison queue,
+    to that queue again with no expiry (the cleanup does it for entries that would expire);
+    returns ``copy``, or ``excerpt`` for a text too large to be sent again as it is (the host
+    moves what it was given, perhaps not base64: such a text is too large to be a signal, so
+    no token waits for it). No blob is written: a copy refers to the same parked original,
+    if any."""
+    queue = account.queue(poison_queue(endpoint))
+    try:
+        await queue.send(content, time_to_live=NEVER_EXPIRES)
+        return "copy"
+    except TooLarge:
+        pass
+    why = Reason(endpoint, f"{HOST_MOVED_REASON}; too large to be a signal", 0)
+    await queue.send(excerpt_body(content, why), time_to_live=NEVER_EXPIRES)
+    return "excerpt"
 
 
 class Unreadable(ValueError):
@@ -153,6 +227,12 @@ class PoisonedMessage:
     original: str | None = None
     """Name of the blob in the parked-originals container holding the original."""
     info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def excerpt_only(self) -> bool:
+        """Only an excerpt and a digest were kept (a refused text that named no token):
+        nothing to replay."""
+        return self.signal is None and self.original is None
 
     @property
     def message_id(self) -> str | None:
@@ -189,6 +269,8 @@ def unwrap(content: str, endpoint: str | None = None) -> PoisonedMessage:
             raise Unreadable("its 'signal' field is not text")
         return PoisonedMessage(data["signal"], reason, info=info)
     original = info.get("original")
+    if set(data) == {"poison"} and original is None and isinstance(info.get("sha256"), str):
+        return PoisonedMessage(None, reason, info=info)
     if set(data) != {"poison"} or not isinstance(original, str):
         raise Unreadable("it holds neither a signal nor a reference to one")
     owner = re.escape(endpoint) if endpoint is not None else "[a-z][a-z0-9]{2,39}"
@@ -224,6 +306,10 @@ class PoisonRecord:
     """When its queue message was inserted: its first try followed (``Reason``)."""
     failed_at: str | None = None
     """When the failure that parked it happened: the last failure."""
+    sha256: str | None = None
+    """For a text parked as an excerpt: the SHA-256 of the whole text, as the wrapper says."""
+    chars: int | None = None
+    """For a text parked as an excerpt: its length in characters, as the wrapper says."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -250,6 +336,8 @@ def read_poison(body: str) -> PoisonRecord:
         original=_text(info.get("original")),
         enqueued_at=_time(info.get("enqueued_at")),
         failed_at=_time(info.get("failed_at")),
+        sha256=_digest(info.get("sha256")),
+        chars=_count(info.get("chars")),
     )
 
 
@@ -270,6 +358,10 @@ def _text(value: object) -> str | None:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         return None
     return str(value)[:MAX_REASON_CHARS] or None
+
+
+def _digest(value: object) -> str | None:
+    return value if isinstance(value, str) and re.fullmatch("[0-9a-f]{64}", value) else None
 
 
 def _count(value: object) -> int | None:
@@ -348,7 +440,7 @@ async def replay_report(
             if select is not None and not select(message.content):
                 left.hold(message)
                 continue
-            problem = await _try(account, endpoint, message.content, container, dry_run)
+            problem, original = await _try(account, endpoint, message.content, container, dry_run)
             if problem is not None:
                 report.skipped.append(f"{endpoint}: skipped poison message {message.id}: {problem}")
                 left.hold(message)
@@ -356,60 +448,79 @@ async def replay_report(
             if dry_run:
                 left.hold(message)
             else:
-                with contextlib.suppress(NotFound):
-                    await poison.delete(message.id, message.pop_receipt)
+                await discard(poison, message, account.blob_container(container), original)
             report.replayed += 1
     await left.release(poison)
     return report
 
 
+async def discard(
+    poison: MessageQueue, message: QueueMessage, parked: BlobContainer, original: str | None
+) -> bool:
+    """Delete a received poison message, then the parked original it refers to (if any), in
+    that order: a crash between leaves an orphan, which the cleanup removes after its grace
+    period, never a poison message whose original is gone. Returns False when the message
+    was not deleted (received by someone else since): its original then stays, for them."""
+    try:
+        await poison.delete(message.id, message.pop_receipt)
+    except NotFound:
+        return False
+    if original is not None:
+        with contextlib.suppress(NotFound):
+            await parked.delete(original)
+    return True
+
+
+NOTHING_TO_REPLAY = "only an excerpt of it was kept (refused before any token: nothing to replay)"
+
+
 async def _try(
     account: StorageAccount, endpoint: str, content: str, container: str, dry_run: bool
-) -> str | None:
-    """Why one poison message cannot be replayed, or None once it is (a dry run only checks
-    that it unwraps, and sends nothing)."""
+) -> tuple[str | None, str | None]:
+    """Why one poison message cannot be replayed (or None once it is), and the parked original
+    to delete once the poison message is gone. A dry run only checks that it unwraps to
+    something to replay, and sends nothing."""
     if not dry_run:
         return await _replay_one(account, endpoint, content, container)
     try:
-        unwrap(content, endpoint)
+        parked = unwrap(content, endpoint)
     except Unreadable as e:
-        return f"cannot unwrap it: {e}"
-    return None
+        return f"cannot unwrap it: {e}", None
+    return (NOTHING_TO_REPLAY if parked.excerpt_only else None), None
 
 
 async def _replay_one(
     account: StorageAccount, endpoint: str, content: str, container: str
-) -> str | None:
-    """Send one poison message's original back; returns why not, or None when sent."""
+) -> tuple[str | None, str | None]:
+    """Send one poison message's original back; returns why not (or None when sent), and the
+    parked original it came from."""
     try:
         parked = unwrap(content, endpoint)
     except Unreadable as e:
-        return f"cannot unwrap it: {e}"
+        return f"cannot unwrap it: {e}", None
     if parked.signal is not None:
         try:
             await account.queue(endpoint).send(parked.signal)
         except TooLarge as e:
-            return f"its signal cannot be sent: {e}"
+            return f"its signal cannot be sent: {e}", None
         except UnicodeEncodeError:
-            return "its signal is not valid text (a lone surrogate escaped in its JSON)"
-        return None
+            return "its signal is not valid text (a lone surrogate escaped in its JSON)", None
+        return None, None
     original = parked.original
     if original is None:
-        return "it holds nothing to replay"
+        return NOTHING_TO_REPLAY, None
     blobs = account.blob_container(container)
     try:
         signal = (await blobs.read(original)).data.decode("utf-8")
     except NotFound:
-        return f"its original {original} is not in container {container}"
+        return f"its original {original} is not in container {container}", None
     except UnicodeDecodeError:
-        return f"its original {original} is not UTF-8 text"
+        return f"its original {original} is not UTF-8 text", None
     try:
         await account.queue(endpoint).send(signal)
     except TooLarge as e:
-        return f"its original {original} cannot be sent on a queue: {e}"
-    with contextlib.suppress(NotFound):
-        await blobs.delete(original)
-    return None
+        return f"its original {original} cannot be sent on a queue: {e}", None
+    return None, original
 
 
 class _PassedOver:

@@ -23,6 +23,9 @@ class TaskReport:
     """Records deleted, by kind (e.g. ``abandoned_tokens``, ``outbox_records``)."""
     kept: Counter[str] = field(default_factory=Counter)
     """Records looked at and deliberately left, by reason (e.g. ``in_flight``, ``young``)."""
+    changed: Counter[str] = field(default_factory=Counter)
+    """Records rewritten to keep them, by kind (e.g. ``poison_entries_reparked``: poison
+    messages that would expire, sent again with no expiry)."""
     finished: bool = False
     """The task reached the end of its records in this run."""
     skipped: str | None = None
@@ -47,6 +50,7 @@ class TaskReport:
             "pages": self.pages,
             "removed": dict(sorted(self.removed.items())),
             "kept": dict(sorted(self.kept.items())),
+            "changed": dict(sorted(self.changed.items())),
             "finished": self.finished,
             "skipped": self.skipped,
             "leased_by": self.leased_by,
@@ -80,6 +84,12 @@ class CleanupReport:
             total.update(task.kept)
         return total
 
+    def changed(self) -> Counter[str]:
+        total: Counter[str] = Counter()
+        for task in self.tasks:
+            total.update(task.changed)
+        return total
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "owner": self.owner,
@@ -89,5 +99,6 @@ class CleanupReport:
             "complete": self.complete,
             "removed": dict(sorted(self.removed().items())),
             "kept": dict(sorted(self.kept().items())),
+            "changed": dict(sorted(self.changed().items())),
             "tasks": [t.to_dict() for t in self.tasks],
         }

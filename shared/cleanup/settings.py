@@ -33,10 +33,21 @@ class CleanupSettings:
     is replaced after at most this long, however long its pages take."""
     audit_retention_seconds: float = 30 * DAY
     """Audit rows older than this are removed (export them first to keep them longer)."""
+    poison_expiry_margin_seconds: float = 6 * DAY
+    """A poison message with less than this left before it expires is re-parked with no
+    expiry (``shared.cleanup.parked``). The Functions host moves messages with the queue's
+    default of seven days: six days re-parks them in their first day, and leaves six for a
+    stopped cleanup to be noticed and restarted."""
     checkpoint_table: str = "cleanup"
 
     def __post_init__(self) -> None:
-        for name in ("grace_seconds", "budget_seconds", "lease_seconds", "audit_retention_seconds"):
+        for name in (
+            "grace_seconds",
+            "budget_seconds",
+            "lease_seconds",
+            "audit_retention_seconds",
+            "poison_expiry_margin_seconds",
+        ):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise ConfigurationError(f"cleanup {name} must be a non-negative number: {value}")

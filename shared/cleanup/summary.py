@@ -7,7 +7,8 @@ from typing import Any
 
 
 def cleanup_summary(report: dict[str, Any]) -> str:
-    """One line: what the pass removed and kept, and whether it covered everything. Rows it
+    """One line: what the pass removed, kept and changed (poison messages re-parked with no
+    expiry, when there were any), and whether it covered everything. Rows it
     could not judge are counted in ``kept`` as ``bad_row``; ``--json`` lists them."""
 
     def counts(values: dict[str, int]) -> str:
@@ -18,8 +19,9 @@ def cleanup_summary(report: dict[str, Any]) -> str:
     skipped = sorted({str(t["skipped"]) for t in tasks if t["skipped"]})
     state = "complete" if report["complete"] else "incomplete, run it again to go on"
     return (
-        f"cleanup: removed {counts(report['removed'])}, kept {counts(report['kept'])}; "
-        f"{len(tasks)} tasks in {report['elapsed_seconds']:.1f} s, {state}"
+        f"cleanup: removed {counts(report['removed'])}, kept {counts(report['kept'])}"
+        + (f", changed {counts(report['changed'])}" * bool(report.get("changed")))
+        + f"; {len(tasks)} tasks in {report['elapsed_seconds']:.1f} s, {state}"
         + (f"; skipped: {', '.join(skipped)}" * bool(skipped))
         + ("; bad rows listed by --json" * any(t.get("bad_rows") for t in tasks))
     )

@@ -542,4 +542,7 @@ def standard_tasks(endpoints: Mapping[str, str] | Collection[str]) -> list[Clean
     tasks.append(IngressRecords())
     tasks += [AuditRows(e) for e in names]
     tasks += [ModeRetention(e, modes[e]) for e in names if modes[e] in _MODE_EXPIRY]
+    from shared.cleanup.parked import poison_tasks  # builds on this module's CleanupTask
+
+    tasks += poison_tasks(names)
     return tasks

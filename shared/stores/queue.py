@@ -24,6 +24,9 @@ class QueueMessage:
     pop_receipt: str
     inserted_on: datetime
     next_visible_on: datetime
+    expires_on: datetime | None = None
+    """When the service drops it unread; None for a message sent with no expiry
+    (``time_to_live=-1``)."""
 
 
 def encoded_size(content: str) -> int:
@@ -97,7 +100,8 @@ class MessageQueue(abc.ABC):
 
     @abc.abstractmethod
     async def peek(self, max_messages: int = 32) -> list[QueueMessage]:
-        """Look at visible messages without receiving them (pop receipts are empty)."""
+        """Look at visible messages without receiving them (pop receipts are empty). Each
+        says when it expires (``QueueMessage.expires_on``), as a received one does."""
 
     @abc.abstractmethod
     async def approximate_count(self) -> int:

@@ -182,8 +182,9 @@ def test_poison_list_shows_why_each_message_was_parked_and_takes_none(
     bus: Run, emulator: AzuriteEndpoints
 ) -> None:
     """Each form as its writer parks it: the pipeline's last error (``error_reason`` with the
-    id and type it knew), a refusal parked by reference, the local host's move (the id it
-    read), the Functions host's raw signal, and contents nobody should have written."""
+    id and type it knew), a refusal too large to park whole (an excerpt), the local host's
+    move (the id it read), the Functions host's raw signal, and contents nobody should have
+    written."""
     last_error = poison_body(
         signal("m-wrapped"),
         error_reason(
@@ -208,7 +209,7 @@ def test_poison_list_shows_why_each_message_was_parked_and_takes_none(
     async def too_large() -> None:
         refusal = Reason("payments", "signal is 70000 characters", 1, message_id="m-big")
         async with account(emulator) as a:
-            assert await park_message(a, "x" * 70_000, refusal, "parked") == "reference"
+            assert await park_message(a, "x" * 70_000, refusal, "parked") == "excerpt"
 
     asyncio.run(too_large())
 
@@ -230,7 +231,7 @@ def test_poison_list_shows_why_each_message_was_parked_and_takes_none(
     assert listed["m-local"]["dequeue_count"] == 3
     assert listed["m-host"]["reason"] == "failed maxDequeueCount times (moved by the host)"
     assert listed["m-host"]["message_type"] == "ChargePayment"
-    assert listed["m-big"]["original"].startswith("payments/")
+    assert listed["m-big"]["original"] is None  # no token named: no blob
     assert listed["m-big"]["reason"] == "signal is 70000 characters"
     unreadable = [item for item in json.loads(out) if item["message_id"] is None]
     assert [item["endpoint"] for item in unreadable] == ["payments", "payments"]

@@ -3,6 +3,7 @@ error; only what the content really says."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -14,6 +15,7 @@ from shared.bus.poison import (
     PoisonRecord,
     Reason,
     error_reason,
+    excerpt_body,
     poison_body,
     read_poison,
 )
@@ -136,3 +138,19 @@ def test_text_from_the_message_is_cut_to_a_bounded_length() -> None:
     body = json.dumps({"poison": {"reason": "x" * 100_000, "message_id": "y" * 100_000}})
     record = read_poison(body)
     assert len(record.reason) == len(record.message_id or "") == MAX_REASON_CHARS
+
+
+def test_an_excerpt_names_the_digest_and_length_of_the_text_it_stands_for() -> None:
+    text = "!" * 60_000
+    reason = Reason("orders", "signal is 60000 characters", 1, error_type="MalformedSignal")
+    record = read_poison(excerpt_body(text, reason))
+    assert record == PoisonRecord(
+        reason="signal is 60000 characters",
+        endpoint="orders",
+        dequeue_count=1,
+        error_type="MalformedSignal",
+        sha256=hashlib.sha256(text.encode()).hexdigest(),
+        chars=60_000,
+    )
+    forged = json.dumps({"poison": {"reason": "r", "sha256": "<b>not hex</b>", "chars": "many"}})
+    assert (read_poison(forged).sha256, read_poison(forged).chars) == (None, None)

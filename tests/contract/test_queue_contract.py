@@ -147,6 +147,51 @@ async def test_out_of_range_arguments_are_refused(queue: MessageQueue) -> None:
         await queue.send("x", visibility_delay=8 * 24 * 3600)
 
 
+async def test_every_message_says_when_it_expires_and_one_sent_without_expiry_never_does(
+    backend: Backend, queue: MessageQueue
+) -> None:
+    """The poison queues keep what an operator must still replay: ``time_to_live=-1`` is
+    kept for good, and a peek tells the cleanup which entries will expire (the default is
+    seven days, as the Functions host's own moves get)."""
+    kept = await queue.send("kept", time_to_live=-1)
+    default = await queue.send("default")
+    await queue.send("short", time_to_live=2)
+
+    peeked = {m.id: m for m in await queue.peek()}
+    [received] = [m for m in await queue.receive(32, visibility_timeout=1) if m.id == default]
+
+    assert peeked[kept].expires_on is None
+    week = peeked[default].expires_on - peeked[default].inserted_on  # type: ignore[operator]
+    assert abs(week.total_seconds() - 7 * 24 * 3600) <= 1
+    assert received.expires_on == peeked[default].expires_on  # a receive does not change it
+    await backend.elapse(2.5)
+    assert sorted(m.content for m in await queue.peek()) == ["default", "kept"]
+    with pytest.raises(InvalidValue):
+        await queue.send("x", time_to_live=0)
+    with pytest.raises(InvalidValue):
+        await queue.send("x", time_to_live=5, visibility_delay=5)
+
+
+async def test_the_memory_queue_drops_a_message_at_its_expiry_on_its_clock(
+    backend: Backend, queue: MessageQueue
+) -> None:
+    """Eight days on the manual clock: what the service does to a week-long message, and
+    not to one sent with no expiry (Azurite cannot be made to wait that long)."""
+    if backend.clock is None:
+        pytest.skip("needs a manual clock")
+    await queue.send("kept", time_to_live=-1)
+    await queue.send("default")
+    backend.clock.advance(7 * 24 * 3600 - 1)
+    assert await queue.approximate_count() == 2
+
+    backend.clock.advance(1)
+
+    assert [m.content for m in await queue.peek()] == ["kept"]
+    backend.clock.advance(365 * 24 * 3600)
+    [message] = await queue.receive()
+    assert (message.content, message.expires_on) == ("kept", None)
+
+
 async def test_a_missing_queue_is_not_found(backend: Backend) -> None:
     with pytest.raises(NotFound):
         await backend.account.queue(unique_name("missing")).send("x")

@@ -38,6 +38,16 @@ def _seconds(value: float) -> int:
     return math.ceil(value)
 
 
+NEVER_EXPIRES_YEAR = 9999
+"""The service reports a message sent with ``time_to_live=-1`` as expiring on 31 December 9999."""
+
+
+def _expiry(moment: datetime | None) -> datetime | None:
+    if moment is None or moment.year >= NEVER_EXPIRES_YEAR:
+        return None
+    return moment
+
+
 def _message(message: SdkQueueMessage) -> QueueMessage:
     now = datetime.now(UTC)
     return QueueMessage(
@@ -47,6 +57,7 @@ def _message(message: SdkQueueMessage) -> QueueMessage:
         pop_receipt=message.pop_receipt or "",
         inserted_on=message.inserted_on or now,
         next_visible_on=message.next_visible_on or now,
+        expires_on=_expiry(message.expires_on),
     )
 
 
@@ -79,6 +90,11 @@ class AzureQueue(MessageQueue):
         check_message_size(content)
         if not 0 <= visibility_delay <= MAX_VISIBILITY_TIMEOUT:
             raise InvalidValue("visibility_delay must be between 0 and 7 days")
+        if time_to_live is not None and time_to_live != -1:
+            if time_to_live < 1:
+                raise InvalidValue("time_to_live must be at least 1 second, or -1 for never")
+            if visibility_delay >= time_to_live:
+                raise InvalidValue("visibility_delay must be shorter than time_to_live")
         async with bounded(self._what(), self._seconds):
             sent = await self._client.send_message(
                 encode(content),

@@ -63,6 +63,7 @@ class MemoryQueue(MessageQueue):
             pop_receipt=pop_receipt,
             inserted_on=to_datetime(stored.inserted),
             next_visible_on=to_datetime(stored.visible_at),
+            expires_on=None if stored.expires is None else to_datetime(stored.expires),
         )
 
     async def create_if_missing(self) -> None:
