@@ -110,9 +110,11 @@ async def read_rows(
     groups: dict[tuple[str, str], set[str]] = {}
     for origin in origins:
         groups.setdefault((origin.table, origin.partition_key), set()).add(origin.row_key)
+    # In key order, not the callers' (often a set's, which follows string hashing): the same
+    # page reads its origins in the same order in every process, so a simulation replays.
     reads = [
         (table, partition, keys)
-        for (table, partition), row_keys in groups.items()
+        for (table, partition), row_keys in sorted(groups.items())
         for keys in chunks(sorted(row_keys), ROW_KEYS_PER_QUERY)
     ]
 

@@ -80,12 +80,21 @@ def test_the_command_line_replays_a_seed_and_ends_with_the_summary_line(
     assert main(["--seed", "nonsense"]) == 2
 
 
-def test_a_seed_replays_identically_in_another_process_with_another_hash_seed() -> None:
+@pytest.mark.parametrize(
+    "seed",
+    [
+        "11",
+        # A cleanup pass that reads the origins of two tokens: their reads once came in the
+        # order of a set of strings, so hash seeds 0 and 1 gave two different schedules.
+        "2776",
+    ],
+)
+def test_a_seed_replays_identically_in_another_process_with_another_hash_seed(seed: str) -> None:
     """Nothing in a run may depend on Python's per-process string hashing."""
     outputs = []
-    for hash_seed in ("1", "2"):
+    for hash_seed in ("0", "1"):
         done = subprocess.run(
-            [sys.executable, "-m", "lab.sim", "--seed", "11", "--verbose"],
+            [sys.executable, "-m", "lab.sim", "--seed", seed, "--verbose"],
             capture_output=True,
             text=True,
             check=True,
