@@ -56,7 +56,11 @@ def clock_of(harness: Harness) -> ManualClock:
 async def clean(harness: Harness, **overrides: object) -> CleanupReport:
     cleanup = replace(CleanupSettings(checkpoint_table=unique_name("cleanup")), **overrides)  # type: ignore[arg-type]
     return await run_cleanup(
-        harness.raw, endpoint_modes(harness.app), config=harness.config, settings=cleanup
+        harness.raw,
+        endpoint_modes(harness.app),
+        config=harness.config,
+        settings=cleanup,
+        rows=harness.cleanup_rows(),
     )
 
 
@@ -150,12 +154,20 @@ async def test_a_crash_between_the_copy_and_the_delete_leaves_two_that_replay_on
 
     with pytest.raises(SimulatedCrash):
         await run_cleanup(
-            dying, endpoint_modes(harness.app), config=harness.config, settings=cleanup
+            dying,
+            endpoint_modes(harness.app),
+            config=harness.config,
+            settings=cleanup,
+            rows=harness.cleanup_rows(dying),
         )
     assert await harness.raw.queue(poison_queue(name)).approximate_count() == 2
     clock_of(harness).advance(HOLD_SECONDS + cleanup.lease_seconds)  # its holds and leases end
     report = await run_cleanup(
-        harness.raw, endpoint_modes(harness.app), config=harness.config, settings=cleanup
+        harness.raw,
+        endpoint_modes(harness.app),
+        config=harness.config,
+        settings=cleanup,
+        rows=harness.cleanup_rows(),
     )
     clock_of(harness).advance(6.5 * DAY)
 
@@ -264,6 +276,7 @@ async def test_the_cleanup_reparks_and_removes_orphans_on_every_backend(backend:
         harness.raw,
         endpoint_modes(harness.app),
         config=ahead,
+        rows=harness.cleanup_rows(),
         settings=CleanupSettings(
             checkpoint_table=unique_name("cleanup"),
             grace_seconds=0,
