@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 
-from shared.audit.poisoned import collect_poisoned
+from shared.audit.poisoned import DEFAULT_POISON_CAP, collect_poisoned
 from shared.audit.rows import Row, audit_row, ingress_row
 from shared.audit.schema import AUDIT_SCHEMA, INGRESS_SCHEMA, POISONED_SCHEMA
 from shared.bus.ingress import INGRESS_ROW
@@ -37,10 +37,12 @@ async def read_account(
     *,
     endpoint_tables: Sequence[str],
     ingress_tables: Sequence[str],
+    poison_cap: int = DEFAULT_POISON_CAP,
 ) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """(audit, ingress, poisoned) frames of everything the account holds."""
+    """(audit, ingress, poisoned) frames of everything the account holds (of the poison
+    queues, up to ``poison_cap`` messages)."""
     audit, ingress = await collect_rows(account, endpoint_tables, ingress_tables)
-    poisoned = await collect_poisoned(account, endpoint_tables)
+    poisoned = await collect_poisoned(account, endpoint_tables, cap=poison_cap)
     return (
         spark.createDataFrame(audit, AUDIT_SCHEMA),
         spark.createDataFrame(ingress, INGRESS_SCHEMA),

@@ -27,6 +27,7 @@ from pyspark.errors import PySparkException
 from shared.audit.compute import AuditOptions, run_audit
 from shared.audit.console import render_console
 from shared.audit.file_source import FileFormat, read_files
+from shared.audit.poisoned import DEFAULT_POISON_CAP
 from shared.audit.report import render_html
 from shared.audit.session import (
     SparkFailure,
@@ -61,6 +62,7 @@ class AuditJob:
     small_table_rows: int = 1000
     master: str | None = None
     quiet: bool = False
+    poison_cap: int = DEFAULT_POISON_CAP
 
     def run(self) -> AuditSummary:
         progress = StageLog(enabled=not self.quiet)
@@ -81,7 +83,9 @@ class AuditJob:
                     f"{len(endpoint_tables)} endpoint tables, {self.splits} ranges each "
                     "where a table holds more than a page"
                 )
-                poisoned = asyncio.run(read_poisoned(spark, self.settings, endpoint_tables))
+                poisoned = asyncio.run(
+                    read_poisoned(spark, self.settings, endpoint_tables, self.poison_cap)
+                )
                 audit, ingress = read_tables(
                     spark,
                     self.settings,

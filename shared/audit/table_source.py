@@ -26,7 +26,7 @@ from typing import Any, Literal
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
-from shared.audit.poisoned import collect_poisoned
+from shared.audit.poisoned import DEFAULT_POISON_CAP, collect_poisoned
 from shared.audit.rows import Row, audit_row, ingress_row
 from shared.audit.schema import AUDIT_SCHEMA, INGRESS_SCHEMA, POISONED_SCHEMA
 from shared.bus.ingress import INGRESS_ROW
@@ -221,11 +221,14 @@ def read_tables(
 
 
 async def read_poisoned(
-    spark: SparkSession, settings: StorageSettings, endpoint_tables: Sequence[str]
+    spark: SparkSession,
+    settings: StorageSettings,
+    endpoint_tables: Sequence[str],
+    cap: int = DEFAULT_POISON_CAP,
 ) -> DataFrame:
-    """The messages in the endpoints' poison queues, read in the driver."""
+    """The messages in the endpoints' poison queues (up to ``cap``), read in the driver."""
     from shared.stores.azure import AzureStorageAccount
 
     async with AzureStorageAccount(settings) as account:
-        rows = await collect_poisoned(account, endpoint_tables)
+        rows = await collect_poisoned(account, endpoint_tables, cap=cap)
     return spark.createDataFrame(rows, POISONED_SCHEMA)
