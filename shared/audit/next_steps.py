@@ -63,9 +63,9 @@ def next_steps(summary: AuditSummary) -> list[str]:
     if summary.poison_cut:
         cut = ", ".join(f"{q}: about {n:,}" for q, n in sorted(summary.poison_cut.items()))
         steps.append(
-            f"Poison queues were read only up to the cap ({cut} messages not read): a "
-            "delivery parked among those counts as lost here. Raise --poison-cap or replay "
-            "or clear those queues, then audit again."
+            f"Poison queues were not read to their end ({cut} messages not read: the "
+            "cap, or another reader holding them): a delivery parked among those counts as "
+            "lost here. Raise --poison-cap, or replay or clear those queues, then audit again."
         )
     if summary.in_flight:
         steps.append(

@@ -8,7 +8,7 @@ audit takes nothing away. Each message is turned into its row as soon as it is r
 its content dropped, and at most ``cap`` messages are kept over all the queues: memory is
 bounded by the cap, not by the queues. When the cap is reached the queue being read, and
 every queue after it, gets a marker row saying about how many of its messages were not read
-(``unread``).
+(``unread``); so does a queue whose count says it holds more than the receives returned.
 
 Poison-queue contents are not trusted. An entry can cover a delivery only through its
 signal, checked by the parser the pipeline uses (``Signal.parse``): its token name gives the
@@ -132,11 +132,19 @@ async def poisoned_row(
     )
 
 
-def cut_row(queue: str, endpoint: str, unread: int, cap: int) -> Row:
-    """The marker of a queue the audit stopped reading at the cap: about ``unread`` of its
-    messages were not read."""
-    reason = f"not read: the audit keeps at most {cap:,} poison messages"
-    return (queue, endpoint, None, None, reason, None, None, None, None, unread)
+def cut_row(queue: str, endpoint: str, unread: int, why: str) -> Row:
+    """The marker of a queue the audit did not read to its end: about ``unread`` of its
+    messages were not read, because of ``why``."""
+    return (queue, endpoint, None, None, f"not read: {why}", None, None, None, None, unread)
+
+
+def _capped(cap: int) -> str:
+    return f"the audit keeps at most {cap:,} poison messages"
+
+
+UNSEEN = (
+    "not seen by the audit's receives (hidden by another reader, or added while it read the queue)"
+)
 
 
 @dataclass
@@ -188,8 +196,9 @@ async def collect_poisoned(
     container: str = DEFAULT_PARKED_CONTAINER,
 ) -> list[Row]:
     """Up to ``cap`` messages waiting in the poison queues of ``endpoints``, one row each,
-    and a marker row (``unread`` set) for every queue not read to its end; a queue that does
-    not exist holds none. By-reference entries are checked against their originals in
+    and a marker row (``unread`` set) for every queue not read to its end (cut at the cap, or
+    holding more messages than the receives returned); a queue that does not exist holds
+    none. By-reference entries are checked against their originals in
     ``container``."""
     if cap < 0:
         raise ValueError("the poison cap must not be negative")
@@ -203,14 +212,16 @@ async def collect_poisoned(
             if budget.left <= 0:
                 waiting = await queue.approximate_count()
                 if waiting:
-                    rows.append(cut_row(name, endpoint, waiting, cap))
+                    rows.append(cut_row(name, endpoint, waiting, _capped(cap)))
                 continue
             before = len(rows)
             cut = await _read_queue(queue, endpoint, originals, budget, rows)
+            # The count includes hidden messages: more than were read means some were not.
+            unread = await queue.approximate_count() - (len(rows) - before)
             if cut:
-                waiting = await queue.approximate_count()
-                unread = max(waiting - (len(rows) - before), 1)
-                rows.append(cut_row(name, endpoint, unread, cap))
+                rows.append(cut_row(name, endpoint, max(unread, 1), _capped(cap)))
+            elif unread > 0:
+                rows.append(cut_row(name, endpoint, unread, UNSEEN))
         except NotFound:
             continue
     return rows

@@ -93,8 +93,9 @@ class AuditSummary:
     poison_unverifiable: dict[str, int] = field(default_factory=dict)
     """``unverifiable_poison`` per poison queue (queues with none left out)."""
     poison_cut: dict[str, int] = field(default_factory=dict)
-    """Poison queues the audit stopped reading at its cap, with about how many of their
-    messages it did not read (deliveries parked there then show as lost)."""
+    """Poison queues the audit did not read to their end (it stopped at its cap, or another
+    reader held some messages hidden), with about how many of their messages it did not read
+    (deliveries parked among those then show as lost)."""
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     latency: list[EndpointLatency] = field(default_factory=list)
     histogram: list[HistogramBucket] = field(default_factory=list)

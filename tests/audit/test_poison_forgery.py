@@ -281,3 +281,20 @@ async def test_an_export_from_before_entries_were_verified_covers_nothing(
     assert summary["unverifiable_poison"] == 1
     [entry] = summary["samples"]["unverifiable_poison"]
     assert entry["problem"].startswith("no signal read")
+
+
+async def test_messages_another_reader_hides_are_reported_as_not_read(backend: Backend) -> None:
+    endpoint = f"busy{unique_name('')[:8]}"
+    queue = backend.account.queue(poison_queue(endpoint))
+    await queue.create_if_missing()
+    for i in range(5):
+        await queue.send(poison_body("x", Reason(endpoint, f"failure {i}", 1)))
+    taken = await queue.receive(2, visibility_timeout=300)  # a replay busy with two of them
+
+    rows = await collect_poisoned(backend.account, [endpoint], cap=100)
+
+    read = [dict(zip(POISONED_COLUMNS, r, strict=True)) for r in rows]
+    assert len([r for r in read if r["unread"] is None]) == 3
+    [marker] = [r for r in read if r["unread"] is not None]
+    assert marker["unread"] == len(taken) == 2
+    assert "not seen by the audit's receives" in str(marker["reason"])
