@@ -24,7 +24,7 @@ from shared.bus.state.base import EndpointState
 from shared.bus.state.stores import PostgresDatabase
 from shared.config import build_config
 from shared.errors import BusError, ConfigurationError
-from shared.resources import TABLES
+from shared.resources import CONTAINERS, TABLES
 from shared.settings import (
     DEFAULT_SETTING,
     STORAGE_SETTING_NAME,
@@ -88,6 +88,12 @@ def _add_poison_cap(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="read at most N poison messages over all poison queues (memory is bounded by "
         "N); the summary says which queues were cut; default %(default)s",
+    )
+    parser.add_argument(
+        "--tokens-container",
+        default=CONTAINERS["tokens"],
+        metavar="NAME",
+        help="the container whose tokens a poison message's signal must name; default %(default)s",
     )
 
 
@@ -214,6 +220,7 @@ def _run(args: argparse.Namespace) -> int:
         out=args.out,
         quiet=args.quiet,
         poison_cap=args.poison_cap,
+        tokens_container=args.tokens_container,
     )
     summary = job.run()
     return EXIT_VIOLATED if summary.invariants.violated else EXIT_OK
@@ -247,6 +254,7 @@ def _export(args: argparse.Namespace) -> int:
                     progress=progress,
                     sql=sql,
                     poison_cap=args.poison_cap,
+                    tokens_container=args.tokens_container,
                 )
         finally:
             if database is not None:

@@ -39,6 +39,7 @@ from shared.audit.session import (
 from shared.audit.summary import AuditSummary
 from shared.audit.table_source import read_poisoned, read_tables
 from shared.errors import ConfigurationError
+from shared.resources import CONTAINERS
 from shared.settings import StorageSettings
 from shared.terminal import StageLog
 
@@ -63,6 +64,7 @@ class AuditJob:
     master: str | None = None
     quiet: bool = False
     poison_cap: int = DEFAULT_POISON_CAP
+    tokens_container: str = CONTAINERS["tokens"]
 
     def run(self) -> AuditSummary:
         progress = StageLog(enabled=not self.quiet)
@@ -84,7 +86,13 @@ class AuditJob:
                     "where a table holds more than a page"
                 )
                 poisoned = asyncio.run(
-                    read_poisoned(spark, self.settings, endpoint_tables, self.poison_cap)
+                    read_poisoned(
+                        spark,
+                        self.settings,
+                        endpoint_tables,
+                        self.poison_cap,
+                        self.tokens_container,
+                    )
                 )
                 audit, ingress = read_tables(
                     spark,

@@ -17,7 +17,9 @@ against a delivery actually sent to this endpoint (``shared.audit.checks.verify_
 The id a wrapper's reason names is shown, never used. An entry is unverifiable (``problem``
 says why) when its wrapper is damaged, it holds no parseable signal, its original (a
 by-reference entry, kept in the parked-originals container) is missing or unreadable, or its
-wrapper names another message id or another endpoint than its signal and queue.
+wrapper names another message id or another endpoint than its signal and queue, or the token
+its signal names is not in the tokens container (a parked message's token is kept until it
+is processed).
 
 No pyspark here: the exporter uses it too.
 """
@@ -32,7 +34,7 @@ from shared.audit.rows import Row
 from shared.bus.envelope import MAX_SIGNAL_CHARS, TOKEN_NAME, Signal
 from shared.bus.poison import DEFAULT_PARKED_CONTAINER, PoisonedMessage, Unreadable, unwrap
 from shared.errors import MalformedSignal, NotFound
-from shared.resources import poison_queue
+from shared.resources import CONTAINERS, poison_queue
 from shared.stores.account import StorageAccount
 from shared.stores.blob import BlobContainer
 from shared.stores.queue import MAX_RECEIVE_BATCH, MessageQueue
@@ -81,6 +83,18 @@ def _check(parked: PoisonedMessage, endpoint: str, raw: str) -> _Entry:
     return _Entry(signal, None)
 
 
+async def _token_exists(tokens: BlobContainer, signal: Signal) -> _Entry:
+    try:
+        await tokens.get_properties(signal.token)
+    except NotFound:
+        return _Entry(
+            signal,
+            f"its token {signal.token} is not in container {tokens.name} (processed since, or "
+            "never created)",
+        )
+    return _Entry(signal, None)
+
+
 async def _original(blobs: BlobContainer, name: str) -> tuple[str | None, str | None]:
     """(the parked original's text, None) or (None, why it cannot be read)."""
     try:
@@ -97,14 +111,21 @@ async def _original(blobs: BlobContainer, name: str) -> tuple[str | None, str | 
 
 
 async def poisoned_row(
-    queue: str, endpoint: str, content: str, originals: BlobContainer | None = None
+    queue: str,
+    endpoint: str,
+    content: str,
+    originals: BlobContainer | None = None,
+    tokens: BlobContainer | None = None,
 ) -> Row:
     """``POISONED_COLUMNS`` of one poison message: ``message_id``, ``sender`` and
     ``incoming_id`` from its signal's token name (None without a parseable signal),
     ``message_type`` and ``claimed_id`` as its wrapper says (shown, never matched), its
     reason, and ``problem``: None when its signal checks out, else why the audit cannot
     verify it. ``originals`` is the parked-originals container a by-reference entry's
-    original is read from (without it such an entry is unverifiable)."""
+    original is read from (without it such an entry is unverifiable); with ``tokens`` (the
+    tokens container) the token a signal names must exist there too: a parked message's
+    token is kept until it is processed, so a name with a made-up attempt id or digest, or of
+    a message processed since, covers nothing."""
     try:
         parked = unwrap(content, endpoint)
     except Unreadable as e:
@@ -116,6 +137,8 @@ async def poisoned_row(
         else:
             raw, problem = await _original(originals, parked.original)
     entry = _check(parked, endpoint, raw) if raw is not None else _Entry(None, problem)
+    if entry.signal is not None and entry.problem is None and tokens is not None:
+        entry = await _token_exists(tokens, entry.signal)
     signal = entry.signal
     match = TOKEN_NAME.fullmatch(signal.token) if signal is not None else None
     return (
@@ -156,6 +179,7 @@ async def _read_queue(
     queue: MessageQueue,
     endpoint: str,
     originals: BlobContainer | None,
+    tokens: BlobContainer | None,
     budget: _Budget,
     rows: list[Row],
 ) -> bool:
@@ -176,7 +200,8 @@ async def _read_queue(
                 cut = True
                 break
             for message in fresh[: budget.left]:
-                rows.append(await poisoned_row(queue.name, endpoint, message.content, originals))
+                content = message.content
+                rows.append(await poisoned_row(queue.name, endpoint, content, originals, tokens))
             cut = len(fresh) > budget.left
             budget.left -= min(len(fresh), budget.left)
             if cut:
@@ -194,17 +219,19 @@ async def collect_poisoned(
     *,
     cap: int = DEFAULT_POISON_CAP,
     container: str = DEFAULT_PARKED_CONTAINER,
+    tokens: str = CONTAINERS["tokens"],
 ) -> list[Row]:
     """Up to ``cap`` messages waiting in the poison queues of ``endpoints``, one row each,
     and a marker row (``unread`` set) for every queue not read to its end (cut at the cap, or
     holding more messages than the receives returned); a queue that does not exist holds
-    none. By-reference entries are checked against their originals in
-    ``container``."""
+    none. By-reference entries are checked against their originals in ``container``, and
+    every signal's token must exist in the container ``tokens``."""
     if cap < 0:
         raise ValueError("the poison cap must not be negative")
     rows: list[Row] = []
     budget = _Budget(cap)
     originals = account.blob_container(container)
+    token_blobs = account.blob_container(tokens)
     for endpoint in endpoints:
         name = poison_queue(endpoint)
         queue = account.queue(name)
@@ -215,7 +242,7 @@ async def collect_poisoned(
                     rows.append(cut_row(name, endpoint, waiting, _capped(cap)))
                 continue
             before = len(rows)
-            cut = await _read_queue(queue, endpoint, originals, budget, rows)
+            cut = await _read_queue(queue, endpoint, originals, token_blobs, budget, rows)
             # The count includes hidden messages: more than were read means some were not.
             unread = await queue.approximate_count() - (len(rows) - before)
             if cut:

@@ -32,6 +32,7 @@ from shared.audit.schema import AUDIT_SCHEMA, INGRESS_SCHEMA, POISONED_SCHEMA
 from shared.bus.ingress import INGRESS_ROW
 from shared.bus.records import AUDIT_PREFIX
 from shared.errors import ConfigurationError, StorageError
+from shared.resources import CONTAINERS
 from shared.settings import StorageSettings
 
 log = logging.getLogger(__name__)
@@ -225,10 +226,12 @@ async def read_poisoned(
     settings: StorageSettings,
     endpoint_tables: Sequence[str],
     cap: int = DEFAULT_POISON_CAP,
+    tokens: str = CONTAINERS["tokens"],
 ) -> DataFrame:
-    """The messages in the endpoints' poison queues (up to ``cap``), read in the driver."""
+    """The messages in the endpoints' poison queues (up to ``cap``; their tokens looked up
+    in the container ``tokens``), read in the driver."""
     from shared.stores.azure import AzureStorageAccount
 
     async with AzureStorageAccount(settings) as account:
-        rows = await collect_poisoned(account, endpoint_tables, cap=cap)
+        rows = await collect_poisoned(account, endpoint_tables, cap=cap, tokens=tokens)
     return spark.createDataFrame(rows, POISONED_SCHEMA)

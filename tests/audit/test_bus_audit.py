@@ -34,7 +34,8 @@ async def read(
     if harness.backend.name == "memory":
         from shared.audit.account_source import read_account
 
-        return await read_account(spark, harness.raw, **tables)
+        tokens = harness.config.tokens_container
+        return await read_account(spark, harness.raw, **tables, tokens_container=tokens)
     from shared.audit.table_source import read_poisoned, read_tables
 
     endpoints = request.getfixturevalue("azurite")
@@ -42,7 +43,8 @@ async def read(
     # Tables of more than 2 rows are split into Spark tasks (3 ranges each), the rest are
     # read by the driver: both paths run.
     audit_df, ingress_df = read_tables(spark, settings, splits=3, small_table_rows=2, **tables)
-    return audit_df, ingress_df, await read_poisoned(spark, settings, names.all)
+    tokens = harness.config.tokens_container
+    return audit_df, ingress_df, await read_poisoned(spark, settings, names.all, tokens=tokens)
 
 
 def audit_now(audit_df: Any, ingress_df: Any, poisoned_df: Any = None) -> Any:

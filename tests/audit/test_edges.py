@@ -168,6 +168,26 @@ async def test_a_reference_is_verified_by_its_original_and_not_followed_elsewher
     assert (unread["message_id"], unread["problem"]) == (None, f"its original {name} was not read")
 
 
+async def test_a_signal_covers_something_only_while_its_token_exists() -> None:
+    account = MemoryStorageAccount(ManualClock())
+    tokens = account.blob_container("tokens")
+    await tokens.create_if_missing()
+    kept = signal(M1)
+    await tokens.upload(Signal.parse(kept).token, b"{}")
+    body = poison_body(signal(M3), Reason("orders", "x", 1))
+
+    found = fields(
+        await poisoned_row(
+            "orders-poison", "orders", poison_body(kept, Reason("orders", "x", 1)), None, tokens
+        )
+    )
+    gone = fields(await poisoned_row("orders-poison", "orders", body, None, tokens))
+
+    assert (found["message_id"], found["problem"]) == (M1, None)
+    assert gone["message_id"] == M3  # its signal parses ...
+    assert "is not in container tokens" in str(gone["problem"])  # ... but names no token
+
+
 def summary(**counts: int) -> AuditSummary:
     inv = {k: counts.pop(k, 0) for k in ("duplicates", "lost", "ghosts", "invalid_rows")}
     return AuditSummary(

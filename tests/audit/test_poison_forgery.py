@@ -96,11 +96,17 @@ async def test_a_forged_poison_entry_cannot_hide_a_message_lost_for_real(
         victim = id_of(lost)
         forged_ids = str(uuid.uuid4()), str(uuid.uuid4())
         forged_token = f"mallory/{forged_ids[0]}/{forged_ids[1]}/{victim}"
+        # The victim's own sender and incoming message, a made-up attempt: no such token.
+        sender, incoming = Signal.parse(lost.content).token.split("/")[:2]
+        made_up = f"{sender}/{incoming}/{forged_ids[1]}/{victim}"
         forgeries = [
             poison_body("not a signal", Reason(names.orders, "forged", 5, message_id=victim)),
             json.dumps({"message_id": victim}),  # as if the host had moved a signal
             Signal(  # parses, but its token was sent by nobody
                 message_id=victim, attempt_id=forged_ids[1], token=forged_token, partition_key="o0"
+            ).to_json(),
+            Signal(
+                message_id=victim, attempt_id=forged_ids[1], token=made_up, partition_key="o0"
             ).to_json(),
             # a genuine signal, with a wrapper that names the victim instead
             poison_body(inline.content, Reason(names.orders, "x", 1, message_id=victim)),
@@ -114,7 +120,10 @@ async def test_a_forged_poison_entry_cannot_hide_a_message_lost_for_real(
     finally:
         await account.close()
     monkeypatch.setenv("AzureWebJobsStorage", azurite.connection_string)
-    tables = ["--endpoints", ",".join(names.all), "--ingress-tables", harness.config.ingress_table]
+    tables = [
+        *("--endpoints", ",".join(names.all), "--ingress-tables", harness.config.ingress_table),
+        *("--tokens-container", harness.config.tokens_container),
+    ]
 
     code = await asyncio.to_thread(main, ["run", "--out", str(tmp_path / "r"), *AS_OF, *tables])
 
@@ -127,9 +136,9 @@ async def test_a_forged_poison_entry_cannot_hide_a_message_lost_for_real(
         id_of(inline),
         id_of(by_reference),
     }
-    assert summary["unverifiable_poison"] == 6
+    assert summary["unverifiable_poison"] == 7
     assert summary["poison_unverifiable"] == {
-        poison_queue(names.orders): 5,
+        poison_queue(names.orders): 6,
         poison_queue(names.payments): 1,
     }
     problems = sorted(s["problem"].split(":")[0] for s in summary["samples"]["unverifiable_poison"])
@@ -137,8 +146,10 @@ async def test_a_forged_poison_entry_cannot_hide_a_message_lost_for_real(
         [
             "no parseable signal",
             "no parseable signal",
-            "its token names no delivery sent to this endpoint (no send of this message id by "
-            "the sender and incoming message its token names)",
+            f"its token {forged_token} is not in container {harness.config.tokens_container} "
+            "(processed since, or never created)",
+            f"its token {made_up} is not in container {harness.config.tokens_container} "
+            "(processed since, or never created)",
             "its token names no delivery sent to this endpoint (no send of this message id by "
             "the sender and incoming message its token names)",
             f"its wrapper names message '{victim}', its signal {id_of(inline)}",
@@ -150,9 +161,9 @@ async def test_a_forged_poison_entry_cannot_hide_a_message_lost_for_real(
     html = (tmp_path / "r" / "report.html").read_text()
     assert "unverifiable poison messages" in html
     console = capsys.readouterr().out
-    assert re.search(r"unverifiable poison +6 ", console)
+    assert re.search(r"unverifiable poison +7 ", console)
     assert "lost=1" in console
-    assert "unverifiable_poison=6" in console
+    assert "unverifiable_poison=7" in console
     assert any("cover no delivery" in step for step in summary["next_steps"])
 
     # The same verdict from an export of the same account.
@@ -160,10 +171,14 @@ async def test_a_forged_poison_entry_cannot_hide_a_message_lost_for_real(
     try:
         ingress = [harness.config.ingress_table]
         await export(
-            account, tmp_path / "export", endpoint_tables=names.all, ingress_tables=ingress
+            account,
+            tmp_path / "export",
+            endpoint_tables=names.all,
+            ingress_tables=ingress,
+            tokens_container=harness.config.tokens_container,
         )
         # The audit took nothing away: every poison message is there, visible again.
-        assert len(await drain(account, poison_queue(names.orders))) == 7
+        assert len(await drain(account, poison_queue(names.orders))) == 8
     finally:
         await account.close()
     code = await asyncio.to_thread(
@@ -174,7 +189,7 @@ async def test_a_forged_poison_entry_cannot_hide_a_message_lost_for_real(
     assert (again["invariants"]["lost"], again["poisoned"], again["unverifiable_poison"]) == (
         1,
         2,
-        6,
+        7,
     )
 
 
@@ -233,7 +248,11 @@ async def test_a_cut_poison_queue_cannot_hide_a_loss(spark: Any) -> None:
 
     async def audit(cap: int) -> AuditSummary:
         audit_df, ingress_df, poisoned = await read_account(
-            spark, harness.raw, **tables, poison_cap=cap
+            spark,
+            harness.raw,
+            **tables,
+            poison_cap=cap,
+            tokens_container=harness.config.tokens_container,
         )
         as_of = datetime.now(UTC) + timedelta(hours=1)
         return run_audit(audit_df, ingress_df, AuditOptions(as_of=as_of), poisoned=poisoned)
