@@ -153,7 +153,7 @@ async def test_a_forged_poison_entry_cannot_hide_a_message_lost_for_real(
             "its token names no delivery sent to this endpoint (no send of this message id by "
             "the sender and incoming message its token names)",
             f"its wrapper names message '{victim}', its signal {id_of(inline)}",
-            f"its original {json.loads(forgeries[4])['poison']['original']} is not in "
+            f"its original {json.loads(forgeries[-1])['poison']['original']} is not in "
             f"container {container}",
         ]
     )
