@@ -9,11 +9,12 @@ from collections.abc import Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 
-from shared.audit.poisoned import collect_poisoned
+from shared.audit.poisoned import DEFAULT_POISON_CAP, collect_poisoned
 from shared.audit.rows import Row, audit_row, ingress_row
 from shared.audit.schema import AUDIT_SCHEMA, INGRESS_SCHEMA, POISONED_SCHEMA
 from shared.bus.ingress import INGRESS_ROW
 from shared.bus.records import AUDIT_PREFIX
+from shared.resources import CONTAINERS
 from shared.stores.account import StorageAccount
 
 
@@ -37,10 +38,15 @@ async def read_account(
     *,
     endpoint_tables: Sequence[str],
     ingress_tables: Sequence[str],
+    poison_cap: int = DEFAULT_POISON_CAP,
+    tokens_container: str = CONTAINERS["tokens"],
 ) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """(audit, ingress, poisoned) frames of everything the account holds."""
+    """(audit, ingress, poisoned) frames of everything the account holds (of the poison
+    queues, up to ``poison_cap`` messages, their tokens looked up in ``tokens_container``)."""
     audit, ingress = await collect_rows(account, endpoint_tables, ingress_tables)
-    poisoned = await collect_poisoned(account, endpoint_tables)
+    poisoned = await collect_poisoned(
+        account, endpoint_tables, cap=poison_cap, tokens=tokens_container
+    )
     return (
         spark.createDataFrame(audit, AUDIT_SCHEMA),
         spark.createDataFrame(ingress, INGRESS_SCHEMA),

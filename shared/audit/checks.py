@@ -44,17 +44,21 @@ INGRESS_REQUIRED = ("sender", "created_at")
 
 def sent_deliveries(audit: DataFrame, ingress: DataFrame) -> DataFrame:
     """One row per delivery sent: ``sender, destination, message_id, message_type, sent_at,
-    origin`` (``client`` for ingress sends, ``handler`` for messages a handler sent). A message
-    sent twice (its sender was processed twice) appears twice. ``caused`` and ``outgoing``
-    are typed lists already (``shared.audit.schema.DELIVERIES_SCHEMA``): nothing is parsed."""
+    origin`` (``client`` for ingress sends, ``handler`` for messages a handler sent) and
+    ``incoming_id``, the message whose processing (or the client send) sent it: the second
+    segment of its token's name. A message sent twice (its sender was processed twice)
+    appears twice. ``caused`` and ``outgoing`` are typed lists already
+    (``shared.audit.schema.DELIVERIES_SCHEMA``): nothing is parsed."""
     by_handlers = audit.select(
         F.col("endpoint").alias("sender"),
+        F.col("message_id").alias("incoming_id"),
         F.col("processed_at").alias("sent_at"),
         F.explode("caused").alias("m"),
         F.lit("handler").alias("origin"),
     )
     by_clients = ingress.select(
         F.col("sender"),
+        F.col("incoming_id"),
         F.col("created_at").alias("sent_at"),
         F.explode("outgoing").alias("m"),
         F.lit("client").alias("origin"),
@@ -66,6 +70,51 @@ def sent_deliveries(audit: DataFrame, ingress: DataFrame) -> DataFrame:
         F.col("m.type").alias("message_type"),
         "sent_at",
         "origin",
+        "incoming_id",
+    )
+
+
+POISON_KEY = ("destination", "message_id", "sender", "incoming_id")
+"""What a poison entry's signal must share with a delivery sent to cover it: the queue's
+endpoint, and its token's message id, sender and incoming message."""
+NO_SUCH_DELIVERY = (
+    "its token names no delivery sent to this endpoint (no send of this message id by the "
+    "sender and incoming message its token names)"
+)
+NO_SIGNAL = "no signal read (an export from before poison entries were verified)"
+
+
+def verify_poisoned(sent: DataFrame, poisoned: DataFrame) -> DataFrame:
+    """The poison entries (``shared.audit.schema.POISONED_SCHEMA``, marker rows left out),
+    each with ``problem`` final: an entry whose signal checked out (``problem`` null) but
+    whose token names no delivery actually sent to its queue's endpoint, by that sender
+    while processing that incoming message, gets ``NO_SUCH_DELIVERY``. Only entries left
+    with ``problem`` null may cover a delivery. The entries are few (the reader's cap), so
+    they are broadcast to the scan of the sends; no shuffle of the sends."""
+    entries = poisoned.where(F.col("unread").isNull()).withColumnRenamed("endpoint", "destination")
+    candidates = entries.where(F.col("problem").isNull()).select(*POISON_KEY).distinct()
+    matched = (
+        sent.select(*POISON_KEY)
+        .join(F.broadcast(candidates), list(POISON_KEY), "left_semi")
+        .distinct()
+        .withColumn("matched", F.lit(True))
+    )
+    unsigned = F.exists(F.array(*[F.col(c) for c in POISON_KEY[1:]]), lambda value: value.isNull())
+    problem = F.coalesce(
+        F.col("problem"),
+        F.when(unsigned, F.lit(NO_SIGNAL)),
+        F.when(F.col("matched").isNull(), F.lit(NO_SUCH_DELIVERY)),
+    )
+    return entries.join(matched, list(POISON_KEY), "left").select(
+        "queue",
+        F.col("destination").alias("endpoint"),
+        "message_id",
+        "message_type",
+        "reason",
+        "sender",
+        "incoming_id",
+        "claimed_id",
+        problem.alias("problem"),
     )
 
 
@@ -124,8 +173,9 @@ def reconcile(
     (processed, never sent), ``lost`` (sent before ``as_of - lost_after`` and never
     processed) and ``in_flight`` (sent since then and not processed yet: not a violation,
     the message may still be on its way), and ``poisoned`` (not processed, and waiting in a
-    poison queue: ``poisoned`` has a row ``endpoint, message_id`` per poison message; neither
-    lost nor in flight, an operator replays it).
+    poison queue: ``poisoned`` has a row ``endpoint, message_id`` per verified poison entry,
+    those ``verify_poisoned`` left without a problem; neither lost nor in flight, an operator
+    replays it). An entry with a problem is ignored here: it cannot turn lost into poisoned.
     """
     sends = sent.select(
         "destination",
@@ -144,7 +194,8 @@ def reconcile(
         F.lit(None).cast("long").alias("sent_us"),
     )
     if poisoned is not None:
-        waiting = poisoned.where(F.col("message_id").isNotNull()).select(
+        verified = F.col("problem").isNull() & F.col("message_id").isNotNull()
+        waiting = poisoned.where(verified).select(
             F.col("endpoint").alias("destination"),
             "message_id",
             F.lit(None).cast("long").alias("edge"),

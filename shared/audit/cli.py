@@ -19,11 +19,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from shared.app_loader import APP_SETTING, configured_app
+from shared.audit.poisoned import DEFAULT_POISON_CAP
 from shared.bus.state.base import EndpointState
 from shared.bus.state.stores import PostgresDatabase
 from shared.config import build_config
 from shared.errors import BusError, ConfigurationError
-from shared.resources import TABLES
+from shared.resources import CONTAINERS, TABLES
 from shared.settings import (
     DEFAULT_SETTING,
     STORAGE_SETTING_NAME,
@@ -76,6 +77,23 @@ def _add_storage_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--ingress-tables", type=_names, metavar="T", help="tables holding ingress records"
+    )
+
+
+def _add_poison_cap(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--poison-cap",
+        type=int,
+        default=DEFAULT_POISON_CAP,
+        metavar="N",
+        help="read at most N poison messages over all poison queues (memory is bounded by "
+        "N); the summary says which queues were cut; default %(default)s",
+    )
+    parser.add_argument(
+        "--tokens-container",
+        default=CONTAINERS["tokens"],
+        metavar="NAME",
+        help="the container whose tokens a poison message's signal must name; default %(default)s",
     )
 
 
@@ -140,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=Path("audit-report"),
         help="folder for summary.json and report.html; default %(default)s",
     )
+    _add_poison_cap(run)
     run.add_argument("--quiet", action="store_true", help="no progress lines")
 
     export = commands.add_parser(
@@ -158,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--restart", action="store_true", help="ignore an existing checkpoint, start over"
     )
     _add_storage_options(export)
+    _add_poison_cap(export)
     export.add_argument("--quiet", action="store_true", help="no progress lines")
     return parser
 
@@ -199,6 +219,8 @@ def _run(args: argparse.Namespace) -> int:
         lost_after=timedelta(seconds=args.lost_after),
         out=args.out,
         quiet=args.quiet,
+        poison_cap=args.poison_cap,
+        tokens_container=args.tokens_container,
     )
     summary = job.run()
     return EXIT_VIOLATED if summary.invariants.violated else EXIT_OK
@@ -231,6 +253,8 @@ def _export(args: argparse.Namespace) -> int:
                     max_pages=args.max_pages,
                     progress=progress,
                     sql=sql,
+                    poison_cap=args.poison_cap,
+                    tokens_container=args.tokens_container,
                 )
         finally:
             if database is not None:
@@ -274,6 +298,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # argparse exits 2 on bad usage and 0 for --help
         return int(e.code or 0)
     try:
+        if args.poison_cap < 0:
+            parser.error("--poison-cap must not be negative")
         if args.command == "run":
             if args.splits < 1:
                 parser.error("--splits must be at least 1")

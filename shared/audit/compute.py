@@ -85,10 +85,24 @@ def run_audit(
 ) -> AuditSummary:
     """Every check over the given inputs; the verdict is FAIL when an invariant is violated.
     ``poisoned`` (``shared.audit.schema.POISONED_SCHEMA``) lists the messages waiting in
-    poison queues: their deliveries are reported as poisoned, neither lost nor in flight."""
+    poison queues: a delivery an entry verifiably covers (``checks.verify_poisoned``) is
+    reported as poisoned, neither lost nor in flight; the other entries are reported as
+    unverifiable and change no delivery's verdict."""
     stages = _Stages(progress, 3)
     samples: dict[str, list[dict[str, Any]]] = {}
     limit = options.sample_limit
+    cut: dict[str, int] = {}
+    if poisoned is not None:
+        cut = {
+            str(r["queue"]): int(r["unread"])
+            for r in poisoned.where(F.col("unread").isNotNull()).collect()
+        }
+        if poisoned.where(F.col("unread").isNull()).isEmpty():
+            poisoned = None
+        else:  # small (the reader's cap): kept, as every later job reads it
+            poisoned = checks.verify_poisoned(
+                checks.sent_deliveries(audit, ingress), poisoned
+            ).cache()
 
     with stages.stage("reconciling sent and processed, checking rows"):
         # One pass over the inputs serves three checks: the row counts and the invalid rows
@@ -145,7 +159,11 @@ def run_audit(
                 "edge long, sender string, message_type string",
             )
             _collect_samples(audit, checks.named(reconciled, names_frame), totals, limit, samples)
-        parked = _poison_queues(poisoned, limit, samples) if poisoned is not None else {}
+        parked, unverifiable = (
+            _poison_queues(poisoned, limit, samples) if poisoned is not None else ({}, {})
+        )
+        if poisoned is not None:
+            poisoned.unpersist()
     with stages.stage("latency percentiles"):
         latency_rows = (
             checks.latency_percentiles(audit).orderBy("endpoint").collect() if audit_rows else []
@@ -204,6 +222,9 @@ def run_audit(
         in_flight=totals["in_flight"],
         poisoned=totals["poisoned"],
         poison_messages=parked,
+        unverifiable_poison=sum(unverifiable.values()),
+        poison_unverifiable=unverifiable,
+        poison_cut=cut,
         invariants=invariants,
         samples=samples,
         latency=latency,
@@ -242,16 +263,42 @@ def _observed(
 
 def _poison_queues(
     poisoned: DataFrame, limit: int, samples: dict[str, list[dict[str, Any]]]
-) -> dict[str, int]:
-    """Messages per poison queue, and up to ``limit`` of them with their reasons."""
-    counts = {
-        str(r["queue"]): int(r["count"])
-        for r in poisoned.groupBy("queue").count().orderBy("queue").collect()
-    }
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Entries per poison queue and, per queue, those that cannot be verified; up to
+    ``limit`` of each kind with their reasons (and why the unverifiable ones are)."""
+    unverified = F.col("problem").isNotNull()
+    per_queue = (
+        poisoned.groupBy("queue")
+        .agg(F.count(F.lit(1)).alias("count"), F.sum(unverified.cast("long")).alias("bad"))
+        .orderBy("queue")
+        .collect()
+    )
+    counts = {str(r["queue"]): int(r["count"]) for r in per_queue}
+    bad = {str(r["queue"]): int(r["bad"]) for r in per_queue if r["bad"]}
     if counts and limit:
-        first = poisoned.orderBy("queue", "message_id").limit(limit).collect()
-        samples["poisoned"] = [_plain(r) for r in first]
-    return counts
+        first = (
+            poisoned.where(~unverified)
+            .select("queue", "message_id", "message_type", "reason")
+            .orderBy("queue", "message_id")
+        )
+        verified = [_plain(r) for r in first.limit(limit).collect()]
+        if verified:
+            samples["poisoned"] = verified
+    if bad and limit:
+        columns = (
+            "queue",
+            "claimed_id",
+            "message_id",
+            "sender",
+            "incoming_id",
+            "problem",
+            "reason",
+        )
+        first = (
+            poisoned.where(unverified).select(*columns).orderBy("queue", "claimed_id", "problem")
+        )
+        samples["unverifiable_poison"] = [_plain(r) for r in first.limit(limit).collect()]
+    return counts, bad
 
 
 _COUNTS = ("sent", "processed", "duplicate", "lost", "in_flight", "ghost", "poisoned")

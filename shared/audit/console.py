@@ -19,6 +19,11 @@ def render_console(summary: AuditSummary) -> str:
         f"  invalid rows           {inv.invalid_rows:>10,}  (must be 0)",
         f"  in flight              {summary.in_flight:>10,}",
         f"  in poison queues       {summary.poisoned:>10,}",
+        f"  unverifiable poison    {summary.unverifiable_poison:>10,}  (cover nothing)",
+        *(
+            f"  poison queue cut       {queue}: about {n:,} messages not read"
+            for queue, n in sorted(summary.poison_cut.items())
+        ),
         "",
     ]
     timings = ("p50 ms", "p90 ms", "p99 ms", "max ms")

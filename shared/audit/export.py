@@ -23,9 +23,10 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shared.audit.poisoned import collect_poisoned
+from shared.audit.poisoned import DEFAULT_POISON_CAP, collect_poisoned
 from shared.audit.rows import (
     AUDIT_COLUMNS,
+    COUNT_COLUMNS,
     DELIVERY_COLUMNS,
     DELIVERY_FIELDS,
     INGRESS_COLUMNS,
@@ -39,6 +40,7 @@ from shared.bus.ingress import INGRESS_ROW
 from shared.bus.records import AUDIT_PREFIX
 from shared.bus.state.base import EndpointState
 from shared.errors import ConfigurationError, NotFound
+from shared.resources import CONTAINERS
 from shared.stores.account import StorageAccount
 from shared.stores.table import Table
 
@@ -55,6 +57,8 @@ DELIVERIES_TYPE = pa.list_(pa.struct([pa.field(f, pa.string()) for f in DELIVERY
 def _arrow_type(column: str) -> pa.DataType:
     if column in TIMESTAMP_COLUMNS:
         return pa.timestamp("us", tz="UTC")
+    if column in COUNT_COLUMNS:
+        return pa.int64()
     return DELIVERIES_TYPE if column in DELIVERY_COLUMNS else pa.string()
 
 
@@ -153,13 +157,16 @@ async def export(
     max_pages: int | None = None,
     progress: Callable[[str, TableProgress, str], None] = lambda *_: None,
     sql: Mapping[str, EndpointState] | None = None,
+    poison_cap: int = DEFAULT_POISON_CAP,
+    tokens_container: str = CONTAINERS["tokens"],
 ) -> ExportResult:
     """Export every audit row of ``endpoint_tables`` and every ingress record of
     ``ingress_tables``. ``max_pages`` stops after that many pages in this call (the export is
     then incomplete and a later call resumes it). ``progress`` hears of every page: the
     table (``audit/<name>`` or ``ingress/<name>``), where its export stands, and a note.
     Endpoints in ``sql`` keep their audit rows in PostgreSQL: those are read from there, into
-    the same layout."""
+    the same layout. Of the poison queues, up to ``poison_cap`` messages are exported, each
+    checked (``shared.audit.poisoned``; their tokens in ``tokens_container``)."""
     sql = sql or {}
     if not 1 <= page_size <= 1000:
         raise ConfigurationError("page size must be 1-1000 (Table Storage's page limit)")
@@ -196,7 +203,9 @@ async def export(
             checkpoint.save()
             written += 1
             progress(key, state, note)
-    await _export_poisoned(account, out, endpoint_tables, checkpoint, extension, progress)
+    await _export_poisoned(
+        account, out, endpoint_tables, checkpoint, extension, progress, poison_cap, tokens_container
+    )
     return ExportResult(*_totals(checkpoint), complete=True)
 
 
@@ -207,13 +216,16 @@ async def _export_poisoned(
     checkpoint: Checkpoint,
     extension: str,
     progress: Callable[[str, TableProgress, str], None],
+    cap: int,
+    tokens: str,
 ) -> None:
-    """The messages in the endpoints' poison queues, as one file (poison queues are small),
-    so that an audit of the export tells parked deliveries from lost ones."""
+    """The messages in the endpoints' poison queues, up to ``cap`` (and a marker row per
+    queue cut there), as one file, so that an audit of the export tells parked deliveries
+    from lost ones."""
     state = checkpoint.tables.setdefault(POISONED_KEY, TableProgress())
     if state.done:
         return
-    rows = await collect_poisoned(account, endpoint_tables)
+    rows = await collect_poisoned(account, endpoint_tables, cap=cap, tokens=tokens)
     folder = out / "poisoned"
     folder.mkdir(parents=True, exist_ok=True)
     if rows:

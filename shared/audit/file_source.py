@@ -49,9 +49,16 @@ def _read(
             return spark.createDataFrame([], schema)
         raise ConfigurationError(f"cannot read {file_format} files at {location}: {e}") from e
     missing = [f.name for f in schema.fields if f.name not in df.columns]
-    if missing:
+    if missing and not optional:
         raise ConfigurationError(f"{location} lacks the columns {', '.join(missing)}")
-    return df.select(*[_column(df, f) for f in schema.fields])
+    # An export from before the audit verified poison messages lacks their signal's columns:
+    # those stay null, so none of its entries can cover a delivery.
+    return df.select(
+        *[
+            F.lit(None).cast(f.dataType).alias(f.name) if f.name in missing else _column(df, f)
+            for f in schema.fields
+        ]
+    )
 
 
 def read_files(
@@ -59,7 +66,9 @@ def read_files(
 ) -> tuple[DataFrame, DataFrame, DataFrame]:
     """(audit, ingress, poisoned) DataFrames with exactly the expected columns and types; a
     column missing from the files is an error rather than a silent column of nulls. Without
-    a ``poisoned`` folder no message was parked (or the export predates them)."""
+    a ``poisoned`` folder no message was parked (or the export predates them); a poisoned
+    column missing there is null (an export from before entries were verified: none of its
+    entries is then verifiable)."""
     base = path.rstrip("/")
     audit = _read(spark, f"{base}/{AUDIT_DIR}", AUDIT_SCHEMA, file_format)
     ingress = _read(spark, f"{base}/{INGRESS_DIR}", INGRESS_SCHEMA, file_format)

@@ -27,6 +27,7 @@ from pyspark.errors import PySparkException
 from shared.audit.compute import AuditOptions, run_audit
 from shared.audit.console import render_console
 from shared.audit.file_source import FileFormat, read_files
+from shared.audit.poisoned import DEFAULT_POISON_CAP
 from shared.audit.report import render_html
 from shared.audit.session import (
     SparkFailure,
@@ -38,6 +39,7 @@ from shared.audit.session import (
 from shared.audit.summary import AuditSummary
 from shared.audit.table_source import read_poisoned, read_tables
 from shared.errors import ConfigurationError
+from shared.resources import CONTAINERS
 from shared.settings import StorageSettings
 from shared.terminal import StageLog
 
@@ -61,6 +63,8 @@ class AuditJob:
     small_table_rows: int = 1000
     master: str | None = None
     quiet: bool = False
+    poison_cap: int = DEFAULT_POISON_CAP
+    tokens_container: str = CONTAINERS["tokens"]
 
     def run(self) -> AuditSummary:
         progress = StageLog(enabled=not self.quiet)
@@ -81,7 +85,15 @@ class AuditJob:
                     f"{len(endpoint_tables)} endpoint tables, {self.splits} ranges each "
                     "where a table holds more than a page"
                 )
-                poisoned = asyncio.run(read_poisoned(spark, self.settings, endpoint_tables))
+                poisoned = asyncio.run(
+                    read_poisoned(
+                        spark,
+                        self.settings,
+                        endpoint_tables,
+                        self.poison_cap,
+                        self.tokens_container,
+                    )
+                )
                 audit, ingress = read_tables(
                     spark,
                     self.settings,

@@ -50,6 +50,23 @@ def next_steps(summary: AuditSummary) -> list[str]:
             f"`bus replay {endpoints}`; each is then processed exactly once. Messages there "
             "that name a delivery processed since, or none, are replayed harmlessly or cleared."
         )
+    if summary.unverifiable_poison:
+        queues = summary.poison_unverifiable
+        where = ", ".join(f"{q}: {n:,}" for q, n in sorted(queues.items()))
+        steps.append(
+            f"{summary.unverifiable_poison:,} poison messages cover no delivery ({where}): no "
+            "parseable signal, a wrapper that disagrees with its signal, or a token naming no "
+            "delivery sent to that endpoint; they were not counted as poisoned. See the "
+            f"samples of unverifiable_poison and `bus poison list {_endpoints_of(queues)}`; "
+            "a forged or damaged message there is removed by hand."
+        )
+    if summary.poison_cut:
+        cut = ", ".join(f"{q}: about {n:,}" for q, n in sorted(summary.poison_cut.items()))
+        steps.append(
+            f"Poison queues were not read to their end ({cut} messages not read: the "
+            "cap, or another reader holding them): a delivery parked among those counts as "
+            "lost here. Raise --poison-cap, or replay or clear those queues, then audit again."
+        )
     if summary.in_flight:
         steps.append(
             f"{summary.in_flight:,} deliveries were sent less than "

@@ -45,6 +45,14 @@ def render_html(summary: AuditSummary) -> str:
             ["invalid rows", count(inv.invalid_rows)],
             ["in flight (sent recently, not yet processed)", f"{summary.in_flight:,}"],
             ["in poison queues (parked, waiting for a replay)", count(summary.poisoned)],
+            [
+                "unverifiable poison messages (cover no delivery; see the sample)",
+                count(summary.unverifiable_poison),
+            ],
+            *(
+                [f"poison queue {escape(queue)} cut at the cap: messages not read", count(n)]
+                for queue, n in sorted(summary.poison_cut.items())
+            ),
         ],
     )
     steps = "".join(f"<li>{escape(step)}</li>" for step in summary.next_steps)

@@ -42,16 +42,32 @@ INGRESS_COLUMNS = (
     "created_at",
     "outgoing",
 )
-POISONED_COLUMNS = ("queue", "endpoint", "message_id", "message_type", "reason")
-"""One row per message waiting in a poison queue (``shared.audit.poisoned``)."""
+POISONED_COLUMNS = (
+    "queue",
+    "endpoint",
+    "message_id",
+    "message_type",
+    "reason",
+    "sender",
+    "incoming_id",
+    "claimed_id",
+    "problem",
+    "unread",
+)
+"""One row per message waiting in a poison queue (``shared.audit.poisoned``): ``message_id``,
+``sender`` and ``incoming_id`` from its signal's token name, ``message_type`` and
+``claimed_id`` as its wrapper says, ``problem`` why it cannot be verified (None when its
+signal checks out). A row with ``unread`` set is no message: it marks a queue the audit
+stopped reading at its cap, with about how many messages were left unread."""
 TIMESTAMP_COLUMNS = frozenset({"sent_at", "processed_at", "created_at"})
+COUNT_COLUMNS = frozenset({"unread"})
 DELIVERY_COLUMNS = frozenset({"caused", "outgoing"})
 """Columns holding a typed list of deliveries."""
 
 Delivery = dict[str, str | None]
 """``{"id", "type", "destination"}``: one message to one destination."""
 DELIVERY_FIELDS = ("id", "type", "destination")
-Value = str | datetime | list[Delivery] | None
+Value = str | int | datetime | list[Delivery] | None
 Row = tuple[Value, ...]
 
 

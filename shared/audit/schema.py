@@ -5,6 +5,7 @@ from __future__ import annotations
 from pyspark.sql.types import (
     ArrayType,
     DataType,
+    LongType,
     StringType,
     StructField,
     StructType,
@@ -13,6 +14,7 @@ from pyspark.sql.types import (
 
 from shared.audit.rows import (
     AUDIT_COLUMNS,
+    COUNT_COLUMNS,
     DELIVERY_COLUMNS,
     DELIVERY_FIELDS,
     INGRESS_COLUMNS,
@@ -29,6 +31,8 @@ DELIVERIES_SCHEMA = ArrayType(
 def _type(name: str) -> DataType:
     if name in TIMESTAMP_COLUMNS:
         return TimestampType()
+    if name in COUNT_COLUMNS:
+        return LongType()
     return DELIVERIES_SCHEMA if name in DELIVERY_COLUMNS else StringType()
 
 

@@ -84,7 +84,18 @@ class AuditSummary:
     poisoned: int = 0
     """Deliveries not processed that wait in a poison queue: neither lost nor in flight."""
     poison_messages: dict[str, int] = field(default_factory=dict)
-    """Messages in each poison queue (some may name deliveries processed since, or none)."""
+    """Messages read in each poison queue (some may name deliveries processed since, or
+    none)."""
+    unverifiable_poison: int = 0
+    """Poison messages that cover no delivery: no parseable signal, a wrapper that disagrees
+    with its signal, or a token naming no delivery sent to that endpoint. They never turn a
+    lost delivery into a poisoned one."""
+    poison_unverifiable: dict[str, int] = field(default_factory=dict)
+    """``unverifiable_poison`` per poison queue (queues with none left out)."""
+    poison_cut: dict[str, int] = field(default_factory=dict)
+    """Poison queues the audit did not read to their end (it stopped at its cap, or another
+    reader held some messages hidden), with about how many of their messages it did not read
+    (deliveries parked among those then show as lost)."""
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     latency: list[EndpointLatency] = field(default_factory=list)
     histogram: list[HistogramBucket] = field(default_factory=list)
@@ -107,5 +118,8 @@ class AuditSummary:
         return (
             f"audit: sent={self.sent} processed={self.processed} duplicates={inv.duplicates} "
             f"lost={inv.lost} ghosts={inv.ghosts} invalid={inv.invalid_rows} "
-            f"in_flight={self.in_flight} poisoned={self.poisoned} verdict={self.verdict}"
+            f"in_flight={self.in_flight} poisoned={self.poisoned} "
+            f"unverifiable_poison={self.unverifiable_poison}"
+            + (f" poison_cut={sum(self.poison_cut.values())}" if self.poison_cut else "")
+            + f" verdict={self.verdict}"
         )

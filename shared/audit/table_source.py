@@ -26,12 +26,13 @@ from typing import Any, Literal
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
-from shared.audit.poisoned import collect_poisoned
+from shared.audit.poisoned import DEFAULT_POISON_CAP, collect_poisoned
 from shared.audit.rows import Row, audit_row, ingress_row
 from shared.audit.schema import AUDIT_SCHEMA, INGRESS_SCHEMA, POISONED_SCHEMA
 from shared.bus.ingress import INGRESS_ROW
 from shared.bus.records import AUDIT_PREFIX
 from shared.errors import ConfigurationError, StorageError
+from shared.resources import CONTAINERS
 from shared.settings import StorageSettings
 
 log = logging.getLogger(__name__)
@@ -221,11 +222,16 @@ def read_tables(
 
 
 async def read_poisoned(
-    spark: SparkSession, settings: StorageSettings, endpoint_tables: Sequence[str]
+    spark: SparkSession,
+    settings: StorageSettings,
+    endpoint_tables: Sequence[str],
+    cap: int = DEFAULT_POISON_CAP,
+    tokens: str = CONTAINERS["tokens"],
 ) -> DataFrame:
-    """The messages in the endpoints' poison queues, read in the driver."""
+    """The messages in the endpoints' poison queues (up to ``cap``; their tokens looked up
+    in the container ``tokens``), read in the driver."""
     from shared.stores.azure import AzureStorageAccount
 
     async with AzureStorageAccount(settings) as account:
-        rows = await collect_poisoned(account, endpoint_tables)
+        rows = await collect_poisoned(account, endpoint_tables, cap=cap, tokens=tokens)
     return spark.createDataFrame(rows, POISONED_SCHEMA)

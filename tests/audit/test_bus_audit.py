@@ -27,11 +27,15 @@ pytestmark = pytest.mark.spark
 async def read(
     spark: Any, request: pytest.FixtureRequest, harness: Harness, names: FlowNames
 ) -> tuple[Any, Any, Any]:
-    tables = {"endpoint_tables": names.all, "ingress_tables": [harness.config.ingress_table]}
+    tables: dict[str, Any] = {
+        "endpoint_tables": names.all,
+        "ingress_tables": [harness.config.ingress_table],
+    }
     if harness.backend.name == "memory":
         from shared.audit.account_source import read_account
 
-        return await read_account(spark, harness.raw, **tables)
+        tokens = harness.config.tokens_container
+        return await read_account(spark, harness.raw, **tables, tokens_container=tokens)
     from shared.audit.table_source import read_poisoned, read_tables
 
     endpoints = request.getfixturevalue("azurite")
@@ -39,7 +43,8 @@ async def read(
     # Tables of more than 2 rows are split into Spark tasks (3 ranges each), the rest are
     # read by the driver: both paths run.
     audit_df, ingress_df = read_tables(spark, settings, splits=3, small_table_rows=2, **tables)
-    return audit_df, ingress_df, await read_poisoned(spark, settings, names.all)
+    tokens = harness.config.tokens_container
+    return audit_df, ingress_df, await read_poisoned(spark, settings, names.all, tokens=tokens)
 
 
 def audit_now(audit_df: Any, ingress_df: Any, poisoned_df: Any = None) -> Any:
@@ -175,7 +180,7 @@ async def test_a_parked_message_is_poisoned_not_lost_until_it_is_replayed(
     await harness.raw.queue(names.orders).delete(message.id, message.pop_receipt)
     reason = Reason(names.orders, "ValueError: card declined", 5, error_type="ValueError")
     await park(harness.raw, message.content, reason, harness.config.parked_container)
-    # Hostile poison-queue contents count as poison messages, and name no delivery.
+    # Hostile poison-queue contents count as poison messages that cover no delivery.
     await harness.raw.queue(f"{names.orders}-poison").send('{"poison": 7}')
     await harness.run_until_quiet()
     parked_id = Signal.parse(message.content).message_id
@@ -185,15 +190,20 @@ async def test_a_parked_message_is_poisoned_not_lost_until_it_is_replayed(
     assert summary.verdict == "PASS"
     assert (summary.poisoned, summary.invariants.lost, summary.in_flight) == (1, 0, 0)
     assert summary.poison_messages == {f"{names.orders}-poison": 2}
-    samples = {s["message_id"]: s for s in summary.samples["poisoned"]}
-    assert samples[parked_id]["reason"] == "ValueError: card declined"
-    assert samples[parked_id]["queue"] == f"{names.orders}-poison"
-    assert "unreadable poison message" in samples[None]["reason"]
+    [sample] = summary.samples["poisoned"]
+    assert (sample["message_id"], sample["reason"]) == (parked_id, "ValueError: card declined")
+    assert sample["queue"] == f"{names.orders}-poison"
+    assert summary.unverifiable_poison == 1
+    assert summary.poison_unverifiable == {f"{names.orders}-poison": 1}
+    [damaged] = summary.samples["unverifiable_poison"]
+    assert "unreadable wrapper" in damaged["problem"]
     [edge] = [e for e in summary.flow if e.destination == names.orders]
     assert (edge.sent, edge.processed, edge.poisoned, edge.lost) == (2, 1, 1, 0)
-    [step] = [s for s in summary.next_steps if "poison" in s]
+    [step] = [s for s in summary.next_steps if "wait in poison queues" in s]
     assert f"bus replay {names.orders}" in step
-    assert "poisoned=1 verdict=PASS" in summary.one_line()
+    [forged] = [s for s in summary.next_steps if "cover no delivery" in s]
+    assert f"bus poison list {names.orders}" in forged
+    assert "poisoned=1 unverifiable_poison=1 verdict=PASS" in summary.one_line()
 
     # The operator replays it: processed once, no longer poisoned; the unreadable one stays.
     await replay(harness.raw, names.orders, container=harness.config.parked_container)
