@@ -7,7 +7,9 @@ must be left out for an event (events go to the topic's subscribers). A delayed 
 ``"delay_seconds": 600`` or ``"deliver_at": "2026-12-01T09:00:00+00:00"`` (``shared.bus.schedule``).
 
 Answers (JSON): 202 with ``{"idempotency_key", "message_ids", "deduplicated": false}`` for a
-new key; 200 with the same message ids and ``"deduplicated": true`` for a repeat; 400 with
+new key; 200 with the same message ids and ``"deduplicated": true`` for a repeat of the same
+message (type, destination, body, due time); 409 with ``{"error": ...}`` naming the key when
+it was used for a different message within the window (nothing sent); 400 with
 ``{"error": ...}`` for bad input (a repeated ``Idempotency-Key`` header or a key with a
 comma included); 413 for a body over the payload limit; 503 when storage
 could not be reached (retry with the same key). A W3C ``traceparent`` header puts the messages
@@ -34,6 +36,7 @@ from shared.bus.routes import UndeliverableMessage
 from shared.bus.telemetry import continuing
 from shared.errors import (
     BusError,
+    IdempotencyKeyReused,
     InvalidName,
     InvalidValue,
     MessageTooLarge,
@@ -45,6 +48,8 @@ from shared.settings import StorageTimeouts
 log = logging.getLogger(__name__)
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+HTTP_SCOPE = "http"
+"""Whose keys an HTTP request's are (``shared.bus.ingress``): every function-key holder's."""
 ENVELOPE_SLACK_BYTES = 4096
 """Room for ``type``/``to`` and JSON framing around a body of the maximum payload size."""
 
@@ -264,13 +269,15 @@ async def _handle(bus: Bus, headers: Mapping[str, str], raw: bytes) -> Answer:
     try:
         check_idempotency_key(key)
         request = parse_request(bus.app, raw)
-        receipt = await bus.client("http").submit(
+        receipt = await bus.client("http", scope=HTTP_SCOPE).submit(
             request.message,
             to=request.to,
             idempotency_key=key,
             delay=request.delay,
             deliver_at=request.deliver_at,
         )
+    except IdempotencyKeyReused as e:
+        return Answer(409, {"error": str(e)})
     except (BadRequest, InvalidName, InvalidValue) as e:
         return Answer(400, {"error": str(e)})
     except MessageTooLarge as e:
