@@ -14,11 +14,15 @@ import pytest
 from azure.storage.queue.aio import QueueClient
 
 from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
+from shared import http_ingress
+from shared.bus import Bus
 from shared.bus.poison import Reason
 from shared.bus.poison import park as park_message
 from shared.cleanup.checkpoint import Checkpoints
 from shared.cli import main
 from shared.resources import TABLES, poison_queue
+from shared.runtime import bus_config
+from shared.sample.app import app as sample_app
 from shared.settings import DEV_KEY, StorageSettings
 from shared.stores.azure import AzureStorageAccount
 from tests.conftest import started_azurite
@@ -26,6 +30,7 @@ from tests.conftest import started_azurite
 pytestmark = pytest.mark.azurite
 
 ORDER = '{"order_id": "c1", "customer": "ada", "amount_cents": 700}'
+PLACED_ORDER = '{"order_id": "c9", "customer": "eve", "amount_cents": 1}'
 PLACED = '{"order_id": "c2", "customer": "bob", "amount_cents": 100}'
 
 
@@ -67,6 +72,41 @@ def test_send_is_exactly_once_per_key(bus: Run) -> None:
     code, out, _ = bus("send", "PlaceOrder", "--key", "cli-1", "--body", ORDER)  # --to inferred
     assert code == 0
     assert json.loads(out) == {**first, "deduplicated": True}
+
+
+def test_a_key_an_http_caller_took_first_does_not_swallow_the_send(
+    bus: Run, emulator: AzuriteEndpoints
+) -> None:
+    """Issue 34: a POST with the key made `bus send` answer deduplicated with the caller's
+    message id and exit 0, and the real order was dropped."""
+
+    async def post() -> http_ingress.Answer:
+        async with account(emulator) as storage:
+            return await http_ingress.handle(
+                Bus(sample_app, storage, bus_config()),
+                {"Idempotency-Key": "reprice-2026-11:17"},
+                json.dumps({"type": "PlaceOrder", "body": json.loads(PLACED_ORDER)}).encode(),
+            )
+
+    forged = asyncio.run(post())
+    assert forged.status == 202
+
+    code, out, _ = bus("send", "PlaceOrder", "--key", "reprice-2026-11:17", "--body", ORDER)
+
+    assert code == 0
+    sent = json.loads(out)
+    assert sent["deduplicated"] is False
+    assert sent["message_ids"] != forged.body["message_ids"]
+
+
+def test_send_with_a_key_used_for_another_message_exits_2_and_sends_nothing(bus: Run) -> None:
+    code, out, _ = bus("send", "PlaceOrder", "--key", "cli-twice", "--body", ORDER)
+    assert code == 0
+    code, out, err = bus("send", "PlaceOrder", "--key", "cli-twice", "--body", PLACED_ORDER)
+    assert code == 2
+    assert out == ""
+    assert "idempotency key 'cli-twice' was already used for a different message" in err
+    assert "c9" not in err  # nothing of either message's content
 
 
 def test_send_with_a_delay_hides_the_message_until_then(
