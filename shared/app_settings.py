@@ -221,6 +221,13 @@ INGRESS_WINDOW = seconds(
     "window, `shared.bus.ingress`)",
     group=BUS,
 )
+INGRESS_ENTRA_CALLERS = flag(
+    "BUS_INGRESS_ENTRA_CALLERS",
+    "the HTTP routes sit behind App Service authentication with Microsoft Entra ID "
+    "(`entraAuthEnabled`, which sets this): each caller's Idempotency-Keys are its own, scoped "
+    "by the object id the platform sends in X-MS-CLIENT-PRINCIPAL-ID (never trusted when off)",
+    group=BUS,
+)
 PROCESSED_RETENTION = seconds(
     "BUS_PROCESSED_RETENTION_SECONDS",
     float(WEEK),
@@ -356,6 +363,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     CALL_TIMEOUT,
     INGRESS_TIMEOUT,
     INGRESS_WINDOW,
+    INGRESS_ENTRA_CALLERS,
     PROCESSED_RETENTION,
     STATE_STREAM_RETENTION,
     ENTITY_OUTBOX_RETENTION,

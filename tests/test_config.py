@@ -24,7 +24,7 @@ from shared.bulk.send import bus_fields
 from shared.bus import BusApp, Command, HandlerContext
 from shared.bus.app import Mode
 from shared.bus.config import BusConfig
-from shared.bus.ingress import INGRESS_ROW
+from shared.bus.ingress import INGRESS_ROW, record_key
 from shared.bus.state.connection import PostgresSettings
 from shared.cleanup.settings import CleanupSettings
 from shared.cli.main import main as bus_main
@@ -267,11 +267,57 @@ async def test_the_ingress_window_setting_is_the_ingress_records_window() -> Non
     worker = await provisioned(BUS_INGRESS_WINDOW_SECONDS="3600")
     status, body = await worker.ingress({"Idempotency-Key": "k1"}, json.dumps(ORDER).encode())
     assert status == 202, body
-    record = await worker.account().table(TABLES["ingress"]).get("k1", INGRESS_ROW)
+    table = worker.account().table(TABLES["ingress"])
+    record = await table.get(record_key("http", "k1"), INGRESS_ROW)
     created, expires = record["created_at"], record["expires_at"]
     assert isinstance(created, datetime)
     assert isinstance(expires, datetime)
     assert expires - created == timedelta(hours=1)
+
+
+FORGED_BODY = {"order_id": "o1", "customer": "mallory", "amount_cents": 1}
+ALICE = "11111111-2222-3333-4444-555555555555"
+MALLORY = "99999999-8888-7777-6666-555555555555"
+
+
+def caller(object_id: str | None, key: str = "shared-key") -> dict[str, str]:
+    headers = {"Idempotency-Key": key}
+    if object_id is not None:
+        headers["X-MS-CLIENT-PRINCIPAL-ID"] = object_id
+    return headers
+
+
+async def test_with_entra_callers_each_caller_has_keys_of_its_own() -> None:
+    """Behind Entra sign-in, a caller who took another caller's key first answers nothing
+    for it; each caller's retry is still deduplicated, and a request the platform named no
+    caller for is refused."""
+    worker = await provisioned(BUS_INGRESS_ENTRA_CALLERS="true")
+    forged = json.dumps({**ORDER, "body": FORGED_BODY}).encode()
+    status, taken = await worker.ingress(caller(MALLORY), forged)
+    assert status == 202, taken
+
+    status, sent = await worker.ingress(caller(ALICE), json.dumps(ORDER).encode())
+
+    assert status == 202, sent
+    assert json.loads(sent)["message_ids"] != json.loads(taken)["message_ids"]
+    status, again = await worker.ingress(caller(ALICE.upper()), json.dumps(ORDER).encode())
+    assert (status, json.loads(again)["message_ids"]) == (200, json.loads(sent)["message_ids"])
+    status, body = await worker.ingress(caller(None), json.dumps(ORDER).encode())
+    assert status == 401, body
+    status, body = await worker.ingress(caller("not-an-object-id"), json.dumps(ORDER).encode())
+    assert status == 401, body
+
+
+async def test_without_entra_callers_a_caller_sent_principal_header_is_ignored() -> None:
+    """Off, nothing vouches for X-MS-CLIENT-PRINCIPAL-ID: claiming another id gets no key
+    space of its own, so a key already used for another message is still a 409."""
+    worker = await provisioned()
+    forged = json.dumps({**ORDER, "body": FORGED_BODY}).encode()
+    status, _ = await worker.ingress(caller(MALLORY), forged)
+    assert status == 202
+    status, body = await worker.ingress(caller(ALICE), json.dumps(ORDER).encode())
+    assert status == 409, body
+    assert "'shared-key'" in json.loads(body)["error"]
 
 
 async def test_the_output_limit_refuses_a_handler_sending_more() -> None:
