@@ -37,6 +37,7 @@ from shared.sample.app import app as sample_app
 from shared.settings import StorageTimeouts
 from shared.stores.latency import LatencyAccount
 from shared.stores.memory import MemoryStorageAccount
+from shared.stores.table import Entity
 from tests.conftest import SAMPLE_APP, sample_settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -306,6 +307,24 @@ async def test_with_entra_callers_each_caller_has_keys_of_its_own() -> None:
     assert status == 401, body
     status, body = await worker.ingress(caller("not-an-object-id"), json.dumps(ORDER).encode())
     assert status == 401, body
+
+
+async def test_with_entra_callers_no_record_of_the_previous_version_answers() -> None:
+    """An HTTP record written before the upgrade names no caller: under Entra ID it could
+    be any caller's, so it is refused (409), never answered or sent around."""
+    worker = await provisioned(BUS_INGRESS_ENTRA_CALLERS="true")
+    table = worker.account().table(TABLES["ingress"])
+    status, _ = await worker.ingress(caller(MALLORY, "old-key"), json.dumps(ORDER).encode())
+    assert status == 202
+    scoped = await table.get(record_key(f"http:{MALLORY}", "old-key"), INGRESS_ROW)
+    unscoped = {k: v for k, v in scoped.properties.items() if k not in {"scope", "key"}}
+    await table.insert(Entity("old-key", INGRESS_ROW, unscoped))  # as the previous version
+    await table.delete(scoped.partition_key, INGRESS_ROW)
+
+    status, body = await worker.ingress(caller(ALICE, "old-key"), json.dumps(ORDER).encode())
+
+    assert status == 409, body
+    assert await worker.account().queue("orders").approximate_count() == 1
 
 
 async def test_without_entra_callers_a_caller_sent_principal_header_is_ignored() -> None:

@@ -112,7 +112,8 @@ def fingerprint(output: PendingOutput, delay: timedelta | None, deliver_at: date
 class IngressClient:
     """Sends commands and publishes events on behalf of ``sender`` (e.g. 'http', 'cli'), to
     the destinations ``routes`` (the app's) allows. ``scope`` (default: ``sender``) says whose
-    idempotency keys these are: ``http:<caller>``, ``bulk:<job>``."""
+    idempotency keys these are: ``http:<caller>``, ``bulk:<job>``. ``legacy`` False: records
+    of the previous version never answer (refused as a reused key)."""
 
     def __init__(
         self,
@@ -123,6 +124,7 @@ class IngressClient:
         *,
         routes: Routes,
         scope: str | None = None,
+        legacy: bool = True,
     ) -> None:
         self.account = account
         self.topics = topics
@@ -131,6 +133,10 @@ class IngressClient:
         self.sender = check_endpoint_name(sender)
         self.scope = check_scope(sender if scope is None else scope)
         """Whose keys these are: a key is one message per scope (the module's docstring)."""
+        self.legacy = legacy
+        """Whether a record of the previous version, which names only the kind of sender
+        that wrote it, may answer for this scope: not when several callers share the kind
+        (HTTP callers under Entra ID), since it cannot say which of them wrote it."""
         self.table = account.table(config.ingress_table)
         self.tokens = account.blob_container(config.tokens_container)
 
@@ -293,7 +299,7 @@ class IngressClient:
         """A record the previous version wrote under the raw key: honoured for the kind of
         sender that wrote it and the same message as far as the record tells; otherwise the
         key is refused (the module's docstring)."""
-        if not _legacy_matches(record, self.sender, output):
+        if not self.legacy or not _legacy_matches(record, self.sender, output):
             raise IdempotencyKeyReused(_reused(key))
         return await self._resend(record, key)
 
