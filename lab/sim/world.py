@@ -126,6 +126,10 @@ class SimConfig:
     original), faults included, and a client whose sends all ended without a receipt sends
     again (the client's contract: retry until a receipt), up to ``client_retries`` times."""
     client_retries: int = 5
+    shared_key: bool = False
+    """With ``client_sends``: every message is sent under one idempotency key, each by a
+    client of its own sender scope (two senders that chose the same key, issue 34). Each is a
+    message of its own: none may answer for, or pre-empt, another."""
     waits: int = 0
     """How often time may pass beyond the grace period while nothing runs and a message is
     hidden (a redelivery delayed by a backlog, a long lease or a poison replay), with a
@@ -173,6 +177,8 @@ class SimConfig:
             )
         if self.client_sends and self.copies != 1:
             raise ConfigurationError("scheduled client sends queue no extra copies: copies=1")
+        if self.shared_key and not self.client_sends:
+            raise ConfigurationError("shared_key is about scheduled client sends: client_sends")
         if self.lease <= 0 or self.sweep_grace < 0:
             raise ConfigurationError("lease must be positive and sweep_grace not negative")
         longest = self.max_ticks * self.tick + self.sweep_grace + 1
@@ -759,9 +765,10 @@ class World:
         return "acknowledged" if acknowledged else "released"
 
     async def _client_send(self, number: int) -> str:
-        receipt = await self.client.send(
-            self._start(number), to=self.sim.entry, idempotency_key=f"m{number}"
-        )
+        client, key = self.client, f"m{number}"
+        if self.config.shared_key:  # one key, a sender scope per message
+            client, key = self.bus.client(CLIENT, scope=f"{CLIENT}-{number}"), "m"
+        receipt = await client.send(self._start(number), to=self.sim.entry, idempotency_key=key)
         self.receipts.add(number)
         return "deduplicated" if receipt.deduplicated else "sent"
 
