@@ -12,7 +12,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared.bus.config import BusConfig
@@ -103,7 +103,7 @@ def fingerprint(output: PendingOutput, delay: timedelta | None, deliver_at: date
         "to": output.to,
         "body": message.model_dump(mode="json"),
         "delay": None if delay is None else delay.total_seconds(),
-        "deliver_at": None if deliver_at is None else deliver_at.isoformat(),
+        "deliver_at": None if deliver_at is None else _instant(deliver_at),
     }
     text = json.dumps(asked, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -302,6 +302,11 @@ class IngressClient:
         if not self.legacy or not _legacy_matches(record, self.sender, output):
             raise IdempotencyKeyReused(_reused(key))
         return await self._resend(record, key)
+
+
+def _instant(moment: datetime) -> str:
+    """One text per instant: 09:00+00:00 and 10:00+01:00 are the same due time."""
+    return moment.astimezone(UTC).isoformat() if moment.tzinfo is not None else moment.isoformat()
 
 
 def _reused(key: str) -> str:

@@ -126,6 +126,14 @@ async def test_a_delayed_send_retried_later_is_the_same_message(bus: Bus, backen
     assert (again.status, again.body["message_ids"]) == (200, first.body["message_ids"])
 
 
+async def test_one_due_time_in_another_offset_is_the_same_message(bus: Bus) -> None:
+    key = unique_name("at")
+    first = await post(bus, order(REAL, deliver_at="2030-01-01T09:00:00+00:00"), key)
+    again = await post(bus, order(REAL, deliver_at="2030-01-01T10:00:00+01:00"), key)
+    later = await post(bus, order(REAL, deliver_at="2030-01-01T10:00:00+00:00"), key)
+    assert (first.status, again.status, later.status) == (202, 200, 409)
+
+
 async def test_the_library_client_raises_on_a_reused_key(bus: Bus) -> None:
     key = unique_name("lib")
     await cli_send(bus, REAL, key)
