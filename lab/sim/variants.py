@@ -267,6 +267,24 @@ INGRESS_ONE_NAMESPACE = Variant(
 )
 
 
+class _LegacyRecordsIgnored(_Table):
+    """The upgrade forgets the previous version's records: an ingress record under a raw key
+    (no scope) is never found, so a retry after the upgrade sends its message anew."""
+
+    async def get(self, partition_key: str, row_key: str) -> Entity:
+        if row_key == INGRESS_ROW and SCOPE_SEPARATOR not in partition_key:
+            raise NotFound(f"{self.name}/{partition_key}/{row_key}")
+        return await super().get(partition_key, row_key)
+
+
+INGRESS_LEGACY_IGNORED = Variant(
+    "ingress-legacy-ignored",
+    "a record the previous version wrote under the raw key still answers its sender's retry "
+    "within its window",
+    wrap=lambda account: _Account(account, table=_LegacyRecordsIgnored),
+)
+
+
 # -- a state written without its ETag (lost update) -------------------------------------------
 
 
@@ -432,6 +450,7 @@ VARIANTS = {
         REUSED_ATTEMPT_ID,
         INGRESS_DOUBLE_SEND,
         INGRESS_ONE_NAMESPACE,
+        INGRESS_LEGACY_IGNORED,
         LOST_UPDATE,
         NO_CLEANUP_FENCE,
         RETIRED_BEFORE_R7,

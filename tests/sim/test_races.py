@@ -12,6 +12,7 @@ import pytest
 from lab.sim.explore import CONFIGS, Summary, exhaustive
 from lab.sim.variants import (
     INGRESS_DOUBLE_SEND,
+    INGRESS_LEGACY_IGNORED,
     INGRESS_ONE_NAMESPACE,
     LOST_UPDATE,
     NO_CLEANUP_FENCE,
@@ -161,6 +162,28 @@ async def test_one_key_namespace_for_every_sender_is_caught() -> None:
     assert "NoLostMessages" in invariants(result)
     assert any("never applied m1" in str(v) for v in result.violations)
     assert sum("table.insert ingress" in step for step in result.trace) == 1
+
+
+async def test_retries_after_the_upgrade_find_the_previous_versions_record() -> None:
+    """The previous version committed the record under the raw key and stopped before its
+    signal; two racing retries, interleaved or with a fault at any operation (the read of
+    the unscoped record included), send its signal and nothing new."""
+    faulted = await exhaustive(CONFIGS["small-ingress-legacy"], max_deviations=0, max_faults=1)
+    interleaved = await exhaustive(CONFIGS["small-ingress-legacy"], max_deviations=1, max_faults=0)
+
+    clean(faulted, 100)
+    clean(interleaved, 40)
+
+
+async def test_an_upgrade_that_forgets_the_previous_versions_records_is_caught() -> None:
+    """The retry sends the message anew: the committed token of the first send is left
+    for good (and, had its signal gone out, the message would be processed twice)."""
+    result = await first_violation(
+        "small-ingress-legacy", INGRESS_LEGACY_IGNORED, deviations=0, faults=0
+    )
+
+    assert "BoundedResidue" in invariants(result)
+    assert any("table.insert ingress/client|m0" in step for step in result.trace)
 
 
 # -- one partition, concurrent state updates --------------------------------------------------
