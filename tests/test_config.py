@@ -156,6 +156,7 @@ def test_a_bad_host_json_stops_start_up_naming_the_file(tmp_path: Path) -> None:
         ("BUS_STORAGE_CALL_TIMEOUT", "soon", "a number of seconds above 0"),
         ("CLEANUP_PAGE_SIZE", "0", "a whole number from 1 to 1000"),
         ("BUS_POSTGRES_ENTRA", "maybe", "true or false"),
+        ("BUS_INGRESS_KEY_SCOPES", "true", "off or on"),
     ],
 )
 def test_a_bad_value_is_an_error_naming_the_setting_and_what_it_accepts(
@@ -236,6 +237,9 @@ def test_the_cli_names_a_bad_value_from_local_settings_json(
         ("BUS_MAX_PAYLOAD_BYTES", "1024", "max_payload_bytes", 1024),
         ("BUS_MAX_OUTPUTS", "3", "max_outputs", 3),
         ("BUS_MAX_CONFLICT_ROUNDS", "4", "max_conflict_rounds", 4),
+        ("BUS_INGRESS_KEY_SCOPES", "on", "ingress_key_scopes", True),
+        ("BUS_INGRESS_KEY_SCOPES", "OFF", "ingress_key_scopes", False),
+        ("BUS_INGRESS_KEY_SCOPES", "", "ingress_key_scopes", False),
     ],
 )
 def test_each_bus_setting_reaches_the_bus_of_the_worker(
@@ -269,7 +273,7 @@ async def test_the_ingress_window_setting_is_the_ingress_records_window() -> Non
     status, body = await worker.ingress({"Idempotency-Key": "k1"}, json.dumps(ORDER).encode())
     assert status == 202, body
     table = worker.account().table(TABLES["ingress"])
-    record = await table.get(record_key("http", "k1"), INGRESS_ROW)
+    record = await table.get("k1", INGRESS_ROW)  # BUS_INGRESS_KEY_SCOPES off: the raw key
     created, expires = record["created_at"], record["expires_at"]
     assert isinstance(created, datetime)
     assert isinstance(expires, datetime)
@@ -292,7 +296,7 @@ async def test_with_entra_callers_each_caller_has_keys_of_its_own() -> None:
     """Behind Entra sign-in, a caller who took another caller's key first answers nothing
     for it; each caller's retry is still deduplicated, and a request the platform named no
     caller for is refused."""
-    worker = await provisioned(BUS_INGRESS_ENTRA_CALLERS="true")
+    worker = await provisioned(BUS_INGRESS_ENTRA_CALLERS="true", BUS_INGRESS_KEY_SCOPES="on")
     forged = json.dumps({**ORDER, "body": FORGED_BODY}).encode()
     status, taken = await worker.ingress(caller(MALLORY), forged)
     assert status == 202, taken
@@ -312,7 +316,7 @@ async def test_with_entra_callers_each_caller_has_keys_of_its_own() -> None:
 async def test_with_entra_callers_no_record_of_the_previous_version_answers() -> None:
     """An HTTP record written before the upgrade names no caller: under Entra ID it could
     be any caller's, so it is refused (409), never answered or sent around."""
-    worker = await provisioned(BUS_INGRESS_ENTRA_CALLERS="true")
+    worker = await provisioned(BUS_INGRESS_ENTRA_CALLERS="true", BUS_INGRESS_KEY_SCOPES="on")
     table = worker.account().table(TABLES["ingress"])
     status, _ = await worker.ingress(caller(MALLORY, "old-key"), json.dumps(ORDER).encode())
     assert status == 202
@@ -353,9 +357,13 @@ def test_a_bulk_send_task_carries_the_drivers_settings() -> None:
     """Executors read no settings: the window, payload limit and conflict rounds travel in
     the pickled task."""
     driver = config(
-        BUS_INGRESS_WINDOW_SECONDS="3600", BUS_MAX_PAYLOAD_BYTES="2048", BUS_MAX_CONFLICT_ROUNDS="3"
+        BUS_INGRESS_WINDOW_SECONDS="3600",
+        BUS_MAX_PAYLOAD_BYTES="2048",
+        BUS_MAX_CONFLICT_ROUNDS="3",
+        BUS_INGRESS_KEY_SCOPES="on",
     ).bus
     executor = BusConfig(**pickle.loads(pickle.dumps(bus_fields(driver))))
+    assert executor.ingress_key_scopes is True
     assert executor.ingress_window_seconds == 3600
     assert executor.max_payload_bytes == 2048
     assert executor.max_conflict_rounds == 3

@@ -136,15 +136,17 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "ingress-record-ignored",
         "shared/bus/ingress.py",
-        "if existing is not None and _expires(existing) > now:",
-        "if existing is not None and _expires(existing) < now:",
+        """if existing is not None and _expires(existing) > now:
+                if existing.get("fingerprint") is None:""",
+        """if existing is not None and _expires(existing) < now:
+                if existing.get("fingerprint") is None:""",
         "a retry inside the window does not find its key's record and sends anew",
     ),
     Mutant(
         "ingress-foreign-receipt",
         "shared/bus/ingress.py",
-        """            if existing.get("fingerprint") != asked:
-                raise IdempotencyKeyReused(_reused(key))
+        """        if record.get("fingerprint") != asked:
+            raise IdempotencyKeyReused(_reused(key))
 """,
         "",
         "a key repeated with another message (type, destination, body, due time) is answered "
@@ -157,6 +159,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "return key if check_scope(scope) else key",
         "every sender's records share one namespace: a key one sender took first answers, or "
         "refuses, another sender's message",
+    ),
+    Mutant(
+        "ingress-scoped-while-off",
+        "shared/bus/ingress.py",
+        "            partition = key\n",
+        "            partition = record_key(self.scope, key)\n",
+        "with BUS_INGRESS_KEY_SCOPES off the record goes under the scoped key, where instances "
+        "of the previous version do not look: a retry they answer during a deploy is sent again",
     ),
     Mutant(
         "ingress-legacy-any-sender",

@@ -56,6 +56,7 @@ CONFIGS: dict[str, SimConfig] = {
             copies=1,
             client_sends=2,
             legacy_record=True,
+            key_scopes=True,
         ),
         # Two senders that chose one idempotency key (issue 34): each sends its own message
         # under its own scope, faults at the reads of the scoped and the previous version's
@@ -67,6 +68,7 @@ CONFIGS: dict[str, SimConfig] = {
             copies=1,
             client_sends=1,
             shared_key=True,
+            key_scopes=True,
         ),
         # Three messages on one partition: once the first created the state, the other two
         # update it concurrently.

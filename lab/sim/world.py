@@ -133,6 +133,9 @@ class SimConfig:
     original), faults included, and a client whose sends all ended without a receipt sends
     again (the client's contract: retry until a receipt), up to ``client_retries`` times."""
     client_retries: int = 5
+    key_scopes: bool = False
+    """BUS_INGRESS_KEY_SCOPES on (``shared.bus.ingress``): the clients' records at
+    ``scope|key``; off, the default, at the raw key as the previous version keeps them."""
     shared_key: bool = False
     legacy_record: bool = False
     """With ``client_sends``: before the run the previous version sent message 0 (its
@@ -192,6 +195,10 @@ class SimConfig:
         if (self.shared_key or self.legacy_record) and not self.client_sends:
             raise ConfigurationError(
                 "shared_key and legacy_record are about scheduled client sends: client_sends"
+            )
+        if (self.shared_key or self.legacy_record) and not self.key_scopes:
+            raise ConfigurationError(
+                "shared_key and legacy_record are about scoped keys: key_scopes=True"
             )
         if self.lease <= 0 or self.sweep_grace < 0:
             raise ConfigurationError("lease must be positive and sweep_grace not negative")
@@ -367,6 +374,7 @@ class World:
             "processed_retention_seconds": config.window,
             "state_stream_retention_seconds": config.window,
             "entity_outbox_retention_seconds": config.window,
+            "ingress_key_scopes": config.key_scopes,
         }
         if self.clock is not None:
             settings["clock"] = self.clock  # one clock for the stores and the bus

@@ -72,6 +72,7 @@ def bus_fields(config: BusConfig) -> dict[str, Any]:
         "ingress_table": config.ingress_table,
         "parked_container": config.parked_container,
         "ingress_window_seconds": config.ingress_window_seconds,
+        "ingress_key_scopes": config.ingress_key_scopes,
         "max_payload_bytes": config.max_payload_bytes,
         "max_conflict_rounds": config.max_conflict_rounds,
     }

@@ -4,6 +4,14 @@ The client's idempotency key names an ingress record; a retry with the same key 
 ingress window finds the committed record and re-sends its signals instead of sending anew.
 This window (BusConfig.ingress_window_seconds, 7 days by default) is the only time window in
 the system: receivers deduplicate by token, without one.
+
+Where the record lives depends on BUS_INGRESS_KEY_SCOPES (BusConfig.ingress_key_scopes).
+Off, the default while a deploy replaces instances of the previous version: under the raw
+key, with the previous version's properties (it reads only ``expires_at`` and ``outgoing``)
+and a fingerprint of the message, so old and new instances answer each other's retries and
+a key reused for a different message is refused once its record has a fingerprint. On:
+under ``scope|key``, each sender's keys its own; a raw-key record without a scope (the
+previous version's, or this one's while off) still answers the kind of sender that wrote it.
 """
 
 from __future__ import annotations
@@ -221,17 +229,31 @@ class IngressClient:
         again from the read."""
         config = self.config
         now = to_datetime(config.clock())
-        partition = record_key(self.scope, key)
-        existing = await self._record(partition)
-        if existing is not None and _expires(existing) > now:
-            if existing.get("scope") is None:  # a legacy record whose raw key reads like scope|key
-                return await self._legacy(existing, output, key)
-            if existing.get("fingerprint") != asked:
-                raise IdempotencyKeyReused(_reused(key))
-            return await self._resend(existing, key)
-        legacy = await self._record(key)
-        if legacy is not None and legacy.get("scope") is None and _expires(legacy) > now:
-            return await self._legacy(legacy, output, key)
+        if config.ingress_key_scopes:
+            partition = record_key(self.scope, key)
+            existing = await self._record(partition)
+            if existing is not None and _expires(existing) > now:
+                # No scope: a legacy record whose raw key reads like scope|key.
+                if existing.get("scope") is None:
+                    return await self._legacy(existing, output, key, asked)
+                return await self._same(existing, key, asked)
+            legacy = await self._record(key)
+            if legacy is not None and legacy.get("scope") is None and _expires(legacy) > now:
+                return await self._legacy(legacy, output, key, asked)
+        else:
+            # BUS_INGRESS_KEY_SCOPES=off: the previous version's record, where and as it keeps
+            # it (the raw key), so old and new instances answer each other during a deploy.
+            partition = key
+            existing = await self._record(partition)
+            if existing is not None and _expires(existing) > now:
+                if existing.get("fingerprint") is None:
+                    return await self._resend(existing, key)  # as the previous version does
+                return await self._same(existing, key, asked)
+            # An instance already switched on (while the setting's change restarts them)
+            # records under the scoped key: its record answers here too.
+            scoped = await self._record(record_key(self.scope, key))
+            if scoped is not None and _expires(scoped) > now:
+                return await self._same(scoped, key, asked)
 
         # A fresh incoming id per round: only the round that commits is ever visible, and
         # a key reused after its window gets new message ids rather than colliding.
@@ -257,8 +279,7 @@ class IngressClient:
             partition,
             INGRESS_ROW,
             {
-                "scope": self.scope,
-                "key": key,
+                **({"scope": self.scope, "key": key} if config.ingress_key_scopes else {}),
                 "fingerprint": asked,
                 "sender": self.sender,
                 "incoming_id": incoming_id,
@@ -295,12 +316,24 @@ class IngressClient:
         await send_signals(self.account, outgoing, clock=self.config.clock)
         return SendReceipt(key, tuple(o.message_id for o in outgoing), True)
 
-    async def _legacy(self, record: Entity, output: PendingOutput, key: str) -> SendReceipt:
-        """A record the previous version wrote under the raw key: honoured for the kind of
-        sender that wrote it and the same message as far as the record tells; otherwise the
+    async def _same(self, record: Entity, key: str, asked: str) -> SendReceipt:
+        """A record with a fingerprint: the first send's receipt for the same message, a
+        refusal for another one."""
+        if record.get("fingerprint") != asked:
+            raise IdempotencyKeyReused(_reused(key))
+        return await self._resend(record, key)
+
+    async def _legacy(
+        self, record: Entity, output: PendingOutput, key: str, asked: str
+    ) -> SendReceipt:
+        """A record under the raw key, written by the previous version or by this one with
+        BUS_INGRESS_KEY_SCOPES off: honoured for the kind of sender that wrote it and the same
+        message as far as the record tells (its fingerprint, when it has one); otherwise the
         key is refused (the module's docstring)."""
         if not self.legacy or not _legacy_matches(record, self.sender, output):
             raise IdempotencyKeyReused(_reused(key))
+        if record.get("fingerprint") is not None:
+            return await self._same(record, key, asked)
         return await self._resend(record, key)
 
 

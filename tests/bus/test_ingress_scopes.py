@@ -24,8 +24,17 @@ FORGED: dict[str, Any] = {"order_id": "o-forged", "customer": "mallory", "amount
 
 
 @pytest.fixture
-async def bus(backend: Backend) -> Bus:
+def key_scopes() -> str:
+    """BUS_INGRESS_KEY_SCOPES: these attacks are about scoped keys, so ``on`` unless a test
+    runs in both modes (it parametrizes this)."""
+    return "on"
+
+
+@pytest.fixture
+async def bus(backend: Backend, key_scopes: str, monkeypatch: pytest.MonkeyPatch) -> Bus:
+    monkeypatch.setenv("BUS_INGRESS_KEY_SCOPES", key_scopes)
     worker = runtime.Worker.for_account(backend.account)
+    assert worker.config.ingress_key_scopes is (key_scopes == "on")
     await provision(backend.account, worker.resources)
     bus = worker.bus()
     await bus.subscribe_all()
@@ -99,6 +108,7 @@ def test_record_keys_are_one_per_scope_and_key() -> None:
     ],
     ids=["body", "due-time", "type"],
 )
+@pytest.mark.parametrize("key_scopes", ["on", "off"])
 async def test_a_key_reused_for_another_message_is_a_409_naming_the_key(
     bus: Bus, changed: dict[str, Any]
 ) -> None:
@@ -134,6 +144,7 @@ async def test_one_due_time_in_another_offset_is_the_same_message(bus: Bus) -> N
     assert (first.status, again.status, later.status) == (202, 200, 409)
 
 
+@pytest.mark.parametrize("key_scopes", ["on", "off"])
 async def test_the_library_client_raises_on_a_reused_key(bus: Bus) -> None:
     key = unique_name("lib")
     await cli_send(bus, REAL, key)

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -74,21 +75,28 @@ def test_send_is_exactly_once_per_key(bus: Run) -> None:
     assert json.loads(out) == {**first, "deduplicated": True}
 
 
-def test_a_key_an_http_caller_took_first_does_not_swallow_the_send(
-    bus: Run, emulator: AzuriteEndpoints
-) -> None:
-    """Issue 34: a POST with the key made `bus send` answer deduplicated with the caller's
-    message id and exit 0, and the real order was dropped."""
+def post_taking(emulator: AzuriteEndpoints, key: str, *, key_scopes: bool) -> http_ingress.Answer:
+    """An HTTP caller's POST of another order with ``key``, before `bus send` uses it."""
 
     async def post() -> http_ingress.Answer:
         async with account(emulator) as storage:
             return await http_ingress.handle(
-                Bus(sample_app, storage, bus_config()),
-                {"Idempotency-Key": "reprice-2026-11:17"},
+                Bus(sample_app, storage, replace(bus_config(), ingress_key_scopes=key_scopes)),
+                {"Idempotency-Key": key},
                 json.dumps({"type": "PlaceOrder", "body": json.loads(PLACED_ORDER)}).encode(),
             )
 
-    forged = asyncio.run(post())
+    return asyncio.run(post())
+
+
+def test_a_key_an_http_caller_took_first_does_not_swallow_the_send(
+    bus: Run, emulator: AzuriteEndpoints, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34: a POST with the key made `bus send` answer deduplicated with the caller's
+    message id and exit 0, and the real order was dropped. With BUS_INGRESS_KEY_SCOPES on,
+    the send is the CLI's own."""
+    monkeypatch.setenv("BUS_INGRESS_KEY_SCOPES", "on")
+    forged = post_taking(emulator, "reprice-2026-11:17", key_scopes=True)
     assert forged.status == 202
 
     code, out, _ = bus("send", "PlaceOrder", "--key", "reprice-2026-11:17", "--body", ORDER)
@@ -97,6 +105,22 @@ def test_a_key_an_http_caller_took_first_does_not_swallow_the_send(
     sent = json.loads(out)
     assert sent["deduplicated"] is False
     assert sent["message_ids"] != forged.body["message_ids"]
+
+
+def test_a_key_an_http_caller_took_first_exits_2_while_key_scopes_are_off(
+    bus: Run, emulator: AzuriteEndpoints, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With BUS_INGRESS_KEY_SCOPES off (the default) the keys are one namespace, but the
+    caller's record has a fingerprint: the CLI's different order is refused, not answered
+    with the caller's message id."""
+    monkeypatch.delenv("BUS_INGRESS_KEY_SCOPES", raising=False)
+    forged = post_taking(emulator, "reprice-2026-11:18", key_scopes=False)
+    assert forged.status == 202
+
+    code, out, err = bus("send", "PlaceOrder", "--key", "reprice-2026-11:18", "--body", ORDER)
+
+    assert (code, out) == (2, "")
+    assert "'reprice-2026-11:18' was already used for a different message" in err
 
 
 def test_send_with_a_key_used_for_another_message_exits_2_and_sends_nothing(bus: Run) -> None:
