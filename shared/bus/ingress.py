@@ -250,9 +250,10 @@ class IngressClient:
                     return await self._resend(existing, key)  # as the previous version does
                 return await self._same(existing, key, asked)
             # An instance already switched on (while the setting's change restarts them)
-            # records under the scoped key: its record answers here too.
+            # records under the scoped key: its record answers here too. Only one that names
+            # this scope: a raw key spelled like scope|key is another sender's record.
             scoped = await self._record(record_key(self.scope, key))
-            if scoped is not None and _expires(scoped) > now:
+            if scoped is not None and scoped.get("scope") == self.scope and _expires(scoped) > now:
                 return await self._same(scoped, key, asked)
 
         # A fresh incoming id per round: only the round that commits is ever visible, and

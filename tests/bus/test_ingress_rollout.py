@@ -227,3 +227,16 @@ async def test_an_off_instance_finds_the_record_of_one_already_switched_on(
     assert (again.status, again.body["message_ids"]) == (200, first.body["message_ids"])
     assert refused.status == 409
     assert set(await queued_ids(bus)) == set(first.body["message_ids"])
+
+
+async def test_off_a_raw_key_spelled_like_a_scoped_record_answers_no_one_else(bus: Bus) -> None:
+    """An HTTP caller used the key ``cli|K`` while off: that raw-key record is not the CLI's
+    record of K, so the CLI's send of K is its own, not refused nor answered with it."""
+    key = unique_name("k")
+    taken = await post(bus, FORGED, f"cli|{key}")
+    assert taken.status == 202
+
+    real = await cli_send(bus, FORGED, key)
+
+    assert real.deduplicated is False
+    assert real.message_ids != tuple(taken.body["message_ids"])
