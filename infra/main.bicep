@@ -219,6 +219,12 @@ var postgresAppSettings = postgresEnabled ? {
   AZURE_CLIENT_ID: identity.outputs.clientId
 } : {}
 
+// Behind App Service authentication the platform names the caller of every HTTP request
+// (X-MS-CLIENT-PRINCIPAL-ID): the ingress then scopes each caller's Idempotency-Keys by it.
+var ingressAuthAppSettings = entraAuthEnabled ? {
+  BUS_INGRESS_ENTRA_CALLERS: 'true'
+} : {}
+
 module functionApp 'app/function-app.bicep' = {
   name: 'function-app'
   params: {
@@ -235,7 +241,7 @@ module functionApp 'app/function-app.bicep' = {
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB
     cleanupSchedule: cleanupSchedule
-    additionalAppSettings: union(postgresAppSettings, additionalAppSettings)
+    additionalAppSettings: union(postgresAppSettings, ingressAuthAppSettings, additionalAppSettings)
   }
   // The host must be able to read its storage from its first start.
   dependsOn: [

@@ -221,6 +221,35 @@ INGRESS_WINDOW = seconds(
     "window, `shared.bus.ingress`)",
     group=BUS,
 )
+
+
+def _switch(text: str) -> bool:
+    if text.lower() in ("on", "off"):
+        return text.lower() == "on"
+    raise ValueError(text)
+
+
+INGRESS_KEY_SCOPES = Setting(
+    "BUS_INGRESS_KEY_SCOPES",
+    False,
+    "off or on",
+    "on: each sender's idempotency keys are its own (records at `scope|key`; a raw-key record "
+    "written before the switch still answers the sender kind that wrote it). off (the default "
+    "in this version, so instances of the previous version and of this one answer each other "
+    "during the deploy): records stay at the raw key, one namespace for every sender, but a "
+    "key reused for a different message is refused when its record has a fingerprint. Set on "
+    "once every instance runs this version (docs/deploy.md)",
+    BUS,
+    _switch,
+    "off",
+)
+INGRESS_ENTRA_CALLERS = flag(
+    "BUS_INGRESS_ENTRA_CALLERS",
+    "the HTTP routes sit behind App Service authentication with Microsoft Entra ID "
+    "(`entraAuthEnabled`, which sets this): each caller's Idempotency-Keys are its own, scoped "
+    "by the object id the platform sends in X-MS-CLIENT-PRINCIPAL-ID (never trusted when off)",
+    group=BUS,
+)
 PROCESSED_RETENTION = seconds(
     "BUS_PROCESSED_RETENTION_SECONDS",
     float(WEEK),
@@ -365,6 +394,8 @@ SETTINGS: tuple[Setting[Any], ...] = (
     CALL_TIMEOUT,
     INGRESS_TIMEOUT,
     INGRESS_WINDOW,
+    INGRESS_KEY_SCOPES,
+    INGRESS_ENTRA_CALLERS,
     PROCESSED_RETENTION,
     STATE_STREAM_RETENTION,
     ENTITY_OUTBOX_RETENTION,

@@ -124,6 +124,8 @@ def _bus(settings: Settings, queues: QueueSettings) -> BusConfig:
         parked_container=CONTAINERS["parked"],
         max_dequeue_count=queues.max_dequeue_count,
         ingress_window_seconds=_value(settings, s.INGRESS_WINDOW),
+        ingress_key_scopes=_value(settings, s.INGRESS_KEY_SCOPES),
+        ingress_entra_callers=_value(settings, s.INGRESS_ENTRA_CALLERS),
         processed_retention_seconds=_value(settings, s.PROCESSED_RETENTION),
         state_stream_retention_seconds=_value(settings, s.STATE_STREAM_RETENTION),
         entity_outbox_retention_seconds=_value(settings, s.ENTITY_OUTBOX_RETENTION),

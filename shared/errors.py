@@ -98,3 +98,10 @@ class DoNotRetry(BusError):
 class ConflictRetriesExhausted(BusError):
     """Optimistic-concurrency conflicts kept recurring within one invocation; the host will
     redeliver the message later."""
+
+
+class IdempotencyKeyReused(BusError, ValueError):
+    """An idempotency key already names a different message (another type, destination, body
+    or due time) for this sender within the ingress window: the request is refused rather
+    than answered with that message's receipt. The text names the key, never the other
+    message's content (HTTP 409, ``bus send`` exit 2, a rejected bulk row)."""

@@ -7,7 +7,9 @@ must be left out for an event (events go to the topic's subscribers). A delayed 
 ``"delay_seconds": 600`` or ``"deliver_at": "2026-12-01T09:00:00+00:00"`` (``shared.bus.schedule``).
 
 Answers (JSON): 202 with ``{"idempotency_key", "message_ids", "deduplicated": false}`` for a
-new key; 200 with the same message ids and ``"deduplicated": true`` for a repeat; 400 with
+new key; 200 with the same message ids and ``"deduplicated": true`` for a repeat of the same
+message (type, destination, body, due time); 409 with ``{"error": ...}`` naming the key when
+it was used for a different message within the window (nothing sent); 400 with
 ``{"error": ...}`` for bad input (a repeated ``Idempotency-Key`` header or a key with a
 comma included); 413 for a body over the payload limit; 503 when storage
 could not be reached (retry with the same key). A W3C ``traceparent`` header puts the messages
@@ -20,6 +22,7 @@ import asyncio
 import json
 import logging
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -27,13 +30,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from shared.bus import Bus, BusApp, Command, Event, Message
+from shared.bus import Bus, BusApp, BusConfig, Command, Event, Message
 from shared.bus.ingress import check_idempotency_key
 from shared.bus.messages import declared_type
 from shared.bus.routes import UndeliverableMessage
 from shared.bus.telemetry import continuing
 from shared.errors import (
     BusError,
+    IdempotencyKeyReused,
     InvalidName,
     InvalidValue,
     MessageTooLarge,
@@ -45,6 +49,29 @@ from shared.settings import StorageTimeouts
 log = logging.getLogger(__name__)
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+HTTP_SCOPE = "http"
+"""Whose keys an HTTP request's are (``shared.bus.ingress``): every function-key holder's."""
+PRINCIPAL_HEADER = "X-MS-CLIENT-PRINCIPAL-ID"
+"""The object id of the caller App Service authentication let through; the platform sets it
+(and drops any copy the caller sent) only when the Entra option is on."""
+OBJECT_ID = re.compile(
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
+
+
+def http_scope(config: BusConfig, headers: Mapping[str, str]) -> str | None:
+    """Whose keys a request's are: ``http`` (every holder of a function key alike), or with
+    the Entra option (``BusConfig.ingress_entra_callers``) ``http:<caller object id>``, so one
+    caller's key never answers another's. None: the option is on and the request names no
+    caller, so it did not come through the platform's authentication."""
+    if not config.ingress_entra_callers:
+        return HTTP_SCOPE  # a caller-sent principal header means nothing here
+    caller = _header(headers, PRINCIPAL_HEADER)
+    if caller is None or not OBJECT_ID.fullmatch(caller.strip()):
+        return None
+    return f"{HTTP_SCOPE}:{caller.strip().lower()}"
+
+
 ENVELOPE_SLACK_BYTES = 4096
 """Room for ``type``/``to`` and JSON framing around a body of the maximum payload size."""
 
@@ -261,16 +288,24 @@ async def _handle(bus: Bus, headers: Mapping[str, str], raw: bytes) -> Answer:
             400,
             {"error": f"send one {IDEMPOTENCY_HEADER} header, without commas in the key"},
         )
+    scope = http_scope(bus.config, headers)
+    if scope is None:
+        error = f"no caller identity ({PRINCIPAL_HEADER}) from the platform's Entra sign-in"
+        return Answer(401, {"error": error})
     try:
         check_idempotency_key(key)
         request = parse_request(bus.app, raw)
-        receipt = await bus.client("http").submit(
+        # Under Entra ID a record of the previous version cannot say which caller wrote it.
+        client = bus.client("http", scope=scope, legacy=scope == HTTP_SCOPE)
+        receipt = await client.submit(
             request.message,
             to=request.to,
             idempotency_key=key,
             delay=request.delay,
             deliver_at=request.deliver_at,
         )
+    except IdempotencyKeyReused as e:
+        return Answer(409, {"error": str(e)})
     except (BadRequest, InvalidName, InvalidValue) as e:
         return Answer(400, {"error": str(e)})
     except MessageTooLarge as e:

@@ -24,7 +24,7 @@ from shared.bulk.send import bus_fields
 from shared.bus import BusApp, Command, HandlerContext
 from shared.bus.app import Mode
 from shared.bus.config import BusConfig
-from shared.bus.ingress import INGRESS_ROW
+from shared.bus.ingress import INGRESS_ROW, record_key
 from shared.bus.state.connection import PostgresSettings
 from shared.cleanup.settings import CleanupSettings
 from shared.cli.main import main as bus_main
@@ -37,6 +37,7 @@ from shared.sample.app import app as sample_app
 from shared.settings import StorageTimeouts
 from shared.stores.latency import LatencyAccount
 from shared.stores.memory import MemoryStorageAccount
+from shared.stores.table import Entity
 from tests.conftest import SAMPLE_APP, sample_settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -155,6 +156,7 @@ def test_a_bad_host_json_stops_start_up_naming_the_file(tmp_path: Path) -> None:
         ("BUS_STORAGE_CALL_TIMEOUT", "soon", "a number of seconds above 0"),
         ("CLEANUP_PAGE_SIZE", "0", "a whole number from 1 to 1000"),
         ("BUS_POSTGRES_ENTRA", "maybe", "true or false"),
+        ("BUS_INGRESS_KEY_SCOPES", "true", "off or on"),
     ],
 )
 def test_a_bad_value_is_an_error_naming_the_setting_and_what_it_accepts(
@@ -260,6 +262,9 @@ def test_the_cli_names_a_bad_value_from_local_settings_json(
         ("BUS_MAX_PAYLOAD_BYTES", "1024", "max_payload_bytes", 1024),
         ("BUS_MAX_OUTPUTS", "3", "max_outputs", 3),
         ("BUS_MAX_CONFLICT_ROUNDS", "4", "max_conflict_rounds", 4),
+        ("BUS_INGRESS_KEY_SCOPES", "on", "ingress_key_scopes", True),
+        ("BUS_INGRESS_KEY_SCOPES", "OFF", "ingress_key_scopes", False),
+        ("BUS_INGRESS_KEY_SCOPES", "", "ingress_key_scopes", False),
     ],
 )
 def test_each_bus_setting_reaches_the_bus_of_the_worker(
@@ -292,11 +297,75 @@ async def test_the_ingress_window_setting_is_the_ingress_records_window() -> Non
     worker = await provisioned(BUS_INGRESS_WINDOW_SECONDS="3600")
     status, body = await worker.ingress({"Idempotency-Key": "k1"}, json.dumps(ORDER).encode())
     assert status == 202, body
-    record = await worker.account().table(TABLES["ingress"]).get("k1", INGRESS_ROW)
+    table = worker.account().table(TABLES["ingress"])
+    record = await table.get("k1", INGRESS_ROW)  # BUS_INGRESS_KEY_SCOPES off: the raw key
     created, expires = record["created_at"], record["expires_at"]
     assert isinstance(created, datetime)
     assert isinstance(expires, datetime)
     assert expires - created == timedelta(hours=1)
+
+
+FORGED_BODY = {"order_id": "o1", "customer": "mallory", "amount_cents": 1}
+ALICE = "11111111-2222-3333-4444-555555555555"
+MALLORY = "99999999-8888-7777-6666-555555555555"
+
+
+def caller(object_id: str | None, key: str = "shared-key") -> dict[str, str]:
+    headers = {"Idempotency-Key": key}
+    if object_id is not None:
+        headers["X-MS-CLIENT-PRINCIPAL-ID"] = object_id
+    return headers
+
+
+async def test_with_entra_callers_each_caller_has_keys_of_its_own() -> None:
+    """Behind Entra sign-in, a caller who took another caller's key first answers nothing
+    for it; each caller's retry is still deduplicated, and a request the platform named no
+    caller for is refused."""
+    worker = await provisioned(BUS_INGRESS_ENTRA_CALLERS="true", BUS_INGRESS_KEY_SCOPES="on")
+    forged = json.dumps({**ORDER, "body": FORGED_BODY}).encode()
+    status, taken = await worker.ingress(caller(MALLORY), forged)
+    assert status == 202, taken
+
+    status, sent = await worker.ingress(caller(ALICE), json.dumps(ORDER).encode())
+
+    assert status == 202, sent
+    assert json.loads(sent)["message_ids"] != json.loads(taken)["message_ids"]
+    status, again = await worker.ingress(caller(ALICE.upper()), json.dumps(ORDER).encode())
+    assert (status, json.loads(again)["message_ids"]) == (200, json.loads(sent)["message_ids"])
+    status, body = await worker.ingress(caller(None), json.dumps(ORDER).encode())
+    assert status == 401, body
+    status, body = await worker.ingress(caller("not-an-object-id"), json.dumps(ORDER).encode())
+    assert status == 401, body
+
+
+async def test_with_entra_callers_no_record_of_the_previous_version_answers() -> None:
+    """An HTTP record written before the upgrade names no caller: under Entra ID it could
+    be any caller's, so it is refused (409), never answered or sent around."""
+    worker = await provisioned(BUS_INGRESS_ENTRA_CALLERS="true", BUS_INGRESS_KEY_SCOPES="on")
+    table = worker.account().table(TABLES["ingress"])
+    status, _ = await worker.ingress(caller(MALLORY, "old-key"), json.dumps(ORDER).encode())
+    assert status == 202
+    scoped = await table.get(record_key(f"http:{MALLORY}", "old-key"), INGRESS_ROW)
+    unscoped = {k: v for k, v in scoped.properties.items() if k not in {"scope", "key"}}
+    await table.insert(Entity("old-key", INGRESS_ROW, unscoped))  # as the previous version
+    await table.delete(scoped.partition_key, INGRESS_ROW)
+
+    status, body = await worker.ingress(caller(ALICE, "old-key"), json.dumps(ORDER).encode())
+
+    assert status == 409, body
+    assert await worker.account().queue("orders").approximate_count() == 1
+
+
+async def test_without_entra_callers_a_caller_sent_principal_header_is_ignored() -> None:
+    """Off, nothing vouches for X-MS-CLIENT-PRINCIPAL-ID: claiming another id gets no key
+    space of its own, so a key already used for another message is still a 409."""
+    worker = await provisioned()
+    forged = json.dumps({**ORDER, "body": FORGED_BODY}).encode()
+    status, _ = await worker.ingress(caller(MALLORY), forged)
+    assert status == 202
+    status, body = await worker.ingress(caller(ALICE), json.dumps(ORDER).encode())
+    assert status == 409, body
+    assert "'shared-key'" in json.loads(body)["error"]
 
 
 async def test_the_output_limit_refuses_a_handler_sending_more() -> None:
@@ -313,9 +382,13 @@ def test_a_bulk_send_task_carries_the_drivers_settings() -> None:
     """Executors read no settings: the window, payload limit and conflict rounds travel in
     the pickled task."""
     driver = config(
-        BUS_INGRESS_WINDOW_SECONDS="3600", BUS_MAX_PAYLOAD_BYTES="2048", BUS_MAX_CONFLICT_ROUNDS="3"
+        BUS_INGRESS_WINDOW_SECONDS="3600",
+        BUS_MAX_PAYLOAD_BYTES="2048",
+        BUS_MAX_CONFLICT_ROUNDS="3",
+        BUS_INGRESS_KEY_SCOPES="on",
     ).bus
     executor = BusConfig(**pickle.loads(pickle.dumps(bus_fields(driver))))
+    assert executor.ingress_key_scopes is True
     assert executor.ingress_window_seconds == 3600
     assert executor.max_payload_bytes == 2048
     assert executor.max_conflict_rounds == 3

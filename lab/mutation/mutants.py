@@ -136,9 +136,45 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "ingress-record-ignored",
         "shared/bus/ingress.py",
-        "if existing is not None and _expires(existing) > now:",
-        "if existing is not None and _expires(existing) < now:",
+        """if existing is not None and _expires(existing) > now:
+                if existing.get("fingerprint") is None:""",
+        """if existing is not None and _expires(existing) < now:
+                if existing.get("fingerprint") is None:""",
         "a retry inside the window does not find its key's record and sends anew",
+    ),
+    Mutant(
+        "ingress-foreign-receipt",
+        "shared/bus/ingress.py",
+        """        if record.get("fingerprint") != asked:
+            raise IdempotencyKeyReused(_reused(key))
+""",
+        "",
+        "a key repeated with another message (type, destination, body, due time) is answered "
+        "with the first message's receipt, and the new message is dropped",
+    ),
+    Mutant(
+        "ingress-one-namespace",
+        "shared/bus/ingress.py",
+        'return f"{check_scope(scope)}{SCOPE_SEPARATOR}{key}"',
+        "return key if check_scope(scope) else key",
+        "every sender's records share one namespace: a key one sender took first answers, or "
+        "refuses, another sender's message",
+    ),
+    Mutant(
+        "ingress-scoped-while-off",
+        "shared/bus/ingress.py",
+        "            partition = key\n",
+        "            partition = record_key(self.scope, key)\n",
+        "with BUS_INGRESS_KEY_SCOPES off the record goes under the scoped key, where instances "
+        "of the previous version do not look: a retry they answer during a deploy is sent again",
+    ),
+    Mutant(
+        "ingress-legacy-any-sender",
+        "shared/bus/ingress.py",
+        'if record.get("sender") != sender or record.get("type") != message_type:',
+        'if record.get("type") != message_type:',
+        "a record of the previous version answers a sender of another kind than the one that "
+        "wrote it (an HTTP caller's record answers `bus send`)",
     ),
     # -- window modes -------------------------------------------------------------------------
     Mutant(

@@ -47,6 +47,29 @@ CONFIGS: dict[str, SimConfig] = {
         # A client's retry racing its original: two scheduled sends with one idempotency
         # key, faults at their creates, commit and sends, then the message's processing.
         SimConfig(name="small-ingress", shape="single", copies=1, client_sends=2),
+        # A client's retries after the upgrade: the previous version committed the message's
+        # record under the raw key and stopped before its signal; two racing retries find it
+        # (the read of the unscoped record) and send the signal, faults included.
+        SimConfig(
+            name="small-ingress-legacy",
+            shape="single",
+            copies=1,
+            client_sends=2,
+            legacy_record=True,
+            key_scopes=True,
+        ),
+        # Two senders that chose one idempotency key (issue 34): each sends its own message
+        # under its own scope, faults at the reads of the scoped and the previous version's
+        # record included; both messages are processed, once.
+        SimConfig(
+            name="small-ingress-scopes",
+            shape="single",
+            messages=2,
+            copies=1,
+            client_sends=1,
+            shared_key=True,
+            key_scopes=True,
+        ),
         # Three messages on one partition: once the first created the state, the other two
         # update it concurrently.
         SimConfig(name="small-partition", shape="single", messages=3, partitions=1, copies=1),

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from shared.bus.app import Mode
 from shared.bus.envelope import TOKEN_NAME
-from shared.bus.ingress import INGRESS_ROW
+from shared.bus.ingress import INGRESS_ROW, SCOPE_SEPARATOR
 from shared.bus.modes.entity_outbox import StateEntity
 from shared.bus.modes.processed_table import PROCESSED_PREFIX
 from shared.bus.modes.state_based import INDEX_PREFIX, VERSION_PREFIX
@@ -231,6 +231,60 @@ INGRESS_DOUBLE_SEND = Variant(
 )
 
 
+# -- client sends: one idempotency namespace for every sender --------------------------------
+
+
+class _OneKeyNamespace(_Table):
+    """The previous version's ingress records: keyed by the raw key whoever sends, and
+    saying nothing of the sender's scope or message. A second sender that chose the key finds
+    the first one's record and is answered with its receipt; its own message is never sent."""
+
+    def _unscoped(self, partition_key: str) -> str:
+        return partition_key.partition(SCOPE_SEPARATOR)[2] or partition_key
+
+    async def get(self, partition_key: str, row_key: str) -> Entity:
+        if row_key != INGRESS_ROW:
+            return await super().get(partition_key, row_key)
+        found = await super().get(self._unscoped(partition_key), row_key)
+        kept = {k: v for k, v in found.properties.items() if k not in {"scope", "fingerprint"}}
+        return dataclasses.replace(found, properties=kept)
+
+    async def insert(self, entity: Entity) -> str:
+        if entity.row_key == INGRESS_ROW:
+            entity = dataclasses.replace(entity, partition_key=self._unscoped(entity.partition_key))
+        return await super().insert(entity)
+
+    async def update(self, entity: Entity, *, etag: str | None = None) -> str:
+        if entity.row_key == INGRESS_ROW:
+            entity = dataclasses.replace(entity, partition_key=self._unscoped(entity.partition_key))
+        return await super().update(entity, etag=etag)
+
+
+INGRESS_ONE_NAMESPACE = Variant(
+    "ingress-one-namespace",
+    "a client's idempotency key is its sender's: one sender's record never answers another's",
+    wrap=lambda account: _Account(account, table=_OneKeyNamespace),
+)
+
+
+class _LegacyRecordsIgnored(_Table):
+    """The upgrade forgets the previous version's records: an ingress record under a raw key
+    (no scope) is never found, so a retry after the upgrade sends its message anew."""
+
+    async def get(self, partition_key: str, row_key: str) -> Entity:
+        if row_key == INGRESS_ROW and SCOPE_SEPARATOR not in partition_key:
+            raise NotFound(f"{self.name}/{partition_key}/{row_key}")
+        return await super().get(partition_key, row_key)
+
+
+INGRESS_LEGACY_IGNORED = Variant(
+    "ingress-legacy-ignored",
+    "a record the previous version wrote under the raw key still answers its sender's retry "
+    "within its window",
+    wrap=lambda account: _Account(account, table=_LegacyRecordsIgnored),
+)
+
+
 # -- a state written without its ETag (lost update) -------------------------------------------
 
 
@@ -395,6 +449,8 @@ VARIANTS = {
         DELETE_BEFORE_SEND,
         REUSED_ATTEMPT_ID,
         INGRESS_DOUBLE_SEND,
+        INGRESS_ONE_NAMESPACE,
+        INGRESS_LEGACY_IGNORED,
         LOST_UPDATE,
         NO_CLEANUP_FENCE,
         RETIRED_BEFORE_R7,

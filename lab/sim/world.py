@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import json
 import logging
 import random
 import uuid
@@ -63,6 +64,9 @@ from lab.sim.variants import incoming_token
 from shared.bus import Bus, BusConfig, RetryPolicy
 from shared.bus.app import Mode, Store
 from shared.bus.envelope import Signal
+from shared.bus.ingress import INGRESS_ROW, record_key
+from shared.bus.origin import Origin
+from shared.bus.outgoing import ORIGIN_METADATA
 from shared.bus.state.base import EndpointState
 from shared.bus.state.instrumented import InstrumentedSql
 from shared.bus.state.memory_sql import MemorySqlDatabase
@@ -82,9 +86,12 @@ from shared.stores.instrumented import (
     Operation,
 )
 from shared.stores.queue import MessageQueue
+from shared.stores.table import Entity
 
 Timing = Literal["bounded", "unbounded"]
 CLIENT = "client"
+SCOPED_FIELDS = frozenset({"scope", "key", "fingerprint"})
+"""What the previous version's ingress records did not hold."""
 READS = frozenset(
     {"blob.read", "blob.get_properties", "blob.list", "table.get", "table.query", "sql.query"}
     | {"queue.peek", "queue.count"}
@@ -128,6 +135,18 @@ class SimConfig:
     original), faults included, and a client whose sends all ended without a receipt sends
     again (the client's contract: retry until a receipt), up to ``client_retries`` times."""
     client_retries: int = 5
+    key_scopes: bool = False
+    """BUS_INGRESS_KEY_SCOPES on (``shared.bus.ingress``): the clients' records at
+    ``scope|key``; off, the default, at the raw key as the previous version keeps them."""
+    shared_key: bool = False
+    legacy_record: bool = False
+    """With ``client_sends``: before the run the previous version sent message 0 (its
+    ingress record under the raw key, without scope or fingerprint; the token's origin names
+    it) and stopped before its signal, so the scheduled sends, the client's retries after
+    the upgrade, must find that record and send its signal (``shared.bus.ingress``)."""
+    """With ``client_sends``: every message is sent under one idempotency key, each by a
+    client of its own sender scope (two senders that chose the same key, issue 34). Each is a
+    message of its own: none may answer for, or pre-empt, another."""
     waits: int = 0
     """How often time may pass beyond the grace period while nothing runs and a message is
     hidden (a redelivery delayed by a backlog, a long lease or a poison replay), with a
@@ -175,6 +194,14 @@ class SimConfig:
             )
         if self.client_sends and self.copies != 1:
             raise ConfigurationError("scheduled client sends queue no extra copies: copies=1")
+        if (self.shared_key or self.legacy_record) and not self.client_sends:
+            raise ConfigurationError(
+                "shared_key and legacy_record are about scheduled client sends: client_sends"
+            )
+        if (self.shared_key or self.legacy_record) and not self.key_scopes:
+            raise ConfigurationError(
+                "shared_key and legacy_record are about scoped keys: key_scopes=True"
+            )
         if self.lease <= 0 or self.sweep_grace < 0:
             raise ConfigurationError("lease must be positive and sweep_grace not negative")
         longest = self.max_ticks * self.tick + self.sweep_grace + 1
@@ -349,6 +376,7 @@ class World:
             "processed_retention_seconds": config.window,
             "state_stream_retention_seconds": config.window,
             "entity_outbox_retention_seconds": config.window,
+            "ingress_key_scopes": config.key_scopes,
         }
         if self.clock is not None:
             settings["clock"] = self.clock  # one clock for the stores and the bus
@@ -412,6 +440,8 @@ class World:
         )
         setup_bus = Bus(self.sim.app, self.account, self.bus_config, sql=self.sql)
         await setup_bus.subscribe_all()
+        if self.config.legacy_record:
+            await self._previous_version_sent(setup_bus)
         if self.config.client_sends:
             return  # the client sends are scheduled processes
         client = setup_bus.client(CLIENT)
@@ -421,6 +451,23 @@ class World:
         for message in await queue.peek(32):
             for _ in range(self.config.copies - 1):
                 await queue.send(message.content)
+
+    async def _previous_version_sent(self, bus: Bus) -> None:
+        """Message 0 as the previous version left it when it stopped between its record's
+        commit and its signal: the record under the raw key, the token's origin naming it."""
+        await bus.client(CLIENT).send(self._start(0), to=self.sim.entry, idempotency_key="m0")
+        table = self.account.table(self.bus_config.ingress_table)
+        scoped = await table.get(record_key(CLIENT, "m0"), INGRESS_ROW)
+        old = {k: v for k, v in scoped.properties.items() if k not in SCOPED_FIELDS}
+        await table.insert(Entity("m0", INGRESS_ROW, old))
+        await table.delete(scoped.partition_key, INGRESS_ROW)
+        tokens = self.account.blob_container(self.bus_config.tokens_container)
+        origin = Origin(table.name, "m0", INGRESS_ROW).encode()
+        for signal in json.loads(str(old["outgoing"])):
+            token = str(signal["token"])
+            metadata = (await tokens.get_properties(token)).metadata
+            await tokens.set_metadata(token, {**metadata, ORIGIN_METADATA: origin})
+        await self.account.queue(self.sim.entry).clear()
 
     def after_setup(self) -> Prepared:
         """What ``setup`` left behind besides the account (call it right after ``setup``)."""
@@ -767,9 +814,10 @@ class World:
         return "acknowledged" if acknowledged else "released"
 
     async def _client_send(self, number: int) -> str:
-        receipt = await self.client.send(
-            self._start(number), to=self.sim.entry, idempotency_key=f"m{number}"
-        )
+        client, key = self.client, f"m{number}"
+        if self.config.shared_key:  # one key, a sender scope per message
+            client, key = self.bus.client(CLIENT, scope=f"{CLIENT}-{number}"), "m"
+        receipt = await client.send(self._start(number), to=self.sim.entry, idempotency_key=key)
         self.receipts.add(number)
         return "deduplicated" if receipt.deduplicated else "sent"
 

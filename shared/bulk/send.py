@@ -21,13 +21,21 @@ from shared.bulk.outcomes import Outcome, Status
 from shared.bulk.rows import Planned, Rejected, Target, plan_row, row_json, safe_text
 from shared.bus import Bus, BusApp, BusConfig
 from shared.bus.ingress import IngressClient, SendReceipt
-from shared.errors import ConflictRetriesExhausted, OutcomeUnknown
+from shared.errors import ConflictRetriesExhausted, IdempotencyKeyReused, OutcomeUnknown
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
 from shared.stores.instrumented import InstrumentedAccount
 
 SENDER = "bulk"
 """The ingress sender of bulk jobs (token names and ingress records say it)."""
+
+
+def job_scope(job: str) -> str:
+    """Whose idempotency keys a job's rows are (``shared.bus.ingress``): the job's own, so no
+    other sender's key (an HTTP caller's ``JOB:KEY`` included) answers for one of its rows."""
+    return f"{SENDER}:{job}"
+
+
 ROW_ATTEMPTS = 4
 RETRY_SECONDS = 1.0
 """The first wait before a row's send is tried again; it doubles each time (with jitter)."""
@@ -64,6 +72,7 @@ def bus_fields(config: BusConfig) -> dict[str, Any]:
         "ingress_table": config.ingress_table,
         "parked_container": config.parked_container,
         "ingress_window_seconds": config.ingress_window_seconds,
+        "ingress_key_scopes": config.ingress_key_scopes,
         "max_payload_bytes": config.max_payload_bytes,
         "max_conflict_rounds": config.max_conflict_rounds,
     }
@@ -84,7 +93,7 @@ async def _send_all(task: SendTask, rows: list[dict[str, Any]]) -> tuple[list[Ou
     config = BusConfig(**task.bus_fields)
     async with AzureStorageAccount(task.storage) as raw:
         account = InstrumentedAccount(raw)
-        client = Bus(app, account, config).client(SENDER)
+        client = Bus(app, account, config).client(SENDER, scope=job_scope(task.job))
         outcomes: list[Outcome | None] = [None] * len(rows)
         pending = iter(enumerate(rows))
 
@@ -121,7 +130,10 @@ async def _send_row(
         planned = Rejected(planned.row_key, reason, row_json(row))
     if isinstance(planned, Rejected):
         return (planned.row_key, None, "rejected", planned.reason, [], planned.row)
-    receipt = await _submit_with_retries(client, planned)
+    try:
+        receipt = await _submit_with_retries(client, planned)
+    except IdempotencyKeyReused as e:
+        return (planned.row_key, planned.key, "rejected", str(e), [], row_json(row))
     status: Status = "deduplicated" if receipt.deduplicated else "sent"
     return (planned.row_key, planned.key, status, None, list(receipt.message_ids), None)
 

@@ -81,8 +81,21 @@ class Bus:
         insertion time when the trigger gives it, is kept in a poison reason."""
         return await self.receiver(endpoint).receive(raw, dequeue_count, enqueued_at=enqueued_at)
 
-    def client(self, sender: str = "ingress") -> IngressClient:
-        return IngressClient(self.account, self.topics, self.config, sender, routes=self.app.routes)
+    def client(
+        self, sender: str = "ingress", *, scope: str | None = None, legacy: bool = True
+    ) -> IngressClient:
+        """An ingress client for ``sender``; ``scope`` (default: the sender) says whose
+        idempotency keys it sends under, ``legacy`` whether the previous version's records
+        may answer for it (``shared.bus.ingress``)."""
+        return IngressClient(
+            self.account,
+            self.topics,
+            self.config,
+            sender,
+            routes=self.app.routes,
+            scope=scope,
+            legacy=legacy,
+        )
 
     async def subscribe_all(self) -> list[tuple[str, str]]:
         """Subscribe every endpoint to the topics of the events it handles (idempotent)."""

@@ -45,6 +45,13 @@ class BusConfig:
     ingress_window_seconds: float = 7 * 24 * 3600.0
     """The only time window in the system: client retries with one idempotency key are
     deduplicated for this long."""
+    ingress_key_scopes: bool = False
+    """BUS_INGRESS_KEY_SCOPES: idempotency keys scoped by sender (records at ``scope|key``).
+    Off: records at the raw key, where the previous version reads them, with a fingerprint
+    (``shared.bus.ingress``); switched on once every instance runs this version."""
+    ingress_entra_callers: bool = False
+    """The HTTP ingress is behind Entra ID authentication (BUS_INGRESS_ENTRA_CALLERS): its
+    keys are scoped by the caller the platform names (``shared.http_ingress.http_scope``)."""
     processed_retention_seconds: float = 7 * 24 * 3600.0
     """processed_messages mode: how long a processed-message row deduplicates copies of its
     message (its dedup window); ``expire_processed`` removes older rows."""

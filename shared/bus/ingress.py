@@ -4,13 +4,23 @@ The client's idempotency key names an ingress record; a retry with the same key 
 ingress window finds the committed record and re-sends its signals instead of sending anew.
 This window (BusConfig.ingress_window_seconds, 7 days by default) is the only time window in
 the system: receivers deduplicate by token, without one.
+
+Where the record lives depends on BUS_INGRESS_KEY_SCOPES (BusConfig.ingress_key_scopes).
+Off, the default while a deploy replaces instances of the previous version: under the raw
+key, with the previous version's properties (it reads only ``expires_at`` and ``outgoing``)
+and a fingerprint of the message, so old and new instances answer each other's retries and
+a key reused for a different message is refused once its record has a fingerprint. On:
+under ``scope|key``, each sender's keys its own; a raw-key record without a scope (the
+previous version's, or this one's while off) still answers the kind of sender that wrote it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared.bus.config import BusConfig
@@ -35,6 +45,7 @@ from shared.clock import to_datetime
 from shared.errors import (
     AlreadyExists,
     CorruptRecord,
+    IdempotencyKeyReused,
     InvalidName,
     NotFound,
     OutcomeUnknown,
@@ -47,6 +58,9 @@ from shared.stores.table import Entity
 
 INGRESS_ROW = "ingress"
 MAX_KEY_CHARS = 200
+SCOPE_SEPARATOR = "|"
+SCOPE = re.compile(r"[A-Za-z0-9._:-]{1,100}")
+"""What a sender scope may hold: no ``|``, so ``record_key`` stays unambiguous."""
 
 
 @dataclass(frozen=True)
@@ -72,9 +86,42 @@ def check_idempotency_key(key: str) -> str:
     return check_key("Idempotency key", key)
 
 
+def check_scope(scope: str) -> str:
+    if not isinstance(scope, str) or not SCOPE.fullmatch(scope):
+        raise InvalidName(
+            f"sender scope {scope!r}: 1-100 letters, digits, '.', '_', ':' or '-' (no '|')"
+        )
+    return scope
+
+
+def record_key(scope: str, key: str) -> str:
+    """The partition key of ``key``'s ingress record for sender ``scope``: ``scope|key``. The
+    scope holds no ``|``, so the first one splits the pair back: distinct pairs, distinct
+    records, whatever the key holds (``|`` included)."""
+    return f"{check_scope(scope)}{SCOPE_SEPARATOR}{key}"
+
+
+def fingerprint(output: PendingOutput, delay: timedelta | None, deliver_at: datetime | None) -> str:
+    """What identifies a client's message, as the client asked for it: its type, destination
+    (None for an event), body and due time (the delay as given, not the time it gave: a retry
+    of a delayed send comes later). A SHA-256 digest of their canonical JSON."""
+    message = output.message
+    asked = {
+        "type": message.type_name(),
+        "to": output.to,
+        "body": message.model_dump(mode="json"),
+        "delay": None if delay is None else delay.total_seconds(),
+        "deliver_at": None if deliver_at is None else _instant(deliver_at),
+    }
+    text = json.dumps(asked, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 class IngressClient:
     """Sends commands and publishes events on behalf of ``sender`` (e.g. 'http', 'cli'), to
-    the destinations ``routes`` (the app's) allows."""
+    the destinations ``routes`` (the app's) allows. ``scope`` (default: ``sender``) says whose
+    idempotency keys these are: ``http:<caller>``, ``bulk:<job>``. ``legacy`` False: records
+    of the previous version never answer (refused as a reused key)."""
 
     def __init__(
         self,
@@ -84,12 +131,20 @@ class IngressClient:
         sender: str = "ingress",
         *,
         routes: Routes,
+        scope: str | None = None,
+        legacy: bool = True,
     ) -> None:
         self.account = account
         self.topics = topics
         self.routes = routes
         self.config = config
         self.sender = check_endpoint_name(sender)
+        self.scope = check_scope(sender if scope is None else scope)
+        """Whose keys these are: a key is one message per scope (the module's docstring)."""
+        self.legacy = legacy
+        """Whether a record of the previous version, which names only the kind of sender
+        that wrote it, may answer for this scope: not when several callers share the kind
+        (HTTP callers under Entra ID), since it cannot say which of them wrote it."""
         self.table = account.table(config.ingress_table)
         self.tokens = account.blob_container(config.tokens_container)
 
@@ -107,9 +162,8 @@ class IngressClient:
         if not isinstance(command, Command):
             raise TypeError("send() takes a Command")
         due = self._due(delay, deliver_at)
-        return await self._submit(
-            PendingOutput(command, check_endpoint_name(to), {}, deliver_at=due), idempotency_key
-        )
+        output = PendingOutput(command, check_endpoint_name(to), {}, deliver_at=due)
+        return await self._submit(output, idempotency_key, fingerprint(output, delay, deliver_at))
 
     async def submit(
         self,
@@ -143,12 +197,13 @@ class IngressClient:
         if not isinstance(event, Event):
             raise TypeError("publish() takes an Event")
         due = self._due(delay, deliver_at)
-        return await self._submit(PendingOutput(event, None, {}, deliver_at=due), idempotency_key)
+        output = PendingOutput(event, None, {}, deliver_at=due)
+        return await self._submit(output, idempotency_key, fingerprint(output, delay, deliver_at))
 
     def _due(self, delay: timedelta | None, deliver_at: datetime | None) -> datetime | None:
         return due_time(to_datetime(self.config.clock()), delay, deliver_at)
 
-    async def _submit(self, output: PendingOutput, key: str) -> SendReceipt:
+    async def _submit(self, output: PendingOutput, key: str, asked: str) -> SendReceipt:
         check_idempotency_key(key)
         checked_partition_key(output.message)
         check_payload_size(output.message, self.config.max_payload_bytes)
@@ -156,30 +211,50 @@ class IngressClient:
         # The span of this send: the messages it creates carry it as their trace context.
         span = telemetry.ingress(self.sender, output.message.type_name())
         with telemetry.active(), within(span):
-            receipt = await self._send_once(output, key)
+            receipt = await self._send_once(output, key, asked)
             span.set_attribute("bus.deduplicated", receipt.deduplicated)
             return receipt
 
-    async def _send_once(self, output: PendingOutput, key: str) -> SendReceipt:
+    async def _send_once(self, output: PendingOutput, key: str, asked: str) -> SendReceipt:
         return await conflict_rounds(
             self.config,
-            lambda: self._send_round(output, key),
+            lambda: self._send_round(output, key, asked),
             f"ingress key {key!r} kept conflicting",
         )
 
-    async def _send_round(self, output: PendingOutput, key: str) -> SendReceipt:
-        """One round: read the key's record, then either re-send what it lists or create the
-        message's tokens and record them; raises Conflict to start again from the read."""
+    async def _send_round(self, output: PendingOutput, key: str, asked: str) -> SendReceipt:
+        """One round: read the key's record (this scope's, then the previous version's under
+        the raw key), then either re-send what it lists (the same message) or refuse (another
+        message), or create the message's tokens and record them; raises Conflict to start
+        again from the read."""
         config = self.config
         now = to_datetime(config.clock())
-        try:
-            existing: Entity | None = await self.table.get(key, INGRESS_ROW)
-        except NotFound:
-            existing = None
-        if existing is not None and _expires(existing) > now:
-            outgoing = _outgoing(existing)
-            await send_signals(self.account, outgoing, clock=config.clock)
-            return SendReceipt(key, tuple(o.message_id for o in outgoing), True)
+        if config.ingress_key_scopes:
+            partition = record_key(self.scope, key)
+            existing = await self._record(partition)
+            if existing is not None and _expires(existing) > now:
+                # No scope: a legacy record whose raw key reads like scope|key.
+                if existing.get("scope") is None:
+                    return await self._legacy(existing, output, key, asked)
+                return await self._same(existing, key, asked)
+            legacy = await self._record(key)
+            if legacy is not None and legacy.get("scope") is None and _expires(legacy) > now:
+                return await self._legacy(legacy, output, key, asked)
+        else:
+            # BUS_INGRESS_KEY_SCOPES=off: the previous version's record, where and as it keeps
+            # it (the raw key), so old and new instances answer each other during a deploy.
+            partition = key
+            existing = await self._record(partition)
+            if existing is not None and _expires(existing) > now:
+                if existing.get("fingerprint") is None:
+                    return await self._resend(existing, key)  # as the previous version does
+                return await self._same(existing, key, asked)
+            # An instance already switched on (while the setting's change restarts them)
+            # records under the scoped key: its record answers here too. Only one that names
+            # this scope: a raw key spelled like scope|key is another sender's record.
+            scoped = await self._record(record_key(self.scope, key))
+            if scoped is not None and scoped.get("scope") == self.scope and _expires(scoped) > now:
+                return await self._same(scoped, key, asked)
 
         # A fresh incoming id per round: only the round that commits is ever visible, and
         # a key reused after its window gets new message ids rather than colliding.
@@ -199,12 +274,14 @@ class IngressClient:
             sender=self.sender,
             incoming_id=incoming_id,
             config=config,
-            origin=Origin(self.table.name, key, INGRESS_ROW).encode(),
+            origin=Origin(self.table.name, partition, INGRESS_ROW).encode(),
         )
         record = Entity(
-            key,
+            partition,
             INGRESS_ROW,
             {
+                **({"scope": self.scope, "key": key} if config.ingress_key_scopes else {}),
+                "fingerprint": asked,
                 "sender": self.sender,
                 "incoming_id": incoming_id,
                 "type": output.message.type_name(),
@@ -227,6 +304,66 @@ class IngressClient:
         outgoing = tuple(created.committed_candidates)
         await send_signals(self.account, outgoing, created.hints, clock=config.clock)
         return SendReceipt(key, tuple(o.message_id for o in outgoing), False)
+
+    async def _record(self, partition: str) -> Entity | None:
+        try:
+            return await self.table.get(partition, INGRESS_ROW)
+        except NotFound:
+            return None
+
+    async def _resend(self, record: Entity, key: str) -> SendReceipt:
+        """The first send's receipt, its signals sent again (R6 resumed)."""
+        outgoing = _outgoing(record)
+        await send_signals(self.account, outgoing, clock=self.config.clock)
+        return SendReceipt(key, tuple(o.message_id for o in outgoing), True)
+
+    async def _same(self, record: Entity, key: str, asked: str) -> SendReceipt:
+        """A record with a fingerprint: the first send's receipt for the same message, a
+        refusal for another one."""
+        if record.get("fingerprint") != asked:
+            raise IdempotencyKeyReused(_reused(key))
+        return await self._resend(record, key)
+
+    async def _legacy(
+        self, record: Entity, output: PendingOutput, key: str, asked: str
+    ) -> SendReceipt:
+        """A record under the raw key, written by the previous version or by this one with
+        BUS_INGRESS_KEY_SCOPES off: honoured for the kind of sender that wrote it and the same
+        message as far as the record tells (its fingerprint, when it has one); otherwise the
+        key is refused (the module's docstring)."""
+        if not self.legacy or not _legacy_matches(record, self.sender, output):
+            raise IdempotencyKeyReused(_reused(key))
+        if record.get("fingerprint") is not None:
+            return await self._same(record, key, asked)
+        return await self._resend(record, key)
+
+
+def _instant(moment: datetime) -> str:
+    """One text per instant: 09:00+00:00 and 10:00+01:00 are the same due time."""
+    return moment.astimezone(UTC).isoformat() if moment.tzinfo is not None else moment.isoformat()
+
+
+def _reused(key: str) -> str:
+    return (
+        f"idempotency key {key!r} was already used for a different message (type, "
+        "destination, body or due time) within the ingress window; send a new message "
+        "under a new key"
+    )
+
+
+def _legacy_matches(record: Entity, sender: str, output: PendingOutput) -> bool:
+    """Whether a record without a scope (written by the previous version, which kept no
+    fingerprint) may answer this send: written by this kind of sender, for this type, to
+    this destination (a command) or to recipients of this type (an event)."""
+    message_type = output.message.type_name()
+    if record.get("sender") != sender or record.get("type") != message_type:
+        return False
+    outgoing = _outgoing(record)
+    if any(o.type != message_type for o in outgoing):
+        return False
+    if output.to is None:
+        return True
+    return [o.destination for o in outgoing] == [output.to]
 
 
 def _expires(entity: Entity) -> datetime:

@@ -5,15 +5,20 @@ why and nothing is sent for them."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from shared import http_ingress
 from shared.bulk.job import run_send
+from shared.bus import Bus
+from shared.config import default_bus_config
+from shared.sample.app import app as sample_app
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
-from tests.bulk.bus import process_all, queue_depths, states
+from tests.bulk.bus import process_all, queue_depths, sample_bus, states
 from tests.bulk.jobs import FIRE_AT, job_options, outcomes, rejects, shots, write_parquet
 
 pytestmark = [pytest.mark.spark, pytest.mark.azurite]
@@ -30,8 +35,9 @@ async def test_each_row_becomes_one_message_processed_once(
 
     assert (summary.read, summary.sent, summary.deduplicated, summary.rejected) == (60, 60, 0, 0)
     assert summary.complete
-    # Per row: read its ingress record (none), create the token, insert the record, send.
-    assert summary.requests == 4 * 60
+    # Per row: read its ingress record and the previous version's (none), create the token,
+    # insert the record, send.
+    assert summary.requests == 5 * 60
     written = outcomes(spark, options)
     assert set(written) == {r["game_id"] for r in rows}
     for game, outcome in written.items():
@@ -75,6 +81,74 @@ async def test_another_job_with_the_same_keys_sends_its_own_messages(
     assert (await queue_depths(account))["shootingrange"] == 40  # 20 messages per job
     keys = {o["idempotency_key"] for o in outcomes(spark, second_options).values()}
     assert keys == {f"second:game-{i:05d}" for i in range(20)}
+
+
+async def test_an_http_caller_cannot_take_a_jobs_predictable_key(
+    spark: Any, account: AzureStorageAccount, storage: StorageSettings, tmp_path: Path
+) -> None:
+    """Issue 34: a POST with key ``JOB:KEY`` before the job runs made the job's row answer
+    deduplicated with the caller's message; with BUS_INGRESS_KEY_SCOPES on the row sends its
+    own, and a run of the job with a row changed under the same key rejects that row instead
+    of answering the first."""
+    rows = shots(3)
+    scoped = replace(default_bus_config(), ingress_key_scopes=True)
+    forged = await http_ingress.handle(
+        Bus(sample_app, account, scoped),
+        {"Idempotency-Key": "reprice-2026-11:game-00001"},
+        b'{"type": "FireAt", "to": "shootingrange", "body": {"game_id": "x", "position": 9}}',
+    )
+    assert forged.status == 202
+    source = write_parquet(tmp_path / "shots.parquet", rows)
+    options = job_options(storage, tmp_path, "reprice-2026-11", source, bus=scoped)
+
+    first = await asyncio.to_thread(run_send, options, FIRE_AT, spark)
+
+    assert (first.sent, first.deduplicated, first.rejected) == (3, 0, 0)
+    sent = outcomes(spark, options)["game-00001"]["message_ids"]
+    assert sent != forged.body["message_ids"]
+
+    changed = [rows[0], {**rows[1], "position": 9}, rows[2]]
+    again = job_options(
+        storage,
+        tmp_path / "again",
+        "reprice-2026-11",
+        write_parquet(tmp_path / "changed.parquet", changed),
+        bus=scoped,
+    )
+    rerun = await asyncio.to_thread(run_send, again, FIRE_AT, spark)
+
+    assert (rerun.sent, rerun.deduplicated, rerun.rejected) == (0, 2, 1)
+    [refused] = rejects(again)
+    assert refused["row_key"] == "game-00001"
+    assert (
+        "'reprice-2026-11:game-00001' was already used for a different message"
+        in (refused["reason"])
+    )
+    assert (await queue_depths(account))["shootingrange"] == 1 + 3 + 2
+
+
+async def test_a_jobs_row_under_a_key_an_http_caller_took_is_rejected_while_off(
+    spark: Any, account: AzureStorageAccount, storage: StorageSettings, tmp_path: Path
+) -> None:
+    """With BUS_INGRESS_KEY_SCOPES off (the default) the keys are one namespace, but the
+    caller's record has a fingerprint: the row is rejected, not answered with its message."""
+    forged = await http_ingress.handle(
+        sample_bus(account),
+        {"Idempotency-Key": "reprice-off:game-00001"},
+        b'{"type": "FireAt", "to": "shootingrange", "body": {"game_id": "x", "position": 9}}',
+    )
+    assert forged.status == 202
+    source = write_parquet(tmp_path / "shots.parquet", shots(3))
+    options = job_options(storage, tmp_path, "reprice-off", source)
+
+    first = await asyncio.to_thread(run_send, options, FIRE_AT, spark)
+
+    assert (first.sent, first.deduplicated, first.rejected) == (2, 0, 1)
+    [refused] = rejects(options)
+    assert (
+        "'reprice-off:game-00001' was already used for a different message" in (refused["reason"])
+    )
+    assert (await queue_depths(account))["shootingrange"] == 1 + 2
 
 
 BAD_ROWS: list[tuple[dict[str, Any], str]] = [

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,11 +15,15 @@ import pytest
 from azure.storage.queue.aio import QueueClient
 
 from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
+from shared import http_ingress
+from shared.bus import Bus
 from shared.bus.poison import Reason
 from shared.bus.poison import park as park_message
 from shared.cleanup.checkpoint import Checkpoints
 from shared.cli import main
 from shared.resources import TABLES, poison_queue
+from shared.runtime import bus_config
+from shared.sample.app import app as sample_app
 from shared.settings import DEV_KEY, StorageSettings
 from shared.stores.azure import AzureStorageAccount
 from tests.conftest import started_azurite
@@ -26,6 +31,7 @@ from tests.conftest import started_azurite
 pytestmark = pytest.mark.azurite
 
 ORDER = '{"order_id": "c1", "customer": "ada", "amount_cents": 700}'
+PLACED_ORDER = '{"order_id": "c9", "customer": "eve", "amount_cents": 1}'
 PLACED = '{"order_id": "c2", "customer": "bob", "amount_cents": 100}'
 
 
@@ -73,6 +79,64 @@ def test_send_is_exactly_once_per_key(bus: Run) -> None:
     code, out, _ = bus("send", "PlaceOrder", "--key", "cli-1", "--body", ORDER)  # --to inferred
     assert code == 0
     assert json.loads(out) == {**first, "deduplicated": True}
+
+
+def post_taking(emulator: AzuriteEndpoints, key: str, *, key_scopes: bool) -> http_ingress.Answer:
+    """An HTTP caller's POST of another order with ``key``, before `bus send` uses it."""
+
+    async def post() -> http_ingress.Answer:
+        async with account(emulator) as storage:
+            return await http_ingress.handle(
+                Bus(sample_app, storage, replace(bus_config(), ingress_key_scopes=key_scopes)),
+                {"Idempotency-Key": key},
+                json.dumps({"type": "PlaceOrder", "body": json.loads(PLACED_ORDER)}).encode(),
+            )
+
+    return asyncio.run(post())
+
+
+def test_a_key_an_http_caller_took_first_does_not_swallow_the_send(
+    bus: Run, emulator: AzuriteEndpoints, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34: a POST with the key made `bus send` answer deduplicated with the caller's
+    message id and exit 0, and the real order was dropped. With BUS_INGRESS_KEY_SCOPES on,
+    the send is the CLI's own."""
+    monkeypatch.setenv("BUS_INGRESS_KEY_SCOPES", "on")
+    forged = post_taking(emulator, "reprice-2026-11:17", key_scopes=True)
+    assert forged.status == 202
+
+    code, out, _ = bus("send", "PlaceOrder", "--key", "reprice-2026-11:17", "--body", ORDER)
+
+    assert code == 0
+    sent = json.loads(out)
+    assert sent["deduplicated"] is False
+    assert sent["message_ids"] != forged.body["message_ids"]
+
+
+def test_a_key_an_http_caller_took_first_exits_2_while_key_scopes_are_off(
+    bus: Run, emulator: AzuriteEndpoints, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With BUS_INGRESS_KEY_SCOPES off (the default) the keys are one namespace, but the
+    caller's record has a fingerprint: the CLI's different order is refused, not answered
+    with the caller's message id."""
+    monkeypatch.delenv("BUS_INGRESS_KEY_SCOPES", raising=False)
+    forged = post_taking(emulator, "reprice-2026-11:18", key_scopes=False)
+    assert forged.status == 202
+
+    code, out, err = bus("send", "PlaceOrder", "--key", "reprice-2026-11:18", "--body", ORDER)
+
+    assert (code, out) == (2, "")
+    assert "'reprice-2026-11:18' was already used for a different message" in err
+
+
+def test_send_with_a_key_used_for_another_message_exits_2_and_sends_nothing(bus: Run) -> None:
+    code, out, _ = bus("send", "PlaceOrder", "--key", "cli-twice", "--body", ORDER)
+    assert code == 0
+    code, out, err = bus("send", "PlaceOrder", "--key", "cli-twice", "--body", PLACED_ORDER)
+    assert code == 2
+    assert out == ""
+    assert "idempotency key 'cli-twice' was already used for a different message" in err
+    assert "c9" not in err  # nothing of either message's content
 
 
 def test_send_with_a_delay_hides_the_message_until_then(

@@ -39,8 +39,10 @@ from lab.host.process import HostProcess
 from lab.local import demo
 from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared import runtime
+from shared.bus.ingress import record_key
 from shared.bus.poison import Unreadable, unwrap
 from shared.errors import NotFound
+from shared.http_ingress import HTTP_SCOPE
 from shared.provisioning import provision
 from shared.resources import poison_queue
 from shared.settings import StorageSettings
@@ -309,7 +311,7 @@ async def test_hostile_traffic_parks_or_drops_every_hostile_message_and_loses_no
     # Only valid input made rows: the orders', customers' and games' partitions, the valid keys.
     allowed = set(valid.orders) | {f"cust{i % 20}" for i in range(ORDERS)} | set(valid.shots)
     assert {e: p - allowed for e, p in partitions.items()} == {e: set() for e in ENDPOINTS}
-    assert ingress_keys == valid.keys
+    assert ingress_keys == {record_key(HTTP_SCOPE, k) for k in valid.keys}
     # Every hostile queue message parked with a reason, or acknowledged as a duplicate.
     for endpoint in ENDPOINTS:
         accepted = {r for w in sent.must_park[endpoint] for r in readings(w.text)}

@@ -197,6 +197,10 @@ async def test_the_ingress_function_answers_over_http_with_function_keys(
         200,
         receipt["message_ids"],
     )
+    other = {**ORDER, "body": {**ORDER["body"], "amount_cents": 1}}
+    response = await served.post("/api/messages?code=fn", json=other, headers=headers)
+    assert response.status == 409  # the key already names another message
+    assert "'http-1' was already used for a different message" in (await response.json())["error"]
     response = await served.post("/api/messages?code=fn", data=b"[", headers=headers)
     assert response.status == 400
     assert response.content_type == "application/json"

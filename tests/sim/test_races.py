@@ -12,6 +12,8 @@ import pytest
 from lab.sim.explore import CONFIGS, Summary, exhaustive
 from lab.sim.variants import (
     INGRESS_DOUBLE_SEND,
+    INGRESS_LEGACY_IGNORED,
+    INGRESS_ONE_NAMESPACE,
     LOST_UPDATE,
     NO_CLEANUP_FENCE,
     RETIRED_BEFORE_R7,
@@ -120,6 +122,68 @@ async def test_two_racing_sends_that_both_send_are_caught() -> None:
     assert any("first applied message m0 2 times" in str(v) for v in result.violations)
     inserts = [step for step in result.trace if "table.insert ingress" in step]
     assert len({process_of(step) for step in inserts}) == 2
+
+
+async def test_two_senders_choosing_one_key_each_get_their_message_sent_once() -> None:
+    """Issue 34: two senders (scopes) send different messages under one idempotency key,
+    interleaved at every operation, or with a crash, error or late request at any operation,
+    the reads of the sender's record and of the previous version's unscoped one included."""
+    at_unscoped_read: list[RunResult] = []
+    faulted = await exhaustive(
+        CONFIGS["small-ingress-scopes"],
+        max_deviations=0,
+        max_faults=1,
+        stop_when=collecting(
+            at_unscoped_read,
+            lambda r: any("table.get ingress/m/ingress  [" in s for s in r.trace),
+        ),
+    )
+    interleaved = await exhaustive(CONFIGS["small-ingress-scopes"], max_deviations=1, max_faults=0)
+
+    clean(faulted, 150)
+    clean(interleaved, 50)
+    assert faulted.faults == faulted.schedules - 1
+    assert at_unscoped_read
+    assert all(
+        "table.get ingress/client-" in r.trace[r.trace.index(s) - 1]
+        for r in at_unscoped_read
+        for s in r.trace
+        if "table.get ingress/m/ingress  [" in s
+    )
+
+
+async def test_one_key_namespace_for_every_sender_is_caught() -> None:
+    """The previous version's records (raw key, no scope, no fingerprint): the second
+    sender is answered with the first one's receipt and its message is never sent."""
+    result = await first_violation(
+        "small-ingress-scopes", INGRESS_ONE_NAMESPACE, deviations=0, faults=0
+    )
+
+    assert "NoLostMessages" in invariants(result)
+    assert any("never applied m1" in str(v) for v in result.violations)
+    assert sum("table.insert ingress" in step for step in result.trace) == 1
+
+
+async def test_retries_after_the_upgrade_find_the_previous_versions_record() -> None:
+    """The previous version committed the record under the raw key and stopped before its
+    signal; two racing retries, interleaved or with a fault at any operation (the read of
+    the unscoped record included), send its signal and nothing new."""
+    faulted = await exhaustive(CONFIGS["small-ingress-legacy"], max_deviations=0, max_faults=1)
+    interleaved = await exhaustive(CONFIGS["small-ingress-legacy"], max_deviations=1, max_faults=0)
+
+    clean(faulted, 100)
+    clean(interleaved, 40)
+
+
+async def test_an_upgrade_that_forgets_the_previous_versions_records_is_caught() -> None:
+    """The retry sends the message anew: the committed token of the first send is left
+    for good (and, had its signal gone out, the message would be processed twice)."""
+    result = await first_violation(
+        "small-ingress-legacy", INGRESS_LEGACY_IGNORED, deviations=0, faults=0
+    )
+
+    assert "BoundedResidue" in invariants(result)
+    assert any("table.insert ingress/client|m0" in step for step in result.trace)
 
 
 # -- one partition, concurrent state updates --------------------------------------------------
