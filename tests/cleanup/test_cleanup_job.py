@@ -30,7 +30,6 @@ from shared.stores.instrumented import (
     InstrumentedAccount,
     Operation,
     SimulatedCrash,
-    fault_at,
     fault_at_first,
 )
 from shared.stores.memory import MemoryStorageAccount
@@ -162,7 +161,7 @@ async def test_tokens_of_a_client_that_crashed_before_its_record_are_removed(
         routes=harness.app.routes,
     )
     # Ingress reads its record, creates the token, then writes the record: crash before that.
-    harness.instrumentation.plan = fault_at(2, Fault.CRASH_BEFORE)
+    harness.instrumentation.plan = fault_at_first("table.insert", Fault.CRASH_BEFORE)
     with pytest.raises(SimulatedCrash):
         await client.send(PlaceOrder(order_id="o", amount=1), to=names.orders, idempotency_key="k")
     [orphan] = await harness.tokens()

@@ -17,8 +17,7 @@ from azure.storage.queue.aio import QueueClient
 from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared import http_ingress
 from shared.bus import Bus
-from shared.bus.poison import Reason
-from shared.bus.poison import park as park_message
+from shared.bus.poison import Reason, parked_name, reference_body
 from shared.cleanup.checkpoint import Checkpoints
 from shared.cli import main
 from shared.resources import TABLES, poison_queue
@@ -264,9 +263,11 @@ def test_replay_skips_and_reports_what_it_cannot_unwrap_and_replays_the_rest(
     bus: Run, emulator: AzuriteEndpoints
 ) -> None:
     """Poison-queue contents come from anyone who can write to the queue: raw non-ASCII text
-    (not base64), a damaged wrapper, a reference to a blob that is not a parked original."""
+    (not base64), a damaged wrapper, a reference to a blob that is not a parked original;
+    beside a real original the bus parked by reference (a signal naming a token, too large to
+    sit beside its reason)."""
     forged = json.dumps({"poison": {"original": "shipping/../tokens/x"}})
-    original = '"' * 47_000  # parked by reference: too large to sit beside its reason
+    original = '"' * 47_000
 
     async def park() -> str:
         async with account(emulator) as a:
@@ -281,7 +282,9 @@ def test_replay_skips_and_reports_what_it_cannot_unwrap_and_replays_the_rest(
             await poison.send('{"poison": [], "signal": "x"}')
             await poison.send(forged)
             reason = Reason("shipping", "signal too long", 1)
-            assert await park_message(a, original, reason, "parked") == "reference"
+            name = parked_name("shipping")
+            await a.blob_container("parked").upload(name, original.encode(), {})
+            await poison.send(reference_body(reason, name), time_to_live=-1)
             return original
 
     asyncio.run(park())

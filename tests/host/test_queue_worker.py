@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 import logging
 from datetime import UTC, datetime
@@ -120,10 +121,12 @@ async def test_a_failure_is_logged_with_its_type_and_traceback_and_the_worker_ca
     assert failure.exc_info[0] is KeyError
 
 
-async def test_a_message_too_large_to_move_beside_its_error_is_parked_by_reference(
+async def test_a_message_too_large_to_move_beside_its_error_naming_no_token_is_excerpted(
     backend: Backend,
 ) -> None:
-    """47,000 quotes fit a queue message; escaped in a JSON wrapper they do not."""
+    """47,000 quotes fit a queue message; escaped in a JSON wrapper they do not. They name no
+    token, so whoever sent them could only write to the queue: the move keeps a bounded
+    excerpt and the digest of the whole, and writes no blob."""
     name = await make_queue(backend)
     container = unique_name("parked")
     await backend.account.blob_container(container).create_if_missing()
@@ -141,10 +144,13 @@ async def test_a_message_too_large_to_move_beside_its_error_is_parked_by_referen
     [parked] = await backend.account.queue(poison_queue(name)).peek()
     unwrapped = unwrap(parked.content, name)
     assert unwrapped.signal is None
-    assert unwrapped.original is not None
+    assert unwrapped.original is None
+    assert unwrapped.excerpt_only
     assert unwrapped.reason == "RuntimeError: cannot handle this"
-    blob = await backend.account.blob_container(container).read(unwrapped.original)
-    assert blob.data.decode() == original
+    assert unwrapped.info["sha256"] == hashlib.sha256(original.encode()).hexdigest()
+    assert unwrapped.info["chars"] == len(original)
+    assert parked.expires_on is None
+    assert [b async for b in backend.account.blob_container(container).list()] == []
     assert await backend.account.queue(name).approximate_count() == 0
 
 
