@@ -44,13 +44,7 @@ async def _rows(account: StorageAccount, table: str) -> list[str]:
 
 async def _sql_rows(store: EndpointState) -> list[str]:
     """The row keys of an endpoint's rows in SQL (every mode's, as in its table)."""
-    kinds: list[str] = []
-    rows, continuation = store.rows(), None
-    while True:
-        page, continuation = await rows.page(page_size=1000, continuation=continuation)
-        kinds += [e.row_key for e in page]
-        if continuation is None:
-            return kinds
+    return [e.row_key async for e in store.rows().every()]
 
 
 async def measure_residue(

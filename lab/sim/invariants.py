@@ -123,14 +123,8 @@ async def _rows(
         async for entity in account.table(endpoint).query_all():
             yield entity
         return
-    rows = store.rows()
-    continuation: str | None = None
-    while True:
-        page, continuation = await rows.page(page_size=1000, continuation=continuation)
-        for entity in page:
-            yield entity
-        if continuation is None:
-            return
+    async for entity in store.rows().every():
+        yield entity
 
 
 async def observe(

@@ -8,7 +8,6 @@ index. Only what the endpoint's mode keeps is counted and shown.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 from shared.bus.app import Endpoint
@@ -17,8 +16,6 @@ from shared.bus.modes.processed_table import PROCESSED_PREFIX
 from shared.bus.modes.state_based import INDEX_PREFIX
 from shared.bus.records import STATE_ROW
 from shared.bus.state.base import EndpointState
-from shared.bus.state.rows import EndpointRows
-from shared.stores.table import Entity
 
 
 async def count_records(endpoint: Endpoint[Any], state: EndpointState) -> dict[str, int]:
@@ -36,34 +33,17 @@ async def count_records(endpoint: Endpoint[Any], state: EndpointState) -> dict[s
     rows = state.rows()
     if endpoint.mode == "entity_outbox":
         undispatched = entries = 0
-        async for entity in _all(rows, row_key=STATE_ROW):
+        async for entity in rows.every(row_key=STATE_ROW):
             stored = StateEntity.from_entity(entity)
             entries += len(stored.entries)
             undispatched += sum(e.out is not None for e in stored.entries.values())
         return {"outbox_undispatched": undispatched, "outbox_entries": entries}
     prefix = PROCESSED_PREFIX if endpoint.mode == "processed_messages" else INDEX_PREFIX
     count = 0
-    async for _ in _all(rows, row_key_prefix=prefix):
+    async for _ in rows.every(row_key_prefix=prefix):
         count += 1
     key = "processed_rows" if endpoint.mode == "processed_messages" else "indexed_messages"
     return {key: count}
-
-
-async def _all(
-    rows: EndpointRows, *, row_key: str | None = None, row_key_prefix: str | None = None
-) -> AsyncIterator[Entity]:
-    continuation: str | None = None
-    while True:
-        page, continuation = await rows.page(
-            row_key=row_key,
-            row_key_prefix=row_key_prefix,
-            page_size=1000,
-            continuation=continuation,
-        )
-        for entity in page:
-            yield entity
-        if continuation is None:
-            return
 
 
 def describe(counts: dict[str, int] | None) -> str:

@@ -335,13 +335,8 @@ async def committed_attempts(harness: Harness) -> set[str]:
 
 async def mode_rows_of(rows: EndpointRows) -> AsyncIterator[Entity]:
     """Every window-mode row an endpoint keeps (on tables: every row of its table)."""
-    continuation: str | None = None
-    while True:
-        page, continuation = await rows.page(page_size=1000, continuation=continuation)
-        for entity in page:
-            yield entity
-        if continuation is None:
-            return
+    async for entity in rows.every():
+        yield entity
 
 
 def attempt_of(token: str) -> str:

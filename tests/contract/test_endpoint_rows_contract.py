@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from shared.bus.records import AuditRecord, OutboxRecord
+from shared.bus.state import rows as rows_module
 from shared.bus.state.base import EndpointState, StateWrite
 from shared.bus.state.connection import PostgresSettings
 from shared.bus.state.instrumented import InstrumentedSql
@@ -525,6 +526,24 @@ async def test_pages_follow_key_order_by_prefix_or_exact_key(rows: EndpointRows)
 
     assert seen == [("p1", "processed|a"), ("p1", "processed|b"), ("p2", "processed|a")]
     assert [(e.partition_key, e.row_key) for e in states] == [("p1", "state")]
+
+
+async def test_every_reads_a_selection_across_pages(
+    rows: EndpointRows, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(rows_module, "EVERY_PAGE_SIZE", 2)
+    keys = [("p3", "processed|c"), ("p1", "processed|a"), ("p2", "state"), ("p2", "processed|b")]
+    for n, (partition, key) in enumerate(keys):
+        await commit(rows, Insert(row(partition, key)), message=f"m{n}")
+
+    selected = rows.every(row_key_prefix="processed|")
+    processed = [(e.partition_key, e.row_key) async for e in selected]
+    everything = [(e.partition_key, e.row_key) async for e in rows.every()]
+
+    assert processed == [("p1", "processed|a"), ("p2", "processed|b"), ("p3", "processed|c")]
+    audit = [key for key in everything if key[1].startswith("audit|")]
+    assert sorted(set(everything) - set(audit)) == sorted(keys)
+    assert len(audit) == len(keys) == len(everything) - len(keys)  # one audit row per commit
 
 
 async def test_hostile_row_keys_are_data_not_syntax(rows: EndpointRows) -> None:

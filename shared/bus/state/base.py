@@ -175,15 +175,8 @@ class EndpointState:
 
     async def states(self) -> AsyncIterator[StateRow]:
         """Every partition's state row, whichever mode wrote it (for tools and tests)."""
-        continuation: str | None = None
-        while True:
-            page, continuation = await self._rows.page(
-                row_key=STATE_ROW, page_size=1000, continuation=continuation
-            )
-            for entity in page:
-                yield state_row(entity)
-            if continuation is None:
-                return
+        async for entity in self._rows.every(row_key=STATE_ROW):
+            yield state_row(entity)
 
     async def outbox_records(self) -> AsyncIterator[OutboxRecord]:
         """Every O(m) of the endpoint, page by page (for tools and tests)."""
@@ -206,13 +199,8 @@ class EndpointState:
 
     async def audit_entities(self) -> AsyncIterator[Entity]:
         """Every audit row, page by page."""
-        continuation: str | None = None
-        while True:
-            page, continuation = await self.audit_page(continuation, 1000)
-            for entity in page:
-                yield entity
-            if continuation is None:
-                return
+        async for entity in self._rows.every(row_key_prefix=AUDIT_PREFIX):
+            yield entity
 
     async def expire_audit(self, before: datetime, on_damaged: OnDamaged | None = None) -> int:
         """Delete audit rows processed before ``before``; returns how many."""

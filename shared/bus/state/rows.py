@@ -122,6 +122,10 @@ def check_sql_key(name: str, value: str) -> None:
         raise InvalidValue(f"{name} may not contain NUL characters")
 
 
+EVERY_PAGE_SIZE = 1000
+"""Rows per request when ``EndpointRows.every`` reads a whole selection."""
+
+
 class RowsTransaction(abc.ABC):
     """One open unit of work, from before the handler runs to the commit."""
 
@@ -196,6 +200,24 @@ class EndpointRows(abc.ABC):
         ``row_key``, across partitions in key order, and where the next page starts. A row
         whose stored properties cannot be read is handed to ``on_damaged`` and left out of
         the page (raised where there is none: ``shared.bus.state.damaged``)."""
+
+    async def every(
+        self, *, row_key_prefix: str | None = None, row_key: str | None = None
+    ) -> AsyncIterator[Entity]:
+        """Every row ``page`` selects, page after page (for tools, tests and the simulator;
+        the bus's own passes page explicitly, to bound their work)."""
+        continuation: str | None = None
+        while True:
+            page, continuation = await self.page(
+                row_key_prefix=row_key_prefix,
+                row_key=row_key,
+                page_size=EVERY_PAGE_SIZE,
+                continuation=continuation,
+            )
+            for entity in page:
+                yield entity
+            if continuation is None:
+                return
 
     @abc.abstractmethod
     def begin(self) -> AbstractAsyncContextManager[RowsTransaction]:
