@@ -8,8 +8,6 @@ import asyncio
 import json
 import os
 import pickle
-import subprocess
-import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import fields
@@ -39,6 +37,7 @@ from shared.stores.latency import LatencyAccount
 from shared.stores.memory import MemoryStorageAccount
 from shared.stores.table import Entity
 from tests.conftest import SAMPLE_APP, sample_settings
+from tests.fresh import run_fresh
 
 REPO = Path(__file__).resolve().parents[1]
 SETTINGS_DOC = REPO / "docs" / "settings.md"
@@ -208,20 +207,12 @@ def test_a_bad_value_stops_the_worker_at_start_up(
 
 
 def test_a_bad_value_stops_the_function_app_from_loading() -> None:
-    env = {
-        **os.environ,
+    settings = {
         "BUS_APP": SAMPLE_APP,
         "AzureWebJobsStorage": "UseDevelopmentStorage=true",
         "BUS_INGRESS_WINDOW_SECONDS": "forever",
     }
-    result = subprocess.run(
-        [sys.executable, "-c", "import function_app"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_fresh("import function_app", settings, without=())
     assert result.returncode != 0
     assert "ConfigurationError" in result.stderr
     assert "BUS_INGRESS_WINDOW_SECONDS='forever'" in result.stderr

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import os
-import subprocess
 import sys
 from importlib import metadata
 from importlib.metadata import PackageNotFoundError, packages_distributions, requires
@@ -21,6 +19,8 @@ from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+
+from tests.fresh import run_fresh
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,20 +51,10 @@ os._exit(0)  # no exporter flush at exit: the telemetry endpoint is made up
 def loaded_by_function_app(**settings: str) -> dict[str, str | None]:
     """Every module a fresh interpreter loaded to import function_app.py and build its
     worker's stores, with its file."""
-    environ = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("BUS_", "PYTEST_", "OTEL_", "AzureWebJobs", "APPLICATIONINSIGHTS"))
-    }
-    environ["PYTHONPATH"] = str(REPO_ROOT)
-    done = subprocess.run(
-        [sys.executable, "-c", LOADED],
-        cwd=REPO_ROOT,
-        env={**environ, **settings},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    done = run_fresh(
+        LOADED,
+        settings,
+        without=("BUS_", "PYTEST_", "OTEL_", "AzureWebJobs", "APPLICATIONINSIGHTS"),
     )
     assert done.returncode == 0, done.stderr[-4000:]
     loaded: dict[str, str | None] = json.loads(done.stdout.splitlines()[-1])

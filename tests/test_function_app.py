@@ -9,11 +9,9 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
 import re
 import shutil
 import subprocess
-import sys
 import textwrap
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
@@ -41,6 +39,7 @@ from shared.settings import resolve_settings
 from shared.stores.azure import AzureStorageAccount
 from shared.stores.memory import MemoryStorageAccount
 from tests.conftest import sample_settings
+from tests.fresh import run_fresh
 from tests.infra.provisioned import INFRA_DIR, provisioned_resources
 
 SAMPLE = runtime.Worker(sample_app, sample_settings())
@@ -121,17 +120,7 @@ print(json.dumps({
 def index_function_app(folder: Path, **settings: str) -> subprocess.CompletedProcess[str]:
     """Import function_app.py in a fresh interpreter, as the Functions host does, and list
     what ``app.get_functions()`` indexes."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("BUS_")}
-    environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(folder)])
-    return subprocess.run(
-        [sys.executable, "-c", INDEX],
-        cwd=folder,
-        env={**environ, **settings},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_fresh(INDEX, settings, cwd=folder, path=[folder])
 
 
 def test_function_app_indexes_exactly_the_functions_of_the_app_named_by_bus_app(

@@ -8,12 +8,11 @@ prints what ``configure()`` chose; the console exporter prints the spans it got.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.fresh import run_fresh
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,21 +63,7 @@ asyncio.run(main())
 def run(script: str, **settings: str) -> tuple[dict[str, str], str]:
     """Run ``script`` with only ``settings`` of the telemetry ones; (its KEY=value lines on
     stderr, with the whole of it as STDERR; its stdout)."""
-    environ = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("OTEL_", "APPLICATIONINSIGHTS_", "BUS_"))
-    }
-    environ["PYTHONPATH"] = str(REPO_ROOT)
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=REPO_ROOT,
-        env={**environ, **settings},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = run_fresh(script, settings, without=("OTEL_", "APPLICATIONINSIGHTS_", "BUS_"))
     assert result.returncode == 0, result.stderr
     lines = (line.partition("=") for line in result.stderr.splitlines() if "=" in line)
     found = {key: value for key, _, value in lines if key.isupper()}
