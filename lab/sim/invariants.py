@@ -49,6 +49,7 @@ from lab.sim.readings import WINDOW_MODES, ModeReading
 from shared.bus.app import Mode
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
 from shared.bus.state.base import EndpointState
+from shared.bus.state.rows import TableRows
 from shared.resources import poison_queue
 from shared.stores.account import StorageAccount
 from shared.stores.table import Entity
@@ -117,13 +118,10 @@ async def _rows(
     account: StorageAccount, endpoint: str, sql: Mapping[str, EndpointState]
 ) -> AsyncIterator[Entity]:
     """Every row of the endpoint, from its table or, for a SQL endpoint, from its rows there
-    (kept in the table's layout)."""
+    (kept in the table's layout), read as the bus reads them."""
     store = sql.get(endpoint)
-    if store is None:
-        async for entity in account.table(endpoint).query_all():
-            yield entity
-        return
-    async for entity in store.rows().every():
+    rows = TableRows(account.table(endpoint)) if store is None else store.rows()
+    async for entity in rows.every():
         yield entity
 
 

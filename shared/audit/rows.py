@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from shared.bus.records import OutgoingSignal
+from shared.errors import CorruptRecord
+from shared.stores.spread import PARTS_SUFFIX, gathered_properties
 
 AUDIT_COLUMNS = (
     "table",
@@ -86,6 +88,7 @@ def _time(value: object) -> datetime | None:
 def audit_row(table: str, partition_key: str, properties: Mapping[str, object]) -> Row:
     """One audit row (RowKey ``audit|{m}``) from its stored properties. Missing or mistyped
     values become None, which the audit reports as an invalid row instead of guessing."""
+    properties = _joined(properties)
     return (
         table,
         partition_key,
@@ -100,6 +103,18 @@ def audit_row(table: str, partition_key: str, properties: Mapping[str, object]) 
         _time(properties.get("processed_at")),
         deliveries_of_audit(properties.get("caused")),
     )
+
+
+def _joined(properties: Mapping[str, object]) -> Mapping[str, object]:
+    """Texts spread across properties joined (``shared.stores.spread``); a text whose parts
+    do not agree is left out, so its field reads as missing and the row as invalid."""
+    try:
+        return gathered_properties(properties, "audit row")
+    except CorruptRecord:
+        spread = {
+            name.removesuffix(PARTS_SUFFIX) for name in properties if name.endswith(PARTS_SUFFIX)
+        }
+        return {name: value for name, value in properties.items() if name not in spread}
 
 
 def _json_list(text: object) -> list[object] | None:

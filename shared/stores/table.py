@@ -113,11 +113,13 @@ def _value_size(value: TableValue) -> int:
     return 8
 
 
-def normalise_entity(entity: Entity) -> Entity:
+def normalise_entity(entity: Entity, *, table_sizes: bool = True) -> Entity:
     """Check an entity against Azure's rules and return it with datetimes in UTC.
 
     Both backends call this before writing so that a value Azure would refuse is refused by the
-    in-memory store too, with the same error.
+    in-memory store too, with the same error. The endpoint rows kept in PostgreSQL follow the
+    same value rules but not Table Storage's sizes (``table_sizes=False``): a database row
+    holds a text of any length.
     """
     check_key("PartitionKey", entity.partition_key)
     check_key("RowKey", entity.row_key)
@@ -147,13 +149,13 @@ def normalise_entity(entity: Entity) -> Entity:
                 "use str, int, float, bool, bytes or datetime"
             )
         size = _value_size(value)
-        if size > MAX_PROPERTY_BYTES:
+        if table_sizes and size > MAX_PROPERTY_BYTES:
             raise TooLarge(
                 f"property {name!r} is {size} bytes; Table Storage allows {MAX_PROPERTY_BYTES}"
             )
         total += size + len(name) * 2
         clean[name] = value
-    if total > MAX_ENTITY_BYTES:
+    if table_sizes and total > MAX_ENTITY_BYTES:
         raise TooLarge(f"entity is about {total} bytes; Table Storage allows {MAX_ENTITY_BYTES}")
     return Entity(entity.partition_key, entity.row_key, clean, entity.etag)
 

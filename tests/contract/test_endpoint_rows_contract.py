@@ -26,12 +26,14 @@ from shared.errors import (
     InvalidValue,
     NotFound,
     PreconditionFailed,
+    TooLarge,
     TransactionFailed,
 )
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
 from shared.stores.instrumented import Instrumentation
 from shared.stores.memory import MemoryStorageAccount
+from shared.stores.names import MAX_ENTITY_BYTES
 from shared.stores.table import Delete, Entity, Insert, TableValue, Update, Upsert
 from tests.conftest import unique_name
 
@@ -140,6 +142,57 @@ async def test_a_commit_writes_state_outbox_and_audit_together(store: EndpointSt
     assert snapshot.outbox.abandoned == ("lost-attempt",)
     assert snapshot.outbox.etag == version != record.etag
     assert [e["message_id"] async for e in store.audit_entities()] == ["m1"]
+
+
+LARGE_STATE = json.dumps({"lines": ["x" * 90 + f"{n:08d}" for n in range(3_000)]})
+"""About 300,000 characters: nine times what one Table Storage property holds."""
+WIDE_STATE = json.dumps({"notes": "\u00e9\U0001f600" * 40_000}, ensure_ascii=False)
+"""Non-ASCII, with characters outside the Basic Multilingual Plane: 240,000 bytes in UTF-16."""
+
+
+@pytest.mark.parametrize("data", [LARGE_STATE, WIDE_STATE], ids=["ascii", "astral"])
+async def test_a_state_larger_than_a_property_commits_and_reads_back_whole(
+    store: EndpointState, data: str
+) -> None:
+    record = await claim(store)
+    async with store.begin() as transaction:
+        await transaction.commit(first_state(data), record.committing([], [], T0), audit())
+
+    snapshot = await store.read("p1", "m1")
+    assert snapshot.state is not None
+    assert snapshot.state.data == data
+    assert [s.data async for s in store.states()] == [data]
+
+    second = await claim(store, message="m2")
+    updated = json.dumps({"lines": [data]}, ensure_ascii=False)
+    write = StateWrite("p1", "Counter", updated, expected=snapshot.state.version)
+    async with store.begin() as transaction:
+        await transaction.commit(write, second.committing([], [], T0), audit(message="m2"))
+    after = await store.read("p1", "m2")
+    assert after.state is not None
+    assert after.state.data == updated
+
+
+async def test_a_state_past_the_entity_limit_is_refused_by_tables_only(
+    store: EndpointState,
+) -> None:
+    """Table Storage holds 1 MiB an entity, whatever the parts; a PostgreSQL row any text."""
+    data = json.dumps({"blob": "y" * (MAX_ENTITY_BYTES // 2)})
+    record = await claim(store)
+
+    async def commit() -> None:
+        async with store.begin() as transaction:
+            await transaction.commit(first_state(data), record.committing([], [], T0), audit())
+
+    if store.rows().kind == "table":
+        with pytest.raises(TooLarge, match="Table Storage allows 1048576"):
+            await commit()
+        await _assert_nothing_committed(store, record)
+    else:
+        await commit()
+        snapshot = await store.read("p1", "m1")
+        assert snapshot.state is not None
+        assert snapshot.state.data == data
 
 
 async def _assert_nothing_committed(store: EndpointState, record: OutboxRecord) -> None:

@@ -13,8 +13,9 @@ state: it dispatches ``out`` again if it is still there, and does nothing else.
 The entity grows with the map. Dispatched entries older than
 ``BusConfig.entity_outbox_retention_seconds`` are dropped whenever the entity is written, and
 by ``expire_entity_outboxes`` for entities that are not. An entity that would exceed
-``BusConfig.entity_max_bytes`` (below Azure's 1 MiB), a property over 64 KiB or Azure's
-property count is refused with ``EntityOutboxFull`` before anything is written.
+``BusConfig.entity_max_bytes`` (below Azure's 1 MiB) or Azure's property count is refused
+with ``EntityOutboxFull`` before anything is written. A business state longer than one
+property is spread across parts by the rows it is written to (``shared.stores.spread``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from shared.clock import to_datetime
 from shared.errors import NotFound, PreconditionFailed
 from shared.stores.blob import BlobContainer
 from shared.stores.names import MAX_CUSTOM_PROPERTIES, MAX_PROPERTY_BYTES
+from shared.stores.spread import spread
 from shared.stores.table import Entity, Table, TableOperation
 
 log = logging.getLogger(__name__)
@@ -116,15 +118,11 @@ class StateEntity:
         text = json.dumps({m: e.to_json() for m, e in self.entries.items()})
         parts = [text[i : i + PART_CHARS] for i in range(0, len(text), PART_CHARS)]
         where = f"entity-outbox state of partition {self.partition_key!r}"
-        if len(data) * 2 > MAX_PROPERTY_BYTES:
+        data_parts = len(spread(Entity("", "", {"data": data})).properties)
+        if len(parts) + data_parts + _FIXED_PROPERTIES - 1 > MAX_CUSTOM_PROPERTIES:
             raise EntityOutboxFull(
-                f"{where}: the business state is {len(data) * 2} bytes; a table property "
-                f"holds at most {MAX_PROPERTY_BYTES}"
-            )
-        if len(parts) + _FIXED_PROPERTIES > MAX_CUSTOM_PROPERTIES:
-            raise EntityOutboxFull(
-                f"{where}: the outbox map needs {len(parts)} properties; an entity has at "
-                f"most {MAX_CUSTOM_PROPERTIES}"
+                f"{where}: the outbox map needs {len(parts)} properties and the business "
+                f"state {data_parts}; an entity has at most {MAX_CUSTOM_PROPERTIES}"
             )
         size = 2 * (len(self.partition_key) + len(STATE_ROW) + len(data) + len(text) + 200)
         if size > max_bytes:

@@ -70,7 +70,7 @@ class MemorySqlRowsTransaction(RowsTransaction):
         self.done = True
         writes = check_writes(operations)
         db, name = self._store.db, self._store.name
-        rows = [normalise_entity(w.entity) for w in writes]
+        rows = [normalise_entity(w.entity, table_sizes=False) for w in writes]
         for index, (write, row) in enumerate(zip(writes, rows, strict=True)):
             check_sql_key("partition key", row.partition_key)
             check_sql_key("row key", row.row_key)
@@ -90,7 +90,9 @@ class MemorySqlRowsTransaction(RowsTransaction):
             version = db.next_version()
             db.rows[(name, row.partition_key, row.row_key)] = replace(row, etag=version)
             versions.append(version)
-        db.rows[audit_key] = replace(normalise_entity(audit_entity), etag=db.next_version())
+        db.rows[audit_key] = replace(
+            normalise_entity(audit_entity, table_sizes=False), etag=db.next_version()
+        )
         return versions
 
 
@@ -119,7 +121,7 @@ class MemorySqlRows(EndpointRows):
         return row
 
     async def insert(self, entity: Entity) -> str:
-        row = normalise_entity(entity)
+        row = normalise_entity(entity, table_sizes=False)
         check_sql_key("partition key", row.partition_key)
         check_sql_key("row key", row.row_key)
         key = (self.name, row.partition_key, row.row_key)
@@ -130,7 +132,7 @@ class MemorySqlRows(EndpointRows):
         return version
 
     async def update(self, entity: Entity, etag: str) -> str:
-        row = normalise_entity(entity)
+        row = normalise_entity(entity, table_sizes=False)
         key = (self.name, row.partition_key, row.row_key)
         stored = self.db.rows.get(key)
         if stored is None:

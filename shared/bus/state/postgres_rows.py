@@ -111,7 +111,7 @@ def _version(etag: str) -> int:
 
 
 def _checked(entity: Entity) -> Entity:
-    checked = normalise_entity(entity)  # the same value rules as Table Storage
+    checked = normalise_entity(entity, table_sizes=False)  # Table Storage's value rules
     check_sql_key("partition key", checked.partition_key)
     check_sql_key("row key", checked.row_key)
     return checked

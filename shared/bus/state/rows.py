@@ -39,7 +39,7 @@ from datetime import datetime
 from typing import Any
 
 from shared.bus.records import AUDIT_PREFIX, AuditRecord
-from shared.bus.state.damaged import DamagedRow, OnDamaged
+from shared.bus.state.damaged import DamagedRow, OnDamaged, read_each
 from shared.bus.state.schema import SCHEMA
 from shared.errors import (
     InvalidValue,
@@ -49,6 +49,7 @@ from shared.errors import (
     StorageError,
     TransactionFailed,
 )
+from shared.stores.spread import gathered, spread
 from shared.stores.table import (
     Delete,
     Entity,
@@ -270,8 +271,8 @@ class TableRowsTransaction(RowsTransaction):
     async def commit(
         self, operations: Sequence[TableOperation], audit: AuditRecord
     ) -> list[str | None]:
-        writes = check_writes(operations)
-        etags = await self._table.transact([*writes, Insert(audit.to_entity())])
+        writes = [spread_write(write) for write in check_writes(operations)]
+        etags = await self._table.transact([*writes, Insert(spread(audit.to_entity()))])
         return etags[: len(writes)]
 
 
@@ -289,23 +290,23 @@ class TableRows(EndpointRows):
     ) -> dict[str, Entity]:
         keys = list(row_keys)
         page = await self.table.query(partition_key=partition_key, row_keys=keys)
-        if page.continuation is None:
-            return {e.row_key: e for e in page.entities}
-        # The service split the answer across pages (it may, rarely): each row on its own.
-        found: dict[str, Entity] = {}
-        for key in keys:
-            with contextlib.suppress(NotFound):
-                found[key] = await self.table.get(partition_key, key)
-        return found
+        entities = page.entities
+        if page.continuation is not None:
+            # The service split the answer across pages (it may, rarely): each row on its own.
+            entities = []
+            for key in keys:
+                with contextlib.suppress(NotFound):
+                    entities.append(await self.table.get(partition_key, key))
+        return {e.row_key: e for e in self._gathered(entities, on_damaged)}
 
     async def get(self, partition_key: str, row_key: str) -> Entity:
-        return await self.table.get(partition_key, row_key)
+        return gathered(await self.table.get(partition_key, row_key))
 
     async def insert(self, entity: Entity) -> str:
-        return await self.table.insert(entity)
+        return await self.table.insert(spread(entity))
 
     async def update(self, entity: Entity, etag: str) -> str:
-        return await self.table.update(entity, etag=etag)
+        return await self.table.update(spread(entity), etag=etag)
 
     async def delete(self, partition_key: str, row_key: str, etag: str | None = None) -> None:
         await self.table.delete(partition_key, row_key, etag=etag)
@@ -332,18 +333,31 @@ class TableRows(EndpointRows):
         on_damaged: OnDamaged | None = None,
     ) -> tuple[list[Entity], str | None]:
         # A table's entities are read by the service: any damage is in their values, which
-        # the modes judge row by row.
+        # the modes judge row by row, or in the parts of a spread text, judged here.
         page = await self.table.query(
             row_key_prefix=row_key_prefix,
             row_keys=None if row_key is None else [row_key],
             page_size=page_size,
             continuation=continuation,
         )
-        return page.entities, page.continuation
+        return self._gathered(page.entities, on_damaged), page.continuation
+
+    def _gathered(self, entities: Sequence[Entity], on_damaged: OnDamaged | None) -> list[Entity]:
+        """Texts spread across parts joined again (``shared.stores.spread``)."""
+        return read_each(
+            entities, gathered, lambda e: (e.partition_key, e.row_key), self.where, on_damaged
+        )
 
     @contextlib.asynccontextmanager
     async def begin(self) -> AsyncIterator[RowsTransaction]:
         yield TableRowsTransaction(self.table)
+
+
+def spread_write(write: RowsWrite) -> RowsWrite:
+    """A commit's write with its long texts spread (``shared.stores.spread``)."""
+    if isinstance(write, Insert):
+        return Insert(spread(write.entity))
+    return Update(spread(write.entity), write.etag)
 
 
 def mode_rows(store: Table | EndpointRows) -> EndpointRows:
