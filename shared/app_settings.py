@@ -24,6 +24,9 @@ T = TypeVar("T")
 DAY = 24 * 3600
 WEEK = 7 * DAY
 CENTURY = 36500 * DAY
+MAX_DELIVERIES_CEILING = 2000
+"""What an outbox record of short signals (about 250 characters each) holds within Table
+Storage's 1 MiB entity; the bus checks the real size too (``shared.bus.outgoing``)."""
 """The longest window a setting accepts (a longer one would overflow a date)."""
 
 
@@ -283,11 +286,21 @@ MAX_PAYLOAD = whole(
 MAX_OUTPUTS = whole(
     "BUS_MAX_OUTPUTS",
     100,
-    "most messages one handler run may send or publish (an outbox record holds their signals "
-    "in one 64 KiB table property)",
+    "most messages one handler run may send or publish, counted as sent: an event counts "
+    "once, however many endpoints subscribe to it (`BUS_MAX_DELIVERIES` bounds those)",
     group=BUS,
     low=1,
-    high=100,
+    high=MAX_DELIVERIES_CEILING,
+)
+MAX_DELIVERIES = whole(
+    "BUS_MAX_DELIVERIES",
+    MAX_DELIVERIES_CEILING,
+    "most deliveries one incoming message or HTTP send may cause once events are expanded to "
+    "their subscribers; its outbox record lists each delivery's signal and must also fit "
+    "Table Storage's 1 MiB entity (a larger list is refused before anything is sent)",
+    group=BUS,
+    low=1,
+    high=MAX_DELIVERIES_CEILING,
 )
 MAX_CONFLICT_ROUNDS = whole(
     "BUS_MAX_CONFLICT_ROUNDS",
@@ -401,6 +414,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     ENTITY_OUTBOX_RETENTION,
     MAX_PAYLOAD,
     MAX_OUTPUTS,
+    MAX_DELIVERIES,
     MAX_CONFLICT_ROUNDS,
     POSTGRES_URL,
     POSTGRES_ENDPOINT_URL,

@@ -131,6 +131,7 @@ def _bus(settings: Settings, queues: QueueSettings) -> BusConfig:
         entity_outbox_retention_seconds=_value(settings, s.ENTITY_OUTBOX_RETENTION),
         max_payload_bytes=_value(settings, s.MAX_PAYLOAD),
         max_outputs=_value(settings, s.MAX_OUTPUTS),
+        max_deliveries=_value(settings, s.MAX_DELIVERIES),
         max_conflict_rounds=_value(settings, s.MAX_CONFLICT_ROUNDS),
     )
 

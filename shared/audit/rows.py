@@ -158,6 +158,7 @@ def deliveries_of_ingress(outgoing: object) -> list[Delivery] | None:
 
 def ingress_row(table: str, partition_key: str, properties: Mapping[str, object]) -> Row:
     """One ingress record (PartitionKey = the client's idempotency key, RowKey ``ingress``)."""
+    properties = _joined(properties)
     return (
         table,
         partition_key,

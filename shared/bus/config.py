@@ -41,6 +41,9 @@ class BusConfig:
     """Fresh attempt ids tried per outgoing token when a create's outcome is unknown."""
     max_payload_bytes: int = 256 * 1024
     max_outputs: int = 100
+    """Messages one handler run (or one client send) may send or publish, as sent."""
+    max_deliveries: int = 2000
+    """Deliveries those may expand to (an event once per subscriber); BUS_MAX_DELIVERIES."""
     topic_cache_seconds: float = 5.0
     ingress_window_seconds: float = 7 * 24 * 3600.0
     """The only time window in the system: client retries with one idempotency key are

@@ -25,7 +25,9 @@ from shared.logsafe import problems
 
 _UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 _SENDER = r"[a-z][a-z0-9]{2,39}"
-_DIGEST = r"[A-Za-z0-9_-]{43}"
+DIGEST_CHARS = 43
+"""A SHA-256 digest in unpadded URL-safe base64."""
+_DIGEST = rf"[A-Za-z0-9_-]{{{DIGEST_CHARS}}}"
 # {sender}/{incoming-id}/{attempt-id}/{out-id}/{digest}: every segment is constrained, so a
 # signal can only ever name a blob inside the token scheme (no '..', no other prefixes, no other
 # container). Always matched whole (``fullmatch``): '$' alone would accept a trailing newline.

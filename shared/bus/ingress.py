@@ -54,6 +54,7 @@ from shared.errors import (
 from shared.resources import check_endpoint_name
 from shared.stores.account import StorageAccount
 from shared.stores.names import check_key
+from shared.stores.spread import gathered, spread
 from shared.stores.table import Entity
 
 INGRESS_ROW = "ingress"
@@ -293,9 +294,9 @@ class IngressClient:
         )
         try:
             if existing is None:
-                await self.table.insert(record)
+                await self.table.insert(spread(record))
             else:
-                await self.table.update(record, etag=existing.etag)
+                await self.table.update(spread(record), etag=existing.etag)
         except (AlreadyExists, PreconditionFailed) as e:
             await discard_tokens(self.tokens, created.committed_candidates)
             raise Conflict from e
@@ -307,7 +308,8 @@ class IngressClient:
 
     async def _record(self, partition: str) -> Entity | None:
         try:
-            return await self.table.get(partition, INGRESS_ROW)
+            # A publish to many subscribers lists more signals than one property holds.
+            return gathered(await self.table.get(partition, INGRESS_ROW))
         except NotFound:
             return None
 

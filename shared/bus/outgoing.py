@@ -3,12 +3,19 @@ envelopes, create one token per delivery with an at-most-once attempt id, and si
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 
 from shared.bus.config import BusConfig
 from shared.bus.context import PendingOutput
-from shared.bus.envelope import MAX_INLINE_ENVELOPE_CHARS, Envelope, Signal, token_name
+from shared.bus.envelope import (
+    DIGEST_CHARS,
+    MAX_INLINE_ENVELOPE_CHARS,
+    Envelope,
+    Signal,
+    token_name,
+)
 from shared.bus.ids import derived_id
 from shared.bus.messages import Event, body_of, checked_partition_key
 from shared.bus.records import OutgoingSignal
@@ -21,6 +28,7 @@ from shared.clock import Clock, to_datetime
 from shared.errors import AlreadyExists, MessageTooLarge, NotFound, OutcomeUnknown
 from shared.stores.account import StorageAccount
 from shared.stores.blob import BlobContainer
+from shared.stores.names import MAX_ENTITY_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +76,55 @@ async def plan_deliveries(
                     deliver_at=output.deliver_at,
                 )
             )
-    if len(deliveries) > config.max_outputs:
-        raise MessageTooLarge(
-            f"{len(deliveries)} deliveries (after expanding topics) exceed the limit of "
-            f"{config.max_outputs} per incoming message"
-        )
+    check_deliveries(deliveries, sender, incoming_id, config)
     return deliveries
+
+
+OUTBOX_MARGIN_BYTES = 64 * 1024
+"""What an outbox record holds besides its signals (ids, times, the attempt ids abandoned by
+creates whose outcome was unknown), kept free within the entity."""
+
+
+def check_deliveries(
+    deliveries: list[Envelope], sender: str, incoming_id: str, config: BusConfig
+) -> None:
+    """Refuse, before any token is created, deliveries that the outbox record (O(m), a
+    window mode's processed row, an ingress record) could not list: more than
+    ``max_deliveries``, or signals that would take the record past Table Storage's 1 MiB
+    entity. Counted on every store, so that an endpoint behaves alike on each."""
+    if len(deliveries) > config.max_deliveries:
+        raise MessageTooLarge(
+            f"{len(deliveries)} deliveries (events counted once per subscriber) exceed "
+            f"BUS_MAX_DELIVERIES={config.max_deliveries} per incoming message"
+        )
+    size = signals_size(deliveries, sender, incoming_id)
+    if size > MAX_ENTITY_BYTES - OUTBOX_MARGIN_BYTES:
+        raise MessageTooLarge(
+            f"{len(deliveries)} deliveries need an outbox record of about {size:,} bytes; "
+            f"Table Storage holds {MAX_ENTITY_BYTES:,} bytes an entity: publish to fewer "
+            "subscribers per message, or with shorter partition keys"
+        )
+
+
+def signals_size(deliveries: list[Envelope], sender: str, incoming_id: str) -> int:
+    """The UTF-16 size of the signals the record would list (every attempt id and digest
+    has one length, so a stand-in token name measures the real one)."""
+    stand_in = f"{sender}/{incoming_id}/{incoming_id}/{incoming_id}/{'x' * DIGEST_CHARS}"
+    text = json.dumps(
+        [
+            OutgoingSignal(
+                destination=envelope.destination,
+                message_id=incoming_id,
+                attempt_id=incoming_id,
+                token=stand_in,
+                partition_key=envelope.partition_key,
+                type=envelope.type,
+                deliver_at=envelope.deliver_at,
+            ).model_dump()
+            for envelope in deliveries
+        ]
+    )
+    return 2 * len(text) if text.isascii() else len(text.encode("utf-16-le"))
 
 
 async def _destinations(

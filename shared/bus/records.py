@@ -21,7 +21,7 @@ from pydantic import (
 
 from shared.bus.envelope import TOKEN_NAME
 from shared.errors import CorruptRecord, MessageTooLarge
-from shared.stores.names import MAX_PROPERTY_BYTES
+from shared.stores.names import MAX_ENTITY_BYTES
 from shared.stores.table import Entity
 
 if TYPE_CHECKING:
@@ -72,8 +72,8 @@ class OutgoingSignal(BaseModel):
     @model_serializer(mode="wrap")
     def _without_ids_in_token_name(self, handler: SerializerFunctionWrapHandler) -> Any:
         """The message and attempt ids are segments of the token's name: storing them twice
-        would cost a third of an outbox record, which must hold up to ``max_outputs`` of
-        these in one 64 KiB table property."""
+        would cost a third of an outbox record, which must hold up to ``max_deliveries`` of
+        these in one table entity."""
         data = handler(self)
         match = TOKEN_NAME.fullmatch(self.token)
         if match is not None and (match["out"], match["attempt"]) == (
@@ -102,11 +102,14 @@ class OutgoingSignal(BaseModel):
 
 
 def json_property(name: str, value: str) -> str:
-    """``value`` if it fits one table property, else a MessageTooLarge that says why."""
-    if len(value.encode("utf-16-le")) > MAX_PROPERTY_BYTES:
+    """``value`` if a table row can hold it (spread across properties where it is longer than
+    one: ``shared.stores.spread``), else a MessageTooLarge that says why. The row's other
+    properties count too; the store refuses what this lets through and does not fit."""
+    size = 2 * len(value) if value.isascii() else len(value.encode("utf-16-le"))
+    if size > MAX_ENTITY_BYTES:
         raise MessageTooLarge(
-            f"the {name} list of one message does not fit a table property "
-            f"({MAX_PROPERTY_BYTES} bytes); send fewer messages per handler run"
+            f"the {name} list of one message is {size:,} bytes; a table row holds "
+            f"{MAX_ENTITY_BYTES:,}: send fewer messages per handler run"
         )
     return value
 
