@@ -93,7 +93,7 @@ bulk-cluster-test: deps
 	$(PY) -m pytest tests/bulk/test_cluster.py -m slow $(PYTEST_ARGS)
 
 # Deterministic simulation of the real pipeline under interleavings and faults, every endpoint
-# mode, about 4 minutes (README); `make simulate SEED=<seed>` replays the one run a violation
+# mode, about 4 minutes (docs/simulation.md); `make simulate SEED=<seed>` replays the one run a violation
 # printed; `make simulate MODE=<mode>` explores one endpoint mode only.
 .PHONY: simulate
 simulate: deps

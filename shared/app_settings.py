@@ -163,7 +163,7 @@ BUS_APP = text(
     "BUS_APP",
     None,
     "package.module:attribute naming a BusApp",
-    'the app every process runs (README, "Writing an endpoint"); unset: the sample app, '
+    "the app every process runs (docs/writing-endpoints.md); unset: the sample app, "
     "shared.sample.app:app",
     group=APP,
 )

@@ -93,7 +93,8 @@ CONFIGS: dict[str, SimConfig] = {
         # Outside the timing assumptions: a process may also stall before any operation for
         # longer than the grace period (a paused machine) while a cleanup pass runs. Not
         # part of the default exploration: the cleanup's safety rests on those assumptions
-        # (see the README). The known-bad variants use it to show what the claim protects.
+        # (docs/design.md, section 7). The known-bad variants use it to show what the claim
+        # protects.
         SimConfig(
             name="small-unbounded",
             shape="single",
@@ -104,7 +105,7 @@ CONFIGS: dict[str, SimConfig] = {
         ),
         # Outside the timing assumptions with cleanup passes running while copies are in
         # flight and a short grace period: shows that the cleanup's safety depends on a
-        # committing round finishing within the grace period (see the README).
+        # committing round finishing within the grace period (docs/design.md, section 7).
         SimConfig(
             name="small-unbounded-sweep",
             shape="single",

@@ -3,7 +3,7 @@
 The library never configures an SDK: without one (``shared.observability`` sets it up at the
 app's edge from the ``OTEL_*`` and Application Insights settings) every span is a non-recording
 one and every instrument a no-op: tens of microseconds of CPU per message, against storage
-requests of milliseconds (README, "Tracing and metrics"). The W3C trace context still travels
+requests of milliseconds (docs/tracing.md). The W3C trace context still travels
 with the messages then, so a trace started upstream continues.
 
 The trace context of a message is the ``traceparent`` (and ``tracestate``) of its envelope's
