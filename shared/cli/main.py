@@ -413,7 +413,10 @@ async def _run(args: argparse.Namespace, command: Run) -> int:
             describe=storage.describe(),
             require_resources=args.command not in BEFORE_PROVISIONING,
         )
-        return await command(worker)
+        try:
+            return await command(worker)
+        finally:
+            await worker.close()  # its database pool, if it opened one (the account is ours)
 
 
 def _app_for_help(argv: list[str] | None) -> BusApp | None:

@@ -39,7 +39,7 @@ async def state_command(
     declared = worker.app.endpoints[endpoint]
     rows = worker.bus().endpoint_state(endpoint).rows()
     found, more = await _partition(rows, partition_key, limit)
-    where = f"partition {shown(partition_key, 200)!r} of endpoint {endpoint} ({rows.kind})"
+    where = f"partition {shown(partition_key, 200)!r} of endpoint {endpoint} ({declared.store})"
     if not found:
         say(f"no rows in {where}")
         return EXIT_FAILED
@@ -49,7 +49,7 @@ async def state_command(
             {
                 "endpoint": endpoint,
                 "mode": declared.mode,
-                "store": rows.kind,
+                "store": declared.store,
                 "partition_key": partition_key,
                 "rows": described,
                 "more": more,
