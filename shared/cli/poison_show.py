@@ -65,7 +65,10 @@ def _write_body(parked: ParkedView, path: Path) -> None:
     text = parked.body.text
     if text is None:
         raise ValueError(f"--body-file: no body to write ({parked.body.note})")
-    path.write_text(text + "\n", encoding="utf-8", errors="surrogateescape")
+    try:
+        path.write_text(text + "\n", encoding="utf-8", errors="surrogateescape")
+    except OSError as e:
+        raise ValueError(f"--body-file {path}: {e.strerror or type(e).__name__}") from None
 
 
 def _describe(parked: ParkedView, body_chars: int) -> str:

@@ -272,6 +272,34 @@ def test_hostile_wrappers_and_huge_texts_are_shown_escaped_and_cut(
     assert whole.read_text(encoding="utf-8") == "y" * 30_000 + "\n\x1b]0;title\x07\n"
 
 
+def test_show_finds_a_message_deeper_than_a_peek_and_leaves_every_one_visible(
+    bus: Run, emulator: AzuriteEndpoints, tmp_path: Path
+) -> None:
+    """A queue shows its first 32 messages without taking them: the 40th is found by
+    receiving in turn, and each is made visible again at the end of the look."""
+    contents = [
+        poison_body("{}", Reason("tally", "why", 5, message_id=f"m-{n}")) for n in range(40)
+    ]
+
+    async def park() -> None:
+        async with account(emulator) as a:
+            for content in contents:
+                await a.queue(poison_queue("tally")).send(content)
+
+    async def visible() -> int:
+        async with account(emulator) as a:
+            taken = await a.queue(poison_queue("tally")).receive(32, visibility_timeout=1)
+            return len(taken)
+
+    asyncio.run(park())
+
+    assert shown_json(bus, "m-39")["record"]["message_id"] == "m-39"
+    code, _, err = bus("poison", "show", "m-3", "--body-file", str(tmp_path / "no" / "such"))
+    assert code == 2
+    assert "--body-file" in err
+    assert asyncio.run(visible()) == 32  # none left hidden by the looks
+
+
 def test_show_exits_1_when_no_poison_message_has_the_id(bus: Run) -> None:
     code, out, _ = bus("poison", "show", "no-such-id")
     assert code == 1
