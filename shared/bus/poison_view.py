@@ -127,7 +127,7 @@ async def view(
         )
     if poisoned.excerpt_only:
         excerpt = str(poisoned.info.get("excerpt", ""))
-        note = f"only the first {len(excerpt)} of {seen.record.chars} characters were kept"
+        note = f"only the first {len(excerpt)} of {seen.record.chars or '?'} characters were kept"
         return replace(seen, form="excerpt", body=Body("excerpt", note, excerpt))
     if poisoned.original is None:
         form = "inline" if poisoned.info else "moved by the host"
