@@ -316,8 +316,14 @@ def test_poison_list_on_a_narrow_terminal_keeps_every_id_whole(
     async def park() -> None:
         async with account(emulator) as a:
             for message_id, reason in zip(ids, reasons, strict=True):
-                body = poison_body("{}", Reason("tally", reason, 5, message_id=message_id))
-                await a.queue(poison_queue("tally")).send(body)
+                why = Reason(
+                    "tallyprocessed",
+                    reason,
+                    5,
+                    message_id=message_id,
+                    message_type="CountTheDeliveriesOfEveryOrderPlacedToday",
+                )
+                await a.queue(poison_queue("tallyprocessed")).send(poison_body("{}", why))
 
     asyncio.run(park())
     monkeypatch.setenv("COLUMNS", "60")
