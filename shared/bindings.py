@@ -14,8 +14,11 @@ from collections.abc import Awaitable, Callable
 
 import azure.functions as func
 
+from shared.bus.envelope import bus_message_id
+from shared.bus.pipeline import queue_text
 from shared.cleanup.summary import cleanup_summary
 from shared.errors import ConfigurationError
+from shared.logsafe import shown
 from shared.runtime import Worker
 
 log = logging.getLogger(__name__)
@@ -47,7 +50,23 @@ def _queue_function(
     worker: Worker, endpoint: str
 ) -> Callable[[func.QueueMessage], Awaitable[None]]:
     async def receive(msg: func.QueueMessage) -> None:
-        await worker.receive(endpoint, msg.get_body(), msg.dequeue_count or 1, msg.insertion_time)
+        body, tries = msg.get_body(), msg.dequeue_count or 1
+        try:
+            await worker.receive(endpoint, body, tries, msg.insertion_time)
+        except Exception as error:
+            # The host's own failure line names only its invocation and the queue message:
+            # this line, written first, names the bus's message id beside it.
+            log.error(
+                "endpoint %s: message %s (queue message %s) failed on try %d: %s: %s; "
+                "given back to the host to retry",
+                endpoint,
+                shown(bus_message_id(queue_text(body)) or "-", 100),
+                shown(msg.id or "-", 100),
+                tries,
+                type(error).__name__,
+                shown(error),
+            )
+            raise
 
     receive.__name__ = receive.__qualname__ = endpoint
     return receive

@@ -9,6 +9,7 @@ terminal, in a pipe and in a log. Nothing is read as markup.
 from __future__ import annotations
 
 import io
+import shutil
 import time
 import unicodedata
 from collections.abc import Iterable, Sequence
@@ -16,7 +17,8 @@ from types import TracebackType
 from typing import Self, TextIO
 
 from rich import box
-from rich.console import Console
+from rich.cells import cell_len
+from rich.console import Console, JustifyMethod
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -30,6 +32,8 @@ from rich.text import Text
 
 TABLE_WIDTH = 200
 """Wide enough that no table of these tools wraps, whatever the terminal says."""
+WRAPPED_MIN_WIDTH = 20
+"""A wrapped column keeps at least this many characters a line, however narrow the screen."""
 
 
 def _console(stream: TextIO | None, forced: bool | None) -> Console:
@@ -137,22 +141,50 @@ class StageLog:
 
 
 def table(
-    columns: Sequence[str], rows: Iterable[Sequence[object]], *, right: Iterable[str] = ()
+    columns: Sequence[str],
+    rows: Iterable[Sequence[object]],
+    *,
+    right: Iterable[str] = (),
+    wrap: str | None = None,
+    width: int = TABLE_WIDTH,
 ) -> str:
     """A plain-text table: a header, a rule, one line per row. Columns named in ``right`` are
     right-aligned (numbers); ``None`` shows as ``-``. Cells are shown as text, never as
-    markup."""
+    markup.
+
+    With ``wrap``, that column (free text, such as a reason) is wrapped onto further lines to
+    fit ``width``, and every other column is shown whole: the table grows wider than
+    ``width`` rather than cut an id someone has to copy."""
     aligned = set(right)
+    cells = [[Text("-" if cell is None else printable(str(cell))) for cell in row] for row in rows]
     grid = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for name in columns:
-        grid.add_column(name, justify="right" if name in aligned else "left", no_wrap=True)
-    for row in rows:
+    for index, name in enumerate(columns):
+        widest = max([len(name), *(cell_len(row[index].plain) for row in cells)])
+        if name == wrap:
+            grid.add_column(name, overflow="fold", min_width=min(widest, WRAPPED_MIN_WIDTH))
+        else:
+            justify: JustifyMethod = "right" if name in aligned else "left"
+            grid.add_column(name, justify=justify, no_wrap=True, min_width=widest)
+    for row in cells:
         # Text, not markup, and no control characters: cells may hold text from outside
         # (a poison message's reason), which must not restyle or clear the operator's screen.
-        grid.add_row(*(Text("-" if cell is None else printable(str(cell))) for cell in row))
+        grid.add_row(*row)
+    if wrap is not None:
+        # Room for every whole column, a gap of three between columns, and the wrapped one.
+        width = max(
+            width,
+            sum(grid.columns[i].min_width or 0 for i in range(len(columns)))
+            + 3 * (len(columns) - 1),
+        )
     buffer = io.StringIO()
-    Console(file=buffer, width=TABLE_WIDTH, color_system=None, highlight=False).print(grid)
+    Console(file=buffer, width=width, color_system=None, highlight=False).print(grid)
     return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines())
+
+
+def terminal_width() -> int:
+    """The width of the terminal stdout is on (``COLUMNS`` when set), else ``TABLE_WIDTH``:
+    a table read by a script is not wrapped for a screen that is not there."""
+    return shutil.get_terminal_size((TABLE_WIDTH, 24)).columns
 
 
 def printable(text: str) -> str:

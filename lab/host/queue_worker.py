@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -21,6 +20,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from shared.bus.envelope import bus_message_id
 from shared.bus.poison import error_reason, park
 from shared.errors import BusError, ConfigurationError, NotFound, OutcomeUnknown
 from shared.host_json import QueueSettings
@@ -151,8 +151,9 @@ class QueueWorker:
         # type and id); the line itself says enough to grep for.
         log.log(
             logging.ERROR if last else logging.WARNING,
-            "queue %s: message %s failed (try %d of %d): %s: %s",
+            "queue %s: message %s (queue message %s) failed (try %d of %d): %s: %s",
             self.queue.name,
+            shown(bus_message_id(message.content) or "-", 100),
             message.id,
             message.dequeue_count,
             self.settings.max_dequeue_count,
@@ -171,6 +172,7 @@ class QueueWorker:
         return False
 
     async def _move_to_poison(self, message: QueueMessage, error: Exception) -> None:
+        named = bus_message_id(message.content)
         text = f"{type(error).__name__}: {str(error) or _text(error)}"
         if notes := getattr(error, "__notes__", None):
             text += f" ({'; '.join(map(str, notes))})"
@@ -183,7 +185,7 @@ class QueueWorker:
                 failed_at=datetime.now(UTC),
             ),
             reason=shown(text, REASON_CHARS),
-            message_id=_message_id(message.content),
+            message_id=None if named is None else shown(named, 100),
         )
         try:
             form = await park(
@@ -196,15 +198,21 @@ class QueueWorker:
         except (BusError, OSError) as e:
             # Not moved: it comes back after its lease and is moved then.
             log.error(
-                "queue %s: moving %s to %s failed: %s",
+                "queue %s: moving message %s (queue message %s) to %s failed: %s",
                 self.queue.name,
+                shown(reason.message_id or "-", 100),
                 message.id,
                 self.poison.name,
                 e,
             )
             return
         log.error(
-            "queue %s: moved %s to %s (%s)", self.queue.name, message.id, self.poison.name, form
+            "queue %s: moved message %s (queue message %s) to %s (%s)",
+            self.queue.name,
+            shown(reason.message_id or "-", 100),
+            message.id,
+            self.poison.name,
+            form,
         )
         # Should the delete be lost, the message is moved once more: a duplicate in poison,
         # which a replay sends twice and the pipeline recognises.
@@ -218,17 +226,6 @@ def _text(error: BaseException) -> str:
         return "the function did not finish within functionTimeout"
     lines = str(error).splitlines()
     return shown(lines[0], 500) if lines else ""
-
-
-def _message_id(content: str) -> str | None:
-    """The bus message id when the content is a signal (for the poison reason); the host
-    reads nothing else of a message, and trusts none of it."""
-    try:
-        data = json.loads(content)
-    except (ValueError, RecursionError):
-        return None
-    value = data.get("message_id") if isinstance(data, dict) else None
-    return shown(value, 100) if isinstance(value, str) else None
 
 
 def _of_content(handler: Handler) -> MessageHandler:

@@ -181,3 +181,15 @@ class Signal(BaseModel):
                 f"at most {MAX_INLINE_ENVELOPE_CHARS} expected"
             )
         return signal
+
+
+def bus_message_id(raw: str) -> str | None:
+    """The bus's message id a queue message's text names (the id ``bus send`` printed and
+    ``bus replay --id`` takes), for log lines and poison reasons; None when it names none.
+    What the text claims, not proof of anything (the token is): escape it before showing."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    value = data.get("message_id") if isinstance(data, dict) else None
+    return value if isinstance(value, str) else None

@@ -308,7 +308,12 @@ class Pipeline(abc.ABC):
 
     async def _poison(self, delivery: Delivery, reason: str, error_type: str) -> Outcome:
         reason = shown(reason, REASON_CHARS)
-        log.error("endpoint %s: parking message in poison queue: %s", self.endpoint.name, reason)
+        log.error(
+            "endpoint %s: parking message %s in poison queue: %s",
+            self.endpoint.name,
+            shown(delivery.message_id or "-", 100),
+            reason,
+        )
         await self._park(
             delivery.raw,
             Reason(
@@ -330,18 +335,21 @@ class Pipeline(abc.ABC):
         form = await park(
             self.account, raw, reason, self.config.parked_container, tokens=self.tokens
         )
+        message = shown(reason.message_id or "-", 100)
         if form == "reference":
             log.error(
-                "endpoint %s: message too large to park beside its reason; original kept in "
-                "container %s",
+                "endpoint %s: message %s too large to park beside its reason; original kept "
+                "in container %s",
                 self.endpoint.name,
+                message,
                 self.config.parked_container,
             )
         elif form == "excerpt":
             log.error(
                 "endpoint %s: refused text too large to park beside its reason names no "
-                "token; parked as an excerpt and its SHA-256",
+                "token (message %s); parked as an excerpt and its SHA-256",
                 self.endpoint.name,
+                message,
             )
 
     async def _read_token(self, signal: Signal) -> IncomingToken | None:

@@ -428,7 +428,7 @@ async def replay_report(
     looked at."""
     poison = account.queue(poison_queue(endpoint))
     report = ReplayReport()
-    left = _PassedOver()
+    left = PassedOver()
     while report.replayed < limit:
         wanted = min(32, limit - report.replayed)
         batch = left.unseen(await poison.receive(wanted, visibility_timeout=60))
@@ -523,7 +523,7 @@ async def _replay_one(
     return None, original
 
 
-class _PassedOver:
+class PassedOver:
     """The poison messages a pass receives and leaves where they are (not selected, only
     counted by a dry run, or skipped): remembered so that the pass does not take them twice,
     and made visible again at its end."""

@@ -12,7 +12,8 @@ Every app setting (docs/settings.md) and the host.json of the current folder are
 before the command runs (``shared.config``): a bad value is a configuration error (exit 3)
 naming the setting.
 
-Exit codes: 0 done; 1 failed (storage error, unreachable or refused); 2 bad usage or input;
+Exit codes: 0 done; 1 failed (storage error, unreachable or refused; or nothing found by
+``poison show`` or ``state``); 2 bad usage or input;
 3 configuration (no connection, an app that cannot be loaded, a stale resources file,
 resources missing); 4 ``status --check`` found poison messages.
 """
@@ -30,7 +31,7 @@ from typing import Any
 
 from shared.app_loader import APP_SETTING, configured_app
 from shared.bus import BusApp, Command, Event
-from shared.cli import commands, poison_commands
+from shared.cli import commands, poison_commands, poison_show, state_command
 from shared.config import AppConfig, build_config
 from shared.errors import (
     BusError,
@@ -70,6 +71,8 @@ examples:
       --body '{"order_id": "o1", "customer": "ada", "amount_cents": 100}'
   bus status --check
   bus poison list payments
+  bus poison show 0b0c2a9e-4a6b-5f63-9d1e-7c3f2b8e1a44
+  bus state orders order-1
   bus replay payments --type ChargePayment --dry-run
   bus cleanup"""
 
@@ -79,7 +82,7 @@ def parser(app: BusApp | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="bus",
         description="Operate the exactly-once bus: send, publish, subscriptions, status, "
-        "poison replay and cleanup.",
+        "poison messages, endpoint state, replay and cleanup.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -166,7 +169,9 @@ def parser(app: BusApp | None = None) -> argparse.ArgumentParser:
         "list", help="poison messages with why they were parked (looked at, not taken)"
     )
     s.add_argument("endpoints", nargs="*", help="endpoints (default: every one)")
-    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.add_argument("--json", action="store_true", help="machine-readable output, reasons whole")
+    _poison_show_parser(poison)
+    _state_parser(sub)
 
     s = sub.add_parser("replay", help="move poison messages back to their queues")
     s.add_argument("endpoints", nargs="*", help="endpoints (default with --all: every one)")
@@ -189,6 +194,42 @@ def parser(app: BusApp | None = None) -> argparse.ArgumentParser:
     for command in [*sub.choices.values(), *poison.choices.values()]:
         _progress_options(command, default=argparse.SUPPRESS)
     return p
+
+
+def _poison_show_parser(poison: Any) -> None:
+    s = poison.add_parser(
+        "show",
+        help="one poison message whole: body, reason, history (looked at, not taken)",
+        description="ID is the message id `bus send` printed and `bus poison list` lists "
+        "(or the queue message id). Exit 1 when no poison message has it.",
+    )
+    s.add_argument("id", help="message id, as `bus replay --id` takes it")
+    s.add_argument("endpoints", nargs="*", help="endpoints to look in (default: every one)")
+    s.add_argument("--json", action="store_true", help="machine-readable output, body whole")
+    s.add_argument(
+        "--body-chars",
+        type=int,
+        default=poison_show.BODY_CHARS,
+        help="print at most this much of the body (default %(default)s)",
+    )
+    s.add_argument("--body-file", type=Path, metavar="PATH", help="write the whole body here")
+
+
+def _state_parser(sub: Any) -> None:
+    s = sub.add_parser(
+        "state",
+        help="an endpoint's rows of one partition, whatever its mode and store (read-only)",
+        description="Exit 1 when the partition has no rows.",
+    )
+    s.add_argument("endpoint", help="e.g. orders")
+    s.add_argument("partition", help="the partition key, e.g. order-1")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.add_argument(
+        "--limit",
+        type=int,
+        default=state_command.ROW_LIMIT,
+        help="show at most this many rows (default %(default)s)",
+    )
 
 
 def _progress_options(p: argparse.ArgumentParser, default: object) -> None:
@@ -310,6 +351,23 @@ def _command(args: argparse.Namespace, usage: Callable[[str], None]) -> Run:
         return lambda a: c.status_command(
             a, as_json=args.json, check=args.check, progress=args.progress
         )
+    if args.command == "poison" and args.poison_command == "show":
+        if args.body_chars < 0:
+            usage("--body-chars must not be negative")
+        return lambda w: poison_show.poison_show_command(
+            w,
+            args.id,
+            args.endpoints or list(w.app.endpoints),
+            as_json=args.json,
+            body_chars=args.body_chars,
+            body_file=args.body_file,
+        )
+    if args.command == "state":
+        if args.limit < 1:
+            usage("--limit must be at least 1")
+        return lambda w: state_command.state_command(
+            w, args.endpoint, args.partition, as_json=args.json, limit=args.limit
+        )
     if args.command == "poison":
         return lambda w: poison_commands.poison_list_command(
             w, args.endpoints or list(w.app.endpoints), as_json=args.json
@@ -355,7 +413,10 @@ async def _run(args: argparse.Namespace, command: Run) -> int:
             describe=storage.describe(),
             require_resources=args.command not in BEFORE_PROVISIONING,
         )
-        return await command(worker)
+        try:
+            return await command(worker)
+        finally:
+            await worker.close()  # its database pool, if it opened one (the account is ours)
 
 
 def _app_for_help(argv: list[str] | None) -> BusApp | None:

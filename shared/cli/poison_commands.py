@@ -11,7 +11,7 @@ from shared.bus.poison import read_poison, replay_report
 from shared.cli.commands import EXIT_OK, print_json, say
 from shared.resources import poison_queue
 from shared.runtime import Worker
-from shared.terminal import ProgressBar, table
+from shared.terminal import ProgressBar, table, terminal_width
 
 PEEK_LIMIT = 32
 """A queue shows at most this many messages without taking them."""
@@ -27,10 +27,12 @@ POISON_COLUMNS = (
 """``enqueued`` is when the first try's queue message was inserted; ``last failure`` when
 the failure that parked it happened, or, for a message the Functions host moved (its
 wrapper says nothing), when it was moved."""
-REASON_CHARS = 100
+REASON_CHARS = 400
+"""A longer reason is cut in the table (wrapped to the terminal's width up to there);
+``--json`` and ``bus poison show`` give it whole."""
 
 
-def _check_endpoints(worker: Worker, endpoints: list[str]) -> None:
+def check_endpoints(worker: Worker, endpoints: list[str]) -> None:
     known = sorted(worker.app.endpoints)
     unknown = sorted(set(endpoints) - set(known))
     if unknown:
@@ -63,7 +65,7 @@ async def replay_command(
     """Move poison messages back to their queues; each is processed exactly once. What cannot
     be replayed is skipped, one line each, and left in the poison queue. Endpoints with
     nothing to replay are not mentioned."""
-    _check_endpoints(worker, endpoints)
+    check_endpoints(worker, endpoints)
     account, container = worker.account(), worker.config.parked_container
     total = endpoints_replayed = skipped = 0
     verb = "would replay" if dry_run else "replayed"
@@ -98,7 +100,7 @@ def _replay_summary(verb: str, total: int, endpoints: int, skipped: int) -> str:
 
 async def poison_list_command(worker: Worker, endpoints: list[str], *, as_json: bool) -> int:
     """Show the poison messages waiting, with what each says about why (peeked, not taken)."""
-    _check_endpoints(worker, endpoints)
+    check_endpoints(worker, endpoints)
     account = worker.account()
     listed: list[dict[str, Any]] = []
     notes: list[str] = []
@@ -123,7 +125,8 @@ async def poison_list_command(worker: Worker, endpoints: list[str], *, as_json: 
     if as_json:
         print_json(listed)
     elif listed:
-        say(table(POISON_COLUMNS, (_poison_row(item) for item in listed)))
+        rows = (_poison_row(item) for item in listed)
+        say(table(POISON_COLUMNS, rows, wrap="reason", width=terminal_width()))
     else:
         say("no poison messages")
     for note in notes:
@@ -134,7 +137,7 @@ async def poison_list_command(worker: Worker, endpoints: list[str], *, as_json: 
 def _poison_row(item: dict[str, Any]) -> tuple[object, ...]:
     reason = " ".join(str(item["reason"]).split())  # one line, whatever it held
     if len(reason) > REASON_CHARS:
-        reason = reason[: REASON_CHARS - 3] + "..."
+        reason = reason[:REASON_CHARS] + "... (cut: --json shows it whole)"
     return (
         item["endpoint"],
         item["message_id"],

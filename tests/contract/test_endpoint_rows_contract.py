@@ -599,6 +599,31 @@ async def test_every_reads_a_selection_across_pages(
     assert len(audit) == len(keys) == len(everything) - len(keys)  # one audit row per commit
 
 
+async def test_a_partition_pages_alone_in_row_key_order(rows: EndpointRows) -> None:
+    keys = [("p2", "state"), ("p1", "processed|b"), ("p10", "state"), ("p1", "state")]
+    for n, (partition, key) in enumerate(keys):
+        await commit(rows, Insert(row(partition, key)), message=f"m{n}")
+
+    seen: list[tuple[str, str]] = []
+    continuation: str | None = None
+    while True:
+        page, continuation = await rows.page(
+            partition_key="p1", page_size=1, continuation=continuation
+        )
+        seen += [(e.partition_key, e.row_key) for e in page]
+        if continuation is None:
+            break
+    audits, _ = await rows.page(partition_key="p1", row_key_prefix="audit|", page_size=10)
+
+    # Each commit wrote its own audit row in its partition: p1 holds two of them.
+    assert [key for partition, key in seen if not key.startswith("audit|")] == [
+        "processed|b",
+        "state",
+    ]
+    assert {partition for partition, _ in seen} == {"p1"}
+    assert len(audits) == 2
+
+
 async def test_hostile_row_keys_are_data_not_syntax(rows: EndpointRows) -> None:
     partition = "p'; DROP TABLE bus.mode_rows; --"
     await commit(rows, Insert(row(partition, "processed|%_'")))

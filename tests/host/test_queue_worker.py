@@ -99,13 +99,14 @@ async def test_a_failure_is_logged_with_its_type_and_traceback_and_the_worker_ca
     backend: Backend, caplog: pytest.LogCaptureFixture
 ) -> None:
     name = await make_queue(backend)
-    for content in ("boom", "fine"):
+    boom = '{"message_id": "m-boom\\n"}'  # what a signal names, escaped in the line
+    for content in (boom, "fine"):
         await backend.account.queue(name).send(content)
     handled: list[str] = []
     done = asyncio.Event()
 
     async def handler(content: str, dequeue_count: int) -> None:
-        if content == "boom" and dequeue_count == 1:
+        if content == boom and dequeue_count == 1:
             raise KeyError("no such thing")
         handled.append(content)
         if len(handled) == 2:
@@ -114,9 +115,11 @@ async def test_a_failure_is_logged_with_its_type_and_traceback_and_the_worker_ca
     settings = QueueSettings(visibility_timeout=0)
     with caplog.at_level(logging.WARNING, "lab.host.queue_worker"):
         await run_until(QueueWorker(backend.account, name, handler, settings), done)
-    assert sorted(handled) == ["boom", "fine"]
+    assert sorted(handled) == sorted([boom, "fine"])
     [failure] = [r for r in caplog.records if "failed (try" in r.getMessage()]
     assert failure.getMessage().endswith("failed (try 1 of 5): KeyError: 'no such thing'")
+    # The bus's message id first, then the queue's own.
+    assert f"queue {name}: message m-boom\\n (queue message " in failure.getMessage()
     assert failure.exc_info is not None
     assert failure.exc_info[0] is KeyError
 

@@ -113,6 +113,7 @@ class InstrumentedRows(EndpointRows):
         page_size: int,
         continuation: str | None = None,
         on_damaged: OnDamaged | None = None,
+        partition_key: str | None = None,
     ) -> tuple[list[Entity], str | None]:
         return await self._i.run(
             "sql.query",
@@ -123,6 +124,7 @@ class InstrumentedRows(EndpointRows):
                 page_size=page_size,
                 continuation=continuation,
                 on_damaged=on_damaged,
+                partition_key=partition_key,
             ),
         )
 

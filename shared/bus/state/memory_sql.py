@@ -160,6 +160,7 @@ class MemorySqlRows(EndpointRows):
         page_size: int,
         continuation: str | None = None,
         on_damaged: OnDamaged | None = None,
+        partition_key: str | None = None,
     ) -> tuple[list[Entity], str | None]:
         # The model keeps typed properties, not their JSON text: what can be damaged in it
         # is their values, which the modes judge row by row as on the server.
@@ -170,6 +171,7 @@ class MemorySqlRows(EndpointRows):
             if k[0] == self.name
             and (row_key_prefix is None or k[2].startswith(row_key_prefix))
             and (row_key is None or k[2] == row_key)
+            and (partition_key is None or k[1] == partition_key)
             and (start is None or k[1:] >= start)
         )
         page = [self.db.rows[(self.name, *k)] for k in keys[:page_size]]

@@ -286,6 +286,7 @@ class PostgresRows(EndpointRows):
         page_size: int,
         continuation: str | None = None,
         on_damaged: OnDamaged | None = None,
+        partition_key: str | None = None,
     ) -> tuple[list[Entity], str | None]:
         start = sql_page_start(continuation, row_key_prefix) or ("", "")
 
@@ -296,6 +297,7 @@ class PostgresRows(EndpointRows):
                 "WHERE endpoint = $1 AND ($2::text IS NULL OR starts_with(row_key, $2)) "
                 "AND ($3::text IS NULL OR row_key = $3) "
                 "AND (partition_key, row_key) >= ($4, $5) "
+                "AND ($7::text IS NULL OR partition_key = $7) "
                 "ORDER BY partition_key, row_key LIMIT $6",
                 self.name,
                 row_key_prefix,
@@ -303,6 +305,7 @@ class PostgresRows(EndpointRows):
                 start[0],
                 start[1],
                 page_size + 1,
+                partition_key,
             )
             found = read_each(rows[:page_size], _entity, _key, self.where, on_damaged)
             following = rows[page_size] if len(rows) > page_size else None

@@ -196,9 +196,11 @@ class EndpointRows(abc.ABC):
         page_size: int,
         continuation: str | None = None,
         on_damaged: OnDamaged | None = None,
+        partition_key: str | None = None,
     ) -> tuple[list[Entity], str | None]:
         """One page of the rows whose row key starts with ``row_key_prefix`` or equals
-        ``row_key``, across partitions in key order, and where the next page starts. A row
+        ``row_key``, across partitions (or in ``partition_key`` only) in key order, and where
+        the next page starts. A row
         whose stored properties cannot be read is handed to ``on_damaged`` and left out of
         the page (raised where there is none: ``shared.bus.state.damaged``)."""
 
@@ -331,10 +333,12 @@ class TableRows(EndpointRows):
         page_size: int,
         continuation: str | None = None,
         on_damaged: OnDamaged | None = None,
+        partition_key: str | None = None,
     ) -> tuple[list[Entity], str | None]:
         # A table's entities are read by the service: any damage is in their values, which
         # the modes judge row by row, or in the parts of a spread text, judged here.
         page = await self.table.query(
+            partition_key=partition_key,
             row_key_prefix=row_key_prefix,
             row_keys=None if row_key is None else [row_key],
             page_size=page_size,
