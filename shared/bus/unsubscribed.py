@@ -98,11 +98,13 @@ def subscribe_hint(topic: str, takers: Sequence[str]) -> str:
     the topic, so it is offered only for ``takers`` (``Routes.takers_of``)."""
     if takers:
         commands = " and ".join(f"`bus subscribe {topic} {name}`" for name in takers)
-        return f"{', '.join(takers)} take these events but are not subscribed: run {commands}"
+        verbs = "takes these events but is" if len(takers) == 1 else "take these events but are"
+        return f"{', '.join(takers)} {verbs} not subscribed: run {commands}"
     return (
         f"no endpoint of this app takes the events of topic {topic}: add a handler for them "
         "to an endpoint (or declare the endpoint of another app that takes them with "
-        "app.external_endpoint), deploy, then run `bus subscribe --all` (or `bus subscribe "
+        "app.external_endpoint), deploy the app (`bus provision` creates a new endpoint's "
+        "queues and table), then run `bus subscribe --all` (or `bus subscribe "
         f"{topic} ENDPOINT` for the other app's endpoint); if nobody needs them, stop "
         "publishing them"
     )
