@@ -81,9 +81,9 @@ def parse_time(metadata: Mapping[str, str], key: str) -> datetime | None:
         return None
     try:
         parsed = datetime.fromisoformat(value)
-    except ValueError:
+        return parsed.astimezone(UTC) if parsed.tzinfo is not None else None
+    except (ValueError, OverflowError):  # OverflowError: an offset past year 1 or 9999
         return None
-    return parsed.astimezone(UTC) if parsed.tzinfo is not None else None
 
 
 def parse_drops(topic: str, metadata: Mapping[str, str]) -> TopicDrops:

@@ -69,6 +69,7 @@ def after_base(seconds: int | None) -> datetime | None:
         ("-3", "2026-01-01T12:00:00", "2026-01-01", (0, None, None)),  # no offset: unknown
         ("0x1F", "2026-01-01T12:00:00+00:00" + "0" * 40, "1e9", (0, None, None)),
         ("9" * 40, "", "2026-01-01T12:00:00Z", (int("9" * 18), None, 0)),
+        ("1", "0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00", (1, None, None)),
     ],
 )
 async def test_hostile_metadata_reads_as_unknown_and_never_fails_the_reader(
