@@ -39,8 +39,14 @@ async def collect_dropped(
 
 
 def _iso(value: object) -> str | None:
-    """ISO-8601 UTC; a naive time is Spark's, collected in the local time zone."""
-    return value.astimezone(UTC).isoformat() if isinstance(value, datetime) else None
+    """ISO-8601 UTC; a naive time is Spark's, collected in the local time zone. One that
+    cannot be moved to UTC (near year 1 or 9999) is unknown."""
+    if not isinstance(value, datetime):
+        return None
+    try:
+        return value.astimezone(UTC).isoformat()
+    except (OverflowError, ValueError):
+        return None
 
 
 def _count(value: object) -> int:

@@ -195,3 +195,29 @@ async def test_in_memory_drops_and_a_hostile_export_are_read_safely(
         ("rang", 0, None, None),
     ]
     assert summary.verdict == "WARN"
+
+
+def test_rows_anyone_may_have_written_never_fail_the_summary() -> None:
+    """What Spark hands back from an export: times out of range of UTC, counts of the
+    wrong type, names that are no topic, for the console and for commands in the hints."""
+    from datetime import timedelta, timezone
+
+    from shared.audit.dropped import dropped_events
+    from shared.audit.rows import Row
+
+    edge = datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=1)))
+    rows: list[Row] = [
+        ("rang", 3, edge, datetime(2026, 1, 1, tzinfo=UTC)),
+        ("ok", "7", "2026-01-01", 12),
+        ("x\n`bus replay all`", 5, None, None),
+        (7, 1, None, None),
+    ]
+
+    drops = dropped_events(rows, before.routes.takers_of)
+
+    assert [
+        (d.topic, d.dropped, d.first_dropped_at, d.last_dropped_at, d.takers) for d in drops
+    ] == [
+        ("ok", 0, None, None, []),
+        ("rang", 3, None, "2026-01-01T00:00:00+00:00", []),
+    ]
