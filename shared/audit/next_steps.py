@@ -20,8 +20,8 @@ def _fix_of_dropped(drops: DroppedEvents) -> str:
     return (
         "run the audit with --app naming the app to learn which of its endpoints take them; "
         f"an endpoint that takes them is subscribed with `bus subscribe {drops.topic} "
-        "ENDPOINT`, else add a handler for them to an endpoint, deploy, then run "
-        "`bus subscribe --all`"
+        "ENDPOINT`, else add a handler for them to an endpoint, deploy the app (`bus "
+        "provision` creates a new endpoint's queues and table), then run `bus subscribe --all`"
     )
 
 
