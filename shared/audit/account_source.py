@@ -9,9 +9,10 @@ from collections.abc import Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 
+from shared.audit.dropped import collect_dropped
 from shared.audit.poisoned import DEFAULT_POISON_CAP, collect_poisoned
 from shared.audit.rows import Row, audit_row, ingress_row
-from shared.audit.schema import AUDIT_SCHEMA, INGRESS_SCHEMA, POISONED_SCHEMA
+from shared.audit.schema import AUDIT_SCHEMA, DROPPED_SCHEMA, INGRESS_SCHEMA, POISONED_SCHEMA
 from shared.bus.ingress import INGRESS_ROW
 from shared.bus.records import AUDIT_PREFIX
 from shared.resources import CONTAINERS
@@ -52,3 +53,10 @@ async def read_account(
         spark.createDataFrame(ingress, INGRESS_SCHEMA),
         spark.createDataFrame(poisoned, POISONED_SCHEMA),
     )
+
+
+async def read_account_dropped(
+    spark: SparkSession, account: StorageAccount, topics_container: str = CONTAINERS["topics"]
+) -> DataFrame:
+    """The records of events dropped for want of a subscriber, one row per topic."""
+    return spark.createDataFrame(await collect_dropped(account, topics_container), DROPPED_SCHEMA)

@@ -2,9 +2,10 @@
 
 Exit codes: 0 every invariant holds (or the export finished), 1 an invariant is violated,
 2 anything else that stopped the audit: bad arguments, configuration (no storage settings),
-storage (unreachable, refused) or Spark (cannot start, a job or an executor failed). Never 1
+storage (unreachable, refused) or Spark (cannot start, a job or an executor failed), 3 every
+invariant holds but events were dropped for want of a subscriber (verdict WARN). Never 1
 for an error: a script must be able to tell "the bus broke its promise" from "the audit could
-not run".
+not run", and both from "the app lost events to a missing subscription".
 pyspark is imported only by ``run``, so ``export`` works without it.
 """
 
@@ -19,7 +20,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from shared.app_loader import APP_SETTING, configured_app
+from shared.audit.dropped import Takers
 from shared.audit.poisoned import DEFAULT_POISON_CAP
+from shared.audit.summary import FAIL, WARN
 from shared.bus.state.base import EndpointState
 from shared.bus.state.stores import PostgresDatabase
 from shared.config import build_config
@@ -34,7 +37,7 @@ from shared.settings import (
 )
 from shared.terminal import Counters
 
-EXIT_OK, EXIT_VIOLATED, EXIT_ERROR = 0, 1, 2
+EXIT_OK, EXIT_VIOLATED, EXIT_ERROR, EXIT_DROPPED = 0, 1, 2, 3
 EXIT_USAGE = EXIT_ERROR
 
 
@@ -95,6 +98,12 @@ def _add_poison_cap(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="the container whose tokens a poison message's signal must name; default %(default)s",
     )
+    parser.add_argument(
+        "--topics-container",
+        default=CONTAINERS["topics"],
+        metavar="NAME",
+        help="the container recording events dropped for want of a subscriber; default %(default)s",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,7 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Verify from the audit rows that every message sent was processed exactly "
         "once, and report latency, throughput and the message flow.",
         epilog="Exit codes: 0 ok, 1 an invariant is violated, 2 a usage, configuration, "
-        "storage or Spark error.",
+        "storage or Spark error, 3 no invariant violated but events were dropped for want "
+        "of a subscriber.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -221,9 +231,21 @@ def _run(args: argparse.Namespace) -> int:
         quiet=args.quiet,
         poison_cap=args.poison_cap,
         tokens_container=args.tokens_container,
+        topics_container=args.topics_container,
+        takers=_takers(args),
     )
     summary = job.run()
-    return EXIT_VIOLATED if summary.invariants.violated else EXIT_OK
+    return {FAIL: EXIT_VIOLATED, WARN: EXIT_DROPPED}.get(summary.verdict, EXIT_OK)
+
+
+def _takers(args: argparse.Namespace) -> Takers | None:
+    """Which endpoints of the audited app take a topic's events, for the fix of dropped
+    events: the app the tables come from, or for an export the one named by --app or
+    BUS_APP (the sample app, the default otherwise, need not be the export's)."""
+    settings = _settings(args)
+    if args.input and not settings.get(APP_SETTING):
+        return None
+    return configured_app(settings).routes.takers_of
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -255,6 +277,7 @@ def _export(args: argparse.Namespace) -> int:
                     sql=sql,
                     poison_cap=args.poison_cap,
                     tokens_container=args.tokens_container,
+                    topics_container=args.topics_container,
                 )
         finally:
             if database is not None:

@@ -18,6 +18,7 @@ from pyspark.sql import Column, DataFrame, Observation, Row, Window
 from pyspark.sql import functions as F
 
 from shared.audit import checks
+from shared.audit.dropped import Takers, dropped_events
 from shared.audit.next_steps import next_steps
 from shared.audit.summary import (
     SAMPLE_LIMIT,
@@ -27,6 +28,7 @@ from shared.audit.summary import (
     HistogramBucket,
     Invariants,
     ThroughputPoint,
+    verdict_of,
 )
 
 Progress = Callable[[str], None]
@@ -39,6 +41,9 @@ class AuditOptions:
     lost_after: timedelta = timedelta(minutes=5)
     """A delivery unprocessed for longer than this is lost; younger ones are in flight."""
     sample_limit: int = SAMPLE_LIMIT
+    takers: Takers | None = None
+    """Topic -> the audited app's endpoints that take its events, for the fix of dropped
+    events (None: the app is not known)."""
 
     def __post_init__(self) -> None:
         if self.as_of.tzinfo is None:
@@ -82,8 +87,11 @@ def run_audit(
     options: AuditOptions,
     progress: Progress = _quiet,
     poisoned: DataFrame | None = None,
+    dropped: DataFrame | None = None,
 ) -> AuditSummary:
-    """Every check over the given inputs; the verdict is FAIL when an invariant is violated.
+    """Every check over the given inputs; the verdict is FAIL when an invariant is violated,
+    else WARN when ``dropped`` (``shared.audit.schema.DROPPED_SCHEMA``, one small row per
+    topic) records events dropped for want of a subscriber, else PASS.
     ``poisoned`` (``shared.audit.schema.POISONED_SCHEMA``) lists the messages waiting in
     poison queues: a delivery an entry verifiably covers (``checks.verify_poisoned``) is
     reported as poisoned, neither lost nor in flight; the other entries are reported as
@@ -211,8 +219,9 @@ def run_audit(
         ghosts=totals["ghost"],
         invalid_rows=invalid_count,
     )
+    drops = dropped_events(dropped.collect() if dropped is not None else [], options.takers)
     summary = AuditSummary(
-        verdict="FAIL" if invariants.violated else "PASS",
+        verdict=verdict_of(invariants, drops),
         as_of=options.as_of.astimezone(UTC).isoformat(),
         lost_after_seconds=options.lost_after.total_seconds(),
         audit_rows=audit_rows,
@@ -225,6 +234,7 @@ def run_audit(
         unverifiable_poison=sum(unverifiable.values()),
         poison_unverifiable=unverifiable,
         poison_cut=cut,
+        dropped=drops,
         invariants=invariants,
         samples=samples,
         latency=latency,

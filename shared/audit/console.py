@@ -24,6 +24,11 @@ def render_console(summary: AuditSummary) -> str:
             f"  poison queue cut       {queue}: about {n:,} messages not read"
             for queue, n in sorted(summary.poison_cut.items())
         ),
+        *(
+            f"  dropped, no subscriber {d.dropped:>10,}  topic {d.topic}, first "
+            f"{d.first_dropped_at or 'unknown'}, last {d.last_dropped_at or 'unknown'}"
+            for d in summary.dropped
+        ),
         "",
     ]
     timings = ("p50 ms", "p90 ms", "p99 ms", "max ms")

@@ -23,12 +23,14 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from shared.audit.dropped import collect_dropped
 from shared.audit.poisoned import DEFAULT_POISON_CAP, collect_poisoned
 from shared.audit.rows import (
     AUDIT_COLUMNS,
     COUNT_COLUMNS,
     DELIVERY_COLUMNS,
     DELIVERY_FIELDS,
+    DROPPED_COLUMNS,
     INGRESS_COLUMNS,
     POISONED_COLUMNS,
     TIMESTAMP_COLUMNS,
@@ -48,6 +50,7 @@ ExportFormat = Literal["parquet", "json"]
 CHECKPOINT_VERSION = 1
 DEFAULT_PAGE_SIZE = 1000
 POISONED_KEY = "poisoned/queues"
+DROPPED_KEY = "dropped/topics"
 
 
 DELIVERIES_TYPE = pa.list_(pa.struct([pa.field(f, pa.string()) for f in DELIVERY_FIELDS]))
@@ -159,6 +162,7 @@ async def export(
     sql: Mapping[str, EndpointState] | None = None,
     poison_cap: int = DEFAULT_POISON_CAP,
     tokens_container: str = CONTAINERS["tokens"],
+    topics_container: str = CONTAINERS["topics"],
 ) -> ExportResult:
     """Export every audit row of ``endpoint_tables`` and every ingress record of
     ``ingress_tables``. ``max_pages`` stops after that many pages in this call (the export is
@@ -166,7 +170,8 @@ async def export(
     table (``audit/<name>`` or ``ingress/<name>``), where its export stands, and a note.
     Endpoints in ``sql`` keep their audit rows in PostgreSQL: those are read from there, into
     the same layout. Of the poison queues, up to ``poison_cap`` messages are exported, each
-    checked (``shared.audit.poisoned``; their tokens in ``tokens_container``)."""
+    checked (``shared.audit.poisoned``; their tokens in ``tokens_container``), and the
+    records of events dropped for want of a subscriber (``topics_container``)."""
     sql = sql or {}
     if not 1 <= page_size <= 1000:
         raise ConfigurationError("page size must be 1-1000 (Table Storage's page limit)")
@@ -206,6 +211,7 @@ async def export(
     await _export_poisoned(
         account, out, endpoint_tables, checkpoint, extension, progress, poison_cap, tokens_container
     )
+    await _export_dropped(account, out, checkpoint, extension, progress, topics_container)
     return ExportResult(*_totals(checkpoint), complete=True)
 
 
@@ -236,6 +242,32 @@ async def _export_poisoned(
     state.done = True
     checkpoint.save()
     progress(POISONED_KEY, state, "")
+
+
+async def _export_dropped(
+    account: StorageAccount,
+    out: Path,
+    checkpoint: Checkpoint,
+    extension: str,
+    progress: Callable[[str, TableProgress, str], None],
+    topics: str,
+) -> None:
+    """The records of events dropped for want of a subscriber (one per topic) as one file,
+    so that an audit of the export reports them too."""
+    state = checkpoint.tables.setdefault(DROPPED_KEY, TableProgress())
+    if state.done:
+        return
+    rows = await collect_dropped(account, topics)
+    folder = out / "dropped"
+    folder.mkdir(parents=True, exist_ok=True)
+    if rows:
+        _write_page(
+            folder / f"dropped-000000.{extension}", rows, DROPPED_COLUMNS, checkpoint.file_format
+        )
+        state.pages, state.rows = 1, len(rows)
+    state.done = True
+    checkpoint.save()
+    progress(DROPPED_KEY, state, "")
 
 
 async def _page(

@@ -1,7 +1,8 @@
 """Reads an exported audit (``shared.audit.export``) or any data laid out the same way:
 ``<path>/audit`` and ``<path>/ingress``, each a directory of Parquet or JSON-lines files with
 the columns of ``shared.audit.rows``, and optionally ``<path>/poisoned`` (the messages that
-were in poison queues). ``path`` may be any URL the cluster's Hadoop file system understands
+were in poison queues) and ``<path>/dropped`` (the records of events dropped for want of a
+subscriber). ``path`` may be any URL the cluster's Hadoop file system understands
 (``abfss://`` where the connector is installed).
 
 ``caused`` and ``outgoing`` are typed lists (``array<struct<id,type,destination>>``); an
@@ -17,13 +18,20 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from shared.audit.rows import DELIVERY_COLUMNS
-from shared.audit.schema import AUDIT_SCHEMA, DELIVERIES_SCHEMA, INGRESS_SCHEMA, POISONED_SCHEMA
+from shared.audit.schema import (
+    AUDIT_SCHEMA,
+    DELIVERIES_SCHEMA,
+    DROPPED_SCHEMA,
+    INGRESS_SCHEMA,
+    POISONED_SCHEMA,
+)
 from shared.errors import ConfigurationError
 
 FileFormat = Literal["parquet", "json"]
 AUDIT_DIR = "audit"
 INGRESS_DIR = "ingress"
 POISONED_DIR = "poisoned"
+DROPPED_DIR = "dropped"
 
 
 def _column(df: DataFrame, field: StructField) -> Column:
@@ -74,3 +82,11 @@ def read_files(
     ingress = _read(spark, f"{base}/{INGRESS_DIR}", INGRESS_SCHEMA, file_format)
     poisoned = _read(spark, f"{base}/{POISONED_DIR}", POISONED_SCHEMA, file_format, True)
     return audit, ingress, poisoned
+
+
+def read_dropped_files(
+    spark: SparkSession, path: str, file_format: FileFormat = "parquet"
+) -> DataFrame:
+    """The export's records of events dropped for want of a subscriber; none without a
+    ``dropped`` folder (no drop recorded, or an export from before they were exported)."""
+    return _read(spark, f"{path.rstrip('/')}/{DROPPED_DIR}", DROPPED_SCHEMA, file_format, True)

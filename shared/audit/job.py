@@ -26,7 +26,8 @@ from pyspark.errors import PySparkException
 
 from shared.audit.compute import AuditOptions, run_audit
 from shared.audit.console import render_console
-from shared.audit.file_source import FileFormat, read_files
+from shared.audit.dropped import Takers
+from shared.audit.file_source import FileFormat, read_dropped_files, read_files
 from shared.audit.poisoned import DEFAULT_POISON_CAP
 from shared.audit.report import render_html
 from shared.audit.session import (
@@ -37,7 +38,7 @@ from shared.audit.session import (
     ship_package,
 )
 from shared.audit.summary import AuditSummary
-from shared.audit.table_source import read_poisoned, read_tables
+from shared.audit.table_source import read_dropped, read_poisoned, read_tables
 from shared.errors import ConfigurationError
 from shared.resources import CONTAINERS
 from shared.settings import StorageSettings
@@ -65,6 +66,9 @@ class AuditJob:
     quiet: bool = False
     poison_cap: int = DEFAULT_POISON_CAP
     tokens_container: str = CONTAINERS["tokens"]
+    topics_container: str = CONTAINERS["topics"]
+    takers: Takers | None = None
+    """Topic -> the audited app's endpoints that take its events (None: app not known)."""
 
     def run(self) -> AuditSummary:
         progress = StageLog(enabled=not self.quiet)
@@ -76,6 +80,7 @@ class AuditJob:
             if self.input_path is not None:
                 progress(f"reading {self.file_format} export at {self.input_path}")
                 audit, ingress, poisoned = read_files(spark, self.input_path, self.file_format)
+                dropped = read_dropped_files(spark, self.input_path, self.file_format)
             else:
                 if self.settings is None or self.tables is None:
                     raise ConfigurationError("reading Table Storage needs settings and tables")
@@ -94,6 +99,7 @@ class AuditJob:
                         self.tokens_container,
                     )
                 )
+                dropped = asyncio.run(read_dropped(spark, self.settings, self.topics_container))
                 audit, ingress = read_tables(
                     spark,
                     self.settings,
@@ -106,9 +112,10 @@ class AuditJob:
             summary = run_audit(
                 audit,
                 ingress,
-                AuditOptions(as_of=self.as_of, lost_after=self.lost_after),
+                AuditOptions(as_of=self.as_of, lost_after=self.lost_after, takers=self.takers),
                 progress,
                 poisoned,
+                dropped,
             )
         except (Py4JError, PySparkException) as e:  # a job, a task or an executor failed
             raise SparkFailure(f"the Spark job failed: {_first_line(e)}") from e

@@ -3,7 +3,8 @@ The console, the report and ``summary.json`` all show these. No pyspark here."""
 
 from __future__ import annotations
 
-from shared.audit.summary import AuditSummary
+from shared.audit.summary import AuditSummary, DroppedEvents
+from shared.bus.unsubscribed import PREFIX, subscribe_hint
 from shared.resources import POISON_SUFFIX
 
 NOTHING_TO_DO = "Nothing to do: every delivery sent was processed exactly once."
@@ -11,6 +12,28 @@ NOTHING_TO_DO = "Nothing to do: every delivery sent was processed exactly once."
 
 def _endpoints_of(queues: dict[str, int]) -> str:
     return " ".join(q.removesuffix(POISON_SUFFIX) for q in sorted(queues))
+
+
+def _fix_of_dropped(drops: DroppedEvents) -> str:
+    if drops.takers is not None:
+        return subscribe_hint(drops.topic, drops.takers)
+    return (
+        "run the audit with --app naming the app to learn which of its endpoints take them; "
+        f"an endpoint that takes them is subscribed with `bus subscribe {drops.topic} "
+        "ENDPOINT`, else add a handler for them to an endpoint, deploy the app (`bus "
+        "provision` creates a new endpoint's queues and table), then run `bus subscribe --all`"
+    )
+
+
+def _dropped_step(drops: DroppedEvents) -> str:
+    return (
+        f"{drops.dropped:,} events of topic {drops.topic} were dropped for want of a "
+        f"subscriber (first {drops.first_dropped_at or 'unknown'}, last "
+        f"{drops.last_dropped_at or 'unknown'}); they reached no endpoint and no replay "
+        f"brings them back; {_fix_of_dropped(drops)}. "
+        f"Audits warn until the record (blob {PREFIX}{drops.topic} in the topics container) "
+        "is deleted."
+    )
 
 
 def next_steps(summary: AuditSummary) -> list[str]:
@@ -40,6 +63,7 @@ def next_steps(summary: AuditSummary) -> list[str]:
             f"{inv.invalid_rows:,} rows cannot be read, so the audit cannot vouch for them: "
             "see the samples of invalid_rows for their tables and partitions."
         )
+    steps.extend(_dropped_step(drops) for drops in summary.dropped)
     if summary.poisoned or summary.poison_messages:
         queues = summary.poison_messages
         waiting = ", ".join(f"{q}: {n:,}" for q, n in sorted(queues.items()))

@@ -4,17 +4,18 @@ and opened anywhere."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from html import escape
 
 from shared.audit.plots import flow_links, flow_svg, latency_svg, throughput_svg
-from shared.audit.summary import AuditSummary
+from shared.audit.summary import FAIL, PASS, AuditSummary
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1000px}
 h1{margin-bottom:.2em} table{border-collapse:collapse;margin:.5em 0 1.5em}
 td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}
 th{background:#f4f4f4} td:first-child,th:first-child{text-align:left}
-.pass{color:#2e7d32} .fail{color:#c62828} svg{max-width:100%;height:auto}
+.pass{color:#2e7d32} .fail{color:#c62828} .warn{color:#e65100} svg{max-width:100%;height:auto}
 .bad{color:#c62828;font-weight:bold} code{font-size:90%} .next li{margin:.3em 0}
 """
 
@@ -29,9 +30,28 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _dropped_table(summary: AuditSummary, count: Callable[[int], str]) -> str:
+    """Events published to topics with no subscriber: not deliveries, so not in the
+    invariants, but events of the user's that reached nobody."""
+    if not summary.dropped:
+        return ""
+    rows = [
+        [
+            escape(d.topic),
+            count(d.dropped),
+            escape(d.first_dropped_at or "unknown"),
+            escape(d.last_dropped_at or "unknown"),
+            escape("unknown" if d.takers is None else ", ".join(d.takers) or "none"),
+        ]
+        for d in summary.dropped
+    ]
+    header = ["topic", "events dropped", "first", "last", "endpoints that take them"]
+    return "<h2>Events dropped for want of a subscriber</h2>" + _table(header, rows)
+
+
 def render_html(summary: AuditSummary) -> str:
     inv = summary.invariants
-    verdict_class = "fail" if summary.verdict == "FAIL" else "pass"
+    verdict_class = {FAIL: "fail", PASS: "pass"}.get(summary.verdict, "warn")
 
     def count(n: int) -> str:
         return f'<span class="bad">{n:,}</span>' if n else "0"
@@ -55,6 +75,7 @@ def render_html(summary: AuditSummary) -> str:
             ),
         ],
     )
+    dropped = _dropped_table(summary, count)
     steps = "".join(f"<li>{escape(step)}</li>" for step in summary.next_steps)
     latency = _table(
         ["endpoint", "count", "mean ms", "p50 ms", "p90 ms", "p99 ms", "max ms"],
@@ -110,7 +131,7 @@ def render_html(summary: AuditSummary) -> str:
 {summary.ingress_rows:,} ingress records; {summary.sent:,} deliveries sent,
 {summary.processed:,} processed.</p>
 <h2>Next</h2><ul class="next">{steps}</ul>
-<h2>Invariants</h2>{checks}{samples}
+<h2>Invariants</h2>{checks}{samples}{dropped}
 <h2>Latency (sent to committed)</h2>{latency}{latency_svg(summary.histogram)}
 <h2>Throughput</h2>{throughput_svg(summary.throughput, summary.throughput_bucket_seconds)}
 <h2>Message flow</h2>{flow_svg(summary.flow)}

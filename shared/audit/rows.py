@@ -61,8 +61,13 @@ POISONED_COLUMNS = (
 ``claimed_id`` as its wrapper says, ``problem`` why it cannot be verified (None when its
 signal checks out). A row with ``unread`` set is no message: it marks a queue the audit
 stopped reading at its cap, with about how many messages were left unread."""
-TIMESTAMP_COLUMNS = frozenset({"sent_at", "processed_at", "created_at"})
-COUNT_COLUMNS = frozenset({"unread"})
+DROPPED_COLUMNS = ("topic", "dropped", "first_dropped_at", "last_dropped_at")
+"""One row per topic that events were published to with no subscriber
+(``shared.audit.dropped``): how many, and the first and last drop's times (None: unknown)."""
+TIMESTAMP_COLUMNS = frozenset(
+    {"sent_at", "processed_at", "created_at", "first_dropped_at", "last_dropped_at"}
+)
+COUNT_COLUMNS = frozenset({"unread", "dropped"})
 DELIVERY_COLUMNS = frozenset({"caused", "outgoing"})
 """Columns holding a typed list of deliveries."""
 

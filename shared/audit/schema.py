@@ -17,6 +17,7 @@ from shared.audit.rows import (
     COUNT_COLUMNS,
     DELIVERY_COLUMNS,
     DELIVERY_FIELDS,
+    DROPPED_COLUMNS,
     INGRESS_COLUMNS,
     POISONED_COLUMNS,
     TIMESTAMP_COLUMNS,
@@ -43,3 +44,4 @@ def _schema(columns: tuple[str, ...]) -> StructType:
 AUDIT_SCHEMA = _schema(AUDIT_COLUMNS)
 INGRESS_SCHEMA = _schema(INGRESS_COLUMNS)
 POISONED_SCHEMA = _schema(POISONED_COLUMNS)
+DROPPED_SCHEMA = _schema(DROPPED_COLUMNS)

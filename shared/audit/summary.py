@@ -28,6 +28,32 @@ class Invariants:
 
 
 @dataclass(frozen=True)
+class DroppedEvents:
+    """Events published to a topic that had no subscriber (``shared.audit.dropped``)."""
+
+    topic: str
+    dropped: int
+    first_dropped_at: str | None
+    """ISO-8601 UTC; None: unknown (a record from before times were kept, or damaged)."""
+    last_dropped_at: str | None
+    takers: list[str] | None = None
+    """The app's endpoints that take these events, so ``bus subscribe`` accepts them; None:
+    the audited app is not known."""
+
+
+PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
+
+
+def verdict_of(invariants: Invariants, dropped: list[DroppedEvents]) -> str:
+    """FAIL when an invariant is violated (the bus broke its promise); WARN when every
+    delivery was processed exactly once but events were dropped for want of a subscriber
+    (the user's events reached nobody, through the app's subscriptions, not the bus); PASS."""
+    if invariants.violated:
+        return FAIL
+    return WARN if dropped else PASS
+
+
+@dataclass(frozen=True)
 class EndpointLatency:
     endpoint: str
     count: int
@@ -96,6 +122,9 @@ class AuditSummary:
     """Poison queues the audit did not read to their end (it stopped at its cap, or another
     reader held some messages hidden), with about how many of their messages it did not read
     (deliveries parked among those then show as lost)."""
+    dropped: list[DroppedEvents] = field(default_factory=list)
+    """Per topic, events dropped for want of a subscriber: the user's events reached nobody
+    (not a violation of exactly-once: no delivery was made; the verdict is then WARN)."""
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     latency: list[EndpointLatency] = field(default_factory=list)
     histogram: list[HistogramBucket] = field(default_factory=list)
@@ -106,6 +135,10 @@ class AuditSummary:
     """Seconds spent in each stage of the run."""
     next_steps: list[str] = field(default_factory=list)
     """What the operator does next, most urgent first (``shared.audit.next_steps``)."""
+
+    @property
+    def dropped_events(self) -> int:
+        return sum(d.dropped for d in self.dropped)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -121,5 +154,6 @@ class AuditSummary:
             f"in_flight={self.in_flight} poisoned={self.poisoned} "
             f"unverifiable_poison={self.unverifiable_poison}"
             + (f" poison_cut={sum(self.poison_cut.values())}" if self.poison_cut else "")
+            + (f" dropped={self.dropped_events}" if self.dropped else "")
             + f" verdict={self.verdict}"
         )

@@ -26,9 +26,10 @@ from typing import Any, Literal
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
+from shared.audit.dropped import collect_dropped
 from shared.audit.poisoned import DEFAULT_POISON_CAP, collect_poisoned
 from shared.audit.rows import Row, audit_row, ingress_row
-from shared.audit.schema import AUDIT_SCHEMA, INGRESS_SCHEMA, POISONED_SCHEMA
+from shared.audit.schema import AUDIT_SCHEMA, DROPPED_SCHEMA, INGRESS_SCHEMA, POISONED_SCHEMA
 from shared.bus.ingress import INGRESS_ROW
 from shared.bus.records import AUDIT_PREFIX
 from shared.errors import ConfigurationError, StorageError
@@ -235,3 +236,15 @@ async def read_poisoned(
     async with AzureStorageAccount(settings) as account:
         rows = await collect_poisoned(account, endpoint_tables, cap=cap, tokens=tokens)
     return spark.createDataFrame(rows, POISONED_SCHEMA)
+
+
+async def read_dropped(
+    spark: SparkSession, settings: StorageSettings, topics_container: str = CONTAINERS["topics"]
+) -> DataFrame:
+    """The records of events dropped for want of a subscriber (one blob per topic), read in
+    the driver with one listing."""
+    from shared.stores.azure import AzureStorageAccount
+
+    async with AzureStorageAccount(settings) as account:
+        rows = await collect_dropped(account, topics_container)
+    return spark.createDataFrame(rows, DROPPED_SCHEMA)

@@ -143,7 +143,7 @@ async def _destinations(
     for subscriber in subscribers:
         routes.check_subscriber(sender, topic, subscriber, type_name)
     if not subscribers:
-        await topics.unsubscribed.record(topic, type_name, sender)
+        await topics.unsubscribed.record(topic, type_name, sender, routes.takers_of(topic))
     return subscribers, {**output.headers, "topic": topic}
 
 

@@ -85,13 +85,8 @@ class Routes:
     def check_subscription(self, topic: str, endpoint: str) -> None:
         """Refuse, before the recipient list changes, a subscriber that could never take the
         topic's events (every publish would then be refused until it is removed)."""
-        local = self._endpoints.get(endpoint)
-        external = self.external.get(endpoint)
-        if local is not None:
-            topics = set(local.topics)
-        elif external is not None:
-            topics = {m.topic() for m in external.accepts.values() if issubclass(m, Event)}
-        else:
+        topics = self._topics_of(endpoint)
+        if topics is None:
             raise ValueError(
                 f"{endpoint!r} is no endpoint of this app; an endpoint of another app must be "
                 f"declared with app.external_endpoint({endpoint!r}, accepts=[...])"
@@ -100,6 +95,22 @@ class Routes:
             raise ValueError(
                 f"{endpoint} takes no event of topic {topic}; its topics: {sorted(topics)}"
             )
+
+    def takers_of(self, topic: str) -> list[str]:
+        """Every known endpoint, own or external, that takes events of ``topic``: those
+        ``check_subscription`` accepts as its subscribers."""
+        names = [*self._endpoints, *self.external]
+        return sorted(n for n in names if topic in (self._topics_of(n) or ()))
+
+    def _topics_of(self, endpoint: str) -> set[str] | None:
+        """The topics of the events ``endpoint`` takes, or None when it is no known endpoint."""
+        local = self._endpoints.get(endpoint)
+        if local is not None:
+            return set(local.topics)
+        external = self.external.get(endpoint)
+        if external is None:
+            return None
+        return {m.topic() for m in external.accepts.values() if issubclass(m, Event)}
 
     def check_send(self, sender: str, destination: str, type_name: str) -> None:
         accepted = self.accepted_by(destination)

@@ -30,7 +30,7 @@ class RecipientLists:
         self._clock = clock
         self._cache_seconds = cache_seconds
         self._cache: dict[str, tuple[float, tuple[str, ...]]] = {}
-        self.unsubscribed = UnsubscribedEvents(container)
+        self.unsubscribed = UnsubscribedEvents(container, clock)
         """Publishes that found no subscriber: warned once per topic and counted."""
 
     async def subscribers(self, topic: str) -> tuple[str, ...]:

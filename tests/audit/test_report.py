@@ -7,13 +7,16 @@ import re
 import shutil
 import subprocess
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from shared.audit.report import render_html
 from shared.audit.summary import (
+    WARN,
     AuditSummary,
+    DroppedEvents,
     FlowEdge,
     HistogramBucket,
     Invariants,
@@ -71,6 +74,10 @@ def a_summary() -> AuditSummary:
         poisoned=2,
         poison_messages={"payments-poison": 2},
         samples={"poisoned": [{"queue": "payments-poison", "reason": "ValueError: <b>x</b>"}]},
+        dropped=[
+            DroppedEvents("orderrefunded", 12, "2026-01-01T12:03:00+00:00", None, ["billing"]),
+            DroppedEvents("rang", 1, None, "2026-01-01T13:00:00+00:00", None),
+        ],
         histogram=histogram,
         throughput_bucket_seconds=60,
         throughput=throughput,
@@ -104,6 +111,34 @@ def test_the_report_is_self_contained_and_its_plots_are_real_svg() -> None:
         assert legend in throughput
     for node in ("client", "orders", "payments", "loyalty", "shipping"):
         assert f">{node}<" in flow
+
+
+def test_the_report_lists_dropped_events_per_topic_and_a_warning_verdict() -> None:
+    html = render_html(a_summary())
+    [dropped] = re.findall(
+        r"<h2>Events dropped for want of a subscriber</h2><table>.*?</table>", html
+    )
+    [header, *rows] = [
+        re.findall(r"<t[hd]>(.*?)</t[hd]>", row) for row in re.findall(r"<tr>(.*?)</tr>", dropped)
+    ]
+    assert header == ["topic", "events dropped", "first", "last", "endpoints that take them"]
+    assert rows == [
+        [
+            "orderrefunded",
+            '<span class="bad">12</span>',
+            "2026-01-01T12:03:00+00:00",
+            "unknown",
+            "billing",
+        ],
+        ["rang", '<span class="bad">1</span>', "unknown", "2026-01-01T13:00:00+00:00", "unknown"],
+    ]
+    assert '<span class="fail">FAIL</span>' in html
+
+    warned = render_html(replace(a_summary(), verdict=WARN))
+    assert '<span class="warn">WARN</span>' in warned
+    assert "<title>Bus audit: WARN</title>" in warned
+    clean = render_html(replace(a_summary(), dropped=[]))
+    assert "Events dropped" not in clean
 
 
 def chromium() -> str | None:
