@@ -24,9 +24,10 @@ from lab.host.functions import load_functions
 from lab.host.host import HostConfig, LocalHost
 from lab.host.http import MAX_CONNECTIONS, MAX_REQUEST_BYTES, Keys
 from shared import runtime
+from shared.connection_sources import DEFAULTS
 from shared.errors import BusError
 from shared.logsafe import ContinuedLines
-from shared.settings import DEFAULTS, load_storage_settings, resolve_settings
+from shared.settings import load_storage_settings, resolve_settings
 from shared.storage_check import check_storage_ready
 
 FUNCTION_KEY_SETTING = "BUS_HOST_FUNCTION_KEY"
@@ -92,6 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     folder = args.app.resolve().parent
     try:
         settings = resolve_settings(local_file=args.settings or folder / "local.settings.json")
+        if settings.configures(settings.storage_setting):
+            # Before the file's values join the environment, where the app's worker could no
+            # longer tell them apart: an ambiguous connection is refused here, saying which is
+            # where (shared.connection_sources).
+            settings.storage()
         for name, value in settings.values.items():
             if settings.origin(name) != DEFAULTS:
                 os.environ.setdefault(name, value)
