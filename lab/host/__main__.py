@@ -1,11 +1,12 @@
 """``python -m lab.host``: run a function app locally, where Core Tools are not available.
 
 It reads ``function_app.py`` (its bindings), ``host.json`` and ``local.settings.json`` from
-the app folder; settings are resolved by ``shared.settings`` (environment variables win over
-local.settings.json values) and handed to the app as its environment, as the Functions host
-does. Before serving it checks that storage answers and the queues exist, and exits 3 saying
-why when not. It prints ``host: ready`` (with ``port=`` when it serves HTTP functions) once
-every trigger is running, and stops gracefully on SIGTERM or Ctrl-C, exiting 0.
+the app folder; settings are resolved by ``shared.settings`` (docs/settings.md, "Where
+settings come from"; an ambiguous storage connection stops it with exit 3) and handed to the
+app as its environment, as the Functions host does. Before serving it checks that storage
+answers and the queues exist, and exits 3 saying why when not. It prints ``host: ready``
+(with ``port=`` when it serves HTTP functions) once every trigger is running, and stops
+gracefully on SIGTERM or Ctrl-C, exiting 0.
 """
 
 from __future__ import annotations
