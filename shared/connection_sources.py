@@ -44,9 +44,7 @@ class ConnectionSource:
 
     def where(self) -> str:
         """The origin as a phrase: 'on the command line', 'in the environment', 'in PATH'."""
-        if self.origin == COMMAND_LINE:
-            return "on the command line"
-        return f"in the {ENVIRONMENT}" if self.origin == ENVIRONMENT else f"in {self.origin}"
+        return _where(self.origin)
 
 
 def connection_parts(values: Mapping[str, str], name: str) -> dict[str, str]:
@@ -134,4 +132,6 @@ def _compared(key: str, value: str, first: Mapping[str, str]) -> str:
 
 
 def _where(origin: str) -> str:
-    return ConnectionSource("", shown(origin)).where()
+    if origin == COMMAND_LINE:
+        return "on the command line"
+    return f"in the {ENVIRONMENT}" if origin == ENVIRONMENT else f"in {shown(origin)}"
