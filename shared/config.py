@@ -1,12 +1,13 @@
 """The app's configuration: one frozen object, built once at start-up.
 
 ``build_config`` reads every app setting declared in ``shared.app_settings`` from the resolved
-``Settings`` (``shared.settings.resolve_settings``: command line, environment,
-local.settings.json, defaults) and host.json from the app's root folder, and checks them all:
-a bad value stops start-up with a ``ConfigurationError`` naming the setting, where its value
-came from and what it accepts. After that nothing reads the environment: the function app's
-worker, the HTTP ingress, the timer's cleanup and ``bus`` take what they need from the
-``AppConfig`` (OpenTelemetry's own ``OTEL_*`` variables aside, ``shared.observability``).
+``Settings`` (``shared.settings.resolve_settings``; the order of the sources is in
+docs/settings.md, "Where settings come from") and host.json from the app's root folder, and
+checks them all: a bad value stops start-up with a ``ConfigurationError`` naming the
+setting, where its value came from and what it accepts. After that nothing reads the
+environment: the function app's worker, the HTTP ingress, the timer's cleanup and ``bus``
+take what they need from the ``AppConfig`` (OpenTelemetry's own ``OTEL_*`` variables aside,
+``shared.observability``).
 
 host.json is found in one place, the app's root folder: the folder of ``function_app.py`` for
 the function app (it passes its folder to ``shared.runtime.worker``), the current folder for

@@ -1,9 +1,11 @@
 """App settings: one resolver for every process, and the storage connection read the way
 Azure Functions reads it.
 
-``resolve_settings`` merges, first match wins (``PRECEDENCE``): a command-line option, the
-environment (Azure's app settings), ``local.settings.json`` Values, the defaults. The CLI, the
-function app's worker, the local host, the audit and the demo all read settings through it.
+``resolve_settings`` merges the sources in the order of ``PRECEDENCE``, documented in
+docs/settings.md, "Where settings come from". The CLI, the function app's worker, the local
+host, the audit, the bulk jobs and the demo all read settings through it. The storage
+connection is taken whole from one source, or refused as ambiguous
+(``shared.connection_sources``).
 
 One setting name (``AzureWebJobsStorage`` by default) either holds a connection string, or
 ``UseDevelopmentStorage=true`` for the local emulator, or is split into identity-based
@@ -16,10 +18,18 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from shared import app_settings
+from shared.connection_sources import (
+    COMMAND_LINE,
+    DEFAULTS,
+    ENVIRONMENT,
+    ConnectionSource,
+    Layer,
+    connection_source,
+)
 from shared.errors import ConfigurationError
 
 DEFAULT_SETTING = "AzureWebJobsStorage"
@@ -92,6 +102,8 @@ class StorageSettings:
     client_id: str | None = None
     managed_identity: bool = False
     timeouts: StorageTimeouts = field(default_factory=StorageTimeouts)
+    source: ConnectionSource | None = None
+    """The setting and source the connection was read from (None: built by the caller)."""
 
     @property
     def uses_identity(self) -> bool:
@@ -178,14 +190,9 @@ STORAGE_SETTING_NAME = "BUS_STORAGE_SETTING"
 """App setting naming the connection setting to use (default ``AzureWebJobsStorage``)."""
 LOCAL_SETTINGS_FILE = Path("local.settings.json")
 
-COMMAND_LINE = "command line"
-ENVIRONMENT = "environment"
-DEFAULTS = "defaults"
-
 PRECEDENCE = (COMMAND_LINE, ENVIRONMENT, "local.settings.json Values", DEFAULTS)
-"""Where a setting is looked up, first match wins: a command-line option, the environment
-(app settings in Azure are environment variables), the ``Values`` of ``local.settings.json``
-in the current folder (or the file given), then the project's defaults."""
+"""Where a setting is looked up, first match wins (docs/settings.md, "Where settings come
+from")."""
 
 DEFAULT_VALUES: dict[str, str] = {
     STORAGE_SETTING_NAME: DEFAULT_SETTING,
@@ -216,13 +223,17 @@ class Settings:
     origins: Mapping[str, str]
     sources: tuple[str, ...] = (COMMAND_LINE, ENVIRONMENT)
     """The sources consulted, highest precedence first (for messages)."""
+    layers: tuple[Layer, ...] = ()
+    """Each source's own values, highest precedence first: the storage connection is taken
+    whole from one of them (``shared.connection_sources``)."""
 
     def get(self, name: str, default: str | None = None) -> str | None:
         value = self.values.get(name, "")
         return value if value.strip() else default
 
     def origin(self, name: str) -> str:
-        """Where ``name`` was found ('environment', 'local.settings.json', ...) or 'unset'."""
+        """Where ``name`` was found ('command line', 'environment', the settings file's path,
+        'defaults') or 'unset'."""
         return self.origins.get(name, "unset")
 
     @property
@@ -239,9 +250,10 @@ class Settings:
         )
 
     def storage(self) -> StorageSettings:
-        """The storage account to use, from the connection setting ``storage_setting``.
-        Nothing falls back to the emulator: a connection setting that no source sets is an
-        error naming it and where it was looked for."""
+        """The storage account to use, from the connection setting ``storage_setting``, with
+        the source it came from. Nothing falls back to the emulator: a connection setting that
+        no source sets is an error naming it and where it was looked for; one whose settings
+        are ambiguous is refused (``shared.connection_sources``)."""
         name = self.storage_setting
         if not self.configures(name):
             named_by = self.origin(STORAGE_SETTING_NAME)
@@ -253,7 +265,8 @@ class Settings:
                 f"{name}=UseDevelopmentStorage=true (cp local.settings.sample.json "
                 "local.settings.json)"
             )
-        return load_storage_settings(self.values, name)
+        source = connection_source(self.layers or ((ENVIRONMENT, self.values),), name)
+        return replace(load_storage_settings(self.values, name), source=source)
 
 
 def resolve_settings(
@@ -263,13 +276,14 @@ def resolve_settings(
     local_file: Path | None = LOCAL_SETTINGS_FILE,
 ) -> Settings:
     """Merge the sources in the order of ``PRECEDENCE``. ``options`` are command-line values
-    by setting name (None: the option was not given); ``local_file`` None reads no file."""
-    layers: list[tuple[str, Mapping[str, str]]] = [
+    by setting name (None: the option was not given); ``local_file`` None reads no file. A value
+    from the file has the file's path as its origin."""
+    layers: list[Layer] = [
         (COMMAND_LINE, {k: v for k, v in (options or {}).items() if v is not None}),
-        (ENVIRONMENT, os.environ if environ is None else environ),
+        (ENVIRONMENT, dict(os.environ if environ is None else environ)),
     ]
     if local_file is not None:
-        layers.append((local_file.name, load_local_settings(local_file)))
+        layers.append((str(local_file), load_local_settings(local_file)))
     layers.append((DEFAULTS, DEFAULT_VALUES))
     values: dict[str, str] = {}
     origins: dict[str, str] = {}
@@ -278,4 +292,4 @@ def resolve_settings(
             if value.strip() or name not in values:
                 values[name] = value
                 origins[name] = origin
-    return Settings(values, origins, tuple(origin for origin, _ in layers))
+    return Settings(values, origins, tuple(origin for origin, _ in layers), tuple(layers))

@@ -413,3 +413,21 @@ async def test_a_queue_function_keeps_the_insertion_time_the_host_binds_in_a_poi
         "2026-11-23T15:50:37+00:00",
     )
     assert datetime.fromisoformat(info["failed_at"]) >= inserted
+
+
+def test_the_function_app_refuses_an_ambiguous_storage_connection_at_start_up(
+    tmp_path: Path,
+) -> None:
+    """A connection string added by hand beside the identity-based group infra/ sets: the
+    two may name different accounts, and the worker must not pick one in silence."""
+    result = index_function_app(
+        tmp_path,
+        AzureWebJobsStorage="UseDevelopmentStorage=true",
+        AzureWebJobsStorage__accountName="prodshop",
+    )
+    assert result.returncode != 0
+    assert (
+        "ambiguous storage connection: AzureWebJobsStorage is set as a connection string in "
+        "the environment, and its account is also set by location "
+        "(AzureWebJobsStorage__accountName in the environment)"
+    ) in result.stderr

@@ -93,11 +93,7 @@ def test_precedence_is_command_line_then_environment_then_local_settings_then_de
         {"A": "option", "B": None}, environ={"A": "env", "B": "env"}, local_file=local
     )
     assert [settings.get(n) for n in "ABC"] == ["option", "env", "file"]
-    assert [settings.origin(n) for n in "ABC"] == [
-        "command line",
-        "environment",
-        "local.settings.json",
-    ]
+    assert [settings.origin(n) for n in "ABC"] == ["command line", "environment", str(local)]
     assert settings.get(STORAGE_SETTING_NAME) == "AzureWebJobsStorage"
     assert settings.origin(STORAGE_SETTING_NAME) == "defaults"
     assert settings.origin("D") == "unset"

@@ -15,11 +15,12 @@ The page's blocks drive the test, so the page cannot drift from the code:
   the running host's log.
 
 What differs from the page, because tests share a machine: Azurite runs on ports of its own
-(its connection string set in the environment, which wins over local.settings.json), the
-host listens on a free port instead of 7071, and in host.json the visibilityTimeout is zero
-(the Functions default) instead of ten seconds and the maxPollingInterval half a second
-instead of two, so that five failed tries take a second and the host picks up each message
-the page sends within half a second.
+(its connection string stands for ``UseDevelopmentStorage=true`` in the settings files the
+page copies and writes: set in the environment too, it would make the connection ambiguous,
+which every command refuses), the host listens on a free port instead of 7071, and in
+host.json the visibilityTimeout is zero (the Functions default) instead of ten seconds and
+the maxPollingInterval half a second instead of two, so that five failed tries take a
+second and the host picks up each message the page sends within half a second.
 """
 
 from __future__ import annotations
@@ -198,8 +199,10 @@ class Project:
         shutil.copytree(REPO_ROOT / "shared", folder / "shared", ignore=ignore)
         shutil.copytree(REPO_ROOT / "lab", folder / "lab", ignore=ignore)  # the local host
         shutil.copytree(REPO_ROOT / "infra", folder / "infra", ignore=ignore)
-        for name in ("function_app.py", "local.settings.sample.json"):
-            shutil.copy(REPO_ROOT / name, folder / name)
+        self.emulator = azurite
+        shutil.copy(REPO_ROOT / "function_app.py", folder / "function_app.py")
+        sample = REPO_ROOT / "local.settings.sample.json"
+        self.write(folder / sample.name, sample.read_text())
         host = json.loads((REPO_ROOT / "host.json").read_text())
         host["extensions"]["queues"]["visibilityTimeout"] = "00:00:00"
         host["extensions"]["queues"]["maxPollingInterval"] = "00:00:00.5"
@@ -210,11 +213,16 @@ class Project:
             if not name.startswith(("BUS_", "AzureWebJobsStorage", "CLEANUP_"))
         }
         self.environ.update(
-            AzureWebJobsStorage=azurite.connection_string,
             PYTHONPATH=str(folder),  # this copy of shared/ and lab/, as an editable install
             PYTHONUNBUFFERED="1",  # stdout and stderr interleaved as on a terminal
             PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
         )
+
+    def write(self, path: Path, text: str) -> None:
+        """Write a file of the page's, with this emulator's connection string for the one on
+        the standard ports."""
+        emulator = json.dumps(self.emulator.connection_string)
+        path.write_text(text.replace('"UseDevelopmentStorage=true"', emulator))
 
     def run(self, command: str, shown: list[str]) -> None:
         if command.startswith(SKIPPED):
@@ -311,8 +319,7 @@ def test_the_walkthrough_runs_as_written(own_azurite: AzuriteEndpoints, tmp_path
                 for command, shown in commands_of(block.text):
                     project.run(command, shown)
             elif block.tag.startswith("file="):
-                path = tmp_path / block.tag.removeprefix("file=")
-                path.write_text(block.text)
+                project.write(tmp_path / block.tag.removeprefix("file="), block.text)
             elif block.tag.startswith("patch="):
                 path = tmp_path / block.tag.removeprefix("patch=")
                 path.write_text(patched(path.read_text(), block.text))

@@ -1,11 +1,12 @@
 """``python -m lab.host``: run a function app locally, where Core Tools are not available.
 
 It reads ``function_app.py`` (its bindings), ``host.json`` and ``local.settings.json`` from
-the app folder; settings are resolved by ``shared.settings`` (environment variables win over
-local.settings.json values) and handed to the app as its environment, as the Functions host
-does. Before serving it checks that storage answers and the queues exist, and exits 3 saying
-why when not. It prints ``host: ready`` (with ``port=`` when it serves HTTP functions) once
-every trigger is running, and stops gracefully on SIGTERM or Ctrl-C, exiting 0.
+the app folder; settings are resolved by ``shared.settings`` (docs/settings.md, "Where
+settings come from"; an ambiguous storage connection stops it with exit 3) and handed to the
+app as its environment, as the Functions host does. Before serving it checks that storage
+answers and the queues exist, and exits 3 saying why when not. It prints ``host: ready``
+(with ``port=`` when it serves HTTP functions) once every trigger is running, and stops
+gracefully on SIGTERM or Ctrl-C, exiting 0.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from lab.host.functions import load_functions
 from lab.host.host import HostConfig, LocalHost
 from lab.host.http import MAX_CONNECTIONS, MAX_REQUEST_BYTES, Keys
 from shared import runtime
+from shared.connection_sources import DEFAULTS
 from shared.errors import BusError
 from shared.logsafe import ContinuedLines
-from shared.settings import DEFAULTS, load_storage_settings, resolve_settings
+from shared.settings import load_storage_settings, resolve_settings
 from shared.storage_check import check_storage_ready
 
 FUNCTION_KEY_SETTING = "BUS_HOST_FUNCTION_KEY"
@@ -92,6 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     folder = args.app.resolve().parent
     try:
         settings = resolve_settings(local_file=args.settings or folder / "local.settings.json")
+        if settings.configures(settings.storage_setting):
+            # Before the file's values join the environment, where the app's worker could no
+            # longer tell them apart: an ambiguous connection is refused here, saying which is
+            # where (shared.connection_sources).
+            settings.storage()
         for name, value in settings.values.items():
             if settings.origin(name) != DEFAULTS:
                 os.environ.setdefault(name, value)

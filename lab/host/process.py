@@ -3,6 +3,11 @@
 Used by the demo and the crash tests. The child writes its output to a log file, which is
 also where readiness is read from (the ``host: ready`` line), so nothing blocks on a
 pipe nobody drains.
+
+The child runs in the log file's folder, its settings the environment given plus that
+folder's ``local.settings.json`` (usually none): never the checkout's, beside
+``function_app.py``, which a developer has copied from the sample and which would otherwise
+mix with the connection the caller gave (an ambiguous storage connection, refused).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from pathlib import Path
 from shared.errors import ConfigurationError
 
 READY_MARK = "host: ready "
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
@@ -58,13 +64,17 @@ class HostProcess:
         if self.process is not None and self.process.poll() is None:
             raise ConfigurationError("the host is already running")
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        folder = self.log_path.parent
         command = [sys.executable, "-m", "lab.host", "--app", str(self.app)]
-        command += ["--port", str(self.port), *self.args]
+        command += ["--port", str(self.port), "--settings", str(folder / "local.settings.json")]
+        command += self.args
+        # lab.host is imported from this checkout, whatever the child's current folder.
+        path = os.pathsep.join(p for p in (str(CHECKOUT), self.environ.get("PYTHONPATH")) if p)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 command,
-                cwd=self.app.parent,
-                env=self.environ,
+                cwd=folder,
+                env={**self.environ, "PYTHONPATH": path},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

@@ -419,6 +419,16 @@ async def verify(
     )
 
 
+def inherited_environ() -> dict[str, str]:
+    """This process's environment for the demo's children, less any storage connection of
+    the user's shell: beside the demo's own emulator it would make the connection ambiguous."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name != DEFAULT_SETTING and not name.startswith(f"{DEFAULT_SETTING}__")
+    }
+
+
 def run_audit(connection_string: str, workdir: Path, postgres_url: str | None) -> int | None:
     """The Spark audit (``python -m shared.audit run``) over the same storage, in its own
     process (it starts a JVM); None when PySpark is not installed. With PostgreSQL endpoints
@@ -427,11 +437,14 @@ def run_audit(connection_string: str, workdir: Path, postgres_url: str | None) -
         return None
     started = time.monotonic()
     env = {
-        **os.environ,
+        **inherited_environ(),
         DEFAULT_SETTING: connection_string,
         APP_SETTING: DEMO_APP,
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": sys.executable,  # Spark's workers need this venv's packages
+        # Run from the work folder, imported from here: the checkout's local.settings.json
+        # would mix with this emulator's connection (an ambiguous connection, refused).
+        "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO_ROOT), os.environ.get("PYTHONPATH")))),
     }
     command = [sys.executable, "-m", "shared.audit", "run", "--out", str(workdir / "audit")]
     command += ["--master", "local[2]", "--splits", "2", "--quiet"]
@@ -441,7 +454,7 @@ def run_audit(connection_string: str, workdir: Path, postgres_url: str | None) -
         export = [sys.executable, "-m", "shared.audit", "export", "--out", str(exported)]
         done = subprocess.run(
             [*export, "--quiet"],
-            cwd=REPO_ROOT,
+            cwd=workdir,
             env=env,
             capture_output=True,
             text=True,
@@ -454,7 +467,7 @@ def run_audit(connection_string: str, workdir: Path, postgres_url: str | None) -
         command += ["--input", str(exported)]
     result = subprocess.run(
         command,
-        cwd=REPO_ROOT,
+        cwd=workdir,
         env=env,
         capture_output=True,
         text=True,
@@ -478,7 +491,7 @@ async def drive(
     host = HostProcess(
         REPO_ROOT / "function_app.py",
         {
-            **os.environ,
+            **inherited_environ(),
             **database,
             DEFAULT_SETTING: connection_string,
             "CLEANUP_SCHEDULE": os.environ.get("CLEANUP_SCHEDULE", "0 */5 * * * *"),

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from shared.account_in_use import announce_account
 from shared.app_loader import APP_SETTING, configured_app
 from shared.audit.dropped import Takers
 from shared.audit.poisoned import DEFAULT_POISON_CAP
@@ -58,7 +59,8 @@ def _timestamp(value: str) -> datetime:
 
 def _add_storage_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
-        "storage (settings from the environment, then local.settings.json; tables from the app)"
+        "storage (settings as docs/settings.md says, the account named on stderr; tables from "
+        "the app)"
     )
     group.add_argument(
         "--connection-setting",
@@ -198,7 +200,10 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _storage(args: argparse.Namespace) -> StorageSettings:
-    return _settings(args).storage()
+    """The storage settings, named on stderr before the audit reads anything."""
+    storage = _settings(args).storage()
+    announce_account(storage, "audit")
+    return storage
 
 
 def _tables(args: argparse.Namespace) -> tuple[list[str], list[str]]:

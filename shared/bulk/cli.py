@@ -4,8 +4,9 @@ once per row; ``replay`` sends a selection of poisoned messages back to their qu
 Exit codes: 0 every row was sent (or found sent by an earlier run); 1 the job ran but some
 rows were rejected (see OUT/rejects) or, for a replay, some could not be replayed; 2 the job
 could not run: bad arguments or input columns, configuration, storage, or Spark.
-Settings are read like the other tools' (``shared.settings``): the environment, then
-``local.settings.json``; the app is ``BUS_APP`` (``--app``), else the sample app.
+Settings are read like the other tools' (docs/settings.md, "Where settings come from"), and
+the storage account used is named on stderr before the job starts; the app is ``BUS_APP``
+(``--app``), else the sample app.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from shared.account_in_use import announce_account
 from shared.app_loader import APP_SETTING, DEFAULT_APP
 from shared.bulk.inputs import FORMATS, input_format
 from shared.bulk.summary import BulkSummary
@@ -130,12 +132,14 @@ def _run(args: argparse.Namespace) -> BulkSummary:
         resolve_settings({STORAGE_SETTING_NAME: args.connection_setting, APP_SETTING: args.app})
     )
     settings = config.settings
+    storage = config.require_storage()
+    announce_account(storage, "bulk")
     options = JobOptions(
         job=args.job,
         input_path=args.input,
         file_format=input_format(args.input, args.format),
         out=args.out or f"bulk-{args.job}",
-        storage=config.require_storage(),
+        storage=storage,
         app_reference=settings.get(APP_SETTING) or DEFAULT_APP,
         master=args.master,
         progress=args.progress,

@@ -15,6 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from shared.account_in_use import AccountInUse
 from shared.bus import Command
 from shared.bus.unsubscribed import unsubscribed_counts
 from shared.cleanup.summary import cleanup_summary
@@ -53,6 +54,11 @@ def reader_gone() -> None:
 
 def print_json(value: object) -> None:
     say(json.dumps(value, indent=2, default=str))
+
+
+def account_json(worker: Worker) -> dict[str, str | None]:
+    """The account the worker uses, as ``--json`` reports name it (``shared.account_in_use``)."""
+    return AccountInUse.of(worker.app_config.require_storage()).as_json()
 
 
 async def resources_command(worker: Worker) -> int:
@@ -176,7 +182,7 @@ async def status_command(
 ) -> int:
     report = await status_report(worker, progress)
     if as_json:
-        print_json(report)
+        print_json({"account": account_json(worker), **report})
     else:
         say(
             table(
@@ -209,7 +215,7 @@ async def cleanup_command(
     print("cleanup: running one pass over every endpoint...", file=sys.stderr)
     report = await worker.cleanup(grace_seconds=grace_seconds, wait=wait)
     if as_json:
-        print_json(report)
+        print_json({"account": account_json(worker), **report})
     else:
         say(cleanup_summary(report))
     leased = [t for t in report["tasks"] if t["skipped"] == "leased by another instance"]

@@ -1,16 +1,16 @@
 """``bus``: the operator command line (also ``python -m shared.cli``).
 
-Settings are resolved like the function app's (``shared.settings``): a command-line option,
-else the environment, else ``local.settings.json`` Values in the current folder, else the
-defaults. The app is the one named by ``BUS_APP`` (``--app``; default the sample app).
-Storage: the connection setting named by ``--setting`` (default ``BUS_STORAGE_SETTING``, else
-AzureWebJobsStorage) from the environment or ``local.settings.json``, or a connection string
-read from ``--connection-string-file PATH``. ``--connection-string`` still works but warns on
-stderr: the account key would be in the process list for every user of the machine. A
-connection setting that no source sets is an error, never a silent fallback to the emulator.
-Every app setting (docs/settings.md) and the host.json of the current folder are read once,
-before the command runs (``shared.config``): a bad value is a configuration error (exit 3)
-naming the setting.
+Settings are resolved like the function app's (``shared.settings``; the order of the sources
+is in docs/settings.md, "Where settings come from"). The app is the one named by ``BUS_APP``
+(``--app``; default the sample app). Storage: the connection setting named by ``--setting``
+(default ``BUS_STORAGE_SETTING``, else AzureWebJobsStorage), or a connection string read from
+``--connection-string-file PATH``. ``--connection-string`` still works but warns on stderr:
+the account key would be in the process list for every user of the machine. A connection
+setting that no source sets, or whose settings are ambiguous, is an error, never a silent
+choice. Every command that touches storage first names on stderr the account it uses and
+where the connection came from (``shared.account_in_use``). Every app setting
+(docs/settings.md) and the host.json of the current folder are read once, before the command
+runs (``shared.config``): a bad value is a configuration error (exit 3) naming the setting.
 
 Exit codes: 0 done; 1 failed (storage error, unreachable or refused; or nothing found by
 ``poison show`` or ``state``); 2 bad usage or input;
@@ -25,14 +25,17 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from shared.account_in_use import announce_account
 from shared.app_loader import APP_SETTING, configured_app
 from shared.bus import BusApp, Command, Event
 from shared.cli import commands, poison_commands, poison_show, state_command
 from shared.config import AppConfig, build_config
+from shared.connection_sources import COMMAND_LINE, ConnectionSource
 from shared.errors import (
     BusError,
     ConfigurationError,
@@ -246,9 +249,19 @@ def _progress_options(p: argparse.ArgumentParser, default: object) -> None:
     )
 
 
+def _options(args: argparse.Namespace) -> dict[str, str | None]:
+    return {STORAGE_SETTING_NAME: args.setting, APP_SETTING: args.app}
+
+
 def settings_of(args: argparse.Namespace) -> Settings:
-    """The settings, with the command-line options first (``shared.settings.PRECEDENCE``)."""
-    options = {STORAGE_SETTING_NAME: args.setting, APP_SETTING: args.app}
+    """The settings, with the command-line options first (``shared.settings.PRECEDENCE``). A
+    connection string given on the command line is the connection setting's value there: it
+    overrides the other sources, which are then not ambiguous."""
+    settings = resolve_settings(_options(args), local_file=args.settings_file)
+    given = given_connection_string(args)
+    if given is None:
+        return settings
+    options = {**_options(args), settings.storage_setting: given}
     return resolve_settings(options, local_file=args.settings_file)
 
 
@@ -281,10 +294,15 @@ def given_connection_string(args: argparse.Namespace) -> str | None:
 
 
 def storage_of(args: argparse.Namespace, config: AppConfig) -> StorageSettings:
-    given = given_connection_string(args)
-    if given is not None:
-        return StorageSettings(connection_string=given, timeouts=config.timeouts)
-    return config.require_storage()
+    """The storage settings, naming the option when the connection was given with one."""
+    storage = config.require_storage()
+    if args.connection_string_file is not None:
+        option = f"--connection-string-file {args.connection_string_file}"
+    elif args.connection_string:
+        option = "--connection-string"
+    else:
+        return storage
+    return replace(storage, source=ConnectionSource(option, COMMAND_LINE))
 
 
 def _body(text: str) -> dict[str, Any]:
@@ -403,8 +421,9 @@ async def _run(args: argparse.Namespace, command: Run) -> int:
     if args.command in WITHOUT_STORAGE:
         return await command(Worker(app, config))
     storage = storage_of(args, config)
+    announce_account(storage, "bus")
     async with AzureStorageAccount(storage) as account:
-        worker = Worker(app, config, account)
+        worker = Worker(app, replace(config, storage=storage), account)
         # One bounded read first: the SDK retries an unreachable endpoint for over a minute,
         # and an operator should hear at once what is wrong.
         await check_storage_ready(
@@ -427,7 +446,8 @@ def _app_for_help(argv: list[str] | None) -> BusApp | None:
         early.add_argument(option)
     early.add_argument("--settings-file", type=Path, default=LOCAL_SETTINGS_FILE)
     try:
-        return configured_app(settings_of(early.parse_known_args(argv)[0]))
+        known = early.parse_known_args(argv)[0]
+        return configured_app(resolve_settings(_options(known), local_file=known.settings_file))
     except BusError:
         return None
 

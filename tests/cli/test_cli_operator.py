@@ -37,6 +37,14 @@ def emulator() -> Iterator[AzuriteEndpoints]:
 Run = Callable[..., tuple[int, str, str]]
 
 
+def account_line(emulator: AzuriteEndpoints) -> str:
+    """What ``bus`` says on stderr first, with the connection string in the environment."""
+    return (
+        f"bus: account devstoreaccount1 ({emulator.blob}/devstoreaccount1) "
+        "from AzureWebJobsStorage in the environment\n"
+    )
+
+
 @pytest.fixture
 def bare(
     emulator: AzuriteEndpoints,
@@ -154,12 +162,14 @@ def test_a_closed_stdout_ends_the_command_quietly(
     assert process.returncode == code
 
 
-def test_progress_options_are_accepted_after_the_command(bus: Run) -> None:
+def test_progress_options_are_accepted_after_the_command(
+    bus: Run, emulator: AzuriteEndpoints
+) -> None:
     code, _, err = bus("--no-progress", "status", "--progress")
     assert code == 0
     assert "7/7" in err  # the bar was drawn, to the end
     code, _, err = bus("status", "--no-progress")
-    assert (code, err) == (0, "")
+    assert (code, err) == (0, account_line(emulator))
 
 
 def test_replay_mentions_only_the_endpoints_it_replayed(
@@ -175,7 +185,7 @@ def test_replay_mentions_only_the_endpoints_it_replayed(
     assert "replay payments" in err
     assert "replay orders" not in err  # no bar (nor blank line) where nothing waits
     code, out, err = bus("replay", "--all", "--progress")
-    assert (code, out, err) == (0, "nothing to replay\n", "")
+    assert (code, out, err) == (0, "nothing to replay\n", account_line(emulator))
 
 
 def test_poison_list_shows_why_each_message_was_parked_and_takes_none(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -101,6 +102,32 @@ async def test_work_completes_exactly_once_after_the_host_is_killed_mid_run(
         0,
     )
     assert verdict.residue == 0
+
+
+async def test_the_host_process_runs_on_the_environment_given_not_a_settings_file_beside_the_app(
+    own_azurite: AzuriteEndpoints, tmp_path: Path
+) -> None:
+    """A developer's checkout holds a local.settings.json copied from the sample beside
+    function_app.py: the host that the tests and the demo start runs on the connection they
+    give, not on a mix of both (refused as ambiguous)."""
+    checkout, work = tmp_path / "checkout", tmp_path / "work"
+    checkout.mkdir()
+    work.mkdir()
+    for name in ("function_app.py", "host.json"):
+        shutil.copy(REPO_ROOT / name, checkout / name)
+    shutil.copy(REPO_ROOT / "local.settings.sample.json", checkout / "local.settings.json")
+    async with AzureStorageAccount(StorageSettings(own_azurite.connection_string)) as account:
+        await provision(account, runtime.Worker.for_account(account).resources)
+    host = host_for(own_azurite, work)
+    host.app = checkout / "function_app.py"
+
+    await asyncio.to_thread(host.start)
+    try:
+        log = (work / "host.log").read_text()
+        assert "host: ready" in log
+        assert "ambiguous" not in log
+    finally:
+        assert await asyncio.to_thread(host.stop) == 0
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ why, instead of queue workers waiting in silence."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -19,8 +20,12 @@ from tests.conftest import unique_name
 pytestmark = pytest.mark.azurite
 
 
-def start_host(folder: Path, **settings: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("BUS_")}
+def start_host(
+    folder: Path, *options: str, **settings: str
+) -> tuple[subprocess.CompletedProcess[str], float]:
+    environ = {
+        k: v for k, v in os.environ.items() if not k.startswith(("BUS_", "AzureWebJobsStorage"))
+    }
     environ |= {
         "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(folder)]),
         "CLEANUP_SCHEDULE": "0 0 0 1 1 *",
@@ -29,7 +34,7 @@ def start_host(folder: Path, **settings: str) -> tuple[subprocess.CompletedProce
     command = [sys.executable, "-m", "lab.host", "--app", str(REPO_ROOT / "function_app.py")]
     started = time.monotonic()
     result = subprocess.run(
-        [*command, "--port", "0"],
+        [*command, "--port", "0", *options],
         cwd=folder,
         env=environ,
         capture_output=True,
@@ -87,3 +92,23 @@ def test_storage_nobody_listens_on_stops_the_host_within_seconds(tmp_path: Path)
     assert result.returncode == 3
     assert "host: configuration error: storage unreachable" in result.stderr
     assert seconds < 30
+
+
+def test_a_copied_settings_file_beside_azure_uris_in_the_shell_stops_the_host(
+    tmp_path: Path,
+) -> None:
+    settings = tmp_path / "local.settings.json"
+    shutil.copy(REPO_ROOT / "local.settings.sample.json", settings)
+    uris = {
+        f"AzureWebJobsStorage__{kind}ServiceUri": f"https://prodshop.{kind}.core.windows.net"
+        for kind in ("blob", "queue", "table")
+    }
+
+    result, _ = start_host(tmp_path, "--settings", str(settings), **uris)
+
+    assert result.returncode == 3
+    assert (
+        "host: configuration error: ambiguous storage connection: AzureWebJobsStorage is set as "
+        f"a connection string in {settings}, and its account is also set by location"
+    ) in result.stderr
+    assert "host: ready" not in result.stdout
