@@ -13,6 +13,7 @@ from dataclasses import replace
 import azure.functions as func
 import pytest
 
+from lab.local.azurite import AzuriteEndpoints
 from shared import runtime
 from shared.bindings import blueprint
 from shared.bus import BusConfig
@@ -22,7 +23,10 @@ from shared.config import build_config
 from shared.errors import ConfigurationError
 from shared.provisioning import provision
 from shared.sample.app import app as sample_app
+from shared.settings import DEV_KEY, StorageSettings
 from shared.startup_subscription import RETRY_SECONDS
+from shared.stores.account import StorageAccount
+from shared.stores.azure import AzureStorageAccount
 from shared.stores.memory import MemoryStorageAccount
 from tests.conftest import sample_settings
 
@@ -31,7 +35,9 @@ TOPICS = BusConfig().topics_container
 
 
 def worker(
-    account: MemoryStorageAccount, clock: ManualClock | None = None, **settings: str
+    account: StorageAccount,
+    clock: ManualClock | None = None,
+    **settings: str,
 ) -> runtime.Worker:
     """The sample app's worker on ``account``, its bus on ``clock``."""
     config = build_config(sample_settings(**settings))
@@ -87,17 +93,6 @@ async def test_it_runs_once_per_process_and_is_idempotent(
     await worker(account).serving()
     assert await subscribers(account, "orderplaced") == sorted({*before, "shipping"})
     assert successes(caplog) == 3
-
-
-async def test_concurrent_first_invocations_subscribe_once(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    caplog.set_level(logging.INFO)
-    account = await provisioned()
-    app_worker = worker(account)
-    await asyncio.gather(*(app_worker.serving() for _ in range(20)))
-    assert successes(caplog) == 1
-    assert app_worker.subscription.state == "done"
 
 
 async def test_a_failure_is_logged_never_raised_and_tried_again_later(
@@ -183,3 +178,34 @@ async def test_the_health_function_subscribes_before_it_reports() -> None:
     response = await health.get_user_function()(func.HttpRequest("GET", "/api/health", body=b""))
     assert response.status_code == 200
     assert json.loads(response.get_body())["startup_subscription"] == "done"
+
+
+@pytest.mark.azurite
+async def test_concurrent_first_invocations_on_azurite_subscribe_once(
+    azurite: AzuriteEndpoints, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With real storage round trips the first invocations overlap: one subscribes, the
+    others wait for it and find it done."""
+    caplog.set_level(logging.INFO)
+    async with AzureStorageAccount(StorageSettings(azurite.connection_string)) as account:
+        app_worker = worker(account)
+        await provision(account, app_worker.resources)
+        await asyncio.gather(*(app_worker.serving() for _ in range(20)))
+        assert successes(caplog) == 1
+        assert app_worker.subscription.state == "done"
+        assert "shipping" in await app_worker.bus().topics.subscribers("orderplaced")
+
+
+@pytest.mark.azurite
+async def test_storage_refusing_the_identity_is_logged_and_the_invocation_goes_on(
+    azurite: AzuriteEndpoints, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No rights (here: a key the emulator refuses, 403): a warning naming the refusal."""
+    refused = azurite.connection_string.replace(DEV_KEY, "d3Jvbmcga2V5")
+    async with AzureStorageAccount(StorageSettings(refused)) as account:
+        app_worker = worker(account)
+        await app_worker.serving()
+    assert app_worker.subscription.state.startswith("failed: ")
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "could not subscribe the endpoints" in warning.getMessage()
+    assert "403" in warning.getMessage()
