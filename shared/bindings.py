@@ -6,8 +6,9 @@
 host indexes them when it imports ``function_app.py``, so the endpoint list lives in the
 ``BusApp`` only.
 
-Every function first calls ``worker.serving()``: the first invocation in a process subscribes
-the endpoints to the topics they handle (``shared.startup_subscription``).
+Every function first calls ``worker.serving()`` (the ingress within its request timeout, in
+``Worker.ingress``): the first invocation in a process subscribes the endpoints to the topics
+they handle (``shared.startup_subscription``).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def _http_functions(bp: func.Blueprint, worker: Worker) -> None:
     @bp.function_name("ingress")
     @bp.route(route="messages", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
     async def ingress(req: func.HttpRequest) -> func.HttpResponse:
-        await worker.serving()
+        # worker.ingress runs worker.serving() itself, within the request's timeout.
         status, body = await worker.ingress(req.headers, req.get_body())
         return func.HttpResponse(body, status_code=status, mimetype="application/json")
 

@@ -12,6 +12,7 @@ outcome log, ``lab.host.chaos``); the deployed app wraps nothing.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -149,10 +150,13 @@ class Worker:
             self._bus = Bus(self.app, account, self.config, sql=sql)
         return self._bus
 
-    async def serving(self) -> None:
+    async def serving(self, within: float | None = None) -> None:
         """What each of the app's functions does before its work: the start-up subscription
-        (``shared.startup_subscription``), once per process, never failing the invocation."""
-        await self.subscription.ensure(self.bus())
+        (``shared.startup_subscription``), once per process, never failing the invocation,
+        given up after ``within`` seconds (default: the ingress timeout, the longest a
+        caller is meant to wait)."""
+        seconds = self.app_config.timeouts.ingress if within is None else within
+        await self.subscription.ensure(self.bus(), seconds)
 
     def recipient_lists(self) -> RecipientLists:
         """The topics' recipient lists read afresh (no cache), on the worker's account: what
@@ -178,9 +182,18 @@ class Worker:
         return outcome
 
     async def ingress(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str]:
-        """HTTP status and JSON body for ``POST /api/messages`` (see ``shared.http_ingress``)."""
+        """HTTP status and JSON body for ``POST /api/messages`` (see ``shared.http_ingress``).
+        The start-up subscription (``serving``) runs first, within the same ingress timeout:
+        a storage that stops answering still gets the client its 503 in that time."""
+        budget = self.app_config.timeouts.ingress
+        started = time.monotonic()
+        await self.serving(within=budget)
         answer = await http_ingress.handle(
-            self.bus(), headers, body, ingress_seconds=self.app_config.timeouts.ingress
+            self.bus(),
+            headers,
+            body,
+            ingress_seconds=budget,
+            spent_seconds=time.monotonic() - started,
         )
         return answer.status, answer.json()
 

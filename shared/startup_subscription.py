@@ -53,26 +53,33 @@ class StartupSubscription:
     def _due(self) -> bool:
         return self.enabled and not self._done and self._clock() >= self._next_try
 
-    async def ensure(self, bus: Bus) -> None:
-        """Subscribe ``bus``'s endpoints unless done or switched off; concurrent callers wait
-        for the one that runs it. Never raises for a storage failure: logs it."""
+    async def ensure(self, bus: Bus, within: float) -> None:
+        """Subscribe ``bus``'s endpoints unless done or switched off, giving up after
+        ``within`` seconds; concurrent callers wait for the one that runs it. Never raises
+        for a storage failure or a storage that does not answer: logs it."""
         if not self._due():
             return
         async with self._lock:
             if not self._due():
                 return
             try:
-                done = await bus.subscribe_all()
+                async with asyncio.timeout(within):
+                    done = await bus.subscribe_all()
+            except TimeoutError:
+                self._failed(f"storage did not answer within {within:g} s")
+                return
             except BusError as e:
-                self._failure = shown(e)
-                self._next_try = self._clock() + RETRY_SECONDS
-                log.warning(
-                    "start-up subscription: could not subscribe the endpoints (%s); tried "
-                    "again on an invocation in %.0f seconds or later, or run `bus subscribe "
-                    "--all`",
-                    self._failure,
-                    RETRY_SECONDS,
-                )
+                self._failed(shown(e))
                 return
             self._done, self._failure = True, None
             log.info("start-up subscription: %d endpoint subscriptions in place", len(done))
+
+    def _failed(self, why: str) -> None:
+        self._failure = why
+        self._next_try = self._clock() + RETRY_SECONDS
+        log.warning(
+            "start-up subscription: could not subscribe the endpoints (%s); tried again on an "
+            "invocation in %.0f seconds or later, or run `bus subscribe --all`",
+            why,
+            RETRY_SECONDS,
+        )

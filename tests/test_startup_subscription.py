@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
+from collections.abc import Iterator
 from dataclasses import replace
 
 import azure.functions as func
@@ -29,8 +31,10 @@ from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
 from shared.stores.memory import MemoryStorageAccount
 from tests.conftest import sample_settings
+from tests.frozen_azurite import FreezableAzurite, started_freezable
 
 SUBSCRIBED = "start-up subscription: "
+FROZEN_ORDER = {"order_id": "frozen1", "customer": "ada", "amount_cents": 100}
 TOPICS = BusConfig().topics_container
 
 
@@ -209,3 +213,59 @@ async def test_storage_refusing_the_identity_is_logged_and_the_invocation_goes_o
     (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert "could not subscribe the endpoints" in warning.getMessage()
     assert "403" in warning.getMessage()
+
+
+@pytest.fixture(scope="module")
+def freezable() -> Iterator[FreezableAzurite]:
+    yield from started_freezable()  # private: it is frozen
+
+
+@pytest.mark.azurite
+async def test_a_frozen_account_gets_the_first_ingress_request_its_503_within_the_timeout(
+    freezable: FreezableAzurite, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The start-up subscription of a fresh process runs inside the request's timeout, so
+    BUS_INGRESS_TIMEOUT still bounds the answer when storage stops answering."""
+    ingress_seconds = 3.5
+    app_worker = runtime.Worker(
+        sample_app,
+        sample_settings(
+            AzureWebJobsStorage=freezable.connection_string,
+            BUS_STORAGE_CONNECT_TIMEOUT="1",
+            BUS_STORAGE_READ_TIMEOUT="1",
+            BUS_STORAGE_CALL_TIMEOUT="3",
+            BUS_INGRESS_TIMEOUT=str(ingress_seconds),
+        ),
+    )
+    await provision(app_worker.account(), app_worker.resources)
+    order = {"type": "PlaceOrder", "to": "orders", "body": FROZEN_ORDER}
+    try:
+        with freezable.frozen():
+            started = time.monotonic()
+            status, _ = await app_worker.ingress(
+                {"Idempotency-Key": "frozen-first"}, json.dumps(order).encode()
+            )
+            answered_in = time.monotonic() - started
+    finally:
+        await app_worker.close()
+    assert status == 503
+    assert answered_in < ingress_seconds + 1.0
+    assert app_worker.subscription.state.startswith("failed: ")
+    assert any("could not subscribe" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.azurite
+async def test_the_subscription_gives_up_when_its_time_is_up(freezable: FreezableAzurite) -> None:
+    app_worker = runtime.Worker(
+        sample_app, sample_settings(AzureWebJobsStorage=freezable.connection_string)
+    )
+    await provision(app_worker.account(), app_worker.resources)
+    try:
+        with freezable.frozen():
+            started = time.monotonic()
+            await app_worker.serving(within=0.5)
+            stopped_after = time.monotonic() - started
+    finally:
+        await app_worker.close()
+    assert stopped_after < 1.5  # not the default call timeout (8 s)
+    assert app_worker.subscription.state == "failed: storage did not answer within 0.5 s"
