@@ -269,3 +269,29 @@ async def test_the_subscription_gives_up_when_its_time_is_up(freezable: Freezabl
         await app_worker.close()
     assert stopped_after < 1.5  # not the default call timeout (8 s)
     assert app_worker.subscription.state == "failed: storage did not answer within 0.5 s"
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        b"not json",
+        b"[]",
+        b'{"topic": "orderplaced"}',
+        b'{"subscribers": "shipping"}',
+        b'{"subscribers": [1]}',
+        b"\xff\xfe",
+    ],
+)
+async def test_a_recipient_list_the_bus_did_not_write_is_reported_not_a_crash(
+    written: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    account = await provisioned()
+    await account.blob_container(TOPICS).create("orderplaced.json", written)
+    app_worker = worker(account)
+    await app_worker.serving()  # does not raise
+    assert "orderplaced.json is not the bus's JSON" in app_worker.subscription.state
+    assert "`bus subscribe --all`" in app_worker.subscription.state
+    status, body = await app_worker.health()
+    assert status == 503
+    (error,) = json.loads(body)["errors"]
+    assert error.startswith("topic recipient lists: topic recipient list orderplaced.json")
