@@ -6,8 +6,9 @@ published is dropped for want of a subscriber. So the first invocation of any of
 functions in a process, before its own work (and so before any publish it makes is resolved
 to recipients), runs ``Bus.subscribe_all`` with the app identity's rights; it is idempotent,
 so every new instance doing it again changes nothing. It never fails the invocation: a
-failure is logged at warning level and tried again on an invocation ``RETRY_SECONDS`` later,
-and the health endpoint reports the state and any topic still missing a subscriber.
+failure, or no answer within the time it is given (on the ingress, within the request's own
+timeout), is logged at warning level and tried again on an invocation ``RETRY_SECONDS``
+later, and the health endpoint reports the state and any topic still missing a subscriber.
 
 ``BUS_AUTO_SUBSCRIBE=false`` switches it off, for an operator who keeps an endpoint
 unsubscribed on purpose (it would be subscribed again at the next start otherwise).
