@@ -92,6 +92,9 @@ param logRetentionInDays int = 30
 @description('Optional. NCRONTAB schedule (six fields, seconds first, UTC) of the cleanup timer function.')
 param cleanupSchedule string = '0 */5 * * * *'
 
+@description('Optional. The app the Function App runs, as package.module:attribute naming a BusApp in the published project folder (the BUS_APP app setting). The default is the sample app; set your own (docs/deploy.md, "Deploying your own app").')
+param appModule string = 'shared.sample.app:app'
+
 @description('Optional. Extra, non-secret app settings for the Function App (name to value).')
 param additionalAppSettings object = {}
 
@@ -241,6 +244,7 @@ module functionApp 'app/function-app.bicep' = {
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB
     cleanupSchedule: cleanupSchedule
+    appModule: appModule
     additionalAppSettings: union(postgresAppSettings, ingressAuthAppSettings, additionalAppSettings)
   }
   // The host must be able to read its storage from its first start.

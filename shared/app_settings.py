@@ -127,8 +127,8 @@ TRUE = ("true", "1", "yes")
 FALSE = ("false", "0", "no")
 
 
-def flag(name: str, description: str, *, group: str) -> Setting[bool]:
-    """On or off, off by default."""
+def flag(name: str, description: str, *, group: str, default: bool = False) -> Setting[bool]:
+    """On or off, off unless ``default`` says otherwise."""
 
     def parse(text: str) -> bool:
         if text.lower() in TRUE:
@@ -138,7 +138,13 @@ def flag(name: str, description: str, *, group: str) -> Setting[bool]:
         raise ValueError(text)
 
     return Setting(
-        name, False, "true or false (also 1/0, yes/no)", description, group, parse, "false"
+        name,
+        default,
+        "true or false (also 1/0, yes/no)",
+        description,
+        group,
+        parse,
+        str(default).lower(),
     )
 
 
@@ -252,6 +258,15 @@ INGRESS_ENTRA_CALLERS = flag(
     "(`entraAuthEnabled`, which sets this): each caller's Idempotency-Keys are its own, scoped "
     "by the object id the platform sends in X-MS-CLIENT-PRINCIPAL-ID (never trusted when off)",
     group=BUS,
+)
+AUTO_SUBSCRIBE = flag(
+    "BUS_AUTO_SUBSCRIBE",
+    "on the app's first invocation in a process, subscribe every endpoint to the topics of the "
+    "events it handles, as `bus subscribe --all` does (a failure is logged and retried on a later "
+    "invocation). Turn it off to keep an endpoint unsubscribed on purpose: with it on, the next "
+    "start subscribes it again (docs/deploy.md)",
+    group=BUS,
+    default=True,
 )
 PROCESSED_RETENTION = seconds(
     "BUS_PROCESSED_RETENTION_SECONDS",
@@ -409,6 +424,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     INGRESS_WINDOW,
     INGRESS_KEY_SCOPES,
     INGRESS_ENTRA_CALLERS,
+    AUTO_SUBSCRIBE,
     PROCESSED_RETENTION,
     STATE_STREAM_RETENTION,
     ENTITY_OUTBOX_RETENTION,

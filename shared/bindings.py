@@ -5,6 +5,10 @@
 /api/messages``), the health route (``GET /api/health``) and the cleanup timer. The Functions
 host indexes them when it imports ``function_app.py``, so the endpoint list lives in the
 ``BusApp`` only.
+
+Every function first calls ``worker.serving()`` (the ingress within its request timeout, in
+``Worker.ingress``): the first invocation in a process subscribes the endpoints to the topics
+they handle (``shared.startup_subscription``).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ def _queue_function(
     worker: Worker, endpoint: str
 ) -> Callable[[func.QueueMessage], Awaitable[None]]:
     async def receive(msg: func.QueueMessage) -> None:
+        await worker.serving()
         body, tries = msg.get_body(), msg.dequeue_count or 1
         try:
             await worker.receive(endpoint, body, tries, msg.insertion_time)
@@ -76,12 +81,14 @@ def _http_functions(bp: func.Blueprint, worker: Worker) -> None:
     @bp.function_name("health")
     @bp.route(route="health", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
     async def health(req: func.HttpRequest) -> func.HttpResponse:
+        await worker.serving()
         status, body = await worker.health()
         return func.HttpResponse(body, status_code=status, mimetype="application/json")
 
     @bp.function_name("ingress")
     @bp.route(route="messages", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
     async def ingress(req: func.HttpRequest) -> func.HttpResponse:
+        # worker.ingress runs worker.serving() itself, within the request's timeout.
         status, body = await worker.ingress(req.headers, req.get_body())
         return func.HttpResponse(body, status_code=status, mimetype="application/json")
 
@@ -92,4 +99,5 @@ def _cleanup_timer(bp: func.Blueprint, worker: Worker) -> None:
     async def cleanup(timer: func.TimerRequest) -> None:
         # One line per pass at info, as `bus cleanup` prints it; the full report is logged
         # at debug by the cleanup job.
+        await worker.serving()
         log.info("%s", cleanup_summary(await worker.cleanup()))

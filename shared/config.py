@@ -63,6 +63,8 @@ class AppConfig:
     """host.json's ``extensions.queues``: maxDequeueCount, batch sizes, visibility timeout."""
     host_json: Path | None
     """The host.json read (None: none was found, the Functions host's defaults apply)."""
+    auto_subscribe: bool
+    """Subscribe the endpoints on the app's first invocation (``shared.startup_subscription``)."""
     bus: BusConfig
     """The bus's tunables from the app settings, the shared resource names and host.json's
     maxDequeueCount; clock, ids and telemetry providers keep BusConfig's defaults."""
@@ -157,6 +159,7 @@ def build_config(settings: Settings | None = None, *, root: Path | None = None) 
         cleanup=_cleanup(settings),
         queues=queues,
         host_json=path if found else None,
+        auto_subscribe=_value(settings, s.AUTO_SUBSCRIBE),
         bus=_bus(settings, queues),
     )
 

@@ -1,5 +1,5 @@
-"""Is every resource the app needs reachable, and is every trigger worker still running?
-Used by the health endpoint and the demo.
+"""Is every resource the app needs reachable, is every trigger worker still running, and is
+every endpoint subscribed to the topics it handles? Used by the health endpoint and the demo.
 
 Workers: the local host (``lab.host``) runs the queue and timer triggers in the app's own
 process and records here any of them that ends while the host is not stopping, with why.
@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
+from shared.bus.app import BusApp
+from shared.bus.subscriptions import MissingSubscription, missing_subscriptions
+from shared.bus.topics import RecipientLists
 from shared.errors import BusError, NotFound
 from shared.resources import Resources
 from shared.stores.account import StorageAccount
@@ -24,10 +27,15 @@ class HealthReport:
     errors: list[str] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
     """Trigger workers of this process that are no longer running: ``"<worker>: <why>"``."""
+    unsubscribed: list[MissingSubscription] = field(default_factory=list)
+    """Handling endpoints missing from their topic's recipient list: events they handle are
+    dropped, so the app is not healthy."""
+    startup_subscription: str | None = None
+    """The state of this process's start-up subscription (``shared.startup_subscription``)."""
 
     @property
     def healthy(self) -> bool:
-        return not self.missing and not self.errors and not self.stopped
+        return not (self.missing or self.errors or self.stopped or self.unsubscribed)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -36,6 +44,8 @@ class HealthReport:
             "missing": self.missing,
             "errors": self.errors,
             "stopped": self.stopped,
+            "unsubscribed": [gap.as_dict() for gap in self.unsubscribed],
+            "startup_subscription": self.startup_subscription,
         }
 
 
@@ -64,6 +74,14 @@ async def check(account: StorageAccount, resources: Resources) -> HealthReport:
     report = await check_storage(account, resources)
     report.stopped = stopped_workers()
     return report
+
+
+async def check_subscriptions(report: HealthReport, app: BusApp, topics: RecipientLists) -> None:
+    """Add to ``report`` every handling endpoint of ``app`` that ``topics`` does not list."""
+    try:
+        report.unsubscribed = await missing_subscriptions(app, topics)
+    except BusError as e:
+        report.errors.append(f"topic recipient lists: {e}")
 
 
 async def check_storage(account: StorageAccount, resources: Resources) -> HealthReport:

@@ -256,16 +256,18 @@ async def handle(
     raw: bytes,
     *,
     ingress_seconds: float = StorageTimeouts.ingress,
+    spent_seconds: float = 0.0,
 ) -> Answer:
     """The whole ingress request, independent of the HTTP framework, within
-    ``ingress_seconds`` (BUS_INGRESS_TIMEOUT: the worker passes ``AppConfig.timeouts.ingress``):
-    a request stopped midway is a crash the protocol recovers from, the retry answers once."""
+    ``ingress_seconds`` (BUS_INGRESS_TIMEOUT: the worker passes ``AppConfig.timeouts.ingress``),
+    of which ``spent_seconds`` were used before (the worker's start-up subscription): a
+    request stopped midway is a crash the protocol recovers from, the retry answers once."""
     seconds = ingress_seconds
     try:
         # A W3C traceparent header (untrusted: a malformed one starts a new trace) is the
         # parent of the ingress span, so the messages sent join the caller's trace.
         with continuing(headers):
-            async with asyncio.timeout(seconds):
+            async with asyncio.timeout(max(seconds - spent_seconds, 0.0)):
                 return await _handle(bus, headers, raw)
     except TimeoutError:
         error = (

@@ -12,6 +12,7 @@ outcome log, ``lab.host.chaos``); the deployed app wraps nothing.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,12 +25,14 @@ from shared.bus import Bus, BusApp, BusConfig, Outcome
 from shared.bus.pipeline import queue_text
 from shared.bus.state.rows import EndpointRows
 from shared.bus.state.stores import PostgresDatabase, SqlDatabase, endpoints_rows
+from shared.bus.topics import RecipientLists
 from shared.cleanup.now import cleanup_pass
 from shared.config import AppConfig, build_config, default_bus_config
 from shared.errors import ConfigurationError
-from shared.health import check
+from shared.health import check, check_subscriptions
 from shared.resources import Resources, resources_for
 from shared.settings import Settings, resolve_settings
+from shared.startup_subscription import StartupSubscription
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
 
@@ -90,6 +93,9 @@ class Worker:
         self._account: StorageAccount | None = None
         self._bus: Bus | None = None
         self._sql: PostgresDatabase | None = None
+        self.subscription = StartupSubscription(self.app_config.auto_subscribe, self.config.clock)
+        """The app's own functions subscribe its endpoints on their first invocation
+        (``serving``); the CLI and the tools never do."""
 
     @classmethod
     def from_settings(
@@ -144,6 +150,20 @@ class Worker:
             self._bus = Bus(self.app, account, self.config, sql=sql)
         return self._bus
 
+    async def serving(self, within: float | None = None) -> None:
+        """What each of the app's functions does before its work: the start-up subscription
+        (``shared.startup_subscription``), once per process, never failing the invocation,
+        given up after ``within`` seconds (default: the ingress timeout, the longest a
+        caller is meant to wait)."""
+        seconds = self.app_config.timeouts.ingress if within is None else within
+        await self.subscription.ensure(self.bus(), seconds)
+
+    def recipient_lists(self) -> RecipientLists:
+        """The topics' recipient lists read afresh (no cache), on the worker's account: what
+        health and ``bus status`` check the subscriptions against."""
+        container = self.account().blob_container(self.config.topics_container)
+        return RecipientLists(container, self.config.clock, cache_seconds=0)
+
     async def receive(
         self,
         endpoint: str,
@@ -162,15 +182,26 @@ class Worker:
         return outcome
 
     async def ingress(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str]:
-        """HTTP status and JSON body for ``POST /api/messages`` (see ``shared.http_ingress``)."""
+        """HTTP status and JSON body for ``POST /api/messages`` (see ``shared.http_ingress``).
+        The start-up subscription (``serving``) runs first, within the same ingress timeout:
+        a storage that stops answering still gets the client its 503 in that time."""
+        budget = self.app_config.timeouts.ingress
+        started = time.monotonic()
+        await self.serving(within=budget)
         answer = await http_ingress.handle(
-            self.bus(), headers, body, ingress_seconds=self.app_config.timeouts.ingress
+            self.bus(),
+            headers,
+            body,
+            ingress_seconds=budget,
+            spent_seconds=time.monotonic() - started,
         )
         return answer.status, answer.json()
 
     async def health(self) -> tuple[int, str]:
         """Status and JSON body for the health endpoint (``shared.health.check``): 200 or 503."""
         report = await check(self.account(), self.resources)
+        await check_subscriptions(report, self.app, self.recipient_lists())
+        report.startup_subscription = self.subscription.state
         return (200 if report.healthy else 503), json.dumps(report.as_dict())
 
     async def cleanup(

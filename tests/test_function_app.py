@@ -223,6 +223,10 @@ async def test_health_reports_missing_resources_then_healthy_once_provisioned() 
 
     await provision(account, worker.resources)
     status, body = await worker.health()
+    assert status == 503  # provisioned, but no endpoint is subscribed to what it handles yet
+    assert json.loads(body)["missing"] == []
+    await worker.serving()
+    status, body = await worker.health()
     assert status == 200
     assert json.loads(body)["checked"] > 10
 
@@ -376,6 +380,7 @@ async def test_the_cleanup_timer_logs_one_summary_line_at_info_and_the_report_at
     account = MemoryStorageAccount()
     worker = runtime.Worker(sample_app, sample_settings(), account)
     await provision(account, worker.resources)
+    await worker.serving()  # the start-up subscription, whose lines are not the cleanup's
     timer = declared_functions(worker)["cleanup"].get_user_function()
 
     with caplog.at_level(logging.DEBUG):

@@ -56,6 +56,9 @@ param instanceMemoryMB int = 2048
 @description('Optional. NCRONTAB schedule (six fields, seconds first, UTC) of the cleanup timer function; the host does not index the function without it.')
 param cleanupSchedule string = '0 */5 * * * *'
 
+@description('Optional. The app to run, package.module:attribute naming a BusApp (the BUS_APP app setting); the default is the sample app.')
+param appModule string = 'shared.sample.app:app'
+
 @description('Optional. Extra app settings (name to value), overriding the defaults above. They must not hold secrets; put those in Key Vault and reference them.')
 param additionalAppSettings object = {}
 
@@ -107,6 +110,16 @@ var identityAppSettings = [
   }
 ]
 
+// Which BusApp the worker loads: its endpoints are the queue triggers, the queues it expects
+// and the topics it subscribes to at start-up. A parameter rather than an additional setting,
+// so that a deployment names its app explicitly.
+var busAppSettings = [
+  {
+    name: 'BUS_APP'
+    value: appModule
+  }
+]
+
 var extraAppSettings = [for setting in items(union({ CLEANUP_SCHEDULE: cleanupSchedule }, additionalAppSettings)): {
   name: setting.key
   value: setting.value
@@ -150,7 +163,7 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
       scmMinTlsVersion: '1.2'
       ftpsState: 'Disabled'
       http20Enabled: true
-      appSettings: concat(identityAppSettings, extraAppSettings)
+      appSettings: concat(identityAppSettings, busAppSettings, extraAppSettings)
     }
     functionAppConfig: {
       deployment: {

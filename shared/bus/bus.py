@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
-from shared.bus.app import BusApp, Endpoint, Mode
+from shared.bus.app import BusApp, Mode
 from shared.bus.config import BusConfig
 from shared.bus.ingress import IngressClient
 from shared.bus.modes.entity_outbox import EntityOutboxPipeline
@@ -15,6 +14,7 @@ from shared.bus.pipeline import Outcome, Pipeline
 from shared.bus.receiver import Receiver
 from shared.bus.state.base import EndpointState
 from shared.bus.state.stores import SqlDatabase, endpoint_state
+from shared.bus.subscriptions import handled_topics
 from shared.bus.topics import RecipientLists
 from shared.stores.account import StorageAccount
 
@@ -99,10 +99,7 @@ class Bus:
 
     async def subscribe_all(self) -> list[tuple[str, str]]:
         """Subscribe every endpoint to the topics of the events it handles (idempotent)."""
-        done = []
-        endpoint: Endpoint[Any]
-        for endpoint in self.app.endpoints.values():
-            for topic in endpoint.topics:
-                await self.topics.subscribe(topic, endpoint.name)
-                done.append((topic, endpoint.name))
+        done = handled_topics(self.app)
+        for topic, endpoint in done:
+            await self.topics.subscribe(topic, endpoint)
         return done

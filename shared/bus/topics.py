@@ -9,7 +9,14 @@ from collections.abc import Awaitable, Callable
 from shared.bus.messages import check_topic
 from shared.bus.unsubscribed import UnsubscribedEvents
 from shared.clock import Clock
-from shared.errors import AlreadyExists, ConflictRetriesExhausted, NotFound, PreconditionFailed
+from shared.errors import (
+    AlreadyExists,
+    ConflictRetriesExhausted,
+    CorruptRecord,
+    NotFound,
+    PreconditionFailed,
+)
+from shared.logsafe import shown
 from shared.resources import check_endpoint_name
 from shared.stores.blob import BlobContainer
 
@@ -19,6 +26,23 @@ MAX_CAS_ROUNDS = 20
 
 def blob_name(topic: str) -> str:
     return f"{check_topic(topic)}.json"
+
+
+def recipients_in(data: bytes, name: str) -> list[str]:
+    """The subscribers a recipient-list blob names. Anyone with write access to the container
+    can put anything there: what the bus did not write is a CorruptRecord naming the blob,
+    never a crash of the worker reading it."""
+    try:
+        subscribers = json.loads(data)["subscribers"]
+    except (ValueError, TypeError, KeyError):
+        subscribers = None
+    if not isinstance(subscribers, list) or not all(isinstance(s, str) for s in subscribers):
+        raise CorruptRecord(
+            f"topic recipient list {shown(name)} is not the bus's JSON "
+            '({"topic": ..., "subscribers": [endpoint names]}): delete that blob, then run '
+            "`bus subscribe --all`"
+        )
+    return subscribers
 
 
 class RecipientLists:
@@ -40,7 +64,7 @@ class RecipientLists:
             return cached[1]
         try:
             blob = await self._container.read(blob_name(topic))
-            subscribers = tuple(json.loads(blob.data)["subscribers"])
+            subscribers = tuple(recipients_in(blob.data, blob_name(topic)))
         except NotFound:
             subscribers = ()
         self._cache[topic] = (now, subscribers)
@@ -60,7 +84,7 @@ class RecipientLists:
         for _ in range(MAX_CAS_ROUNDS):
             try:
                 blob = await self._container.read(name)
-                current = set(json.loads(blob.data)["subscribers"])
+                current = set(recipients_in(blob.data, name))
                 etag: str | None = blob.etag
             except NotFound:
                 current, etag = set(), None

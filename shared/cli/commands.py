@@ -17,6 +17,7 @@ from typing import Any
 
 from shared.account_in_use import AccountInUse
 from shared.bus import Command
+from shared.bus.subscriptions import MissingSubscription, missing_subscriptions
 from shared.bus.unsubscribed import unsubscribed_counts
 from shared.cleanup.summary import cleanup_summary
 from shared.cli.records import count_records, describe
@@ -128,7 +129,8 @@ async def subscribe_command(
 
 async def status_report(worker: Worker, progress: bool | None) -> dict[str, Any]:
     """Queue depths, poison counts and the mode's deduplication records per endpoint; tokens
-    in flight; events dropped for want of a subscriber."""
+    in flight; events dropped for want of a subscriber; handling endpoints not subscribed to
+    their topics."""
     account, endpoints = worker.account(), list(worker.app.endpoints.values())
     rows: dict[str, dict[str, Any]] = {}
     missing: list[str] = []
@@ -160,14 +162,16 @@ async def status_report(worker: Worker, progress: bool | None) -> dict[str, Any]
     topics = account.blob_container(worker.config.topics_container)
     try:
         dropped = await unsubscribed_counts(topics)
+        gaps = await missing_subscriptions(worker.app, worker.recipient_lists())
     except NotFound:
-        dropped = {}
+        dropped, gaps = {}, []
         missing.append("container topics")
     return {
         "endpoints": rows,
         "tokens_in_flight": sum(senders.values()),
         "tokens_by_sender": dict(sorted(senders.items())),
         "unsubscribed_events": dropped,
+        "unsubscribed_handlers": [gap.as_dict() for gap in gaps],
         "missing": missing,
     }
 
@@ -201,12 +205,15 @@ async def status_command(
         )
         for topic, count in report["unsubscribed_events"].items():
             say(f"events dropped, topic {topic} has no subscriber: {count}")
+        for gap in report["unsubscribed_handlers"]:
+            say(f"not subscribed: {MissingSubscription(gap['topic'], gap['endpoint'])}")
         for item in report["missing"]:
             say(f"missing: {item} (run `bus provision`)")
     if report["missing"]:
         return EXIT_CONFIGURATION
     poisoned = sum(row["poison"] or 0 for row in report["endpoints"].values())
-    return EXIT_UNHEALTHY if check and poisoned else EXIT_OK
+    unhealthy = poisoned or report["unsubscribed_handlers"]
+    return EXIT_UNHEALTHY if check and unhealthy else EXIT_OK
 
 
 async def cleanup_command(

@@ -164,7 +164,11 @@ def parser(app: BusApp | None = None) -> argparse.ArgumentParser:
         "status", help="queue depths, poison counts, each mode's dedup records, tokens"
     )
     s.add_argument("--json", action="store_true", help="machine-readable output")
-    s.add_argument("--check", action="store_true", help="exit 4 when poison messages wait")
+    s.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 4 when poison messages wait or a handling endpoint is not subscribed",
+    )
 
     s = sub.add_parser("poison", help="inspect poison messages")
     poison = s.add_subparsers(dest="poison_command", required=True, metavar="subcommand")

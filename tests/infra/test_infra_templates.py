@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from provisioned import INFRA_DIR, bicep_files, dotted, parse_bicep, unwrap, walk
 
+from shared.app_loader import APP_SETTING, DEFAULT_APP, load_app
+
 MAIN = INFRA_DIR / "main.bicep"
 APP = INFRA_DIR / "app"
 DEPLOY_MD = INFRA_DIR.parent / "docs" / "deploy.md"
@@ -537,6 +539,26 @@ def test_function_app_settings_are_identity_based() -> None:
         "WEBSITE_CONTENTAZUREFILECONNECTIONSTRING",
     ):
         assert forbidden not in settings
+
+
+def test_main_app_module_parameter_sets_bus_app() -> None:
+    """Without it a deployment runs the sample app whatever the published folder holds."""
+    main = load("main.bicep")
+    assert main["parameters"]["appModule"]["type"] == "string"
+    assert main["parameters"]["appModule"]["default"] == DEFAULT_APP
+    (module,) = modules_by_path(main, "app/function-app.bicep").values()
+    _, _, body = unwrap(module["config"])
+    assert dotted(body["params"]["appModule"]) == "appModule"
+    function_app = load("app/function-app.bicep")
+    assert function_app["parameters"]["appModule"]["default"] == DEFAULT_APP
+    assert dotted(app_settings(function_app)[APP_SETTING]) == "appModule"
+
+
+def test_the_parameters_file_names_an_app_that_loads() -> None:
+    document = json.loads((INFRA_DIR / "main.parameters.json").read_text(encoding="utf-8"))
+    reference = document["parameters"]["appModule"]["value"]
+    assert reference == DEFAULT_APP
+    assert load_app(reference).endpoints
 
 
 def test_function_app_runs_on_flex_consumption_as_the_identity() -> None:
