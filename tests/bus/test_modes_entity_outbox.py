@@ -83,7 +83,7 @@ def test_an_outbox_map_that_would_break_a_table_limit_is_refused_before_azure_wo
     with pytest.raises(TooLarge):  # what the limit protects from
         normalise_entity(full.to_entity(1 << 30))
     big_state = StateEntity("p", "Notes", Notes(text="x" * 40000).model_dump_json())
-    with pytest.raises(EntityOutboxFull, match="a table property holds at most 65536"):
+    with pytest.raises(TooLarge, match="Table Storage allows 64 KiB per property"):
         big_state.to_entity(960 * 1024)
 
 

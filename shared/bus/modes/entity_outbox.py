@@ -13,8 +13,9 @@ state: it dispatches ``out`` again if it is still there, and does nothing else.
 The entity grows with the map. Dispatched entries older than
 ``BusConfig.entity_outbox_retention_seconds`` are dropped whenever the entity is written, and
 by ``expire_entity_outboxes`` for entities that are not. An entity that would exceed
-``BusConfig.entity_max_bytes`` (below Azure's 1 MiB), a property over 64 KiB or Azure's
-property count is refused with ``EntityOutboxFull`` before anything is written.
+``BusConfig.entity_max_bytes`` (below Azure's 1 MiB) or Azure's property count is refused
+with ``EntityOutboxFull`` before anything is written, and retried (expiry may make room); a
+business state over a 64 KiB property is refused as ``TooLarge``, which no retry mends.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal
 from shared.bus.state.damaged import ROW_ERRORS, OnDamaged, pass_over
 from shared.bus.state.rows import EndpointRows, mode_rows
 from shared.clock import to_datetime
-from shared.errors import NotFound, PreconditionFailed
+from shared.errors import NotFound, PreconditionFailed, TooLarge
 from shared.stores.blob import BlobContainer
 from shared.stores.names import MAX_CUSTOM_PROPERTIES, MAX_PROPERTY_BYTES
 from shared.stores.table import Entity, Table, TableOperation
@@ -117,9 +118,11 @@ class StateEntity:
         parts = [text[i : i + PART_CHARS] for i in range(0, len(text), PART_CHARS)]
         where = f"entity-outbox state of partition {self.partition_key!r}"
         if len(data) * 2 > MAX_PROPERTY_BYTES:
-            raise EntityOutboxFull(
-                f"{where}: the business state is {len(data) * 2} bytes; a table property "
-                f"holds at most {MAX_PROPERTY_BYTES}"
+            # A storage limit the message's own run reached, which no expiry of the outbox
+            # map mends (unlike the two below): the pipeline parks the message at once.
+            raise TooLarge(
+                f"{where}: the business state is {len(data) * 2:,} bytes; Table Storage "
+                f"allows {MAX_PROPERTY_BYTES // 1024} KiB per property"
             )
         if len(parts) + _FIXED_PROPERTIES > MAX_CUSTOM_PROPERTIES:
             raise EntityOutboxFull(
