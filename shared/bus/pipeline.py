@@ -149,7 +149,8 @@ class Pipeline(abc.ABC):
         """Process one queue message. Returns normally when the message may be acknowledged;
         raises when the host should redeliver it (handler errors, storage outages), except
         on the last delivery (``BusConfig.max_dequeue_count``), where the message is parked
-        with its last error instead. Logs one line per message with its outcome.
+        with its last error instead, and for a ``PermanentFailure``, parked on the try that
+        hit it (docs/retries.md). Logs one line per message with its outcome.
         ``enqueued_at`` (the queue message's insertion time) goes into a poison reason."""
         started = time.monotonic()
         trace = self.config.telemetry.receiving(
