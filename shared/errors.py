@@ -83,12 +83,26 @@ class MessageSchemaError(BusError):
     """The envelope body does not validate against the registered message model."""
 
 
-class MessageTooLarge(BusError):
+class PermanentFailure(BusError):
+    """Processing this message cannot succeed however often it is tried: the bus parks it in
+    the poison queue at once, with this error as its reason, whatever the endpoint's retry
+    policy. Raised only before anything of the message's round committed, so parking it
+    loses nothing and ``bus replay`` can run it again once the cause is fixed."""
+
+
+class MessageTooLarge(PermanentFailure):
     """An outgoing message (or the set of them) exceeds the configured limits; refused at send
-    time so that nothing is half-sent."""
+    time so that nothing is half-sent. At an entry point (``bus send``, the HTTP ingress, a
+    bulk row) it is bad input; in a handler, the same message would be refused on every try."""
 
 
-class DoNotRetry(BusError):
+class LimitExceeded(PermanentFailure):
+    """A write whose size the message fixes (the endpoint's state after the handler, its
+    dedup record, its audit row) is over a storage limit, so the commit was refused and
+    nothing was written. The text names the row, the size and the limit."""
+
+
+class DoNotRetry(PermanentFailure):
     """Raised by a handler for a message that can never succeed (a business rule refuses it,
     a referenced record is gone for good): the bus parks it in the poison queue at once, with
     this error as its reason, whatever the endpoint's retry policy. Nothing it did commits;

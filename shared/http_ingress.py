@@ -279,7 +279,11 @@ async def handle(
 async def _handle(bus: Bus, headers: Mapping[str, str], raw: bytes) -> Answer:
     limit = bus.config.max_payload_bytes + ENVELOPE_SLACK_BYTES
     if len(raw) > limit:
-        return Answer(413, {"error": f"request body is {len(raw)} bytes; the limit is {limit}"})
+        error = (
+            f"request body is {len(raw):,} bytes; the limit is {limit:,} bytes "
+            f"(BUS_MAX_PAYLOAD_BYTES and {ENVELOPE_SLACK_BYTES:,} for the request's own fields)"
+        )
+        return Answer(413, {"error": error})
     key = _header(headers, IDEMPOTENCY_HEADER)
     if key is None or not key.strip():
         return Answer(400, {"error": f"the {IDEMPOTENCY_HEADER} header is required"})

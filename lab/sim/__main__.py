@@ -22,6 +22,8 @@ and, in token mode, with up to one deviation and one fault:
    grace period while cleanup passes run (also with two deviations and no fault);
 10. ``small-delay``: a delayed message, its copies and crashes around its send (NoEarlyDelivery);
 11. ``small-retry``: a handler failing twice under a retry policy (immediate, then delayed);
+12. ``small-oversized``: a handler whose state outgrows a table entity (parked at once,
+    replayed by the operator once quiet);
 and then seeded random search over larger configurations in every mode for the rest of the
 time budget. With two cores the phases are dealt to two processes (``DEFAULT_PLAN``), each
 then searching its own random seeds. ``--mode`` keeps the phases and random runs of one mode.
@@ -73,6 +75,7 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-partition-postgres-state_based", 1, 1),
         ("small-delay", 1, 1),
         ("small-retry", 1, 1),
+        ("small-oversized", 1, 1),
     ),
     (
         ("small-sweep", 1, 1),

@@ -90,6 +90,16 @@ CONFIGS: dict[str, SimConfig] = {
             failures=2,
             retry=RetryPolicy(immediate=1, delays=(40.0,), jitter=0.0),
         ),
+        # second's handler grows its state over a table property on its first run (issue
+        # 35), under the same policy: parked on that try with nothing committed, replayed by
+        # the operator once quiet, then applied once, its outputs sent once.
+        SimConfig(
+            name="small-oversized",
+            shape="chain",
+            copies=1,
+            oversized=1,
+            retry=RetryPolicy(immediate=1, delays=(40.0,), jitter=0.0),
+        ),
         # Outside the timing assumptions: a process may also stall before any operation for
         # longer than the grace period (a paused machine) while a cleanup pass runs. Not
         # part of the default exploration: the cleanup's safety rests on those assumptions

@@ -15,7 +15,10 @@ inconsistent output, an entry processed before its message's due time is an earl
 
 Options: ``delay`` makes the first endpoint's Step a delayed message (seconds); ``failures``
 makes the second endpoint's Step handler fail that many times per message (a flaky
-dependency, outside the state), under the retry policy ``retry`` of that endpoint.
+dependency, outside the state), under the retry policy ``retry`` of that endpoint;
+``oversized`` makes its next runs (after those failures) grow the partition's state past a
+table entity, a failure no retry mends: the message is parked at once, and the world
+replays it once quiet (``SimConfig.oversized``).
 
 The logical name travels in every message body: a client's Start carries its idempotency key
 (``request``), and each output carries its cause's name and the hop (``path``). Message ids
@@ -79,6 +82,14 @@ class Journal(BaseModel):
     """What one partition of one endpoint applied, in order."""
 
     applied: list[Applied] = []
+    ballast: str = ""
+    """Filled only by a run that must fail on the state's size (``build_app(oversized=)``):
+    such a run never commits, so every stored journal has none."""
+
+
+BALLAST = "b" * 600_000
+"""1,200,000 bytes as Table Storage counts a text: past the 1 MiB an entity holds (and the
+entity outbox's ``entity_max_bytes``), however its properties spread it."""
 
 
 def digest(ctx: HandlerContext[Journal]) -> str:
@@ -120,6 +131,7 @@ def build_app(
     delay: float = 0.0,
     failures: int = 0,
     retry: RetryPolicy | None = None,
+    oversized: int = 0,
 ) -> SimApp:
     """The simulated application; ``mode`` is the endpoint mode every endpoint uses and
     ``suffix`` keeps the names of concurrent runs on one real account apart."""
@@ -153,6 +165,8 @@ def build_app(
         runs[message.path] = runs.get(message.path, 0) + 1
         if runs[message.path] <= failures:
             raise RuntimeError(f"flaky dependency: run {runs[message.path]} of {message.path}")
+        if runs[message.path] <= failures + oversized:
+            ctx.state.ballast = BALLAST  # the commit is refused: a permanent failure
         record(ctx, message.path)
         if shape in ("chain", "mixed"):
             ctx.send(

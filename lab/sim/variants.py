@@ -26,7 +26,7 @@ from shared.bus.modes.entity_outbox import StateEntity
 from shared.bus.modes.processed_table import PROCESSED_PREFIX
 from shared.bus.modes.state_based import INDEX_PREFIX, VERSION_PREFIX
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
-from shared.errors import AlreadyExists, NotFound, OutcomeUnknown
+from shared.errors import AlreadyExists, NotFound, OutcomeUnknown, TooLarge
 from shared.stores.account import StorageAccount
 from shared.stores.blob import BlobContainer, BlobProperties
 from shared.stores.delegating import (
@@ -42,6 +42,7 @@ from shared.stores.table import (
     Table,
     TableOperation,
     Update,
+    normalise_entity,
     operation_key,
 )
 
@@ -151,6 +152,43 @@ NO_OUTBOX_IN_COMMIT = Variant(
     "no-outbox-in-commit",
     "R5: state and O(m) commit in one transaction",
     wrap=lambda account: _Account(account, table=_OutboxDropped),
+)
+
+
+# -- a message parked after part of its commit landed ---------------------------------------
+
+
+class _RefusedInPart(_Table):
+    """A transaction refused for a row's size still writes the rows that fit: the message
+    is parked (a permanent failure) after part of its commit landed, where a real table
+    transaction, refused, writes nothing."""
+
+    async def transact(self, operations: Sequence[TableOperation]) -> list[str | None]:
+        try:
+            return await self.inner.transact(operations)
+        except TooLarge:
+            fitting = [op for op in operations if not _too_large(op)]
+            if fitting:
+                await self.inner.transact(fitting)
+            raise
+
+
+def _too_large(operation: TableOperation) -> bool:
+    if isinstance(operation, Delete):
+        return False
+    try:
+        normalise_entity(operation.entity)
+    except TooLarge:
+        return True
+    return False
+
+
+PARKED_AFTER_PARTIAL_COMMIT = Variant(
+    "parked-after-partial-commit",
+    "a message is parked at once only when nothing of its commit was written",
+    wrap=lambda account: _Account(account, table=_RefusedInPart),
+    # Entity-outbox mode refuses its oversized state row before the transaction is sent.
+    modes=("token", "processed_messages", "state_based"),
 )
 
 
@@ -446,6 +484,7 @@ VARIANTS = {
     for v in (
         NO_CLAIM,
         NO_OUTBOX_IN_COMMIT,
+        PARKED_AFTER_PARTIAL_COMMIT,
         DELETE_BEFORE_SEND,
         REUSED_ATTEMPT_ID,
         INGRESS_DOUBLE_SEND,

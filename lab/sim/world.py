@@ -67,6 +67,7 @@ from shared.bus.envelope import Signal
 from shared.bus.ingress import INGRESS_ROW, record_key
 from shared.bus.origin import Origin
 from shared.bus.outgoing import ORIGIN_METADATA
+from shared.bus.poison import replay
 from shared.bus.state.base import EndpointState
 from shared.bus.state.instrumented import InstrumentedSql
 from shared.bus.state.memory_sql import MemorySqlDatabase
@@ -182,6 +183,11 @@ class SimConfig:
     """The second endpoint's Step handler fails this many times per message."""
     retry: RetryPolicy | None = None
     """The second endpoint's retry policy (None: the host's retries)."""
+    oversized: int = 0
+    """The second endpoint's Step handler then grows its state over a table property this
+    many times per message: a permanent failure, parked on that try whatever the policy.
+    Once the run is quiet the operator replays what is parked (the cause fixed), as often
+    as this many times: NoLostMessages then holds as in any run."""
     stall_outlasts_audit: bool = True
     """Unbounded timing: a stall also outlasts the audit retention (the audit rows are
     removed while it lasts). Every mode inserts the audit row in its commit, so while the
@@ -343,6 +349,7 @@ class World:
             delay=config.delay,
             failures=config.failures,
             retry=config.retry,
+            oversized=config.oversized,
         )
         self.sql = MemorySqlDatabase() if config.store == "postgres" else None
         if self.sql is not None:
@@ -408,6 +415,7 @@ class World:
         self._fault_kinds: dict[str, tuple[list[Fault | Stall | None], list[float]]] = {}
         self._lands: dict[int, Action] = {}
         self.ticks = self.sweeps_started = self.duplicates_sent = self.faults = self.waited = 0
+        self.replays = 0
         self.sends_left = dict.fromkeys(range(config.messages), config.client_sends)
         self.retries_left = dict.fromkeys(range(config.messages), config.client_retries)
         self.receipts: set[int] = set()
@@ -618,6 +626,25 @@ class World:
             f"{len(self.trace):4} time passes beyond the grace period (the redelivery is "
             "late); a cleanup pass runs"
         )
+
+    async def _replay_parked(self) -> bool:
+        """With ``SimConfig.oversized``: the run is quiet and messages are parked; the
+        operator replays them (``bus replay``), as often as the configuration allows.
+        False when there is nothing to replay."""
+        if self.replays >= self.config.oversized:
+            return False
+        replayed = 0
+        for endpoint in self.endpoints:
+            replayed += await replay(
+                self.quiet_account, endpoint, container=self.bus_config.parked_container
+            )
+        if not replayed:
+            return False
+        self.replays += 1
+        self._queues = {}
+        self.fingerprint.barrier("replay")
+        self.trace.append(f"{len(self.trace):4} the operator replays {replayed} parked message(s)")
+        return True
 
     async def perform(self, action: Action) -> None:
         number = len(self.trace)
@@ -916,6 +943,8 @@ class World:
                 await self._wait()
                 continue
             if not actions and not self._stalled():
+                if await self._replay_parked():
+                    continue
                 return []
             if not actions:
                 await self._resume()

@@ -94,6 +94,6 @@ def check_payload_size(message: Message, limit: int) -> None:
     size = len(message.model_dump_json().encode())
     if size > limit:
         raise MessageTooLarge(
-            f"{type(message).__name__} body is {size} bytes; the limit is {limit} "
-            "(BusConfig.max_payload_bytes)"
+            f"{type(message).__name__} body is {size:,} bytes; the limit is {limit:,} bytes "
+            "(BUS_MAX_PAYLOAD_BYTES)"
         )

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import abc
 import base64
+import contextlib
 import enum
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -38,11 +39,13 @@ from shared.bus.telemetry import Receiving
 from shared.bus.topics import RecipientLists
 from shared.clock import to_datetime
 from shared.errors import (
-    DoNotRetry,
     InvalidName,
+    LimitExceeded,
     MalformedSignal,
     MessageSchemaError,
     NotFound,
+    PermanentFailure,
+    TooLarge,
     UnknownMessageType,
 )
 from shared.logsafe import REASON_CHARS, problems, shown
@@ -146,7 +149,8 @@ class Pipeline(abc.ABC):
         """Process one queue message. Returns normally when the message may be acknowledged;
         raises when the host should redeliver it (handler errors, storage outages), except
         on the last delivery (``BusConfig.max_dequeue_count``), where the message is parked
-        with its last error instead. Logs one line per message with its outcome.
+        with its last error instead, and for a ``PermanentFailure``, parked on the try that
+        hit it (docs/retries.md). Logs one line per message with its outcome.
         ``enqueued_at`` (the queue message's insertion time) goes into a poison reason."""
         started = time.monotonic()
         trace = self.config.telemetry.receiving(
@@ -178,7 +182,7 @@ class Pipeline(abc.ABC):
         while True:
             try:
                 return await self._receive(delivery)
-            except DoNotRetry:
+            except PermanentFailure:
                 raise
             except Exception as error:
                 policy = self.endpoint.retry_policy(delivery.message_type)
@@ -216,10 +220,10 @@ class Pipeline(abc.ABC):
             return Outcome.DEFERRED
 
     async def _failed(self, delivery: Delivery, error: Exception) -> Outcome:
-        """Park the message at once (``DoNotRetry``), schedule its next delayed retry or park
-        it when they are used up (a retry policy), or else give it back to the host and park
-        it with the error on the host's last try."""
-        if isinstance(error, DoNotRetry):
+        """Park the message at once (a ``PermanentFailure``: ``DoNotRetry``, a limit), schedule
+        its next delayed retry or park it when they are used up (a retry policy), or else give
+        it back to the host and park it with the error on the host's last try."""
+        if isinstance(error, PermanentFailure):
             return await self._park_failed(delivery, delivery.raw, error, "not retried")
         policy = self.endpoint.retry_policy(delivery.message_type)
         if policy is not None and delivery.signal is not None:
@@ -300,6 +304,24 @@ class Pipeline(abc.ABC):
             reason = replace(reason, reason=f"{reason.reason} ({note})")
         await self._park(raw, reason)
         return Outcome.POISONED
+
+    @contextlib.contextmanager
+    def _within_limits(self) -> Iterator[None]:
+        """Around building and committing a round's rows: a storage limit they hit becomes
+        ``LimitExceeded``, which parks the message at once. Their sizes are fixed by the
+        message and the state it finds (the handler is deterministic), so a retry would hit
+        the limit again. Parking is safe because a refused commit wrote nothing: the size
+        checks run before any request is sent, Table Storage applies a transaction's
+        operations all or none (a 413 or 'EntityTooLarge' refuses the whole batch), and
+        PostgreSQL rolls the transaction back. A limit hit anywhere else (after the commit,
+        or by a write whose size the message does not fix) stays an ordinary, retried
+        error."""
+        try:
+            yield
+        except TooLarge as e:
+            raise LimitExceeded(
+                f"endpoint {self.endpoint.name} cannot commit this message: {e}"
+            ) from e
 
     @abc.abstractmethod
     async def _process(self, signal: Signal, delivery: Delivery) -> Outcome:

@@ -31,6 +31,7 @@ from shared.errors import (
     MessageSchemaError,
     NotFound,
     OutcomeUnknown,
+    PermanentFailure,
     PreconditionFailed,
     TransactionFailed,
     UnknownMessageType,
@@ -224,18 +225,25 @@ class Receiver(Pipeline):
         )
         created = await self._create_outputs(context, envelope, outbox_row(envelope.id), abandoned)
         now = to_datetime(self.config.clock())
-        committed = outbox.committing(created.committed_candidates, abandoned, now)
-        audit = self._audit(envelope, committed.outgoing, now)
-        write = StateWrite(
-            envelope.partition_key,
-            type(state).__name__,
-            state.model_dump_json(),
-            None if stored is None else stored.version,
-        )
-        span = self.config.telemetry.committing(endpoint.name, self.mode, len(committed.outgoing))
         try:
-            with within(span):
+            committed = outbox.committing(created.committed_candidates, abandoned, now)
+            audit = self._audit(envelope, committed.outgoing, now)
+            write = StateWrite(
+                envelope.partition_key,
+                type(state).__name__,
+                state.model_dump_json(),
+                None if stored is None else stored.version,
+            )
+            span = self.config.telemetry.committing(
+                endpoint.name, self.mode, len(committed.outgoing)
+            )
+            with within(span), self._within_limits():
                 version = await transaction.commit(write, committed, audit)
+        except PermanentFailure:
+            # Refused before or by the commit, which wrote nothing: the message parks, and
+            # these tokens are never committed.
+            await discard_tokens(self.tokens, created.committed_candidates)
+            raise
         except TransactionFailed as e:
             # Someone else committed O(m) or changed the partition's state first. Our tokens
             # were created successfully and will never be committed: discard them now.

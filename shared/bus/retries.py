@@ -21,7 +21,8 @@ which retries after host.json's ``visibilityTimeout`` until ``maxDequeueCount``.
   ``maxDequeueCount``; the new signal starts at dequeue count 0 instead.
 - After the last delayed retry the message is parked with its last error as the reason,
   without its retry number, so that ``bus replay`` starts the policy afresh.
-- A handler that raises ``DoNotRetry`` is parked at once, with its reason, under any policy.
+- A handler that raises ``DoNotRetry`` is parked at once, with its reason, under any policy;
+  so is every other ``PermanentFailure`` (a state or an output over a limit: docs/retries.md).
 
 The retry number in a signal is not trusted for anything but counting: a forged one can only
 make that copy's retries end sooner or later, never skip or repeat an effect.

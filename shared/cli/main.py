@@ -40,6 +40,7 @@ from shared.errors import (
     BusError,
     ConfigurationError,
     InvalidName,
+    MessageTooLarge,
     NotFound,
     OutcomeUnknown,
     StorageError,
@@ -467,7 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         commands.reader_gone()
         return commands.EXIT_OK
-    except (BadRequest, InvalidName, ValueError) as e:
+    except (BadRequest, InvalidName, ValueError, MessageTooLarge) as e:
+        # MessageTooLarge here is the input's: the ingress refused it before writing.
         print(f"bus: {e}", file=sys.stderr)
         return commands.EXIT_USAGE
     except ConfigurationError as e:

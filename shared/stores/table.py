@@ -151,13 +151,22 @@ def normalise_entity(entity: Entity, *, table_sizes: bool = True) -> Entity:
         size = _value_size(value)
         if table_sizes and size > MAX_PROPERTY_BYTES:
             raise TooLarge(
-                f"property {name!r} is {size} bytes; Table Storage allows {MAX_PROPERTY_BYTES}"
+                f"{_row(entity)}: property {name!r} is {size:,} bytes; Table Storage allows "
+                f"{MAX_PROPERTY_BYTES // 1024} KiB per property"
             )
         total += size + len(name) * 2
         clean[name] = value
     if table_sizes and total > MAX_ENTITY_BYTES:
-        raise TooLarge(f"entity is about {total} bytes; Table Storage allows {MAX_ENTITY_BYTES}")
+        raise TooLarge(
+            f"{_row(entity)} is about {total:,} bytes; Table Storage allows "
+            f"{MAX_ENTITY_BYTES // 1024 // 1024} MiB per entity"
+        )
     return Entity(entity.partition_key, entity.row_key, clean, entity.etag)
+
+
+def _row(entity: Entity) -> str:
+    """The entity as a refusal names it: its keys, which the caller checked."""
+    return f"row {entity.partition_key!r}/{entity.row_key!r}"
 
 
 def check_transaction(operations: Sequence[TableOperation]) -> str:

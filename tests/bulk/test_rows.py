@@ -125,7 +125,7 @@ def test_a_row_too_large_for_a_message_is_rejected() -> None:
         body_columns=order.fields,
     )
     assert isinstance(outcome, Rejected)
-    assert "the limit is" in outcome.reason
+    assert "the limit is 262,144 bytes (BUS_MAX_PAYLOAD_BYTES)" in outcome.reason
     assert len(outcome.row) <= 10_000
 
 

@@ -42,6 +42,7 @@ from tests.bus.harness import (
     endpoint_mode,  # noqa: F401  (fixture "mode")
     per_mode_backend,  # noqa: F401  (fixture "backend": one per store and mode)
 )
+from tests.bus.test_permanent_failures import NOTE, Keep, notes_app
 from tests.conftest import Backend, unique_name
 
 pytestmark = pytest.mark.parametrize(
@@ -441,3 +442,26 @@ async def test_a_repeated_idempotency_key_is_a_deduplicated_ingress_in_the_calle
     assert not [s for s in telemetry.named("create ") if parent_of(s) == span_id(repeat)]
     [resent] = [s for s in telemetry.named("send ") if parent_of(s) == span_id(repeat)]
     assert (resent.attributes or {})["messaging.message.id"] == placed
+
+
+async def test_a_permanent_failure_is_counted_as_poisoned_once(
+    backend: Backend, mode: Mode, telemetry: Telemetry
+) -> None:
+    """Issue 35: a state over a table property parks on its first try and counts as the
+    other parkings do, once, under a policy that would have retried it."""
+    runs: Counter[str] = Counter()
+    name = f"notes{unique_name('')[:8]}"
+    harness = await Harness.create(
+        backend,
+        notes_app(name, mode, runs),
+        tracer_provider=telemetry.tracer_provider,
+        meter_provider=telemetry.meter_provider,
+    )
+    await harness.setup_bus.client().send(Keep(key="k", note=NOTE), to=name, idempotency_key="k")
+
+    await harness.run_until_quiet(max_passes=3)
+
+    assert runs["keep"] == 1
+    telemetry.receive(name, "poisoned")
+    assert telemetry.counted("bus.messages.poisoned") == {(name, "poisoned"): 1}
+    assert telemetry.counted("bus.messages.processed") == {}

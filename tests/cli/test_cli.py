@@ -201,6 +201,32 @@ def test_bad_input_exits_2_with_the_reason(bus: Run, args: list[str], message: s
     assert message in err
 
 
+def test_a_body_over_the_payload_limit_exits_2_and_sends_nothing(
+    bus: Run, emulator: AzuriteEndpoints, tmp_path: Path
+) -> None:
+    """Issue 35: a 1 MB body exited 1, "failed", as if storage had refused it."""
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps({**json.loads(ORDER), "customer": "x" * 1_000_000}))
+
+    async def sent() -> tuple[int, int, bool]:
+        config = bus_config()
+        async with account(emulator) as storage:
+            tokens = [b async for b in storage.blob_container(config.tokens_container).list()]
+            rows = [e async for e in storage.table(config.ingress_table).query_all()]
+            depth = await storage.queue("orders").approximate_count()
+            return len(tokens), depth, any(e.partition_key.endswith("cli-big") for e in rows)
+
+    before = asyncio.run(sent())
+    code, out, err = bus("send", "PlaceOrder", "--key", "cli-big", "--body", f"@{big}")
+
+    assert (code, out) == (2, "")
+    assert "PlaceOrder body is 1,000,0" in err
+    assert "the limit is 262,144 bytes (BUS_MAX_PAYLOAD_BYTES)" in err
+    assert "failed" not in err
+    assert asyncio.run(sent()) == before
+    assert before[2] is False
+
+
 def test_usage_errors_exit_2(bus: Run) -> None:
     for args in (["subscribe", "onlytopic"], ["replay"], ["frobnicate"]):
         with pytest.raises(SystemExit) as exited:

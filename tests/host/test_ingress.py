@@ -182,6 +182,22 @@ async def served(bus: Bus, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Tes
         yield client
 
 
+async def test_a_megabyte_post_is_a_413_naming_the_limit_and_sends_nothing(
+    served: TestClient[Any, Any], bus: Bus
+) -> None:
+    """Issue 35: the entry points refuse input over a limit before writing anything."""
+    order = {**ORDER, "body": {**ORDER["body"], "customer": "c" * 1_000_000}}
+    response = await served.post(
+        "/api/messages?code=fn", json=order, headers={"Idempotency-Key": "http-big"}
+    )
+    assert response.status == 413
+    error = (await response.json())["error"]
+    assert "the limit is 266,240 bytes (BUS_MAX_PAYLOAD_BYTES and 4,096" in error
+    assert await bus.account.queue("orders").approximate_count() == 0
+    assert (await bus.account.table(bus.config.ingress_table).query()).entities == []
+    assert [b async for b in bus.account.blob_container(bus.config.tokens_container).list()] == []
+
+
 async def test_the_ingress_function_answers_over_http_with_function_keys(
     served: TestClient[Any, Any],
 ) -> None:

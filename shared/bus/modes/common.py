@@ -30,6 +30,7 @@ from shared.bus.telemetry import within
 from shared.errors import (
     CorruptRecord,
     InvalidValue,
+    LimitExceeded,
     NotFound,
     OutcomeUnknown,
     PreconditionFailed,
@@ -131,8 +132,9 @@ class ModePipeline(Pipeline):
     ) -> list[str | None]:
         """Commit the round's rows and audit row, or clean up after it and raise Conflict."""
         try:
-            operations, audit = build()
-            audit.to_entity()  # the audit row's limits, the same in every store
+            with self._within_limits():
+                operations, audit = build()
+                audit.to_entity()  # the audit row's limits, the same in every store
         except Exception:
             # Refused before anything was written (a limit): these tokens never commit.
             await discard_tokens(self.tokens, created.committed_candidates)
@@ -140,8 +142,12 @@ class ModePipeline(Pipeline):
         outputs = len(created.committed_candidates)
         span = self.config.telemetry.committing(self.endpoint.name, self.mode, outputs)
         try:
-            with within(span):
+            with within(span), self._within_limits():
                 return await transaction.commit(operations, audit)
+        except LimitExceeded:
+            # Refused whole, nothing written: these tokens never commit (the message parks).
+            await discard_tokens(self.tokens, created.committed_candidates)
+            raise
         except TransactionFailed as e:
             # Another copy or another message changed the partition first: our tokens were
             # created successfully and will never be committed, so no late copy can appear.

@@ -14,8 +14,10 @@ The entity grows with the map. Dispatched entries older than
 ``BusConfig.entity_outbox_retention_seconds`` are dropped whenever the entity is written, and
 by ``expire_entity_outboxes`` for entities that are not. An entity that would exceed
 ``BusConfig.entity_max_bytes`` (below Azure's 1 MiB) or Azure's property count is refused
-with ``EntityOutboxFull`` before anything is written. A business state longer than one
-property is spread across parts by the rows it is written to (``shared.stores.spread``).
+with ``EntityOutboxFull`` before anything is written, and retried (expiry may make room); a
+business state that alone would not fit is refused as ``TooLarge``, which no retry mends. A
+business state longer than one property is spread across parts by the rows it is written to
+(``shared.stores.spread``).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal
 from shared.bus.state.damaged import ROW_ERRORS, OnDamaged, pass_over
 from shared.bus.state.rows import EndpointRows, mode_rows
 from shared.clock import to_datetime
-from shared.errors import NotFound, PreconditionFailed
+from shared.errors import NotFound, PreconditionFailed, TooLarge
 from shared.stores.blob import BlobContainer
 from shared.stores.names import MAX_CUSTOM_PROPERTIES, MAX_PROPERTY_BYTES
 from shared.stores.spread import spread
@@ -53,6 +55,12 @@ PART_PREFIX = "outbox_"
 PART_CHARS = (MAX_PROPERTY_BYTES - 1024) // 2  # strings are stored as UTF-16
 # Properties besides the map's parts: type, data, outbox_parts.
 _FIXED_PROPERTIES = 3
+_ENTITY_OVERHEAD_BYTES = 400
+"""The keys, the type and the property names beside the state, in UTF-16, roughly."""
+
+
+def _utf16_size(text: str) -> int:
+    return 2 * len(text) if text.isascii() else len(text.encode("utf-16-le"))
 
 
 @dataclass(frozen=True)
@@ -118,6 +126,13 @@ class StateEntity:
         text = json.dumps({m: e.to_json() for m, e in self.entries.items()})
         parts = [text[i : i + PART_CHARS] for i in range(0, len(text), PART_CHARS)]
         where = f"entity-outbox state of partition {self.partition_key!r}"
+        if _utf16_size(data) + _ENTITY_OVERHEAD_BYTES > max_bytes:
+            # A storage limit the message's own run reached, which no expiry of the outbox
+            # map mends (unlike the two below): the pipeline parks the message at once.
+            raise TooLarge(
+                f"{where}: the business state is {_utf16_size(data):,} bytes; the entity "
+                f"holds BusConfig.entity_max_bytes={max_bytes:,} with its outbox map"
+            )
         data_parts = len(spread(Entity("", "", {"data": data})).properties)
         if len(parts) + data_parts + _FIXED_PROPERTIES - 1 > MAX_CUSTOM_PROPERTIES:
             raise EntityOutboxFull(
