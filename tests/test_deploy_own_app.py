@@ -21,7 +21,7 @@ import pytest
 
 from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
 from tests.conftest import started_azurite
-from tests.test_walkthrough import Block, Project, blocks_of, commands_of, patched, state_of
+from tests.test_walkthrough import Block, Project, blocks_of, commands_of, state_of
 
 PAGE = REPO_ROOT / "docs" / "deploy.md"
 SECTION = "## Deploying your own app"
@@ -57,17 +57,7 @@ def test_the_users_app_deployed_as_the_page_says_delivers_the_first_event(
 ) -> None:
     project = Project(tmp_path, own_azurite)
     try:
-        for block in section_blocks():
-            if block.language == "console":
-                for command, shown in commands_of(block.text):
-                    project.run(command, shown)
-            elif block.tag.startswith("file="):
-                (tmp_path / block.tag.removeprefix("file=")).write_text(block.text)
-            elif block.tag.startswith("patch="):
-                path = tmp_path / block.tag.removeprefix("patch=")
-                path.write_text(patched(path.read_text(), block.text))
-            elif block.tag == "host-log":
-                project.wait_for_log(block.text.splitlines())
+        project.follow(section_blocks())
         project.stop_host()
     finally:
         project.kill_host()

@@ -224,6 +224,21 @@ class Project:
         emulator = json.dumps(self.emulator.connection_string)
         path.write_text(text.replace('"UseDevelopmentStorage=true"', emulator))
 
+    def follow(self, blocks: list[Block]) -> None:
+        """Do what the page's blocks say, in order: run its commands (checking what they
+        print), write and patch its files, wait for the host's log lines it shows."""
+        for block in blocks:
+            if block.language == "console":
+                for command, shown in commands_of(block.text):
+                    self.run(command, shown)
+            elif block.tag.startswith("file="):
+                self.write(self.folder / block.tag.removeprefix("file="), block.text)
+            elif block.tag.startswith("patch="):
+                path = self.folder / block.tag.removeprefix("patch=")
+                path.write_text(patched(path.read_text(), block.text))
+            elif block.tag == "host-log":
+                self.wait_for_log(block.text.splitlines())
+
     def run(self, command: str, shown: list[str]) -> None:
         if command.startswith(SKIPPED):
             return
@@ -314,17 +329,7 @@ def test_the_walkthrough_runs_as_written(own_azurite: AzuriteEndpoints, tmp_path
     blocks = blocks_of(PAGE.read_text())
     project = Project(tmp_path, own_azurite)
     try:
-        for block in blocks:
-            if block.language == "console":
-                for command, shown in commands_of(block.text):
-                    project.run(command, shown)
-            elif block.tag.startswith("file="):
-                project.write(tmp_path / block.tag.removeprefix("file="), block.text)
-            elif block.tag.startswith("patch="):
-                path = tmp_path / block.tag.removeprefix("patch=")
-                path.write_text(patched(path.read_text(), block.text))
-            elif block.tag == "host-log":
-                project.wait_for_log(block.text.splitlines())
+        project.follow(blocks)
         project.stop_host()
     finally:
         project.kill_host()

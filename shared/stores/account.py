@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 from types import TracebackType
+from typing import Self
 
 from shared.stores.blob import BlobContainer
 from shared.stores.queue import MessageQueue
@@ -28,7 +29,7 @@ class StorageAccount(abc.ABC):
     async def close(self) -> None:  # noqa: B027 - optional hook; in-memory has nothing to free
         """Release network resources; the account cannot be used afterwards."""
 
-    async def __aenter__(self) -> StorageAccount:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(

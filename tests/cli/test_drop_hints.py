@@ -40,11 +40,8 @@ def emulator() -> Iterator[AzuriteEndpoints]:
 
 @pytest.fixture
 async def account(emulator: AzuriteEndpoints) -> AsyncIterator[AzureStorageAccount]:
-    storage = AzureStorageAccount(StorageSettings(connection_string=emulator.connection_string))
-    try:
+    async with AzureStorageAccount(StorageSettings(emulator.connection_string)) as storage:
         yield storage
-    finally:
-        await storage.close()
 
 
 @pytest.fixture
