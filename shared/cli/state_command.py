@@ -18,7 +18,7 @@ from typing import Any
 from shared.bus.modes.entity_outbox import StateEntity
 from shared.bus.records import STATE_ROW
 from shared.bus.state.rows import EndpointRows
-from shared.cli.commands import EXIT_FAILED, EXIT_OK, print_json, say
+from shared.cli.commands import EXIT_FAILED, EXIT_OK, account_json, print_json, say
 from shared.cli.poison_commands import check_endpoints
 from shared.logsafe import shown
 from shared.runtime import Worker
@@ -53,6 +53,7 @@ async def state_command(
                 "partition_key": partition_key,
                 "rows": described,
                 "more": more,
+                "account": account_json(worker),
             }
         )
         return EXIT_OK
