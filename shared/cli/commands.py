@@ -103,7 +103,7 @@ async def send_command(
     receipt = await (
         worker.bus().client("cli").submit(message, to=destination, idempotency_key=key, delay=delay)
     )
-    print_json({**receipt.as_json(), "account": account_json(worker)})
+    print_json(receipt.as_json())
     return EXIT_OK
 
 

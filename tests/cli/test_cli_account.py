@@ -111,7 +111,7 @@ def test_the_account_from_the_environment_is_named_before_the_work_and_in_json(
     assert_no_secret(result)
 
 
-def test_a_send_receipt_and_an_endpoints_state_name_the_account_in_json(
+def test_a_send_and_an_endpoints_state_name_the_account(
     sample_project: Path, azurite: AzuriteEndpoints
 ) -> None:
     environ = {"AzureWebJobsStorage": azurite.connection_string}
@@ -123,14 +123,8 @@ def test_a_send_receipt_and_an_endpoints_state_name_the_account_in_json(
     )
     state = run(sample_project, "state", "orders", "acct-1", "--json", environ=environ)
 
-    expected = {
-        "name": DEV_ACCOUNT,
-        "endpoint": emulator_endpoint(azurite),
-        "setting": "AzureWebJobsStorage",
-        "source": "environment",
-    }
     assert sent.returncode == 0, sent.stderr
-    assert json.loads(sent.stdout)["account"] == expected
+    assert sent.stderr.splitlines()[0].startswith(f"bus: account {DEV_ACCOUNT} (")
     assert len(json.loads(sent.stdout)["message_ids"]) == 1
     assert state.returncode == 1  # nothing processed yet: the partition has no rows
     assert state.stderr.splitlines()[0].startswith(f"bus: account {DEV_ACCOUNT} (")

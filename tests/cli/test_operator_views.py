@@ -366,6 +366,7 @@ def test_state_shows_the_rows_of_one_partition_in_every_mode(
         assert code == 0, err
         shown[mode] = json.loads(out)
         assert (shown[mode]["store"], shown[mode]["mode"]) == (store, mode)
+        assert shown[mode]["account"]["name"] == "devstoreaccount1"
         assert {row["row_key"] for row in shown[mode]["rows"]}
         assert all(row["version"] for row in shown[mode]["rows"])
 

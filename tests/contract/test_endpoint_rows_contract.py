@@ -185,7 +185,7 @@ async def test_a_state_past_the_entity_limit_is_refused_by_tables_only(
             await transaction.commit(first_state(data), record.committing([], [], T0), audit())
 
     if store.rows().kind == "table":
-        with pytest.raises(TooLarge, match="Table Storage allows 1048576"):
+        with pytest.raises(TooLarge, match="Table Storage allows 1 MiB per entity"):
             await commit()
         await _assert_nothing_committed(store, record)
     else:
