@@ -182,6 +182,10 @@ class SimConfig:
     """The second endpoint's Step handler fails this many times per message."""
     retry: RetryPolicy | None = None
     """The second endpoint's retry policy (None: the host's retries)."""
+    parked: bool = False
+    """The parked phase (``lab.sim.parked.ParkedWorld``): the messages start parked, by the
+    bus and by the Functions host, and an operator's replay and discard run beside the
+    cleanup's poison task."""
     stall_outlasts_audit: bool = True
     """Unbounded timing: a stall also outlasts the audit retention (the audit rows are
     removed while it lasts). Every mode inserts the audit row in its commit, so while the
@@ -252,7 +256,7 @@ class RunResult:
 
 @dataclass(frozen=True)
 class Action:
-    kind: Literal["step", "start", "land", "tick", "sweep", "duplicate", "send"]
+    kind: Literal["step", "start", "land", "tick", "sweep", "duplicate", "send", "operator"]
     weight: float
     process: Process | None = None
     queue: str = ""
@@ -866,7 +870,7 @@ class World:
             if p.outcome.startswith("raised")
         ]
         if reference is not None:
-            violations += check(seen, reference, client=CLIENT, residue=self.config.residue_checked)
+            violations += await self._check(seen, reference)
         return RunResult(
             self.config,
             list(self.chooser.decisions),
@@ -876,6 +880,10 @@ class World:
             seen,
             self.fingerprint.digest(),
         )
+
+    async def _check(self, seen: Observation, reference: Observation) -> list[Violation]:
+        """The invariants of a finished run against the fault-free one."""
+        return check(seen, reference, client=CLIENT, residue=self.config.residue_checked)
 
     async def _observe(self) -> Observation:
         return await observe(
