@@ -73,6 +73,8 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-partition-postgres-state_based", 1, 1),
         ("small-delay", 1, 1),
         ("small-retry", 1, 1),
+        ("small-parked", 1, 0),
+        ("small-parked", 0, 1),
     ),
     (
         ("small-sweep", 1, 1),

@@ -54,6 +54,15 @@ async def test_every_single_fault_keeps_what_is_parked() -> None:
     assert summary.violations == 0, summary.failures[:1]
 
 
+async def test_random_schedules_with_faults_keep_what_is_parked() -> None:
+    """Up to two faults and any number of deviations: a scheduled pass crashing in the middle
+    of a re-park, while the replay and the discard hold entries, is among them."""
+    summary = await random_search(range(300), config=PARKED)
+
+    assert summary.faults > 300
+    assert summary.violations == 0, summary.failures[:1]
+
+
 async def test_a_cleanup_that_ignores_the_margin_lets_the_hosts_move_expire() -> None:
     """The time jump (one margin, a pass at its start) is free: no deviation, no fault."""
     summary = await caught(MARGIN_IGNORED, deviations=0, faults=0)
