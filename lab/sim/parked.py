@@ -62,13 +62,13 @@ from shared.bus.poison import (
     unwrap,
 )
 from shared.cleanup.parked import HOLD_SECONDS
+from shared.cleanup.settings import CleanupSettings
 from shared.cli.poison_commands import PoisonFilter
 from shared.errors import NotFound
 from shared.resources import poison_queue
 from shared.stores.account import StorageAccount
 
-DAY = 24 * 3600.0
-MARGIN = 6 * DAY
+MARGIN = CleanupSettings().poison_expiry_margin_seconds
 """The cleanup's margin (``CLEANUP_POISON_EXPIRY_MARGIN_SECONDS``, its default)."""
 REPLAYED = ("m0", "m1")
 DISCARDED = "m2"
@@ -76,6 +76,10 @@ REPLAY = Action("operator", 1.0, queue="replay")
 DISCARD = Action("operator", 1.0, queue="discard")
 OPERATOR_HOLD = 60.0
 """How long the operator's discard hides what it received, as a replay does."""
+
+
+def _message_id(raw: str) -> str:
+    return Signal.parse(raw).message_id
 
 
 def original_name(endpoint: str, number: int) -> str:
@@ -105,23 +109,25 @@ class ParkedWorld(World):
 
     async def setup(self) -> None:
         await super().setup()
-        entry = self.sim.entry
         await self.account.blob_container(self._container).create_if_missing()
-        queue = self.account.queue(entry)
+        queue = self.account.queue(self.sim.entry)
         received = await queue.receive(32, visibility_timeout=self.config.lease)
-        signals = {f"m{n}": m for n, m in enumerate(received)}  # oldest first: as sent
-        ids = {name: Signal.parse(m.content).message_id for name, m in signals.items()}
         for message in received:
             await queue.delete(message.id, message.pop_receipt)
+        await self._park({f"m{n}": m.content for n, m in enumerate(received)})  # as sent
+
+    async def _park(self, signals: dict[str, str]) -> None:
+        """``m0`` by reference, ``m1`` by the host's move, ``m2`` by ``park``; and an orphan."""
+        entry, tries = self.sim.entry, self.config.max_dequeue_count
         poison = self.account.queue(self._poison)
         blobs = self.account.blob_container(self._container)
-        m0 = signals["m0"].content
-        await blobs.upload(original_name(entry, 1), m0.encode("utf-8"))
-        why = Reason(entry, "parked by the bus", 10, message_id=ids["m0"])
+        await blobs.upload(original_name(entry, 1), signals["m0"].encode("utf-8"))
+        why = Reason(entry, "parked by the bus", tries, message_id=_message_id(signals["m0"]))
         await poison.send(reference_body(why, original_name(entry, 1)), time_to_live=NEVER_EXPIRES)
-        await poison.send(signals["m1"].content)  # the host's move: the default time-to-live
-        why = Reason(entry, "parked by the bus", 10, message_id=ids[DISCARDED])
-        await park(self.account, signals[DISCARDED].content, why, self._container)
+        await poison.send(signals["m1"])  # the host's move: the queue's default time-to-live
+        discarded = signals[DISCARDED]
+        why = Reason(entry, "parked by the bus", tries, message_id=_message_id(discarded))
+        await park(self.account, discarded, why, self._container)
         await blobs.upload(original_name(entry, 2), b"a replayed message's original")
 
     async def _drive(self) -> list[Violation] | None:
