@@ -4,6 +4,8 @@ original; each known-bad variant of the poison task is caught, by the invariant 
 
 from __future__ import annotations
 
+import pytest
+
 from lab.sim.explore import CONFIGS, Summary, exhaustive, random_search, replay
 from lab.sim.invariants import (
     BOUNDED_PARKED_RESIDUE,
@@ -52,6 +54,15 @@ async def test_every_single_fault_keeps_what_is_parked() -> None:
 
     assert summary.faults > 100
     assert summary.violations == 0, summary.failures[:1]
+
+
+@pytest.mark.slow
+async def test_every_schedule_with_one_deviation_times_every_single_fault() -> None:
+    """About 125,000 runs, 15 minutes of CPU: not part of make simulate (docs/simulation.md)."""
+    summary = await exhaustive(PARKED, max_deviations=1, max_faults=1)
+
+    assert summary.violations == 0, summary.failures[:1]
+    assert summary.schedules > 100_000
 
 
 async def test_random_schedules_with_faults_keep_what_is_parked() -> None:
