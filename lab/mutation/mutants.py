@@ -250,6 +250,22 @@ MUTANTS: tuple[Mutant, ...] = (
                 continue""",
         "tokens younger than the grace period are judged (and deleted) too",
     ),
+    # -- cleanup: parked messages (the poison task) -------------------------------------------
+    Mutant(
+        "cleanup-repark-deletes-first",
+        "shared/cleanup/parked.py",
+        "            form = await repark(context.account, self.endpoint, message.content)",
+        "            await poison.delete(message.id, message.pop_receipt)\n"
+        "            form = await repark(context.account, self.endpoint, message.content)",
+        "an entry that will expire is deleted before its copy is sent (a crash between loses it)",
+    ),
+    Mutant(
+        "cleanup-orphans-unchecked",
+        "shared/cleanup/parked.py",
+        "            elif not self._complete:",
+        "            elif self._complete is None:",
+        "parked originals are deleted by a pass that did not hold every poison entry",
+    ),
     # -- in-memory stores ---------------------------------------------------------------------
     Mutant(
         "memory-table-etag-ignored",

@@ -76,6 +76,8 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-delay", 1, 1),
         ("small-retry", 1, 1),
         ("small-oversized", 1, 1),
+        ("small-parked", 1, 0),
+        ("small-parked", 0, 1),
     ),
     (
         ("small-sweep", 1, 1),

@@ -8,6 +8,9 @@ Per endpoint, by its mode:
   ``expire_entity_outboxes``), in the order of ``standard_tasks``. The job's other tasks
   have nothing to do here: a window-mode table holds no O(m), the simulated client's ingress
   records outlive every run (their window is days) and audit rows are the audit's.
+
+The parked phase (``lab.sim.parked``) also runs the endpoint's poison task (``PoisonQueue``:
+entries that will expire re-parked, orphan parked originals removed), ``clean_parked``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from lab.cleanup.sweep import sweep_endpoint
 from shared.bus.app import Mode
 from shared.bus.config import BusConfig
 from shared.bus.state.rows import EndpointRows
+from shared.cleanup.parked import PoisonQueue
 from shared.cleanup.report import TaskReport
 from shared.cleanup.settings import CleanupSettings
 from shared.cleanup.tasks import AbandonedTokens, CleanupContext, CleanupTask, ModeRetention
@@ -104,6 +108,30 @@ async def _run(
         endpoints,
         to_datetime(clock()),
     )
+    report = TaskReport(task.id)
+    continuation: str | None = None
+    while True:
+        continuation = await task.run_page(context, continuation, report)
+        if continuation is None:
+            return
+
+
+async def clean_parked(
+    account: StorageAccount,
+    endpoint: str,
+    config: BusConfig,
+    *,
+    grace_seconds: float,
+    margin_seconds: float,
+    clock: Clock,
+) -> None:
+    """One pass of ``endpoint``'s poison task, run to the end: its poison queue, then its
+    parked originals in ``config.parked_container``."""
+    settings = CleanupSettings(
+        grace_seconds=grace_seconds, page_size=1000, poison_expiry_margin_seconds=margin_seconds
+    )
+    context = CleanupContext(account, config, settings, {}, to_datetime(clock()))
+    task = PoisonQueue(endpoint)
     report = TaskReport(task.id)
     continuation: str | None = None
     while True:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from lab.sim.choices import Chooser, DepthFirst, Replay, Seeded
 from lab.sim.invariants import Observation
 from lab.sim.model import SHAPES
+from lab.sim.parked import ParkedWorld
 from lab.sim.readings import WINDOW_MODES
 from lab.sim.variants import Variant
 from lab.sim.world import (
@@ -105,6 +106,22 @@ CONFIGS: dict[str, SimConfig] = {
         # part of the default exploration: the cleanup's safety rests on those assumptions
         # (docs/design.md, section 7). The known-bad variants use it to show what the claim
         # protects.
+        # The parked phase (lab/sim/parked.py): three messages start parked (by the bus by
+        # reference, by the host's move with its seven-day expiry, by the bus inline) beside
+        # an orphan original; an operator replays two and discards the third while the
+        # cleanup's poison task runs (a scheduled pass, and a pass at each jump of one expiry
+        # margin while nothing runs). Ten ticks bring back whatever a crashed replay or pass
+        # held (120 s at most), and a crashed invocation's message, a few times over.
+        SimConfig(
+            name="small-parked",
+            shape="single",
+            messages=3,
+            copies=1,
+            sweeps=1,
+            waits=1,
+            max_ticks=10,
+            parked=True,
+        ),
         SimConfig(
             name="small-unbounded",
             shape="single",
@@ -269,6 +286,10 @@ class Reduction:
         self.pending.clear()
 
 
+def _world_type(config: SimConfig) -> type[World]:
+    return ParkedWorld if config.parked else World
+
+
 _references: dict[tuple[object, ...], Observation] = {}
 
 
@@ -295,7 +316,7 @@ async def set_up(config: SimConfig) -> tuple[MemoryStorageAccount, Prepared]:
     if config not in _set_ups:
         clock = ManualClock()
         account = MemoryStorageAccount(clock=clock)
-        world = World(config, Replay([]), account, clock)
+        world = _world_type(config)(config, Replay([]), account, clock)
         with quiet_logs():
             await world.setup()
         while len(_set_ups) >= SET_UPS_KEPT:
@@ -315,7 +336,7 @@ async def simulate(
     reference = await reference_for(config)
     template, prepared = await set_up(config)
     clock = ManualClock()
-    world = World(
+    world = _world_type(config)(
         config,
         chooser,
         template.copy(clock),
@@ -325,6 +346,8 @@ async def simulate(
         covered=covered,
         prepared=prepared,
     )
+    if isinstance(world, ParkedWorld) and variant is not None and variant.poison_margin is not None:
+        world.poison_margin = variant.poison_margin
     with quiet_logs():
         return await world.run(reference)
 

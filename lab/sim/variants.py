@@ -25,8 +25,10 @@ from shared.bus.ingress import INGRESS_ROW, SCOPE_SEPARATOR
 from shared.bus.modes.entity_outbox import StateEntity
 from shared.bus.modes.processed_table import PROCESSED_PREFIX
 from shared.bus.modes.state_based import INDEX_PREFIX, VERSION_PREFIX
+from shared.bus.poison import NEVER_EXPIRES
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
 from shared.errors import AlreadyExists, NotFound, OutcomeUnknown, TooLarge
+from shared.resources import POISON_SUFFIX
 from shared.stores.account import StorageAccount
 from shared.stores.blob import BlobContainer, BlobProperties
 from shared.stores.delegating import (
@@ -35,7 +37,7 @@ from shared.stores.delegating import (
     DelegatingQueue,
     DelegatingTable,
 )
-from shared.stores.queue import MessageQueue
+from shared.stores.queue import MessageQueue, QueueMessage
 from shared.stores.table import (
     Delete,
     Entity,
@@ -63,6 +65,9 @@ class Variant:
     wrap: AccountWrapper | None = None
     retention: float | None = None
     """The retention (seconds) the cleanup is configured with instead of the dedup window."""
+    poison_margin: float | None = None
+    """The poison-expiry margin (seconds) the cleanup is configured with instead of its
+    default (the parked phase)."""
     modes: tuple[Mode, ...] = ("token",)
     """The endpoint modes whose code this variant changes (it is explored only there)."""
 
@@ -367,6 +372,77 @@ RETIRED_BEFORE_R7 = Variant(
     wrap=lambda account: _Account(account, blobs=_TokensLookGone),
 )
 
+# -- the cleanup's poison task (the parked phase) ---------------------------------------------
+
+
+class _PoisonAccount(_Account):
+    """Remembers, across its queues, the poison entries received through it (content ->
+    (id, pop receipt)), for the poison-queue variants."""
+
+    def __init__(self, inner: StorageAccount, queue: type[_Queue]) -> None:
+        super().__init__(inner, queue=queue)
+        self.received: dict[str, tuple[str, str]] = {}
+
+    def queue(self, name: str) -> MessageQueue:
+        queue = super().queue(name)
+        if isinstance(queue, _ReparkDeletesFirst):
+            queue.received = self.received
+        return queue
+
+
+class _ReparkDeletesFirst(_Queue):
+    """Re-parking deletes the entry before its copy is sent: a poison queue on which sending
+    a received entry's content with no expiry first deletes that entry."""
+
+    received: dict[str, tuple[str, str]]
+
+    async def receive(
+        self, max_messages: int = 1, *, visibility_timeout: float = 30.0
+    ) -> list[QueueMessage]:
+        batch = await super().receive(max_messages, visibility_timeout=visibility_timeout)
+        if self.name.endswith(POISON_SUFFIX):
+            self.received.update({m.content: (m.id, m.pop_receipt) for m in batch})
+        return batch
+
+    async def send(
+        self, content: str, *, visibility_delay: float = 0.0, time_to_live: float | None = None
+    ) -> str:
+        held = self.received.pop(content, None)
+        if held is not None and time_to_live == NEVER_EXPIRES:
+            with contextlib.suppress(NotFound):
+                await self.delete(*held)
+        return await super().send(
+            content, visibility_delay=visibility_delay, time_to_live=time_to_live
+        )
+
+
+REPARK_DELETES_FIRST = Variant(
+    "repark-deletes-first",
+    "cleanup: an entry that will expire is re-parked by sending its copy before deleting it",
+    wrap=lambda account: _PoisonAccount(account, _ReparkDeletesFirst),
+)
+
+
+class _PoisonCountsNone(_Queue):
+    """A poison queue whose length reads 0: the pass takes what it held for all there is."""
+
+    async def approximate_count(self) -> int:
+        if self.name.endswith(POISON_SUFFIX):
+            return 0
+        return await super().approximate_count()
+
+
+ORPHANS_UNCHECKED = Variant(
+    "orphans-unchecked",
+    "cleanup: parked originals are deleted only by a pass that held every poison entry",
+    wrap=lambda account: _Account(account, queue=_PoisonCountsNone),
+)
+MARGIN_IGNORED = Variant(
+    "margin-ignored",
+    "cleanup: an entry is re-parked once it has less than the margin left, not at its expiry",
+    poison_margin=0.0,
+)
+
 # -- window modes: commits that leave out or alter part of what they must write -------------
 
 Rewrite = Callable[[TableOperation], TableOperation | None]
@@ -501,5 +577,8 @@ VARIANTS = {
         NO_VERSION_ROW,
         NO_OUTBOX_ENTRY,
         NO_RETENTION,
+        REPARK_DELETES_FIRST,
+        ORPHANS_UNCHECKED,
+        MARGIN_IGNORED,
     )
 }

@@ -188,6 +188,10 @@ class SimConfig:
     many times per message: a permanent failure, parked on that try whatever the policy.
     Once the run is quiet the operator replays what is parked (the cause fixed), as often
     as this many times: NoLostMessages then holds as in any run."""
+    parked: bool = False
+    """The parked phase (``lab.sim.parked.ParkedWorld``): the messages start parked, by the
+    bus and by the Functions host, and an operator's replay and discard run beside the
+    cleanup's poison task."""
     stall_outlasts_audit: bool = True
     """Unbounded timing: a stall also outlasts the audit retention (the audit rows are
     removed while it lasts). Every mode inserts the audit row in its commit, so while the
@@ -258,7 +262,7 @@ class RunResult:
 
 @dataclass(frozen=True)
 class Action:
-    kind: Literal["step", "start", "land", "tick", "sweep", "duplicate", "send"]
+    kind: Literal["step", "start", "land", "tick", "sweep", "duplicate", "send", "operator"]
     weight: float
     process: Process | None = None
     queue: str = ""
@@ -893,7 +897,7 @@ class World:
             if p.outcome.startswith("raised")
         ]
         if reference is not None:
-            violations += check(seen, reference, client=CLIENT, residue=self.config.residue_checked)
+            violations += await self._check(seen, reference)
         return RunResult(
             self.config,
             list(self.chooser.decisions),
@@ -903,6 +907,10 @@ class World:
             seen,
             self.fingerprint.digest(),
         )
+
+    async def _check(self, seen: Observation, reference: Observation) -> list[Violation]:
+        """The invariants of a finished run against the fault-free one."""
+        return check(seen, reference, client=CLIENT, residue=self.config.residue_checked)
 
     async def _observe(self) -> Observation:
         return await observe(
