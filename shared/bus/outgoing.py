@@ -28,7 +28,7 @@ from shared.clock import Clock, to_datetime
 from shared.errors import AlreadyExists, MessageTooLarge, NotFound, OutcomeUnknown
 from shared.stores.account import StorageAccount
 from shared.stores.blob import BlobContainer
-from shared.stores.names import MAX_ENTITY_BYTES
+from shared.stores.names import MAX_ENTITY_BYTES, utf16_size
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ def signals_size(deliveries: list[Envelope], sender: str, incoming_id: str) -> i
             for envelope in deliveries
         ]
     )
-    return 2 * len(text) if text.isascii() else len(text.encode("utf-16-le"))
+    return utf16_size(text)
 
 
 async def _destinations(

@@ -21,7 +21,7 @@ from pydantic import (
 
 from shared.bus.envelope import TOKEN_NAME
 from shared.errors import CorruptRecord, MessageTooLarge
-from shared.stores.names import MAX_ENTITY_BYTES
+from shared.stores.names import MAX_ENTITY_BYTES, utf16_size
 from shared.stores.table import Entity
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ def json_property(name: str, value: str) -> str:
     """``value`` if a table row can hold it (spread across properties where it is longer than
     one: ``shared.stores.spread``), else a MessageTooLarge that says why. The row's other
     properties count too; the store refuses what this lets through and does not fit."""
-    size = 2 * len(value) if value.isascii() else len(value.encode("utf-16-le"))
+    size = utf16_size(value)
     if size > MAX_ENTITY_BYTES:
         raise MessageTooLarge(
             f"the {name} list of one message is {size:,} bytes; a table row holds "

@@ -73,13 +73,18 @@ def check_blob_name(name: str) -> str:
     return name
 
 
+def utf16_size(text: str) -> int:
+    """How many bytes Table Storage counts for ``text`` (stored as UTF-16): two a character
+    for ASCII, counted without encoding. UnicodeEncodeError for a lone surrogate."""
+    return 2 * len(text) if text.isascii() else len(text.encode("utf-16-le"))
+
+
 def check_key(kind: str, value: str) -> str:
     """PartitionKey and RowKey: at most 1 KiB, none of / \\ # ? or control characters."""
     if not isinstance(value, str):
         raise InvalidName(f"{kind} must be a string, got {type(value).__name__}")
     try:
-        # An ASCII key (the usual one) is two bytes a character and holds no lone surrogate.
-        size = 2 * len(value) if value.isascii() else len(value.encode("utf-16-le"))
+        size = utf16_size(value)
     except UnicodeEncodeError:  # lone surrogates: undecodable bytes or escapes in JSON
         raise InvalidName(f"{kind} {value[:40]!r} is not valid Unicode text") from None
     if size > MAX_KEY_BYTES:

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shared.errors import CorruptRecord
-from shared.stores.names import MAX_PROPERTY_BYTES
+from shared.stores.names import MAX_PROPERTY_BYTES, utf16_size
 from shared.stores.table import Entity, TableValue
 
 PARTS_SUFFIX = "__parts"
@@ -81,9 +81,7 @@ def _too_long(value: TableValue) -> bool:
     # does, so that every text that fits one property keeps the layout earlier versions read.
     if not isinstance(value, str) or len(value) <= ANY_PART_CHARS:
         return False
-    if value.isascii():
-        return 2 * len(value) > MAX_PROPERTY_BYTES
-    return len(value.encode("utf-16-le")) > MAX_PROPERTY_BYTES
+    return utf16_size(value) > MAX_PROPERTY_BYTES
 
 
 def _parts(name: str, text: str) -> dict[str, TableValue]:

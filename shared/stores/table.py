@@ -17,6 +17,7 @@ from shared.stores.names import (
     MAX_TRANSACTION_OPERATIONS,
     RESERVED_PROPERTIES,
     check_key,
+    utf16_size,
 )
 
 TableValue = str | int | float | bool | bytes | datetime
@@ -106,8 +107,7 @@ def operation_key(op: TableOperation) -> tuple[str, str]:
 
 def _value_size(value: TableValue) -> int:
     if isinstance(value, str):
-        # UTF-16: an ASCII text is two bytes a character, without encoding it to count them.
-        return 2 * len(value) if value.isascii() else len(value.encode("utf-16-le"))
+        return utf16_size(value)
     if isinstance(value, bytes):
         return len(value)
     return 8

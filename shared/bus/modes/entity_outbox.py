@@ -45,7 +45,7 @@ from shared.bus.state.rows import EndpointRows, mode_rows
 from shared.clock import to_datetime
 from shared.errors import NotFound, PreconditionFailed, TooLarge
 from shared.stores.blob import BlobContainer
-from shared.stores.names import MAX_CUSTOM_PROPERTIES, MAX_PROPERTY_BYTES
+from shared.stores.names import MAX_CUSTOM_PROPERTIES, MAX_PROPERTY_BYTES, utf16_size
 from shared.stores.spread import spread
 from shared.stores.table import Entity, Table, TableOperation
 
@@ -57,10 +57,6 @@ PART_CHARS = (MAX_PROPERTY_BYTES - 1024) // 2  # strings are stored as UTF-16
 _FIXED_PROPERTIES = 3
 _ENTITY_OVERHEAD_BYTES = 400
 """The keys, the type and the property names beside the state, in UTF-16, roughly."""
-
-
-def _utf16_size(text: str) -> int:
-    return 2 * len(text) if text.isascii() else len(text.encode("utf-16-le"))
 
 
 @dataclass(frozen=True)
@@ -126,11 +122,11 @@ class StateEntity:
         text = json.dumps({m: e.to_json() for m, e in self.entries.items()})
         parts = [text[i : i + PART_CHARS] for i in range(0, len(text), PART_CHARS)]
         where = f"entity-outbox state of partition {self.partition_key!r}"
-        if _utf16_size(data) + _ENTITY_OVERHEAD_BYTES > max_bytes:
+        if utf16_size(data) + _ENTITY_OVERHEAD_BYTES > max_bytes:
             # A storage limit the message's own run reached, which no expiry of the outbox
             # map mends (unlike the two below): the pipeline parks the message at once.
             raise TooLarge(
-                f"{where}: the business state is {_utf16_size(data):,} bytes; the entity "
+                f"{where}: the business state is {utf16_size(data):,} bytes; the entity "
                 f"holds BusConfig.entity_max_bytes={max_bytes:,} with its outbox map"
             )
         data_parts = len(spread(Entity("", "", {"data": data})).properties)
