@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -208,66 +208,59 @@ async def export(
             checkpoint.save()
             written += 1
             progress(key, state, note)
-    await _export_poisoned(
-        account, out, endpoint_tables, checkpoint, extension, progress, poison_cap, tokens_container
+    # The messages in the endpoints' poison queues, up to the cap (and a marker row per queue
+    # cut there), so that an audit of the export tells parked deliveries from lost ones; and
+    # the records of events dropped for want of a subscriber, so that it reports them too.
+    await _export_snapshot(
+        POISONED_KEY,
+        out,
+        "poisoned",
+        "poison",
+        lambda: collect_poisoned(account, endpoint_tables, cap=poison_cap, tokens=tokens_container),
+        POISONED_COLUMNS,
+        checkpoint,
+        extension,
+        progress,
     )
-    await _export_dropped(account, out, checkpoint, extension, progress, topics_container)
+    await _export_snapshot(
+        DROPPED_KEY,
+        out,
+        "dropped",
+        "dropped",
+        lambda: collect_dropped(account, topics_container),
+        DROPPED_COLUMNS,
+        checkpoint,
+        extension,
+        progress,
+    )
     return ExportResult(*_totals(checkpoint), complete=True)
 
 
-async def _export_poisoned(
-    account: StorageAccount,
+async def _export_snapshot(
+    key: str,
     out: Path,
-    endpoint_tables: Sequence[str],
+    folder_name: str,
+    stem: str,
+    collect: Callable[[], Awaitable[list[Row]]],
+    columns: Sequence[str],
     checkpoint: Checkpoint,
     extension: str,
     progress: Callable[[str, TableProgress, str], None],
-    cap: int,
-    tokens: str,
 ) -> None:
-    """The messages in the endpoints' poison queues, up to ``cap`` (and a marker row per
-    queue cut there), as one file, so that an audit of the export tells parked deliveries
-    from lost ones."""
-    state = checkpoint.tables.setdefault(POISONED_KEY, TableProgress())
+    """What ``collect`` reads in one go (not paged like the tables), as one file in
+    ``out/folder_name``, once per export: a resumed export keeps what it already wrote."""
+    state = checkpoint.tables.setdefault(key, TableProgress())
     if state.done:
         return
-    rows = await collect_poisoned(account, endpoint_tables, cap=cap, tokens=tokens)
-    folder = out / "poisoned"
+    rows = await collect()
+    folder = out / folder_name
     folder.mkdir(parents=True, exist_ok=True)
     if rows:
-        _write_page(
-            folder / f"poison-000000.{extension}", rows, POISONED_COLUMNS, checkpoint.file_format
-        )
+        _write_page(folder / f"{stem}-000000.{extension}", rows, columns, checkpoint.file_format)
         state.pages, state.rows = 1, len(rows)
     state.done = True
     checkpoint.save()
-    progress(POISONED_KEY, state, "")
-
-
-async def _export_dropped(
-    account: StorageAccount,
-    out: Path,
-    checkpoint: Checkpoint,
-    extension: str,
-    progress: Callable[[str, TableProgress, str], None],
-    topics: str,
-) -> None:
-    """The records of events dropped for want of a subscriber (one per topic) as one file,
-    so that an audit of the export reports them too."""
-    state = checkpoint.tables.setdefault(DROPPED_KEY, TableProgress())
-    if state.done:
-        return
-    rows = await collect_dropped(account, topics)
-    folder = out / "dropped"
-    folder.mkdir(parents=True, exist_ok=True)
-    if rows:
-        _write_page(
-            folder / f"dropped-000000.{extension}", rows, DROPPED_COLUMNS, checkpoint.file_format
-        )
-        state.pages, state.rows = 1, len(rows)
-    state.done = True
-    checkpoint.save()
-    progress(DROPPED_KEY, state, "")
+    progress(key, state, "")
 
 
 async def _page(
