@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from shared import http_ingress, runtime
+from shared import http_ingress
 from shared.bus import Bus
 from shared.bus.ingress import INGRESS_ROW, SendReceipt, record_key
 from shared.errors import IdempotencyKeyReused, InvalidName
-from shared.provisioning import provision
 from shared.sample.app import PlaceOrder
 from shared.stores.table import Entity
+from tests.bus.test_ingress_rollout import make_bus
 from tests.conftest import Backend, unique_name
 
 REAL: dict[str, Any] = {"order_id": "o-real", "customer": "ada", "amount_cents": 125_000}
@@ -32,14 +32,7 @@ def key_scopes() -> str:
 
 @pytest.fixture
 async def bus(backend: Backend, key_scopes: str, monkeypatch: pytest.MonkeyPatch) -> Bus:
-    monkeypatch.setenv("BUS_INGRESS_KEY_SCOPES", key_scopes)
-    worker = runtime.Worker.for_account(backend.account)
-    assert worker.config.ingress_key_scopes is (key_scopes == "on")
-    await provision(backend.account, worker.resources)
-    bus = worker.bus()
-    await bus.subscribe_all()
-    await bus.account.queue("orders").clear()  # the session's Azurite: earlier tests' signals
-    return bus
+    return await make_bus(backend, monkeypatch, key_scopes)
 
 
 def order(body: dict[str, Any], **extra: Any) -> dict[str, Any]:
