@@ -289,14 +289,21 @@ ENTITY_OUTBOX_RETENTION = seconds(
     "deduplicate copies",
     group=BUS,
 )
+MIB = 1024 * 1024
+MAX_PAYLOAD_CEILING = 100 * MIB
+"""Azure Functions' own HTTP request limit (100 MB): a larger body could not reach the HTTP
+ingress at all. A body travels in its token blob, never in a queue message, so storage sets
+no lower bound; the memory a worker needs (a small multiple of the body) is the real cost."""
 MAX_PAYLOAD = whole(
     "BUS_MAX_PAYLOAD_BYTES",
-    256 * 1024,
-    "largest serialised message body sent, at the ingress (413), by `bus send` and by a "
-    "handler (MessageTooLarge)",
+    16 * MIB,
+    "largest serialised message body sent, at the ingress (413), by `bus send` and `bus "
+    "publish` (exit code 2), by a handler (MessageTooLarge: the incoming message is parked) "
+    "and by the bulk job (a rejected row); bodies travel in token blobs, so the ceiling is the "
+    "Functions host's 100 MB request limit, and a worker holds a few copies of a body at once",
     group=BUS,
     low=1,
-    high=16 * 1024 * 1024,
+    high=MAX_PAYLOAD_CEILING,
 )
 MAX_OUTPUTS = whole(
     "BUS_MAX_OUTPUTS",

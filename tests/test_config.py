@@ -150,7 +150,7 @@ def test_a_bad_host_json_stops_start_up_naming_the_file(tmp_path: Path) -> None:
         ("BUS_PROCESSED_RETENTION_SECONDS", "-1", "a number of seconds above 0"),
         ("BUS_STATE_STREAM_RETENTION_SECONDS", "nan", "a number of seconds above 0"),
         ("BUS_ENTITY_OUTBOX_RETENTION_SECONDS", "1e300", "at most 3153600000"),
-        ("BUS_MAX_PAYLOAD_BYTES", "1.5", "a whole number from 1 to 16777216"),
+        ("BUS_MAX_PAYLOAD_BYTES", "1.5", "a whole number from 1 to 104857600"),
         ("BUS_MAX_OUTPUTS", "2001", "a whole number from 1 to 2000"),
         ("BUS_MAX_DELIVERIES", "0", "a whole number from 1 to 2000"),
         ("BUS_MAX_CONFLICT_ROUNDS", "0", "a whole number from 1 to 100"),
@@ -228,7 +228,7 @@ def test_a_bad_value_stops_the_cli_before_any_command(
     assert bus_main(["resources"]) == 3
     err = capsys.readouterr().err
     assert "BUS_MAX_PAYLOAD_BYTES='-5' (from the environment)" in err
-    assert "a whole number from 1 to 16777216" in err
+    assert "a whole number from 1 to 104857600" in err
 
 
 def test_the_cli_names_a_bad_value_from_local_settings_json(

@@ -17,6 +17,7 @@ from functools import cached_property
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
+from shared.app_settings import MAX_PAYLOAD
 from shared.bus.ids import fresh_id
 from shared.bus.telemetry import BusTelemetry
 from shared.clock import Clock, system_clock
@@ -39,7 +40,9 @@ class BusConfig:
     backoff_cap: float = 0.5
     max_create_attempts: int = 3
     """Fresh attempt ids tried per outgoing token when a create's outcome is unknown."""
-    max_payload_bytes: int = 256 * 1024
+    max_payload_bytes: int = MAX_PAYLOAD.default
+    """Largest serialised body sent (BUS_MAX_PAYLOAD_BYTES); the setting's default, so code
+    that builds a config gets what a deployed app gets."""
     max_outputs: int = 100
     """Messages one handler run (or one client send) may send or publish, as sent."""
     max_deliveries: int = 2000

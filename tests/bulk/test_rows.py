@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from shared.app_settings import MAX_PAYLOAD
 from shared.bulk.keys import check_job_name, idempotency_key, row_key_text
 from shared.bulk.rows import Planned, Rejected, Target, body_columns, check_target, plan_row
 from shared.bus import BusApp, Message
@@ -114,7 +115,7 @@ def test_a_row_whose_fields_the_type_refuses_is_rejected_with_the_schema_s_words
 
 def test_a_row_too_large_for_a_message_is_rejected() -> None:
     order = check_target(sample_app, "PlaceOrder", None)
-    row = {"order_id": "o-1", "customer": "x" * 300_000, "amount_cents": 5}
+    row = {"order_id": "o-1", "customer": "x" * MAX_PAYLOAD.default, "amount_cents": 5}
     outcome = plan_row(
         sample_app,
         bus_config(),
@@ -125,7 +126,7 @@ def test_a_row_too_large_for_a_message_is_rejected() -> None:
         body_columns=order.fields,
     )
     assert isinstance(outcome, Rejected)
-    assert "the limit is 262,144 bytes (BUS_MAX_PAYLOAD_BYTES)" in outcome.reason
+    assert "the limit is 16,777,216 bytes (BUS_MAX_PAYLOAD_BYTES)" in outcome.reason
     assert len(outcome.row) <= 10_000
 
 

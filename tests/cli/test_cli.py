@@ -202,9 +202,11 @@ def test_bad_input_exits_2_with_the_reason(bus: Run, args: list[str], message: s
 
 
 def test_a_body_over_the_payload_limit_exits_2_and_sends_nothing(
-    bus: Run, emulator: AzuriteEndpoints, tmp_path: Path
+    bus: Run, emulator: AzuriteEndpoints, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 35: a 1 MB body exited 1, "failed", as if storage had refused it."""
+    """Issue 35: a 1 MB body exited 1, "failed", as if storage had refused it. The limit is
+    set low through its setting, so that the body over it stays small."""
+    monkeypatch.setenv("BUS_MAX_PAYLOAD_BYTES", str(256 * 1024))
     big = tmp_path / "big.json"
     big.write_text(json.dumps({**json.loads(ORDER), "customer": "x" * 1_000_000}))
 
