@@ -45,6 +45,7 @@ from shared.errors import (
     StorageError,
 )
 from shared.settings import StorageTimeouts
+from shared.stores.names import holds_lone_surrogate
 
 log = logging.getLogger(__name__)
 
@@ -234,12 +235,8 @@ def _deliver_at(value: object) -> datetime | None:
 def _check_unicode(data: object) -> None:
     """JSON may escape lone surrogates (``"\\udcff"``), which no UTF-8 text can hold: every
     later step (the envelope, storage) would fail on them, so they are refused here."""
-    try:
-        json.dumps(data, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise BadRequest(
-            "the body holds text that is not valid Unicode (a lone surrogate)"
-        ) from None
+    if holds_lone_surrogate(data):
+        raise BadRequest("the body holds text that is not valid Unicode (a lone surrogate)")
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:

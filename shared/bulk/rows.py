@@ -25,6 +25,7 @@ from shared.http_ingress import (
     message_types,
     unroutable,
 )
+from shared.stores.names import holds_lone_surrogate
 
 MAX_REJECTED_ROW_CHARS = 10_000
 """A rejected row is kept in the rejects output up to this length (as JSON)."""
@@ -138,7 +139,5 @@ def safe_text(text: str) -> str:
 
 def _check_unicode(body: Mapping[str, Any]) -> None:
     """Text read from JSON may hold a lone surrogate, which no storage request can carry."""
-    try:
-        json.dumps(body, default=str, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise BadRequest("the row holds text that is not valid Unicode") from None
+    if holds_lone_surrogate(body):
+        raise BadRequest("the row holds text that is not valid Unicode")

@@ -17,6 +17,7 @@ _TABLE = re.compile(r"[A-Za-z][A-Za-z0-9]{2,62}")
 _KEY_FORBIDDEN = re.compile(r"[/\\#?\x00-\x1f\x7f-\x9f]")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 MAX_BLOB_NAME = 1024
 MAX_KEY_BYTES = 1024
@@ -77,6 +78,25 @@ def utf16_size(text: str) -> int:
     """How many bytes Table Storage counts for ``text`` (stored as UTF-16): two a character
     for ASCII, counted without encoding. UnicodeEncodeError for a lone surrogate."""
     return 2 * len(text) if text.isascii() else len(text.encode("utf-16-le"))
+
+
+def holds_lone_surrogate(value: object) -> bool:
+    """Whether any text in ``value`` (JSON as parsed: dicts, lists, texts, keys included)
+    holds a lone surrogate, which JSON may escape (``"\\udcff"``) but no UTF-8 text or storage
+    request can carry. Searched in place: encoding a large body to find out would copy it
+    twice."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if not item.isascii() and _SURROGATE.search(item):
+                return True
+        elif isinstance(item, Mapping):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return False
 
 
 def check_key(kind: str, value: str) -> str:
