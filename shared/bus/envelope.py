@@ -74,7 +74,9 @@ class Envelope(BaseModel):
         return data
 
     def to_bytes(self) -> bytes:
-        return self.model_dump_json().encode("utf-8")
+        """The token's bytes: ``model_dump_json()`` as UTF-8, straight from the serialiser
+        (the text and its encoding would be two more copies of a large body)."""
+        return self.__pydantic_serializer__.to_json(self)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Envelope:

@@ -114,8 +114,23 @@ def fingerprint(output: PendingOutput, delay: timedelta | None, deliver_at: date
         "delay": None if delay is None else delay.total_seconds(),
         "deliver_at": None if deliver_at is None else _instant(deliver_at),
     }
-    text = json.dumps(asked, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return _canonical_digest(asked)
+
+
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+_DIGEST_SLICE_CHARS = 1024 * 1024
+
+
+def _canonical_digest(value: object) -> str:
+    """SHA-256 of ``json.dumps(value, sort_keys=True, separators=(",", ":"),
+    ensure_ascii=False)`` as UTF-8, hashed piece by piece: the whole text and its encoding
+    would be two more copies of a large body, where one piece (a long text value) and a
+    slice of it at a time suffice. Records of earlier versions hold the same digests."""
+    digest = hashlib.sha256()
+    for piece in _CANONICAL.iterencode(value):
+        for start in range(0, len(piece), _DIGEST_SLICE_CHARS):
+            digest.update(piece[start : start + _DIGEST_SLICE_CHARS].encode("utf-8"))
+    return digest.hexdigest()
 
 
 class IngressClient:

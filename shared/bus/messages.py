@@ -90,8 +90,10 @@ def body_of(message: Message) -> dict[str, Any]:
 
 def check_payload_size(message: Message, limit: int) -> None:
     """Refuse a message whose serialised body exceeds ``limit`` bytes, before anything is
-    written (BusConfig.max_payload_bytes)."""
-    size = len(message.model_dump_json().encode())
+    written (BusConfig.max_payload_bytes). The serialiser's own UTF-8 bytes are measured
+    (``model_dump_json`` would decode them to a text, and encoding that again copies a large
+    body twice more)."""
+    size = len(message.__pydantic_serializer__.to_json(message))
     if size > limit:
         raise MessageTooLarge(
             f"{type(message).__name__} body is {size:,} bytes; the limit is {limit:,} bytes "

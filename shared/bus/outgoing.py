@@ -214,8 +214,9 @@ async def _create_token(
     config: BusConfig,
     metadata: dict[str, str],
 ) -> None:
-    text = envelope.model_dump_json()
-    data = text.encode("utf-8")
+    data = envelope.to_bytes()
+    # A character takes at most 4 bytes: only an envelope that may fit the signal is decoded.
+    text = data.decode("utf-8") if len(data) <= 4 * MAX_INLINE_ENVELOPE_CHARS else None
     for _ in range(config.max_create_attempts):
         attempt_id = config.new_id()
         name = token_name(sender, incoming_id, attempt_id, envelope.id, data)
@@ -224,7 +225,7 @@ async def _create_token(
         except (OutcomeUnknown, AlreadyExists):
             result.abandoned.append(name)
             continue
-        if len(text) <= MAX_INLINE_ENVELOPE_CHARS:
+        if text is not None and len(text) <= MAX_INLINE_ENVELOPE_CHARS:
             result.hints[name] = SignalHint(etag, text)
         result.committed_candidates.append(OutgoingSignal.for_token(envelope, attempt_id, name))
         return

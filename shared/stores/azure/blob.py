@@ -33,6 +33,18 @@ _GONE_OR_CHANGED = (404, 412)
 """A blob deleted or replaced since it was listed: not ours to delete any more."""
 
 
+STREAM_CHUNK_BYTES = 1024 * 1024
+"""A blob larger than this is sent in slices of this size. Handed over whole, the event loop's
+socket transport copies whatever the socket does not take at once into its own buffer: most
+of a large token again (measured: 28 MiB more for a 16 MiB token). Sliced, each slice waits
+for the previous one to drain, and only one slice is copied at a time."""
+
+
+async def _chunks(data: bytes) -> AsyncIterator[bytes]:
+    for start in range(0, len(data), STREAM_CHUNK_BYTES):
+        yield data[start : start + STREAM_CHUNK_BYTES]
+
+
 def _properties(
     name: str, etag: str, size: int, modified: datetime | None, metadata: Mapping[str, str] | None
 ) -> BlobProperties:
@@ -106,7 +118,7 @@ class AzureBlobContainer(BlobContainer):
             method,
             self._url(name, comp),
             headers={"x-ms-version": self._client.api_version, **headers},
-            content=data,
+            content=data if data is None or len(data) <= STREAM_CHUNK_BYTES else _chunks(data),
         )
         return await send(
             self._blob_pipeline, request, self._what(name), expected, self._seconds, **options
