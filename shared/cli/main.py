@@ -143,7 +143,9 @@ def parser(app: BusApp | None = None) -> argparse.ArgumentParser:
             description=f"Types of the app: {types}" if types else None,
         )
         s.add_argument("type", help="message type name, e.g. PlaceOrder")
-        s.add_argument("--body", required=True, help="JSON object, or @file.json")
+        s.add_argument(
+            "--body", required=True, help="JSON object, @file.json, or @- to read it from stdin"
+        )
         s.add_argument("--key", help="idempotency key (default: a new one, printed)")
         s.add_argument(
             "--delay",
@@ -311,8 +313,14 @@ def storage_of(args: argparse.Namespace, config: AppConfig) -> StorageSettings:
 
 
 def _body(text: str) -> dict[str, Any]:
-    if text.startswith("@"):
-        text = Path(text[1:]).read_text()
+    try:
+        if text == "@-":
+            text = sys.stdin.read()
+        elif text.startswith("@"):
+            text = Path(text[1:]).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+        raise BadRequest(f"cannot read --body {text[:200]!r}: {reason}") from None
     try:
         value = json.loads(text)
     except ValueError as e:
