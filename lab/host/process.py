@@ -91,6 +91,12 @@ class HostProcess:
         self.kill()
         raise ConfigurationError(f"the local host did not become ready; its output:\n{tail}")
 
+    def pid(self) -> int:
+        """The running incarnation's process id (to read its memory from /proc)."""
+        if self.process is None or self.process.poll() is not None:
+            raise ConfigurationError("the host is not running")
+        return self.process.pid
+
     def kill(self) -> None:
         """SIGKILL: no clean-up of any kind runs in the child, as in a machine crash."""
         if self.process is not None and self.process.poll() is None:
