@@ -176,6 +176,7 @@ def test_publish_reaches_every_subscriber_and_unsubscribe_takes_one_away(bus: Ru
     ("args", "message"),
     [
         (["send", "PlaceOrder", "--body", "{nope"], "--body is not valid JSON"),
+        (["send", "PlaceOrder", "--body", "@no/such.json"], "cannot read --body '@no/such.json'"),
         (["send", "Nope", "--body", "{}"], "unknown message type 'Nope'"),
         (["send", "PlaceOrder", "--body", '{"order_id": "x"}'], "invalid PlaceOrder: customer"),
         (["publish", "PlaceOrder", "--body", ORDER], "PlaceOrder is a command: use `send`"),
