@@ -72,6 +72,9 @@ async def test_a_body_at_the_limit_is_received_and_sent_once_in_every_mode(
     assert len(command.model_dump_json()) == MAX_PAYLOAD.default
 
     await harness.setup_bus.client().send(command, to=documents, idempotency_key="k")
+    # The queue carries a signal naming the token, not the body nor a copy of it.
+    [signal] = await harness.raw.queue(documents).peek()
+    assert len(signal.content) < 1024
     await harness.run_until_quiet()
 
     assert (await harness.applied_state(documents, "d1", Sizes)).received == [CONTENT]
