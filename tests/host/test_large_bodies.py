@@ -237,6 +237,10 @@ async def test_a_handler_sending_over_the_limit_parks_then_replays_once_under_a_
     cleaned = await asyncio.to_thread(running.bus, "cleanup", "--grace-seconds", "0")
     assert cleaned.returncode == 0, cleaned.stderr.decode()[-2000:]
     assert await running.token_count() == 0
+    # Nothing the host logged, the failure that parked the message included, holds a body
+    log = (running.hosted.folder / "host.log").read_text()
+    assert "MessageTooLarge" in log
+    assert max(len(line) for line in log.splitlines()) < 5_000
 
 
 async def parked_reasons(running: Running, endpoint: str) -> list[dict[str, object]]:
