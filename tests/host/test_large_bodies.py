@@ -1,6 +1,6 @@
 """Bodies of 16 MiB (``BUS_MAX_PAYLOAD_BYTES``' default) through the local host on Azurite:
-over HTTP and ``bus send`` (from stdin), delayed, sent by a handler, parked, shown, replayed
-and cleaned up; one byte over the limit is refused naming it, and nothing is sent.
+over HTTP and ``bus send`` (from stdin), delayed, sent by a handler, parked, shown, replayed,
+cleaned up and audited; a body over the limit is refused naming it, and nothing is sent.
 
 One host runs the large-body app (``lab.bench.large_app``) for the module; each test uses
 documents of its own. A 16 MiB message takes Azurite a second or two."""
@@ -61,13 +61,22 @@ class Running:
 
     def bus(self, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
         """``bus ARGS`` as a separate process, as an operator runs it."""
+        return self._run("shared.cli", "--no-progress", *args, stdin=stdin)
+
+    def audit(self, *args: str) -> subprocess.CompletedProcess[bytes]:
+        """``python -m shared.audit ARGS`` as a separate process."""
+        return self._run("shared.audit", *args)
+
+    def _run(
+        self, module: str, *args: str, stdin: bytes | None = None
+    ) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(
-            [sys.executable, "-m", "shared.cli", "--no-progress", *args],
+            [sys.executable, "-m", module, *args],
             input=stdin,
             capture_output=True,
             cwd=self.hosted.folder,
             env={**self.hosted.environ, "PYTHONPATH": str(REPO_ROOT)},
-            timeout=120,
+            timeout=300,
         )
 
     async def token_count(self) -> int:
@@ -237,6 +246,19 @@ async def test_a_handler_sending_over_the_limit_parks_then_replays_once_under_a_
     cleaned = await asyncio.to_thread(running.bus, "cleanup", "--grace-seconds", "0")
     assert cleaned.returncode == 0, cleaned.stderr.decode()[-2000:]
     assert await running.token_count() == 0
+    # The audit's export reads both endpoints' audit rows, which name messages, not bodies
+    export = running.hosted.folder / "export"
+    exported = await asyncio.to_thread(
+        running.audit, "export", "--out", str(export), "--format", "json", "--quiet"
+    )
+    assert exported.returncode == 0, exported.stderr.decode()[-2000:]
+    rows = {
+        endpoint: (export / "audit" / f"{endpoint}-000000.json").read_text()
+        for endpoint in ("documents", "archive")
+    }
+    assert message_id in rows["documents"]
+    assert len(rows["documents"]) + len(rows["archive"]) < 100_000
+
     # Nothing the host logged, the failure that parked the message included, holds a body
     log = (running.hosted.folder / "host.log").read_text()
     assert "MessageTooLarge" in log
