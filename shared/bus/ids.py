@@ -8,6 +8,7 @@ Only attempt ids and claim ids are random: they must differ on every try.
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 
 _NAMESPACE = uuid.UUID("6f1c1a52-27a4-4a8e-9d36-0b7e4c2f9a10")
@@ -25,3 +26,17 @@ def stable_seed(*parts: object) -> int:
     """A 64-bit seed from SHA-256; Python's hash() is salted per process and would differ."""
     digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
     return int.from_bytes(digest[:8], "big")
+
+
+_SLICE_CHARS = 1024 * 1024
+
+
+def json_sha256(value: object, encoder: json.JSONEncoder) -> str:
+    """SHA-256 (hex) of ``encoder.encode(value)`` as UTF-8, the text encoded a 1 MiB slice at
+    a time: encoding it whole would be one more copy of a large body. The text itself is made
+    in one go, by the C encoder (piece by piece is slow for a body of many small values)."""
+    text = encoder.encode(value)
+    digest = hashlib.sha256()
+    for start in range(0, len(text), _SLICE_CHARS):
+        digest.update(text[start : start + _SLICE_CHARS].encode("utf-8"))
+    return digest.hexdigest()

@@ -16,7 +16,6 @@ previous version's, or this one's while off) still answers the kind of sender th
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from typing import Any
 
 from shared.bus.config import BusConfig
 from shared.bus.context import PendingOutput
-from shared.bus.ids import derived_id
+from shared.bus.ids import derived_id, json_sha256
 from shared.bus.messages import (
     Command,
     Event,
@@ -114,23 +113,11 @@ def fingerprint(output: PendingOutput, delay: timedelta | None, deliver_at: date
         "delay": None if delay is None else delay.total_seconds(),
         "deliver_at": None if deliver_at is None else _instant(deliver_at),
     }
-    return _canonical_digest(asked)
+    return json_sha256(asked, _CANONICAL)
 
 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-_DIGEST_SLICE_CHARS = 1024 * 1024
-
-
-def _canonical_digest(value: object) -> str:
-    """SHA-256 of ``json.dumps(value, sort_keys=True, separators=(",", ":"),
-    ensure_ascii=False)`` as UTF-8, hashed piece by piece: the whole text and its encoding
-    would be two more copies of a large body, where one piece (a long text value) and a
-    slice of it at a time suffice. Records of earlier versions hold the same digests."""
-    digest = hashlib.sha256()
-    for piece in _CANONICAL.iterencode(value):
-        for start in range(0, len(piece), _DIGEST_SLICE_CHARS):
-            digest.update(piece[start : start + _DIGEST_SLICE_CHARS].encode("utf-8"))
-    return digest.hexdigest()
+"""The JSON text a fingerprint hashes: sorted keys, no spaces, UTF-8 as is."""
 
 
 class IngressClient:

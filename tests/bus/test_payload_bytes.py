@@ -1,7 +1,8 @@
 """What a large body costs is measured without copying it needlessly, and the bytes and digests
 the bus stores stay exactly what earlier versions stored: token bytes (their digest is in the
-token's name), ingress fingerprints (a retry within the window is compared with them), and
-the payload limit counted in UTF-8 bytes to the byte."""
+token's name), ingress fingerprints (a retry within the window is compared with them),
+state-based output fingerprints (a replay is compared with them), and the payload limit
+counted in UTF-8 bytes to the byte."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from shared.bus.context import PendingOutput
 from shared.bus.envelope import Envelope
 from shared.bus.ingress import fingerprint
 from shared.bus.messages import check_payload_size
+from shared.bus.modes.state_based import fingerprint as output_fingerprint
 from shared.errors import MessageTooLarge
 from shared.stores.names import holds_lone_surrogate
 
@@ -61,6 +63,20 @@ def test_an_ingress_fingerprint_is_the_digest_earlier_versions_wrote(
     text = json.dumps(asked, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     output = PendingOutput(message, "documents", {})
     assert fingerprint(output, delay, None) == hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def test_a_state_based_output_fingerprint_is_the_digest_earlier_versions_stored() -> None:
+    message = StoreDocument(doc_id="d", content=CONTENT)
+    output = PendingOutput(message, "archive", {"h": "é"})
+    text = json.dumps(
+        {"body": message.model_dump(mode="json"), "headers": {"h": "é"}}, sort_keys=True
+    )
+    [printed] = output_fingerprint([output])
+    assert printed == {
+        "type": "StoreDocument",
+        "to": "archive",
+        "sha256": hashlib.sha256(text.encode()).hexdigest(),
+    }
 
 
 def test_the_payload_limit_counts_utf8_bytes_to_the_byte() -> None:

@@ -25,7 +25,6 @@ Handlers must be deterministic: use ``ctx.now()``, ``ctx.random()``, ``ctx.new_i
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from pydantic import BaseModel
 
 from shared.bus.context import HandlerContext, PendingOutput
 from shared.bus.envelope import Envelope, Signal
-from shared.bus.ids import stable_seed
+from shared.bus.ids import json_sha256, stable_seed
 from shared.bus.messages import Event, Message, body_of
 from shared.bus.modes.common import (
     CommitRow,
@@ -69,6 +68,10 @@ def index_row(message_id: str) -> str:
     return f"{INDEX_PREFIX}{message_id}"
 
 
+_SORTED = json.JSONEncoder(sort_keys=True)
+"""The JSON text an output's fingerprint hashes (as ``json.dumps(..., sort_keys=True)``)."""
+
+
 def fingerprint(outputs: list[PendingOutput]) -> list[dict[str, str]]:
     """What a replay must reproduce of each output, in order. Destinations are compared as the
     handler named them (an endpoint, or a topic): subscribers joining later are not the
@@ -78,14 +81,12 @@ def fingerprint(outputs: list[PendingOutput]) -> list[dict[str, str]]:
     for output in outputs:
         message = output.message
         target = output.to if output.to is not None else f"topic:{_topic(message)}"
-        canonical = json.dumps(
-            {"body": body_of(message), "headers": output.headers}, sort_keys=True
-        )
+        canonical = {"body": body_of(message), "headers": output.headers}
         result.append(
             {
                 "type": message.type_name(),
                 "to": target,
-                "sha256": hashlib.sha256(canonical.encode()).hexdigest(),
+                "sha256": json_sha256(canonical, _SORTED),
             }
         )
     return result
