@@ -30,7 +30,7 @@ each_backend = pytest.mark.parametrize(
 )
 
 NOTE = "n" * 200_000
-"""A 200 KB body: under the 256 KiB payload limit; kept three times in the state it is
+"""A 200 KB body: well under the payload limit; kept three times in the state it is
 1.2 MB in Table Storage's count (two bytes a character), past the 1 MiB of an entity."""
 KEPT_COPIES = 3
 
