@@ -219,7 +219,12 @@ async def test_a_handler_sending_over_the_limit_parks_then_replays_once_under_a_
     assert await running.depth("archive") == 0
     assert await running.token_count() == 1  # the parked message's own token, kept for replay
 
-    # `bus poison show` prints a screenful of its 9 MiB body, not all of it
+    # `bus poison list` names it in a line; `bus poison show` prints a screenful of its 9 MiB
+    # body, not all of it
+    listed = await asyncio.to_thread(running.bus, "poison", "list", "documents")
+    assert listed.returncode == 0, listed.stderr.decode()[-2000:]
+    assert message_id in listed.stdout.decode()
+    assert len(listed.stdout) < 5_000
     shown = await asyncio.to_thread(running.bus, "poison", "show", message_id)
     assert shown.returncode == 0, shown.stderr.decode()[-2000:]
     assert len(shown.stdout) < 20_000
