@@ -37,7 +37,8 @@ STREAM_CHUNK_BYTES = 1024 * 1024
 """A blob larger than this is sent in slices of this size. Handed over whole, the event loop's
 socket transport copies whatever the socket does not take at once into its own buffer: most
 of a large token again (measured: 28 MiB more for a 16 MiB token). Sliced, each slice waits
-for the previous one to drain, and only one slice is copied at a time."""
+for the previous one to drain, and only one slice is copied at a time. Only a create sends a
+body, and a create is never retried: the slices are sent once, as a generator can only be."""
 
 
 async def _chunks(data: bytes) -> AsyncIterator[bytes]:
