@@ -5,10 +5,16 @@ and ``bus poison show`` work with a shared body. On the in-memory stores and on 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from datetime import timedelta
 
+import pytest
+
+from lab.local.azurite import AzuriteEndpoints
+from shared.audit.poisoned import collect_poisoned
+from shared.bulk.replay import ReplayTask, replay_partition
 from shared.bus import BusApp, Command, Event, HandlerContext, Outcome
 from shared.bus.envelope import Envelope, Signal, envelope_digest
 from shared.bus.poison import replay_report, unwrap
@@ -19,6 +25,8 @@ from shared.cleanup.settings import CleanupSettings
 from shared.cleanup.tasks import CleanupContext
 from shared.clock import to_datetime
 from shared.resources import poison_queue
+from shared.settings import StorageSettings
+from shared.stores.azure import AzureStorageAccount
 from tests.bus.flow import Ledger
 from tests.bus.harness import Harness
 from tests.conftest import Backend, unique_name
@@ -342,3 +350,49 @@ async def test_a_delayed_shared_event_waits_for_its_time_and_keeps_its_payload(
     await shouting.harness.run_until_quiet()
 
     assert await shouting.heard() == {ear: [EXPECTED] for ear in shouting.ears}
+
+
+@pytest.mark.azurite
+async def test_the_audit_lists_a_parked_shared_message_and_the_bulk_replay_sends_it_back(
+    azurite: AzuriteEndpoints,
+) -> None:
+    """The audit's poisoned rows (``collect_poisoned``) verify the parked message against
+    its token, which is kept, and the bulk replay's task (``replay_partition``, what each
+    Spark task runs) sends its signal back: processed once, from the shared payload."""
+    settings = StorageSettings(connection_string=azurite.connection_string)
+    async with AzureStorageAccount(settings) as account:
+        shouting = await Shouting.create(
+            Backend("azurite", account),
+            failures={0: 2},
+            max_dequeue_count=2,
+            parked_container=unique_name("parked"),
+        )
+        config = shouting.harness.config
+        await account.blob_container(config.parked_container).create_if_missing()
+        await shouting.shout()
+        await shouting.harness.run_until_quiet()
+        ear = shouting.ears[0]
+
+        rows = await collect_poisoned(
+            account, [ear], container=config.parked_container, tokens=config.tokens_container
+        )
+        task = ReplayTask(settings, config.parked_container)
+        [(message_id, problem)] = [(row[2], row[8]) for row in rows]
+        outcomes = await asyncio.to_thread(
+            lambda: list(replay_partition(task, Counted(), [(ear, [message_id])]))
+        )
+        await shouting.harness.run_until_quiet()
+
+        assert problem is None  # its token exists: a verifiable parked message
+        assert [outcome[2] for outcome in outcomes] == ["sent"]
+        assert await shouting.heard() == {e: [EXPECTED] for e in shouting.ears}
+
+
+class Counted:
+    """Stands in for the Spark accumulator the bulk job gives its tasks."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    def add(self, term: int) -> None:
+        self.total += term
