@@ -229,7 +229,7 @@ def show(results: list[Result]) -> str:
             f"| {r.publish_seconds:.2f} s | {r.requests} | {r.written / MIB:.2f} MiB "
             f"| {r.read / MIB:.2f} MiB | {r.processed} | {r.seconds:.2f} s |"
         )
-    shared = [r for r in results if r.label == SHARED.label]
+    shared = [r for r in results if r.label != INLINE.label]
     inline = [r for r in results if r.label == INLINE.label]
 
     def ratio(field: str) -> float:
@@ -245,7 +245,9 @@ def show(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
-async def bench(subscribers: int, body_bytes: int, concurrency: int, rounds: int) -> list[Result]:
+async def bench(
+    subscribers: int, body_bytes: int, concurrency: int, rounds: int, shared: Run = SHARED
+) -> list[Result]:
     """``rounds`` of both runs on one emulator, their order alternating (the first run of an
     emulator pays its warm-up)."""
     results = []
@@ -253,7 +255,7 @@ async def bench(subscribers: int, body_bytes: int, concurrency: int, rounds: int
         settings = StorageSettings(connection_string=endpoints.connection_string)
         async with AzureStorageAccount(settings) as account:
             for number in range(rounds):
-                order = (SHARED, INLINE) if number % 2 else (INLINE, SHARED)
+                order = (shared, INLINE) if number % 2 else (INLINE, shared)
                 for run in order:
                     suffixed = Run(run.label, run.min_chars, f"{run.suffix}{number}")
                     results.append(
@@ -265,12 +267,19 @@ async def bench(subscribers: int, body_bytes: int, concurrency: int, rounds: int
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.bench.payload_shared", description=__doc__)
     parser.add_argument("--subscribers", type=int, default=50)
-    parser.add_argument("--body-mib", type=float, default=1.0)
+    parser.add_argument("--body-mib", type=float, default=1.0, help="e.g. 0.004 for 4 KiB")
     parser.add_argument("--concurrency", type=int, default=8, help="subscribers at a time")
     parser.add_argument("--rounds", type=int, default=3, help="pairs of runs (default 3)")
+    parser.add_argument(
+        "--share-below",
+        action="store_true",
+        help="share the body even when its envelope rides in the signal (the threshold at 0: "
+        "what sharing small bodies would cost)",
+    )
     args = parser.parse_args(argv)
     body = int(args.body_mib * MIB)
-    results = asyncio.run(bench(args.subscribers, body, args.concurrency, args.rounds))
+    shared = Run("shared below 8 KiB", 0, "b") if args.share_below else SHARED
+    results = asyncio.run(bench(args.subscribers, body, args.concurrency, args.rounds, shared))
     print(show(results))
     return 0
 
