@@ -31,6 +31,7 @@ from shared.errors import (
     MessageSchemaError,
     NotFound,
     OutcomeUnknown,
+    PayloadAltered,
     PermanentFailure,
     PreconditionFailed,
     TransactionFailed,
@@ -173,6 +174,8 @@ class Receiver(Pipeline):
         token = IncomingToken(signal.token, signal.etag, "", copy.encode("utf-8"))
         try:
             envelope, message = await self._decode(signal, token, delivery)
+        except PayloadAltered:
+            raise  # the copy is the token's: its shared payload is what was altered
         except (MalformedSignal, UnknownMessageType, MessageSchemaError) as e:
             log.warning(
                 "endpoint %s: ignoring the envelope copy in the signal for %s (%s); "

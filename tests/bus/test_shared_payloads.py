@@ -396,3 +396,19 @@ class Counted:
 
     def add(self, term: int) -> None:
         self.total += term
+
+
+async def test_a_clients_publish_shares_its_body_too(backend: Backend) -> None:
+    """The ingress client creates its tokens the same way: one payload, named under the
+    client's sender and the round's incoming id, whose origin is the ingress record."""
+    shouting = await Shouting.create(backend)
+    client = shouting.harness.setup_bus.client("loudspeaker")
+
+    await client.publish(Shouted(key="k", text=TEXT), idempotency_key="p")
+
+    [payload] = await shouting.payload_names()
+    assert payload.startswith("loudspeaker/")
+    await shouting.harness.run_until_quiet()
+    assert await shouting.heard() == {ear: [EXPECTED] for ear in shouting.ears}
+    await backend.elapse(1.5)
+    assert (await shouting.cleanup(grace_seconds=1)).removed == {"payloads": 1}
