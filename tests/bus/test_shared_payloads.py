@@ -11,6 +11,7 @@ import json
 from datetime import timedelta
 
 import pytest
+from pydantic import ValidationError
 
 from lab.local.azurite import AzuriteEndpoints
 from shared.audit.poisoned import collect_poisoned
@@ -412,3 +413,47 @@ async def test_a_clients_publish_shares_its_body_too(backend: Backend) -> None:
     assert await shouting.heard() == {ear: [EXPECTED] for ear in shouting.ears}
     await backend.elapse(1.5)
     assert (await shouting.cleanup(grace_seconds=1)).removed == {"payloads": 1}
+
+
+def an_envelope(**fields: object) -> Envelope:
+    values: dict[str, object] = {
+        "id": "i",
+        "type": "T",
+        "kind": "event",
+        "source": "s",
+        "destination": "d",
+        "partition_key": "p",
+        "correlation_id": "c",
+        "causation_id": None,
+        "created_at": to_datetime(0),
+        "headers": {"topic": "t"},
+        **fields,
+    }
+    return Envelope.model_validate(values)
+
+
+def test_an_envelope_with_its_body_inline_keeps_the_bytes_and_digest_it_had() -> None:
+    """The bytes (and so the token names) of the version before shared payloads."""
+    inline = an_envelope(body={"key": "k", "text": "é"})
+
+    assert inline.to_bytes() == (
+        b'{"id":"i","type":"T","kind":"event","source":"s","destination":"d",'
+        b'"partition_key":"p","correlation_id":"c","causation_id":null,'
+        b'"created_at":"1970-01-01T00:00:00Z","headers":{"topic":"t"},'
+        b'"body":{"key":"k","text":"\xc3\xa9"}}'
+    )
+    assert envelope_digest(inline.to_bytes()) == "kPbujUpmYJeIgHmRx-100iPwQI3k1QYeehyEvAnVtAw"
+
+
+def test_an_envelope_carries_its_body_or_a_payload_reference_exactly_once() -> None:
+    reference = {"digest": "A" * 43, "size": 12}
+    shared = an_envelope(payload=reference)
+
+    assert b'"body"' not in shared.to_bytes()
+    assert Envelope.from_bytes(shared.to_bytes()) == shared
+    with pytest.raises(ValidationError, match="either its body or a payload reference"):
+        an_envelope()
+    with pytest.raises(ValidationError, match="either its body or a payload reference"):
+        an_envelope(body={}, payload=reference)
+    with pytest.raises(ValidationError, match="digest"):
+        an_envelope(payload={"digest": "A", "size": 1})
