@@ -46,6 +46,7 @@ from shared.cleanup.origins import OriginKind
 from shared.cleanup.report import TaskReport, describe
 from shared.cleanup.tasks import CleanupContext, CleanupTask, origin_of
 from shared.errors import NotFound, PreconditionFailed
+from shared.logsafe import shown
 from shared.stores.blob import BlobProperties
 from shared.stores.table import Entity
 
@@ -67,7 +68,9 @@ class SharedPayloads(CleanupTask):
             try:
                 kept = await self._judge(context, blob)
             except STORAGE_ERRORS as e:
-                log.warning("cleanup payloads: %s left for the next pass: %s", blob.name, e)
+                log.warning(
+                    "cleanup payloads: %s left for the next pass: %s", shown(blob.name), shown(e)
+                )
                 kept = "storage_error"
             if kept is None:
                 report.removed["payloads"] += 1
@@ -82,7 +85,7 @@ class SharedPayloads(CleanupTask):
             return "young"
         name = PAYLOAD_NAME.fullmatch(blob.name)
         if name is None:
-            log.warning("payload %r is outside the payload naming scheme: kept", blob.name)
+            log.warning("payload %s is outside the payload naming scheme: kept", shown(blob.name))
             return "bad_name"
         found = origin_of(context, blob)  # (c), before (b): see the module
         if isinstance(found, str):
@@ -112,7 +115,7 @@ async def _fence(
         return "storage_error"  # its row could not be read
     row = rows[origin]
     if isinstance(row, DamagedRow):
-        log.warning("cleanup payloads: %s kept: %s", blob.name, describe(row.error))
+        log.warning("cleanup payloads: %s kept: %s", shown(blob.name), describe(row.error))
         return "bad_origin_row"
     if isinstance(row, Entity) and kind.fence is not None:
         try:

@@ -54,6 +54,7 @@ from shared.errors import (
     NotFound,
     PreconditionFailed,
 )
+from shared.logsafe import shown
 from shared.stores.account import StorageAccount
 from shared.stores.blob import BlobContainer, BlobProperties
 from shared.stores.table import Entity
@@ -268,7 +269,7 @@ class AbandonedTokens(CleanupTask):
         if isinstance(found, str):
             return found
         if name is None:
-            log.warning("token %s is outside the token naming scheme", blob.name)
+            log.warning("token %s is outside the token naming scheme", shown(blob.name))
             return "bad_origin"
         return name, *found
 
@@ -342,7 +343,7 @@ def origin_of(context: CleanupContext, blob: BlobProperties) -> Verdict | tuple[
     known_tables = {*context.endpoints, context.config.ingress_table}
     if origin is None or kind is None or origin.table not in known_tables:
         # Never let a blob's metadata point the cleanup at an arbitrary table.
-        log.warning("blob %s has an origin outside this bus: %r", blob.name, raw)
+        log.warning("blob %s has an origin outside this bus: %s", shown(blob.name), shown(raw))
         return "bad_origin"
     return origin, kind
 
