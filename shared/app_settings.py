@@ -305,6 +305,17 @@ MAX_PAYLOAD = whole(
     low=1,
     high=MAX_PAYLOAD_CEILING,
 )
+SHARED_PAYLOAD_MIN_CHARS = whole(
+    "BUS_SHARED_PAYLOAD_MIN_CHARS",
+    8192,
+    "a message for two or more destinations whose envelope is longer than this many "
+    "characters stores its body once, in the payloads container, and its tokens refer to it; "
+    "shorter envelopes travel inside their signals, where sharing would add a read "
+    "(docs/benchmarks.md, shared payloads)",
+    group=BUS,
+    low=8192,
+    high=2**31 - 1,
+)
 MAX_OUTPUTS = whole(
     "BUS_MAX_OUTPUTS",
     100,
@@ -436,6 +447,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     STATE_STREAM_RETENTION,
     ENTITY_OUTBOX_RETENTION,
     MAX_PAYLOAD,
+    SHARED_PAYLOAD_MIN_CHARS,
     MAX_OUTPUTS,
     MAX_DELIVERIES,
     MAX_CONFLICT_ROUNDS,

@@ -125,6 +125,8 @@ def _bus(settings: Settings, queues: QueueSettings) -> BusConfig:
         topics_container=CONTAINERS["topics"],
         ingress_table=TABLES["ingress"],
         parked_container=CONTAINERS["parked"],
+        payloads_container=CONTAINERS["payloads"],
+        shared_payload_min_chars=_value(settings, s.SHARED_PAYLOAD_MIN_CHARS),
         max_dequeue_count=queues.max_dequeue_count,
         ingress_window_seconds=_value(settings, s.INGRESS_WINDOW),
         ingress_key_scopes=_value(settings, s.INGRESS_KEY_SCOPES),

@@ -75,6 +75,19 @@ class MalformedSignal(BusError):
     naming scheme). It is parked in the poison queue with this reason; nothing is read."""
 
 
+class PayloadAltered(MalformedSignal):
+    """A token refers to a shared payload whose bytes are not the ones its envelope's digest
+    and size name: someone with write access to the payloads container replaced them. The
+    message is parked with this reason and its token kept; nothing of the altered bytes is
+    processed."""
+
+
+class PayloadMissing(BusError):
+    """A token's shared payload is absent while the token still exists. Retried (the message
+    is given back, and parked with this reason after the host's last try), never taken for
+    a duplicate: only the token's absence proves the message was processed."""
+
+
 class UnknownMessageType(BusError):
     """The envelope names a message type the endpoint has no handler for."""
 

@@ -25,8 +25,9 @@ RESOURCES_FILE = Path("infra") / "resources.json"
 """Relative: the function app's folder is the current one, as ``local.settings.json``."""
 POISON_SUFFIX = "-poison"
 GENERATE_COMMAND = "bus resources > infra/resources.json"
-CONTAINERS = {"tokens": "tokens", "topics": "topics", "parked": "parked"}
-"""Blob containers every app shares: outgoing tokens, and topics' recipient lists."""
+CONTAINERS = {"tokens": "tokens", "topics": "topics", "parked": "parked", "payloads": "payloads"}
+"""Blob containers every app shares: outgoing tokens, topics' recipient lists, parked
+originals, and the bodies a message's tokens share (``shared.bus.payloads``)."""
 TABLES = {"ingress": "ingress", "cleanup": "cleanup"}
 """Tables every app shares: ingress records, and the cleanup job's checkpoints."""
 FILE_COMMENT = (

@@ -204,7 +204,9 @@ def test_every_queue_table_and_container_the_app_uses_is_provisioned_by_the_temp
     used |= {("queue", poison_queue(q)) for q in queue_triggers().values()}
     used |= {("table", e) for e in sample_app.endpoints}
     used |= {("table", resources.tables["ingress"])}
-    used |= {("container", resources.containers[c]) for c in ("tokens", "topics", "parked")}
+    used |= {
+        ("container", resources.containers[c]) for c in ("tokens", "topics", "parked", "payloads")
+    }
     assert used - provisioned == set()
 
 

@@ -30,7 +30,7 @@ CHECKED_IN = REPO_ROOT / RESOURCES_FILE
 def test_the_repository_resource_file_is_valid() -> None:
     resources = load_resources(CHECKED_IN)
     assert resources.endpoints
-    assert {"tokens", "topics", "parked"} <= set(resources.containers)
+    assert {"tokens", "topics", "parked", "payloads"} <= set(resources.containers)
     for endpoint in resources.endpoints:
         assert endpoint in resources.queue_names
         assert poison_queue(endpoint) in resources.queue_names

@@ -266,6 +266,64 @@ MUTANTS: tuple[Mutant, ...] = (
         "            elif self._complete is None:",
         "parked originals are deleted by a pass that did not hold every poison entry",
     ),
+    # -- shared payloads (one payload per publish) ----------------------------------------------
+    Mutant(
+        "payloads-digest-unchecked",
+        "shared/bus/payloads.py",
+        "if len(data) != reference.size or envelope_digest(data) != reference.digest:",
+        "if False:",
+        "the receiver processes a shared payload without checking its size and SHA-256",
+    ),
+    Mutant(
+        "payloads-created-once",
+        "shared/bus/payloads.py",
+        "        await container.upload(payload_blob(sender, incoming_id, digest), data, metadata)",
+        "        from shared.errors import AlreadyExists\n\n"
+        "        try:\n"
+        "            await container.create(payload_blob(sender, incoming_id, digest), data, "
+        "metadata)\n"
+        "        except AlreadyExists:\n"
+        "            pass",
+        "a round writes its payload only if absent (If-None-Match): a later round that refers "
+        "to it does not refresh its age or ETag",
+    ),
+    Mutant(
+        "pipeline-missing-payload-acknowledged",
+        "shared/bus/pipeline.py",
+        """            if await self._read_token(signal) is None:
+                return Outcome.DUPLICATE
+            raise""",
+        """            return Outcome.DUPLICATE""",
+        "a missing payload is taken for a duplicate without checking that the token is gone",
+    ),
+    Mutant(
+        "cleanup-payload-young-removed",
+        "shared/cleanup/payloads.py",
+        "if not context.is_old(blob.last_modified):  # (a)",
+        "if False:  # (a)",
+        "payloads younger than the grace period are judged (and deleted) too",
+    ),
+    Mutant(
+        "cleanup-payload-tokens-unchecked",
+        "shared/cleanup/payloads.py",
+        "if (await context.tokens.list_page(prefix, page_size=1)).items:  # (b)",
+        "if False:  # (b)",
+        "a payload is removed while tokens under its prefix still refer to it",
+    ),
+    Mutant(
+        "cleanup-payload-unfenced",
+        "shared/cleanup/payloads.py",
+        "            kept = await _fence(context, *found, blob)",
+        "            kept = None",
+        "a payload whose O(m) is uncommitted is removed without fencing O(m) first",
+    ),
+    Mutant(
+        "cleanup-payload-delete-unconditional",
+        "shared/cleanup/payloads.py",
+        "await context.payloads.delete(blob.name, etag=blob.etag)  # (d)",
+        "await context.payloads.delete(blob.name)  # (d)",
+        "a payload is deleted without If-Match: a round's rewrite since the judgement is lost",
+    ),
     # -- in-memory stores ---------------------------------------------------------------------
     Mutant(
         "memory-table-etag-ignored",

@@ -24,6 +24,10 @@ and, in token mode, with up to one deviation and one fault:
 11. ``small-retry``: a handler failing twice under a retry policy (immediate, then delayed);
 12. ``small-oversized``: a handler whose state outgrows a table entity (parked at once,
     replayed by the operator once quiet);
+13. ``small-shared``: an event whose body its two subscribers' tokens share as one payload
+    (NoMissingPayload, BoundedResidue over the payloads), with up to one deviation and no
+    fault, then no deviation and one fault; ``small-shared-processed_messages`` the same in
+    a window mode, whose origin rows have no fence, with up to one deviation;
 and then seeded random search over larger configurations in every mode for the rest of the
 time budget. With two cores the phases are dealt to two processes (``DEFAULT_PLAN``), each
 then searching its own random seeds. ``--mode`` keeps the phases and random runs of one mode.
@@ -78,6 +82,8 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-oversized", 1, 1),
         ("small-parked", 1, 0),
         ("small-parked", 0, 1),
+        ("small-shared", 1, 0),
+        ("small-shared", 0, 1),
     ),
     (
         ("small-sweep", 1, 1),
@@ -93,6 +99,7 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-postgres-state_based", 1, 1),
         ("small-partition-postgres-processed_messages", 1, 1),
         ("small-partition-postgres-entity_outbox", 1, 1),
+        ("small-shared-processed_messages", 1, 0),
     ),
 )
 """The phases explored exhaustively before the random search, dealt to two processes so

@@ -9,8 +9,10 @@ Per endpoint, by its mode:
   have nothing to do here: a window-mode table holds no O(m), the simulated client's ingress
   records outlive every run (their window is days) and audit rows are the audit's.
 
-The parked phase (``lab.sim.parked``) also runs the endpoint's poison task (``PoisonQueue``:
-entries that will expire re-parked, orphan parked originals removed), ``clean_parked``.
+Then, for every sender, the shared payloads (``SharedPayloads``), after the tokens that refer
+to them. The parked phase (``lab.sim.parked``) also runs the endpoint's poison task
+(``PoisonQueue``: entries that will expire re-parked, orphan parked originals removed),
+``clean_parked``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from shared.bus.app import Mode
 from shared.bus.config import BusConfig
 from shared.bus.state.rows import EndpointRows
 from shared.cleanup.parked import PoisonQueue
+from shared.cleanup.payloads import SharedPayloads
 from shared.cleanup.report import TaskReport
 from shared.cleanup.settings import CleanupSettings
 from shared.cleanup.tasks import AbandonedTokens, CleanupContext, CleanupTask, ModeRetention
@@ -41,6 +44,7 @@ async def cleanup_to_completion(
     window_seconds: float,
     clock: Clock,
     senders: tuple[str, ...] = (),
+    payloads_container: str = "payloads",
 ) -> None:
     """One cleanup pass over every endpoint, then over the tokens of each client ``senders``
     names (judged by their ingress records); ``window_seconds`` is the retention of every
@@ -82,15 +86,21 @@ async def cleanup_to_completion(
                 continuation = await task.run_page(context, continuation, report)
                 if continuation is None:
                     break
+    everyone = BusConfig(
+        tokens_container=tokens_container,
+        payloads_container=payloads_container,
+        ingress_table=ingress_table,
+        clock=clock,
+        processed_retention_seconds=window_seconds,
+        state_stream_retention_seconds=window_seconds,
+        entity_outbox_retention_seconds=window_seconds,
+    )
+    every_rows = {endpoint: rows[endpoint] for endpoint in endpoints}
     for sender in senders:
         await _run(
-            AbandonedTokens(f"{sender}/"),
-            account,
-            {endpoint: rows[endpoint] for endpoint in endpoints},
-            grace_seconds,
-            clock,
-            BusConfig(tokens_container=tokens_container, ingress_table=ingress_table, clock=clock),
+            AbandonedTokens(f"{sender}/"), account, every_rows, grace_seconds, clock, everyone
         )
+    await _run(SharedPayloads(), account, every_rows, grace_seconds, clock, everyone)
 
 
 async def _run(

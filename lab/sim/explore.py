@@ -122,6 +122,32 @@ CONFIGS: dict[str, SimConfig] = {
             max_ticks=10,
             parked=True,
         ),
+        # One payload per publish (lab/sim/payloads.py): first publishes an event whose
+        # envelope is longer than a signal carries to second and third, which share one
+        # payload blob. Faults at every operation (the payload's write and reads included),
+        # a cleanup pass and time passing at any point, a duplicate signal on the network.
+        SimConfig(
+            name="small-shared",
+            shape="shared",
+            copies=1,
+            concurrency=2,
+            sweeps=1,
+            waits=1,
+            duplicates=1,
+        ),
+        # The same outside the timing assumptions, as small-unbounded-sweep: a round may
+        # stall for longer than the grace period while cleanup passes run, and the payload
+        # task must still never remove a payload a committed token refers to.
+        SimConfig(
+            name="small-shared-unbounded",
+            shape="shared",
+            copies=1,
+            concurrency=2,
+            sweeps=2,
+            sweep_grace=30.0,
+            faults=ALL_FAULTS,
+            timing="unbounded",
+        ),
         SimConfig(
             name="small-unbounded",
             shape="single",
@@ -158,6 +184,7 @@ for _mode in WINDOW_MODES:
         "small-ingress",
         "small-partition",
         "small-redelivery",
+        "small-shared",
     ):
         _config = replace(CONFIGS[_base], name=f"{_base}-{_mode}", mode=_mode)
         CONFIGS[_config.name] = _config

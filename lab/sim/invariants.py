@@ -25,6 +25,8 @@ the entity-outbox map inside the ``state`` row) are read as well:
   journal order, the head at n holding the latest version's state, each index row pointing
   at its message's version, each version's output fingerprints equal to the fault-free
   run's).
+- NoMissingPayload (``lab.sim.payloads``, checked as the run goes): no receiver finds a
+  shared payload missing while the token it is processing exists.
 - NoEarlyDelivery: no delayed message processed before its due time (the handler compares
   its processing time with the envelope's ``deliver_at``).
 - The parked phase (``lab.sim.parked``; ``check_parked``): NoLostParked, every parked
@@ -36,7 +38,8 @@ the entity-outbox map inside the ``state`` row) are read as well:
   left that no entry refers to.
 - BoundedResidue (checked when the timing assumptions hold, ``SimConfig.residue_checked``):
   after the cleanup pass that follows the quiet run by more than the grace period, no token
-  is left in any mode and no O(m) in token mode. Token mode has no window, so that is all.
+  and no shared payload is left in any mode and no O(m) in token mode. Token mode has no
+  window, so that is all.
   The window modes legitimately keep one dedup record per message for their window, so for
   them time then moves past the window and one more cleanup pass (the same tasks) runs; after
   it no token is left and the dedup data is down to what ``ModeReading.beyond_window`` allows:
@@ -73,6 +76,7 @@ NO_LOST_PARKED = "NoLostParked"
 NO_EXPIRED_ENTRY = "NoExpiredEntry"
 ORIGINAL_KEPT = "OriginalKept"
 BOUNDED_PARKED_RESIDUE = "BoundedParkedResidue"
+NO_MISSING_PAYLOAD = "NoMissingPayload"
 UNEXPECTED_ERROR = "UnexpectedError"
 """Not an invariant of the design: a simulated process raised something other than the
 project's own errors, i.e. a bug in the code under test."""
@@ -87,6 +91,7 @@ INVARIANTS = (
     NO_EXPIRED_ENTRY,
     ORIGINAL_KEPT,
     BOUNDED_PARKED_RESIDUE,
+    NO_MISSING_PAYLOAD,
 )
 
 
@@ -114,6 +119,8 @@ class Observation:
     poisoned: dict[str, int] = field(default_factory=dict)
     queued: dict[str, int] = field(default_factory=dict)
     tokens: list[str] = field(default_factory=list)
+    payloads: list[str] = field(default_factory=list)
+    """Shared payloads left (``shared.bus.payloads``)."""
     outbox_records: dict[str, int] = field(default_factory=dict)
     within_window: bool = True
     """False once simulated time went past the dedup window while copies were still about
@@ -148,6 +155,8 @@ async def observe(
     tokens_container: str,
     mode: Mode = "token",
     sql: Mapping[str, EndpointState] | None = None,
+    *,
+    payloads_container: str = "",
 ) -> Observation:
     seen = Observation(mode)
     for endpoint in endpoints:
@@ -175,6 +184,8 @@ async def observe(
         seen.queued[endpoint] = await account.queue(endpoint).approximate_count()
         seen.poisoned[endpoint] = await account.queue(poison_queue(endpoint)).approximate_count()
     seen.tokens = [p.name async for p in account.blob_container(tokens_container).list()]
+    if payloads_container:
+        seen.payloads = [p.name async for p in account.blob_container(payloads_container).list()]
     return seen
 
 
@@ -431,6 +442,14 @@ def _residue(run: Observation) -> list[Violation]:
                 BOUNDED_RESIDUE,
                 f"{len(run.tokens)} token(s) left after the cleanup pass: "
                 + ", ".join(run.tokens[:3]),
+            )
+        )
+    if run.payloads:
+        found.append(
+            Violation(
+                BOUNDED_RESIDUE,
+                f"{len(run.payloads)} shared payload(s) left after the cleanup pass: "
+                + ", ".join(run.payloads[:3]),
             )
         )
     records = {e: n for e, n in run.outbox_records.items() if n}

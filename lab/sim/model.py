@@ -5,7 +5,10 @@ Shapes (``Shape``):
 - ``chain``: first -> second -> third, one Step each (a chain of three endpoints);
 - ``publish``: first publishes Happened to ``second``, ``third`` and ``fourth``;
 - ``mixed``: first sends a Step to second (which forwards to third) and publishes Happened
-  to third and fourth.
+  to third and fourth;
+- ``shared``: first publishes Announced, an event whose envelope is longer than a signal
+  carries, to ``second`` and ``third``: its body is stored once, as a shared payload
+  (``shared.bus.payloads``), and both tokens refer to it.
 
 Each handler appends one ``Applied`` entry (message id, its logical name, source, causation, a
 digest of what it received) to its partition's state. The invariants read these entries back:
@@ -41,8 +44,10 @@ from pydantic import BaseModel
 from shared.bus import BusApp, Command, Event, HandlerContext, RetryPolicy
 from shared.bus.app import Mode
 
-Shape = Literal["single", "chain", "publish", "mixed"]
+Shape = Literal["single", "chain", "publish", "mixed", "shared"]
 SHAPES: tuple[Shape, ...] = ("single", "chain", "publish", "mixed")
+"""The shapes random search draws from (``shared`` is explored by its own phase: adding it
+here would change what every documented random seed replays)."""
 ENDPOINTS = ("first", "second", "third", "fourth")
 
 
@@ -65,6 +70,19 @@ class Happened(Event):
     partition_by = "key"
     key: str
     path: str
+
+
+class Announced(Event):
+    """An event large enough that its subscribers' tokens share one payload."""
+
+    partition_by = "key"
+    key: str
+    path: str
+    text: str
+
+
+ANNOUNCEMENT = "a" * 9000
+"""Makes Announced's envelope longer than ``MAX_INLINE_ENVELOPE_CHARS`` (8,192)."""
 
 
 class Applied(BaseModel):
@@ -135,9 +153,9 @@ def build_app(
 ) -> SimApp:
     """The simulated application; ``mode`` is the endpoint mode every endpoint uses and
     ``suffix`` keeps the names of concurrent runs on one real account apart."""
-    if shape not in SHAPES:
-        raise ValueError(f"unknown shape {shape!r}; choose one of {SHAPES}")
-    used = {"single": 2, "chain": 3, "publish": 4, "mixed": 4}[shape]
+    if shape not in (*SHAPES, "shared"):
+        raise ValueError(f"unknown shape {shape!r}; choose one of {(*SHAPES, 'shared')}")
+    used = {"single": 2, "chain": 3, "publish": 4, "mixed": 4, "shared": 3}[shape]
     names = [f"{name}{suffix}" for name in ENDPOINTS[:used]]
     app = BusApp()
     first, second, *rest = (
@@ -159,6 +177,13 @@ def build_app(
             )
         if shape in ("publish", "mixed"):
             ctx.publish(Happened(key=message.key, path=f"{name}>happened"))
+        if shape == "shared":
+            ctx.publish(Announced(key=message.key, path=f"{name}>announced", text=ANNOUNCEMENT))
+
+    if shape == "shared":
+        for endpoint in (second, *rest):
+            endpoint.handles(Announced)(_on_announced)
+        return SimApp(app, shape, first.name)
 
     @second.handles(Step)
     def step(ctx: HandlerContext[Journal], message: Step) -> None:
@@ -188,4 +213,8 @@ def build_app(
 
 
 def _on_happened(ctx: HandlerContext[Journal], event: Happened) -> None:
+    record(ctx, event.path)
+
+
+def _on_announced(ctx: HandlerContext[Journal], event: Announced) -> None:
     record(ctx, event.path)

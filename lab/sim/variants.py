@@ -16,8 +16,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from shared.bus.app import Mode
 from shared.bus.envelope import TOKEN_NAME
@@ -30,7 +32,7 @@ from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
 from shared.errors import AlreadyExists, NotFound, OutcomeUnknown, TooLarge
 from shared.resources import POISON_SUFFIX
 from shared.stores.account import StorageAccount
-from shared.stores.blob import BlobContainer, BlobProperties
+from shared.stores.blob import BlobContainer, BlobPage, BlobProperties
 from shared.stores.delegating import (
     DelegatingAccount,
     DelegatingBlobContainer,
@@ -372,6 +374,58 @@ RETIRED_BEFORE_R7 = Variant(
     wrap=lambda account: _Account(account, blobs=_TokensLookGone),
 )
 
+# -- the cleanup's shared-payload task (small-shared) ----------------------------------------
+
+TOKEN_PREFIX = re.compile(r"[a-z][a-z0-9]{2,39}/[0-9a-f-]{36}/")
+"""A ``token_prefix``: the tokens of one sender's round for one incoming id."""
+
+
+class _NoTokensListed(_Blobs):
+    """Asked whether any token is left under a prefix (a listing of page size 1, the payload
+    task's question), the tokens container answers none."""
+
+    async def list_page(
+        self, prefix: str = "", *, page_size: int = 1000, continuation: str | None = None
+    ) -> BlobPage:
+        if page_size == 1 and TOKEN_PREFIX.fullmatch(prefix):
+            return BlobPage([], None)
+        return await super().list_page(prefix, page_size=page_size, continuation=continuation)
+
+
+PAYLOAD_REMOVED_WITH_TOKENS = Variant(
+    "payload-removed-with-tokens",
+    "cleanup: a shared payload is removed only once no token under its prefix is left",
+    wrap=lambda account: _Account(account, blobs=_NoTokensListed),
+)
+
+
+class _PayloadsLookOld(_Blobs):
+    """The payloads container lists every payload as written long ago: the payload task
+    judges young payloads as if the grace period had passed."""
+
+    async def list_page(
+        self, prefix: str = "", *, page_size: int = 1000, continuation: str | None = None
+    ) -> BlobPage:
+        page = await super().list_page(prefix, page_size=page_size, continuation=continuation)
+        if not self.name.startswith("payloads"):
+            return page
+        long_ago = datetime(2000, 1, 1, tzinfo=UTC)
+        return BlobPage(
+            [dataclasses.replace(b, last_modified=long_ago) for b in page.items],
+            page.continuation,
+        )
+
+
+PAYLOAD_REMOVED_YOUNG = Variant(
+    "payload-removed-young",
+    "cleanup: a shared payload is removed only once older than the grace period",
+    wrap=lambda account: _Account(account, blobs=_PayloadsLookOld),
+    # Token mode's fence (before the token listing) covers a young payload too; the window
+    # modes' origin rows appear only at their commit and have no fence to fall back on.
+    modes=("token", "processed_messages", "state_based", "entity_outbox"),
+)
+
+
 # -- the cleanup's poison task (the parked phase) ---------------------------------------------
 
 
@@ -580,5 +634,7 @@ VARIANTS = {
         REPARK_DELETES_FIRST,
         ORPHANS_UNCHECKED,
         MARGIN_IGNORED,
+        PAYLOAD_REMOVED_WITH_TOKENS,
+        PAYLOAD_REMOVED_YOUNG,
     )
 }

@@ -58,6 +58,7 @@ from lab.sim.invariants import (
     observe,
 )
 from lab.sim.model import Shape, Start, build_app
+from lab.sim.payloads import NO_MISSING_PAYLOAD, PayloadWatch
 from lab.sim.readings import WINDOW_MODES
 from lab.sim.scheduler import REAL_STORE_TIMEOUT, Process, Scheduler
 from lab.sim.variants import incoming_token
@@ -378,6 +379,7 @@ class World:
             jitter.setstate(self.prepared.jitter)
         settings: dict[str, Any] = {
             "tokens_container": f"tokens{self.suffix}",
+            "payloads_container": f"payloads{self.suffix}",
             "topics_container": f"topics{self.suffix}",
             "ingress_table": f"ingress{self.suffix}",
             "topic_cache_seconds": 0.0,
@@ -395,7 +397,9 @@ class World:
         self.counted_sql = (
             None if self.sql is None else InstrumentedSql(self.sql, self.instrumentation)
         )
-        self.bus = Bus(self.sim.app, instrumented, self.bus_config, sql=self.counted_sql)
+        self.watch = PayloadWatch(instrumented, self.account, self.bus_config.payloads_container)
+        """The bus's account, watching for a payload missing while its token exists."""
+        self.bus = Bus(self.sim.app, self.watch, self.bus_config, sql=self.counted_sql)
         queue_settings = QueueSettings(
             max_dequeue_count=config.max_dequeue_count, lease_seconds=config.lease
         )
@@ -445,6 +449,7 @@ class World:
                 containers={
                     "tokens": self.bus_config.tokens_container,
                     "topics": self.bus_config.topics_container,
+                    "payloads": self.bus_config.payloads_container,
                 },
                 tables={"ingress": self.bus_config.ingress_table},
                 endpoints=tuple(self.endpoints),
@@ -792,6 +797,7 @@ class World:
             self.modes,
             self._endpoint_rows(account),
             tokens_container=self.bus_config.tokens_container,
+            payloads_container=self.bus_config.payloads_container,
             ingress_table=self.bus_config.ingress_table,
             grace_seconds=grace,
             window_seconds=window if self.retention is None else self.retention,
@@ -837,10 +843,10 @@ class World:
         if not messages:
             return "nothing to receive"
         [message] = messages
-        if self.wrap is not None:  # only a variant's wrapper reads the incoming token
-            with contextlib.suppress(MalformedSignal):
-                token = Signal.parse(message.content).token
-                incoming_token.set((self.bus_config.tokens_container, token))
+        # For a variant's wrapper and the payload watch (NoMissingPayload).
+        with contextlib.suppress(MalformedSignal):
+            token = Signal.parse(message.content).token
+            incoming_token.set((self.bus_config.tokens_container, token))
         acknowledged = await self.workers[queue_name].run_one(message)
         return "acknowledged" if acknowledged else "released"
 
@@ -896,6 +902,8 @@ class World:
             for p in self.scheduler.processes
             if p.outcome.startswith("raised")
         ]
+        missing = dict.fromkeys(self.watch.missing)  # one per payload and token, in order
+        violations += [Violation(NO_MISSING_PAYLOAD, m) for m in missing]
         if reference is not None:
             violations += await self._check(seen, reference)
         return RunResult(
@@ -919,6 +927,7 @@ class World:
             self.bus_config.tokens_container,
             self.config.mode,
             self._sql_rows(counted=False),
+            payloads_container=self.bus_config.payloads_container,
         )
 
     def decision_state(self, actions: list[Action]) -> Hashable:

@@ -28,6 +28,12 @@ class BusConfig:
     tokens_container: str = "tokens"
     topics_container: str = "topics"
     ingress_table: str = "ingress"
+    payloads_container: str = "payloads"
+    """Where the bodies shared by several deliveries of a message are (``shared.bus.payloads``)."""
+    shared_payload_min_chars: int = 8192
+    """BUS_SHARED_PAYLOAD_MIN_CHARS: a message for two or more destinations whose inline
+    envelope is longer than this stores its body once, shared by its tokens. The default is
+    ``MAX_INLINE_ENVELOPE_CHARS``: shorter envelopes ride in their signals (no read at all)."""
     parked_container: str = "parked"
     """Where a message too large to park beside its reason is kept (``shared.bus.poison``)."""
     max_dequeue_count: int | None = None

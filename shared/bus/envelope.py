@@ -16,6 +16,7 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     ValidationError,
     model_serializer,
+    model_validator,
 )
 
 from shared.bus.messages import Kind
@@ -37,14 +38,29 @@ TOKEN_NAME = re.compile(
     rf"(?P<sender>{_SENDER})/(?P<incoming>{_UUID})/(?P<attempt>{_UUID})/"
     rf"(?P<out>{_UUID})(?:/(?P<digest>{_DIGEST}))?"
 )
+# {sender}/{incoming-id}/{digest}: a shared payload (``shared.bus.payloads``), named by the
+# sender and incoming id of the tokens that refer to it and by the SHA-256 of its bytes.
+PAYLOAD_NAME = re.compile(rf"(?P<sender>{_SENDER})/(?P<incoming>{_UUID})/(?P<digest>{_DIGEST})")
 MAX_INLINE_ENVELOPE_CHARS = 8192
 """Envelopes up to this size travel in the signal too (see ``Signal.envelope``)."""
 MAX_SIGNAL_CHARS = 2048 + MAX_INLINE_ENVELOPE_CHARS
 _ETAG = re.compile(r'"?[0-9A-Za-z]{1,64}"?')
 
 
+class PayloadReference(BaseModel):
+    """Where a token's body is when it is shared with the other deliveries of its message:
+    the SHA-256 (``envelope_digest``) and size of the payload blob's bytes. The blob's name
+    is derived from the referring token's name and this digest (``shared.bus.payloads``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    digest: str = Field(pattern=rf"^{_DIGEST}$")
+    size: int = Field(ge=0)
+
+
 class Envelope(BaseModel):
-    """Everything about one message delivery except the queue signal."""
+    """Everything about one message delivery except the queue signal. The body is inline
+    (``body``) or shared with the message's other deliveries (``payload``): exactly one."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -58,19 +74,31 @@ class Envelope(BaseModel):
     causation_id: str | None
     created_at: datetime
     headers: dict[str, str] = Field(default_factory=dict)
-    body: dict[str, Any]
+    body: dict[str, Any] | None = None
     deliver_at: datetime | None = None
     """A delayed message's due time: no receiver processes it before then
     (``shared.bus.schedule``). It is part of the token's bytes, so the digest in the token's
     name protects it like the rest of the envelope."""
+    payload: PayloadReference | None = None
+    """A shared body's reference, in place of ``body``. Part of the token's bytes like the
+    rest, so the token's name binds the payload's digest too."""
+
+    @model_validator(mode="after")
+    def _one_body(self) -> Envelope:
+        if (self.body is None) == (self.payload is None):
+            raise ValueError("an envelope carries either its body or a payload reference")
+        return self
 
     @model_serializer(mode="wrap")
-    def _without_absent_due_time(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """An undelayed envelope serialises as it did before due times existed: its bytes,
-        and so the digests in its token names, stay the same."""
+    def _without_absent_fields(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """An undelayed envelope with its body inline serialises as it did before due times
+        and shared payloads existed: its bytes, and so the digests in its token names, stay
+        the same."""
         data = handler(self)
-        if isinstance(data, dict) and data.get("deliver_at", 0) is None:
-            del data["deliver_at"]
+        if isinstance(data, dict):
+            for optional in ("deliver_at", "payload", "body"):
+                if optional in data and data[optional] is None:
+                    del data[optional]
         return data
 
     def to_bytes(self) -> bytes:

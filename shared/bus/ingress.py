@@ -150,6 +150,7 @@ class IngressClient:
         (HTTP callers under Entra ID), since it cannot say which of them wrote it."""
         self.table = account.table(config.ingress_table)
         self.tokens = account.blob_container(config.tokens_container)
+        self.payloads = account.blob_container(config.payloads_container)
 
     async def send(
         self,
@@ -274,6 +275,7 @@ class IngressClient:
         created = await create_tokens(
             self.tokens,
             deliveries,
+            payloads=self.payloads,
             sender=self.sender,
             incoming_id=incoming_id,
             config=config,

@@ -18,6 +18,7 @@ from shared.bus.envelope import (
 )
 from shared.bus.ids import derived_id
 from shared.bus.messages import Event, body_of, checked_partition_key
+from shared.bus.payloads import share, write_payloads
 from shared.bus.records import OutgoingSignal
 from shared.bus.routes import Routes
 from shared.bus.schedule import queue_delay, send_hidden
@@ -173,6 +174,7 @@ async def create_tokens(
     tokens: BlobContainer,
     deliveries: list[Envelope],
     *,
+    payloads: BlobContainer,
     sender: str,
     incoming_id: str,
     config: BusConfig,
@@ -184,9 +186,15 @@ async def create_tokens(
 
     ``origin`` (see ``shared.bus.origin``) names the record whose commit decides whether the
     token is ever signalled; it is stored in the token's metadata so the cleanup can tell an
-    abandoned token from one in flight without knowing the sender's partition."""
+    abandoned token from one in flight without knowing the sender's partition.
+
+    A body several deliveries share is written once to ``payloads`` first, and their tokens
+    refer to it (``shared.bus.payloads``)."""
     result = CreatedTokens([], [])
     common = {**UNCLAIMED, ORIGIN_METADATA: origin} if origin else UNCLAIMED
+    deliveries = await _write_shared_payloads(
+        payloads, deliveries, sender=sender, incoming_id=incoming_id, config=config, origin=origin
+    )
     try:
         for envelope in deliveries:
             metadata = common
@@ -203,6 +211,25 @@ async def create_tokens(
         await discard_tokens(tokens, result.committed_candidates)
         raise
     return result
+
+
+async def _write_shared_payloads(
+    payloads: BlobContainer,
+    deliveries: list[Envelope],
+    *,
+    sender: str,
+    incoming_id: str,
+    config: BusConfig,
+    origin: str,
+) -> list[Envelope]:
+    """The envelopes the tokens carry, once the bodies they share are written (before any
+    token refers to them; every round rewrites them, see ``write_payloads``)."""
+    envelopes, shared = share(deliveries, config.shared_payload_min_chars)
+    metadata = {ORIGIN_METADATA: origin} if origin else {}
+    await write_payloads(
+        payloads, shared, sender=sender, incoming_id=incoming_id, metadata=metadata
+    )
+    return envelopes
 
 
 async def _create_token(

@@ -29,6 +29,7 @@ from shared.bus.envelope import Envelope, Signal
 from shared.bus.messages import Message
 from shared.bus.origin import Origin
 from shared.bus.outgoing import CreatedTokens, create_tokens, plan_deliveries
+from shared.bus.payloads import resolve
 from shared.bus.poison import Reason, error_reason, park, utc_time
 from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal
 from shared.bus.retries import RetryPolicy
@@ -44,6 +45,7 @@ from shared.errors import (
     MalformedSignal,
     MessageSchemaError,
     NotFound,
+    PayloadMissing,
     PermanentFailure,
     TooLarge,
     UnknownMessageType,
@@ -139,6 +141,7 @@ class Pipeline(abc.ABC):
         self.config = config
         self.topics = topics
         self.tokens = account.blob_container(config.tokens_container)
+        self.payloads = account.blob_container(config.payloads_container)
         self.table = account.table(endpoint.name)
         self.state_store = state or EndpointState(TableRows(self.table))
         """Token mode's state, O(m) and audit rows, in whichever store the endpoint uses."""
@@ -218,6 +221,12 @@ class Pipeline(abc.ABC):
                 self.account.queue(self.endpoint.name), delivery.raw, early.due, self.config.clock
             )
             return Outcome.DEFERRED
+        except PayloadMissing:
+            # The payload goes only once no token refers to it: if the token is gone too, an
+            # earlier copy processed the message. If not, give the message back.
+            if await self._read_token(signal) is None:
+                return Outcome.DUPLICATE
+            raise
 
     async def _failed(self, delivery: Delivery, error: Exception) -> Outcome:
         """Park the message at once (a ``PermanentFailure``: ``DoNotRetry``, a limit), schedule
@@ -380,9 +389,11 @@ class Pipeline(abc.ABC):
         except NotFound:
             return None
 
-    def _decode(
+    async def _decode(
         self, signal: Signal, token: IncomingToken, delivery: Delivery
     ) -> tuple[Envelope, Message]:
+        """The token's envelope, its shared payload read and checked if it has one
+        (``shared.bus.payloads.resolve``), and its message."""
         try:
             envelope = Envelope.from_bytes(token.envelope_bytes)
         except ValidationError as e:
@@ -409,6 +420,8 @@ class Pipeline(abc.ABC):
                 f"{sorted(self.endpoint.handlers)}"
             )
         model, _ = found
+        # Read only for a message this token names and this endpoint handles (checked above).
+        envelope = await resolve(self.payloads, signal.token, envelope)
         try:
             message = model.model_validate(envelope.body)
         except ValidationError as e:
@@ -469,6 +482,7 @@ class Pipeline(abc.ABC):
         created = await create_tokens(
             self.tokens,
             deliveries,
+            payloads=self.payloads,
             sender=self.endpoint.name,
             incoming_id=envelope.id,
             config=self.config,

@@ -23,10 +23,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shared.bus.envelope import TOKEN_NAME, Envelope, Signal, envelope_digest
+from shared.bus.payloads import resolve
 from shared.bus.poison import PassedOver, PoisonRecord, Unreadable, read_poison, unwrap
-from shared.errors import MalformedSignal, NotFound
+from shared.errors import MalformedSignal, NotFound, PayloadAltered, PayloadMissing
 from shared.resources import poison_queue
 from shared.stores.account import StorageAccount
+from shared.stores.blob import BlobContainer
 from shared.stores.queue import MessageQueue, QueueMessage
 
 PEEK_LIMIT = 32
@@ -105,10 +107,17 @@ def _is(message: QueueMessage, wanted: str) -> bool:
 
 
 async def view(
-    account: StorageAccount, endpoint: str, message: QueueMessage, *, tokens: str, parked: str
+    account: StorageAccount,
+    endpoint: str,
+    message: QueueMessage,
+    *,
+    tokens: str,
+    parked: str,
+    payloads: str,
 ) -> ParkedView:
     """What ``message`` of ``endpoint``'s poison queue holds, read from the tokens container
-    ``tokens`` and the parked-originals container ``parked``; nothing is written."""
+    ``tokens``, the parked-originals container ``parked`` and, for a body its token shares
+    with other deliveries, the payloads container ``payloads``; nothing is written."""
     seen = ParkedView(
         endpoint=endpoint,
         queue_message_id=message.id,
@@ -131,7 +140,8 @@ async def view(
         return replace(seen, form="excerpt", body=Body("excerpt", note, excerpt))
     if poisoned.original is None:
         form = "inline" if poisoned.info else "moved by the host"
-        return await _from_signal(account, poisoned.signal or "", tokens, replace(seen, form=form))
+        seen = replace(seen, form=form)
+        return await _from_signal(account, poisoned.signal or "", (tokens, payloads), seen)
     seen = replace(seen, form="reference")
     try:
         blob = await account.blob_container(parked).read(poisoned.original)
@@ -141,7 +151,7 @@ async def view(
         return replace(seen, body=Body("missing", why))
     except UnicodeDecodeError:
         return replace(seen, body=Body("missing", f"its original {poisoned.original} is not UTF-8"))
-    return await _from_signal(account, raw, tokens, seen)
+    return await _from_signal(account, raw, (tokens, payloads), seen)
 
 
 def _utc(moment: datetime | None) -> str | None:
@@ -149,9 +159,11 @@ def _utc(moment: datetime | None) -> str | None:
 
 
 async def _from_signal(
-    account: StorageAccount, raw: str, tokens: str, seen: ParkedView
+    account: StorageAccount, raw: str, containers: tuple[str, str], seen: ParkedView
 ) -> ParkedView:
-    """``seen`` with the signal ``raw``, its token's state and its body as found."""
+    """``seen`` with the signal ``raw``, its token's state and its body as found
+    (``containers``: the tokens and the payloads container)."""
+    tokens, payloads = containers
     try:
         signal = Signal.parse(raw)
     except (MalformedSignal, RecursionError) as e:
@@ -168,16 +180,26 @@ async def _from_signal(
                 "the signal carries no copy its name proves: the body is kept nowhere else"
             )
             return replace(seen, signal=fields, token="gone", body=Body("missing", why))
-        found = _trusted(signal, copy.encode("utf-8"), "the signal's copy of the envelope")
+        found = await _trusted(
+            account.blob_container(payloads),
+            signal,
+            copy.encode("utf-8"),
+            "the signal's copy of the envelope",
+        )
         return replace(seen, signal=fields, token="gone", **found)
     state = "claimed" if blob.metadata.get("claim") else "unclaimed"
-    found = _trusted(signal, blob.data, f"token {signal.token}")
+    found = await _trusted(
+        account.blob_container(payloads), signal, blob.data, f"token {signal.token}"
+    )
     return replace(seen, signal=fields, token=state, **found)
 
 
-def _trusted(signal: Signal, data: bytes, where: str) -> dict[str, Any]:
-    """The body and envelope fields of ``data`` if it is the signal's message as sent, else
-    the body marked altered."""
+async def _trusted(
+    payloads: BlobContainer, signal: Signal, data: bytes, where: str
+) -> dict[str, Any]:
+    """The body and envelope fields of ``data`` if it is the signal's message as sent (its
+    shared payload read from ``payloads`` and checked, if it has one), else the body marked
+    altered or missing."""
     digest = TOKEN_NAME.fullmatch(signal.token)
     named = None if digest is None else digest["digest"]
     if named is not None and named != envelope_digest(data):
@@ -190,8 +212,16 @@ def _trusted(signal: Signal, data: bytes, where: str) -> dict[str, Any]:
     if envelope.id != signal.message_id or envelope.partition_key != signal.partition_key:
         return {"body": Body("altered", f"{where} holds another message than the signal names")}
     unchecked = "" if named is not None else " (unchecked: its name has no digest)"
-    text = json.dumps(envelope.body, indent=2, ensure_ascii=False)
     fields = envelope.model_dump(mode="json", exclude={"body"})
+    if envelope.payload is not None:
+        try:
+            envelope = await resolve(payloads, signal.token, envelope)
+        except PayloadMissing as e:
+            return {"body": Body("missing", str(e)), "envelope": fields}
+        except PayloadAltered as e:
+            return {"body": Body("altered", str(e)), "envelope": fields}
+        where = f"{where} and its shared payload"
+    text = json.dumps(envelope.body, indent=2, ensure_ascii=False)
     return {"body": Body("shown", f"read from {where}{unchecked}", text), "envelope": fields}
 
 

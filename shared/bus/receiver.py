@@ -31,6 +31,7 @@ from shared.errors import (
     MessageSchemaError,
     NotFound,
     OutcomeUnknown,
+    PayloadAltered,
     PermanentFailure,
     PreconditionFailed,
     TransactionFailed,
@@ -63,7 +64,7 @@ class Receiver(Pipeline):
     mode = "token"
 
     async def _process(self, signal: Signal, delivery: Delivery) -> Outcome:
-        hinted = self._from_hints(signal, delivery)
+        hinted = await self._from_hints(signal, delivery)
         if hinted is not None:
             # R1 skipped: the copy is the token's content (its digest is in the token's name)
             # and addressed here; the claim below is conditional on the ETag the token was
@@ -75,7 +76,7 @@ class Receiver(Pipeline):
             if read is None:
                 return Outcome.DUPLICATE
             token = read
-            envelope, message = self._decode(signal, token, delivery)
+            envelope, message = await self._decode(signal, token, delivery)
         progress = _Progress(token, envelope, message)
         return await conflict_rounds(
             self.config,
@@ -118,7 +119,7 @@ class Receiver(Pipeline):
                     await self._drop_unused_outbox(progress.inserted)
                     return Outcome.DUPLICATE
                 progress.token = reread
-                progress.envelope, progress.message = self._decode(signal, reread, delivery)
+                progress.envelope, progress.message = await self._decode(signal, reread, delivery)
                 raise Conflict from e
             progress.token = replace(token, etag=new_etag, claim=outbox.claim)
         elif token.claim != outbox.claim:
@@ -152,7 +153,7 @@ class Receiver(Pipeline):
         # R8 is the cleanup's: O(m) is retired once token(a) is gone, off the hot path.
         return outcome
 
-    def _from_hints(
+    async def _from_hints(
         self, signal: Signal, delivery: Delivery
     ) -> tuple[IncomingToken, Envelope, Message] | None:
         """The token as the signal's hints describe it, or None to read it: no hints, a copy
@@ -172,7 +173,9 @@ class Receiver(Pipeline):
             return None
         token = IncomingToken(signal.token, signal.etag, "", copy.encode("utf-8"))
         try:
-            envelope, message = self._decode(signal, token, delivery)
+            envelope, message = await self._decode(signal, token, delivery)
+        except PayloadAltered:
+            raise  # the copy is the token's: its shared payload is what was altered
         except (MalformedSignal, UnknownMessageType, MessageSchemaError) as e:
             log.warning(
                 "endpoint %s: ignoring the envelope copy in the signal for %s (%s); "

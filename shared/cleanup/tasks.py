@@ -8,7 +8,8 @@ signalled is deleted (design notes section 3):
 - O(m) is retired only when its incoming token is gone and every token under its prefix is
   gone (so the tokens it committed were consumed, and no abandoned one is left for later);
 - an ingress record is removed only after its window, and only once its tokens are gone;
-- audit rows are removed after their retention period.
+- audit rows are removed after their retention period;
+- a shared payload is removed once no token can still need it (``shared.cleanup.payloads``).
 
 Every task reaches an endpoint's rows one way, ``CleanupContext.rows`` (an ``EndpointRows``,
 ``shared.bus.state.rows``), whichever store keeps them. The cleanup does not choose the store:
@@ -53,6 +54,7 @@ from shared.errors import (
     NotFound,
     PreconditionFailed,
 )
+from shared.logsafe import shown
 from shared.stores.account import StorageAccount
 from shared.stores.blob import BlobContainer, BlobProperties
 from shared.stores.table import Entity
@@ -119,6 +121,10 @@ class CleanupContext:
     @property
     def tokens(self) -> BlobContainer:
         return self.account.blob_container(self.config.tokens_container)
+
+    @property
+    def payloads(self) -> BlobContainer:
+        return self.account.blob_container(self.config.payloads_container)
 
     def is_old(self, moment: datetime) -> bool:
         """True once ``moment`` is at least one grace period in the past."""
@@ -258,21 +264,14 @@ class AbandonedTokens(CleanupTask):
         context: CleanupContext, blob: BlobProperties
     ) -> Verdict | tuple[re.Match[str], Origin, OriginKind]:
         """The token's name and origin, or the verdict when they alone decide it."""
-        raw = blob.metadata.get(ORIGIN_METADATA)
-        if not raw:
-            return _without_origin(context, blob)
         name = TOKEN_NAME.fullmatch(blob.name)
-        try:
-            origin: Origin | None = Origin.decode(raw)
-        except InvalidValue:
-            origin = None
-        kind = None if origin is None else kind_of(origin.row_key)
-        known_tables = {*context.endpoints, context.config.ingress_table}
-        if name is None or origin is None or kind is None or origin.table not in known_tables:
-            # Never let a token's metadata point the cleanup at an arbitrary table.
-            log.warning("token %s has an origin outside this bus: %r", blob.name, raw)
+        found = origin_of(context, blob)
+        if isinstance(found, str):
+            return found
+        if name is None:
+            log.warning("token %s is outside the token naming scheme", shown(blob.name))
             return "bad_origin"
-        return name, origin, kind
+        return name, *found
 
     @staticmethod
     def _judge(
@@ -328,6 +327,25 @@ class AbandonedTokens(CleanupTask):
 
         fenced = await each(context.limit, list(fences), fence)
         return [blob for blobs in fenced for blob in blobs]
+
+
+def origin_of(context: CleanupContext, blob: BlobProperties) -> Verdict | tuple[Origin, OriginKind]:
+    """The origin row a token's or a shared payload's metadata names and its kind, or the
+    verdict when the metadata alone decides (none recorded, or one outside this bus)."""
+    raw = blob.metadata.get(ORIGIN_METADATA)
+    if not raw:
+        return _without_origin(context, blob)
+    try:
+        origin: Origin | None = Origin.decode(raw)
+    except InvalidValue:
+        origin = None
+    kind = None if origin is None else kind_of(origin.row_key)
+    known_tables = {*context.endpoints, context.config.ingress_table}
+    if origin is None or kind is None or origin.table not in known_tables:
+        # Never let a blob's metadata point the cleanup at an arbitrary table.
+        log.warning("blob %s has an origin outside this bus: %s", shown(blob.name), shown(raw))
+        return "bad_origin"
+    return origin, kind
 
 
 def _without_origin(context: CleanupContext, blob: BlobProperties) -> Verdict:
@@ -542,7 +560,10 @@ def standard_tasks(endpoints: Mapping[str, str] | Collection[str]) -> list[Clean
     tasks.append(IngressRecords())
     tasks += [AuditRows(e) for e in names]
     tasks += [ModeRetention(e, modes[e]) for e in names if modes[e] in _MODE_EXPIRY]
-    from shared.cleanup.parked import poison_tasks  # builds on this module's CleanupTask
+    # These modules build on this one's CleanupTask.
+    from shared.cleanup.parked import poison_tasks
+    from shared.cleanup.payloads import SharedPayloads
 
+    tasks.append(SharedPayloads())
     tasks += poison_tasks(names)
     return tasks

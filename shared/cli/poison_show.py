@@ -47,6 +47,7 @@ async def poison_show_command(
                     message,
                     tokens=config.tokens_container,
                     parked=config.parked_container,
+                    payloads=config.payloads_container,
                 )
             )
     if not found:

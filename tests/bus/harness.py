@@ -173,6 +173,7 @@ class Harness:
         suffix = unique_name("")[:10]
         settings: dict[str, object] = {
             "tokens_container": f"tokens{suffix}",
+            "payloads_container": f"payloads{suffix}",
             "topics_container": f"topics{suffix}",
             "ingress_table": f"ingress{suffix}",
             "backoff_base": 0.001,
@@ -194,6 +195,7 @@ class Harness:
             Resources(
                 containers={
                     "tokens": bus_config.tokens_container,
+                    "payloads": bus_config.payloads_container,
                     "topics": bus_config.topics_container,
                 },
                 tables={"ingress": bus_config.ingress_table},

@@ -374,7 +374,12 @@ async def test_a_hostile_traceparent_in_a_token_is_ignored_not_parked(
     )
     tokens = flow.harness.raw.blob_container(config.tokens_container)
     created = await create_tokens(
-        tokens, [envelope], sender=sender, incoming_id=fresh_id(), config=config
+        tokens,
+        [envelope],
+        payloads=flow.harness.raw.blob_container(config.payloads_container),
+        sender=sender,
+        incoming_id=fresh_id(),
+        config=config,
     )
     await send_signals(
         flow.harness.raw,

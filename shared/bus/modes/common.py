@@ -108,7 +108,7 @@ class ModePipeline(Pipeline):
             # The incoming token is deleted only after the commit and the signals: whatever
             # this copy is, an earlier one finished it.
             return Outcome.DUPLICATE
-        envelope, message = self._decode(signal, token, delivery)
+        envelope, message = await self._decode(signal, token, delivery)
         abandoned: list[str] = []  # unknown-outcome creates of rounds that did not commit
         return await conflict_rounds(
             self.config,
