@@ -48,6 +48,7 @@ from lab.local.outcome_log import OUTCOME_LOG_SETTING
 from lab.local.postgres import PostgresServer
 from shared.app_loader import APP_SETTING, load_app
 from shared.bus import BusApp, Outcome
+from shared.bus.config import BusConfig
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
 from shared.bus.state.base import EndpointState
 from shared.bus.state.connection import URL_SETTING
@@ -351,7 +352,7 @@ async def verify(
     orders: dict[str, int],
     shots: Counter[str],
     suppressed: int,
-    tokens_container: str,
+    config: BusConfig,
     sql: Mapping[str, EndpointState] | None = None,
     postgres_url: str | None = None,
     pay_later: Mapping[str, int] | None = None,
@@ -407,14 +408,17 @@ async def verify(
             f"  pay-later orders: {ends['paid']} paid and shipped, {ends['cancelled']} "
             "cancelled by their timeout with the late payment refunded"
         )
-    tokens_left = len([p async for p in account.blob_container(tokens_container).list()])
+    # Tokens and shared payloads: after the cleanup pass neither may be left.
+    blobs_left = 0
+    for container in (config.tokens_container, config.payloads_container):
+        blobs_left += len([p async for p in account.blob_container(container).list()])
     return Verdict(
         sent=len(expected),
         processed=len(audited),
         duplicates_suppressed=suppressed,
         lost=len(expected - set(audited)),
         ghosts=len(set(audited) - expected),
-        residue=tokens_left + outbox_left,
+        residue=blobs_left + outbox_left,
         state_errors=errors,
     )
 
@@ -550,11 +554,10 @@ async def drive(
         outcomes = read_outcomes(outcome_log)
         suppressed = outcomes[Outcome.DUPLICATE.value] + outcomes[Outcome.RESUMED.value]
         roots = {i for ids in clients.receipts.values() for i in ids}
-        tokens = worker.config.tokens_container
         db = worker.sql()
         sql = {} if db is None else {e: db.endpoint_state(e) for e in worker.sql_endpoints()}
         verdict = await verify(
-            raw, roots, orders, shots, suppressed, tokens, sql, postgres_url, pay_later
+            raw, roots, orders, shots, suppressed, worker.config, sql, postgres_url, pay_later
         )
         await worker.close()
 

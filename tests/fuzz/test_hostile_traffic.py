@@ -303,7 +303,7 @@ async def test_hostile_traffic_parks_or_drops_every_hostile_message_and_loses_no
 
         await worker.cleanup(grace_seconds=0)
         verdict = await demo.verify(
-            account, valid.roots, valid.orders, valid.shots, 0, worker.config.tokens_container
+            account, valid.roots, valid.orders, valid.shots, 0, worker.config
         )
         parked = {e: await originals(account, e) for e in ENDPOINTS}
         partitions = {

@@ -103,9 +103,7 @@ async def test_two_hosts_killed_at_random_leave_no_residue_after_one_cleanup_pas
         report = await worker.cleanup(grace_seconds=0, wait=True)
         assert await asyncio.to_thread(hosts[1].stop) == 0
 
-        verdict = await demo.verify(
-            account, roots, orders, shots, 0, worker.config.tokens_container
-        )
+        verdict = await demo.verify(account, roots, orders, shots, 0, worker.config)
     # Then the one pass finished every task, and nothing is left but the business state
     assert report["complete"], report
     assert verdict.state_errors == []

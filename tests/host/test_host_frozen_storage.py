@@ -124,9 +124,7 @@ async def test_a_frozen_account_gets_503_in_time_and_the_retry_is_processed_once
         assert stopped == 0
 
         await worker.cleanup(grace_seconds=0)
-        verdict = await demo.verify(
-            account, roots, {"order7": 700}, Counter(), 0, worker.config.tokens_container
-        )
+        verdict = await demo.verify(account, roots, {"order7": 700}, Counter(), 0, worker.config)
     assert verdict.state_errors == []
     # PlaceOrder causes four more messages in the sample app: five, each processed once.
     assert (verdict.sent, verdict.processed, verdict.lost, verdict.ghosts) == (5, 5, 0, 0)

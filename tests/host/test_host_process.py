@@ -91,9 +91,7 @@ async def test_work_completes_exactly_once_after_the_host_is_killed_mid_run(
         assert "host: stopped" in (tmp_path / "host.log").read_text()
 
         await worker.cleanup(grace_seconds=0)
-        verdict = await demo.verify(
-            account, roots, orders, shots, 0, worker.config.tokens_container
-        )
+        verdict = await demo.verify(account, roots, orders, shots, 0, worker.config)
     assert verdict.state_errors == []
     assert (verdict.sent, verdict.processed, verdict.lost, verdict.ghosts) == (
         expected,
