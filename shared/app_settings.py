@@ -317,6 +317,16 @@ MAX_DELIVERIES = whole(
     low=1,
     high=MAX_DELIVERIES_CEILING,
 )
+SEND_CONCURRENCY = whole(
+    "BUS_SEND_CONCURRENCY",
+    16,
+    "most token creations, and then most signal sends, one handler run or HTTP send has in "
+    "flight at once; a publish to many subscribers takes about deliveries / this many request "
+    "times instead of one per delivery (docs/benchmarks.md)",
+    group=BUS,
+    low=1,
+    high=256,
+)
 MAX_CONFLICT_ROUNDS = whole(
     "BUS_MAX_CONFLICT_ROUNDS",
     12,
@@ -431,6 +441,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     MAX_PAYLOAD,
     MAX_OUTPUTS,
     MAX_DELIVERIES,
+    SEND_CONCURRENCY,
     MAX_CONFLICT_ROUNDS,
     POSTGRES_URL,
     POSTGRES_ENDPOINT_URL,

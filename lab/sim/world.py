@@ -388,6 +388,9 @@ class World:
             "state_stream_retention_seconds": config.window,
             "entity_outbox_retention_seconds": config.window,
             "ingress_key_scopes": config.key_scopes,
+            # The scheduler decides one storage operation of a process at a time: one token
+            # create or signal send in flight, in the deliveries' order, as before the limit.
+            "send_concurrency": 1,
         }
         if self.clock is not None:
             settings["clock"] = self.clock  # one clock for the stores and the bus

@@ -303,7 +303,7 @@ class IngressClient:
         except OutcomeUnknown as e:
             raise Conflict from e  # may have landed: the next round reads the record and finds out
         outgoing = tuple(created.committed_candidates)
-        await send_signals(self.account, outgoing, created.hints, clock=config.clock)
+        await send_signals(self.account, outgoing, created.hints, config=config)
         return SendReceipt(key, tuple(o.message_id for o in outgoing), False)
 
     async def _record(self, partition: str) -> Entity | None:
@@ -316,7 +316,7 @@ class IngressClient:
     async def _resend(self, record: Entity, key: str) -> SendReceipt:
         """The first send's receipt, its signals sent again (R6 resumed)."""
         outgoing = _outgoing(record)
-        await send_signals(self.account, outgoing, clock=self.config.clock)
+        await send_signals(self.account, outgoing, config=self.config)
         return SendReceipt(key, tuple(o.message_id for o in outgoing), True)
 
     async def _same(self, record: Entity, key: str, asked: str) -> SendReceipt:

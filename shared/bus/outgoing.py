@@ -3,6 +3,7 @@ envelopes, create one token per delivery with an at-most-once attempt id, and si
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import dataclass, field
@@ -24,7 +25,8 @@ from shared.bus.schedule import queue_delay, send_hidden
 from shared.bus.telemetry import current as current_telemetry
 from shared.bus.telemetry import trace_headers, within
 from shared.bus.topics import RecipientLists
-from shared.clock import Clock, to_datetime
+from shared.clock import to_datetime
+from shared.concurrency import each
 from shared.errors import AlreadyExists, MessageTooLarge, NotFound, OutcomeUnknown
 from shared.stores.account import StorageAccount
 from shared.stores.blob import BlobContainer
@@ -178,56 +180,83 @@ async def create_tokens(
     config: BusConfig,
     origin: str = "",
 ) -> CreatedTokens:
-    """Create one token per delivery. A create whose outcome is unknown abandons its attempt id
-    for good and tries a new one: an attempt id is only ever committed if its create succeeded
-    on a single request.
+    """Create one token per delivery, at most ``config.send_concurrency`` at once. A create
+    whose outcome is unknown abandons its attempt id for good and tries a new one: an attempt
+    id is only ever committed if its create succeeded on a single request.
 
     ``origin`` (see ``shared.bus.origin``) names the record whose commit decides whether the
     token is ever signalled; it is stored in the token's metadata so the cleanup can tell an
-    abandoned token from one in flight without knowing the sender's partition."""
-    result = CreatedTokens([], [])
+    abandoned token from one in flight without knowing the sender's partition.
+
+    The result lists the signals and the abandoned names in the deliveries' order, whatever
+    order the creates finished in: the records that store them, and the simulator's replays,
+    see one order."""
     common = {**UNCLAIMED, ORIGIN_METADATA: origin} if origin else UNCLAIMED
+    created: list[OutgoingSignal] = []
+    """Every token created so far, in any order: what a failed round discards."""
+
+    async def create(envelope: Envelope) -> _Created:
+        metadata = common
+        if envelope.deliver_at is not None:
+            # For the cleanup, which lists tokens without reading them: a delayed token
+            # is in flight until its due time, and its grace period counts from then.
+            metadata = {**common, DUE_METADATA: envelope.deliver_at.isoformat()}
+        with within(config.telemetry.creating(envelope)):
+            return await _create_token(
+                tokens, envelope, sender, incoming_id, config, metadata, created
+            )
+
     try:
-        for envelope in deliveries:
-            metadata = common
-            if envelope.deliver_at is not None:
-                # For the cleanup, which lists tokens without reading them: a delayed token
-                # is in flight until its due time, and its grace period counts from then.
-                metadata = {**common, DUE_METADATA: envelope.deliver_at.isoformat()}
-            with within(config.telemetry.creating(envelope)):
-                await _create_token(tokens, envelope, result, sender, incoming_id, config, metadata)
+        outcomes = await each(asyncio.Semaphore(config.send_concurrency), deliveries, create)
     except Exception:
         # Tokens this round created are never going to be committed: remove them now (their
-        # creation succeeded, so no late copy can appear). Crashes skip this; the cleanup
-        # finds such leftovers under the sender-scoped prefix.
-        await discard_tokens(tokens, result.committed_candidates)
+        # creation succeeded, so no late copy can appear). Crashes skip this, and so do the
+        # creates cancelled in flight when another failed (their outcome is unknown); the
+        # cleanup finds such leftovers under the sender-scoped prefix.
+        await discard_tokens(tokens, created)
         raise
+    result = CreatedTokens([], [])
+    for outcome in outcomes:
+        result.abandoned.extend(outcome.abandoned)
+        result.committed_candidates.append(outcome.signal)
+        if outcome.hint is not None:
+            result.hints[outcome.signal.token] = outcome.hint
     return result
+
+
+@dataclass(frozen=True)
+class _Created:
+    """One delivery's token: its signal, its hint, and the names its failed attempts left."""
+
+    signal: OutgoingSignal
+    hint: SignalHint | None
+    abandoned: list[str]
 
 
 async def _create_token(
     tokens: BlobContainer,
     envelope: Envelope,
-    result: CreatedTokens,
     sender: str,
     incoming_id: str,
     config: BusConfig,
     metadata: dict[str, str],
-) -> None:
+    created: list[OutgoingSignal],
+) -> _Created:
     text = envelope.model_dump_json()
     data = text.encode("utf-8")
+    abandoned: list[str] = []
     for _ in range(config.max_create_attempts):
         attempt_id = config.new_id()
         name = token_name(sender, incoming_id, attempt_id, envelope.id, data)
         try:
             etag = await tokens.create(name, data, metadata)
         except (OutcomeUnknown, AlreadyExists):
-            result.abandoned.append(name)
+            abandoned.append(name)
             continue
-        if len(text) <= MAX_INLINE_ENVELOPE_CHARS:
-            result.hints[name] = SignalHint(etag, text)
-        result.committed_candidates.append(OutgoingSignal.for_token(envelope, attempt_id, name))
-        return
+        signal = OutgoingSignal.for_token(envelope, attempt_id, name)
+        created.append(signal)
+        hint = SignalHint(etag, text) if len(text) <= MAX_INLINE_ENVELOPE_CHARS else None
+        return _Created(signal, hint, abandoned)
     raise OutcomeUnknown(
         f"could not create a token for {envelope.id} in {config.max_create_attempts} attempts"
     )
@@ -248,15 +277,17 @@ async def send_signals(
     outgoing: tuple[OutgoingSignal, ...],
     hints: Hints | None = None,
     *,
-    clock: Clock,
+    config: BusConfig,
 ) -> None:
     """R6: at least once; a repeated signal is harmless because its token is claimed once.
     ``hints`` (tokens this invocation created) let the receiver skip reading the token. A
-    delayed message's signal is hidden until its due time by ``clock`` (at most 7 days: the
-    receiver hides it again for the rest, ``shared.bus.schedule``). ``clock`` is the bus's
-    (``BusConfig.clock``), never a default: a caller on another clock would send a delayed
-    signal visible."""
-    for out in outgoing:
+    delayed message's signal is hidden until its due time by the bus's clock (at most 7
+    days: the receiver hides it again for the rest, ``shared.bus.schedule``), never a
+    default clock: a caller on another clock would send a delayed signal visible. At most
+    ``config.send_concurrency`` sends are in flight; the first failure ends the round (the
+    signals are sent again when R6 is resumed from the record)."""
+
+    async def send(out: OutgoingSignal) -> None:
         hint = (hints or {}).get(out.token)
         signal = Signal(
             message_id=out.message_id,
@@ -268,4 +299,6 @@ async def send_signals(
         )
         queue = account.queue(out.destination)
         with within(current_telemetry().sending(out.destination, out.message_id)):
-            await send_hidden(queue, signal.to_json(), queue_delay(out.deliver_at, clock))
+            await send_hidden(queue, signal.to_json(), queue_delay(out.deliver_at, config.clock))
+
+    await each(asyncio.Semaphore(config.send_concurrency), outgoing, send)

@@ -42,10 +42,11 @@ from shared.bus.outgoing import DUE_METADATA, ORIGIN_METADATA
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, OutboxRecord, OutgoingSignal
 from shared.bus.state.damaged import ROW_ERRORS, DamagedRow, OnDamaged
 from shared.bus.state.rows import EndpointRows, TableRows
-from shared.cleanup.batching import STORAGE_ERRORS, delete_blobs, delete_rows, each, read_rows
+from shared.cleanup.batching import STORAGE_ERRORS, delete_blobs, delete_rows, read_rows
 from shared.cleanup.origins import OriginKind, kind_of
 from shared.cleanup.report import TaskReport, describe
 from shared.cleanup.settings import CleanupSettings
+from shared.concurrency import each
 from shared.errors import (
     ConfigurationError,
     CorruptRecord,

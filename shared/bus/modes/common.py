@@ -170,7 +170,7 @@ class ModePipeline(Pipeline):
         """Signal the committed outputs (again, for a copy: harmless, a consumed token is a
         404 downstream), then delete the incoming token, which carried the payload.
         ``hints`` (tokens this round created) spare a token-mode receiver its read."""
-        await send_signals(self.account, tuple(outgoing), hints, clock=self.config.clock)
+        await send_signals(self.account, tuple(outgoing), hints, config=self.config)
         await self._delete_incoming(signal)
 
     async def _delete_incoming(self, signal: Signal) -> None:

@@ -218,7 +218,7 @@ class EntityOutboxPipeline(ModePipeline):
         """Send the entry's signals, then clear them from the map. Clearing only saves space
         and repeat sends: when it keeps losing to other writers it is left to the next copy or
         to ``expire_entity_outboxes``."""
-        await send_signals(self.account, out, hints, clock=self.config.clock)
+        await send_signals(self.account, out, hints, config=self.config)
         stored = at
         for _ in range(self.config.max_conflict_rounds):
             entry = stored.entries.get(message_id)
