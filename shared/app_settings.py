@@ -24,10 +24,14 @@ T = TypeVar("T")
 DAY = 24 * 3600
 WEEK = 7 * DAY
 CENTURY = 36500 * DAY
-MAX_DELIVERIES_CEILING = 2000
-"""What an outbox record of short signals (about 250 characters each) holds within Table
-Storage's 1 MiB entity; the bus checks the real size too (``shared.bus.outgoing``)."""
 """The longest window a setting accepts (a longer one would overflow a date)."""
+MAX_DELIVERIES_CEILING = 3000
+"""Deliveries one incoming message may cause. In the compact format (``shared.bus.deliveries``)
+an outbox record takes at most 260 bytes a delivery (40-character endpoint names), 780 KB for
+3,000, within Table Storage's 1 MiB entity with room for the rest of the record; the audit
+row's list of what the message caused (id, type and destination, about 200 bytes a delivery
+with short names) is the tighter of the two for long type names. The bus checks both real
+sizes too (``shared.bus.outgoing.check_deliveries``)."""
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ class BusConfig:
     max_payload_bytes: int = 256 * 1024
     max_outputs: int = 100
     """Messages one handler run (or one client send) may send or publish, as sent."""
-    max_deliveries: int = 2000
+    max_deliveries: int = 3000
     """Deliveries those may expand to (an event once per subscriber); BUS_MAX_DELIVERIES."""
     send_concurrency: int = 16
     """Token creations, then signal sends, in flight at once for one round's deliveries

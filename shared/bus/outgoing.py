@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from shared.bus.config import BusConfig
 from shared.bus.context import PendingOutput
+from shared.bus.deliveries import OutgoingSignal, encode_signals
 from shared.bus.envelope import (
     DIGEST_CHARS,
     MAX_INLINE_ENVELOPE_CHARS,
@@ -19,7 +20,7 @@ from shared.bus.envelope import (
 )
 from shared.bus.ids import derived_id
 from shared.bus.messages import Event, body_of, checked_partition_key
-from shared.bus.records import OutgoingSignal
+from shared.bus.records import caused_by
 from shared.bus.routes import Routes
 from shared.bus.schedule import queue_delay, send_hidden
 from shared.bus.telemetry import current as current_telemetry
@@ -91,42 +92,45 @@ def check_deliveries(
     deliveries: list[Envelope], sender: str, incoming_id: str, config: BusConfig
 ) -> None:
     """Refuse, before any token is created, deliveries that the outbox record (O(m), a
-    window mode's processed row, an ingress record) could not list: more than
-    ``max_deliveries``, or signals that would take the record past Table Storage's 1 MiB
+    window mode's processed row, an ingress record) or the audit row could not list: more
+    than ``max_deliveries``, or lists that would take either row past Table Storage's 1 MiB
     entity. Counted on every store, so that an endpoint behaves alike on each."""
     if len(deliveries) > config.max_deliveries:
         raise MessageTooLarge(
             f"{len(deliveries)} deliveries (events counted once per subscriber) exceed "
             f"BUS_MAX_DELIVERIES={config.max_deliveries} per incoming message"
         )
-    size = signals_size(deliveries, sender, incoming_id)
-    if size > MAX_ENTITY_BYTES - OUTBOX_MARGIN_BYTES:
-        raise MessageTooLarge(
-            f"{len(deliveries)} deliveries need an outbox record of about {size:,} bytes; "
-            f"Table Storage holds {MAX_ENTITY_BYTES:,} bytes an entity: publish to fewer "
-            "subscribers per message, or with shorter partition keys"
+    signals = stand_in_signals(deliveries, sender, incoming_id)
+    for row, size in (
+        ("an outbox record", utf16_size(encode_signals(signals))),
+        ("an audit row", utf16_size(json.dumps(caused_by(signals)))),
+    ):
+        if size > MAX_ENTITY_BYTES - OUTBOX_MARGIN_BYTES:
+            raise MessageTooLarge(
+                f"{len(deliveries)} deliveries need {row} of about {size:,} bytes; Table "
+                f"Storage holds {MAX_ENTITY_BYTES:,} bytes an entity: publish to fewer "
+                "subscribers per message, or with shorter names and partition keys"
+            )
+
+
+def stand_in_signals(
+    deliveries: list[Envelope], sender: str, incoming_id: str
+) -> list[OutgoingSignal]:
+    """The signals the deliveries' records would list, as large as the real ones: every
+    attempt id and digest has one length, so stand-ins measure the real ones."""
+    attempt, digest = incoming_id, "x" * DIGEST_CHARS
+    return [
+        OutgoingSignal(
+            destination=envelope.destination,
+            message_id=envelope.id,
+            attempt_id=attempt,
+            token=f"{sender}/{incoming_id}/{attempt}/{envelope.id}/{digest}",
+            partition_key=envelope.partition_key,
+            type=envelope.type,
+            deliver_at=envelope.deliver_at,
         )
-
-
-def signals_size(deliveries: list[Envelope], sender: str, incoming_id: str) -> int:
-    """The UTF-16 size of the signals the record would list (every attempt id and digest
-    has one length, so a stand-in token name measures the real one)."""
-    stand_in = f"{sender}/{incoming_id}/{incoming_id}/{incoming_id}/{'x' * DIGEST_CHARS}"
-    text = json.dumps(
-        [
-            OutgoingSignal(
-                destination=envelope.destination,
-                message_id=incoming_id,
-                attempt_id=incoming_id,
-                token=stand_in,
-                partition_key=envelope.partition_key,
-                type=envelope.type,
-                deliver_at=envelope.deliver_at,
-            ).model_dump()
-            for envelope in deliveries
-        ]
-    )
-    return utf16_size(text)
+        for envelope in deliveries
+    ]
 
 
 async def _destinations(
