@@ -196,8 +196,7 @@ async def create_tokens(
     order the creates finished in: the records that store them, and the simulator's replays,
     see one order."""
     common = {**UNCLAIMED, ORIGIN_METADATA: origin} if origin else UNCLAIMED
-    created: list[OutgoingSignal] = []
-    """Every token created so far, in any order: what a failed round discards."""
+    created: list[OutgoingSignal] = []  # every token created so far: what a failed round discards
 
     async def create(envelope: Envelope) -> _Created:
         metadata = common
