@@ -24,10 +24,14 @@ T = TypeVar("T")
 DAY = 24 * 3600
 WEEK = 7 * DAY
 CENTURY = 36500 * DAY
-MAX_DELIVERIES_CEILING = 2000
-"""What an outbox record of short signals (about 250 characters each) holds within Table
-Storage's 1 MiB entity; the bus checks the real size too (``shared.bus.outgoing``)."""
 """The longest window a setting accepts (a longer one would overflow a date)."""
+MAX_DELIVERIES_CEILING = 3000
+"""Deliveries one incoming message may cause. In the compact format (``shared.bus.deliveries``)
+an outbox record takes at most 260 bytes a delivery (40-character endpoint names), 780 KB for
+3,000, within Table Storage's 1 MiB entity with room for the rest of the record; the audit
+row's list of what the message caused (id, type and destination, about 200 bytes a delivery
+with short names) is the tighter of the two for long type names. The bus checks both real
+sizes too (``shared.bus.outgoing.check_deliveries``)."""
 
 
 @dataclass(frozen=True)
@@ -335,6 +339,16 @@ MAX_DELIVERIES = whole(
     low=1,
     high=MAX_DELIVERIES_CEILING,
 )
+SEND_CONCURRENCY = whole(
+    "BUS_SEND_CONCURRENCY",
+    16,
+    "most token creations, and then most signal sends, one handler run or HTTP send has in "
+    "flight at once; a publish to many subscribers takes about deliveries / this many request "
+    "times instead of one per delivery (docs/benchmarks.md)",
+    group=BUS,
+    low=1,
+    high=256,
+)
 MAX_CONFLICT_ROUNDS = whole(
     "BUS_MAX_CONFLICT_ROUNDS",
     12,
@@ -450,6 +464,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     SHARED_PAYLOAD_MIN_CHARS,
     MAX_OUTPUTS,
     MAX_DELIVERIES,
+    SEND_CONCURRENCY,
     MAX_CONFLICT_ROUNDS,
     POSTGRES_URL,
     POSTGRES_ENDPOINT_URL,

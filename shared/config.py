@@ -137,6 +137,7 @@ def _bus(settings: Settings, queues: QueueSettings) -> BusConfig:
         max_payload_bytes=_value(settings, s.MAX_PAYLOAD),
         max_outputs=_value(settings, s.MAX_OUTPUTS),
         max_deliveries=_value(settings, s.MAX_DELIVERIES),
+        send_concurrency=_value(settings, s.SEND_CONCURRENCY),
         max_conflict_rounds=_value(settings, s.MAX_CONFLICT_ROUNDS),
     )
 

@@ -91,6 +91,7 @@ def test_the_declared_defaults_are_the_defaults_of_the_objects_they_configure() 
         "max_payload_bytes",
         "max_outputs",
         "max_deliveries",
+        "send_concurrency",
         "max_conflict_rounds",
     ):
         assert getattr(bus, name) == getattr(defaults, name), name
@@ -151,8 +152,9 @@ def test_a_bad_host_json_stops_start_up_naming_the_file(tmp_path: Path) -> None:
         ("BUS_STATE_STREAM_RETENTION_SECONDS", "nan", "a number of seconds above 0"),
         ("BUS_ENTITY_OUTBOX_RETENTION_SECONDS", "1e300", "at most 3153600000"),
         ("BUS_MAX_PAYLOAD_BYTES", "1.5", "a whole number from 1 to 104857600"),
-        ("BUS_MAX_OUTPUTS", "2001", "a whole number from 1 to 2000"),
-        ("BUS_MAX_DELIVERIES", "0", "a whole number from 1 to 2000"),
+        ("BUS_MAX_OUTPUTS", "3001", "a whole number from 1 to 3000"),
+        ("BUS_MAX_DELIVERIES", "0", "a whole number from 1 to 3000"),
+        ("BUS_SEND_CONCURRENCY", "0", "a whole number from 1 to 256"),
         ("BUS_MAX_CONFLICT_ROUNDS", "0", "a whole number from 1 to 100"),
         ("BUS_STORAGE_CALL_TIMEOUT", "soon", "a number of seconds above 0"),
         ("CLEANUP_PAGE_SIZE", "0", "a whole number from 1 to 1000"),
@@ -255,6 +257,7 @@ def test_the_cli_names_a_bad_value_from_local_settings_json(
         ("BUS_MAX_PAYLOAD_BYTES", "1024", "max_payload_bytes", 1024),
         ("BUS_MAX_OUTPUTS", "3", "max_outputs", 3),
         ("BUS_MAX_DELIVERIES", "7", "max_deliveries", 7),
+        ("BUS_SEND_CONCURRENCY", "1", "send_concurrency", 1),
         ("BUS_MAX_CONFLICT_ROUNDS", "4", "max_conflict_rounds", 4),
         ("BUS_INGRESS_KEY_SCOPES", "on", "ingress_key_scopes", True),
         ("BUS_INGRESS_KEY_SCOPES", "OFF", "ingress_key_scopes", False),

@@ -36,7 +36,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "receiver-delete-before-send",
         "shared/bus/receiver.py",
         """        # R6
-        await send_signals(self.account, outbox.outgoing, hints, clock=self.config.clock)
+        await send_signals(self.account, outbox.outgoing, hints, config=self.config)
         # R7
         with contextlib.suppress(NotFound):
             await self.tokens.delete(signal.token)""",
@@ -44,7 +44,7 @@ MUTANTS: tuple[Mutant, ...] = (
         with contextlib.suppress(NotFound):
             await self.tokens.delete(signal.token)
         # R6
-        await send_signals(self.account, outbox.outgoing, hints, clock=self.config.clock)""",
+        await send_signals(self.account, outbox.outgoing, hints, config=self.config)""",
         "R7 before R6: the incoming token is deleted before the outputs are signalled",
     ),
     Mutant(
@@ -106,11 +106,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "outgoing-unknown-create-committed",
         "shared/bus/outgoing.py",
         """        except (OutcomeUnknown, AlreadyExists):
-            result.abandoned.append(name)
+            abandoned.append(name)
             continue""",
         """        except (OutcomeUnknown, AlreadyExists):
             etag = ""
-            result.abandoned.append(name)""",
+            abandoned.append(name)""",
         "a token whose create had an unknown outcome is committed and signalled",
     ),
     # -- client sends (ingress) -----------------------------------------------------------------
@@ -187,10 +187,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "modes-delete-before-send",
         "shared/bus/modes/common.py",
-        """        await send_signals(self.account, tuple(outgoing), hints, clock=self.config.clock)
+        """        await send_signals(self.account, tuple(outgoing), hints, config=self.config)
         await self._delete_incoming(signal)""",
         """        await self._delete_incoming(signal)
-        await send_signals(self.account, tuple(outgoing), hints, clock=self.config.clock)""",
+        await send_signals(self.account, tuple(outgoing), hints, config=self.config)""",
         "a window mode deletes the incoming token before signalling its outputs",
     ),
     # -- delayed messages and retry policies ----------------------------------------------------

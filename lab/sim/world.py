@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import json
 import logging
 import random
 import uuid
@@ -64,6 +63,7 @@ from lab.sim.scheduler import REAL_STORE_TIMEOUT, Process, Scheduler
 from lab.sim.variants import incoming_token
 from shared.bus import Bus, BusConfig, RetryPolicy
 from shared.bus.app import Mode, Store
+from shared.bus.deliveries import decode_signals, first_format
 from shared.bus.envelope import Signal
 from shared.bus.ingress import INGRESS_ROW, record_key
 from shared.bus.origin import Origin
@@ -390,6 +390,9 @@ class World:
             "state_stream_retention_seconds": config.window,
             "entity_outbox_retention_seconds": config.window,
             "ingress_key_scopes": config.key_scopes,
+            # The scheduler decides one storage operation of a process at a time: one token
+            # create or signal send in flight, in the deliveries' order, as before the limit.
+            "send_concurrency": 1,
         }
         if self.clock is not None:
             settings["clock"] = self.clock  # one clock for the stores and the bus
@@ -475,13 +478,14 @@ class World:
         await bus.client(CLIENT).send(self._start(0), to=self.sim.entry, idempotency_key="m0")
         table = self.account.table(self.bus_config.ingress_table)
         scoped = await table.get(record_key(CLIENT, "m0"), INGRESS_ROW)
+        signals = decode_signals(str(scoped["outgoing"]))
         old = {k: v for k, v in scoped.properties.items() if k not in SCOPED_FIELDS}
+        old["outgoing"] = first_format(signals)  # the only format the previous version wrote
         await table.insert(Entity("m0", INGRESS_ROW, old))
         await table.delete(scoped.partition_key, INGRESS_ROW)
         tokens = self.account.blob_container(self.bus_config.tokens_container)
         origin = Origin(table.name, "m0", INGRESS_ROW).encode()
-        for signal in json.loads(str(old["outgoing"])):
-            token = str(signal["token"])
+        for token in (signal.token for signal in signals):
             metadata = (await tokens.get_properties(token)).metadata
             await tokens.set_metadata(token, {**metadata, ORIGIN_METADATA: origin})
         await self.account.queue(self.sim.entry).clear()

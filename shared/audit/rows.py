@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from shared.bus.records import OutgoingSignal
+from shared.bus.deliveries import decode_signals
 from shared.errors import CorruptRecord
 from shared.stores.spread import PARTS_SUFFIX, gathered_properties
 
@@ -150,13 +150,12 @@ def deliveries_of_ingress(outgoing: object) -> list[Delivery] | None:
     """The ingress record keeps full outgoing signals; keep only what identifies a delivery.
     None when the JSON is unreadable or an entry is not a signal, so that the audit counts
     the record as invalid."""
-    entries = _json_list(outgoing)
-    if entries is None:
+    if not isinstance(outgoing, str):
         return None
     try:
-        # Parsed as the bus reads it: stored signals leave out the ids their token name holds.
-        signals = [OutgoingSignal.model_validate(s) for s in entries]
-    except (ValueError, TypeError):  # pydantic's ValidationError is a ValueError
+        # Parsed as the bus reads it, in either of its formats (shared.bus.deliveries).
+        signals = decode_signals(outgoing)
+    except CorruptRecord:
         return None
     return [{"id": s.message_id, "type": s.type, "destination": s.destination} for s in signals]
 

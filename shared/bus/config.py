@@ -51,8 +51,12 @@ class BusConfig:
     that builds a config gets what a deployed app gets."""
     max_outputs: int = 100
     """Messages one handler run (or one client send) may send or publish, as sent."""
-    max_deliveries: int = 2000
+    max_deliveries: int = 3000
     """Deliveries those may expand to (an event once per subscriber); BUS_MAX_DELIVERIES."""
+    send_concurrency: int = 16
+    """Token creations, then signal sends, in flight at once for one round's deliveries
+    (BUS_SEND_CONCURRENCY). The simulator runs with 1: its scheduler lets a process perform
+    one storage operation at a time."""
     topic_cache_seconds: float = 5.0
     ingress_window_seconds: float = 7 * 24 * 3600.0
     """The only time window in the system: client retries with one idempotency key are

@@ -24,6 +24,7 @@ from typing import Any
 
 from shared.bus.config import BusConfig
 from shared.bus.context import PendingOutput
+from shared.bus.deliveries import decode_signals, encode_signals, first_format
 from shared.bus.ids import derived_id, json_sha256
 from shared.bus.messages import (
     Command,
@@ -33,7 +34,13 @@ from shared.bus.messages import (
     checked_partition_key,
 )
 from shared.bus.origin import Origin
-from shared.bus.outgoing import create_tokens, discard_tokens, plan_deliveries, send_signals
+from shared.bus.outgoing import (
+    OUTBOX_MARGIN_BYTES,
+    create_tokens,
+    discard_tokens,
+    plan_deliveries,
+    send_signals,
+)
 from shared.bus.records import OutgoingSignal
 from shared.bus.rounds import Conflict, conflict_rounds
 from shared.bus.routes import Routes
@@ -52,7 +59,7 @@ from shared.errors import (
 )
 from shared.resources import check_endpoint_name
 from shared.stores.account import StorageAccount
-from shared.stores.names import check_key
+from shared.stores.names import MAX_ENTITY_BYTES, check_key, utf16_size
 from shared.stores.spread import gathered, spread
 from shared.stores.table import Entity
 
@@ -292,7 +299,7 @@ class IngressClient:
                 "type": output.message.type_name(),
                 "created_at": now,
                 "expires_at": now + timedelta(seconds=config.ingress_window_seconds),
-                "outgoing": json.dumps([o.model_dump() for o in created.committed_candidates]),
+                "outgoing": self._signals_text(created.committed_candidates),
                 "abandoned": json.dumps(created.abandoned),
             },
         )
@@ -307,8 +314,20 @@ class IngressClient:
         except OutcomeUnknown as e:
             raise Conflict from e  # may have landed: the next round reads the record and finds out
         outgoing = tuple(created.committed_candidates)
-        await send_signals(self.account, outgoing, created.hints, clock=config.clock)
+        await send_signals(self.account, outgoing, created.hints, config=config)
         return SendReceipt(key, tuple(o.message_id for o in outgoing), False)
+
+    def _signals_text(self, outgoing: list[OutgoingSignal]) -> str:
+        """The record's signals: compact (``shared.bus.deliveries``), except while
+        BUS_INGRESS_KEY_SCOPES is off, when instances of the previous version read this
+        version's records: then as the previous version wrote them, unless that format would
+        not fit the record (a publish the previous version refused, so its retries could
+        not have reached one of its instances with a record to read)."""
+        compact = encode_signals(outgoing)
+        if self.config.ingress_key_scopes:
+            return compact
+        first = first_format(outgoing)
+        return first if utf16_size(first) <= MAX_ENTITY_BYTES - OUTBOX_MARGIN_BYTES else compact
 
     async def _record(self, partition: str) -> Entity | None:
         try:
@@ -320,7 +339,7 @@ class IngressClient:
     async def _resend(self, record: Entity, key: str) -> SendReceipt:
         """The first send's receipt, its signals sent again (R6 resumed)."""
         outgoing = _outgoing(record)
-        await send_signals(self.account, outgoing, clock=self.config.clock)
+        await send_signals(self.account, outgoing, config=self.config)
         return SendReceipt(key, tuple(o.message_id for o in outgoing), True)
 
     async def _same(self, record: Entity, key: str, asked: str) -> SendReceipt:
@@ -382,4 +401,4 @@ def _expires(entity: Entity) -> datetime:
 
 
 def _outgoing(entity: Entity) -> tuple[OutgoingSignal, ...]:
-    return tuple(OutgoingSignal.model_validate(o) for o in json.loads(str(entity["outgoing"])))
+    return decode_signals(str(entity["outgoing"]))

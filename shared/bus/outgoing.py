@@ -3,12 +3,14 @@ envelopes, create one token per delivery with an at-most-once attempt id, and si
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import dataclass, field
 
 from shared.bus.config import BusConfig
 from shared.bus.context import PendingOutput
+from shared.bus.deliveries import OutgoingSignal, encode_signals
 from shared.bus.envelope import (
     DIGEST_CHARS,
     MAX_INLINE_ENVELOPE_CHARS,
@@ -19,13 +21,14 @@ from shared.bus.envelope import (
 from shared.bus.ids import derived_id
 from shared.bus.messages import Event, body_of, checked_partition_key
 from shared.bus.payloads import share, write_payloads
-from shared.bus.records import OutgoingSignal
+from shared.bus.records import caused_by
 from shared.bus.routes import Routes
 from shared.bus.schedule import queue_delay, send_hidden
 from shared.bus.telemetry import current as current_telemetry
 from shared.bus.telemetry import trace_headers, within
 from shared.bus.topics import RecipientLists
-from shared.clock import Clock, to_datetime
+from shared.clock import to_datetime
+from shared.concurrency import each
 from shared.errors import AlreadyExists, MessageTooLarge, NotFound, OutcomeUnknown
 from shared.stores.account import StorageAccount
 from shared.stores.blob import BlobContainer
@@ -90,42 +93,45 @@ def check_deliveries(
     deliveries: list[Envelope], sender: str, incoming_id: str, config: BusConfig
 ) -> None:
     """Refuse, before any token is created, deliveries that the outbox record (O(m), a
-    window mode's processed row, an ingress record) could not list: more than
-    ``max_deliveries``, or signals that would take the record past Table Storage's 1 MiB
+    window mode's processed row, an ingress record) or the audit row could not list: more
+    than ``max_deliveries``, or lists that would take either row past Table Storage's 1 MiB
     entity. Counted on every store, so that an endpoint behaves alike on each."""
     if len(deliveries) > config.max_deliveries:
         raise MessageTooLarge(
             f"{len(deliveries)} deliveries (events counted once per subscriber) exceed "
             f"BUS_MAX_DELIVERIES={config.max_deliveries} per incoming message"
         )
-    size = signals_size(deliveries, sender, incoming_id)
-    if size > MAX_ENTITY_BYTES - OUTBOX_MARGIN_BYTES:
-        raise MessageTooLarge(
-            f"{len(deliveries)} deliveries need an outbox record of about {size:,} bytes; "
-            f"Table Storage holds {MAX_ENTITY_BYTES:,} bytes an entity: publish to fewer "
-            "subscribers per message, or with shorter partition keys"
+    signals = stand_in_signals(deliveries, sender, incoming_id)
+    for row, size in (
+        ("an outbox record", utf16_size(encode_signals(signals))),
+        ("an audit row", utf16_size(json.dumps(caused_by(signals)))),
+    ):
+        if size > MAX_ENTITY_BYTES - OUTBOX_MARGIN_BYTES:
+            raise MessageTooLarge(
+                f"{len(deliveries)} deliveries need {row} of about {size:,} bytes; Table "
+                f"Storage holds {MAX_ENTITY_BYTES:,} bytes an entity: publish to fewer "
+                "subscribers per message, or with shorter names and partition keys"
+            )
+
+
+def stand_in_signals(
+    deliveries: list[Envelope], sender: str, incoming_id: str
+) -> list[OutgoingSignal]:
+    """The signals the deliveries' records would list, as large as the real ones: every
+    attempt id and digest has one length, so stand-ins measure the real ones."""
+    attempt, digest = incoming_id, "x" * DIGEST_CHARS
+    return [
+        OutgoingSignal(
+            destination=envelope.destination,
+            message_id=envelope.id,
+            attempt_id=attempt,
+            token=f"{sender}/{incoming_id}/{attempt}/{envelope.id}/{digest}",
+            partition_key=envelope.partition_key,
+            type=envelope.type,
+            deliver_at=envelope.deliver_at,
         )
-
-
-def signals_size(deliveries: list[Envelope], sender: str, incoming_id: str) -> int:
-    """The UTF-16 size of the signals the record would list (every attempt id and digest
-    has one length, so a stand-in token name measures the real one)."""
-    stand_in = f"{sender}/{incoming_id}/{incoming_id}/{incoming_id}/{'x' * DIGEST_CHARS}"
-    text = json.dumps(
-        [
-            OutgoingSignal(
-                destination=envelope.destination,
-                message_id=incoming_id,
-                attempt_id=incoming_id,
-                token=stand_in,
-                partition_key=envelope.partition_key,
-                type=envelope.type,
-                deliver_at=envelope.deliver_at,
-            ).model_dump()
-            for envelope in deliveries
-        ]
-    )
-    return utf16_size(text)
+        for envelope in deliveries
+    ]
 
 
 async def _destinations(
@@ -180,36 +186,52 @@ async def create_tokens(
     config: BusConfig,
     origin: str = "",
 ) -> CreatedTokens:
-    """Create one token per delivery. A create whose outcome is unknown abandons its attempt id
-    for good and tries a new one: an attempt id is only ever committed if its create succeeded
-    on a single request.
+    """Create one token per delivery, at most ``config.send_concurrency`` at once. A create
+    whose outcome is unknown abandons its attempt id for good and tries a new one: an attempt
+    id is only ever committed if its create succeeded on a single request.
 
     ``origin`` (see ``shared.bus.origin``) names the record whose commit decides whether the
     token is ever signalled; it is stored in the token's metadata so the cleanup can tell an
     abandoned token from one in flight without knowing the sender's partition.
 
     A body several deliveries share is written once to ``payloads`` first, and their tokens
-    refer to it (``shared.bus.payloads``)."""
-    result = CreatedTokens([], [])
+    refer to it (``shared.bus.payloads``).
+
+    The result lists the signals and the abandoned names in the deliveries' order, whatever
+    order the creates finished in: the records that store them, and the simulator's replays,
+    see one order."""
     common = {**UNCLAIMED, ORIGIN_METADATA: origin} if origin else UNCLAIMED
     deliveries = await _write_shared_payloads(
         payloads, deliveries, sender=sender, incoming_id=incoming_id, config=config, origin=origin
     )
+    created: list[OutgoingSignal] = []  # every token created so far: what a failed round discards
+
+    async def create(envelope: Envelope) -> _Created:
+        metadata = common
+        if envelope.deliver_at is not None:
+            # For the cleanup, which lists tokens without reading them: a delayed token
+            # is in flight until its due time, and its grace period counts from then.
+            metadata = {**common, DUE_METADATA: envelope.deliver_at.isoformat()}
+        with within(config.telemetry.creating(envelope)):
+            return await _create_token(
+                tokens, envelope, sender, incoming_id, config, metadata, created
+            )
+
     try:
-        for envelope in deliveries:
-            metadata = common
-            if envelope.deliver_at is not None:
-                # For the cleanup, which lists tokens without reading them: a delayed token
-                # is in flight until its due time, and its grace period counts from then.
-                metadata = {**common, DUE_METADATA: envelope.deliver_at.isoformat()}
-            with within(config.telemetry.creating(envelope)):
-                await _create_token(tokens, envelope, result, sender, incoming_id, config, metadata)
+        outcomes = await each(asyncio.Semaphore(config.send_concurrency), deliveries, create)
     except Exception:
         # Tokens this round created are never going to be committed: remove them now (their
-        # creation succeeded, so no late copy can appear). Crashes skip this; the cleanup
-        # finds such leftovers under the sender-scoped prefix.
-        await discard_tokens(tokens, result.committed_candidates)
+        # creation succeeded, so no late copy can appear). Crashes skip this, and so do the
+        # creates cancelled in flight when another failed (their outcome is unknown); the
+        # cleanup finds such leftovers under the sender-scoped prefix.
+        await discard_tokens(tokens, created)
         raise
+    result = CreatedTokens([], [])
+    for outcome in outcomes:
+        result.abandoned.extend(outcome.abandoned)
+        result.committed_candidates.append(outcome.signal)
+        if outcome.hint is not None:
+            result.hints[outcome.signal.token] = outcome.hint
     return result
 
 
@@ -232,30 +254,41 @@ async def _write_shared_payloads(
     return envelopes
 
 
+@dataclass(frozen=True)
+class _Created:
+    """One delivery's token: its signal, its hint, and the names its failed attempts left."""
+
+    signal: OutgoingSignal
+    hint: SignalHint | None
+    abandoned: list[str]
+
+
 async def _create_token(
     tokens: BlobContainer,
     envelope: Envelope,
-    result: CreatedTokens,
     sender: str,
     incoming_id: str,
     config: BusConfig,
     metadata: dict[str, str],
-) -> None:
+    created: list[OutgoingSignal],
+) -> _Created:
     data = envelope.to_bytes()
     # A character takes at most 4 bytes: only an envelope that may fit the signal is decoded.
     text = data.decode("utf-8") if len(data) <= 4 * MAX_INLINE_ENVELOPE_CHARS else None
+    abandoned: list[str] = []
     for _ in range(config.max_create_attempts):
         attempt_id = config.new_id()
         name = token_name(sender, incoming_id, attempt_id, envelope.id, data)
         try:
             etag = await tokens.create(name, data, metadata)
         except (OutcomeUnknown, AlreadyExists):
-            result.abandoned.append(name)
+            abandoned.append(name)
             continue
-        if text is not None and len(text) <= MAX_INLINE_ENVELOPE_CHARS:
-            result.hints[name] = SignalHint(etag, text)
-        result.committed_candidates.append(OutgoingSignal.for_token(envelope, attempt_id, name))
-        return
+        signal = OutgoingSignal.for_token(envelope, attempt_id, name)
+        created.append(signal)
+        fits = text is not None and len(text) <= MAX_INLINE_ENVELOPE_CHARS
+        hint = SignalHint(etag, text) if text is not None and fits else None
+        return _Created(signal, hint, abandoned)
     raise OutcomeUnknown(
         f"could not create a token for {envelope.id} in {config.max_create_attempts} attempts"
     )
@@ -276,15 +309,17 @@ async def send_signals(
     outgoing: tuple[OutgoingSignal, ...],
     hints: Hints | None = None,
     *,
-    clock: Clock,
+    config: BusConfig,
 ) -> None:
     """R6: at least once; a repeated signal is harmless because its token is claimed once.
     ``hints`` (tokens this invocation created) let the receiver skip reading the token. A
-    delayed message's signal is hidden until its due time by ``clock`` (at most 7 days: the
-    receiver hides it again for the rest, ``shared.bus.schedule``). ``clock`` is the bus's
-    (``BusConfig.clock``), never a default: a caller on another clock would send a delayed
-    signal visible."""
-    for out in outgoing:
+    delayed message's signal is hidden until its due time by the bus's clock (at most 7
+    days: the receiver hides it again for the rest, ``shared.bus.schedule``), never a
+    default clock: a caller on another clock would send a delayed signal visible. At most
+    ``config.send_concurrency`` sends are in flight; the first failure ends the round (the
+    signals are sent again when R6 is resumed from the record)."""
+
+    async def send(out: OutgoingSignal) -> None:
         hint = (hints or {}).get(out.token)
         signal = Signal(
             message_id=out.message_id,
@@ -296,4 +331,6 @@ async def send_signals(
         )
         queue = account.queue(out.destination)
         with within(current_telemetry().sending(out.destination, out.message_id)):
-            await send_hidden(queue, signal.to_json(), queue_delay(out.deliver_at, clock))
+            await send_hidden(queue, signal.to_json(), queue_delay(out.deliver_at, config.clock))
+
+    await each(asyncio.Semaphore(config.send_concurrency), outgoing, send)

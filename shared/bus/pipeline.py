@@ -31,7 +31,7 @@ from shared.bus.origin import Origin
 from shared.bus.outgoing import CreatedTokens, create_tokens, plan_deliveries
 from shared.bus.payloads import resolve
 from shared.bus.poison import Reason, error_reason, park, utc_time
-from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal
+from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal, caused_by
 from shared.bus.retries import RetryPolicy
 from shared.bus.schedule import NotYetDue, not_due, reschedule, send_hidden
 from shared.bus.state.base import EndpointState
@@ -505,9 +505,7 @@ class Pipeline(abc.ABC):
             sent_at=envelope.created_at,
             processed_at=processed_at,
             mode=self.mode,
-            caused=[
-                {"id": o.message_id, "type": o.type, "destination": o.destination} for o in outgoing
-            ],
+            caused=caused_by(outgoing),
         )
 
     def _load_state(self, data: str | None) -> BaseModel:

@@ -146,7 +146,7 @@ class Receiver(Pipeline):
             )
             outcome = Outcome.PROCESSED
         # R6
-        await send_signals(self.account, outbox.outgoing, hints, clock=self.config.clock)
+        await send_signals(self.account, outbox.outgoing, hints, config=self.config)
         # R7
         with contextlib.suppress(NotFound):
             await self.tokens.delete(signal.token)

@@ -7,25 +7,16 @@ of incoming message m) and ``audit|{m}`` (what processing m did; feeds the Spark
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    SerializerFunctionWrapHandler,
-    model_serializer,
-    model_validator,
-)
-
-from shared.bus.envelope import TOKEN_NAME
+from shared.bus.deliveries import OutgoingSignal as OutgoingSignal  # its home before deliveries
+from shared.bus.deliveries import decode_signals, encode_signals
 from shared.errors import CorruptRecord, MessageTooLarge
 from shared.stores.names import MAX_ENTITY_BYTES, utf16_size
 from shared.stores.table import Entity
-
-if TYPE_CHECKING:
-    from shared.bus.envelope import Envelope
 
 STATE_ROW = "state"
 OUTBOX_PREFIX = "outbox|"
@@ -40,65 +31,6 @@ def outbox_row(message_id: str) -> str:
 
 def audit_row(message_id: str) -> str:
     return f"{AUDIT_PREFIX}{message_id}"
-
-
-class OutgoingSignal(BaseModel):
-    """One committed outgoing message: where it goes and which token carries it.
-
-    The envelope itself lives in the token, which keeps the outbox record small."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    destination: str
-    message_id: str
-    attempt_id: str
-    token: str
-    partition_key: str
-    type: str
-    deliver_at: datetime | None = None
-    """A delayed message's due time, so that R6 (also when resumed from the stored record)
-    sends its signal hidden until then. Left out of the stored form when absent."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _ids_from_token_name(cls, data: Any) -> Any:
-        """Stored forms leave out the ids their token name already holds (see below)."""
-        if isinstance(data, dict) and not {"message_id", "attempt_id"} <= data.keys():
-            match = TOKEN_NAME.fullmatch(str(data.get("token", "")))
-            if match is not None:
-                return {"message_id": match["out"], "attempt_id": match["attempt"], **data}
-        return data
-
-    @model_serializer(mode="wrap")
-    def _without_ids_in_token_name(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """The message and attempt ids are segments of the token's name: storing them twice
-        would cost a third of an outbox record, which must hold up to ``max_deliveries`` of
-        these in one table entity."""
-        data = handler(self)
-        match = TOKEN_NAME.fullmatch(self.token)
-        if match is not None and (match["out"], match["attempt"]) == (
-            self.message_id,
-            self.attempt_id,
-        ):
-            del data["message_id"], data["attempt_id"]
-        if self.deliver_at is None:
-            data.pop("deliver_at", None)
-        else:  # stored with json.dumps, which takes no datetime
-            data["deliver_at"] = self.deliver_at.isoformat()
-        return data
-
-    @classmethod
-    def for_token(cls, envelope: Envelope, attempt_id: str, token: str) -> OutgoingSignal:
-        """The signal for ``token``, created for ``envelope`` under ``attempt_id``."""
-        return cls(
-            destination=envelope.destination,
-            message_id=envelope.id,
-            attempt_id=attempt_id,
-            token=token,
-            partition_key=envelope.partition_key,
-            type=envelope.type,
-            deliver_at=envelope.deliver_at,
-        )
 
 
 def json_property(name: str, value: str) -> str:
@@ -151,9 +83,7 @@ class OutboxRecord:
             "status": self.status,
             "incoming": self.incoming_token,
             "started_at": self.started_at,
-            "outgoing": json_property(
-                "outgoing", json.dumps([o.model_dump() for o in self.outgoing])
-            ),
+            "outgoing": json_property("outgoing", encode_signals(self.outgoing)),
             "abandoned": json_property("abandoned", json.dumps(list(self.abandoned))),
         }
         if self.committed_at is not None:
@@ -182,12 +112,15 @@ class OutboxRecord:
             started_at=started_at,
             status="committed" if status == "committed" else "claimed",
             committed_at=committed_at if isinstance(committed_at, datetime) else None,
-            outgoing=tuple(
-                OutgoingSignal.model_validate(o) for o in json.loads(str(p["outgoing"]))
-            ),
+            outgoing=decode_signals(str(p["outgoing"])),
             abandoned=tuple(json.loads(str(p["abandoned"]))),
             etag=entity.etag,
         )
+
+
+def caused_by(outgoing: Iterable[OutgoingSignal]) -> list[dict[str, str]]:
+    """What an audit row says a message caused: each delivery's id, type and destination."""
+    return [{"id": o.message_id, "type": o.type, "destination": o.destination} for o in outgoing]
 
 
 @dataclass(frozen=True)

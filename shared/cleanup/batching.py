@@ -13,19 +13,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 from shared.bus.origin import Origin
 from shared.bus.state.damaged import DamagedRow, OnDamaged
 from shared.bus.state.rows import EndpointRows
+from shared.concurrency import each
 from shared.errors import InvalidName, OutcomeUnknown, StorageError
 from shared.stores.blob import BlobContainer, BlobProperties
 from shared.stores.names import MAX_TRANSACTION_OPERATIONS
 from shared.stores.table import Entity
 
 T = TypeVar("T")
-R = TypeVar("R")
 
 log = logging.getLogger(__name__)
 
@@ -42,26 +42,6 @@ blobs), a batch of 200 ran past the 8 s deadline. 64 still saves 63 requests in 
 
 ROW_KEYS_PER_QUERY = 14
 """Table Storage allows 15 comparisons in one filter: the PartitionKey and 14 RowKeys."""
-
-
-async def each(
-    limit: asyncio.Semaphore, items: Iterable[T], work: Callable[[T], Awaitable[R]]
-) -> list[R]:
-    """``work`` on every item, at most ``limit`` at once, results in order. The first failure
-    cancels the rest and is raised as itself (not as an exception group), so callers handle
-    a storage error here as they would one from a single call. ``work`` must not call
-    ``each`` with the same limit: holding it while waiting for it could deadlock."""
-
-    async def one(item: T) -> R:
-        async with limit:
-            return await work(item)
-
-    try:
-        async with asyncio.TaskGroup() as group:
-            running = [group.create_task(one(item)) for item in items]
-    except BaseExceptionGroup as e:
-        raise e.exceptions[0] from None
-    return [task.result() for task in running]
 
 
 def chunks(items: Sequence[T], size: int) -> list[Sequence[T]]:

@@ -17,16 +17,16 @@ the kind of row:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from shared.bus.config import BusConfig
+from shared.bus.deliveries import decode_signals
 from shared.bus.ingress import INGRESS_ROW
 from shared.bus.modes.entity_outbox import StateEntity
 from shared.bus.modes.processed_table import PROCESSED_PREFIX, ProcessedRecord
 from shared.bus.modes.state_based import INDEX_PREFIX, IndexEntry
-from shared.bus.records import OUTBOX_PREFIX, STATE_ROW, OutboxRecord, OutgoingSignal
+from shared.bus.records import OUTBOX_PREFIX, STATE_ROW, OutboxRecord
 from shared.bus.state.rows import EndpointRows
 from shared.stores.table import Entity
 
@@ -67,8 +67,8 @@ def _ingress(entity: Entity, incoming_id: str) -> frozenset[str] | None:
     # its own incoming id: a token from another round of the key is not in this record.
     if str(entity.properties.get("incoming_id")) != incoming_id:
         return None
-    outgoing = json.loads(str(entity.properties.get("outgoing", "[]")))
-    return frozenset(OutgoingSignal.model_validate(o).attempt_id for o in outgoing)
+    outgoing = decode_signals(str(entity.properties.get("outgoing", "[]")))
+    return frozenset(o.attempt_id for o in outgoing)
 
 
 def _processed(entity: Entity, incoming_id: str) -> frozenset[str] | None:

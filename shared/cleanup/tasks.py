@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import json
 import logging
 import re
 from collections import Counter
@@ -33,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from shared.bus.config import BusConfig
+from shared.bus.deliveries import decode_signals
 from shared.bus.envelope import TOKEN_NAME, token_prefix
 from shared.bus.ingress import INGRESS_ROW
 from shared.bus.modes.entity_outbox import expire_entity_outboxes
@@ -40,13 +40,14 @@ from shared.bus.modes.processed_table import expire_processed
 from shared.bus.modes.state_based import truncate_state_streams
 from shared.bus.origin import Origin
 from shared.bus.outgoing import DUE_METADATA, ORIGIN_METADATA
-from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, OutboxRecord, OutgoingSignal
+from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, OutboxRecord
 from shared.bus.state.damaged import ROW_ERRORS, DamagedRow, OnDamaged
 from shared.bus.state.rows import EndpointRows, TableRows
-from shared.cleanup.batching import STORAGE_ERRORS, delete_blobs, delete_rows, each, read_rows
+from shared.cleanup.batching import STORAGE_ERRORS, delete_blobs, delete_rows, read_rows
 from shared.cleanup.origins import OriginKind, kind_of
 from shared.cleanup.report import TaskReport, describe
 from shared.cleanup.settings import CleanupSettings
+from shared.concurrency import each
 from shared.errors import (
     ConfigurationError,
     CorruptRecord,
@@ -460,8 +461,8 @@ class IngressRecords(CleanupTask):
         if isinstance(expires_at, datetime) and expires_at > context.now:
             report.kept["within_window"] += 1
             return None
-        outgoing = json.loads(str(entity.properties.get("outgoing", "[]")))
-        committed = {OutgoingSignal.model_validate(o).token for o in outgoing}
+        outgoing = decode_signals(str(entity.properties.get("outgoing", "[]")))
+        committed = {o.token for o in outgoing}
         prefix = token_prefix(
             str(entity.properties["sender"]), str(entity.properties["incoming_id"])
         )

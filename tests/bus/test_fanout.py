@@ -1,14 +1,19 @@
-"""An event with more subscribers than one table property lists signals for (about 100):
-published from a handler and from a client, each subscriber processes it exactly once, and
-what no outbox record could list is refused before anything is sent."""
+"""An event with more subscribers than one table property lists signals for: published from a
+handler and from a client, each subscriber processes it exactly once, and what no outbox
+record or audit row could list is refused before anything is sent."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 import pytest
 from pydantic import BaseModel
 
-from shared.bus import BusApp, Command, Event, HandlerContext
-from shared.bus.ids import derived_id
+from shared.app_settings import MAX_DELIVERIES_CEILING
+from shared.bus import BusApp, BusConfig, Command, Event, HandlerContext
+from shared.bus.envelope import Envelope
+from shared.bus.ids import derived_id, fresh_id
+from shared.bus.outgoing import check_deliveries
 from shared.clock import ManualClock
 from shared.errors import MessageTooLarge
 from shared.stores.memory import MemoryStorageAccount
@@ -117,18 +122,52 @@ async def test_more_deliveries_than_the_setting_allows_are_refused_before_any_se
     assert await harness.tokens() == []
 
 
-async def test_signals_past_what_one_entity_holds_are_refused_before_any_send() -> None:
-    """1,000 deliveries with a partition key of 500 characters: an outbox record of about
-    1.6 MB, which no table entity holds."""
-    suffix = unique_name("")[:6]
-    harness = await Harness.create(memory_backend(), fanout_app(suffix, 1000))
+def deliveries(
+    outputs: int, per_output: int, *, key: str = "k", type_name: str = "Announced"
+) -> tuple[str, list[Envelope]]:
+    """Envelopes as ``plan_deliveries`` makes them: ``outputs`` events, each to
+    ``per_output`` subscribers of the longest name an endpoint may have (40 characters)."""
+    incoming = fresh_id()
+    return incoming, [
+        Envelope(
+            id=derived_id(incoming, "out", index, destination),
+            type=type_name,
+            kind="event",
+            source="hub",
+            destination=destination,
+            partition_key=f"{key}{index}",
+            correlation_id=incoming,
+            causation_id=incoming,
+            created_at=datetime.now(UTC),
+            body={},
+        )
+        for index in range(outputs)
+        for destination in (f"sub{n:04d}".ljust(40, "x") for n in range(per_output))
+    ]
+
+
+def test_the_most_deliveries_the_setting_allows_fit_at_the_longest_names() -> None:
+    incoming, planned = deliveries(1, MAX_DELIVERIES_CEILING)
+
+    check_deliveries(planned, "hub", incoming, BusConfig())  # no MessageTooLarge
+
+
+def test_outputs_whose_heads_outgrow_one_entity_are_refused() -> None:
+    """1,000 events with a partition key of 500 characters each: the outbox record lists
+    each output's key once, about 1 MB of them, which no table entity holds."""
+    incoming, planned = deliveries(1000, 1, key="k" * 500)
 
     with pytest.raises(MessageTooLarge, match="need an outbox record of about"):
-        await harness.setup_bus.client().publish(
-            Announced(topic_key="k" * 500), idempotency_key="wide"
-        )
+        check_deliveries(planned, "hub", incoming, BusConfig(max_outputs=1000))
 
-    assert await harness.tokens() == []
+
+def test_an_audit_row_that_would_outgrow_one_entity_is_refused() -> None:
+    """3,000 deliveries of a type with a 150-character name: the audit row names the type
+    for each delivery, about 1.6 MB."""
+    incoming, planned = deliveries(1, 3000, type_name="T" * 150)
+
+    with pytest.raises(MessageTooLarge, match="need an audit row of about"):
+        check_deliveries(planned, "hub", incoming, BusConfig())
 
 
 def memory_backend() -> Backend:

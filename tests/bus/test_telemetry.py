@@ -385,7 +385,7 @@ async def test_a_hostile_traceparent_in_a_token_is_ignored_not_parked(
         flow.harness.raw,
         tuple(created.committed_candidates),
         created.hints,
-        clock=config.clock,
+        config=config,
     )
 
     await flow.harness.run_until_quiet()

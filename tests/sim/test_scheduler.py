@@ -1,6 +1,6 @@
 """The scheduler keeps track of a process whose parked operation is cancelled under it.
 
-The cleanup judges records in a TaskGroup (``shared.cleanup.batching.each``), one at a time in
+The cleanup judges records in a TaskGroup (``shared.concurrency.each``), one at a time in
 the simulation. When one child crashes, the next has already taken the limit and parked at its
 storage operation; the TaskGroup then cancels it there. Random seed 2776 is the first seed
 where that happened: the scheduler took the process as still waiting at the cancelled
@@ -16,7 +16,7 @@ import pytest
 
 from lab.sim.explore import replay
 from lab.sim.scheduler import Scheduler
-from shared.cleanup.batching import each
+from shared.concurrency import each
 from shared.stores.instrumented import Operation, SimulatedCrash
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from shared.bus.deliveries import decode_signals, encode_signals
 from shared.bus.envelope import TOKEN_NAME, Envelope, Signal, token_prefix
 from shared.bus.messages import Message
 from shared.bus.outgoing import CreatedTokens, Hints, discard_tokens, send_signals
@@ -43,11 +44,11 @@ log = logging.getLogger(__name__)
 
 
 def signals_property(outgoing: Sequence[OutgoingSignal]) -> str:
-    return json_property("outgoing", json.dumps([o.model_dump() for o in outgoing]))
+    return json_property("outgoing", encode_signals(outgoing))
 
 
 def parse_signals(value: object) -> tuple[OutgoingSignal, ...]:
-    return tuple(OutgoingSignal.model_validate(o) for o in json.loads(str(value)))
+    return decode_signals(str(value))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,7 +171,7 @@ class ModePipeline(Pipeline):
         """Signal the committed outputs (again, for a copy: harmless, a consumed token is a
         404 downstream), then delete the incoming token, which carried the payload.
         ``hints`` (tokens this round created) spare a token-mode receiver its read."""
-        await send_signals(self.account, tuple(outgoing), hints, clock=self.config.clock)
+        await send_signals(self.account, tuple(outgoing), hints, config=self.config)
         await self._delete_incoming(signal)
 
     async def _delete_incoming(self, signal: Signal) -> None:

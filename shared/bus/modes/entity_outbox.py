@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from shared.bus.deliveries import signals_of, signals_value
 from shared.bus.envelope import Envelope, Signal
 from shared.bus.messages import Message
 from shared.bus.modes.common import (
@@ -72,7 +73,7 @@ class OutboxEntry:
         return {
             "at": self.at.isoformat(),
             "sent": list(self.sent),
-            "out": None if self.out is None else [o.model_dump() for o in self.out],
+            "out": None if self.out is None else signals_value(self.out),
         }
 
     @classmethod
@@ -81,7 +82,7 @@ class OutboxEntry:
         return cls(
             datetime.fromisoformat(data["at"]),
             tuple(data["sent"]),
-            None if out is None else tuple(OutgoingSignal.model_validate(o) for o in out),
+            None if out is None else signals_of(out),
         )
 
 
@@ -218,7 +219,7 @@ class EntityOutboxPipeline(ModePipeline):
         """Send the entry's signals, then clear them from the map. Clearing only saves space
         and repeat sends: when it keeps losing to other writers it is left to the next copy or
         to ``expire_entity_outboxes``."""
-        await send_signals(self.account, out, hints, clock=self.config.clock)
+        await send_signals(self.account, out, hints, config=self.config)
         stored = at
         for _ in range(self.config.max_conflict_rounds):
             entry = stored.entries.get(message_id)
