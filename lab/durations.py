@@ -4,6 +4,7 @@ Usage::
 
     pytest -q -p no:cacheprovider --durations=0 --durations-min=0 > durations.txt
     python -m lab.durations durations.txt [--top 25]
+    python -m lab.durations after.txt --before before.txt --file tests/x.py [--file ...]
 
 Each duration line is one phase of one test (``setup``, ``call`` or ``teardown``). A file's
 set-up seconds are those of the fixtures its tests started (an emulator, a host, a Spark
@@ -85,17 +86,52 @@ def table(files: Sequence[FileTime], top: int) -> str:
     return "\n".join(rows)
 
 
-def _share(part: float, whole: float) -> str:
-    return f"{100 * part / whole:.0f} %" if whole else "-"
+def comparison(before: Sequence[FileTime], after: Sequence[FileTime], paths: Sequence[str]) -> str:
+    """A Markdown table of ``paths`` in two runs: seconds, tests, and each file's share of its
+    run's total, which is what compares across runs on a machine whose speed varies."""
+    old = {f.path: f for f in before}
+    new = {f.path: f for f in after}
+    old_total = sum(f.total for f in before)
+    new_total = sum(f.total for f in after)
+    rows = [
+        "| file | seconds before | after | tests before | after | share before | after |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for path in paths:
+        a, b = old.get(path, FileTime(path)), new.get(path, FileTime(path))
+        rows.append(
+            f"| {shown(path)} | {a.total:.1f} | {b.total:.1f} | {len(a.tests)} | {len(b.tests)} "
+            f"| {_share(a.total, old_total, 1)} | {_share(b.total, new_total, 1)} |"
+        )
+    rows.append(
+        f"| all files | {old_total:.1f} | {new_total:.1f} "
+        f"| {sum(len(f.tests) for f in before)} | {sum(len(f.tests) for f in after)} "
+        "| 100 % | 100 % |"
+    )
+    return "\n".join(rows)
+
+
+def _share(part: float, whole: float, decimals: int = 0) -> str:
+    return f"{100 * part / whole:.{decimals}f} %" if whole else "-"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.durations", description=__doc__)
     parser.add_argument("report", type=Path, help="pytest output with --durations=0")
     parser.add_argument("--top", type=int, default=25, help="how many files to list")
+    parser.add_argument(
+        "--before", type=Path, help="an earlier run's output: compare the --file ones with it"
+    )
+    parser.add_argument(
+        "--file", action="append", default=[], help="a test file to compare (repeatable)"
+    )
     args = parser.parse_args(argv)
     try:
-        print(table(read_report(args.report), args.top))
+        after = read_report(args.report)
+        if args.before is None:
+            print(table(after, args.top))
+        else:
+            print(comparison(read_report(args.before), after, args.file))
     except InvalidValue as e:
         print(f"error: {shown(e)}", file=sys.stderr)
         return 2

@@ -67,3 +67,21 @@ def test_an_output_without_durations_is_refused_with_the_reason(
     assert main([str(report)]) == 2
 
     assert "has no duration lines: run pytest with --durations=0" in capsys.readouterr().err
+
+
+def test_two_runs_are_compared_by_each_files_share_of_its_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = tmp_path / "before.txt"
+    before.write_text(REPORT)
+    after = tmp_path / "after.txt"
+    after.write_text(
+        "3.00s call     tests/audit/test_dropped.py::test_warns[a]\n"
+        "1.00s call     tests/cli/test_cli.py::test_help\n"
+    )
+
+    assert main([str(after), "--before", str(before), "--file", "tests/audit/test_dropped.py"]) == 0
+
+    out = capsys.readouterr().out.splitlines()
+    assert out[2] == "| tests/audit/test_dropped.py | 26.4 | 3.0 | 2 | 1 | 98.1 % | 75.0 % |"
+    assert out[3] == "| all files | 26.9 | 4.0 | 3 | 2 | 100 % | 100 % |"
