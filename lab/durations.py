@@ -88,7 +88,8 @@ def table(files: Sequence[FileTime], top: int) -> str:
 
 def comparison(before: Sequence[FileTime], after: Sequence[FileTime], paths: Sequence[str]) -> str:
     """A Markdown table of ``paths`` in two runs: seconds, tests, and each file's share of its
-    run's total, which is what compares across runs on a machine whose speed varies."""
+    run's total, which compares across runs on a machine whose speed differs between them but
+    not within either (when it does, time the files themselves before and after, in turn)."""
     old = {f.path: f for f in before}
     new = {f.path: f for f in after}
     old_total = sum(f.total for f in before)
