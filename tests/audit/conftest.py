@@ -23,11 +23,18 @@ def spark() -> Iterator[Any]:
         from shared.audit.session import get_session
 
         # Tiny inputs: a couple of shuffle partitions, and no code generation whose compile
-        # time would dominate every query.
+        # time would dominate every query. No adaptive execution either: re-planning each
+        # query's stages cost about a fifth of the Spark-only audit tests' time
+        # (docs/testing.md), and without it both shuffle partitions stay apart (it merges
+        # tiny ones into one), so every query still combines rows of two partitions.
         session = get_session(
             "local[2]",
             app_name="bus-audit-tests",
-            conf={"spark.sql.shuffle.partitions": "2", "spark.sql.codegen.wholeStage": "false"},
+            conf={
+                "spark.sql.shuffle.partitions": "2",
+                "spark.sql.codegen.wholeStage": "false",
+                "spark.sql.adaptive.enabled": "false",
+            },
         )
     except Exception as e:  # ImportError without pyspark, ConfigurationError without Java
         if UNDER_CI:

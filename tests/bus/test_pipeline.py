@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import typing
 
 import pytest
 
@@ -270,8 +271,31 @@ async def test_endpoints_of_different_modes_interoperate_under_every_fault(
     await check_every_fault(backend, MIXED)
 
 
+OUTPUTS = [(False, False, 0), (True, False, 1), (True, True, 3)]
+"""No output, a send, and a send with a publish to two subscribers."""
+
+
+def happy_path_params() -> list[typing.Any]:
+    """Every output case on the in-memory stores; on Azurite and PostgreSQL, whose requests
+    the same code counts the same way, the case with every kind of output (there the count
+    also shows that a real ETag makes a good hint)."""
+    params = []
+    for backend in backend_modes():
+        cases = OUTPUTS if str(backend.id).startswith("memory") else OUTPUTS[-1:]
+        for case in cases:
+            params.append(
+                pytest.param(
+                    *backend.values,
+                    *case,
+                    marks=backend.marks,
+                    id=f"{backend.id}-{'-'.join(map(str, case))}",
+                )
+            )
+    return params
+
+
 @pytest.mark.parametrize(
-    ("charge", "publish", "outputs"), [(False, False, 0), (True, False, 1), (True, True, 3)]
+    ("backend", "charge", "publish", "outputs"), happy_path_params(), indirect=["backend"]
 )
 async def test_the_happy_path_costs_at_most_seven_operations_plus_two_per_output(
     backend: Backend, mode: Mode, charge: bool, publish: bool, outputs: int

@@ -88,7 +88,10 @@ def test_time_passing_orders_against_everything() -> None:
 @pytest.mark.parametrize(
     ("name", "deviations", "faults"),
     [
-        ("small", 2, 0),
+        ("small", 1, 0),
+        # An exploration (16 s of the default run's 35 in this file): one more deviation of
+        # the same search, which every configuration above already checks at one.
+        pytest.param("small", 2, 0, marks=pytest.mark.slow),
         ("small-partition", 1, 0),
         ("small-sweep", 1, 0),
         ("small-ingress", 1, 0),
