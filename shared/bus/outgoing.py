@@ -63,23 +63,31 @@ async def plan_deliveries(
         # The bus's trace context wins over a handler's header of the same name.
         # A new dict: ``headers`` may be the handler's own, which a replay compares.
         headers = {**headers, **(trace_headers() if output.trace is None else output.trace)}
-        for destination in destinations:
-            deliveries.append(
-                Envelope(
-                    id=derived_id(incoming_id, "out", index, destination),
-                    type=message.type_name(),
-                    kind=message.kind,
-                    source=sender,
-                    destination=destination,
-                    partition_key=checked_partition_key(message),
-                    correlation_id=correlation_id,
-                    causation_id=incoming_id,
-                    created_at=created_at,
-                    headers=headers,
-                    body=body_of(message),
-                    deliver_at=output.deliver_at,
-                )
+        if not destinations:
+            continue
+        first = Envelope(
+            id=derived_id(incoming_id, "out", index, destinations[0]),
+            type=message.type_name(),
+            kind=message.kind,
+            source=sender,
+            destination=destinations[0],
+            partition_key=checked_partition_key(message),
+            correlation_id=correlation_id,
+            causation_id=incoming_id,
+            created_at=created_at,
+            headers=headers,
+            body=body_of(message),
+            deliver_at=output.deliver_at,
+        )
+        # The other destinations' envelopes are copies that differ in id and destination
+        # only: the body is validated once and is one object, which ``share`` relies on.
+        deliveries.append(first)
+        deliveries += [
+            first.model_copy(
+                update={"id": derived_id(incoming_id, "out", index, d), "destination": d}
             )
+            for d in destinations[1:]
+        ]
     check_deliveries(deliveries, sender, incoming_id, config)
     return deliveries
 

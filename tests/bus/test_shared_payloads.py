@@ -18,6 +18,7 @@ from shared.audit.poisoned import collect_poisoned
 from shared.bulk.replay import ReplayTask, replay_partition
 from shared.bus import BusApp, Command, Event, HandlerContext, Outcome
 from shared.bus.envelope import Envelope, Signal, envelope_digest
+from shared.bus.payloads import share
 from shared.bus.poison import replay_report, unwrap
 from shared.bus.poison_view import view
 from shared.cleanup.payloads import SharedPayloads
@@ -457,3 +458,37 @@ def test_an_envelope_carries_its_body_or_a_payload_reference_exactly_once() -> N
         an_envelope(body={}, payload=reference)
     with pytest.raises(ValidationError, match="digest"):
         an_envelope(payload={"digest": "A", "size": 1})
+
+
+def test_copies_of_one_envelope_share_one_payload_and_equal_bodies_of_other_outputs_do_not() -> (
+    None
+):
+    """``share`` groups deliveries by the body object they hold (the copies
+    ``plan_deliveries`` makes for one output's destinations), never by equality: Python finds
+    ``{"flag": True} == {"flag": 1}``, and those are two different bodies."""
+    padding = "p" * 9000
+    first = an_envelope(body={"flag": True, "padding": padding})
+    copies = [first.model_copy(update={"destination": f"d{i}"}) for i in range(3)]
+    other = an_envelope(body={"flag": 1, "padding": padding})
+    other_copy = other.model_copy(update={"destination": "e"})
+
+    envelopes, payloads = share([first, *copies, other, other_copy], 8192)
+
+    assert len(payloads) == 2
+    flags = sorted(data[: data.index(b",")] for data in payloads.values())
+    assert flags == [b'{"flag":1', b'{"flag":true']
+    references = [e.payload.digest for e in envelopes if e.payload is not None]
+    assert len(references) == 6
+    assert len(set(references[:4])) == 1
+    assert references[4] == references[5] != references[0]
+
+
+def test_a_body_carried_by_one_delivery_or_short_enough_stays_inline() -> None:
+    alone = an_envelope(body={"padding": "p" * 9000})
+    short = an_envelope(body={"text": "é" * 3000})  # 6,000 UTF-8 bytes, but 3,000 characters
+    short_copy = short.model_copy(update={"destination": "e"})
+
+    envelopes, payloads = share([alone, short, short_copy], 8192)
+
+    assert payloads == {}
+    assert envelopes == [alone, short, short_copy]
