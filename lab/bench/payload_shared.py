@@ -20,7 +20,7 @@ import asyncio
 import statistics
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pydantic import BaseModel
 
@@ -139,10 +139,16 @@ class Run:
     min_chars: int
     """``shared_payload_min_chars``: 8192 shares the body; above any envelope, it never is."""
     suffix: str
+    send_concurrency: int = 16
+    """``BUS_SEND_CONCURRENCY``: 1 is how a publish created and signalled its tokens before
+    this setting, one request after another."""
 
 
 SHARED = Run("shared", 8192, "s")
-INLINE = Run("inline (today)", 2**31 - 1, "i")
+INLINE = Run("inline", 2**31 - 1, "i")
+BEFORE = Run("inline, one send at a time (before)", 2**31 - 1, "o", send_concurrency=1)
+""":class:`INLINE` with the token creates and signals one at a time: the bus before this
+issue's changes, both of them undone by settings."""
 
 
 async def one_run(
@@ -157,6 +163,7 @@ async def one_run(
         ingress_table=f"ingress{suffix}",
         max_payload_bytes=2 * body_bytes,
         shared_payload_min_chars=min_chars,
+        send_concurrency=run.send_concurrency,
         topic_cache_seconds=3600.0,
     )
     await provision(
@@ -219,45 +226,51 @@ async def _drain(bus: Bus, account: StorageAccount, endpoint: str) -> int:
 
 def show(results: list[Result]) -> str:
     lines = [
-        "| run | body | publish wrote | publish time | requests | blob bytes written "
+        "| body | publish wrote | publish time | requests | blob bytes written "
         "| blob bytes read | processed | wall time |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for number, r in enumerate(results):
+    for r in results:
         lines.append(
-            f"| {number // 2 + 1} | {r.label} | {r.publish_written / MIB:.2f} MiB "
+            f"| {r.label} | {r.publish_written / MIB:.2f} MiB "
             f"| {r.publish_seconds:.2f} s | {r.requests} | {r.written / MIB:.2f} MiB "
             f"| {r.read / MIB:.2f} MiB | {r.processed} | {r.seconds:.2f} s |"
         )
-    shared = [r for r in results if r.label != INLINE.label]
-    inline = [r for r in results if r.label == INLINE.label]
-
-    def ratio(field: str) -> float:
-        """Today's median over the shared one's."""
-        today = statistics.median([getattr(r, field) for r in inline])
-        return float(today / statistics.median([getattr(r, field) for r in shared]))
-
-    lines.append(
-        f"\nshared vs inline (medians): {ratio('publish_written'):.1f}x fewer bytes written "
-        f"by the publish, the publish {ratio('publish_seconds'):.2f}x faster, all processed "
-        f"{ratio('seconds'):.2f}x faster, {1 / ratio('requests'):.2f}x the requests"
-    )
+    shared = [r for r in results if r.label not in (INLINE.label, BEFORE.label)]
+    for baseline in (INLINE, BEFORE):
+        others = [r for r in results if r.label == baseline.label]
+        if others:
+            lines.append(f"\nshared vs {baseline.label} (medians): {_ratios(shared, others)}")
     return "\n".join(lines)
+
+
+def _ratios(shared: list[Result], others: list[Result]) -> str:
+    def ratio(field: str) -> float:
+        """The baseline's median over the shared one's."""
+        other = statistics.median([getattr(r, field) for r in others])
+        return float(other / statistics.median([getattr(r, field) for r in shared]))
+
+    return (
+        f"{ratio('publish_written'):.1f}x fewer bytes written by the publish, the publish "
+        f"{ratio('publish_seconds'):.2f}x faster, all processed {ratio('seconds'):.2f}x "
+        f"faster, {1 / ratio('requests'):.2f}x the requests"
+    )
 
 
 async def bench(
     subscribers: int, body_bytes: int, concurrency: int, rounds: int, shared: Run = SHARED
 ) -> list[Result]:
-    """``rounds`` of both runs on one emulator, their order alternating (the first run of an
-    emulator pays its warm-up)."""
+    """``rounds`` of the three runs on one emulator, their order rotating (the first run of
+    an emulator pays its warm-up)."""
     results = []
     with Azurite() as endpoints:
         settings = StorageSettings(connection_string=endpoints.connection_string)
         async with AzureStorageAccount(settings) as account:
             for number in range(rounds):
-                order = (shared, INLINE) if number % 2 else (INLINE, shared)
+                runs = (shared, INLINE, BEFORE)
+                order = runs[number % 3 :] + runs[: number % 3]
                 for run in order:
-                    suffixed = Run(run.label, run.min_chars, f"{run.suffix}{number}")
+                    suffixed = replace(run, suffix=f"{run.suffix}{number}")
                     results.append(
                         await one_run(account, suffixed, subscribers, body_bytes, concurrency)
                     )
@@ -269,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--subscribers", type=int, default=50)
     parser.add_argument("--body-mib", type=float, default=1.0, help="e.g. 0.004 for 4 KiB")
     parser.add_argument("--concurrency", type=int, default=8, help="subscribers at a time")
-    parser.add_argument("--rounds", type=int, default=3, help="pairs of runs (default 3)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the three runs")
     parser.add_argument(
         "--share-below",
         action="store_true",

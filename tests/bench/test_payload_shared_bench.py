@@ -31,3 +31,4 @@ async def test_shared_writes_the_body_once_and_inline_once_per_subscriber(
     assert min(shared.read, inline.read) >= 3 * BODY  # each subscriber reads it
     assert shared.requests == inline.requests + 1  # the payload's upload
     assert "shared vs inline (medians)" in show([shared, inline])
+    assert "one send at a time" not in show([shared, inline])
