@@ -21,9 +21,20 @@ from pathlib import Path
 from lab.mutation.mutants import MUTANTS, Mutant
 
 ROOT = Path(__file__).resolve().parents[2]
-SKIPPED = shutil.ignore_patterns(
-    ".git", ".venv*", "node_modules", "*_cache", "__pycache__", "bench", "*.egg-info"
+_SKIPPED_EVERYWHERE = shutil.ignore_patterns(
+    ".git", ".venv*", "node_modules", "*_cache", "__pycache__", "*.egg-info"
 )
+
+
+def _skipped(folder: str, names: list[str]) -> set[str]:
+    """What the mutant's copy leaves out: tools' folders anywhere, and the benches' results
+    (``bench/`` at the top only: ``lab/bench/`` is code that tests import)."""
+    skipped = set(_SKIPPED_EVERYWHERE(folder, names))
+    if Path(folder) == ROOT and "bench" in names:
+        skipped.add("bench")
+    return skipped
+
+
 PYTEST = ("-m", "pytest", "-x", "-q", "-p", "no:cacheprovider")
 PROTOCOL_TESTS = ("tests/sim", "tests/bus", "tests/cleanup", "tests/contract")
 PROTOCOL_MARKS = "not slow and not azurite and not spark"
@@ -84,7 +95,7 @@ def judge(mutant: Mutant, commands: Commands, timeout: float) -> Verdict:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="mutant-") as folder:
         root = Path(folder) / "repo"
-        shutil.copytree(ROOT, root, ignore=SKIPPED)
+        shutil.copytree(ROOT, root, ignore=_skipped)
         apply(mutant, root)
         killed_by = ""
         try:
