@@ -294,8 +294,9 @@ async def _create_token(
             continue
         signal = OutgoingSignal.for_token(envelope, attempt_id, name)
         created.append(signal)
-        fits = text is not None and len(text) <= MAX_INLINE_ENVELOPE_CHARS
-        hint = SignalHint(etag, text) if text is not None and fits else None
+        hint = None
+        if text is not None and len(text) <= MAX_INLINE_ENVELOPE_CHARS:
+            hint = SignalHint(etag, text)
         return _Created(signal, hint, abandoned)
     raise OutcomeUnknown(
         f"could not create a token for {envelope.id} in {config.max_create_attempts} attempts"
