@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from shared.bus.deliveries import decode_signals
+from shared.bus.records import caused_by
 from shared.errors import CorruptRecord
 from shared.stores.spread import PARTS_SUFFIX, gathered_properties
 
@@ -157,7 +158,8 @@ def deliveries_of_ingress(outgoing: object) -> list[Delivery] | None:
         signals = decode_signals(outgoing)
     except CorruptRecord:
         return None
-    return [{"id": s.message_id, "type": s.type, "destination": s.destination} for s in signals]
+    # What the audit row of the round that wrote the record would say it caused.
+    return [dict(delivery) for delivery in caused_by(signals)]
 
 
 def ingress_row(table: str, partition_key: str, properties: Mapping[str, object]) -> Row:
