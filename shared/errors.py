@@ -88,8 +88,18 @@ class PayloadMissing(BusError):
     a duplicate: only the token's absence proves the message was processed."""
 
 
-class UnknownMessageType(BusError):
-    """The envelope names a message type the endpoint has no handler for."""
+class NewerVersion(BusError):
+    """What was read was written by a newer version than this instance: a wire format
+    (envelope, signal, token metadata, outbox or ingress record, poison wrapper) newer than
+    the ones it reads, or a message type or type version its endpoints do not know yet.
+    A rolling deploy runs old and new instances side by side, so the message is given back
+    for an upgraded instance (a bounded number of times, then parked with this reason);
+    it is never processed by a reader that would misread it, and never dropped."""
+
+
+class UnknownMessageType(NewerVersion):
+    """The envelope names a message type the endpoint has no handler for: perhaps a type a
+    newer version of the app added or renamed, so it is given back before it is parked."""
 
 
 class MessageSchemaError(BusError):
