@@ -63,18 +63,9 @@ async def test_a_rolling_deploy_parks_loses_and_repeats_nothing(fleet: Fleet) ->
     refused = await an_order_version_1_refuses(fleet, a)
     await version_2_senders_reach_version_1(fleet)
 
-    # When version 2 joins, and replaces version 1 while orders keep coming
-    b = await fleet.start("b", V2)
-    live = [(a, V1), (b, V2)]
-    traffic = Traffic(fleet, live)
-    sending = asyncio.create_task(traffic.run())
-    await until("orders are sent to both versions", traffic.reached_stop)
-    live.remove((a, V1))
-    assert await fleet.stop("a") == 0
-    await version_1_senders_reach_version_2(fleet, b)
-    b2 = await fleet.start("b2", V2)
-    live.append((b2, V2))
-    await sending
+    # When version 2 joins and replaces version 1 while orders keep coming, and the order
+    # version 1 parked is replayed
+    traffic = await orders_while_version_1_is_replaced(fleet, a)
     replayed = await asyncio.to_thread(
         fleet.run, "shared.cli", "--no-progress", "replay", "orders", "--id", refused
     )
@@ -87,24 +78,17 @@ async def test_a_rolling_deploy_parks_loses_and_repeats_nothing(fleet: Fleet) ->
     }
     assert handled["orders"]["wrapped"]["by"] == "v1"  # read, its new field ignored
     assert handled["orders"]["too-big"]["by"] == "v2"  # parked by v1, replayed
-    for endpoint, order in [
-        ("stock", "held"),
-        ("ledger", "booked"),
-        ("stock", "renamed"),
-        ("shipping", "unrequired"),
-        ("ledger", "upcast"),
-    ]:
+    for endpoint, order in READ_BY_VERSION_2:
         assert handled[endpoint][order]["by"] == "v2", (endpoint, order)
     assert handled["ledger"]["upcast"]["total_cents"] == 4200  # amount_cents, upcast
     assert handled["ledger"]["booked"]["total_cents"] == 700
 
-    # And nothing is parked (the one order v1 refused was replayed), nothing waits, the
-    # give-backs were made by version 1 only
+    # And nothing is parked (the order version 1 refused was replayed) or waiting, and only
+    # version 1 gave messages back
     await until("the queues are empty", lambda: drained(fleet))
     for endpoint in ENDPOINTS:
         assert await fleet.parked(endpoint) == [], endpoint
-    assert await fleet.stop("b") == 0
-    assert await fleet.stop("b2") == 0
+    assert await fleet.stop("b") == await fleet.stop("b2") == 0
     assert len(fleet.lines("a", GIVEN_BACK)) >= 2
     assert fleet.lines("b", GIVEN_BACK) == fleet.lines("b2", GIVEN_BACK) == []
     [parked] = [line for host in ("a", "b", "b2") for line in fleet.lines(host, PARKED)]
@@ -116,6 +100,39 @@ async def test_a_rolling_deploy_parks_loses_and_repeats_nothing(fleet: Fleet) ->
     deliveries = sum(len(orders) for orders in expected(traffic).values())
     assert summary["sent"] == summary["processed"] == deliveries
     assert summary["invariants"]["duplicates"] == summary["invariants"]["lost"] == 0
+
+
+READ_BY_VERSION_2 = [
+    ("stock", "held"),  # given back by version 1
+    ("ledger", "booked"),  # given back by version 1
+    ("stock", "renamed"),
+    ("shipping", "unrequired"),
+    ("ledger", "upcast"),
+]
+"""(endpoint, order) of the messages only version 2 may have processed."""
+
+
+async def orders_while_version_1_is_replaced(fleet: Fleet, a: HostProcess) -> Traffic:
+    """Host B (version 2) started; orders sent to A and B; A stopped with SIGTERM once some
+    were sent, then version 1 senders reach B, and B2 (version 2) starts; the orders sent."""
+    b = await fleet.start("b", V2)
+    live = [(a, V1), (b, V2)]
+    traffic = Traffic(fleet, live)
+    sending = asyncio.create_task(traffic.run())
+
+    async def stop_point() -> bool:
+        return len(traffic.sent) >= STOP_AFTER or sending.done()
+
+    await until("orders are sent to both versions", stop_point)
+    if sending.done():
+        await sending  # it failed: say why
+    live.remove((a, V1))  # as a load balancer drains an instance before stopping it
+    assert await fleet.stop("a") == 0
+    await version_1_senders_reach_version_2(fleet, b)
+    b2 = await fleet.start("b2", V2)
+    live.append((b2, V2))
+    await sending
+    return traffic
 
 
 async def an_order_version_1_refuses(fleet: Fleet, a: HostProcess) -> str:
@@ -191,9 +208,6 @@ class Traffic:
             assert status == 202, answer
             self.sent.append(order)
             await asyncio.sleep(PACE)
-
-    async def reached_stop(self) -> bool:
-        return len(self.sent) >= STOP_AFTER
 
 
 def expected(traffic: Traffic) -> dict[str, list[str]]:
