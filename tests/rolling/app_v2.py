@@ -12,7 +12,7 @@ Version 2 also raised the order limit: an order version 1 parked is processed he
 
 from __future__ import annotations
 
-from typing import ClassVar, Self
+from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,7 +33,7 @@ class PlaceOrder(Command):
 
 class HoldStock(Command):
     partition_by = "order_id"
-    former_names: ClassVar[tuple[str, ...]] = ("ReserveStock",)
+    former_names = ("ReserveStock",)
     order_id: str
     quantity: int = Field(gt=0)
 
@@ -54,8 +54,8 @@ class OrderPlacedV1(BaseModel):
 
 class OrderPlaced(Event):
     partition_by = "order_id"
-    version: ClassVar[int] = 2
-    previous: ClassVar[type[BaseModel]] = OrderPlacedV1
+    version = 2
+    previous = OrderPlacedV1
     order_id: str
     total_cents: int
     currency: str
