@@ -18,6 +18,7 @@ A body that still does not validate is a MessageSchemaError, as before.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 from collections.abc import Mapping
@@ -105,7 +106,8 @@ def _previous(model: type[BaseModel]) -> type[BaseModel]:
     return previous
 
 
-def _known_fields(model: type[BaseModel]) -> set[str]:
+@functools.cache  # once per model class, not per message
+def _known_fields(model: type[BaseModel]) -> frozenset[str]:
     """The top-level keys ``model`` reads: its fields' names and their aliases."""
     known = set(model.model_fields)
     for info in model.model_fields.values():
@@ -120,7 +122,7 @@ def _known_fields(model: type[BaseModel]) -> set[str]:
                         known.add(choice)
                     elif isinstance(choice.path[0], str):
                         known.add(choice.path[0])
-    return known
+    return frozenset(known)
 
 
 def _count_ignored(

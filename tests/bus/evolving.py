@@ -1,7 +1,7 @@
 """Three versions of one message type, and the apps that send and receive them, for the tests
 of messages that evolve (issue 29): ``Ship`` as version 1 wrote it (one address line),
 version 2 (street and city, upcast from 1) and version 3 (a country too, upcast from 2), plus
-a version 1 with an extra optional field as a newer sender adds one."""
+a version 1 with an extra optional field as a newer sender adds one; and ``Ship`` renamed."""
 
 from __future__ import annotations
 
@@ -73,6 +73,15 @@ class Version3:
         @classmethod
         def upcast(cls, old: Version2.Ship) -> Self:
             return cls(order=old.order, street=old.street, city=old.city, country="unknown")
+
+
+class Dispatch(Command):
+    """``Version1.Ship`` renamed."""
+
+    partition_by = "order"
+    former_names = ("Ship",)
+    order: str
+    address: str
 
 
 class Shipments(BaseModel):

@@ -13,7 +13,7 @@ from typing import Any, Self, TypeVar
 import pytest
 from pydantic import Field
 
-from shared.bus import BusApp, BusConfig, Command, Event
+from shared.bus import BusApp, BusConfig, Command, Event, RetryPolicy
 from shared.bus.app import Endpoint
 from shared.bus.context import PendingOutput
 from shared.bus.envelope import Envelope
@@ -27,6 +27,7 @@ from shared.clock import ManualClock
 from shared.errors import ConfigurationError, MessageSchemaError, NewerVersion
 from shared.stores.memory import MemoryStorageAccount
 from tests.bus.evolving import (
+    Dispatch,
     Metrics,
     Version1,
     Version1Plus,
@@ -198,11 +199,6 @@ def test_complete_chains_pass() -> None:
         check_versions(model)
 
 
-class Dispatch(Command):
-    former_names = ("Ship",)
-    order: str
-
-
 class Parcel(Command):
     former_names = ("Dispatch",)
     order: str
@@ -221,8 +217,10 @@ def test_a_former_name_taken_by_another_handled_type_is_refused() -> None:
 
 def test_an_endpoint_takes_a_type_under_its_former_names() -> None:
     app = BusApp()
-    endpoint: Endpoint[Any] = app.endpoint("dock")
+    patient = RetryPolicy(immediate=2)
+    endpoint: Endpoint[Any] = app.endpoint("dock", retry_for={Dispatch: patient})
     endpoint.handles(Dispatch)(lambda ctx, message: None)
+    assert endpoint.retry_policy("Ship") is patient
     assert endpoint.accepted == {"Dispatch": Dispatch, "Ship": Dispatch}
     found = endpoint.handler_for("Ship")
     assert found is not None

@@ -16,7 +16,7 @@ from shared import http_ingress
 from shared.bus import BusApp, Command, Event, HandlerContext, Outcome
 from shared.bus.app import Mode
 from shared.bus.messages import Message
-from tests.bus.evolving import Shipments, Version1, line, metrics, sending_client
+from tests.bus.evolving import Dispatch, Shipments, Version1, line, metrics, sending_client
 from tests.bus.harness import (
     Harness,
     backend_modes,
@@ -29,15 +29,6 @@ from tests.conftest import Backend, unique_name
 pytestmark = pytest.mark.parametrize(
     "backend", backend_modes(azurite=["token"], sql=True), indirect=True
 )
-
-
-class Dispatch(Command):
-    """``Version1.Ship`` renamed."""
-
-    partition_by = "order"
-    former_names = ("Ship",)
-    order: str
-    address: str
 
 
 class Older:
