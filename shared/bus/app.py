@@ -82,8 +82,9 @@ class Endpoint(Generic[S]):
             taken = [n for n in type_names(model) if n in self.accepted]
             if taken:
                 raise ConfigurationError(
-                    f"endpoint {self.name}: {name} names {taken} among its former names, which "
-                    f"this endpoint already takes as {[self.current_name(n) for n in taken]}"
+                    f"endpoint {self.name}: {name} would be received under {taken}, which it "
+                    f"already takes as {[self.current_name(n) for n in taken]}: a type name or "
+                    "former name names one handled type only"
                 )
             self.handlers[name] = (model, function)
             self.former_names.update(dict.fromkeys(model.former_names, name))
