@@ -28,22 +28,23 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import ValidationError
-
 from shared.bus import Bus, BusApp, BusConfig, Command, Event, Message
 from shared.bus.ingress import check_idempotency_key
 from shared.bus.messages import declared_type
+from shared.bus.reading import read_body
 from shared.bus.routes import UndeliverableMessage
-from shared.bus.telemetry import continuing
+from shared.bus.telemetry import BusTelemetry, continuing
 from shared.errors import (
     BusError,
     IdempotencyKeyReused,
     InvalidName,
     InvalidValue,
+    MessageSchemaError,
     MessageTooLarge,
     OutcomeUnknown,
     StorageError,
 )
+from shared.logsafe import shown
 from shared.settings import StorageTimeouts
 from shared.stores.names import holds_lone_surrogate
 
@@ -73,6 +74,8 @@ def http_scope(config: BusConfig, headers: Mapping[str, str]) -> str | None:
     return f"{HTTP_SCOPE}:{caller.strip().lower()}"
 
 
+CLIENT_READER = "ingress"
+"""Who reads a client's message (HTTP, ``bus send``/``publish``, a bulk row), in telemetry."""
 ENVELOPE_SLACK_BYTES = 4096
 """Room for ``type``/``to`` and JSON framing around a body of the maximum payload size."""
 
@@ -92,13 +95,12 @@ class Answer:
 
 def message_types(app: BusApp) -> dict[str, type[Message]]:
     """Every message type some endpoint of ``app``, or an external endpoint it declares,
-    takes, by type name."""
+    takes, by type name: its current name and its former ones (``Message.former_names``)."""
     found: dict[str, type[Message]] = {}
     for external in app.routes.external.values():
         found.update(external.accepts)
     for endpoint in app.endpoints.values():
-        for name, (model, _) in endpoint.handlers.items():
-            found[name] = model
+        found.update(endpoint.accepted)
     return found
 
 
@@ -118,23 +120,27 @@ def unroutable(app: BusApp, type_name: str, to: str | None) -> str:
 
 
 def build_message(
-    app: BusApp, type_name: str, body: object, to: str | None, *, to_field: str = "'to'"
+    app: BusApp,
+    type_name: str,
+    body: object,
+    to: str | None,
+    *,
+    telemetry: BusTelemetry,
+    to_field: str = "'to'",
 ) -> tuple[Message, str | None]:
     """The validated message and its destination (None for an event); BadRequest otherwise.
-    ``to_field`` names where the caller gave ``to`` in the errors ('to', --to)."""
+    ``to_field`` names where the caller gave ``to`` in the errors ('to', --to). The type may
+    be named by a former name; the message is of its current type."""
     model = message_types(app).get(type_name)
     if model is None:
         raise BadRequest(unroutable(app, type_name, to))
     if not isinstance(body, dict):
         raise BadRequest("'body' must be a JSON object with the message's fields")
     try:
-        message = model.model_validate(body)
-    except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}" for err in e.errors()
-        )
-        raise BadRequest(f"invalid {type_name}: {problems}") from None
-    return message, destination(app, type_name, model, to, to_field=to_field)
+        message = read_body(model, body, reader=CLIENT_READER, telemetry=telemetry)
+    except MessageSchemaError as e:
+        raise BadRequest(f"invalid {shown(type_name, 100)}: {e}") from None
+    return message, destination(app, model.type_name(), model, to, to_field=to_field)
 
 
 def destination(
@@ -182,7 +188,7 @@ class IngressRequest:
 FIELDS = ("type", "to", "body", "delay_seconds", "deliver_at")
 
 
-def parse_request(app: BusApp, raw: bytes) -> IngressRequest:
+def parse_request(app: BusApp, raw: bytes, telemetry: BusTelemetry) -> IngressRequest:
     try:
         data = json.loads(raw)
     except ValueError:
@@ -201,7 +207,7 @@ def parse_request(app: BusApp, raw: bytes) -> IngressRequest:
         raise BadRequest("'type' (the message type name) is required")
     if to is not None and not isinstance(to, str):
         raise BadRequest("'to' must be an endpoint name")
-    message, to = build_message(app, type_name, data.get("body", {}), to)
+    message, to = build_message(app, type_name, data.get("body", {}), to, telemetry=telemetry)
     return IngressRequest(
         message, to, _delay(data.get("delay_seconds")), _deliver_at(data.get("deliver_at"))
     )
@@ -297,7 +303,7 @@ async def _handle(bus: Bus, headers: Mapping[str, str], raw: bytes) -> Answer:
         return Answer(401, {"error": error})
     try:
         check_idempotency_key(key)
-        request = parse_request(bus.app, raw)
+        request = parse_request(bus.app, raw, bus.config.telemetry)
         # Under Entra ID a record of the previous version cannot say which caller wrote it.
         client = bus.client("http", scope=scope, legacy=scope == HTTP_SCOPE)
         receipt = await client.submit(

@@ -39,6 +39,16 @@ APP = textwrap.dedent(
     mistaken = BusApp()
     stock = mistaken.endpoint("stock", retry_for={ReleaseStock: RetryPolicy(immediate=1)})
     stock.handles(ReserveStock)(lambda ctx, cmd: None)
+
+
+    # A second version of a type that cannot read the first: no previous model named.
+    class CountStock(Command):
+        version = 2
+        sku: str
+
+
+    unreadable = BusApp()
+    unreadable.endpoint("counting").handles(CountStock)(lambda ctx, cmd: None)
     """
 )
 
@@ -77,6 +87,7 @@ def test_the_command_line_option_wins_over_the_environment(package: str) -> None
         ("app:count", "is a int, not a BusApp"),
         ("app:empty", "declares no endpoints"),
         ("app:mistaken", "retry_for names ['ReleaseStock'], which it does not handle"),
+        ("app:unreadable", "CountStock is version 2 but names no previous model"),
         ("nothere:app", "no module named '{package}.nothere'"),
         ("broken:app", "importing {package}.broken failed: No module named 'nosuchpackage'"),
         ("raising:app", "importing {package}.raising raised RuntimeError: no database"),

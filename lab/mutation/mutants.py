@@ -113,6 +113,45 @@ MUTANTS: tuple[Mutant, ...] = (
             abandoned.append(name)""",
         "a token whose create had an unknown outcome is committed and signalled",
     ),
+    # -- messages that evolve (issue 29) --------------------------------------------------------
+    Mutant(
+        "reading-newer-version-read",
+        "shared/bus/reading.py",
+        "    if type_version > model.version:",
+        "    if type_version > model.version and False:",
+        "a body of a newer type version is read by the older model instead of waiting for an "
+        "upgraded instance (its new fields dropped)",
+    ),
+    Mutant(
+        "reading-upcast-step-skipped",
+        "shared/bus/reading.py",
+        "        for newer in reversed(chain[:-1]):",
+        "        for newer in reversed(chain[:-2]):",
+        "an old body is upcast one version short of the receiver's model",
+    ),
+    Mutant(
+        "reading-strict-ignored",
+        "shared/bus/reading.py",
+        """    if unknown and not getattr(oldest, "strict_reading", False):""",
+        "    if unknown:",
+        "a strictly read type drops unknown fields like any other",
+    ),
+    Mutant(
+        "publish-former-topics-ignored",
+        "shared/bus/outgoing.py",
+        "    for topic in topics_of(type(event)):",
+        "    for topic in (event.topic(),):",
+        "a renamed event is published to its topic only: endpoints subscribed under its former "
+        "topic by the previous version miss it",
+    ),
+    Mutant(
+        "subscriptions-former-topics-ignored",
+        "shared/bus/app.py",
+        "        return sorted({topic for model in events for topic in topics_of(model)})",
+        "        return sorted({model.topic() for model in events})",
+        "a renamed event's handlers subscribe to its topic only: publishers of the previous "
+        "version, which publish under the former topic, miss them",
+    ),
     # -- client sends (ingress) -----------------------------------------------------------------
     Mutant(
         "ingress-lost-race-sends",

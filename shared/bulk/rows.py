@@ -113,7 +113,9 @@ def plan_row(
         # Nulls are left out, so that a field's default applies and a required field says so.
         body = {c: row[c] for c in body_columns if row.get(c) is not None}
         _check_unicode(body)
-        message, to = build_message(app, target.type_name, body, target.to, to_field="--to")
+        message, to = build_message(
+            app, target.type_name, body, target.to, telemetry=config.telemetry, to_field="--to"
+        )
         checked_partition_key(message)
         check_payload_size(message, config.max_payload_bytes)
     except (BadRequest, InvalidName, MessageTooLarge) as e:

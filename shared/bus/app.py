@@ -11,7 +11,8 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel
 
 from shared.bus.context import HandlerContext
-from shared.bus.messages import Event, Message
+from shared.bus.messages import Event, Message, topics_of, type_names
+from shared.bus.reading import check_versions
 from shared.bus.retries import RetryPolicy
 from shared.bus.routes import ExternalEndpoint, Routes
 from shared.errors import ConfigurationError
@@ -49,6 +50,9 @@ class Endpoint(Generic[S]):
     mode: Mode = "token"
     store: Store = "table"
     handlers: dict[str, tuple[type[Message], Handler]] = field(default_factory=dict)
+    """Type name -> model and handler, by each type's current name."""
+    former_names: dict[str, str] = field(default_factory=dict)
+    """A handled type's former name (``Message.former_names``) -> its current name."""
     routes: Routes = field(kw_only=True, repr=False, compare=False)
     """The app's destinations, which every output of this endpoint is checked against."""
     retry: RetryPolicy | None = field(default=None, kw_only=True)
@@ -75,26 +79,45 @@ class Endpoint(Generic[S]):
             name = model.type_name()
             if name in self.handlers:
                 raise ValueError(f"endpoint {self.name} already handles {name}")
+            taken = [n for n in type_names(model) if n in self.accepted]
+            if taken:
+                raise ConfigurationError(
+                    f"endpoint {self.name}: {name} would be received under {taken}, which it "
+                    f"already takes as {[self.current_name(n) for n in taken]}: a type name or "
+                    "former name names one handled type only"
+                )
             self.handlers[name] = (model, function)
+            self.former_names.update(dict.fromkeys(model.former_names, name))
             return function
 
         return register
 
+    def current_name(self, type_name: str) -> str:
+        """The handled type's current name for ``type_name`` (itself, or a former name's)."""
+        return self.former_names.get(type_name, type_name)
+
     def retry_policy(self, type_name: str | None) -> RetryPolicy | None:
         """The policy for a message of ``type_name`` (None: not decoded yet)."""
-        if type_name is not None and type_name in self.retry_for:
-            return self.retry_for[type_name]
+        if type_name is not None and self.current_name(type_name) in self.retry_for:
+            return self.retry_for[self.current_name(type_name)]
         return self.retry
 
     def handler_for(self, type_name: str) -> tuple[type[Message], Handler] | None:
-        return self.handlers.get(type_name)
+        """The model and handler of a message received as ``type_name``, under its current
+        name or a former one."""
+        return self.handlers.get(self.current_name(type_name))
+
+    @property
+    def accepted(self) -> dict[str, type[Message]]:
+        """Every type name this endpoint receives, current and former, -> its model."""
+        return {name: model for model, _ in self.handlers.values() for name in type_names(model)}
 
     @property
     def topics(self) -> list[str]:
-        """Topics this endpoint subscribes to: those of the events it handles."""
-        return sorted(
-            model.topic() for model, _ in self.handlers.values() if issubclass(model, Event)
-        )
+        """Topics this endpoint subscribes to: those of the events it handles, under their
+        current and former names (so that publishers of an older version reach it)."""
+        events = [model for model, _ in self.handlers.values() if issubclass(model, Event)]
+        return sorted({topic for model in events for topic in topics_of(model)})
 
 
 async def call_handler(handler: Handler, context: HandlerContext[Any], message: Message) -> None:
@@ -150,8 +173,11 @@ class BusApp:
     def check(self) -> None:
         """What can only be judged once every handler is registered (the app loader calls it
         at start-up): a retry policy for a message type its endpoint does not handle is a
-        mistake that would otherwise go unnoticed."""
+        mistake that would otherwise go unnoticed, and so is a type version that cannot read
+        its older bodies (``shared.bus.reading.check_versions``)."""
         for endpoint in self.endpoints.values():
+            for model, _ in endpoint.handlers.values():
+                check_versions(model)
             unhandled = sorted(set(endpoint.retry_for) - set(endpoint.handlers))
             if unhandled:
                 raise ConfigurationError(

@@ -82,6 +82,9 @@ class Envelope(BaseModel):
     payload: PayloadReference | None = None
     """A shared body's reference, in place of ``body``. Part of the token's bytes like the
     rest, so the token's name binds the payload's digest too."""
+    type_version: int | None = Field(default=None, ge=1)
+    """The version of ``type`` the body was written as (``Message.version``); absent means
+    1, and it is written only above 1, so a version-1 message's bytes stay as they were."""
 
     @model_validator(mode="after")
     def _one_body(self) -> Envelope:
@@ -91,12 +94,12 @@ class Envelope(BaseModel):
 
     @model_serializer(mode="wrap")
     def _without_absent_fields(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """An undelayed envelope with its body inline serialises as it did before due times
-        and shared payloads existed: its bytes, and so the digests in its token names, stay
-        the same."""
+        """An undelayed envelope with its body inline, of a version-1 type, serialises as it
+        did before due times, shared payloads and type versions existed: its bytes, and so the
+        digests in its token names, stay the same."""
         data = handler(self)
         if isinstance(data, dict):
-            for optional in ("deliver_at", "payload", "body"):
+            for optional in ("deliver_at", "payload", "body", "type_version"):
                 if optional in data and data[optional] is None:
                     del data[optional]
         return data
@@ -109,6 +112,11 @@ class Envelope(BaseModel):
     @classmethod
     def from_bytes(cls, data: bytes) -> Envelope:
         return cls.model_validate_json(data)
+
+    @property
+    def body_version(self) -> int:
+        """The type version its body was written as (1 when the envelope does not say)."""
+        return 1 if self.type_version is None else self.type_version
 
 
 def envelope_digest(envelope_bytes: bytes) -> str:

@@ -19,7 +19,7 @@ from shared.bus.envelope import (
     token_name,
 )
 from shared.bus.ids import derived_id
-from shared.bus.messages import Event, body_of, checked_partition_key
+from shared.bus.messages import Event, body_of, checked_partition_key, topics_of
 from shared.bus.payloads import share, write_payloads
 from shared.bus.records import caused_by
 from shared.bus.routes import Routes
@@ -78,6 +78,7 @@ async def plan_deliveries(
             headers=headers,
             body=body_of(message),
             deliver_at=output.deliver_at,
+            type_version=message.version if message.version > 1 else None,
         )
         # The other destinations' envelopes are copies that differ in id and destination
         # only: the body is validated once and is one object, which ``share`` relies on.
@@ -154,12 +155,23 @@ async def _destinations(
     if not isinstance(message, Event):
         raise TypeError(f"{type_name} is a command: it needs a destination")
     topic = message.topic()
-    subscribers = await topics.subscribers(topic)
-    for subscriber in subscribers:
-        routes.check_subscriber(sender, topic, subscriber, type_name)
+    subscribers = await _recipients(message, sender, topics, routes)
     if not subscribers:
         await topics.unsubscribed.record(topic, type_name, sender, routes.takers_of(topic))
     return subscribers, {**output.headers, "topic": topic}
+
+
+async def _recipients(
+    event: Event, sender: str, topics: RecipientLists, routes: Routes
+) -> tuple[str, ...]:
+    """The subscribers of the event's topic and of its former topics (``Event.former_topics``:
+    endpoints of an older version subscribed under its old name), each once, checked."""
+    recipients: dict[str, None] = {}
+    for topic in topics_of(type(event)):
+        for subscriber in await topics.subscribers(topic):
+            routes.check_subscriber(sender, topic, subscriber, event.type_name())
+            recipients[subscriber] = None
+    return tuple(recipients)
 
 
 @dataclass(frozen=True)

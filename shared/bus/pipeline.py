@@ -31,6 +31,7 @@ from shared.bus.origin import Origin
 from shared.bus.outgoing import CreatedTokens, create_tokens, plan_deliveries
 from shared.bus.payloads import resolve
 from shared.bus.poison import Reason, error_reason, park, utc_time
+from shared.bus.reading import read_body
 from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal, caused_by
 from shared.bus.retries import RetryPolicy
 from shared.bus.schedule import NotYetDue, not_due, reschedule, send_hidden
@@ -423,11 +424,17 @@ class Pipeline(abc.ABC):
         # Read only for a message this token names and this endpoint handles (checked above).
         envelope = await resolve(self.payloads, signal.token, envelope)
         try:
-            message = model.model_validate(envelope.body)
-        except ValidationError as e:
+            message = read_body(
+                model,
+                envelope.body or {},
+                type_version=envelope.body_version,
+                reader=self.endpoint.name,
+                telemetry=self.config.telemetry,
+            )
+        except MessageSchemaError as e:
             raise MessageSchemaError(
                 f"message {shown(envelope.id)} of type {shown(envelope.type)} does not match "
-                f"its schema: {problems(e, 'body')}"
+                f"its schema: {e}"
             ) from None
         # Checked on the token's own content, before anything is written: an early signal
         # (however it came) only hides itself again.
@@ -455,7 +462,7 @@ class Pipeline(abc.ABC):
             max_payload_bytes=self.config.max_payload_bytes,
             max_outputs=self.config.max_outputs,
         )
-        _, handler = self.endpoint.handlers[envelope.type]
+        _, handler = self.endpoint.handlers[self.endpoint.current_name(envelope.type)]
         with self.config.telemetry.handling(self.endpoint.name, self.mode, envelope):
             await call_handler(handler, context, message)
         return context

@@ -15,7 +15,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from shared.bus.messages import Event, Message
+from shared.bus.messages import Event, Message, topics_of, type_names
 from shared.errors import BusError
 from shared.resources import check_endpoint_name
 
@@ -26,11 +26,11 @@ class UndeliverableMessage(BusError):
 
 
 class HandlesTypes(Protocol):
-    """An endpoint of this app, as far as routing cares: the type names it handles and the
-    topics of the events among them."""
+    """An endpoint of this app, as far as routing cares: the type names it handles (current
+    and former) and the topics of the events among them."""
 
     @property
-    def handlers(self) -> Mapping[str, object]: ...
+    def accepted(self) -> Mapping[str, type[Message]]: ...
 
     @property
     def topics(self) -> list[str]: ...
@@ -43,7 +43,8 @@ class ExternalEndpoint:
 
     name: str
     accepts: Mapping[str, type[Message]]
-    """Type name -> model, so that an ingress can validate what it forwards."""
+    """Type name (current and former) -> model, so that an ingress can validate what it
+    forwards."""
 
 
 class Routes:
@@ -65,7 +66,14 @@ class Routes:
                 f"external endpoint {name}: accepts must list the message types (Command or "
                 f"Event classes) it takes, got {list(accepts)!r}"
             )
-        declared = ExternalEndpoint(name, {model.type_name(): model for model in accepts})
+        models = set(accepts)
+        names = {n: model for model in models for n in type_names(model)}
+        if len(names) != sum(len(type_names(model)) for model in models):
+            raise ValueError(
+                f"external endpoint {name}: two of the types it accepts share a name or former "
+                f"name: {sorted(type_names(model) for model in models)}"
+            )
+        declared = ExternalEndpoint(name, names)
         self.external[name] = declared
         return declared
 
@@ -73,7 +81,7 @@ class Routes:
         """The type names ``destination`` takes, or None when it is no known endpoint."""
         local = self._endpoints.get(destination)
         if local is not None:
-            return local.handlers.keys()
+            return local.accepted.keys()
         external = self.external.get(destination)
         return None if external is None else external.accepts.keys()
 
@@ -110,7 +118,8 @@ class Routes:
         external = self.external.get(endpoint)
         if external is None:
             return None
-        return {m.topic() for m in external.accepts.values() if issubclass(m, Event)}
+        events = {m for m in external.accepts.values() if issubclass(m, Event)}
+        return {topic for model in events for topic in topics_of(model)}
 
     def check_send(self, sender: str, destination: str, type_name: str) -> None:
         accepted = self.accepted_by(destination)

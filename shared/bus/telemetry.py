@@ -113,6 +113,12 @@ class BusTelemetry:
             unit="{message}",
             description="Messages parked in a poison queue with their reason",
         )
+        self.fields_ignored = meter.create_counter(
+            "bus.messages.fields_ignored",
+            unit="{field}",
+            description="Top-level body fields a reader dropped because its model does not know "
+            "them (a newer sender's additions; shared.bus.reading), by reader and type",
+        )
         self.handler_duration = meter.create_histogram(
             "messaging.process.duration",
             unit="s",

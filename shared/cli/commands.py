@@ -92,7 +92,9 @@ async def send_command(
 ) -> int:
     """``send`` a command or ``publish`` an event through the ingress (exactly once per key
     within the ingress window); with ``delay``, it is not processed before then."""
-    message, destination = build_message(worker.app, type_name, body, to, to_field="--to")
+    message, destination = build_message(
+        worker.app, type_name, body, to, telemetry=worker.config.telemetry, to_field="--to"
+    )
     if publish and isinstance(message, Command):
         raise ValueError(f"{type_name} is a command: use `send`, not `publish`")
     if not publish and not isinstance(message, Command):

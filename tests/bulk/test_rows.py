@@ -16,6 +16,7 @@ from shared.http_ingress import BadRequest
 from shared.runtime import bus_config
 from shared.sample.app import FireAt, PlaceOrder
 from shared.sample.app import app as sample_app
+from tests.bus.evolving import Dispatch
 
 FIRE = check_target(sample_app, "FireAt", "shootingrange")
 
@@ -166,3 +167,23 @@ def test_a_type_that_is_neither_command_nor_event_is_refused_before_any_row() ->
     # Checked with the job's target, not found by each task as it sends (a failed job).
     with pytest.raises(BadRequest, match="Ping is neither a Command nor an Event"):
         check_target(app, "Ping", None)
+
+
+def test_a_job_may_name_its_type_by_a_former_name() -> None:
+    """A job written before a rename keeps working: the rows become the renamed type."""
+    app = BusApp()
+    app.endpoint("dock").handles(Dispatch)(lambda ctx, message: None)
+    target = check_target(app, "Ship", None)
+    assert (target.to, target.fields) == ("dock", ("order", "address"))
+    planned = plan_row(
+        app,
+        bus_config(),
+        target,
+        "renamed",
+        {"order": "o1", "address": "Quay 1"},
+        key_column="order",
+        body_columns=("order", "address"),
+    )
+    assert isinstance(planned, Planned)
+    assert planned.message == Dispatch(order="o1", address="Quay 1")
+    assert planned.to == "dock"

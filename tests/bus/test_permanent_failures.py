@@ -52,6 +52,12 @@ class Wobbly(Command):
     key: str
 
 
+class Labelled(Command):
+    partition_by = "key"
+    key: str
+    label: str
+
+
 class Notes(BaseModel):
     notes: list[str] = []
 
@@ -195,11 +201,12 @@ async def test_a_body_that_fails_its_model_parks_on_the_first_try(
     backend: Backend, mode: Mode
 ) -> None:
     # Given a Keep sent as the sender's version has it, and a receiver whose Keep model
-    # takes other fields (same type name)
+    # requires a field the sender's lacks (same type name; a field it does not know would
+    # only be dropped)
     harness, name, runs = await started(backend, mode)
     await harness.setup_bus.client().send(Keep(key="k", note="n"), to=name, idempotency_key="s")
     _, handler = harness.app.get(name).handlers["Keep"]
-    harness.app.get(name).handlers["Keep"] = (Wobbly, handler)
+    harness.app.get(name).handlers["Keep"] = (Labelled, handler)
 
     assert await deliver_visible(harness, name) == Counter({Outcome.POISONED: 1})
 
