@@ -22,8 +22,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "receiver-claim-without-etag",
         "shared/bus/receiver.py",
-        'signal.token, {"claim": outbox.claim}, etag=token.etag',
-        'signal.token, {"claim": outbox.claim}, etag=None',
+        "signal.token, claimed, etag=token.etag",
+        "signal.token, claimed, etag=None",
         "R4 claims the token unconditionally instead of by compare-and-swap",
         equivalent="every copy that reaches R4 claims with the claim id of the one O(m) of its "
         "message, which outlives the token (the cleanup retires O(m) only once the token is "

@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from shared.bus.formats import json_version
 from shared.bus.messages import Kind
 from shared.bus.retries import MAX_DELAYED_RETRIES
 from shared.errors import InvalidName, MalformedSignal
@@ -64,6 +65,9 @@ class Envelope(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    v: int | None = None
+    """The format version (``shared.bus.formats``); absent in the first format, whose bytes
+    (and so the digests in its token names) stay exactly as they were."""
     id: str
     type: str
     kind: Kind
@@ -83,6 +87,13 @@ class Envelope(BaseModel):
     """A shared body's reference, in place of ``body``. Part of the token's bytes like the
     rest, so the token's name binds the payload's digest too."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _known_format(cls, data: Any) -> Any:
+        """The format version first: a newer format may have other fields (NewerVersion)."""
+        json_version(data, "envelope", MalformedSignal)
+        return data
+
     @model_validator(mode="after")
     def _one_body(self) -> Envelope:
         if (self.body is None) == (self.payload is None):
@@ -96,7 +107,7 @@ class Envelope(BaseModel):
         the same."""
         data = handler(self)
         if isinstance(data, dict):
-            for optional in ("deliver_at", "payload", "body"):
+            for optional in ("v", "deliver_at", "payload", "body"):
                 if optional in data and data[optional] is None:
                     del data[optional]
         return data
@@ -152,6 +163,8 @@ class Signal(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    v: int | None = None
+    """The format version (``shared.bus.formats``); absent in the first format."""
     message_id: str
     attempt_id: str
     token: str
@@ -189,6 +202,8 @@ class Signal(BaseModel):
             data = json.loads(raw)
         except ValueError as e:
             raise MalformedSignal(f"signal is not JSON: {e}") from None
+        # Before the schema: a newer format may have other fields.
+        json_version(data, "signal", MalformedSignal)
         try:
             signal = cls.model_validate(data)
         except ValidationError as e:

@@ -18,6 +18,7 @@ from shared.bus.envelope import (
     Signal,
     token_name,
 )
+from shared.bus.formats import metadata_fields, stated
 from shared.bus.ids import derived_id
 from shared.bus.messages import Event, body_of, checked_partition_key
 from shared.bus.payloads import share, write_payloads
@@ -66,6 +67,7 @@ async def plan_deliveries(
         if not destinations:
             continue
         first = Envelope(
+            v=stated(config.wire_format),
             id=derived_id(incoming_id, "out", index, destinations[0]),
             type=message.type_name(),
             kind=message.kind,
@@ -208,7 +210,9 @@ async def create_tokens(
     The result lists the signals and the abandoned names in the deliveries' order, whatever
     order the creates finished in: the records that store them, and the simulator's replays,
     see one order."""
-    common = {**UNCLAIMED, ORIGIN_METADATA: origin} if origin else UNCLAIMED
+    common = {**UNCLAIMED, **metadata_fields(config.wire_format)}
+    if origin:
+        common[ORIGIN_METADATA] = origin
     deliveries = await _write_shared_payloads(
         payloads, deliveries, sender=sender, incoming_id=incoming_id, config=config, origin=origin
     )
@@ -331,6 +335,7 @@ async def send_signals(
     async def send(out: OutgoingSignal) -> None:
         hint = (hints or {}).get(out.token)
         signal = Signal(
+            v=stated(config.wire_format),
             message_id=out.message_id,
             attempt_id=out.attempt_id,
             token=out.token,
