@@ -102,9 +102,12 @@ class PoisonQueue(CleanupTask):
         message: QueueMessage,
         report: TaskReport,
     ) -> None:
-        original = read_poison(message.content).original
-        if original is not None:
-            self._referenced.add(original)
+        record = read_poison(message.content)
+        if record.original is not None:
+            self._referenced.add(record.original)
+        if record.newer:
+            # Which original it refers to is for an upgraded version to read: none is removed.
+            self._complete = False
         margin = timedelta(seconds=context.settings.poison_expiry_margin_seconds)
         if message.expires_on is None or message.expires_on - context.now > margin:
             report.kept["parked"] += 1
