@@ -21,6 +21,7 @@ from typing import Any
 from shared.bus import BusApp, Command, HandlerContext
 from shared.bus.config import BusConfig
 from shared.bus.deliveries import OutgoingSignal
+from shared.bus.formats import FIRST
 from shared.bus.ingress import INGRESS_ROW, IngressClient
 from shared.bus.records import OutboxRecord
 from shared.bus.state.postgres_rows import encode_properties
@@ -45,7 +46,7 @@ class ShipOrder(Command):
     order_id: str
 
 
-def _outbox() -> tuple[OutboxRecord, OutboxRecord]:
+def _outbox(version: int) -> tuple[OutboxRecord, OutboxRecord]:
     token = f"{SENDER}/{INCOMING}/{{attempt}}/{{out}}/{'d' * 43}"
     outgoing = [
         OutgoingSignal(
@@ -72,6 +73,7 @@ def _outbox() -> tuple[OutboxRecord, OutboxRecord]:
         claim=CLAIM,
         incoming_token=f"web/{SECOND}/{ATTEMPT}/{INCOMING}/{'e' * 43}",
         started_at=CREATED,
+        format=version,
     )
     committed = claimed.committing(outgoing, [SECOND], CREATED + timedelta(seconds=1))
     return claimed, committed
@@ -89,7 +91,7 @@ def _typed(entity: Entity) -> dict[str, Any]:
     }
 
 
-async def _ingress_record(scopes: bool) -> Entity:
+async def _ingress_record(scopes: bool, version: int) -> Entity:
     """The record a real ``bus send`` by the CLI writes, with ids drawn from a counter."""
     clock = ManualClock(INGRESS_AT)
     account = MemoryStorageAccount(clock=clock)
@@ -97,6 +99,7 @@ async def _ingress_record(scopes: bool) -> Entity:
     config = BusConfig(
         clock=clock,
         ingress_key_scopes=scopes,
+        wire_format=version,
         new_id=lambda: f"00000000-0000-4000-8000-{next(counter):012d}",
     )
     app = BusApp()
@@ -117,9 +120,10 @@ async def _ingress_record(scopes: bool) -> Entity:
     return record
 
 
-def examples() -> dict[str, Any]:
-    """Every example, as it is stored."""
-    claimed, committed = _outbox()
+def examples(version: int = FIRST) -> dict[str, Any]:
+    """Every example, as it is stored in format ``version`` (since format versions exist:
+    the fixture holds format 1, ``wire_v2.py`` writes format 2)."""
+    claimed, committed = _outbox(version)
     return {
         "outbox": {
             "table": {
@@ -132,8 +136,8 @@ def examples() -> dict[str, Any]:
             },
         },
         "ingress": {
-            "unscoped": _typed(asyncio.run(_ingress_record(scopes=False))),
-            "scoped": _typed(asyncio.run(_ingress_record(scopes=True))),
+            "unscoped": _typed(asyncio.run(_ingress_record(scopes=False, version=version))),
+            "scoped": _typed(asyncio.run(_ingress_record(scopes=True, version=version))),
         },
     }
 
