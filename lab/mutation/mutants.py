@@ -254,9 +254,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "cleanup-repark-deletes-first",
         "shared/cleanup/parked.py",
-        "            form = await repark(context.account, self.endpoint, message.content)",
+        "            form = await repark(context.account, self.endpoint, message.content, "
+        "version=wire)",
         "            await poison.delete(message.id, message.pop_receipt)\n"
-        "            form = await repark(context.account, self.endpoint, message.content)",
+        "            form = await repark(context.account, self.endpoint, message.content, "
+        "version=wire)",
         "an entry that will expire is deleted before its copy is sent (a crash between loses it)",
     ),
     Mutant(

@@ -205,13 +205,15 @@ async def park(
     return "reference"
 
 
-async def repark(account: StorageAccount, endpoint: str, content: str) -> str:
+async def repark(
+    account: StorageAccount, endpoint: str, content: str, *, version: int = NEWEST
+) -> str:
     """Send a poison message's ``content``, as it was found in ``endpoint``'s poison queue,
     to that queue again with no expiry (the cleanup does it for entries that would expire);
     returns ``copy``, or ``excerpt`` for a text too large to be sent again as it is (the host
     moves what it was given, perhaps not base64: such a text is too large to be a signal, so
-    no token waits for it). No blob is written: a copy refers to the same parked original,
-    if any."""
+    no token waits for it; its wrapper is of format ``version``). No blob is written: a copy
+    refers to the same parked original, if any."""
     queue = account.queue(poison_queue(endpoint))
     try:
         await queue.send(content, time_to_live=NEVER_EXPIRES)
@@ -219,7 +221,7 @@ async def repark(account: StorageAccount, endpoint: str, content: str) -> str:
     except TooLarge:
         pass
     why = Reason(endpoint, f"{HOST_MOVED_REASON}; too large to be a signal", 0)
-    await queue.send(excerpt_body(content, why), time_to_live=NEVER_EXPIRES)
+    await queue.send(excerpt_body(content, why, version=version), time_to_live=NEVER_EXPIRES)
     return "excerpt"
 
 

@@ -112,8 +112,9 @@ class PoisonQueue(CleanupTask):
         if message.expires_on is None or message.expires_on - context.now > margin:
             report.kept["parked"] += 1
             return
+        wire = context.config.wire_format  # an excerpt's wrapper, if it comes to that
         try:
-            form = await repark(context.account, self.endpoint, message.content)
+            form = await repark(context.account, self.endpoint, message.content, version=wire)
         except STORAGE_ERRORS as e:
             log.warning("cleanup %s: entry %s not re-parked: %s", self.id, message.id, e)
             report.kept["storage_error"] += 1
