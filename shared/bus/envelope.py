@@ -45,6 +45,9 @@ PAYLOAD_NAME = re.compile(rf"(?P<sender>{_SENDER})/(?P<incoming>{_UUID})/(?P<dig
 MAX_INLINE_ENVELOPE_CHARS = 8192
 """Envelopes up to this size travel in the signal too (see ``Signal.envelope``)."""
 MAX_SIGNAL_CHARS = 2048 + MAX_INLINE_ENVELOPE_CHARS
+SIGNAL_ROOM_CHARS = 64
+"""What a sender leaves free under ``MAX_SIGNAL_CHARS`` for the counters a signal gains when
+it is sent again (``retry``), so that a copy sent again is still a signal."""
 _ETAG = re.compile(r'"?[0-9A-Za-z]{1,64}"?')
 
 
