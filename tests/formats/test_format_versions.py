@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from shared.audit.poisoned import poisoned_row
+from shared.audit.rows import POISONED_COLUMNS
 from shared.bus import BusApp, Command, DoNotRetry, HandlerContext
 from shared.bus.envelope import Envelope, Signal
 from shared.bus.ingress import INGRESS_ROW, ingress_version
@@ -140,6 +142,18 @@ def test_a_newer_poison_wrapper_is_listed_as_one_an_upgraded_version_reads() -> 
     assert record.newer
     assert "an upgraded version reads it" in record.reason
     assert (record.message_id, record.original) == (None, None)
+
+
+async def test_the_audit_says_a_newer_poison_wrapper_is_for_an_upgraded_version() -> None:
+    newer = _json_with(WRITTEN["poison"]["inline"], 3)
+
+    newer_row = await poisoned_row("shipping-poison", "shipping", newer)
+    ours = await poisoned_row("shipping-poison", "shipping", WRITTEN["poison"]["inline"])
+
+    problem = str(dict(zip(POISONED_COLUMNS, newer_row, strict=True))["problem"])
+    assert "format version 3" in problem
+    assert "an upgraded version reads it" in problem
+    assert "format version" not in str(dict(zip(POISONED_COLUMNS, ours, strict=True))["problem"])
 
 
 # -- writers and the receive path, on real stores ------------------------------------------------
