@@ -102,3 +102,35 @@ async def test_an_ingress_record_of_a_newer_format_is_kept(backend: Backend) -> 
     assert report.removed() == {"ingress_records": 1}
     assert report.kept()["newer_version"] == 1
     assert [e.partition_key async for e in table.query_all()] == ["key-3"]
+
+
+async def test_a_shared_payload_whose_origin_is_of_a_newer_format_is_kept(
+    backend: Backend,
+) -> None:
+    # Given two old shared payloads whose tokens are gone, each named by an uncommitted O(m):
+    # one of format 3
+    harness, names = await new_flow(backend, publish=False, charge=False)
+    rows = harness.rows(names.orders).rows()
+    payloads = harness.raw.blob_container(harness.config.payloads_container)
+    kept = {}
+    for version in (2, 3):
+        record = OutboxRecord(
+            f"p{version}",
+            fresh_id(),
+            claim=fresh_id(),
+            incoming_token="-",
+            started_at=long_ago(harness),
+            format=version,
+        )
+        await rows.insert(record.to_entity())
+        origin = Origin(names.orders, record.partition_key, outbox_row(record.message_id))
+        name = f"{names.orders}/{record.message_id}/{'p' * 43}"
+        await payloads.upload(name, b'{"body": 1}', {"origin": origin.encode()})
+        kept[version] = name
+
+    # When the cleanup runs
+    report = await clean(harness, settings())
+
+    # Then the payload whose origin it cannot read stays
+    assert report.kept()["newer_version"] == 2  # the O(m) itself, and the payload
+    assert [b.name async for b in payloads.list()] == [kept[3]]
