@@ -256,6 +256,17 @@ INGRESS_KEY_SCOPES = Setting(
     _switch,
     "off",
 )
+WIRE_FORMAT = whole(
+    "BUS_WIRE_FORMAT",
+    2,
+    "the format version this instance writes on every envelope, signal, token, outbox record, "
+    "ingress record and poison wrapper (`shared.bus.formats`); it reads 1 and 2 whatever this "
+    "says. 1 writes exactly what a release before format versions wrote and reads: set it while "
+    "instances of such a release still run, then remove it (docs/deploy.md)",
+    group=BUS,
+    low=1,
+    high=2,
+)
 INGRESS_ENTRA_CALLERS = flag(
     "BUS_INGRESS_ENTRA_CALLERS",
     "the HTTP routes sit behind App Service authentication with Microsoft Entra ID "
@@ -455,6 +466,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     INGRESS_TIMEOUT,
     INGRESS_WINDOW,
     INGRESS_KEY_SCOPES,
+    WIRE_FORMAT,
     INGRESS_ENTRA_CALLERS,
     AUTO_SUBSCRIBE,
     PROCESSED_RETENTION,

@@ -22,8 +22,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "receiver-claim-without-etag",
         "shared/bus/receiver.py",
-        'signal.token, {"claim": outbox.claim}, etag=token.etag',
-        'signal.token, {"claim": outbox.claim}, etag=None',
+        "signal.token, claimed, etag=token.etag",
+        "signal.token, claimed, etag=None",
         "R4 claims the token unconditionally instead of by compare-and-swap",
         equivalent="every copy that reaches R4 claims with the claim id of the one O(m) of its "
         "message, which outlives the token (the cleanup retires O(m) only once the token is "
@@ -293,9 +293,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "cleanup-repark-deletes-first",
         "shared/cleanup/parked.py",
-        "            form = await repark(context.account, self.endpoint, message.content)",
+        "            form = await repark(context.account, self.endpoint, message.content, "
+        "version=wire)",
         "            await poison.delete(message.id, message.pop_receipt)\n"
-        "            form = await repark(context.account, self.endpoint, message.content)",
+        "            form = await repark(context.account, self.endpoint, message.content, "
+        "version=wire)",
         "an entry that will expire is deleted before its copy is sent (a crash between loses it)",
     ),
     Mutant(

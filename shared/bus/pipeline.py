@@ -26,6 +26,7 @@ from shared.bus.app import Endpoint, call_handler
 from shared.bus.config import BusConfig
 from shared.bus.context import HandlerContext
 from shared.bus.envelope import Envelope, Signal
+from shared.bus.formats import metadata_version
 from shared.bus.messages import Message
 from shared.bus.origin import Origin
 from shared.bus.outgoing import CreatedTokens, create_tokens, plan_deliveries
@@ -91,7 +92,11 @@ class IncomingToken:
 
     @classmethod
     def of(cls, blob: Blob) -> IncomingToken:
-        return cls(blob.properties.name, blob.etag, blob.metadata.get("claim", ""), blob.data)
+        """The token as read, once its metadata's format is one this instance reads (a
+        newer one is NewerVersion: nothing of it is used)."""
+        name = blob.properties.name
+        metadata_version(blob.metadata, f"token {shown(name)}")
+        return cls(name, blob.etag, blob.metadata.get("claim", ""), blob.data)
 
 
 def queue_text(body: bytes) -> str:
@@ -365,7 +370,12 @@ class Pipeline(abc.ABC):
         """Park ``raw``: whole, or, when it does not fit beside its reason, by reference only
         if it names a token that exists (its message must replay), else as an excerpt."""
         form = await park(
-            self.account, raw, reason, self.config.parked_container, tokens=self.tokens
+            self.account,
+            raw,
+            reason,
+            self.config.parked_container,
+            tokens=self.tokens,
+            version=self.config.wire_format,
         )
         message = shown(reason.message_id or "-", 100)
         if form == "reference":

@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass, field, replace
 
 from shared.bus.envelope import Envelope, Signal
+from shared.bus.formats import metadata_fields
 from shared.bus.messages import Message
 from shared.bus.outgoing import Hints, discard_tokens, send_signals
 from shared.bus.pipeline import Delivery, IncomingToken, Outcome, Pipeline
@@ -99,6 +100,7 @@ class Receiver(Pipeline):
                 claim=self.config.new_id(),
                 incoming_token=signal.token,
                 started_at=to_datetime(self.config.clock()),
+                format=self.config.wire_format,
             )
             try:
                 etag = await self.state_store.insert_outbox(record)
@@ -109,10 +111,9 @@ class Receiver(Pipeline):
             outbox = snapshot.outbox
         # R4
         if not token.claim:
+            claimed = {"claim": outbox.claim, **metadata_fields(self.config.wire_format)}
             try:
-                new_etag = await self.tokens.set_metadata(
-                    signal.token, {"claim": outbox.claim}, etag=token.etag
-                )
+                new_etag = await self.tokens.set_metadata(signal.token, claimed, etag=token.etag)
             except (PreconditionFailed, NotFound) as e:
                 reread = await self._read_token(signal)  # back to R1
                 if reread is None:
