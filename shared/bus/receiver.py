@@ -29,13 +29,13 @@ from shared.errors import (
     AlreadyExists,
     MalformedSignal,
     MessageSchemaError,
+    NewerVersion,
     NotFound,
     OutcomeUnknown,
     PayloadAltered,
     PermanentFailure,
     PreconditionFailed,
     TransactionFailed,
-    UnknownMessageType,
 )
 from shared.logsafe import shown
 
@@ -176,7 +176,9 @@ class Receiver(Pipeline):
             envelope, message = await self._decode(signal, token, delivery)
         except PayloadAltered:
             raise  # the copy is the token's: its shared payload is what was altered
-        except (MalformedSignal, UnknownMessageType, MessageSchemaError) as e:
+        except (MalformedSignal, NewerVersion, MessageSchemaError) as e:
+            # Also for a newer version's message: the token read (R1) first tells a copy of a
+            # message already processed (acknowledged) from one to give back.
             log.warning(
                 "endpoint %s: ignoring the envelope copy in the signal for %s (%s); "
                 "reading the token",
