@@ -13,7 +13,7 @@ import logging
 
 import pytest
 
-from shared.bus import Bus, BusApp, Outcome
+from shared.bus import Bus, BusApp, Outcome, RetryPolicy
 from shared.bus.app import Mode
 from shared.bus.envelope import MAX_GIVE_BACKS, MAX_SIGNAL_CHARS, Signal
 from shared.bus.giveback import (
@@ -99,6 +99,7 @@ async def test_an_unknown_type_is_given_back_with_growing_delays_then_parked(
         delays.append(hidden)
         [message] = await visible(harness, name)
         assert json.loads(message.content)["given_back"] == count
+        assert message.dequeue_count == 0  # a new queue message: the host's count starts again
         assert await harness.outbox_records(name) == []
     assert delays == [10, 20, 40, 30]  # doubling, the last cut to the 100 s window
 
@@ -173,6 +174,30 @@ async def test_a_delayed_retry_s_count_survives_a_give_back(backend: Backend, mo
     [again] = await visible(harness, name)
     assert json.loads(again.content)["retry"] == 2
     assert json.loads(again.content)["given_back"] == 1
+
+
+@in_memory
+async def test_a_give_back_uses_none_of_the_endpoint_s_retries(
+    backend: Backend, mode: Mode
+) -> None:
+    # Given an old instance whose endpoint has a retry policy
+    name = f"gb{unique_name('')[:8]}"
+    old = BusApp()
+    policy = RetryPolicy(immediate=2, delays=(5.0,), jitter=0)
+    old.endpoint(name, state=Ledger, mode=mode, retry=policy)
+    harness = await Harness.create(backend, old, give_back_seconds=WINDOW)
+    await send_flaky(harness)
+
+    # When it receives a message of a type it does not know
+    await deliver_one(harness, name)
+
+    # Then it is given back once: no immediate retry read the token again, no delayed retry
+    assert harness.outcomes == {Outcome.GIVEN_BACK: 1}
+    assert harness.instrumentation.kinds_since(0)["blob.read"] == 1
+    assert backend.clock is not None
+    backend.clock.advance(FIRST_DELAY)
+    [again] = await visible(harness, name)
+    assert "retry" not in json.loads(again.content)
 
 
 @in_memory
