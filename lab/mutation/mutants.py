@@ -238,6 +238,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "a message parked after its window keeps its count: its replay gets no window again",
     ),
     Mutant(
+        "receiver-newer-copy-given-back-unread",
+        "shared/bus/receiver.py",
+        "            return None\n        except (MalformedSignal, MessageSchemaError) as e:",
+        "            raise\n        except (MalformedSignal, MessageSchemaError) as e:",
+        "a hinted copy of a newer version's message is given back without reading its token: "
+        "a copy of a message already processed is given back for the whole window, then parked",
+    ),
+    Mutant(
         "giveback-delay-uncapped",
         "shared/bus/giveback.py",
         "min(FIRST_DELAY * 2 ** min(done, 16), MAX_DELAY, left)",

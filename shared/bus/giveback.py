@@ -111,11 +111,16 @@ def afresh_text(raw: str, signal: Signal | dict[str, object]) -> str:
 
 def parking_reason(error: NewerVersion, step: Step, count: int) -> str:
     """Why a message given back for its whole window is parked, and what brings it back."""
+    if count:
+        waited = (
+            f"given back {count} time{'s' * (count != 1)} over {step.waited:.0f} s "
+            "(BUS_GIVE_BACK_SECONDS) without an upgraded instance taking it"
+        )
+    else:
+        waited = "not given back (BUS_GIVE_BACK_SECONDS is 0)"
     return (
-        f"written by a newer version of the app than this instance: {shown(error)}; given "
-        f"back {count} time{'s' * (count != 1)} over {step.waited:.0f} s "
-        f"(BUS_GIVE_BACK_SECONDS) without an upgraded instance taking it; `bus replay` "
-        "processes it once an upgraded instance serves this queue"
+        f"written by a newer version of the app than this instance: {shown(error)}; "
+        f"{waited}; `bus replay` processes it once an upgraded instance serves this queue"
     )
 
 

@@ -176,9 +176,11 @@ class Receiver(Pipeline):
             envelope, message = await self._decode(signal, token, delivery)
         except PayloadAltered:
             raise  # the copy is the token's: its shared payload is what was altered
-        except (MalformedSignal, NewerVersion, MessageSchemaError) as e:
-            # Also for a newer version's message: the token read (R1) first tells a copy of a
-            # message already processed (acknowledged) from one to give back.
+        except NewerVersion:
+            # Read the token (R1) before giving the message back: a copy of a message already
+            # processed is a duplicate, acknowledged, not one to give back for an hour.
+            return None
+        except (MalformedSignal, MessageSchemaError) as e:
             log.warning(
                 "endpoint %s: ignoring the envelope copy in the signal for %s (%s); "
                 "reading the token",

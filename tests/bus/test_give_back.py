@@ -132,7 +132,7 @@ async def test_a_window_of_zero_parks_at_once(backend: Backend, mode: Mode) -> N
 
     assert harness.outcomes == {Outcome.POISONED: 1}
     [parked] = await harness.poison_messages(name)
-    assert "given back 0 times over 0 s" in str(parked["poison"])
+    assert "not given back (BUS_GIVE_BACK_SECONDS is 0)" in str(parked["poison"])
 
 
 @in_memory
@@ -156,6 +156,26 @@ async def test_a_given_back_message_is_processed_by_the_new_version_and_only_onc
     assert len(await upgraded.applied(name)) == 1
     assert await upgraded.poison_messages(name) == []
     assert await upgraded.tokens() == []
+
+
+@in_memory
+async def test_a_copy_of_a_message_already_processed_is_a_duplicate_not_given_back(
+    backend: Backend, mode: Mode
+) -> None:
+    # Given the new version processed the message, and the network kept a copy of its signal
+    harness = await old_instance(backend, mode)
+    name = await send_flaky(harness)
+    [message] = await visible(harness, name)
+    upgraded = Harness(backend, flaky_app(name, {"left": 0}, mode), harness.config)
+    await upgraded.run_until_quiet()
+    await harness.raw.queue(name).send(message.content)
+
+    # When the old instance gets the copy
+    await deliver_one(harness, name)
+
+    # Then it reads the token first, finds it gone and acknowledges the copy
+    assert harness.outcomes == {Outcome.DUPLICATE: 1}
+    assert await harness.raw.queue(name).approximate_count() == 0
 
 
 @in_memory
