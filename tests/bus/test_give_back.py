@@ -12,6 +12,8 @@ import json
 import logging
 
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 
 from shared.bus import Bus, BusApp, Outcome, RetryPolicy
 from shared.bus.app import Mode
@@ -44,12 +46,14 @@ WINDOW = 100.0
 """Seconds: delays of 10, 20 and 40 s, then 30 s (cut to the window), then parked."""
 
 
-async def old_instance(backend: Backend, mode: Mode, window: float = WINDOW) -> Harness:
+async def old_instance(
+    backend: Backend, mode: Mode, window: float = WINDOW, **config: object
+) -> Harness:
     """An instance of an app whose endpoint does not handle Flaky yet (the old version)."""
     name = f"gb{unique_name('')[:8]}"
     old = BusApp()
     old.endpoint(name, state=Ledger, mode=mode)
-    return await Harness.create(backend, old, give_back_seconds=window)
+    return await Harness.create(backend, old, give_back_seconds=window, **config)
 
 
 def new_bus(harness: Harness) -> Bus:
@@ -293,6 +297,34 @@ async def test_a_give_back_is_logged_with_its_outcome(
     assert any(
         "given back for an upgraded instance (give-back 1, hidden 10 s)" in line for line in lines
     )
+
+
+@in_memory
+async def test_a_give_back_is_counted_by_endpoint_and_kind(backend: Backend, mode: Mode) -> None:
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
+    harness = await old_instance(backend, mode, meter_provider=meters)
+    name = await send_flaky(harness)
+
+    await deliver_one(harness, name)
+
+    data = reader.get_metrics_data()
+    points = [
+        point
+        for resource in (data.resource_metrics if data else [])
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == "bus.messages.given_back"
+        for point in metric.data.data_points
+    ]
+    [point] = points
+    assert isinstance(point, NumberDataPoint)
+    assert point.value == 1
+    attributes = dict(point.attributes or {})
+    assert attributes["messaging.destination.name"] == name
+    assert attributes["bus.give_back.kind"] == "message_type"
+    assert attributes["bus.outcome"] == "given_back"
+    meters.shutdown()
 
 
 @pytest.mark.azurite
