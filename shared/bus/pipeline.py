@@ -466,6 +466,12 @@ class Pipeline(abc.ABC):
                 f"message {envelope.id} is addressed to "
                 f"{envelope.destination}, not {self.endpoint.name}"
             )
+        # Checked on the token's own content, before anything is written: an early signal
+        # (however it came) only hides itself again. Before the type is looked up, so that a
+        # newer version's delayed message waits for its due time before its give-back window
+        # starts.
+        if (early := not_due(envelope.deliver_at, self.config.clock)) is not None:
+            raise early
         found = self.endpoint.handler_for(envelope.type)
         if found is None:
             raise UnknownMessageType(
@@ -483,10 +489,6 @@ class Pipeline(abc.ABC):
                 f"message {shown(envelope.id)} of type {shown(envelope.type)} does not match "
                 f"its schema: {problems(e, 'body')}"
             ) from None
-        # Checked on the token's own content, before anything is written: an early signal
-        # (however it came) only hides itself again.
-        if (early := not_due(envelope.deliver_at, self.config.clock)) is not None:
-            raise early
         return envelope, message
 
     async def _run_handler(

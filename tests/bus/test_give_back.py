@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import timedelta
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -180,6 +181,36 @@ async def test_a_copy_of_a_message_already_processed_is_a_duplicate_not_given_ba
     # Then it reads the token first, finds it gone and acknowledges the copy
     assert harness.outcomes == {Outcome.DUPLICATE: 1}
     assert await harness.raw.queue(name).approximate_count() == 0
+
+
+@in_memory
+async def test_a_newer_delayed_message_waits_for_its_due_time_before_it_is_given_back(
+    backend: Backend, mode: Mode
+) -> None:
+    # Given a delayed message of a type the old instance does not know, due in 10 days: its
+    # signal comes back after 7 (the queue's longest delay), 3 days early
+    harness = await old_instance(backend, mode)
+    [name] = harness.app.endpoints
+    await (
+        new_bus(harness)
+        .client()
+        .send(Flaky(key="k"), to=name, idempotency_key="k1", delay=timedelta(days=10))
+    )
+    assert backend.clock is not None
+    backend.clock.advance(7 * 24 * 3600)
+
+    # When the old instance receives it
+    await deliver_one(harness, name)
+
+    # Then it hides it until its due time, with no give-back counted, and gives it back then
+    assert harness.outcomes == {Outcome.DEFERRED: 1}
+    backend.clock.advance(3 * 24 * 3600 - 1)
+    assert await visible(harness, name) == []
+    backend.clock.advance(1)
+    [due] = await visible(harness, name)
+    assert "given_back" not in due.content
+    await deliver_one(harness, name)
+    assert harness.outcomes[Outcome.GIVEN_BACK] == 1
 
 
 @in_memory
