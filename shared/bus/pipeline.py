@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 from shared.bus.app import Endpoint, call_handler
 from shared.bus.config import BusConfig
 from shared.bus.context import HandlerContext
-from shared.bus.envelope import Envelope, Signal
+from shared.bus.envelope import Envelope, Signal, bus_message_id
 from shared.bus.giveback import (
     afresh_text,
     count_of,
@@ -248,6 +248,7 @@ class Pipeline(abc.ABC):
 
     async def _give_back_unparsed(self, delivery: Delivery, error: NewerVersion) -> Outcome:
         """Give back a signal too new to parse: its text, with only its count set."""
+        delivery.message_id = bus_message_id(delivery.raw)  # what it claims, for the log line
         try:
             data, count = count_of(delivery.raw)
         except MalformedSignal as e:
