@@ -304,6 +304,17 @@ ENTITY_OUTBOX_RETENTION = seconds(
     "deduplicate copies",
     group=BUS,
 )
+GIVE_BACK = seconds(
+    "BUS_GIVE_BACK_SECONDS",
+    3600.0,
+    "how long a message written by a newer version of the app (a message type, type version "
+    "or format this instance does not know) is given back for an upgraded instance, with "
+    "growing delays, before it is parked; longer than a rolling deploy, 0 parks it at once "
+    "(docs/retries.md)",
+    group=BUS,
+    open_low=False,
+    high=float(DAY),
+)
 MIB = 1024 * 1024
 MAX_PAYLOAD_CEILING = 100 * MIB
 """Azure Functions' own HTTP request limit (100 MB): a larger body could not reach the HTTP
@@ -472,6 +483,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     PROCESSED_RETENTION,
     STATE_STREAM_RETENTION,
     ENTITY_OUTBOX_RETENTION,
+    GIVE_BACK,
     MAX_PAYLOAD,
     SHARED_PAYLOAD_MIN_CHARS,
     MAX_OUTPUTS,

@@ -140,6 +140,7 @@ def _bus(settings: Settings, queues: QueueSettings) -> BusConfig:
         max_deliveries=_value(settings, s.MAX_DELIVERIES),
         send_concurrency=_value(settings, s.SEND_CONCURRENCY),
         max_conflict_rounds=_value(settings, s.MAX_CONFLICT_ROUNDS),
+        give_back_seconds=_value(settings, s.GIVE_BACK),
     )
 
 

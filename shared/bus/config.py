@@ -17,7 +17,7 @@ from functools import cached_property
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
-from shared.app_settings import MAX_PAYLOAD, WIRE_FORMAT
+from shared.app_settings import GIVE_BACK, MAX_PAYLOAD, WIRE_FORMAT
 from shared.bus.ids import fresh_id
 from shared.bus.telemetry import BusTelemetry
 from shared.clock import Clock, system_clock
@@ -42,6 +42,9 @@ class BusConfig:
     bare signal). None leaves the move to the host."""
     max_conflict_rounds: int = 12
     """Optimistic-concurrency retries inside one invocation before giving the message back."""
+    give_back_seconds: float = GIVE_BACK.default
+    """BUS_GIVE_BACK_SECONDS: how long a message written by a newer version is given back for
+    an upgraded instance before it is parked (``shared.bus.giveback``); 0 parks it at once."""
     backoff_base: float = 0.005
     backoff_cap: float = 0.5
     max_create_attempts: int = 3

@@ -49,6 +49,10 @@ SIGNAL_ROOM_CHARS = 64
 """What a sender leaves free under ``MAX_SIGNAL_CHARS`` for the counters a signal gains when
 it is sent again (``retry``), so that a copy sent again is still a signal."""
 _ETAG = re.compile(r'"?[0-9A-Za-z]{1,64}"?')
+MAX_GIVE_BACKS = 1000
+"""The largest give-back count a signal may carry (``Signal.given_back``): more than the
+longest window (``BUS_GIVE_BACK_SECONDS``, one day) takes at the longest delay
+(``shared.bus.giveback``)."""
 
 
 class PayloadReference(BaseModel):
@@ -185,6 +189,10 @@ class Signal(BaseModel):
     retry: int | None = Field(default=None, ge=1, le=MAX_DELAYED_RETRIES)
     """How many delayed retries this signal's message has had (``shared.bus.retries``); set
     only on the signals a retry policy sends. Trusted for counting retries, nothing else."""
+    given_back: int | None = Field(default=None, ge=1, le=MAX_GIVE_BACKS)
+    """How often an instance that could not read this signal's message (written by a newer
+    version) gave it back for an upgraded one (``shared.bus.giveback``). Trusted for counting,
+    nothing else: a forged count can only make the message park sooner or later."""
 
     def to_json(self) -> str:
         return self.model_dump_json(exclude_none=True)

@@ -30,13 +30,13 @@ from shared.errors import (
     AlreadyExists,
     MalformedSignal,
     MessageSchemaError,
+    NewerVersion,
     NotFound,
     OutcomeUnknown,
     PayloadAltered,
     PermanentFailure,
     PreconditionFailed,
     TransactionFailed,
-    UnknownMessageType,
 )
 from shared.logsafe import shown
 
@@ -177,7 +177,11 @@ class Receiver(Pipeline):
             envelope, message = await self._decode(signal, token, delivery)
         except PayloadAltered:
             raise  # the copy is the token's: its shared payload is what was altered
-        except (MalformedSignal, UnknownMessageType, MessageSchemaError) as e:
+        except NewerVersion:
+            # Read the token (R1) before giving the message back: a copy of a message already
+            # processed is a duplicate, acknowledged, not one to give back for an hour.
+            return None
+        except (MalformedSignal, MessageSchemaError) as e:
             log.warning(
                 "endpoint %s: ignoring the envelope copy in the signal for %s (%s); "
                 "reading the token",
