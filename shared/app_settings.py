@@ -256,6 +256,17 @@ INGRESS_KEY_SCOPES = Setting(
     _switch,
     "off",
 )
+WIRE_FORMAT = whole(
+    "BUS_WIRE_FORMAT",
+    2,
+    "the format version this instance writes on every envelope, signal, token, outbox record, "
+    "ingress record and poison wrapper (`shared.bus.formats`); it reads 1 and 2 whatever this "
+    "says. 1 writes exactly what a release before format versions wrote and reads: set it while "
+    "instances of such a release still run, then remove it (docs/deploy.md)",
+    group=BUS,
+    low=1,
+    high=2,
+)
 INGRESS_ENTRA_CALLERS = flag(
     "BUS_INGRESS_ENTRA_CALLERS",
     "the HTTP routes sit behind App Service authentication with Microsoft Entra ID "
@@ -292,6 +303,17 @@ ENTITY_OUTBOX_RETENTION = seconds(
     "entity_outbox mode: how long a dispatched entry stays in the entity's outbox map to "
     "deduplicate copies",
     group=BUS,
+)
+GIVE_BACK = seconds(
+    "BUS_GIVE_BACK_SECONDS",
+    3600.0,
+    "how long a message written by a newer version of the app (a message type, type version "
+    "or format this instance does not know) is given back for an upgraded instance, with "
+    "growing delays, before it is parked; longer than a rolling deploy, 0 parks it at once "
+    "(docs/retries.md)",
+    group=BUS,
+    open_low=False,
+    high=float(DAY),
 )
 MIB = 1024 * 1024
 MAX_PAYLOAD_CEILING = 100 * MIB
@@ -455,11 +477,13 @@ SETTINGS: tuple[Setting[Any], ...] = (
     INGRESS_TIMEOUT,
     INGRESS_WINDOW,
     INGRESS_KEY_SCOPES,
+    WIRE_FORMAT,
     INGRESS_ENTRA_CALLERS,
     AUTO_SUBSCRIBE,
     PROCESSED_RETENTION,
     STATE_STREAM_RETENTION,
     ENTITY_OUTBOX_RETENTION,
+    GIVE_BACK,
     MAX_PAYLOAD,
     SHARED_PAYLOAD_MIN_CHARS,
     MAX_OUTPUTS,

@@ -22,6 +22,7 @@ from shared.bus.envelope import bus_message_id
 from shared.bus.pipeline import queue_text
 from shared.cleanup.summary import cleanup_summary
 from shared.errors import ConfigurationError
+from shared.http_ingress import response_headers
 from shared.logsafe import shown
 from shared.runtime import Worker
 
@@ -90,7 +91,12 @@ def _http_functions(bp: func.Blueprint, worker: Worker) -> None:
     async def ingress(req: func.HttpRequest) -> func.HttpResponse:
         # worker.ingress runs worker.serving() itself, within the request's timeout.
         status, body = await worker.ingress(req.headers, req.get_body())
-        return func.HttpResponse(body, status_code=status, mimetype="application/json")
+        return func.HttpResponse(
+            body,
+            status_code=status,
+            headers=response_headers(status),
+            mimetype="application/json",
+        )
 
 
 def _cleanup_timer(bp: func.Blueprint, worker: Worker) -> None:

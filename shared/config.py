@@ -130,6 +130,7 @@ def _bus(settings: Settings, queues: QueueSettings) -> BusConfig:
         max_dequeue_count=queues.max_dequeue_count,
         ingress_window_seconds=_value(settings, s.INGRESS_WINDOW),
         ingress_key_scopes=_value(settings, s.INGRESS_KEY_SCOPES),
+        wire_format=_value(settings, s.WIRE_FORMAT),
         ingress_entra_callers=_value(settings, s.INGRESS_ENTRA_CALLERS),
         processed_retention_seconds=_value(settings, s.PROCESSED_RETENTION),
         state_stream_retention_seconds=_value(settings, s.STATE_STREAM_RETENTION),
@@ -139,6 +140,7 @@ def _bus(settings: Settings, queues: QueueSettings) -> BusConfig:
         max_deliveries=_value(settings, s.MAX_DELIVERIES),
         send_concurrency=_value(settings, s.SEND_CONCURRENCY),
         max_conflict_rounds=_value(settings, s.MAX_CONFLICT_ROUNDS),
+        give_back_seconds=_value(settings, s.GIVE_BACK),
     )
 
 

@@ -11,9 +11,10 @@ new key; 200 with the same message ids and ``"deduplicated": true`` for a repeat
 message (type, destination, body, due time); 409 with ``{"error": ...}`` naming the key when
 it was used for a different message within the window (nothing sent); 400 with
 ``{"error": ...}`` for bad input (a repeated ``Idempotency-Key`` header or a key with a
-comma included); 413 for a body over the payload limit; 503 when storage
-could not be reached (retry with the same key). A W3C ``traceparent`` header puts the messages
-sent into the caller's trace (``shared.bus.telemetry``).
+comma included); 413 for a body over the payload limit; 503 with ``Retry-After`` when storage
+could not be reached, or when the key's record was written by a newer version of the bus during
+a rolling deploy (retry with the same key: the retry reaches an upgraded instance). A W3C
+``traceparent`` header puts the messages sent into the caller's trace (``shared.bus.telemetry``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from shared.errors import (
     InvalidValue,
     MessageSchemaError,
     MessageTooLarge,
+    NewerVersion,
     OutcomeUnknown,
     StorageError,
 )
@@ -91,6 +93,17 @@ class Answer:
 
     def json(self) -> str:
         return json.dumps(self.body)
+
+
+RETRY_AFTER_SECONDS = 10
+"""What a 503 asks the client to wait before its retry with the same key: an outage may
+have passed, or (a newer version's record) the retry may reach an upgraded instance."""
+
+
+def response_headers(status: int) -> dict[str, str]:
+    """The headers of an answer with ``status`` besides its content type: ``Retry-After`` on
+    a 503, every one of which the same request may be retried after."""
+    return {"Retry-After": str(RETRY_AFTER_SECONDS)} if status == 503 else {}
 
 
 def message_types(app: BusApp) -> dict[str, type[Message]]:
@@ -322,6 +335,10 @@ async def _handle(bus: Bus, headers: Mapping[str, str], raw: bytes) -> Answer:
     except UndeliverableMessage as e:
         log.error("ingress %s: %s", key, e)  # a recipient list the app does not allow
         return Answer(503, {"error": f"cannot be delivered as the bus is configured: {e}"})
+    except NewerVersion as e:
+        log.warning("ingress %s: %s", shown(key), shown(e))
+        error = f"{e}; retry with the same {IDEMPOTENCY_HEADER}"
+        return Answer(503, {"error": error})
     except (StorageError, OutcomeUnknown, BusError) as e:
         log.warning("ingress %s failed: %s", key, e)
         return Answer(

@@ -22,8 +22,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "receiver-claim-without-etag",
         "shared/bus/receiver.py",
-        'signal.token, {"claim": outbox.claim}, etag=token.etag',
-        'signal.token, {"claim": outbox.claim}, etag=None',
+        "signal.token, claimed, etag=token.etag",
+        "signal.token, claimed, etag=None",
         "R4 claims the token unconditionally instead of by compare-and-swap",
         equivalent="every copy that reaches R4 claims with the claim id of the one O(m) of its "
         "message, which outlives the token (the cleanup retires O(m) only once the token is "
@@ -247,6 +247,50 @@ MUTANTS: tuple[Mutant, ...] = (
         "pass",
         "a delayed retry acknowledges the failed copy without sending its next signal",
     ),
+    # -- giving back a newer version's message -------------------------------------------------
+    Mutant(
+        "pipeline-give-back-unsent",
+        "shared/bus/pipeline.py",
+        "await send_hidden(queue, given_back_text(signal, count + 1), step.delay)",
+        "pass",
+        "a give-back acknowledges the copy it holds without sending the signal again",
+    ),
+    Mutant(
+        "pipeline-give-back-window-ignored",
+        "shared/bus/pipeline.py",
+        "step = next_step(count, self.config.give_back_seconds)",
+        "step = next_step(count, 0.0)",
+        "a newer version's message is parked at once, whatever BUS_GIVE_BACK_SECONDS says",
+    ),
+    Mutant(
+        "pipeline-give-back-uncounted",
+        "shared/bus/pipeline.py",
+        "given_back_text(signal, count + 1)",
+        "given_back_text(signal, count)",
+        "a give-back does not count itself: the message is given back for ever, never parked",
+    ),
+    Mutant(
+        "pipeline-give-back-parked-with-count",
+        "shared/bus/pipeline.py",
+        "raw = afresh_text(delivery.raw, signal)",
+        "raw = delivery.raw",
+        "a message parked after its window keeps its count: its replay gets no window again",
+    ),
+    Mutant(
+        "receiver-newer-copy-given-back-unread",
+        "shared/bus/receiver.py",
+        "            return None\n        except (MalformedSignal, MessageSchemaError) as e:",
+        "            raise\n        except (MalformedSignal, MessageSchemaError) as e:",
+        "a hinted copy of a newer version's message is given back without reading its token: "
+        "a copy of a message already processed is given back for the whole window, then parked",
+    ),
+    Mutant(
+        "giveback-delay-uncapped",
+        "shared/bus/giveback.py",
+        "min(FIRST_DELAY * 2 ** min(done, 16), MAX_DELAY, left)",
+        "min(FIRST_DELAY * 2 ** min(done, 16), left)",
+        "the give-back delays keep doubling: an upgraded instance waits up to half the window",
+    ),
     # -- cleanup --------------------------------------------------------------------------------
     Mutant(
         "cleanup-retire-before-r7",
@@ -293,9 +337,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "cleanup-repark-deletes-first",
         "shared/cleanup/parked.py",
-        "            form = await repark(context.account, self.endpoint, message.content)",
+        "            form = await repark(context.account, self.endpoint, message.content, "
+        "version=wire)",
         "            await poison.delete(message.id, message.pop_receipt)\n"
-        "            form = await repark(context.account, self.endpoint, message.content)",
+        "            form = await repark(context.account, self.endpoint, message.content, "
+        "version=wire)",
         "an entry that will expire is deleted before its copy is sent (a crash between loses it)",
     ),
     Mutant(

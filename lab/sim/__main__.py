@@ -28,6 +28,10 @@ and, in token mode, with up to one deviation and one fault:
     (NoMissingPayload, BoundedResidue over the payloads), with up to one deviation and no
     fault, then no deviation and one fault; ``small-shared-processed_messages`` the same in
     a window mode, whose origin rows have no fence, with up to one deviation;
+14. ``small-rolling``: a rolling deploy, the second endpoint served by the new version and
+    by an old one that does not know Step and gives it back (NoMisreadMessages; nothing
+    parked, lost or processed twice), with up to one deviation and one fault, then two
+    deviations and no fault;
 and then seeded random search over larger configurations in every mode for the rest of the
 time budget. With two cores the phases are dealt to two processes (``DEFAULT_PLAN``), each
 then searching its own random seeds. ``--mode`` keeps the phases and random runs of one mode.
@@ -84,6 +88,8 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-parked", 0, 1),
         ("small-shared", 1, 0),
         ("small-shared", 0, 1),
+        ("small-rolling", 1, 1),
+        ("small-rolling", 2, 0),
     ),
     (
         ("small-sweep", 1, 1),

@@ -101,6 +101,12 @@ CONFIGS: dict[str, SimConfig] = {
             oversized=1,
             retry=RetryPolicy(immediate=1, delays=(40.0,), jitter=0.0),
         ),
+        # A rolling deploy (issue 29): second is served by the new version and by an old one
+        # whose app does not know Step; the old one gives back what it cannot read, hidden
+        # for a while, and the new one processes it. Crashes between the re-send and the
+        # acknowledgement, failed re-sends, copies: nothing lost, parked, misread or
+        # processed twice.
+        SimConfig(name="small-rolling", shape="single", copies=1, duplicates=1, rolling=True),
         # Outside the timing assumptions: a process may also stall before any operation for
         # longer than the grace period (a paused machine) while a cleanup pass runs. Not
         # part of the default exploration: the cleanup's safety rests on those assumptions
@@ -185,6 +191,7 @@ for _mode in WINDOW_MODES:
         "small-partition",
         "small-redelivery",
         "small-shared",
+        "small-rolling",
     ):
         _config = replace(CONFIGS[_base], name=f"{_base}-{_mode}", mode=_mode)
         CONFIGS[_config.name] = _config
@@ -370,6 +377,8 @@ async def simulate(
         clock,
         wrap=variant.wrap if variant is not None else None,
         retention=variant.retention if variant is not None else None,
+        old_version=variant.old_version if variant is not None else "old",
+        old_window=variant.old_window if variant is not None else None,
         covered=covered,
         prepared=prepared,
     )

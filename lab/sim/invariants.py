@@ -29,6 +29,9 @@ the entity-outbox map inside the ``state`` row) are read as well:
   shared payload missing while the token it is processing exists.
 - NoEarlyDelivery: no delayed message processed before its due time (the handler compares
   its processing time with the envelope's ``deliver_at``).
+- NoMisreadMessages (the rolling phase, ``SimConfig.rolling``): no message processed by an old
+  version of the app that cannot read it (its handler marks what it applies). That nothing is
+  parked while an upgraded instance serves the queue is NoLostMessages (a parked message).
 - The parked phase (``lab.sim.parked``; ``check_parked``): NoLostParked, every parked
   message the operator did not discard is at the end still parked with its body readable, or
   replayed and applied (once: NoDuplicatedProcessing); NoExpiredEntry, no poison entry
@@ -77,6 +80,7 @@ NO_EXPIRED_ENTRY = "NoExpiredEntry"
 ORIGINAL_KEPT = "OriginalKept"
 BOUNDED_PARKED_RESIDUE = "BoundedParkedResidue"
 NO_MISSING_PAYLOAD = "NoMissingPayload"
+NO_MISREAD_MESSAGES = "NoMisreadMessages"
 UNEXPECTED_ERROR = "UnexpectedError"
 """Not an invariant of the design: a simulated process raised something other than the
 project's own errors, i.e. a bug in the code under test."""
@@ -92,6 +96,7 @@ INVARIANTS = (
     ORIGINAL_KEPT,
     BOUNDED_PARKED_RESIDUE,
     NO_MISSING_PAYLOAD,
+    NO_MISREAD_MESSAGES,
 )
 
 
@@ -221,6 +226,14 @@ def check(
             Violation(NO_EARLY_DELIVERY, f"{endpoint} processed {a.name} before its due time")
             for a in entries
             if a.early
+        ]
+        found += [
+            Violation(
+                NO_MISREAD_MESSAGES,
+                f"{endpoint} processed {a.name} by an old version that cannot read it",
+            )
+            for a in entries
+            if a.misread
         ]
         applied_ids = {(endpoint, a.id) for a in entries}
         applied_names = {(endpoint, a.name) for a in entries}

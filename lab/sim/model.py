@@ -21,7 +21,8 @@ makes the second endpoint's Step handler fail that many times per message (a fla
 dependency, outside the state), under the retry policy ``retry`` of that endpoint;
 ``oversized`` makes its next runs (after those failures) grow the partition's state past a
 table entity, a failure no retry mends: the message is parked at once, and the world
-replays it once quiet (``SimConfig.oversized``).
+replays it once quiet (``SimConfig.oversized``). ``version`` builds the app an old instance
+runs in the rolling phase (``SimConfig.rolling``): its second endpoint does not handle Step.
 
 The logical name travels in every message body: a client's Start carries its idempotency key
 (``request``), and each output carries its cause's name and the hop (``path``). Message ids
@@ -39,12 +40,16 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from shared.bus import BusApp, Command, Event, HandlerContext, RetryPolicy
 from shared.bus.app import Mode
 
 Shape = Literal["single", "chain", "publish", "mixed", "shared"]
+Version = Literal["new", "old", "old-misreading"]
+"""The version of the app an instance runs: ``new``, or an ``old`` one whose second endpoint
+does not know Step yet (a type the new version added: it gives such a message back), or one
+that reads it anyway with an old model of it (``old-misreading``, a known-bad variant)."""
 SHAPES: tuple[Shape, ...] = ("single", "chain", "publish", "mixed")
 """The shapes random search draws from (``shared`` is explored by its own phase: adding it
 here would change what every documented random seed replays)."""
@@ -64,6 +69,20 @@ class Step(Command):
     hop: int
     path: str
     """Its logical name: the cause's name and where it goes."""
+
+
+class OldStep(Command):
+    """Step as an old version misreads it: the type's name, without the newer shape (no
+    ``path``, and what it does not know dropped)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    partition_by = "key"
+    key: str
+    hop: int
+
+    @classmethod
+    def type_name(cls) -> str:
+        return "Step"
 
 
 class Happened(Event):
@@ -94,6 +113,8 @@ class Applied(BaseModel):
     digest: str
     early: bool = False
     """Processed before its due time (NoEarlyDelivery)."""
+    misread: bool = False
+    """Processed by an old version that cannot read it (NoMisreadMessages)."""
 
 
 class Journal(BaseModel):
@@ -119,7 +140,7 @@ def digest(ctx: HandlerContext[Journal]) -> str:
     return hashlib.sha256(seen.encode()).hexdigest()[:16]
 
 
-def record(ctx: HandlerContext[Journal], name: str) -> None:
+def record(ctx: HandlerContext[Journal], name: str, *, misread: bool = False) -> None:
     due = ctx.envelope.deliver_at
     ctx.state.applied.append(
         Applied(
@@ -129,6 +150,7 @@ def record(ctx: HandlerContext[Journal], name: str) -> None:
             causation=ctx.envelope.causation_id,
             digest=digest(ctx),
             early=due is not None and ctx.now() < due,
+            misread=misread,
         )
     )
 
@@ -150,9 +172,11 @@ def build_app(
     failures: int = 0,
     retry: RetryPolicy | None = None,
     oversized: int = 0,
+    version: Version = "new",
 ) -> SimApp:
     """The simulated application; ``mode`` is the endpoint mode every endpoint uses and
-    ``suffix`` keeps the names of concurrent runs on one real account apart."""
+    ``suffix`` keeps the names of concurrent runs on one real account apart; ``version``
+    (``Version``) what its second endpoint knows of Step."""
     if shape not in (*SHAPES, "shared"):
         raise ValueError(f"unknown shape {shape!r}; choose one of {(*SHAPES, 'shared')}")
     used = {"single": 2, "chain": 3, "publish": 4, "mixed": 4, "shared": 3}[shape]
@@ -185,6 +209,11 @@ def build_app(
             endpoint.handles(Announced)(_on_announced)
         return SimApp(app, shape, first.name)
 
+    if version == "old-misreading":
+        second.handles(OldStep)(_misread_step)
+    if version != "new":
+        return SimApp(app, shape, first.name)
+
     @second.handles(Step)
     def step(ctx: HandlerContext[Journal], message: Step) -> None:
         runs[message.path] = runs.get(message.path, 0) + 1
@@ -210,6 +239,11 @@ def build_app(
     for endpoint in subscribers:
         endpoint.handles(Happened)(_on_happened)
     return SimApp(app, shape, first.name)
+
+
+def _misread_step(ctx: HandlerContext[Journal], message: OldStep) -> None:
+    body = ctx.envelope.body or {}
+    record(ctx, str(body.get("path", "")), misread=True)
 
 
 def _on_happened(ctx: HandlerContext[Journal], event: Happened) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from lab.sim.model import Version
 from shared.bus.app import Mode
 from shared.bus.envelope import TOKEN_NAME
 from shared.bus.ingress import INGRESS_ROW, SCOPE_SEPARATOR
@@ -72,6 +73,11 @@ class Variant:
     default (the parked phase)."""
     modes: tuple[Mode, ...] = ("token",)
     """The endpoint modes whose code this variant changes (it is explored only there)."""
+    old_version: Version = "old"
+    """What the rolling phase's old instances run (``lab.sim.model.Version``)."""
+    old_window: float | None = None
+    """The give-back window (seconds) of the rolling phase's old instances, if not the
+    default."""
 
 
 class _Blobs(DelegatingBlobContainer):
@@ -609,6 +615,54 @@ NO_RETENTION = Variant(
     modes=("processed_messages", "state_based", "entity_outbox"),
 )
 
+# -- giving back a newer version's message (the rolling phase) -------------------------------
+
+received: contextvars.ContextVar[tuple[str, str, str] | None] = contextvars.ContextVar(
+    "received", default=None
+)
+"""(queue, id, pop receipt) of the message the current invocation received."""
+
+
+class _GiveBackAcknowledgedFirst(_Queue):
+    """A give-back acknowledges the copy it holds before it sends the signal again: a queue on
+    which sending a signal with a give-back count first deletes the received message."""
+
+    async def receive(
+        self, max_messages: int = 1, *, visibility_timeout: float = 30.0
+    ) -> list[QueueMessage]:
+        batch = await super().receive(max_messages, visibility_timeout=visibility_timeout)
+        for message in batch:
+            received.set((self.name, message.id, message.pop_receipt))
+        return batch
+
+    async def send(
+        self, content: str, *, visibility_delay: float = 0.0, time_to_live: float | None = None
+    ) -> str:
+        held = received.get()
+        if held is not None and held[0] == self.name and '"given_back"' in content:
+            with contextlib.suppress(NotFound):
+                await self.delete(held[1], held[2])
+        return await super().send(
+            content, visibility_delay=visibility_delay, time_to_live=time_to_live
+        )
+
+
+GIVE_BACK_ACKNOWLEDGED_FIRST = Variant(
+    "give-back-acknowledged-first",
+    "give-back: the signal is sent again before the copy held is acknowledged",
+    wrap=lambda account: _Account(account, queue=_GiveBackAcknowledgedFirst),
+)
+GIVE_BACK_PARKS_AT_ONCE = Variant(
+    "give-back-parks-at-once",
+    "give-back: an old instance gives a newer version's message back rather than park it",
+    old_window=0.0,
+)
+GIVE_BACK_MISREADS = Variant(
+    "give-back-misreads",
+    "give-back: an old instance never processes a message it cannot read",
+    old_version="old-misreading",
+)
+
 VARIANTS = {
     v.name: v
     for v in (
@@ -636,5 +690,8 @@ VARIANTS = {
         MARGIN_IGNORED,
         PAYLOAD_REMOVED_WITH_TOKENS,
         PAYLOAD_REMOVED_YOUNG,
+        GIVE_BACK_ACKNOWLEDGED_FIRST,
+        GIVE_BACK_PARKS_AT_ONCE,
+        GIVE_BACK_MISREADS,
     )
 }

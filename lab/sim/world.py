@@ -56,7 +56,7 @@ from lab.sim.invariants import (
     check,
     observe,
 )
-from lab.sim.model import Shape, Start, build_app
+from lab.sim.model import Shape, Start, Version, build_app
 from lab.sim.payloads import NO_MISSING_PAYLOAD, PayloadWatch
 from lab.sim.readings import WINDOW_MODES
 from lab.sim.scheduler import REAL_STORE_TIMEOUT, Process, Scheduler
@@ -193,6 +193,12 @@ class SimConfig:
     """The parked phase (``lab.sim.parked.ParkedWorld``): the messages start parked, by the
     bus and by the Functions host, and an operator's replay and discard run beside the
     cleanup's poison task."""
+    rolling: bool = False
+    """A rolling deploy: the second endpoint is served by two versions of the app at once,
+    the new one and an old one whose app does not know Step (``model.Version``); an
+    invocation on its queue runs either (the old one is never the default choice). The old
+    one gives back what it cannot read (``shared.bus.giveback``), within its give-back
+    window (``World.old_window``)."""
     stall_outlasts_audit: bool = True
     """Unbounded timing: a stall also outlasts the audit retention (the audit rows are
     removed while it lasts). Every mode inserts the audit row in its commit, so while the
@@ -268,6 +274,8 @@ class Action:
     process: Process | None = None
     queue: str = ""
     held: HeldRequest | None = None
+    version: Version = "new"
+    """For a start: the version of the app the invocation runs (``SimConfig.rolling``)."""
 
 
 TICK = Action("tick", 0.3)
@@ -340,6 +348,10 @@ class World:
     covered: Callable[[Hashable], bool] | None = None
     """Asked before every action with the run's state (``decision_state``): True ends the
     run at once, its continuations being equivalent to runs already explored."""
+    old_version: Version = "old"
+    """What the old instances of the rolling phase run (a variant may make them misread)."""
+    old_window: float | None = None
+    """Their give-back window (BUS_GIVE_BACK_SECONDS), if not the default (a variant)."""
     prepared: Prepared | None = None
     """Set when ``account`` already holds what ``setup`` puts there for this configuration
     (a copy of an account another world set up): ``run`` then skips ``setup``."""
@@ -410,6 +422,7 @@ class World:
             name: QueueWorker(instrumented, name, self._handler(name), queue_settings)
             for name in self.endpoints
         }
+        self.old_workers = self._old_instances(queue_settings)
         self._planned: dict[int, Fault] = {}
         self._held_at: dict[int, float] = {}
         self._held_by: dict[int, tuple[str, int]] = {}
@@ -421,6 +434,10 @@ class World:
         self._endpoint_queues = {name: self.account.queue(name) for name in self.endpoints}
         # Actions are immutable: each is made once and listed again at every decision.
         self._starts = {name: Action("start", 1.0, queue=name) for name in self.endpoints}
+        self._old_starts = {
+            name: Action("start", 1.0, queue=name, version=self.old_version)
+            for name in self.old_workers
+        }
         self._duplicates = {name: Action("duplicate", 0.2, queue=name) for name in self.endpoints}
         self._steps: dict[int, Action] = {}
         self._fault_kinds: dict[str, tuple[list[Fault | Stall | None], list[float]]] = {}
@@ -436,11 +453,28 @@ class World:
 
     # -- the bus as the Functions host would run it ------------------------------------------
 
-    def _handler(self, endpoint: str) -> Callable[[str, int], Any]:
+    def _handler(self, endpoint: str, bus: Bus | None = None) -> Callable[[str, int], Any]:
+        receiving = bus or self.bus
+
         async def handle(raw: str, dequeue_count: int) -> None:
-            await self.bus.receive(endpoint, raw, dequeue_count)
+            await receiving.receive(endpoint, raw, dequeue_count)
 
         return handle
+
+    def _old_instances(self, queue_settings: QueueSettings) -> dict[str, QueueWorker]:
+        """The rolling phase's old instance of the second endpoint: the old app's bus over the
+        same account, stores and queue (``SimConfig.rolling``); none otherwise."""
+        if not self.config.rolling:
+            return {}
+        config = self.config
+        old = build_app(config.shape, config.mode, self.suffix, version=self.old_version)
+        settings = self.bus_config
+        if self.old_window is not None:
+            settings = replace(settings, give_back_seconds=self.old_window)
+        bus = Bus(old.app, self.watch, settings, sql=self.counted_sql)
+        second = self.endpoints[1]
+        worker = QueueWorker(self.instrumented, second, self._handler(second, bus), queue_settings)
+        return {second: worker}
 
     def now(self) -> float:
         return self.bus_config.clock()
@@ -576,6 +610,7 @@ class World:
             queues = await self._queue_state()
         if invocations < self.config.concurrency:
             actions += [self._starts[name] for name, (visible, _) in queues.items() if visible]
+            actions += [a for name, a in self._old_starts.items() if queues[name][0]]
         unlanded = self._unlanded()
         actions += [self._land_action(h) for h in unlanded]
         duplicates = []
@@ -679,9 +714,10 @@ class World:
             )
             self._spawned(number, self._current)
         elif action.kind == "start":
+            old = "" if action.version == "new" else "(old)"
             self._current = await self.scheduler.spawn(
-                f"inv{len(self.scheduler.processes)}@{action.queue}",
-                lambda: self._invocation(action.queue),
+                f"inv{len(self.scheduler.processes)}@{action.queue}{old}",
+                lambda: self._invocation(action.queue, action.version),
                 self.now(),
             )
             self._spawned(number, self._current)
@@ -840,7 +876,7 @@ class World:
         else:
             await asyncio.sleep(seconds)
 
-    async def _invocation(self, queue_name: str) -> str:
+    async def _invocation(self, queue_name: str, version: Version = "new") -> str:
         messages = await self.instrumented.queue(queue_name).receive(
             1, visibility_timeout=self.config.lease
         )
@@ -851,7 +887,8 @@ class World:
         with contextlib.suppress(MalformedSignal):
             token = Signal.parse(message.content).token
             incoming_token.set((self.bus_config.tokens_container, token))
-        acknowledged = await self.workers[queue_name].run_one(message)
+        workers = self.workers if version == "new" else self.old_workers
+        acknowledged = await workers[queue_name].run_one(message)
         return "acknowledged" if acknowledged else "released"
 
     async def _client_send(self, number: int) -> str:
@@ -947,7 +984,7 @@ class World:
             return (action.kind, action.process.name)
         if action.held is not None:
             return (action.kind, self._held_by[action.held.operation.index])
-        return (action.kind, action.queue)
+        return (action.kind, action.queue, action.version)
 
     async def _drive(self) -> list[Violation] | None:
         """The violations of a run that did not end, or None if ``covered`` cut it short."""

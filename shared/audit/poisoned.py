@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from shared.audit.rows import Row
 from shared.bus.envelope import MAX_SIGNAL_CHARS, TOKEN_NAME, Signal
 from shared.bus.poison import DEFAULT_PARKED_CONTAINER, PoisonedMessage, Unreadable, unwrap
-from shared.errors import MalformedSignal, NotFound
+from shared.errors import MalformedSignal, NewerVersion, NotFound
 from shared.resources import CONTAINERS, poison_queue
 from shared.stores.account import StorageAccount
 from shared.stores.blob import BlobContainer
@@ -67,6 +67,8 @@ def _check(parked: PoisonedMessage, endpoint: str, raw: str) -> _Entry:
         signal = Signal.parse(raw)
     except MalformedSignal as e:
         return _Entry(None, f"no parseable signal: {str(e)[:300]}")
+    except NewerVersion as e:
+        return _Entry(None, str(e))
     except RecursionError:
         return _Entry(None, "no parseable signal: nested too deeply")
     claimed = parked.info.get("message_id")
@@ -130,6 +132,8 @@ async def poisoned_row(
         parked = unwrap(content, endpoint)
     except Unreadable as e:
         return (queue, endpoint, None, None, "", None, None, None, f"unreadable wrapper: {e}", None)
+    except NewerVersion as e:
+        return (queue, endpoint, None, None, "", None, None, None, str(e), None)
     raw, problem = parked.signal, None
     if raw is None and parked.original is not None:
         if originals is None:

@@ -17,7 +17,7 @@ from functools import cached_property
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
-from shared.app_settings import MAX_PAYLOAD
+from shared.app_settings import GIVE_BACK, MAX_PAYLOAD, WIRE_FORMAT
 from shared.bus.ids import fresh_id
 from shared.bus.telemetry import BusTelemetry
 from shared.clock import Clock, system_clock
@@ -42,6 +42,9 @@ class BusConfig:
     bare signal). None leaves the move to the host."""
     max_conflict_rounds: int = 12
     """Optimistic-concurrency retries inside one invocation before giving the message back."""
+    give_back_seconds: float = GIVE_BACK.default
+    """BUS_GIVE_BACK_SECONDS: how long a message written by a newer version is given back for
+    an upgraded instance before it is parked (``shared.bus.giveback``); 0 parks it at once."""
     backoff_base: float = 0.005
     backoff_cap: float = 0.5
     max_create_attempts: int = 3
@@ -65,6 +68,10 @@ class BusConfig:
     """BUS_INGRESS_KEY_SCOPES: idempotency keys scoped by sender (records at ``scope|key``).
     Off: records at the raw key, where the previous version reads them, with a fingerprint
     (``shared.bus.ingress``); switched on once every instance runs this version."""
+    wire_format: int = WIRE_FORMAT.default
+    """BUS_WIRE_FORMAT: the format version written on every record that outlives the code
+    that wrote it (``shared.bus.formats``); 1 writes what a release before format versions
+    reads."""
     ingress_entra_callers: bool = False
     """The HTTP ingress is behind Entra ID authentication (BUS_INGRESS_ENTRA_CALLERS): its
     keys are scoped by the caller the platform names (``shared.http_ingress.http_scope``)."""

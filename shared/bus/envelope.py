@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from shared.bus.formats import json_version
 from shared.bus.messages import Kind
 from shared.bus.retries import MAX_DELAYED_RETRIES
 from shared.errors import InvalidName, MalformedSignal
@@ -44,7 +45,14 @@ PAYLOAD_NAME = re.compile(rf"(?P<sender>{_SENDER})/(?P<incoming>{_UUID})/(?P<dig
 MAX_INLINE_ENVELOPE_CHARS = 8192
 """Envelopes up to this size travel in the signal too (see ``Signal.envelope``)."""
 MAX_SIGNAL_CHARS = 2048 + MAX_INLINE_ENVELOPE_CHARS
+SIGNAL_ROOM_CHARS = 64
+"""What a sender leaves free under ``MAX_SIGNAL_CHARS`` for the counters a signal gains when
+it is sent again (``retry``), so that a copy sent again is still a signal."""
 _ETAG = re.compile(r'"?[0-9A-Za-z]{1,64}"?')
+MAX_GIVE_BACKS = 1000
+"""The largest give-back count a signal may carry (``Signal.given_back``): more than the
+longest window (``BUS_GIVE_BACK_SECONDS``, one day) takes at the longest delay
+(``shared.bus.giveback``)."""
 
 
 class PayloadReference(BaseModel):
@@ -64,6 +72,9 @@ class Envelope(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    v: int | None = None
+    """The format version (``shared.bus.formats``); absent in the first format, whose bytes
+    (and so the digests in its token names) stay exactly as they were."""
     id: str
     type: str
     kind: Kind
@@ -86,6 +97,13 @@ class Envelope(BaseModel):
     """The version of ``type`` the body was written as (``Message.version``); absent means
     1, and it is written only above 1, so a version-1 message's bytes stay as they were."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _known_format(cls, data: Any) -> Any:
+        """The format version first: a newer format may have other fields (NewerVersion)."""
+        json_version(data, "envelope", MalformedSignal)
+        return data
+
     @model_validator(mode="after")
     def _one_body(self) -> Envelope:
         if (self.body is None) == (self.payload is None):
@@ -99,7 +117,7 @@ class Envelope(BaseModel):
         digests in its token names, stay the same."""
         data = handler(self)
         if isinstance(data, dict):
-            for optional in ("deliver_at", "payload", "body", "type_version"):
+            for optional in ("v", "deliver_at", "payload", "body", "type_version"):
                 if optional in data and data[optional] is None:
                     del data[optional]
         return data
@@ -160,6 +178,8 @@ class Signal(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    v: int | None = None
+    """The format version (``shared.bus.formats``); absent in the first format."""
     message_id: str
     attempt_id: str
     token: str
@@ -169,6 +189,10 @@ class Signal(BaseModel):
     retry: int | None = Field(default=None, ge=1, le=MAX_DELAYED_RETRIES)
     """How many delayed retries this signal's message has had (``shared.bus.retries``); set
     only on the signals a retry policy sends. Trusted for counting retries, nothing else."""
+    given_back: int | None = Field(default=None, ge=1, le=MAX_GIVE_BACKS)
+    """How often an instance that could not read this signal's message (written by a newer
+    version) gave it back for an upgraded one (``shared.bus.giveback``). Trusted for counting,
+    nothing else: a forged count can only make the message park sooner or later."""
 
     def to_json(self) -> str:
         return self.model_dump_json(exclude_none=True)
@@ -197,6 +221,8 @@ class Signal(BaseModel):
             data = json.loads(raw)
         except ValueError as e:
             raise MalformedSignal(f"signal is not JSON: {e}") from None
+        # Before the schema: a newer format may have other fields.
+        json_version(data, "signal", MalformedSignal)
         try:
             signal = cls.model_validate(data)
         except ValidationError as e:

@@ -25,6 +25,7 @@ from typing import Any
 from shared.bus.config import BusConfig
 from shared.bus.context import PendingOutput
 from shared.bus.deliveries import decode_signals, encode_signals, first_format
+from shared.bus.formats import property_fields, property_version
 from shared.bus.ids import derived_id, json_sha256
 from shared.bus.messages import (
     Command,
@@ -292,6 +293,7 @@ class IngressClient:
             partition,
             INGRESS_ROW,
             {
+                **property_fields(config.wire_format),
                 **({"scope": self.scope, "key": key} if config.ingress_key_scopes else {}),
                 "fingerprint": asked,
                 "sender": self.sender,
@@ -330,11 +332,15 @@ class IngressClient:
         return first if utf16_size(first) <= MAX_ENTITY_BYTES - OUTBOX_MARGIN_BYTES else compact
 
     async def _record(self, partition: str) -> Entity | None:
+        """The record under ``partition``, if any, in a format this instance reads (a newer
+        one is NewerVersion, even past its window: it is never overwritten here)."""
         try:
             # A publish to many subscribers lists more signals than one property holds.
-            return gathered(await self.table.get(partition, INGRESS_ROW))
+            record = gathered(await self.table.get(partition, INGRESS_ROW))
         except NotFound:
             return None
+        ingress_version(record)
+        return record
 
     async def _resend(self, record: Entity, key: str) -> SendReceipt:
         """The first send's receipt, its signals sent again (R6 resumed)."""
@@ -389,6 +395,11 @@ def _legacy_matches(record: Entity, sender: str, output: PendingOutput) -> bool:
     if output.to is None:
         return True
     return [o.destination for o in outgoing] == [output.to]
+
+
+def ingress_version(entity: Entity) -> int:
+    """The format version of an ingress record (``shared.bus.formats``)."""
+    return property_version(entity.properties, f"ingress record {entity.partition_key!r}")
 
 
 def _expires(entity: Entity) -> datetime:

@@ -25,7 +25,17 @@ from pydantic import BaseModel, ValidationError
 from shared.bus.app import Endpoint, call_handler
 from shared.bus.config import BusConfig
 from shared.bus.context import HandlerContext
-from shared.bus.envelope import Envelope, Signal
+from shared.bus.envelope import Envelope, Signal, bus_message_id
+from shared.bus.formats import metadata_version
+from shared.bus.giveback import (
+    afresh_text,
+    count_of,
+    describe,
+    given_back_text,
+    kind_of,
+    next_step,
+    parking_reason,
+)
 from shared.bus.messages import Message
 from shared.bus.origin import Origin
 from shared.bus.outgoing import CreatedTokens, create_tokens, plan_deliveries
@@ -45,6 +55,7 @@ from shared.errors import (
     LimitExceeded,
     MalformedSignal,
     MessageSchemaError,
+    NewerVersion,
     NotFound,
     PayloadMissing,
     PermanentFailure,
@@ -76,6 +87,10 @@ class Outcome(enum.Enum):
     DEFERRED = "deferred"
     """The message is not due yet (a delayed message): its signal was sent again, hidden
     until its due time, and nothing else was written (``shared.bus.schedule``)."""
+    GIVEN_BACK = "given_back"
+    """The message was written by a newer version than this instance (``NewerVersion``): its
+    signal was sent again, hidden for a while, for an upgraded instance, and nothing else was
+    written (``shared.bus.giveback``)."""
     NONDETERMINISTIC = "nondeterministic"
     """State-based mode: replaying a duplicate on the restored state produced other outputs
     or another state than the committed run. The committed effects stand (they were sent,
@@ -91,7 +106,11 @@ class IncomingToken:
 
     @classmethod
     def of(cls, blob: Blob) -> IncomingToken:
-        return cls(blob.properties.name, blob.etag, blob.metadata.get("claim", ""), blob.data)
+        """The token as read, once its metadata's format is one this instance reads (a
+        newer one is NewerVersion: nothing of it is used)."""
+        name = blob.properties.name
+        metadata_version(blob.metadata, f"token {shown(name)}")
+        return cls(name, blob.etag, blob.metadata.get("claim", ""), blob.data)
 
 
 def queue_text(body: bytes) -> str:
@@ -207,6 +226,8 @@ class Pipeline(abc.ABC):
         try:
             signal = Signal.parse(delivery.raw)
             check_key("PartitionKey", signal.partition_key)
+        except NewerVersion as e:  # a signal format newer than this instance reads
+            return await self._give_back_unparsed(delivery, e)
         except (MalformedSignal, InvalidName) as e:
             return await self._poison(delivery, str(e), type(e).__name__)
         except RecursionError:  # JSON nested deeper than the parser goes
@@ -215,7 +236,9 @@ class Pipeline(abc.ABC):
         delivery.signal = signal
         try:
             return await self._process(signal, delivery)
-        except (MalformedSignal, UnknownMessageType, MessageSchemaError) as e:
+        except NewerVersion as e:  # before parking: a newer version's message is not hostile
+            return await self._give_back(delivery, e, signal, signal.given_back or 0)
+        except (MalformedSignal, MessageSchemaError) as e:
             return await self._poison(delivery, str(e), type(e).__name__)
         except NotYetDue as early:
             await reschedule(
@@ -228,6 +251,40 @@ class Pipeline(abc.ABC):
             if await self._read_token(signal) is None:
                 return Outcome.DUPLICATE
             raise
+
+    async def _give_back_unparsed(self, delivery: Delivery, error: NewerVersion) -> Outcome:
+        """Give back a signal too new to parse: its text, with only its count set."""
+        delivery.message_id = bus_message_id(delivery.raw)  # what it claims, for the log line
+        try:
+            data, count = count_of(delivery.raw)
+        except MalformedSignal as e:
+            return await self._poison(delivery, str(e), type(e).__name__)
+        return await self._give_back(delivery, error, data, count)
+
+    async def _give_back(
+        self,
+        delivery: Delivery,
+        error: NewerVersion,
+        signal: Signal | dict[str, object],
+        count: int,
+    ) -> Outcome:
+        """Send the signal again hidden for the next delay and let this copy be acknowledged,
+        or park it once the give-back window is used up (``shared.bus.giveback``). A send that
+        fails raises: the host delivers the message again."""
+        step = next_step(count, self.config.give_back_seconds)
+        if step.delay is None:
+            reason = parking_reason(error, step, count)
+            raw = afresh_text(delivery.raw, signal)
+            return await self._poison(delivery, reason, type(error).__name__, raw=raw)
+        queue = self.account.queue(self.endpoint.name)
+        await send_hidden(queue, given_back_text(signal, count + 1), step.delay)
+        log.warning(
+            "endpoint %s: %s",
+            self.endpoint.name,
+            describe(delivery.message_id, error, count + 1, step.delay),
+        )
+        delivery.trace.given_back = kind_of(error)
+        return Outcome.GIVEN_BACK
 
     async def _failed(self, delivery: Delivery, error: Exception) -> Outcome:
         """Park the message at once (a ``PermanentFailure``: ``DoNotRetry``, a limit), schedule
@@ -338,7 +395,10 @@ class Pipeline(abc.ABC):
         """Deduplicate, run, commit and signal ``delivery``'s ``signal``: the mode's own
         part."""
 
-    async def _poison(self, delivery: Delivery, reason: str, error_type: str) -> Outcome:
+    async def _poison(
+        self, delivery: Delivery, reason: str, error_type: str, *, raw: str | None = None
+    ) -> Outcome:
+        """Park ``raw`` (by default the delivery's text) with ``reason``."""
         reason = shown(reason, REASON_CHARS)
         log.error(
             "endpoint %s: parking message %s in poison queue: %s",
@@ -347,7 +407,7 @@ class Pipeline(abc.ABC):
             reason,
         )
         await self._park(
-            delivery.raw,
+            delivery.raw if raw is None else raw,
             Reason(
                 self.endpoint.name,
                 reason,
@@ -365,7 +425,12 @@ class Pipeline(abc.ABC):
         """Park ``raw``: whole, or, when it does not fit beside its reason, by reference only
         if it names a token that exists (its message must replay), else as an excerpt."""
         form = await park(
-            self.account, raw, reason, self.config.parked_container, tokens=self.tokens
+            self.account,
+            raw,
+            reason,
+            self.config.parked_container,
+            tokens=self.tokens,
+            version=self.config.wire_format,
         )
         message = shown(reason.message_id or "-", 100)
         if form == "reference":
@@ -413,6 +478,12 @@ class Pipeline(abc.ABC):
                 f"message {envelope.id} is addressed to "
                 f"{envelope.destination}, not {self.endpoint.name}"
             )
+        # Checked on the token's own content, before anything is written: an early signal
+        # (however it came) only hides itself again. Before the type is looked up, so that a
+        # newer version's delayed message waits for its due time before its give-back window
+        # starts.
+        if (early := not_due(envelope.deliver_at, self.config.clock)) is not None:
+            raise early
         found = self.endpoint.handler_for(envelope.type)
         if found is None:
             raise UnknownMessageType(
@@ -436,10 +507,6 @@ class Pipeline(abc.ABC):
                 f"message {shown(envelope.id)} of type {shown(envelope.type)} does not match "
                 f"its schema: {e}"
             ) from None
-        # Checked on the token's own content, before anything is written: an early signal
-        # (however it came) only hides itself again.
-        if (early := not_due(envelope.deliver_at, self.config.clock)) is not None:
-            raise early
         return envelope, message
 
     async def _run_handler(

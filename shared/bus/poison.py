@@ -45,7 +45,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shared.bus.envelope import Signal
-from shared.errors import MalformedSignal, NotFound, TooLarge
+from shared.bus.formats import JSON_FIELD, NEWEST, json_version, stated
+from shared.errors import CorruptRecord, MalformedSignal, NewerVersion, NotFound, TooLarge
 from shared.resources import poison_queue
 from shared.stores.account import StorageAccount
 from shared.stores.blob import BlobContainer
@@ -122,9 +123,15 @@ def error_reason(
     )
 
 
-def poison_body(raw: str, reason: Reason) -> str:
+def _wrapper(version: int, fields: dict[str, Any]) -> str:
+    """A poison wrapper of format ``version`` (``shared.bus.formats``): ``v`` first."""
+    v = stated(version)
+    return json.dumps(fields if v is None else {JSON_FIELD: v, **fields})
+
+
+def poison_body(raw: str, reason: Reason, *, version: int = NEWEST) -> str:
     """The original message verbatim beside why it was parked (the inline form)."""
-    return json.dumps({"poison": reason.as_json(), "signal": raw})
+    return _wrapper(version, {"poison": reason.as_json(), "signal": raw})
 
 
 def parked_name(endpoint: str) -> str:
@@ -132,18 +139,18 @@ def parked_name(endpoint: str) -> str:
     return f"{endpoint}/{uuid.uuid4()}"
 
 
-def reference_body(reason: Reason, original: str) -> str:
+def reference_body(reason: Reason, original: str, *, version: int = NEWEST) -> str:
     """Why a message was parked, naming the blob ``original`` that keeps it (the by-reference
     form, for a signal too large to be parked whole beside its reason)."""
-    return json.dumps({"poison": {**reason.as_json(), "original": original}})
+    return _wrapper(version, {"poison": {**reason.as_json(), "original": original}})
 
 
-def excerpt_body(raw: str, reason: Reason) -> str:
+def excerpt_body(raw: str, reason: Reason, *, version: int = NEWEST) -> str:
     """Why a text that names no token was refused, with its first ``EXCERPT_CHARS``
     characters, the SHA-256 of its UTF-8 bytes and its length (the excerpt form)."""
     digest = hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()
     excerpt = {"excerpt": raw[:EXCERPT_CHARS], "sha256": digest, "chars": len(raw)}
-    return json.dumps({"poison": {**reason.as_json(), **excerpt}})
+    return _wrapper(version, {"poison": {**reason.as_json(), **excerpt}})
 
 
 async def names_a_token(tokens: BlobContainer, raw: str) -> bool:
@@ -151,8 +158,8 @@ async def names_a_token(tokens: BlobContainer, raw: str) -> bool:
     stay replayable whole, its token waiting for it."""
     try:
         signal = Signal.parse(raw)
-    except (MalformedSignal, RecursionError):
-        return False
+    except (MalformedSignal, NewerVersion, RecursionError):
+        return False  # a newer signal cannot be judged: no blob on its word
     try:
         await tokens.get_properties(signal.token)
     except NotFound:
@@ -167,9 +174,10 @@ async def park(
     container: str,
     *,
     tokens: BlobContainer | None = None,
+    version: int = NEWEST,
 ) -> str:
-    """Put ``raw`` in its endpoint's poison queue with ``reason``, with no expiry; returns the
-    form used (``inline``, ``reference`` or ``excerpt``).
+    """Put ``raw`` in its endpoint's poison queue with ``reason``, with no expiry, in a wrapper
+    of format ``version``; returns the form used (``inline``, ``reference`` or ``excerpt``).
 
     A message that does not fit beside its reason (a queue message holds 64 KiB encoded) is
     kept whole in ``container``, the poison message pointing to it, only when it is a signal
@@ -180,12 +188,12 @@ async def park(
     queue leaves no blob behind. Either way nothing is retried forever for want of room."""
     queue = account.queue(poison_queue(reason.endpoint))
     try:
-        await queue.send(poison_body(raw, reason), time_to_live=NEVER_EXPIRES)
+        await queue.send(poison_body(raw, reason, version=version), time_to_live=NEVER_EXPIRES)
         return "inline"
     except TooLarge:
         pass
     if tokens is None or not await names_a_token(tokens, raw):
-        await queue.send(excerpt_body(raw, reason), time_to_live=NEVER_EXPIRES)
+        await queue.send(excerpt_body(raw, reason, version=version), time_to_live=NEVER_EXPIRES)
         return "excerpt"
     name = parked_name(reason.endpoint)
     # The reason travels in the poison message; the metadata copy helps whoever lists blobs.
@@ -193,17 +201,19 @@ async def park(
     await account.blob_container(container).upload(
         name, raw.encode("utf-8"), {"endpoint": reason.endpoint, "reason": note[:1024]}
     )
-    await queue.send(reference_body(reason, name), time_to_live=NEVER_EXPIRES)
+    await queue.send(reference_body(reason, name, version=version), time_to_live=NEVER_EXPIRES)
     return "reference"
 
 
-async def repark(account: StorageAccount, endpoint: str, content: str) -> str:
+async def repark(
+    account: StorageAccount, endpoint: str, content: str, *, version: int = NEWEST
+) -> str:
     """Send a poison message's ``content``, as it was found in ``endpoint``'s poison queue,
     to that queue again with no expiry (the cleanup does it for entries that would expire);
     returns ``copy``, or ``excerpt`` for a text too large to be sent again as it is (the host
     moves what it was given, perhaps not base64: such a text is too large to be a signal, so
-    no token waits for it). No blob is written: a copy refers to the same parked original,
-    if any."""
+    no token waits for it; its wrapper is of format ``version``). No blob is written: a copy
+    refers to the same parked original, if any."""
     queue = account.queue(poison_queue(endpoint))
     try:
         await queue.send(content, time_to_live=NEVER_EXPIRES)
@@ -211,11 +221,11 @@ async def repark(account: StorageAccount, endpoint: str, content: str) -> str:
     except TooLarge:
         pass
     why = Reason(endpoint, f"{HOST_MOVED_REASON}; too large to be a signal", 0)
-    await queue.send(excerpt_body(content, why), time_to_live=NEVER_EXPIRES)
+    await queue.send(excerpt_body(content, why, version=version), time_to_live=NEVER_EXPIRES)
     return "excerpt"
 
 
-class Unreadable(ValueError):
+class Unreadable(CorruptRecord, ValueError):
     """A poison message that cannot be unwrapped to something to replay."""
 
 
@@ -240,7 +250,7 @@ class PoisonedMessage:
         reason names (None when neither does)."""
         named = _named(self.info.get("message_id"))
         if self.signal is not None:
-            with contextlib.suppress(MalformedSignal):
+            with contextlib.suppress(MalformedSignal, NewerVersion):
                 return Signal.parse(self.signal).message_id
         return named
 
@@ -256,10 +266,13 @@ def _named(value: object) -> str | None:
 
 def unwrap(content: str, endpoint: str | None = None) -> PoisonedMessage:
     """What a poison message holds. Raises Unreadable for a wrapper that is damaged, or a
-    reference that is not ``<endpoint>/<uuid>`` (never followed: it could name any blob)."""
+    reference that is not ``<endpoint>/<uuid>`` (never followed: it could name any blob), and
+    NewerVersion for a wrapper of a newer format (an upgraded version reads it)."""
     data = _json_object(content)
     if data is None or "poison" not in data:
         return PoisonedMessage(content, HOST_MOVED_REASON)
+    json_version(data, "poison wrapper", Unreadable)
+    data.pop(JSON_FIELD, None)
     info = data["poison"]
     if not isinstance(info, dict):
         raise Unreadable("its 'poison' field is not an object")
@@ -310,6 +323,9 @@ class PoisonRecord:
     """For a text parked as an excerpt: the SHA-256 of the whole text, as the wrapper says."""
     chars: int | None = None
     """For a text parked as an excerpt: its length in characters, as the wrapper says."""
+    newer: bool = False
+    """A wrapper of a newer format than this version reads: nothing else of it is read (an
+    upgraded version lists, shows and replays it)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -320,11 +336,18 @@ def read_poison(body: str) -> PoisonRecord:
     ``bus poison list`` and the filters of replays (``bus replay``, the bulk replay). The
     content came from a queue, so nothing in it is trusted: every field is optional, only
     text, numbers and times with a zone are read, and text is cut to ``MAX_REASON_CHARS``.
-    Whatever cannot be read is left out, never an error."""
+    Whatever cannot be read is left out, never an error; a wrapper of a newer format is a
+    record that says so (``newer``), its reason the NewerVersion's text."""
     data = _json_object(body) or {}
     info = data.get("poison")
     if not isinstance(info, dict):
         return _from_signal(body, HOST_MOVED_REASON)
+    try:
+        json_version(data, "poison wrapper")
+    except NewerVersion as e:
+        return PoisonRecord(str(e), newer=True)
+    except CorruptRecord:
+        pass  # read as far as it goes, like any other damage
     signal = _from_signal(data.get("signal"), "")
     return PoisonRecord(
         reason=_text(info.get("reason")) or "",
@@ -486,6 +509,8 @@ async def _try(
         parked = unwrap(content, endpoint)
     except Unreadable as e:
         return f"cannot unwrap it: {e}", None
+    except NewerVersion as e:
+        return str(e), None
     return (NOTHING_TO_REPLAY if parked.excerpt_only else None), None
 
 
@@ -498,6 +523,8 @@ async def _replay_one(
         parked = unwrap(content, endpoint)
     except Unreadable as e:
         return f"cannot unwrap it: {e}", None
+    except NewerVersion as e:
+        return str(e), None
     if parked.signal is not None:
         try:
             await account.queue(endpoint).send(parked.signal)

@@ -25,7 +25,7 @@ from typing import Any
 from shared.bus.envelope import TOKEN_NAME, Envelope, Signal, envelope_digest
 from shared.bus.payloads import resolve
 from shared.bus.poison import PassedOver, PoisonRecord, Unreadable, read_poison, unwrap
-from shared.errors import MalformedSignal, NotFound, PayloadAltered, PayloadMissing
+from shared.errors import MalformedSignal, NewerVersion, NotFound, PayloadAltered, PayloadMissing
 from shared.resources import poison_queue
 from shared.stores.account import StorageAccount
 from shared.stores.blob import BlobContainer
@@ -134,6 +134,8 @@ async def view(
         return replace(
             seen, body=Body("missing", f"its wrapper cannot be read: {e}"), problem=str(e)
         )
+    except NewerVersion as e:
+        return replace(seen, body=Body("missing", "not read: " + str(e)), problem=str(e))
     if poisoned.excerpt_only:
         excerpt = str(poisoned.info.get("excerpt", ""))
         note = f"only the first {len(excerpt)} of {seen.record.chars or '?'} characters were kept"
@@ -169,6 +171,9 @@ async def _from_signal(
     except (MalformedSignal, RecursionError) as e:
         note = f"the parked text is not a signal ({e}): shown as it was parked"
         return replace(seen, body=Body("parked text", note, pretty(raw)))
+    except NewerVersion as e:
+        note = f"not read: {e}; shown as it was parked"
+        return replace(seen, body=Body("parked text", note, pretty(raw)), problem=str(e))
     fields = signal.model_dump(exclude_none=True, exclude={"envelope"})
     try:
         blob = await account.blob_container(tokens).read(signal.token)

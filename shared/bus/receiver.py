@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass, field, replace
 
 from shared.bus.envelope import Envelope, Signal
+from shared.bus.formats import metadata_fields
 from shared.bus.messages import Message
 from shared.bus.outgoing import Hints, discard_tokens, send_signals
 from shared.bus.pipeline import Delivery, IncomingToken, Outcome, Pipeline
@@ -29,13 +30,13 @@ from shared.errors import (
     AlreadyExists,
     MalformedSignal,
     MessageSchemaError,
+    NewerVersion,
     NotFound,
     OutcomeUnknown,
     PayloadAltered,
     PermanentFailure,
     PreconditionFailed,
     TransactionFailed,
-    UnknownMessageType,
 )
 from shared.logsafe import shown
 
@@ -99,6 +100,7 @@ class Receiver(Pipeline):
                 claim=self.config.new_id(),
                 incoming_token=signal.token,
                 started_at=to_datetime(self.config.clock()),
+                format=self.config.wire_format,
             )
             try:
                 etag = await self.state_store.insert_outbox(record)
@@ -109,10 +111,9 @@ class Receiver(Pipeline):
             outbox = snapshot.outbox
         # R4
         if not token.claim:
+            claimed = {"claim": outbox.claim, **metadata_fields(self.config.wire_format)}
             try:
-                new_etag = await self.tokens.set_metadata(
-                    signal.token, {"claim": outbox.claim}, etag=token.etag
-                )
+                new_etag = await self.tokens.set_metadata(signal.token, claimed, etag=token.etag)
             except (PreconditionFailed, NotFound) as e:
                 reread = await self._read_token(signal)  # back to R1
                 if reread is None:
@@ -176,7 +177,11 @@ class Receiver(Pipeline):
             envelope, message = await self._decode(signal, token, delivery)
         except PayloadAltered:
             raise  # the copy is the token's: its shared payload is what was altered
-        except (MalformedSignal, UnknownMessageType, MessageSchemaError) as e:
+        except NewerVersion:
+            # Read the token (R1) before giving the message back: a copy of a message already
+            # processed is a duplicate, acknowledged, not one to give back for an hour.
+            return None
+        except (MalformedSignal, MessageSchemaError) as e:
             log.warning(
                 "endpoint %s: ignoring the envelope copy in the signal for %s (%s); "
                 "reading the token",

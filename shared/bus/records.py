@@ -14,6 +14,7 @@ from typing import Literal
 
 from shared.bus.deliveries import OutgoingSignal as OutgoingSignal  # its home before deliveries
 from shared.bus.deliveries import decode_signals, encode_signals
+from shared.bus.formats import NEWEST, property_fields, property_version
 from shared.errors import CorruptRecord, MessageTooLarge
 from shared.stores.names import MAX_ENTITY_BYTES, utf16_size
 from shared.stores.table import Entity
@@ -61,6 +62,9 @@ class OutboxRecord:
     outgoing: tuple[OutgoingSignal, ...] = ()
     abandoned: tuple[str, ...] = ()
     etag: str = ""
+    format: int = NEWEST
+    """The format version it is stored in (``shared.bus.formats``): BUS_WIRE_FORMAT when it
+    is created, the one it was read in after that."""
 
     @property
     def committed(self) -> bool:
@@ -78,7 +82,8 @@ class OutboxRecord:
         )
 
     def to_entity(self) -> Entity:
-        properties: dict[str, str | datetime] = {
+        properties: dict[str, str | int | datetime] = {
+            **property_fields(self.format),
             "claim": self.claim,
             "status": self.status,
             "incoming": self.incoming_token,
@@ -93,17 +98,15 @@ class OutboxRecord:
     @classmethod
     def from_entity(cls, entity: Entity) -> OutboxRecord:
         p = entity.properties
+        where = f"outbox row {entity.partition_key!r}/{entity.row_key!r}"
+        version = property_version(p, where)
         status = str(p["status"])
         if status not in ("claimed", "committed"):
-            raise CorruptRecord(
-                f"outbox row {entity.partition_key!r}/{entity.row_key!r}: status {status!r}"
-            )
+            raise CorruptRecord(f"{where}: status {status!r}")
         committed_at = p.get("committed_at")
         started_at = p["started_at"]
         if not isinstance(started_at, datetime):
-            raise CorruptRecord(
-                f"outbox row {entity.partition_key!r}/{entity.row_key!r}: started_at {started_at!r}"
-            )
+            raise CorruptRecord(f"{where}: started_at {started_at!r}")
         return cls(
             partition_key=entity.partition_key,
             message_id=entity.row_key[len(OUTBOX_PREFIX) :],
@@ -115,6 +118,7 @@ class OutboxRecord:
             outgoing=decode_signals(str(p["outgoing"])),
             abandoned=tuple(json.loads(str(p["abandoned"]))),
             etag=entity.etag,
+            format=version,
         )
 
 

@@ -119,6 +119,12 @@ class BusTelemetry:
             description="Top-level body fields a reader dropped because its model does not know "
             "them (a newer sender's additions; shared.bus.reading), by reader and type",
         )
+        self.given_back = meter.create_counter(
+            "bus.messages.given_back",
+            unit="{message}",
+            description="Messages written by a newer version of the app, given back for an "
+            "upgraded instance (bus.give_back.kind: message_type or format)",
+        )
         self.handler_duration = meter.create_histogram(
             "messaging.process.duration",
             unit="s",
@@ -294,6 +300,8 @@ class Receiving:
         }
         self.outcome: str | None = None
         """Set by the pipeline before the block ends: processed, duplicate, poisoned, ..."""
+        self.given_back: str | None = None
+        """With outcome given_back: what was newer (``shared.bus.giveback.kind_of``)."""
         self.span: Span | None = None
         self.sent_at: datetime | None = None
         self._attached: Token[Context] | None = None
@@ -357,6 +365,9 @@ class Receiving:
             telemetry.suppressed.add(1, attributes)
         elif outcome == "poisoned":
             telemetry.poisoned.add(1, attributes)
+        elif outcome == "given_back":
+            kind: dict[str, str | int] = {"bus.give_back.kind": self.given_back or "format"}
+            telemetry.given_back.add(1, attributes | kind)
 
     def _latency(self) -> float | None:
         """Seconds from the envelope's send time to now; None if unknown or negative (a

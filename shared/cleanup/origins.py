@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from shared.bus.config import BusConfig
 from shared.bus.deliveries import decode_signals
-from shared.bus.ingress import INGRESS_ROW
+from shared.bus.ingress import INGRESS_ROW, ingress_version
 from shared.bus.modes.entity_outbox import StateEntity
 from shared.bus.modes.processed_table import PROCESSED_PREFIX, ProcessedRecord
 from shared.bus.modes.state_based import INDEX_PREFIX, IndexEntry
@@ -65,6 +65,7 @@ def _outbox(entity: Entity, incoming_id: str) -> frozenset[str] | None:
 def _ingress(entity: Entity, incoming_id: str) -> frozenset[str] | None:
     # A record is written only by the round that commits it, and each round of one key has
     # its own incoming id: a token from another round of the key is not in this record.
+    ingress_version(entity)
     if str(entity.properties.get("incoming_id")) != incoming_id:
         return None
     outgoing = decode_signals(str(entity.properties.get("outgoing", "[]")))

@@ -102,15 +102,19 @@ class PoisonQueue(CleanupTask):
         message: QueueMessage,
         report: TaskReport,
     ) -> None:
-        original = read_poison(message.content).original
-        if original is not None:
-            self._referenced.add(original)
+        record = read_poison(message.content)
+        if record.original is not None:
+            self._referenced.add(record.original)
+        if record.newer:
+            # Which original it refers to is for an upgraded version to read: none is removed.
+            self._complete = False
         margin = timedelta(seconds=context.settings.poison_expiry_margin_seconds)
         if message.expires_on is None or message.expires_on - context.now > margin:
             report.kept["parked"] += 1
             return
+        wire = context.config.wire_format  # an excerpt's wrapper, if it comes to that
         try:
-            form = await repark(context.account, self.endpoint, message.content)
+            form = await repark(context.account, self.endpoint, message.content, version=wire)
         except STORAGE_ERRORS as e:
             log.warning("cleanup %s: entry %s not re-parked: %s", self.id, message.id, e)
             report.kept["storage_error"] += 1

@@ -45,7 +45,7 @@ from shared.cleanup.batching import STORAGE_ERRORS, read_rows
 from shared.cleanup.origins import OriginKind
 from shared.cleanup.report import TaskReport, describe
 from shared.cleanup.tasks import CleanupContext, CleanupTask, origin_of
-from shared.errors import NotFound, PreconditionFailed
+from shared.errors import NewerVersion, NotFound, PreconditionFailed
 from shared.logsafe import shown
 from shared.stores.blob import BlobProperties
 from shared.stores.table import Entity
@@ -122,4 +122,7 @@ async def _fence(
             await kind.fence(context.rows(origin.table), row)
         except (PreconditionFailed, NotFound):
             return "origin_changed"  # someone wrote it meanwhile: judged again next pass
+        except NewerVersion as e:
+            log.warning("cleanup payloads: %s kept: %s", shown(blob.name), shown(e))
+            return "newer_version"  # its origin row is for a newer version to judge
     return None

@@ -34,7 +34,8 @@ from datetime import datetime, timedelta
 from shared.bus.config import BusConfig
 from shared.bus.deliveries import decode_signals
 from shared.bus.envelope import TOKEN_NAME, token_prefix
-from shared.bus.ingress import INGRESS_ROW
+from shared.bus.formats import metadata_version
+from shared.bus.ingress import INGRESS_ROW, ingress_version
 from shared.bus.modes.entity_outbox import expire_entity_outboxes
 from shared.bus.modes.processed_table import expire_processed
 from shared.bus.modes.state_based import truncate_state_streams
@@ -52,6 +53,7 @@ from shared.errors import (
     ConfigurationError,
     CorruptRecord,
     InvalidValue,
+    NewerVersion,
     NotFound,
     PreconditionFailed,
 )
@@ -73,6 +75,13 @@ def _skip_bad_row(report: TaskReport, what: str, error: BaseException) -> None:
 def _skipping(report: TaskReport) -> OnDamaged:
     """What a store's page does with a row it cannot read: skip it as a bad record."""
     return lambda damaged: _skip_bad_row(report, damaged.where, damaged.error)
+
+
+def _skip_newer(report: TaskReport, what: str, error: NewerVersion) -> None:
+    """Keep a record or token a newer version wrote: this version cannot judge it, and never
+    deletes what it cannot read (an upgraded instance's cleanup judges it)."""
+    log.warning("cleanup %s: keeping %s: %s", report.task, what, shown(error))
+    report.kept["newer_version"] += 1
 
 
 def _storage_error(report: TaskReport, what: str, error: BaseException) -> None:
@@ -159,7 +168,11 @@ async def _clear_prefix(
     waiting = 0
     doomed: list[BlobProperties] = []
     async for blob in context.tokens.list(prefix):
-        if blob.name in committed or not context.is_old(blob.last_modified):
+        if (
+            blob.name in committed
+            or not context.is_old(blob.last_modified)
+            or not _readable_metadata(blob, report)  # never deleted on a guess
+        ):
             waiting += 1
         elif blob.metadata.get("claim"):
             waiting += 1  # claimed means signalled: never ours, whatever the record says
@@ -168,6 +181,20 @@ async def _clear_prefix(
     # One that could not be deleted was consumed or deleted since it was listed.
     _add(report.removed, "abandoned_tokens", await delete_blobs(context.tokens, doomed))
     return waiting
+
+
+def _readable_metadata(blob: BlobProperties, report: TaskReport) -> bool:
+    """Whether this version reads the token's metadata; one it cannot read (newer, or
+    damaged) is kept, and reported."""
+    try:
+        metadata_version(blob.metadata, f"token {shown(blob.name)}")
+    except NewerVersion as e:
+        _skip_newer(report, f"token {blob.name!r}", e)
+        return False
+    except CorruptRecord as e:
+        _skip_bad_row(report, f"token {blob.name!r}", e)
+        return False
+    return True
 
 
 async def _remove_rows(
@@ -226,6 +253,9 @@ class AbandonedTokens(CleanupTask):
                 continue
             try:
                 parsed = self._parse(context, blob)
+            except NewerVersion as e:
+                _skip_newer(report, f"token {blob.name!r}", e)
+                continue
             except ROW_ERRORS as e:
                 _skip_bad_row(report, f"token {blob.name!r}", e)
                 continue
@@ -247,6 +277,9 @@ class AbandonedTokens(CleanupTask):
                 continue
             try:
                 verdict = self._judge(context, blob, name, kind, row)
+            except NewerVersion as e:
+                _skip_newer(report, f"token {blob.name!r}", e)
+                continue
             except ROW_ERRORS as e:
                 _skip_bad_row(report, f"token {blob.name!r}", e)
                 continue
@@ -264,7 +297,9 @@ class AbandonedTokens(CleanupTask):
     def _parse(
         context: CleanupContext, blob: BlobProperties
     ) -> Verdict | tuple[re.Match[str], Origin, OriginKind]:
-        """The token's name and origin, or the verdict when they alone decide it."""
+        """The token's name and origin, or the verdict when they alone decide it; its
+        metadata's format first (NewerVersion, CorruptRecord)."""
+        metadata_version(blob.metadata, f"token {shown(blob.name)}")
         name = TOKEN_NAME.fullmatch(blob.name)
         found = origin_of(context, blob)
         if isinstance(found, str):
@@ -382,6 +417,8 @@ class OutboxRecords(CleanupTask):
         async def judge(entity: Entity) -> tuple[Entity, str] | None:
             try:
                 kind = await self._judge(context, OutboxRecord.from_entity(entity), report)
+            except NewerVersion as e:
+                _skip_newer(report, _row(rows, entity), e)
             except ROW_ERRORS as e:
                 _skip_bad_row(report, _row(rows, entity), e)
             except STORAGE_ERRORS as e:
@@ -444,6 +481,8 @@ class IngressRecords(CleanupTask):
         async def judge(entity: Entity) -> tuple[Entity, str] | None:
             try:
                 return await self._judge(context, entity, report)
+            except NewerVersion as e:
+                _skip_newer(report, _row(rows, entity), e)
             except ROW_ERRORS as e:
                 _skip_bad_row(report, _row(rows, entity), e)
             except STORAGE_ERRORS as e:
@@ -457,6 +496,7 @@ class IngressRecords(CleanupTask):
     async def _judge(
         self, context: CleanupContext, entity: Entity, report: TaskReport
     ) -> tuple[Entity, str] | None:
+        ingress_version(entity)
         expires_at = entity.properties.get("expires_at")
         if isinstance(expires_at, datetime) and expires_at > context.now:
             report.kept["within_window"] += 1

@@ -21,6 +21,7 @@ from shared.cli import main
 from shared.resources import poison_queue
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
+from shared.stores.queue import QueueMessage
 from tests.conftest import started_azurite
 from tests.test_no_assert import outbox_entity, with_property
 
@@ -356,3 +357,54 @@ def test_send_before_provision_exits_3_and_says_to_provision(
     assert "run `bus provision`" in err
     assert bare("provision")[0] == 0
     assert bare("send", "PlaceOrder", "--key", "early", "--body", ORDER)[0] == 0
+
+
+def test_a_poison_wrapper_of_a_newer_format_is_for_an_upgraded_cli_to_read(
+    bus: Run, emulator: AzuriteEndpoints
+) -> None:
+    """Listed, shown and skipped by replay, in the real process, each saying that an upgraded
+    version reads it; the wrapper this version reads beside it is replayed."""
+    ours = poison_body(signal("m-ours"), Reason("payments", "boom", 5, message_id="m-ours"))
+    newer = json.dumps({"v": 3, "poison": {"reason": "boom"}, "shape": "of a later release"})
+    park(emulator, "payments", ours, newer)
+
+    connection = emulator.connection_string
+
+    def cli(*args: str) -> tuple[int, str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "shared.cli", "--connection-string", connection, *args],
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert "Traceback" not in done.stderr
+        return done.returncode, done.stdout
+
+    code, out = cli("poison", "list", "payments", "--json")
+    [listed] = [item for item in json.loads(out) if item["newer"]]
+    assert code == 0
+    assert "format version 3" in listed["reason"]
+    assert "an upgraded version reads it" in listed["reason"]
+
+    [queued] = [m for m in peeked(emulator, poison_queue("payments")) if m.content == newer]
+    code, out = cli("poison", "show", queued.id, "payments")
+    assert code == 0
+    assert "an upgraded version reads it" in out
+
+    code, out = cli("replay", "payments")
+    assert code == 0
+    assert "an upgraded version reads it" in out
+    assert "payments: replayed 1 poison messages, skipped 1" in out
+    assert contents(emulator, "payments") == [signal("m-ours")]
+    assert contents(emulator, poison_queue("payments")) == [newer]
+
+
+def peeked(emulator: AzuriteEndpoints, queue: str) -> list[QueueMessage]:
+    async def go() -> list[QueueMessage]:
+        async with account(emulator) as a:
+            return await a.queue(queue).peek(32)
+
+    return asyncio.run(go())

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.bus.envelope import Envelope, PayloadReference, Signal, token_name
+from shared.bus.formats import FIRST, metadata_fields, stated
 from shared.bus.origin import Origin
 from shared.bus.outgoing import DUE_METADATA, ORIGIN_METADATA, UNCLAIMED
 from shared.bus.poison import Reason, excerpt_body, poison_body, reference_body
@@ -58,11 +59,14 @@ def _envelope(**fields: Any) -> Envelope:
     return Envelope.model_validate(values)
 
 
-def examples() -> dict[str, Any]:
-    """Every example, as text exactly as it is stored or sent."""
-    inline = _envelope(body={"order_id": "order-17", "lines": [{"sku": "é-1", "qty": 2}]})
-    delayed = _envelope(body={"order_id": "order-17"}, deliver_at=DUE)
+def examples(version: int = FIRST) -> dict[str, Any]:
+    """Every example, as text exactly as it is stored or sent in format ``version`` (since
+    format versions exist: the fixture holds format 1, ``wire_v2.py`` writes format 2)."""
+    v = stated(version)
+    inline = _envelope(v=v, body={"order_id": "order-17", "lines": [{"sku": "é-1", "qty": 2}]})
+    delayed = _envelope(v=v, body={"order_id": "order-17"}, deliver_at=DUE)
     shared = _envelope(
+        v=v,
         kind="event",
         type="OrderPlaced",
         destination="loyalty",
@@ -71,7 +75,7 @@ def examples() -> dict[str, Any]:
     )
     inline_bytes = inline.to_bytes()
     token = token_name(SENDER, INCOMING, ATTEMPT, OUT, inline_bytes)
-    plain = Signal(message_id=OUT, attempt_id=ATTEMPT, token=token, partition_key="order-17")
+    plain = Signal(v=v, message_id=OUT, attempt_id=ATTEMPT, token=token, partition_key="order-17")
     hinted = plain.model_copy(
         update={"etag": '"0x8DD0A1B2C3D4E5F"', "envelope": inline_bytes.decode()}
     )
@@ -85,7 +89,12 @@ def examples() -> dict[str, Any]:
         },
         "token": {
             "name": token,
-            "metadata": {**UNCLAIMED, ORIGIN_METADATA: origin, DUE_METADATA: DUE.isoformat()},
+            "metadata": {
+                **UNCLAIMED,
+                **metadata_fields(version),
+                ORIGIN_METADATA: origin,
+                DUE_METADATA: DUE.isoformat(),
+            },
         },
         "signals": {
             "plain": plain.to_json(),
@@ -93,9 +102,9 @@ def examples() -> dict[str, Any]:
             "retried": retried.to_json(),
         },
         "poison": {
-            "inline": poison_body(plain.to_json(), REASON),
-            "reference": reference_body(REASON, f"shipping/{ATTEMPT}"),
-            "excerpt": excerpt_body("not a signal \u2028 at all", REASON),
+            "inline": poison_body(plain.to_json(), REASON, version=version),
+            "reference": reference_body(REASON, f"shipping/{ATTEMPT}", version=version),
+            "excerpt": excerpt_body("not a signal \u2028 at all", REASON, version=version),
         },
     }
 

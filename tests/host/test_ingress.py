@@ -15,10 +15,12 @@ from lab.host.http import HttpFrontEnd, Keys
 from shared import http_ingress, runtime
 from shared.bus import Bus, BusConfig
 from shared.bus.envelope import Envelope, Signal
+from shared.bus.ingress import INGRESS_ROW
 from shared.errors import InvalidName
 from shared.provisioning import provision
 from shared.sample.app import OrderPlaced, PlaceOrder
 from shared.stores.memory import MemoryStorageAccount
+from shared.stores.table import Entity
 
 REPO = Path(__file__).resolve().parents[2]
 ORDER: dict[str, Any] = {
@@ -242,3 +244,26 @@ async def test_the_ingress_function_answers_over_http_with_function_keys(
     big = b"x" * (17 * 1024 * 1024)
     assert (await served.post("/api/messages?code=fn", data=big, headers=headers)).status == 413
     assert (await served.get("/api/messages?code=fn")).status == 405
+
+
+async def test_a_key_whose_record_a_newer_version_wrote_is_a_503_to_retry_and_sends_nothing(
+    served: TestClient[Any, Any], bus: Bus
+) -> None:
+    """During a rolling deploy the client's retry reaches an upgraded instance: this one
+    neither answers from the record nor overwrites it."""
+    table = bus.account.table(bus.config.ingress_table)
+    newer = Entity("http-newer", INGRESS_ROW, {"format": 3, "shape": "unknown to this version"})
+    await table.insert(newer)
+
+    response = await served.post(
+        "/api/messages?code=fn", json=ORDER, headers={"Idempotency-Key": "http-newer"}
+    )
+
+    assert response.status == 503
+    assert response.headers["Retry-After"] == str(http_ingress.RETRY_AFTER_SECONDS)
+    error = (await response.json())["error"]
+    assert "format version 3" in error
+    assert "retry with the same Idempotency-Key" in error
+    assert (await table.get("http-newer", INGRESS_ROW)).properties == newer.properties
+    assert await bus.account.queue("orders").approximate_count() == 0
+    assert [b async for b in bus.account.blob_container(bus.config.tokens_container).list()] == []

@@ -99,6 +99,8 @@ def test_time_passing_orders_against_everything() -> None:
         # The cleanup's SQL outbox pages are read outside any scheduled operation.
         ("small-sweep-postgres", 1, 0),
         ("small-unbounded-sweep", 1, 0),
+        # Two versions serving one queue: the old instance's invocations are actions too.
+        ("small-rolling", 2, 0),
     ],
 )
 async def test_the_reduced_search_reaches_every_class_of_the_full_search(
@@ -126,6 +128,8 @@ VARIANT_SEARCHES = [
     ("no-version-row", "small-state_based", 1, 0),
     ("no-outbox-entry", "small-entity_outbox", 1, 0),
     ("ingress-double-send", "small-ingress", 1, 0),
+    ("give-back-parks-at-once", "small-rolling", 1, 0),
+    ("give-back-misreads", "small-rolling", 1, 0),
 ]
 """Known-bad variants with a search, with deviations, in which the full search catches them
 and that is fast enough for ``make test``."""
@@ -139,6 +143,7 @@ SLOW_VARIANT_SEARCHES = [
     ("state-without-etag", "small-partition", 1, 0),
     ("no-cleanup-fence", "small-unbounded-sweep", 2, 0),
     ("retired-before-r7", "small-redelivery", 1, 1),
+    ("give-back-acknowledged-first", "small-rolling", 1, 1),
 ]
 """The variants that need a fault, or a larger configuration, to be caught."""
 
