@@ -102,6 +102,11 @@ class UnknownMessageType(NewerVersion):
     newer version of the app added or renamed, so it is given back before it is parked."""
 
 
+class NewerTypeVersion(NewerVersion):
+    """The envelope's type version is above the one the receiving model is at: a newer
+    version of the app changed the type, so the message is given back, never misread."""
+
+
 class MessageSchemaError(BusError):
     """The envelope body does not validate against the registered message model."""
 

@@ -28,7 +28,7 @@ import json
 from dataclasses import dataclass
 
 from shared.bus.envelope import MAX_GIVE_BACKS, MAX_SIGNAL_CHARS, Signal
-from shared.errors import MalformedSignal, NewerVersion, UnknownMessageType
+from shared.errors import MalformedSignal, NewerTypeVersion, NewerVersion, UnknownMessageType
 from shared.logsafe import shown
 
 FIRST_DELAY = 10.0
@@ -64,8 +64,10 @@ def next_step(given_back: int, window: float) -> Step:
 
 
 def kind_of(error: NewerVersion) -> str:
-    """What was newer, for the give-back counter's attribute."""
-    return "message_type" if isinstance(error, UnknownMessageType) else "format"
+    """What was newer, for the give-back counter's attribute: the message's type (one the
+    endpoint does not handle, or a newer version of one it does), or a record's format."""
+    by_type = isinstance(error, UnknownMessageType | NewerTypeVersion)
+    return "message_type" if by_type else "format"
 
 
 def count_of(raw: str) -> tuple[dict[str, object], int]:

@@ -10,8 +10,8 @@ the app than the reader, so:
   strictly (``Message.strict_reading``): then it fails the schema as any bad body does;
 - a body of an older type version is read with that version's model (``previous``) and
   upcast one version at a time (``upcast``) to the model's own;
-- a body of a newer type version is not read at all: NewerVersion, so that it waits for an
-  upgraded instance instead of being misread.
+- a body of a newer type version is not read at all: NewerTypeVersion (a NewerVersion), so
+  that it waits for an upgraded instance instead of being misread.
 
 A body that still does not validate is a MessageSchemaError, as before.
 """
@@ -28,7 +28,7 @@ from pydantic import AliasChoices, AliasPath, BaseModel, ValidationError
 
 from shared.bus.messages import Message
 from shared.bus.telemetry import BusTelemetry
-from shared.errors import ConfigurationError, MessageSchemaError, NewerVersion
+from shared.errors import ConfigurationError, MessageSchemaError, NewerTypeVersion
 from shared.logsafe import problems, shown
 
 log = logging.getLogger(__name__)
@@ -53,12 +53,12 @@ def read_body(
     """``body``, written as version ``type_version`` of ``model``'s type (None: ``model``'s
     own, as a client's request is), read as ``model``. ``reader`` names who reads it (the
     endpoint, or ``ingress`` for a client's request) in the telemetry and the log. Raises
-    NewerVersion for a version newer than ``model``'s and MessageSchemaError for a body that
-    does not validate (the text says why, escaped)."""
+    NewerTypeVersion for a version newer than ``model``'s and MessageSchemaError for a body
+    that does not validate (the text says why, escaped)."""
     if type_version is None:
         type_version = model.version
     if type_version > model.version:
-        raise NewerVersion(
+        raise NewerTypeVersion(
             f"{model.type_name()} version {type_version} is newer than the version this "
             f"instance reads ({model.version})"
         )

@@ -16,7 +16,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 
-from shared.bus import Bus, BusApp, Outcome, RetryPolicy
+from shared.bus import Bus, BusApp, Outcome, RetryPolicy, formats
 from shared.bus.app import Mode
 from shared.bus.envelope import MAX_GIVE_BACKS, MAX_SIGNAL_CHARS, Signal
 from shared.bus.giveback import (
@@ -25,10 +25,13 @@ from shared.bus.giveback import (
     afresh_text,
     count_of,
     given_back_text,
+    kind_of,
     next_step,
 )
 from shared.bus.poison import replay
-from shared.errors import MalformedSignal
+from shared.bus.reading import read_body
+from shared.bus.telemetry import BusTelemetry
+from shared.errors import MalformedSignal, NewerVersion, UnknownMessageType
 from shared.stores.instrumented import Fault, fault_at_first
 from shared.stores.queue import QueueMessage
 from tests.bus.flow import Ledger
@@ -328,6 +331,19 @@ async def test_a_give_back_is_logged_with_its_outcome(
     assert any(
         "given back for an upgraded instance (give-back 1, hidden 10 s)" in line for line in lines
     )
+
+
+def test_a_give_back_is_counted_as_of_a_message_type_or_of_a_format_by_what_was_newer() -> None:
+    """A newer type version is a change of the message type, as an unknown type is; only a
+    record's format is a change of the bus."""
+    with pytest.raises(NewerVersion) as newer_type_version:
+        read_body(Flaky, {}, type_version=2, reader="billing", telemetry=BusTelemetry())
+    with pytest.raises(NewerVersion) as newer_format:
+        formats.checked(formats.NEWEST + 1, "signal")
+
+    assert kind_of(newer_type_version.value) == "message_type"
+    assert kind_of(UnknownMessageType("endpoint billing has no handler")) == "message_type"
+    assert kind_of(newer_format.value) == "format"
 
 
 @in_memory
