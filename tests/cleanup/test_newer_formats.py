@@ -128,9 +128,12 @@ async def test_a_shared_payload_whose_origin_is_of_a_newer_format_is_kept(
         await payloads.upload(name, b'{"body": 1}', {"origin": origin.encode()})
         kept[version] = name
 
-    # When the cleanup runs
-    report = await clean(harness, settings())
+    # When the cleanup runs twice (its tasks run side by side: the payloads task may find
+    # the older O(m) being removed by the outbox task and keep its payload for the next pass)
+    first = await clean(harness, settings())
+    second = await clean(harness, settings())
 
     # Then the payload whose origin it cannot read stays
-    assert report.kept()["newer_version"] == 2  # the O(m) itself, and the payload
+    for report in (first, second):
+        assert report.kept()["newer_version"] == 2  # the O(m) itself, and the payload
     assert [b.name async for b in payloads.list()] == [kept[3]]

@@ -14,8 +14,9 @@ import pytest
 
 from shared.audit.poisoned import poisoned_row
 from shared.audit.rows import POISONED_COLUMNS
-from shared.bus import BusApp, Command, DoNotRetry, HandlerContext
+from shared.bus import BusApp, Command, DoNotRetry, HandlerContext, Outcome
 from shared.bus.envelope import Envelope, Signal
+from shared.bus.giveback import FIRST_DELAY
 from shared.bus.ingress import INGRESS_ROW, ingress_version
 from shared.bus.pipeline import IncomingToken
 from shared.bus.poison import read_poison, unwrap
@@ -219,10 +220,18 @@ async def test_each_writer_writes_the_format_bus_wire_format_says(
 
 
 async def _refused_unread(harness: Harness, endpoint: str, signal: str) -> None:
-    """Receiving ``signal`` is a NewerVersion, retried: nothing processed or parked."""
-    with pytest.raises(NewerVersion):
-        await harness.bus.receive(endpoint, signal, 1)
+    """Receiving ``signal`` gives it back for an upgraded instance (``shared.bus.giveback``):
+    nothing processed or parked, and its own text sent again, hidden for the first delay,
+    with a count of one (the queue is empty before: ``_sent`` took the signal off it)."""
+    assert await harness.bus.receive(endpoint, signal, 1) == Outcome.GIVEN_BACK
     assert await harness.raw.queue(poison_queue(endpoint)).approximate_count() == 0
+    queue = harness.raw.queue(endpoint)
+    assert await queue.receive(1, visibility_timeout=1) == []  # hidden
+    clock = harness.backend.clock
+    assert isinstance(clock, ManualClock)
+    clock.advance(FIRST_DELAY)
+    [again] = await queue.receive(1, visibility_timeout=1)
+    assert json.loads(again.content) == {**json.loads(signal), "given_back": 1}
 
 
 async def _memory_harness(endpoint: str, handled: list[str]) -> Harness:
