@@ -34,9 +34,9 @@ pytestmark = pytest.mark.azurite
 
 ORDERS = 24
 """Orders sent while the hosts are replaced; every third one by a client of version 2."""
-STOP_AFTER = 8
+STOP_AFTER = 12
 """Orders sent before host A is stopped."""
-PACE = 0.25
+PACE = 0.3
 """Seconds between two orders."""
 GIVEN_BACK = "outcome=given_back"
 PARKED = "outcome=poisoned"
