@@ -184,7 +184,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "ingress-foreign-receipt",
         "shared/bus/ingress.py",
-        """        if record.get("fingerprint") != asked:
+        """        if not asked.match(record):
             raise IdempotencyKeyReused(_reused(key))
 """,
         "",
