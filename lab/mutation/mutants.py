@@ -210,8 +210,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "ingress-legacy-any-sender",
         "shared/bus/ingress.py",
-        'if record.get("sender") != sender or record.get("type") != message_type:',
-        'if record.get("type") != message_type:',
+        'if record.get("sender") != sender or record.get("type") not in names:',
+        'if record.get("type") not in names:',
         "a record of the previous version answers a sender of another kind than the one that "
         "wrote it (an HTTP caller's record answers `bus send`)",
     ),
