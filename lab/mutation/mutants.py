@@ -192,6 +192,21 @@ MUTANTS: tuple[Mutant, ...] = (
         "with the first message's receipt, and the new message is dropped",
     ),
     Mutant(
+        "ingress-request-fingerprint-ignored",
+        "shared/bus/ingress.py",
+        "        return self.request is not None and recorded == self.request\n",
+        "        return False\n",
+        "a client's retry whose record another version of the app wrote (its model reads the "
+        "message differently) is refused as a reused key",
+    ),
+    Mutant(
+        "ingress-request-fingerprint-any",
+        "shared/bus/ingress.py",
+        "        return self.request is not None and recorded == self.request\n",
+        "        return self.request is not None\n",
+        "a key reused for a different client request is answered with the first receipt",
+    ),
+    Mutant(
         "ingress-one-namespace",
         "shared/bus/ingress.py",
         'return f"{check_scope(scope)}{SCOPE_SEPARATOR}{key}"',
