@@ -8,8 +8,9 @@ must be left out for an event (events go to the topic's subscribers). A delayed 
 
 Answers (JSON): 202 with ``{"idempotency_key", "message_ids", "deduplicated": false}`` for a
 new key; 200 with the same message ids and ``"deduplicated": true`` for a repeat of the same
-message (type, destination, body, due time); 409 with ``{"error": ...}`` naming the key when
-it was used for a different message within the window (nothing sent); 400 with
+message (type, destination, body, due time: the same request as sent, or the same message
+as this version's model reads it; ``shared.bus.ingress``); 409 with ``{"error": ...}`` naming
+the key when it was used for a different message within the window (nothing sent); 400 with
 ``{"error": ...}`` for bad input (a repeated ``Idempotency-Key`` header or a key with a
 comma included); 413 for a body over the payload limit; 503 with ``Retry-After`` when storage
 could not be reached, or when the key's record was written by a newer version of the bus during
@@ -30,11 +31,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.bus import Bus, BusApp, BusConfig, Command, Event, Message
-from shared.bus.ingress import check_idempotency_key
-from shared.bus.messages import declared_type
+from shared.bus.ingress import check_idempotency_key, request_digest
+from shared.bus.messages import check_payload_size, declared_type
 from shared.bus.reading import read_body
 from shared.bus.routes import UndeliverableMessage
-from shared.bus.telemetry import BusTelemetry, continuing
+from shared.bus.telemetry import continuing
 from shared.errors import (
     BusError,
     IdempotencyKeyReused,
@@ -132,28 +133,54 @@ def unroutable(app: BusApp, type_name: str, to: str | None) -> str:
     return f"{type_name} is a command no endpoint takes ({nobody})"
 
 
+@dataclass(frozen=True)
+class ClientMessage:
+    """A client's message as ``build_message`` read it, for ``IngressClient.submit``."""
+
+    message: Message
+    to: str | None
+    """Its destination: None for an event."""
+    request: str
+    """``request_digest`` of what the client sent, so that its retry is recognised by any
+    version of the app (``shared.bus.ingress``, ``Fingerprints``)."""
+
+
 def build_message(
     app: BusApp,
     type_name: str,
     body: object,
     to: str | None,
     *,
-    telemetry: BusTelemetry,
+    config: BusConfig,
     to_field: str = "'to'",
-) -> tuple[Message, str | None]:
-    """The validated message and its destination (None for an event); BadRequest otherwise.
-    ``to_field`` names where the caller gave ``to`` in the errors ('to', --to). The type may
-    be named by a former name; the message is of its current type."""
+) -> ClientMessage:
+    """The validated message, its destination (None for an event) and the request's digest;
+    BadRequest otherwise (MessageTooLarge for a request over the payload limit and
+    ``ENVELOPE_SLACK_BYTES``). ``to_field`` names where the caller gave ``to`` in the errors
+    ('to', --to). The type may be named by a former name; the message is of its current type.
+    The one path of the HTTP ingress, ``bus send``/``publish`` and a bulk job's rows."""
     model = message_types(app).get(type_name)
     if model is None:
         raise BadRequest(unroutable(app, type_name, to))
     if not isinstance(body, dict):
         raise BadRequest("'body' must be a JSON object with the message's fields")
+    if holds_lone_surrogate(body):
+        raise BadRequest("'body' holds text that is not valid Unicode (a lone surrogate)")
     try:
-        message = read_body(model, body, reader=CLIENT_READER, telemetry=telemetry)
+        message = read_body(model, body, reader=CLIENT_READER, telemetry=config.telemetry)
     except MessageSchemaError as e:
         raise BadRequest(f"invalid {shown(type_name, 100)}: {e}") from None
-    return message, destination(app, model.type_name(), model, to, to_field=to_field)
+    sent_to = destination(app, model.type_name(), model, to, to_field=to_field)
+    # The body as given, read_body's dropped fields included: the next version may read them.
+    limit = config.max_payload_bytes + ENVELOPE_SLACK_BYTES
+    request = request_digest(type_name, to, body, limit)
+    if request is None:
+        check_payload_size(message, config.max_payload_bytes)  # the body's size, if it is that
+        raise MessageTooLarge(
+            f"the {shown(type_name, 100)} request is over {limit:,} bytes as JSON "
+            f"(BUS_MAX_PAYLOAD_BYTES and {ENVELOPE_SLACK_BYTES:,} for the request's own fields)"
+        )
+    return ClientMessage(message, sent_to, request)
 
 
 def destination(
@@ -190,10 +217,10 @@ def destination(
 
 @dataclass(frozen=True)
 class IngressRequest:
-    """What a request asks for: a message, its destination (commands) and when it is due."""
+    """What a request asks for: a message, its destination (commands) and request digest
+    (``ClientMessage``), and when it is due."""
 
-    message: Message
-    to: str | None = None
+    sent: ClientMessage
     delay: timedelta | None = None
     deliver_at: datetime | None = None
 
@@ -201,7 +228,7 @@ class IngressRequest:
 FIELDS = ("type", "to", "body", "delay_seconds", "deliver_at")
 
 
-def parse_request(app: BusApp, raw: bytes, telemetry: BusTelemetry) -> IngressRequest:
+def parse_request(app: BusApp, raw: bytes, config: BusConfig) -> IngressRequest:
     try:
         data = json.loads(raw)
     except ValueError:
@@ -220,9 +247,9 @@ def parse_request(app: BusApp, raw: bytes, telemetry: BusTelemetry) -> IngressRe
         raise BadRequest("'type' (the message type name) is required")
     if to is not None and not isinstance(to, str):
         raise BadRequest("'to' must be an endpoint name")
-    message, to = build_message(app, type_name, data.get("body", {}), to, telemetry=telemetry)
+    sent = build_message(app, type_name, data.get("body", {}), to, config=config)
     return IngressRequest(
-        message, to, _delay(data.get("delay_seconds")), _deliver_at(data.get("deliver_at"))
+        sent, _delay(data.get("delay_seconds")), _deliver_at(data.get("deliver_at"))
     )
 
 
@@ -316,15 +343,16 @@ async def _handle(bus: Bus, headers: Mapping[str, str], raw: bytes) -> Answer:
         return Answer(401, {"error": error})
     try:
         check_idempotency_key(key)
-        request = parse_request(bus.app, raw, bus.config.telemetry)
+        request = parse_request(bus.app, raw, bus.config)
         # Under Entra ID a record of the previous version cannot say which caller wrote it.
         client = bus.client("http", scope=scope, legacy=scope == HTTP_SCOPE)
         receipt = await client.submit(
-            request.message,
-            to=request.to,
+            request.sent.message,
+            to=request.sent.to,
             idempotency_key=key,
             delay=request.delay,
             deliver_at=request.deliver_at,
+            request=request.sent.request,
         )
     except IdempotencyKeyReused as e:
         return Answer(409, {"error": str(e)})

@@ -184,12 +184,27 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "ingress-foreign-receipt",
         "shared/bus/ingress.py",
-        """        if record.get("fingerprint") != asked:
+        """        if not asked.match(record):
             raise IdempotencyKeyReused(_reused(key))
 """,
         "",
         "a key repeated with another message (type, destination, body, due time) is answered "
         "with the first message's receipt, and the new message is dropped",
+    ),
+    Mutant(
+        "ingress-request-fingerprint-ignored",
+        "shared/bus/ingress.py",
+        "        return self.request is not None and recorded == self.request\n",
+        "        return False\n",
+        "a client's retry whose record another version of the app wrote (its model reads the "
+        "message differently) is refused as a reused key",
+    ),
+    Mutant(
+        "ingress-request-fingerprint-any",
+        "shared/bus/ingress.py",
+        "        return self.request is not None and recorded == self.request\n",
+        "        return self.request is not None\n",
+        "a key reused for a different client request is answered with the first receipt",
     ),
     Mutant(
         "ingress-one-namespace",
@@ -210,8 +225,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "ingress-legacy-any-sender",
         "shared/bus/ingress.py",
-        'if record.get("sender") != sender or record.get("type") != message_type:',
-        'if record.get("type") != message_type:',
+        'if record.get("sender") != sender or record.get("type") not in names:',
+        'if record.get("type") not in names:',
         "a record of the previous version answers a sender of another kind than the one that "
         "wrote it (an HTTP caller's record answers `bus send`)",
     ),

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.bulk.keys import idempotency_key, row_key_text
-from shared.bus import BusApp, Message
+from shared.bus import BusApp
 from shared.bus.config import BusConfig
 from shared.bus.messages import check_payload_size, checked_partition_key
 from shared.errors import InvalidName, MessageTooLarge
 from shared.http_ingress import (
     BadRequest,
+    ClientMessage,
     build_message,
     destination,
     message_types,
@@ -78,12 +79,12 @@ def body_columns(
 
 @dataclass(frozen=True)
 class Planned:
-    """A row that passed every check: its message, destination and idempotency key."""
+    """A row that passed every check: its message, destination and request digest
+    (``ClientMessage``), and its idempotency key."""
 
     row_key: str
     key: str
-    message: Message
-    to: str | None
+    sent: ClientMessage
 
 
 @dataclass(frozen=True)
@@ -113,14 +114,12 @@ def plan_row(
         # Nulls are left out, so that a field's default applies and a required field says so.
         body = {c: row[c] for c in body_columns if row.get(c) is not None}
         _check_unicode(body)
-        message, to = build_message(
-            app, target.type_name, body, target.to, telemetry=config.telemetry, to_field="--to"
-        )
-        checked_partition_key(message)
-        check_payload_size(message, config.max_payload_bytes)
+        sent = build_message(app, target.type_name, body, target.to, config=config, to_field="--to")
+        checked_partition_key(sent.message)
+        check_payload_size(sent.message, config.max_payload_bytes)
     except (BadRequest, InvalidName, MessageTooLarge) as e:
         return Rejected(None if row_key is None else safe_text(row_key), str(e), row_json(row))
-    return Planned(row_key, key, message, to)
+    return Planned(row_key, key, sent)
 
 
 def row_json(row: Mapping[str, Any]) -> str:

@@ -151,4 +151,7 @@ async def _submit_with_retries(client: IngressClient, planned: Planned) -> SendR
 
 
 async def _submit(client: IngressClient, planned: Planned) -> SendReceipt:
-    return await client.submit(planned.message, to=planned.to, idempotency_key=planned.key)
+    sent = planned.sent
+    return await client.submit(
+        sent.message, to=sent.to, idempotency_key=planned.key, request=sent.request
+    )

@@ -40,3 +40,21 @@ def json_sha256(value: object, encoder: json.JSONEncoder) -> str:
     for start in range(0, len(text), _SLICE_CHARS):
         digest.update(text[start : start + _SLICE_CHARS].encode("utf-8"))
     return digest.hexdigest()
+
+
+def bounded_json_sha256(value: object, encoder: json.JSONEncoder, max_bytes: int) -> str | None:
+    """``json_sha256``, or None when the UTF-8 text is over ``max_bytes``: for what comes
+    from outside, which the caller refuses above a limit. A text of more characters than
+    ``max_bytes`` is refused before any of it is hashed (a character is at least one byte)."""
+    text = encoder.encode(value)
+    if len(text) > max_bytes:
+        return None
+    digest = hashlib.sha256()
+    size = 0
+    for start in range(0, len(text), _SLICE_CHARS):
+        piece = text[start : start + _SLICE_CHARS].encode("utf-8")
+        size += len(piece)
+        if size > max_bytes:
+            return None
+        digest.update(piece)
+    return digest.hexdigest()

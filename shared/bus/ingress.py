@@ -12,12 +12,20 @@ and a fingerprint of the message, so old and new instances answer each other's r
 a key reused for a different message is refused once its record has a fingerprint. On:
 under ``scope|key``, each sender's keys its own; a raw-key record without a scope (the
 previous version's, or this one's while off) still answers the kind of sender that wrote it.
+
+What makes a retry the same message: two fingerprints (``Fingerprints``). The message's, as
+this version's model sees it, which instances of earlier releases compare; and, for a client
+request (HTTP, ``bus send``/``publish``, a bulk row), the request's as the client sent it,
+which an app's next version sees alike even where its model does not (a field added with a
+default, a field removed, a type renamed): a retry reaching either version of the app during
+a rolling deploy is answered with the first receipt.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -25,14 +33,15 @@ from typing import Any
 from shared.bus.config import BusConfig
 from shared.bus.context import PendingOutput
 from shared.bus.deliveries import decode_signals, encode_signals, first_format
-from shared.bus.formats import property_fields, property_version
-from shared.bus.ids import derived_id, json_sha256
+from shared.bus.formats import FIRST, property_fields, property_version
+from shared.bus.ids import bounded_json_sha256, derived_id, json_sha256
 from shared.bus.messages import (
     Command,
     Event,
     Message,
     check_payload_size,
     checked_partition_key,
+    type_names,
 )
 from shared.bus.origin import Origin
 from shared.bus.outgoing import (
@@ -118,14 +127,76 @@ def fingerprint(output: PendingOutput, delay: timedelta | None, deliver_at: date
         "type": message.type_name(),
         "to": output.to,
         "body": message.model_dump(mode="json"),
-        "delay": None if delay is None else delay.total_seconds(),
-        "deliver_at": None if deliver_at is None else _instant(deliver_at),
+        "delay": _seconds(delay),
+        "deliver_at": _instant_or_none(deliver_at),
     }
     return json_sha256(asked, _CANONICAL)
 
 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 """The JSON text a fingerprint hashes: sorted keys, no spaces, UTF-8 as is."""
+_AS_GIVEN = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr
+)
+"""``_CANONICAL`` for a request as given: a bulk row may hold values JSON has no type for
+(a Parquet timestamp, a decimal), hashed by their ``repr``."""
+
+
+def request_digest(
+    type_name: str, to: str | None, body: Mapping[str, object], max_bytes: int
+) -> str | None:
+    """What a client asked for, before any model read it: the type name, destination (None
+    when left out) and body exactly as given, a SHA-256 digest of their canonical JSON
+    (``Fingerprints.of`` adds the due time), hashed in slices, not copied whole. None when
+    that JSON is over ``max_bytes`` (a body's fields a model would drop count too): the
+    caller refuses such a request."""
+    return bounded_json_sha256({"type": type_name, "to": to, "body": body}, _AS_GIVEN, max_bytes)
+
+
+REQUEST_FINGERPRINT = "request_fingerprint"
+"""The record's property holding ``Fingerprints.request`` (format 2 on)."""
+
+
+@dataclass(frozen=True)
+class Fingerprints:
+    """What identifies a send for its key's record: the message as this version's model sees
+    it (``fingerprint``; what instances of earlier releases compare), and the request as its
+    client sent it (None for a Python caller's message, which has no request)."""
+
+    message: str
+    request: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        output: PendingOutput,
+        delay: timedelta | None,
+        deliver_at: datetime | None,
+        request: str | None,
+    ) -> Fingerprints:
+        """``request``: ``request_digest`` of the client's request, joined here with its due
+        time as the message's fingerprint takes it."""
+        due = {"delay": _seconds(delay), "deliver_at": _instant_or_none(deliver_at)}
+        of_request = (
+            None if request is None else json_sha256({"request": request, **due}, _CANONICAL)
+        )
+        return cls(fingerprint(output, delay, deliver_at), of_request)
+
+    def record_fields(self, wire_format: int) -> dict[str, str]:
+        """The record's properties: the request's only from format 2 (format 1 is exactly
+        what releases before format versions wrote; they ignore what they do not read)."""
+        fields = {"fingerprint": self.message}
+        if self.request is not None and wire_format != FIRST:
+            fields[REQUEST_FINGERPRINT] = self.request
+        return fields
+
+    def match(self, record: Entity) -> bool:
+        """Whether ``record`` was written for the same send: the same message as this
+        version's model sees it, or the same request as its client sent it (both known)."""
+        if record.get("fingerprint") == self.message:
+            return True
+        recorded = record.get(REQUEST_FINGERPRINT)
+        return self.request is not None and recorded == self.request
 
 
 class IngressClient:
@@ -168,14 +239,17 @@ class IngressClient:
         idempotency_key: str,
         delay: timedelta | None = None,
         deliver_at: datetime | None = None,
+        request: str | None = None,
     ) -> SendReceipt:
         """Send ``command`` to ``to``; with ``delay`` or ``deliver_at``, it is not processed
-        before then (a retry with the same key keeps the first call's due time)."""
+        before then (a retry with the same key keeps the first call's due time). ``request``:
+        the client's request it was read from (``request_digest``), if any."""
         if not isinstance(command, Command):
             raise TypeError("send() takes a Command")
         due = self._due(delay, deliver_at)
         output = PendingOutput(command, check_endpoint_name(to), {}, deliver_at=due)
-        return await self._submit(output, idempotency_key, fingerprint(output, delay, deliver_at))
+        asked = Fingerprints.of(output, delay, deliver_at, request)
+        return await self._submit(output, idempotency_key, asked)
 
     async def submit(
         self,
@@ -185,16 +259,27 @@ class IngressClient:
         idempotency_key: str,
         delay: timedelta | None = None,
         deliver_at: datetime | None = None,
+        request: str | None = None,
     ) -> SendReceipt:
         """``send`` a command to ``to``, or ``publish`` an event (``to`` None): for callers
-        that hold a message of either kind, with the destination ``build_message`` gave."""
+        that hold a message of either kind, with the destination and the request's digest
+        ``build_message`` gave."""
         if isinstance(message, Command) and to is not None:
             return await self.send(
-                message, to=to, idempotency_key=idempotency_key, delay=delay, deliver_at=deliver_at
+                message,
+                to=to,
+                idempotency_key=idempotency_key,
+                delay=delay,
+                deliver_at=deliver_at,
+                request=request,
             )
         if isinstance(message, Event) and to is None:
             return await self.publish(
-                message, idempotency_key=idempotency_key, delay=delay, deliver_at=deliver_at
+                message,
+                idempotency_key=idempotency_key,
+                delay=delay,
+                deliver_at=deliver_at,
+                request=request,
             )
         raise TypeError(f"{message.type_name()} cannot be submitted with to={to!r}")
 
@@ -205,17 +290,19 @@ class IngressClient:
         idempotency_key: str,
         delay: timedelta | None = None,
         deliver_at: datetime | None = None,
+        request: str | None = None,
     ) -> SendReceipt:
         if not isinstance(event, Event):
             raise TypeError("publish() takes an Event")
         due = self._due(delay, deliver_at)
         output = PendingOutput(event, None, {}, deliver_at=due)
-        return await self._submit(output, idempotency_key, fingerprint(output, delay, deliver_at))
+        asked = Fingerprints.of(output, delay, deliver_at, request)
+        return await self._submit(output, idempotency_key, asked)
 
     def _due(self, delay: timedelta | None, deliver_at: datetime | None) -> datetime | None:
         return due_time(to_datetime(self.config.clock()), delay, deliver_at)
 
-    async def _submit(self, output: PendingOutput, key: str, asked: str) -> SendReceipt:
+    async def _submit(self, output: PendingOutput, key: str, asked: Fingerprints) -> SendReceipt:
         check_idempotency_key(key)
         checked_partition_key(output.message)
         check_payload_size(output.message, self.config.max_payload_bytes)
@@ -227,14 +314,16 @@ class IngressClient:
             span.set_attribute("bus.deduplicated", receipt.deduplicated)
             return receipt
 
-    async def _send_once(self, output: PendingOutput, key: str, asked: str) -> SendReceipt:
+    async def _send_once(self, output: PendingOutput, key: str, asked: Fingerprints) -> SendReceipt:
         return await conflict_rounds(
             self.config,
             lambda: self._send_round(output, key, asked),
             f"ingress key {key!r} kept conflicting",
         )
 
-    async def _send_round(self, output: PendingOutput, key: str, asked: str) -> SendReceipt:
+    async def _send_round(
+        self, output: PendingOutput, key: str, asked: Fingerprints
+    ) -> SendReceipt:
         """One round: read the key's record (this scope's, then the previous version's under
         the raw key), then either re-send what it lists (the same message) or refuse (another
         message), or create the message's tokens and record them; raises Conflict to start
@@ -295,7 +384,7 @@ class IngressClient:
             {
                 **property_fields(config.wire_format),
                 **({"scope": self.scope, "key": key} if config.ingress_key_scopes else {}),
-                "fingerprint": asked,
+                **asked.record_fields(config.wire_format),
                 "sender": self.sender,
                 "incoming_id": incoming_id,
                 "type": output.message.type_name(),
@@ -348,15 +437,15 @@ class IngressClient:
         await send_signals(self.account, outgoing, config=self.config)
         return SendReceipt(key, tuple(o.message_id for o in outgoing), True)
 
-    async def _same(self, record: Entity, key: str, asked: str) -> SendReceipt:
+    async def _same(self, record: Entity, key: str, asked: Fingerprints) -> SendReceipt:
         """A record with a fingerprint: the first send's receipt for the same message, a
         refusal for another one."""
-        if record.get("fingerprint") != asked:
+        if not asked.match(record):
             raise IdempotencyKeyReused(_reused(key))
         return await self._resend(record, key)
 
     async def _legacy(
-        self, record: Entity, output: PendingOutput, key: str, asked: str
+        self, record: Entity, output: PendingOutput, key: str, asked: Fingerprints
     ) -> SendReceipt:
         """A record under the raw key, written by the previous version or by this one with
         BUS_INGRESS_KEY_SCOPES off: honoured for the kind of sender that wrote it and the same
@@ -369,8 +458,14 @@ class IngressClient:
         return await self._resend(record, key)
 
 
-def _instant(moment: datetime) -> str:
+def _seconds(delay: timedelta | None) -> float | None:
+    return None if delay is None else delay.total_seconds()
+
+
+def _instant_or_none(moment: datetime | None) -> str | None:
     """One text per instant: 09:00+00:00 and 10:00+01:00 are the same due time."""
+    if moment is None:
+        return None
     return moment.astimezone(UTC).isoformat() if moment.tzinfo is not None else moment.isoformat()
 
 
@@ -385,12 +480,13 @@ def _reused(key: str) -> str:
 def _legacy_matches(record: Entity, sender: str, output: PendingOutput) -> bool:
     """Whether a record without a scope (written by the previous version, which kept no
     fingerprint) may answer this send: written by this kind of sender, for this type, to
-    this destination (a command) or to recipients of this type (an event)."""
-    message_type = output.message.type_name()
-    if record.get("sender") != sender or record.get("type") != message_type:
+    this destination (a command) or to recipients of this type (an event). The type by any
+    of its names: a version of the app before a rename recorded its former name."""
+    names = type_names(type(output.message))
+    if record.get("sender") != sender or record.get("type") not in names:
         return False
     outgoing = _outgoing(record)
-    if any(o.type != message_type for o in outgoing):
+    if any(o.type not in names for o in outgoing):
         return False
     if output.to is None:
         return True

@@ -92,9 +92,8 @@ async def send_command(
 ) -> int:
     """``send`` a command or ``publish`` an event through the ingress (exactly once per key
     within the ingress window); with ``delay``, it is not processed before then."""
-    message, destination = build_message(
-        worker.app, type_name, body, to, telemetry=worker.config.telemetry, to_field="--to"
-    )
+    sent = build_message(worker.app, type_name, body, to, config=worker.config, to_field="--to")
+    message = sent.message
     if publish and isinstance(message, Command):
         raise ValueError(f"{type_name} is a command: use `send`, not `publish`")
     if not publish and not isinstance(message, Command):
@@ -103,7 +102,9 @@ async def send_command(
         key = f"cli-{uuid.uuid4()}"
         print(f"no --key given: using {key} (pass it again to retry safely)", file=sys.stderr)
     receipt = await (
-        worker.bus().client("cli").submit(message, to=destination, idempotency_key=key, delay=delay)
+        worker.bus()
+        .client("cli")
+        .submit(message, to=sent.to, idempotency_key=key, delay=delay, request=sent.request)
     )
     print_json(receipt.as_json())
     return EXIT_OK

@@ -92,8 +92,8 @@ def test_a_row_whose_key_cannot_be_an_idempotency_key_is_rejected(key: str, why:
 def test_a_good_row_becomes_its_message_with_its_key() -> None:
     outcome = plan({"game_id": "g-1", "position": "7"})  # text converted as the schema says
     assert isinstance(outcome, Planned)
-    assert outcome.message == FireAt(game_id="g-1", position=7)
-    assert (outcome.key, outcome.to) == ("job-1:g-1", "shootingrange")
+    assert outcome.sent.message == FireAt(game_id="g-1", position=7)
+    assert (outcome.key, outcome.sent.to) == ("job-1:g-1", "shootingrange")
 
 
 @pytest.mark.parametrize(
@@ -185,5 +185,5 @@ def test_a_job_may_name_its_type_by_a_former_name() -> None:
         body_columns=("order", "address"),
     )
     assert isinstance(planned, Planned)
-    assert planned.message == Dispatch(order="o1", address="Quay 1")
-    assert planned.to == "dock"
+    assert planned.sent.message == Dispatch(order="o1", address="Quay 1")
+    assert planned.sent.to == "dock"

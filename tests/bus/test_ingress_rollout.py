@@ -139,8 +139,13 @@ async def test_off_is_the_default_and_writes_the_previous_layout_plus_a_fingerpr
     assert first.status == 202
 
     written = await record(bus, key)  # the raw key, where the previous version reads
-    # Plus its format version, which the previous version ignores as it does the fingerprint
-    assert set(written.properties) == PREVIOUS_LAYOUT | {"fingerprint", "format"}
+    # Plus its format version and the request's fingerprint, which the previous version
+    # ignores as it does the fingerprint
+    assert set(written.properties) == PREVIOUS_LAYOUT | {
+        "fingerprint",
+        "format",
+        "request_fingerprint",
+    }
     with pytest.raises(NotFound):
         await record(bus, record_key("http", key))
 

@@ -267,3 +267,29 @@ async def test_a_key_whose_record_a_newer_version_wrote_is_a_503_to_retry_and_se
     assert (await table.get("http-newer", INGRESS_ROW)).properties == newer.properties
     assert await bus.account.queue("orders").approximate_count() == 0
     assert [b async for b in bus.account.blob_container(bus.config.tokens_container).list()] == []
+
+
+async def test_a_retry_of_a_request_another_version_of_the_app_recorded_is_answered_over_http(
+    served: TestClient[Any, Any], bus: Bus
+) -> None:
+    """Issue 29: during a rolling deploy the key's record may hold the message as another
+    version of the app's model saw it (a field added with a default changes that view: here
+    its fingerprint is replaced). The request as the client sent it still identifies the
+    retry, through the function as through any client."""
+    headers = {"Idempotency-Key": "http-rolled"}
+    first = await served.post("/api/messages?code=fn", json=ORDER, headers=headers)
+    assert first.status == 202
+    table = bus.account.table(bus.config.ingress_table)
+    written = await table.get("http-rolled", INGRESS_ROW)
+    seen_otherwise = {**written.properties, "fingerprint": "0" * 64}
+    await table.update(Entity(written.partition_key, INGRESS_ROW, seen_otherwise))
+
+    again = await served.post("/api/messages?code=fn", json=ORDER, headers=headers)
+
+    assert again.status == 200
+    assert (await again.json())["message_ids"] == (await first.json())["message_ids"]
+    other = {**ORDER, "body": {**ORDER["body"], "amount_cents": 1}}
+    refused = await served.post("/api/messages?code=fn", json=other, headers=headers)
+    assert refused.status == 409
+    tokens = bus.account.blob_container(bus.config.tokens_container)
+    assert len([b async for b in tokens.list()]) == 1  # nothing sent twice
