@@ -40,6 +40,9 @@ class Message(BaseModel):
     """The shape's version; above 1, ``previous`` is the model of the version before."""
     previous: ClassVar[type[BaseModel] | None] = None
     """The model of version ``version - 1`` (it may have its own ``previous``)."""
+    oldest_version: ClassVar[int] = 1
+    """The oldest version still read: the chain of ``previous`` models goes down to it, and a
+    body of an older version is refused as a schema error (its upcaster was retired)."""
 
     @classmethod
     def type_name(cls) -> str:

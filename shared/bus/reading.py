@@ -62,6 +62,11 @@ def read_body(
             f"{model.type_name()} version {type_version} is newer than the version this "
             f"instance reads ({model.version})"
         )
+    if type_version < model.oldest_version:
+        raise MessageSchemaError(
+            f"{model.type_name()} version {type_version} is older than the oldest version this "
+            f"instance reads ({model.oldest_version}): its upcaster was retired"
+        )
     chain = _chain_down_to(model, type_version)
     oldest = chain[-1]
     known = _known_fields(oldest)
@@ -145,8 +150,17 @@ def _count_ignored(
 
 
 def check_versions(model: type[Message]) -> None:
-    """Refuse, at start-up, a type whose versions cannot all be read: every version above 1
-    needs a ``previous`` model of the version before and its own ``upcast``, down to 1."""
+    """Refuse, at start-up, a type whose versions cannot all be read: every version above
+    the oldest still read (``oldest_version``, 1 unless retired) needs a ``previous`` model of
+    the version before and its own ``upcast``, down to that one."""
+    oldest = model.oldest_version
+    if version_of(model) >= 1 and not (
+        isinstance(oldest, int) and 1 <= oldest <= version_of(model)
+    ):
+        raise ConfigurationError(
+            f"{model.type_name()}: oldest_version must be a whole number from 1 to its version "
+            f"({version_of(model)}), got {oldest!r}"
+        )
     current: type[BaseModel] = model
     while True:
         version = version_of(current)
@@ -155,7 +169,7 @@ def check_versions(model: type[Message]) -> None:
                 f"{_named(model, current)}: version must be a whole number from 1, got "
                 f"{getattr(current, 'version', None)!r}"
             )
-        if version == 1:
+        if version <= oldest:
             return
         _check_step(model, current, version)
         current = _previous(current)

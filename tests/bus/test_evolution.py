@@ -21,6 +21,7 @@ from tests.bus.evolving import (
     Version1Strict,
     Version2,
     Version3,
+    Version3Retired,
     metrics,
     receiving_app,
     sending_client,
@@ -127,6 +128,28 @@ async def test_bodies_of_versions_1_and_2_are_upcast_to_version_3(
         "order=o1|street=Dock 2|city=Rotterdam|country=unknown",
         "order=o1|street=Main St 1|city=Delft|country=unknown",
     ]
+
+
+async def test_a_body_older_than_the_oldest_version_read_is_parked_at_once(
+    backend: Backend, mode: Mode
+) -> None:
+    # Given a receiver that retired version 1's upcaster, and a message of version 1 still
+    # waiting (an upgraded instance cannot read it either: not a give-back)
+    harness, name, runs = await receiver(backend, mode, Version3Retired.Ship)
+    older = sending_client(harness.setup_bus, [name], Version1.Ship)
+    await older.send(
+        Version1.Ship(order="o1", address="Main St 1, Delft"), to=name, idempotency_key="o1"
+    )
+
+    outcomes = await deliver_visible(harness, name)
+
+    assert outcomes == Counter({Outcome.POISONED: 1})
+    assert runs == Counter()
+    [parked] = await harness.poison_messages(name)
+    reason = parked["poison"]
+    assert isinstance(reason, dict)
+    assert reason["error_type"] == "MessageSchemaError"
+    assert "older than the oldest version this instance reads (2)" in str(reason["reason"])
 
 
 async def test_a_body_of_a_newer_version_is_not_processed(backend: Backend, mode: Mode) -> None:

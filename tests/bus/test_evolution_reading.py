@@ -34,6 +34,7 @@ from tests.bus.evolving import (
     Version1Strict,
     Version2,
     Version3,
+    Version3Retired,
     metrics,
 )
 
@@ -133,6 +134,18 @@ def test_a_newer_body_is_not_read(measured: Metrics) -> None:
         read(Version2.Ship, body, measured, version=3)
 
 
+def test_a_body_older_than_the_oldest_version_read_is_a_schema_error(measured: Metrics) -> None:
+    check_versions(Version3Retired.Ship)  # complete down to version 2
+    body_v2 = {"order": "o1", "street": "Dock 2", "city": "Rotterdam"}
+    assert read(Version3Retired.Ship, body_v2, measured, version=2).country == "unknown"
+    with pytest.raises(
+        MessageSchemaError,
+        match=r"Ship version 1 is older than the oldest version this instance reads \(2\): its "
+        "upcaster was retired",
+    ):
+        read(Version3Retired.Ship, BODY_V1, measured, version=1)
+
+
 class Unversioned(Command):
     order: str
 
@@ -174,6 +187,24 @@ class Zero(Command):
     order: str
 
 
+class RetiredPastItself(Command):
+    version = 2
+    oldest_version = 3
+    order: str
+
+
+class RetiredToZero(Command):
+    version = 2
+    oldest_version = 0
+    order: str
+
+
+class RetiredWithAGap(Command):
+    version = 3
+    oldest_version = 2
+    order: str
+
+
 @pytest.mark.parametrize(
     ("model", "error"),
     [
@@ -183,6 +214,12 @@ class Zero(Command):
         (InheritsAnUpcast, "InheritsAnUpcast is version 3 but defines no classmethod upcast"),
         (Broken, "Broken (its older model NoUpcast) is version 2 but defines no classmethod"),
         (Zero, "Zero: version must be a whole number from 1, got 0"),
+        (
+            RetiredPastItself,
+            "oldest_version must be a whole number from 1 to its version (2), got 3",
+        ),
+        (RetiredToZero, "oldest_version must be a whole number from 1 to its version (2), got 0"),
+        (RetiredWithAGap, "RetiredWithAGap is version 3 but names no previous model"),
     ],
 )
 def test_an_incomplete_chain_is_a_configuration_error(model: type[Message], error: str) -> None:
@@ -195,7 +232,7 @@ def test_an_incomplete_chain_is_a_configuration_error(model: type[Message], erro
 
 
 def test_complete_chains_pass() -> None:
-    for model in (Unversioned, Version1.Ship, Version2.Ship, Version3.Ship):
+    for model in (Unversioned, Version1.Ship, Version2.Ship, Version3.Ship, Version3Retired.Ship):
         check_versions(model)
 
 
