@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from shared.bus.deliveries import decode_signals
+from shared.bus.formats import property_version
 from shared.bus.records import caused_by
-from shared.errors import CorruptRecord
+from shared.errors import CorruptRecord, NewerVersion
 from shared.stores.spread import PARTS_SUFFIX, gathered_properties
 
 AUDIT_COLUMNS = (
@@ -163,8 +164,15 @@ def deliveries_of_ingress(outgoing: object) -> list[Delivery] | None:
 
 
 def ingress_row(table: str, partition_key: str, properties: Mapping[str, object]) -> Row:
-    """One ingress record (PartitionKey = the client's idempotency key, RowKey ``ingress``)."""
+    """One ingress record (PartitionKey = the client's idempotency key, RowKey ``ingress``).
+    A record whose format this version does not read (newer, or not a version at all) lists
+    no deliveries, so that the audit counts it as invalid rather than guess what it says."""
     properties = _joined(properties)
+    try:
+        property_version(properties, f"ingress record {partition_key!r}")
+        deliveries = deliveries_of_ingress(properties.get("outgoing"))
+    except (NewerVersion, CorruptRecord):
+        deliveries = None
     return (
         table,
         partition_key,
@@ -172,5 +180,5 @@ def ingress_row(table: str, partition_key: str, properties: Mapping[str, object]
         _text(properties.get("incoming_id")),
         _text(properties.get("type")),
         _time(properties.get("created_at")),
-        deliveries_of_ingress(properties.get("outgoing")),
+        deliveries,
     )

@@ -10,7 +10,12 @@ import pytest
 
 from shared.audit.next_steps import NOTHING_TO_DO, next_steps
 from shared.audit.poisoned import MAX_ORIGINAL_BYTES, poisoned_row
-from shared.audit.rows import POISONED_COLUMNS, deliveries_of_audit, deliveries_of_ingress
+from shared.audit.rows import (
+    POISONED_COLUMNS,
+    deliveries_of_audit,
+    deliveries_of_ingress,
+    ingress_row,
+)
 from shared.audit.summary import AuditSummary, Invariants
 from shared.bus.envelope import Signal
 from shared.bus.poison import Reason, poison_body, reference_body
@@ -57,6 +62,32 @@ def test_ingress_outgoing_keeps_only_what_names_a_delivery() -> None:
     ]
     assert deliveries_of_ingress(json.dumps([{"destination": "orders"}])) is None
     assert deliveries_of_ingress("oops") is None
+
+
+@pytest.mark.parametrize(
+    ("version", "read"), [(None, True), (1, True), (2, True), (3, False), ("2", False)]
+)
+def test_an_ingress_record_of_a_format_this_version_does_not_read_lists_no_deliveries(
+    version: object, read: bool
+) -> None:
+    full = {
+        "destination": "orders",
+        "message_id": "m1",
+        "attempt_id": "a1",
+        "token": "t",
+        "partition_key": "p",
+        "type": "PlaceOrder",
+    }
+    properties: dict[str, object] = {"sender": "http", "type": "PlaceOrder"}
+    properties["outgoing"] = json.dumps([full])
+    if version is not None:
+        properties["format"] = version
+
+    row = ingress_row("ingress", "key-1", properties)
+
+    # A newer record is counted as invalid (its deliveries unreadable), never misread
+    expected = [{"id": "m1", "type": "PlaceOrder", "destination": "orders"}] if read else None
+    assert row[-1] == expected
 
 
 def signal(message_id: str, sender: str = "web") -> str:
