@@ -47,15 +47,19 @@ def test_mistyped_fields_of_a_caused_entry_become_none() -> None:
     assert deliveries_of_audit(stored) == [{"id": None, "type": None, "destination": "payments"}]
 
 
+FULL_SIGNAL = {
+    "destination": "orders",
+    "message_id": "m1",
+    "attempt_id": "a1",
+    "token": "t",
+    "partition_key": "p",
+    "type": "PlaceOrder",
+}
+"""A delivery as the first format of an ingress record lists it: the whole signal."""
+
+
 def test_ingress_outgoing_keeps_only_what_names_a_delivery() -> None:
-    full = {
-        "destination": "orders",
-        "message_id": "m1",
-        "attempt_id": "a1",
-        "token": "t",
-        "partition_key": "p",
-        "type": "PlaceOrder",
-    }
+    full = FULL_SIGNAL
 
     assert deliveries_of_ingress(json.dumps([full])) == [
         {"id": "m1", "type": "PlaceOrder", "destination": "orders"}
@@ -70,16 +74,8 @@ def test_ingress_outgoing_keeps_only_what_names_a_delivery() -> None:
 def test_an_ingress_record_of_a_format_this_version_does_not_read_lists_no_deliveries(
     version: object, read: bool
 ) -> None:
-    full = {
-        "destination": "orders",
-        "message_id": "m1",
-        "attempt_id": "a1",
-        "token": "t",
-        "partition_key": "p",
-        "type": "PlaceOrder",
-    }
     properties: dict[str, object] = {"sender": "http", "type": "PlaceOrder"}
-    properties["outgoing"] = json.dumps([full])
+    properties["outgoing"] = json.dumps([FULL_SIGNAL])
     if version is not None:
         properties["format"] = version
 

@@ -10,10 +10,8 @@ if it is absent."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import itertools
-import json
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from shared.clock import ManualClock
 from shared.stores.memory import MemoryStorageAccount
 from shared.stores.table import Entity
 from tests.formats.wire_v1 import ATTEMPT, CREATED, DUE, INCOMING, OUT, SENDER
+from tests.formats.written_once import write_once
 
 FIXTURE = Path(__file__).parent / "fixtures" / "stored_v1.json"
 CLAIM = "3e2d1c0b-9a8f-4e7d-8c6b-5a4f3e2d1c0b"
@@ -143,15 +142,7 @@ def examples(version: int = FIRST) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.formats.stored_v1", description=__doc__)
-    parser.add_argument("--force", action="store_true", help="rewrite an existing fixture")
-    args = parser.parse_args(argv)
-    if FIXTURE.exists() and not args.force:
-        print(f"{FIXTURE} exists: it is what this format's first version wrote; not rewritten")
-        return 1
-    FIXTURE.write_text(json.dumps(examples(), indent=1, ensure_ascii=False) + "\n")
-    print(f"wrote {FIXTURE}")
-    return 0
+    return write_once("tests.formats.stored_v1", __doc__, FIXTURE, examples, argv)
 
 
 if __name__ == "__main__":

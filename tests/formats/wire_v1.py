@@ -10,8 +10,6 @@ ships)."""
 
 from __future__ import annotations
 
-import argparse
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from shared.bus.origin import Origin
 from shared.bus.outgoing import DUE_METADATA, ORIGIN_METADATA, UNCLAIMED
 from shared.bus.poison import Reason, excerpt_body, poison_body, reference_body
 from shared.bus.records import OUTBOX_PREFIX
+from tests.formats.written_once import write_once
 
 FIXTURE = Path(__file__).parent / "fixtures" / "wire_v1.json"
 SENDER = "orders"
@@ -110,15 +109,7 @@ def examples(version: int = FIRST) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.formats.wire_v1", description=__doc__)
-    parser.add_argument("--force", action="store_true", help="rewrite an existing fixture")
-    args = parser.parse_args(argv)
-    if FIXTURE.exists() and not args.force:
-        print(f"{FIXTURE} exists: it is what this format's first version wrote; not rewritten")
-        return 1
-    FIXTURE.write_text(json.dumps(examples(), indent=1, ensure_ascii=False) + "\n")
-    print(f"wrote {FIXTURE}")
-    return 0
+    return write_once("tests.formats.wire_v1", __doc__, FIXTURE, examples, argv)
 
 
 if __name__ == "__main__":

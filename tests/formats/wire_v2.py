@@ -8,12 +8,11 @@ writes the file only if it is absent."""
 
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 from tests.formats import stored_v1, wire_v1
+from tests.formats.written_once import write_once
 
 FIXTURE = Path(__file__).parent / "fixtures" / "wire_v2.json"
 VERSION = 2
@@ -25,15 +24,7 @@ def examples() -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.formats.wire_v2", description=__doc__)
-    parser.add_argument("--force", action="store_true", help="rewrite an existing fixture")
-    args = parser.parse_args(argv)
-    if FIXTURE.exists() and not args.force:
-        print(f"{FIXTURE} exists: it is what format 2's first version wrote; not rewritten")
-        return 1
-    FIXTURE.write_text(json.dumps(examples(), indent=1, ensure_ascii=False) + "\n")
-    print(f"wrote {FIXTURE}")
-    return 0
+    return write_once("tests.formats.wire_v2", __doc__, FIXTURE, examples, argv)
 
 
 if __name__ == "__main__":
