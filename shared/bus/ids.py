@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections.abc import Iterator
 
 _NAMESPACE = uuid.UUID("6f1c1a52-27a4-4a8e-9d36-0b7e4c2f9a10")
 
@@ -35,10 +36,9 @@ def json_sha256(value: object, encoder: json.JSONEncoder) -> str:
     """SHA-256 (hex) of ``encoder.encode(value)`` as UTF-8, the text encoded a 1 MiB slice at
     a time: encoding it whole would be one more copy of a large body. The text itself is made
     in one go, by the C encoder (piece by piece is slow for a body of many small values)."""
-    text = encoder.encode(value)
     digest = hashlib.sha256()
-    for start in range(0, len(text), _SLICE_CHARS):
-        digest.update(text[start : start + _SLICE_CHARS].encode("utf-8"))
+    for piece in _utf8_slices(encoder.encode(value)):
+        digest.update(piece)
     return digest.hexdigest()
 
 
@@ -51,10 +51,15 @@ def bounded_json_sha256(value: object, encoder: json.JSONEncoder, max_bytes: int
         return None
     digest = hashlib.sha256()
     size = 0
-    for start in range(0, len(text), _SLICE_CHARS):
-        piece = text[start : start + _SLICE_CHARS].encode("utf-8")
+    for piece in _utf8_slices(text):
         size += len(piece)
         if size > max_bytes:
             return None
         digest.update(piece)
     return digest.hexdigest()
+
+
+def _utf8_slices(text: str) -> Iterator[bytes]:
+    """``text`` as UTF-8, 1 MiB of characters at a time."""
+    for start in range(0, len(text), _SLICE_CHARS):
+        yield text[start : start + _SLICE_CHARS].encode("utf-8")
