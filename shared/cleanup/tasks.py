@@ -77,11 +77,19 @@ def _skipping(report: TaskReport) -> OnDamaged:
     return lambda damaged: _skip_bad_row(report, damaged.where, damaged.error)
 
 
-def _skip_newer(report: TaskReport, what: str, error: NewerVersion) -> None:
-    """Keep a record or token a newer version wrote: this version cannot judge it, and never
-    deletes what it cannot read (an upgraded instance's cleanup judges it)."""
-    log.warning("cleanup %s: keeping %s: %s", report.task, what, shown(error))
-    report.kept["newer_version"] += 1
+UNJUDGED = (NewerVersion, *ROW_ERRORS)
+"""What keeps a record or token from being judged: a newer version wrote it, or it is bad."""
+
+
+def _skip_unjudged(report: TaskReport, what: str, error: BaseException) -> None:
+    """Keep a record or token this version cannot judge, and pass over it: one a newer
+    version wrote is kept for an upgraded instance's cleanup (never deleted on a guess), a bad
+    one is reported as such."""
+    if isinstance(error, NewerVersion):
+        log.warning("cleanup %s: keeping %s: %s", report.task, what, shown(error))
+        report.kept["newer_version"] += 1
+    else:
+        _skip_bad_row(report, what, error)
 
 
 def _storage_error(report: TaskReport, what: str, error: BaseException) -> None:
@@ -188,11 +196,8 @@ def _readable_metadata(blob: BlobProperties, report: TaskReport) -> bool:
     damaged) is kept, and reported."""
     try:
         metadata_version(blob.metadata, f"token {shown(blob.name)}")
-    except NewerVersion as e:
-        _skip_newer(report, f"token {blob.name!r}", e)
-        return False
-    except CorruptRecord as e:
-        _skip_bad_row(report, f"token {blob.name!r}", e)
+    except UNJUDGED as e:
+        _skip_unjudged(report, f"token {blob.name!r}", e)
         return False
     return True
 
@@ -253,11 +258,8 @@ class AbandonedTokens(CleanupTask):
                 continue
             try:
                 parsed = self._parse(context, blob)
-            except NewerVersion as e:
-                _skip_newer(report, f"token {blob.name!r}", e)
-                continue
-            except ROW_ERRORS as e:
-                _skip_bad_row(report, f"token {blob.name!r}", e)
+            except UNJUDGED as e:
+                _skip_unjudged(report, f"token {blob.name!r}", e)
                 continue
             if parsed == "abandoned":
                 doomed.append(blob)
@@ -277,11 +279,8 @@ class AbandonedTokens(CleanupTask):
                 continue
             try:
                 verdict = self._judge(context, blob, name, kind, row)
-            except NewerVersion as e:
-                _skip_newer(report, f"token {blob.name!r}", e)
-                continue
-            except ROW_ERRORS as e:
-                _skip_bad_row(report, f"token {blob.name!r}", e)
+            except UNJUDGED as e:
+                _skip_unjudged(report, f"token {blob.name!r}", e)
                 continue
             if verdict == "abandoned":
                 doomed.append(blob)
@@ -417,10 +416,8 @@ class OutboxRecords(CleanupTask):
         async def judge(entity: Entity) -> tuple[Entity, str] | None:
             try:
                 kind = await self._judge(context, OutboxRecord.from_entity(entity), report)
-            except NewerVersion as e:
-                _skip_newer(report, _row(rows, entity), e)
-            except ROW_ERRORS as e:
-                _skip_bad_row(report, _row(rows, entity), e)
+            except UNJUDGED as e:
+                _skip_unjudged(report, _row(rows, entity), e)
             except STORAGE_ERRORS as e:
                 _storage_error(report, _row(rows, entity), e)
             else:
@@ -481,10 +478,8 @@ class IngressRecords(CleanupTask):
         async def judge(entity: Entity) -> tuple[Entity, str] | None:
             try:
                 return await self._judge(context, entity, report)
-            except NewerVersion as e:
-                _skip_newer(report, _row(rows, entity), e)
-            except ROW_ERRORS as e:
-                _skip_bad_row(report, _row(rows, entity), e)
+            except UNJUDGED as e:
+                _skip_unjudged(report, _row(rows, entity), e)
             except STORAGE_ERRORS as e:
                 _storage_error(report, _row(rows, entity), e)
             return None
