@@ -124,7 +124,8 @@ async def seed(account: StorageAccount, config: BusConfig, endpoint: str, n: int
     tokens = account.blob_container(config.tokens_container)
     table = account.table(endpoint)
     ingress = account.table(config.ingress_table)
-    for store in (tokens, table, ingress):
+    payloads = account.blob_container(config.payloads_container)  # the cleanup lists it
+    for store in (tokens, table, ingress, payloads):
         await store.create_if_missing()
 
     def create(name: str, metadata: dict[str, str]) -> Callable[[], Awaitable[object]]:
