@@ -164,8 +164,8 @@ def build_message(
         raise BadRequest(unroutable(app, type_name, to))
     if not isinstance(body, dict):
         raise BadRequest("'body' must be a JSON object with the message's fields")
-    if holds_lone_surrogate(body):
-        raise BadRequest("'body' holds text that is not valid Unicode (a lone surrogate)")
+    if holds_lone_surrogate(body):  # no storage request can carry one (a bulk row's text)
+        raise BadRequest("the body holds text that is not valid Unicode (a lone surrogate)")
     try:
         message = read_body(model, body, reader=CLIENT_READER, telemetry=config.telemetry)
     except MessageSchemaError as e:

@@ -26,7 +26,6 @@ from shared.http_ingress import (
     message_types,
     unroutable,
 )
-from shared.stores.names import holds_lone_surrogate
 
 MAX_REJECTED_ROW_CHARS = 10_000
 """A rejected row is kept in the rejects output up to this length (as JSON)."""
@@ -113,7 +112,6 @@ def plan_row(
         key = idempotency_key(job, row_key)
         # Nulls are left out, so that a field's default applies and a required field says so.
         body = {c: row[c] for c in body_columns if row.get(c) is not None}
-        _check_unicode(body)
         sent = build_message(app, target.type_name, body, target.to, config=config, to_field="--to")
         checked_partition_key(sent.message)
         check_payload_size(sent.message, config.max_payload_bytes)
@@ -136,9 +134,3 @@ def safe_text(text: str) -> str:
     except UnicodeEncodeError:
         return text.encode("ascii", "backslashreplace").decode("ascii")
     return text
-
-
-def _check_unicode(body: Mapping[str, Any]) -> None:
-    """Text read from JSON may hold a lone surrogate, which no storage request can carry."""
-    if holds_lone_surrogate(body):
-        raise BadRequest("the row holds text that is not valid Unicode")
