@@ -9,6 +9,13 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from shared.bus.effects import (
+    PERFORMER_ENDPOINT,
+    EffectAnswered,
+    EffectRequest,
+    check_service_name,
+    effect_key,
+)
 from shared.bus.envelope import Envelope
 from shared.bus.ids import derived_id, stable_seed
 from shared.bus.messages import (
@@ -78,6 +85,7 @@ class HandlerContext(Generic[S]):
         self.seed = stable_seed(envelope.id, "random") if seed is None else seed
         self._random = _random.Random(self.seed)
         self._ids = 0
+        self._effects = 0
         self._max_payload = max_payload_bytes
         self._max_outputs = max_outputs
         self.outputs: list[PendingOutput] = []
@@ -138,6 +146,34 @@ class HandlerContext(Generic[S]):
             raise TypeError(f"publish() takes an Event; send() commands ({type(event)!r})")
         due = due_time(self._now, delay, deliver_at)
         self._add(PendingOutput(event, None, dict(headers or {}), trace_headers(), due))
+
+    def request_effect(
+        self,
+        *,
+        service: str,
+        operation: str,
+        body: dict[str, Any],
+        answer: type[EffectAnswered],
+        reply_to: str | None = None,
+    ) -> str:
+        """Ask the bus to call ``service``'s ``operation`` with ``body`` once this message's
+        processing commits (``docs/effects.md``); its answer comes back as an ``answer`` to
+        ``reply_to`` (this endpoint by default), in this message's partition. Returns the
+        idempotency key, the same on every run for this message and position."""
+        if not (isinstance(answer, type) and issubclass(answer, EffectAnswered)):
+            raise TypeError(f"request_effect() answers with an EffectAnswered type ({answer!r})")
+        self._effects += 1
+        request = EffectRequest(
+            key=effect_key(self.envelope.id, self._effects),
+            service=check_service_name("service", service),
+            operation=check_service_name("operation", operation),
+            body=body,
+            answer_type=answer.type_name(),
+            reply_to=check_endpoint_name(reply_to or self.endpoint),
+            partition=self.partition_key,
+        )
+        self._add(PendingOutput(request, PERFORMER_ENDPOINT, {}, trace_headers()))
+        return request.key
 
     def _add(self, output: PendingOutput) -> None:
         if len(self.outputs) >= self._max_outputs:
