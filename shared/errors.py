@@ -147,3 +147,21 @@ class IdempotencyKeyReused(BusError, ValueError):
     or due time) for this sender within the ingress window: the request is refused rather
     than answered with that message's receipt. The text names the key, never the other
     message's content (HTTP 409, ``bus send`` exit 2, a rejected bulk row)."""
+
+
+class ProviderUnavailable(BusError):
+    """An external service's call did not give a usable answer: refused connection, timeout,
+    dropped connection, 429 or 5xx. Its outcome is unknown, so the performer retries it under
+    the endpoint's retry policy with the same idempotency key (``docs/effects.md``)."""
+
+
+class UndeclaredService(PermanentFailure):
+    """An effect request names a service the app does not declare, or an answer type that is
+    not an ``EffectAnswered``: no message can make the bus call what the app did not declare.
+    Parked with this reason."""
+
+
+class EffectKeyConflict(PermanentFailure):
+    """The provider refused an idempotency key as already used with another body. The bus
+    sends one body per key, so this is a defect (or a key shared with another client), never
+    retried: parked with this reason."""

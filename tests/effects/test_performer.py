@@ -1,0 +1,120 @@
+"""Effects through the real receive pipeline over the in-memory stores: a handler requests a
+charge, the performer calls the provider after the commit, and the answer comes back as a
+message processed once."""
+
+from __future__ import annotations
+
+import random
+
+from pydantic import BaseModel
+
+from shared.bus import BusApp, HandlerContext, RetryPolicy
+from shared.bus.effects import PERFORMER_ENDPOINT, EffectAnswered
+from shared.bus.messages import Command
+from shared.clock import ManualClock
+from shared.effects.memory import InMemoryProvider
+from shared.effects.performer import add_performer
+from shared.stores.memory import MemoryStorageAccount
+from tests.bus.harness import Harness
+from tests.conftest import Backend
+
+
+class PlaceOrder(Command):
+    partition_by = "order"
+    order: str
+    amount: int
+
+
+class ChargeAnswered(EffectAnswered):
+    pass
+
+
+class Order(BaseModel):
+    requested: list[str] = []
+    answers: list[tuple[str, str]] = []
+    """(key, outcome) of each answer processed, in order."""
+
+
+def orders_app(provider: InMemoryProvider, *, service: str = "payments") -> BusApp:
+    app = BusApp()
+    orders = app.endpoint("orders", Order)
+
+    @orders.handles(PlaceOrder)
+    def place(ctx: HandlerContext[Order], cmd: PlaceOrder) -> None:
+        key = ctx.request_effect(
+            service=service, operation="charge", body={"amount": cmd.amount}, answer=ChargeAnswered
+        )
+        ctx.state.requested.append(key)
+
+    @orders.handles(ChargeAnswered)
+    def answered(ctx: HandlerContext[Order], answer: ChargeAnswered) -> None:
+        ctx.state.answers.append((answer.key, answer.outcome))
+
+    add_performer(app, {"payments": provider}, call_timeout=5.0, retry=RetryPolicy(immediate=3))
+    return app
+
+
+async def placed(provider: InMemoryProvider, *, service: str = "payments") -> Harness:
+    clock = ManualClock()
+    backend = Backend("memory", MemoryStorageAccount(clock=clock), clock)
+    harness = await Harness.create(
+        backend, orders_app(provider, service=service), jitter=random.Random(7)
+    )
+    await harness.setup_bus.client().send(
+        PlaceOrder(order="o1", amount=1200), to="orders", idempotency_key="place-o1"
+    )
+    await harness.run_until_quiet()
+    return harness
+
+
+async def test_a_committed_request_is_applied_once_and_answered_once() -> None:
+    provider = InMemoryProvider()
+    harness = await placed(provider)
+    order = await harness.applied_state("orders", "o1", Order)
+    [key] = order.requested
+    assert order.answers == [(key, "succeeded")]
+    assert provider.applied(key) == 1
+    assert await harness.tokens() == []
+
+
+async def test_unknown_outcomes_are_retried_with_the_same_key_and_applied_once() -> None:
+    provider = InMemoryProvider(lost_answers=1, unavailable=1)
+    harness = await placed(provider)
+    order = await harness.applied_state("orders", "o1", Order)
+    [key] = order.requested
+    assert provider.calls == 3
+    assert [entry.key for entry in provider.ledger] == [key]
+    assert order.answers == [(key, "succeeded")]
+
+
+async def test_duplicate_signals_to_the_performer_apply_and_answer_once() -> None:
+    provider = InMemoryProvider()
+    clock = ManualClock()
+    backend = Backend("memory", MemoryStorageAccount(clock=clock), clock)
+    harness = await Harness.create(backend, orders_app(provider), jitter=random.Random(7))
+    await harness.setup_bus.client().send(
+        PlaceOrder(order="o1", amount=1200), to="orders", idempotency_key="place-o1"
+    )
+    [signal] = await harness.raw.queue("orders").receive(1, visibility_timeout=30)
+    await harness.deliver("orders", signal)
+    [request] = await harness.raw.queue(PERFORMER_ENDPOINT).peek(1)
+    await harness.raw.queue(PERFORMER_ENDPOINT).send(request.content)
+    await harness.raw.queue(PERFORMER_ENDPOINT).send(request.content)
+    await harness.run_until_quiet()
+    order = await harness.applied_state("orders", "o1", Order)
+    [key] = order.requested
+    assert provider.applied(key) == 1
+    assert order.answers == [(key, "succeeded")]
+
+
+async def test_a_request_for_an_undeclared_service_is_parked_and_calls_nothing() -> None:
+    provider = InMemoryProvider()
+    harness = await placed(provider, service="refunds")
+    [parked] = await harness.poison_messages(PERFORMER_ENDPOINT)
+    poison = parked["poison"]
+    assert isinstance(poison, dict)
+    assert poison["reason"].startswith("UndeclaredService: ")
+    assert ": no service refunds" in poison["reason"]
+    assert provider.calls == 0
+    order = await harness.applied_state("orders", "o1", Order)
+    assert order.answers == []
