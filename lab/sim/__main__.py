@@ -32,6 +32,9 @@ and, in token mode, with up to one deviation and one fault:
     by an old one that does not know Step and gives it back (NoMisreadMessages; nothing
     parked, lost or processed twice), with up to one deviation and one fault, then two
     deviations and no fault;
+15. ``small-effect``: a handler requests a charge, the bus's performer calls the provider
+    after the commit (a scheduled, faulted operation) and the answer comes back to the
+    handler (EffectsAppliedOnce), with up to one deviation and one fault;
 and then seeded random search over larger configurations in every mode for the rest of the
 time budget. With two cores the phases are dealt to two processes (``DEFAULT_PLAN``), each
 then searching its own random seeds. ``--mode`` keeps the phases and random runs of one mode.
@@ -106,6 +109,7 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-partition-postgres-processed_messages", 1, 1),
         ("small-partition-postgres-entity_outbox", 1, 1),
         ("small-shared-processed_messages", 1, 0),
+        ("small-effect", 1, 1),
     ),
 )
 """The phases explored exhaustively before the random search, dealt to two processes so

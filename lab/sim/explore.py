@@ -107,6 +107,10 @@ CONFIGS: dict[str, SimConfig] = {
         # acknowledgement, failed re-sends, copies: nothing lost, parked, misread or
         # processed twice.
         SimConfig(name="small-rolling", shape="single", copies=1, duplicates=1, rolling=True),
+        # An effect (docs/effects.md): two copies of a message whose handler requests a
+        # charge; the performer calls the provider after the commit (a scheduled operation,
+        # faulted and landing late like a write) and the answer comes back to the handler.
+        SimConfig(name="small-effect", shape="effect", messages=1, copies=2, concurrency=2),
         # Outside the timing assumptions: a process may also stall before any operation for
         # longer than the grace period (a paused machine) while a cleanup pass runs. Not
         # part of the default exploration: the cleanup's safety rests on those assumptions
@@ -379,6 +383,9 @@ async def simulate(
         retention=variant.retention if variant is not None else None,
         old_version=variant.old_version if variant is not None else "old",
         old_window=variant.old_window if variant is not None else None,
+        attempt_keys=variant is not None and variant.attempt_keys,
+        effect_before_commit=variant is not None and variant.effect_before_commit,
+        answer_outside=variant is not None and variant.answer_outside,
         covered=covered,
         prepared=prepared,
     )

@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from lab.sim.model import Applied, Journal
 from lab.sim.readings import WINDOW_MODES, ModeReading
 from shared.bus.app import Mode
+from shared.bus.effects import PERFORMER_ENDPOINT
 from shared.bus.poison import Unreadable, read_poison, unwrap
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
 from shared.bus.state.base import EndpointState
@@ -81,6 +82,7 @@ ORIGINAL_KEPT = "OriginalKept"
 BOUNDED_PARKED_RESIDUE = "BoundedParkedResidue"
 NO_MISSING_PAYLOAD = "NoMissingPayload"
 NO_MISREAD_MESSAGES = "NoMisreadMessages"
+EFFECTS_APPLIED_ONCE = "EffectsAppliedOnce"
 UNEXPECTED_ERROR = "UnexpectedError"
 """Not an invariant of the design: a simulated process raised something other than the
 project's own errors, i.e. a bug in the code under test."""
@@ -97,6 +99,7 @@ INVARIANTS = (
     BOUNDED_PARKED_RESIDUE,
     NO_MISSING_PAYLOAD,
     NO_MISREAD_MESSAGES,
+    EFFECTS_APPLIED_ONCE,
 )
 
 
@@ -132,6 +135,11 @@ class Observation:
     (a stall under unbounded timing): dedup records may then have expired legitimately."""
     beyond: Observation | None = None
     """Window modes: the stores after one more cleanup pass past the dedup window."""
+    ledger: list[tuple[str, str]] | None = None
+    """The effect shape: (key, order) of every charge the provider applied; None: no
+    provider in this run."""
+    uncommitted: list[str] = field(default_factory=list)
+    """The effect shape: keys the provider applied before their requesting round committed."""
 
     def expected(self) -> dict[tuple[str, str], Applied]:
         """(endpoint, logical name) -> what the handler applied."""
@@ -178,6 +186,8 @@ async def observe(
             elif entity.row_key.startswith(AUDIT_PREFIX):
                 ids = sorted(str(c["id"]) for c in json.loads(str(entity["caused"])))
                 caused[entity.row_key[len(AUDIT_PREFIX) :]] = ids
+                if endpoint == PERFORMER_ENDPOINT:
+                    entries.append(_performed(entity))
             elif entity.row_key.startswith(OUTBOX_PREFIX):
                 outbox += 1
             rows.read(entity)
@@ -192,6 +202,20 @@ async def observe(
     if payloads_container:
         seen.payloads = [p.name async for p in account.blob_container(payloads_container).list()]
     return seen
+
+
+def _performed(audit: Entity) -> Applied:
+    """What the bus's performer endpoint applied, read from its audit row: it keeps no
+    journal (its handler is the bus's own), and its audit row commits with its processing.
+    Its messages' ids derive from their causes', so an id names one across runs."""
+    causation = str(audit["causation_id"])
+    return Applied(
+        id=str(audit["message_id"]),
+        name=str(audit["message_id"]),
+        source=str(audit["source"]),
+        causation=causation or None,
+        digest=str(audit["message_type"]),
+    )
 
 
 def check(
@@ -309,6 +333,37 @@ def check(
         found += _state_stream(run, reference, endpoint)
     if residue:
         found += _residue(run)
+    return found + _effects(run)
+
+
+def _effects(run: Observation) -> list[Violation]:
+    """EffectsAppliedOnce: every effect a committed round requested was applied by the
+    provider once, under its key; nothing was applied for a request no round committed, nor
+    before the requesting round committed. (Every answer processed once is
+    NoDuplicatedProcessing and NoLostMessages on the answer's journal entry.)"""
+    if run.ledger is None:
+        return []
+    found: list[Violation] = []
+    requested = {k: a.name for entries in run.applied.values() for a in entries for k in a.effects}
+    for key, order in sorted(requested.items()):
+        keys = [k for k, o in run.ledger if o == order]
+        if keys != [key]:
+            found.append(
+                Violation(
+                    EFFECTS_APPLIED_ONCE,
+                    f"the effect of {order} ({key}) was applied {len(keys)} times"
+                    + (f", under the keys {', '.join(keys)}" if keys else ""),
+                )
+            )
+    found += [
+        Violation(EFFECTS_APPLIED_ONCE, f"{order} was charged ({key}) but no round requested it")
+        for key, order in run.ledger
+        if order not in requested.values()
+    ]
+    found += [
+        Violation(EFFECTS_APPLIED_ONCE, f"effect {key} was applied before its round committed")
+        for key in dict.fromkeys(run.uncommitted)
+    ]
     return found
 
 

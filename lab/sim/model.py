@@ -9,6 +9,9 @@ Shapes (``Shape``):
 - ``shared``: first publishes Announced, an event whose envelope is longer than a signal
   carries, to ``second`` and ``third``: its body is stored once, as a shared payload
   (``shared.bus.payloads``), and both tokens refer to it.
+- ``effect``: first handles Start by requesting a charge from the service ``payments``
+  (``docs/effects.md``); the bus's performer endpoint calls the provider after the commit,
+  and first handles the answer, Charged. The entry of Start lists the effect's key.
 
 Each handler appends one ``Applied`` entry (message id, its logical name, source, causation, a
 digest of what it received) to its partition's state. The invariants read these entries back:
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
@@ -43,9 +47,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from shared.bus import BusApp, Command, Event, HandlerContext, RetryPolicy
-from shared.bus.app import Mode
+from shared.bus.app import Endpoint, Mode, NoState
+from shared.bus.effects import PERFORMER_ENDPOINT, EffectAnswered, EffectRequest
+from shared.effects.performer import add_performer
+from shared.effects.provider import Provider, outcome_of
 
-Shape = Literal["single", "chain", "publish", "mixed", "shared"]
+Shape = Literal["single", "chain", "publish", "mixed", "shared", "effect"]
 Version = Literal["new", "old", "old-misreading"]
 """The version of the app an instance runs: ``new``, or an ``old`` one whose second endpoint
 does not know Step yet (a type the new version added: it gives such a message back), or one
@@ -115,6 +122,8 @@ class Applied(BaseModel):
     """Processed before its due time (NoEarlyDelivery)."""
     misread: bool = False
     """Processed by an old version that cannot read it (NoMisreadMessages)."""
+    effects: list[str] = []
+    """The keys of the effects its handler requested (EffectsAppliedOnce)."""
 
 
 class Journal(BaseModel):
@@ -140,7 +149,13 @@ def digest(ctx: HandlerContext[Journal]) -> str:
     return hashlib.sha256(seen.encode()).hexdigest()[:16]
 
 
-def record(ctx: HandlerContext[Journal], name: str, *, misread: bool = False) -> None:
+def record(
+    ctx: HandlerContext[Journal],
+    name: str,
+    *,
+    misread: bool = False,
+    effects: tuple[str, ...] = (),
+) -> None:
     due = ctx.envelope.deliver_at
     ctx.state.applied.append(
         Applied(
@@ -151,6 +166,7 @@ def record(ctx: HandlerContext[Journal], name: str, *, misread: bool = False) ->
             digest=digest(ctx),
             early=due is not None and ctx.now() < due,
             misread=misread,
+            effects=list(effects),
         )
     )
 
@@ -173,12 +189,25 @@ def build_app(
     retry: RetryPolicy | None = None,
     oversized: int = 0,
     version: Version = "new",
+    provider: Provider | None = None,
+    effect_before_commit: bool = False,
+    answer_outside: AnswerSender | None = None,
 ) -> SimApp:
     """The simulated application; ``mode`` is the endpoint mode every endpoint uses and
     ``suffix`` keeps the names of concurrent runs on one real account apart; ``version``
     (``Version``) what its second endpoint knows of Step."""
-    if shape not in (*SHAPES, "shared"):
-        raise ValueError(f"unknown shape {shape!r}; choose one of {(*SHAPES, 'shared')}")
+    if shape not in (*SHAPES, "shared", "effect"):
+        raise ValueError(f"unknown shape {shape!r}; choose one of {(*SHAPES, 'shared', 'effect')}")
+    if shape == "effect":
+        if provider is None:
+            raise ValueError("the effect shape calls a provider: pass one")
+        return _effect_app(
+            mode,
+            suffix,
+            provider,
+            before_commit=effect_before_commit,
+            answer_outside=answer_outside,
+        )
     used = {"single": 2, "chain": 3, "publish": 4, "mixed": 4, "shared": 3}[shape]
     names = [f"{name}{suffix}" for name in ENDPOINTS[:used]]
     app = BusApp()
@@ -252,3 +281,68 @@ def _on_happened(ctx: HandlerContext[Journal], event: Happened) -> None:
 
 def _on_announced(ctx: HandlerContext[Journal], event: Announced) -> None:
     record(ctx, event.path)
+
+
+class Charged(EffectAnswered):
+    """The answer to the effect shape's charge."""
+
+
+EFFECT_CALL_TIMEOUT = 60.0
+"""Seconds a simulated call may take: in-memory calls never wait, so only a hung run meets it."""
+
+
+AnswerSender = Callable[[Command, str], Awaitable[object]]
+"""Sends an answer to an endpoint outside the performer's commit (a known-bad variant)."""
+
+
+def _effect_app(
+    mode: Mode,
+    suffix: str,
+    provider: Provider,
+    *,
+    before_commit: bool,
+    answer_outside: AnswerSender | None,
+) -> SimApp:
+    """The ``effect`` shape. Known-bad variants: ``before_commit`` also calls the provider
+    from the handler, before its round commits, as a handler that calls its provider directly
+    would; ``answer_outside`` replaces the bus's performer with one that sends the answer
+    itself, on every run, instead of in its commit."""
+    app = BusApp()
+    first = app.endpoint(f"{ENDPOINTS[0]}{suffix}", Journal, mode=mode)
+
+    @first.handles(Start)
+    async def start(ctx: HandlerContext[Journal], message: Start) -> None:
+        body = {"order": message.request}
+        key = ctx.request_effect(service="payments", operation="charge", body=body, answer=Charged)
+        if before_commit:
+            await provider.call("charge", body, key)
+        record(ctx, message.request, effects=(key,))
+
+    @first.handles(Charged)
+    def charged(ctx: HandlerContext[Journal], answer: Charged) -> None:
+        requested = [a.name for a in ctx.state.applied if answer.key in a.effects]
+        if not requested:
+            raise RuntimeError(f"an answer for effect {answer.key}, which no entry requested")
+        record(ctx, f"{requested[0]}>{answer.outcome}")
+
+    if answer_outside is None:
+        add_performer(app, {"payments": provider}, call_timeout=EFFECT_CALL_TIMEOUT)
+    else:
+        _add_answering_performer(app, provider, answer_outside)
+    return SimApp(app, "effect", first.name)
+
+
+def _add_answering_performer(app: BusApp, provider: Provider, send: AnswerSender) -> None:
+    performer: Endpoint[NoState] = app.endpoint(PERFORMER_ENDPOINT)
+
+    @performer.handles(EffectRequest)
+    async def perform(ctx: HandlerContext[NoState], request: EffectRequest) -> None:
+        answer = await provider.call(request.operation, request.body, request.key)
+        charged = Charged(
+            partition=request.partition,
+            key=request.key,
+            outcome=outcome_of(answer),
+            status=answer.status,
+            body=answer.body,
+        )
+        await send(charged, request.reply_to)

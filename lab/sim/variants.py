@@ -78,6 +78,12 @@ class Variant:
     old_window: float | None = None
     """The give-back window (seconds) of the rolling phase's old instances, if not the
     default."""
+    attempt_keys: bool = False
+    """The effect shape's provider is sent a key of its own on every call."""
+    effect_before_commit: bool = False
+    """The effect shape's handler calls the provider itself, before its round commits."""
+    answer_outside: bool = False
+    """The effect shape's performer sends each answer itself, outside its commit."""
 
 
 class _Blobs(DelegatingBlobContainer):
@@ -663,6 +669,23 @@ GIVE_BACK_MISREADS = Variant(
     old_version="old-misreading",
 )
 
+EFFECT_ATTEMPT_KEY = Variant(
+    "effect-attempt-key",
+    "an effect's idempotency key is the same on every call (derived from the message and the "
+    "effect's position, never from an attempt)",
+    attempt_keys=True,
+)
+EFFECT_BEFORE_COMMIT = Variant(
+    "effect-before-commit",
+    "an effect is performed only after the round that requested it committed",
+    effect_before_commit=True,
+)
+ANSWER_OUTSIDE_OUTBOX = Variant(
+    "answer-outside-outbox",
+    "an effect's answer is an output of the performer's commit, so it is processed once",
+    answer_outside=True,
+)
+
 VARIANTS = {
     v.name: v
     for v in (
@@ -693,5 +716,8 @@ VARIANTS = {
         GIVE_BACK_ACKNOWLEDGED_FIRST,
         GIVE_BACK_PARKS_AT_ONCE,
         GIVE_BACK_MISREADS,
+        EFFECT_ATTEMPT_KEY,
+        EFFECT_BEFORE_COMMIT,
+        ANSWER_OUTSIDE_OUTBOX,
     )
 }

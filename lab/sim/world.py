@@ -56,14 +56,16 @@ from lab.sim.invariants import (
     check,
     observe,
 )
-from lab.sim.model import Shape, Start, Version, build_app
+from lab.sim.model import ENDPOINTS, Shape, Start, Version, build_app
 from lab.sim.payloads import NO_MISSING_PAYLOAD, PayloadWatch
+from lab.sim.provider import ScheduledProvider
 from lab.sim.readings import WINDOW_MODES
 from lab.sim.scheduler import REAL_STORE_TIMEOUT, Process, Scheduler
 from lab.sim.variants import incoming_token
-from shared.bus import Bus, BusConfig, RetryPolicy
+from shared.bus import Bus, BusConfig, Command, RetryPolicy
 from shared.bus.app import Mode, Store
 from shared.bus.deliveries import decode_signals, first_format
+from shared.bus.effects import PERFORMER_ENDPOINT
 from shared.bus.envelope import Signal
 from shared.bus.ingress import INGRESS_ROW, record_key
 from shared.bus.origin import Origin
@@ -355,10 +357,23 @@ class World:
     prepared: Prepared | None = None
     """Set when ``account`` already holds what ``setup`` puts there for this configuration
     (a copy of an account another world set up): ``run`` then skips ``setup``."""
+    attempt_keys: bool = False
+    """The effect shape's provider gets a key of its own on every call (a variant)."""
+    effect_before_commit: bool = False
+    """The effect shape's handler calls the provider before its round commits (a variant)."""
+    answer_outside: bool = False
+    """The effect shape's performer sends each answer itself, outside its commit (a variant)."""
     trace: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         config = self.config
+        self.instrumentation = Instrumentation(plan=self._plan)
+        self.provider = ScheduledProvider(
+            self.instrumentation,
+            self.account,
+            f"{ENDPOINTS[0]}{self.suffix}",
+            attempt_keys=self.attempt_keys,
+        )
         self.sim = build_app(
             config.shape,
             config.mode,
@@ -367,6 +382,9 @@ class World:
             failures=config.failures,
             retry=config.retry,
             oversized=config.oversized,
+            provider=self.provider if config.shape == "effect" else None,
+            effect_before_commit=self.effect_before_commit,
+            answer_outside=self._send_answer if self.answer_outside else None,
         )
         self.sql = MemorySqlDatabase() if config.store == "postgres" else None
         if self.sql is not None:
@@ -375,7 +393,6 @@ class World:
                 declared[name] = replace(endpoint, store="postgres")
         self.endpoints = list(self.sim.app.endpoints)
         self.modes = {name: config.mode for name in self.endpoints}
-        self.instrumentation = Instrumentation(plan=self._plan)
         self.scheduler = Scheduler(None if self.clock is not None else REAL_STORE_TIMEOUT)
         self.instrumentation.on_operation = self.scheduler.gate
         instrumented: StorageAccount = InstrumentedAccount(self.account, self.instrumentation)
@@ -444,6 +461,7 @@ class World:
         self._lands: dict[int, Action] = {}
         self.ticks = self.sweeps_started = self.duplicates_sent = self.faults = self.waited = 0
         self.replays = 0
+        self._answers_sent = 0
         self.sends_left = dict.fromkeys(range(config.messages), config.client_sends)
         self.retries_left = dict.fromkeys(range(config.messages), config.client_retries)
         self.receipts: set[int] = set()
@@ -452,6 +470,13 @@ class World:
         """A stalled process woke up after the dedup window (window modes only)."""
 
     # -- the bus as the Functions host would run it ------------------------------------------
+
+    async def _send_answer(self, answer: Command, to: str) -> None:
+        """The ``answer-outside-outbox`` variant's send: a client's, under a key of its own on
+        every run, as a performer that sends its answer itself would."""
+        self._answers_sent += 1
+        key = f"answer{self._answers_sent}"
+        await self.bus.client(PERFORMER_ENDPOINT).send(answer, to=to, idempotency_key=key)
 
     def _handler(self, endpoint: str, bus: Bus | None = None) -> Callable[[str, int], Any]:
         receiving = bus or self.bus
@@ -962,7 +987,7 @@ class World:
         return check(seen, reference, client=CLIENT, residue=self.config.residue_checked)
 
     async def _observe(self) -> Observation:
-        return await observe(
+        seen = await observe(
             self.account,
             self.endpoints,
             self.bus_config.tokens_container,
@@ -970,6 +995,10 @@ class World:
             self._sql_rows(counted=False),
             payloads_container=self.bus_config.payloads_container,
         )
+        if self.config.shape == "effect":
+            seen.ledger = self.provider.ledger()
+            seen.uncommitted = list(self.provider.uncommitted)
+        return seen
 
     def decision_state(self, actions: list[Action]) -> Hashable:
         """What decides the rest of a run from here: the trace so far up to the order of
