@@ -3,7 +3,9 @@ the simulator must find the violation that rule prevents. They prove the checker
 
 The code under test is neither edited nor patched: a variant wraps the stores the bus and
 the cleanup use (the bus is built over whatever account it is given), or sets the cleanup's
-configuration (its retention), the two seams the code already has.
+configuration (its retention), the two seams the code already has. The effect variants
+change what is the simulator's own: the application it runs (``lab.sim.model``) and the
+adapter of its provider (``lab.sim.provider``).
 
 The variants of the window modes each break what one reading of the invariants checks
 (``lab.sim.invariants``): the dedup record committed with the state, the state committed
