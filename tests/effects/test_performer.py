@@ -9,7 +9,7 @@ import random
 from pydantic import BaseModel
 
 from shared.bus import BusApp, HandlerContext, RetryPolicy
-from shared.bus.effects import PERFORMER_ENDPOINT, EffectAnswered
+from shared.bus.effects import PERFORMER_ENDPOINT, EffectAnswered, EffectRequest
 from shared.bus.messages import Command
 from shared.clock import ManualClock
 from shared.effects.memory import InMemoryProvider
@@ -118,3 +118,47 @@ async def test_a_request_for_an_undeclared_service_is_parked_and_calls_nothing()
     assert provider.calls == 0
     order = await harness.applied_state("orders", "o1", Order)
     assert order.answers == []
+
+
+async def forged(request: EffectRequest) -> tuple[Harness, InMemoryProvider]:
+    """``request`` sent straight to the performer's queue, as anyone who may send could."""
+    provider = InMemoryProvider()
+    clock = ManualClock()
+    backend = Backend("memory", MemoryStorageAccount(clock=clock), clock)
+    harness = await Harness.create(backend, orders_app(provider), jitter=random.Random(7))
+    await harness.setup_bus.client().send(request, to=PERFORMER_ENDPOINT, idempotency_key="f")
+    await harness.run_until_quiet()
+    return harness, provider
+
+
+def forged_request(**fields: str) -> EffectRequest:
+    values = {
+        "key": "k-forged",
+        "service": "payments",
+        "operation": "charge",
+        "answer_type": "ChargeAnswered",
+        "reply_to": "orders",
+        "partition": "o1",
+        **fields,
+    }
+    return EffectRequest(body={"amount": 1}, **values)
+
+
+async def test_a_forged_request_naming_an_address_is_parked_with_its_name_escaped() -> None:
+    harness, provider = await forged(forged_request(service="https://evil.example/\nforged: line"))
+    [parked] = await harness.poison_messages(PERFORMER_ENDPOINT)
+    poison = parked["poison"]
+    assert isinstance(poison, dict)
+    assert "no service https://evil.example/\\nforged: line" in poison["reason"]
+    assert "\n" not in poison["reason"]
+    assert provider.calls == 0
+
+
+async def test_a_forged_request_whose_answer_type_is_not_an_answer_calls_nothing() -> None:
+    harness, provider = await forged(forged_request(answer_type="PlaceOrder"))
+    [parked] = await harness.poison_messages(PERFORMER_ENDPOINT)
+    poison = parked["poison"]
+    assert isinstance(poison, dict)
+    assert "PlaceOrder is not an answer type" in poison["reason"]
+    assert provider.calls == 0
+    assert (await harness.applied_state("orders", "o1", Order)).answers == []
