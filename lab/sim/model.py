@@ -326,6 +326,7 @@ def _effect_app(
         record(ctx, f"{requested[0]}>{answer.outcome}")
 
     if answer_outside is None:
+        app.service("payments", operations={"charge": "/v1/charges"})
         add_performer(app, {"payments": provider}, call_timeout=EFFECT_CALL_TIMEOUT)
     else:
         _add_answering_performer(app, provider, answer_outside)

@@ -11,6 +11,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel
 
 from shared.bus.context import HandlerContext
+from shared.bus.effects import DEFAULT_CALL_SECONDS, ServiceDeclaration
 from shared.bus.messages import Event, Message, topics_of, type_names
 from shared.bus.reading import check_versions
 from shared.bus.retries import RetryPolicy
@@ -132,6 +133,8 @@ class BusApp:
     def __init__(self) -> None:
         self.endpoints: dict[str, Endpoint[Any]] = {}
         self.routes = Routes(self.endpoints)
+        self.services: dict[str, ServiceDeclaration] = {}
+        """The external services handlers may request effects of (``docs/effects.md``)."""
 
     def endpoint(
         self,
@@ -169,6 +172,27 @@ class BusApp:
         queue name and the message types it accepts. Any other destination is refused
         before the commit (``shared.bus.routes``)."""
         return self.routes.declare_external(name, accepts)
+
+    def service(
+        self,
+        name: str,
+        *,
+        operations: Mapping[str, str],
+        at_most_once: bool = False,
+        timeout_seconds: float = DEFAULT_CALL_SECONDS,
+        idempotency_header: str = "Idempotency-Key",
+    ) -> ServiceDeclaration:
+        """Declare an external service that handlers may call through
+        ``ctx.request_effect`` (``docs/effects.md``): its operations (name -> path), whether
+        it honours an idempotency key, and its call timeout. Its base address and credential
+        are app settings, read once at start-up."""
+        if name in self.services:
+            raise ValueError(f"service {name} is declared twice")
+        declared = ServiceDeclaration(
+            name, operations, at_most_once, timeout_seconds, idempotency_header
+        )
+        self.services[name] = declared
+        return declared
 
     def check(self) -> None:
         """What can only be judged once every handler is registered (the app loader calls it

@@ -10,12 +10,15 @@ of the same message names the same key.
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from shared.bus.ids import derived_id
 from shared.bus.messages import Command
-from shared.errors import InvalidName
+from shared.errors import ConfigurationError, InvalidName, UndeclaredService
 
 PERFORMER_ENDPOINT = "effects"
 """The bus-owned endpoint that performs the effects of the app's handlers."""
@@ -41,6 +44,63 @@ def check_service_name(kind: str, name: str) -> str:
             "starting with a letter"
         )
     return name
+
+
+DEFAULT_CALL_SECONDS = 10.0
+"""A call's timeout when its service declares none; capped below the queue's lease anyway."""
+_HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}")
+_PATH = re.compile(r"/[A-Za-z0-9._~/-]{0,255}")
+
+
+@dataclass(frozen=True)
+class ServiceDeclaration:
+    """An external service the app's handlers may request effects of (``BusApp.service``).
+
+    The declaration is code, reviewed with the app; where the service lives (its base address)
+    and how to authenticate (its credential) are app settings read once at start-up, never a
+    message's content. ``operations`` maps each operation's name to its path under the base
+    address (a POST with the JSON body). ``at_most_once``: the service honours no idempotency
+    key, so a call is never repeated after an unknown outcome (``docs/effects.md``, section 5).
+    ``idempotency_header`` names the header that carries the key for a service that honours
+    one (Stripe's ``Idempotency-Key`` by default)."""
+
+    name: str
+    operations: Mapping[str, str]
+    at_most_once: bool = False
+    timeout_seconds: float = DEFAULT_CALL_SECONDS
+    idempotency_header: str = "Idempotency-Key"
+
+    def __post_init__(self) -> None:
+        check_service_name("service", self.name)
+        if not self.operations:
+            raise ConfigurationError(f"service {self.name}: declare at least one operation")
+        for operation, path in self.operations.items():
+            check_service_name("operation", operation)
+            if not isinstance(path, str) or not _PATH.fullmatch(path) or "//" in path:
+                raise ConfigurationError(
+                    f"service {self.name}: operation {operation} needs a path such as "
+                    f"'/v1/charges' (letters, digits and . _ ~ - /), not {path!r}"
+                )
+        timeout = self.timeout_seconds
+        if not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout <= 0:
+            raise ConfigurationError(
+                f"service {self.name}: timeout_seconds must be a positive number: {timeout!r}"
+            )
+        if not _HEADER_NAME.fullmatch(self.idempotency_header):
+            raise ConfigurationError(
+                f"service {self.name}: {self.idempotency_header!r} is not a header name"
+            )
+        object.__setattr__(self, "operations", dict(self.operations))
+
+    def path(self, operation: str) -> str:
+        """The declared path of ``operation``; an undeclared one is refused."""
+        try:
+            return self.operations[operation]
+        except KeyError:
+            raise UndeclaredService(
+                f"service {self.name} declares no operation {operation!r} "
+                f"(it declares {sorted(self.operations)})"
+            ) from None
 
 
 class EffectRequest(Command):

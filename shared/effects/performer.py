@@ -16,7 +16,7 @@ from shared.bus.effects import PERFORMER_ENDPOINT, EffectAnswered, EffectRequest
 from shared.bus.messages import declared_type
 from shared.bus.retries import RetryPolicy
 from shared.effects.provider import Provider, outcome_of
-from shared.errors import ProviderUnavailable, UndeclaredService
+from shared.errors import ConfigurationError, ProviderUnavailable, UndeclaredService
 from shared.logsafe import shown
 
 
@@ -27,17 +27,23 @@ def add_performer(
     call_timeout: float,
     retry: RetryPolicy | None = None,
 ) -> Endpoint[NoState]:
-    """Declare the performer endpoint of ``app`` for the services ``providers`` names.
-    ``call_timeout`` (seconds) bounds each call: it must stay below the queue's lease, so a
-    slow provider becomes a retry with the same key, not a message held past its lease."""
+    """Declare the performer endpoint of ``app``, calling each service the app declares
+    (``BusApp.service``) through its provider in ``providers``. ``call_timeout`` (seconds)
+    bounds each call: it must stay below the queue's lease, so a slow provider becomes a
+    retry with the same key, not a message held past its lease."""
+    missing = sorted(set(app.services) - set(providers))
+    if missing:
+        raise ConfigurationError(f"no provider for the declared services {missing}")
     endpoint: Endpoint[NoState] = app.endpoint(PERFORMER_ENDPOINT, retry=retry)
-    services = dict(providers)
+    services = {name: providers[name] for name in app.services}
 
     @endpoint.handles(EffectRequest)
     async def perform(ctx: HandlerContext[NoState], request: EffectRequest) -> None:
-        provider = services.get(request.service)
-        if provider is None:
+        declared = app.services.get(request.service)
+        if declared is None:
             raise UndeclaredService(f"effect {request.key}: no service {shown(request.service)}")
+        declared.path(request.operation)  # an undeclared operation is refused here too
+        provider = services[declared.name]
         answer_model = _answer_model(request)
         try:
             async with asyncio.timeout(call_timeout):

@@ -50,6 +50,7 @@ def orders_app(provider: InMemoryProvider, *, service: str = "payments") -> BusA
     def answered(ctx: HandlerContext[Order], answer: ChargeAnswered) -> None:
         ctx.state.answers.append((answer.key, answer.outcome))
 
+    app.service("payments", operations={"charge": "/v1/charges"})
     add_performer(app, {"payments": provider}, call_timeout=5.0, retry=RetryPolicy(immediate=3))
     return app
 
