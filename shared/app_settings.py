@@ -168,6 +168,7 @@ TIMEOUTS = "storage timeouts"
 BUS = "bus"
 POSTGRES = "PostgreSQL"
 CLEANUP = "cleanup"
+EFFECTS = "effects"
 
 BUS_APP = text(
     "BUS_APP",
@@ -412,6 +413,35 @@ POSTGRES_ENTRA = flag(
     group=POSTGRES,
 )
 
+SERVICE_URL = text(
+    "BUS_SERVICE_<NAME>_URL",
+    None,
+    "an https:// base address with a host and no user, query or fragment (http:// only to "
+    "localhost, 127.0.0.1 or ::1: a credential and bodies must not cross a network in clear)",
+    "where the service the app declares as `app.service(name, ...)` lives (NAME: its name "
+    "upper-cased, '-' as '_'); each operation's path is appended. Required for every declared "
+    "service (docs/effects.md)",
+    group=EFFECTS,
+)
+SERVICE_CREDENTIAL = text(
+    "BUS_SERVICE_<NAME>_CREDENTIAL",
+    None,
+    "a token, or a Key Vault reference `@Microsoft.KeyVault(SecretUri=...)` that the "
+    "platform resolves",
+    "sent as `Authorization: Bearer <credential>` on every call to that service; never "
+    "logged or shown. A reference the platform could not resolve stops start-up",
+    group=EFFECTS,
+)
+EFFECT_ANSWER_MAX_BYTES = whole(
+    "BUS_EFFECT_ANSWER_MAX_BYTES",
+    65536,
+    "largest answer body read from a service; a larger answer is not read further and "
+    "counts as unusable (retried with the same key)",
+    group=EFFECTS,
+    low=2,
+    high=MAX_PAYLOAD_CEILING,
+)
+
 CLEANUP_SCHEDULE = text(
     "CLEANUP_SCHEDULE",
     None,
@@ -494,6 +524,9 @@ SETTINGS: tuple[Setting[Any], ...] = (
     POSTGRES_ENDPOINT_URL,
     POSTGRES_POOL_SIZE,
     POSTGRES_ENTRA,
+    SERVICE_URL,
+    SERVICE_CREDENTIAL,
+    EFFECT_ANSWER_MAX_BYTES,
     CLEANUP_SCHEDULE,
     CLEANUP_GRACE,
     CLEANUP_BUDGET,

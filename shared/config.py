@@ -26,8 +26,9 @@ from shared import app_settings as s
 from shared.bus.config import BusConfig
 from shared.bus.state.connection import PostgresSettings, url_problem
 from shared.cleanup.settings import CleanupSettings
+from shared.effects.addresses import EffectSettings, call_cap, read_addresses
 from shared.errors import ConfigurationError
-from shared.host_json import QueueSettings
+from shared.host_json import QueueSettings, function_timeout
 from shared.resources import CONTAINERS, TABLES
 from shared.settings import (
     Settings,
@@ -68,6 +69,9 @@ class AppConfig:
     bus: BusConfig
     """The bus's tunables from the app settings, the shared resource names and host.json's
     maxDequeueCount; clock, ids and telemetry providers keep BusConfig's defaults."""
+    effects: EffectSettings
+    """The declared services' addresses and credentials (``BUS_SERVICE_<NAME>_*``), the
+    answer size limit and the cap on a call's timeout (``shared.effects.addresses``)."""
 
     def require_storage(self) -> StorageSettings:
         """The storage settings; a ConfigurationError naming the connection setting and where
@@ -144,6 +148,16 @@ def _bus(settings: Settings, queues: QueueSettings) -> BusConfig:
     )
 
 
+def _effects(
+    settings: Settings, timeouts: StorageTimeouts, host_json: Path | None
+) -> EffectSettings:
+    return EffectSettings(
+        addresses=read_addresses(settings.values, settings.origins),
+        answer_max_bytes=_value(settings, s.EFFECT_ANSWER_MAX_BYTES),
+        call_cap_seconds=call_cap(function_timeout(host_json), timeouts.call),
+    )
+
+
 def build_config(settings: Settings | None = None, *, root: Path | None = None) -> AppConfig:
     """The app's configuration from ``settings`` (default: ``resolve_settings()``) and the
     host.json in ``root`` (default: the current folder). Raises ConfigurationError on the
@@ -166,6 +180,7 @@ def build_config(settings: Settings | None = None, *, root: Path | None = None) 
         host_json=path if found else None,
         auto_subscribe=_value(settings, s.AUTO_SUBSCRIBE),
         bus=_bus(settings, queues),
+        effects=_effects(settings, timeouts, path if found else None),
     )
 
 

@@ -155,6 +155,19 @@ class ProviderUnavailable(BusError):
     the endpoint's retry policy with the same idempotency key (``docs/effects.md``)."""
 
 
+class ProviderNotReached(ProviderUnavailable):
+    """The connection to the service could not be opened (refused, no such host, a TLS
+    handshake that failed): no byte of the request was sent, so the provider cannot have
+    applied it. Even an at-most-once service may be called again after this."""
+
+
+class AnswerUnusable(ProviderUnavailable):
+    """The call reached the provider and an answer came back, but not one the bus can use:
+    too large, not a JSON object, a redirect. Its outcome is unknown (the provider may have
+    applied the call), so an idempotent service is retried with the same key and an
+    at-most-once service's answer is ``uncertain``."""
+
+
 class UndeclaredService(PermanentFailure):
     """An effect request names a service the app does not declare, or an answer type that is
     not an ``EffectAnswered``: no message can make the bus call what the app did not declare.

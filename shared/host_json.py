@@ -5,12 +5,16 @@ local host's queue polling (``lab.host.queue_worker``) runs by."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from shared.bus.poison import DEFAULT_PARKED_CONTAINER
 from shared.errors import ConfigurationError
 from shared.stores.queue import MAX_RECEIVE_BATCH
+
+DEFAULT_FUNCTION_TIMEOUT = 300.0
+"""host.json's ``functionTimeout`` when it sets none: the Consumption plan's 5 minutes."""
 
 
 @dataclass(frozen=True)
@@ -73,3 +77,24 @@ def timespan(value: str) -> float:
         return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
     except ValueError:
         raise ConfigurationError(f"invalid time span {value!r}: expected 'hh:mm:ss'") from None
+
+
+def function_timeout(path: Path | None) -> float:
+    """host.json's ``functionTimeout`` in seconds: how long the host lets one invocation run
+    before it ends it (and so how long it keeps renewing a queue message's lease for it);
+    ``math.inf`` for ``-1``, unbounded on the plans that allow it; the default without a
+    host.json or the field."""
+    if path is None:
+        return DEFAULT_FUNCTION_TIMEOUT
+    try:
+        value = json.loads(path.read_text()).get("functionTimeout")
+    except (OSError, ValueError, AttributeError) as e:
+        raise ConfigurationError(f"cannot read {path}: {e}") from e
+    if value is None:
+        return DEFAULT_FUNCTION_TIMEOUT
+    if str(value).strip() == "-1":
+        return math.inf
+    seconds = timespan(value)
+    if seconds <= 0:
+        raise ConfigurationError(f"{path}: functionTimeout must be positive or -1")
+    return seconds
