@@ -325,8 +325,8 @@ def _effect_app(
             raise RuntimeError(f"an answer for effect {answer.key}, which no entry requested")
         record(ctx, f"{requested[0]}>{answer.outcome}")
 
+    app.service("payments", operations={"charge": "/v1/charges"})
     if answer_outside is None:
-        app.service("payments", operations={"charge": "/v1/charges"})
         add_performer(app, {"payments": provider}, call_timeout=EFFECT_CALL_TIMEOUT)
     else:
         _add_answering_performer(app, provider, answer_outside)

@@ -132,9 +132,9 @@ class BusApp:
 
     def __init__(self) -> None:
         self.endpoints: dict[str, Endpoint[Any]] = {}
-        self.routes = Routes(self.endpoints)
         self.services: dict[str, ServiceDeclaration] = {}
         """The external services handlers may request effects of (``docs/effects.md``)."""
+        self.routes = Routes(self.endpoints, self.services)
 
     def endpoint(
         self,

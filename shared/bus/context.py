@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random as _random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
@@ -13,6 +14,7 @@ from shared.bus.effects import (
     PERFORMER_ENDPOINT,
     EffectAnswered,
     EffectRequest,
+    ServiceDeclaration,
     check_service_name,
     effect_key,
 )
@@ -27,7 +29,7 @@ from shared.bus.messages import (
 )
 from shared.bus.schedule import due_time
 from shared.bus.telemetry import trace_headers
-from shared.errors import MessageTooLarge
+from shared.errors import MessageTooLarge, UndeclaredService
 from shared.resources import check_endpoint_name
 
 S = TypeVar("S", bound=BaseModel)
@@ -74,10 +76,12 @@ class HandlerContext(Generic[S]):
         now: datetime,
         max_payload_bytes: int,
         max_outputs: int,
+        services: Mapping[str, ServiceDeclaration],
         seed: int | None = None,
         sql: Any = None,
     ) -> None:
         self.endpoint = endpoint
+        self._services = services
         self.sql = sql
         self.envelope = envelope
         self.state = state
@@ -159,14 +163,22 @@ class HandlerContext(Generic[S]):
         """Ask the bus to call ``service``'s ``operation`` with ``body`` once this message's
         processing commits (``docs/effects.md``); its answer comes back as an ``answer`` to
         ``reply_to`` (this endpoint by default), in this message's partition. Returns the
-        idempotency key, the same on every run for this message and position."""
+        idempotency key, the same on every run for this message and position. A service or
+        operation the app does not declare is refused here (UndeclaredService: the incoming
+        message is parked), before anything is committed."""
         if not (isinstance(answer, type) and issubclass(answer, EffectAnswered)):
             raise TypeError(f"request_effect() answers with an EffectAnswered type ({answer!r})")
+        declared = self._services.get(check_service_name("service", service))
+        if declared is None:
+            raise UndeclaredService(
+                f"no service {service} is declared (declared: {sorted(self._services)})"
+            )
+        declared.path(check_service_name("operation", operation))
         self._effects += 1
         request = EffectRequest(
             key=effect_key(self.envelope.id, self._effects),
-            service=check_service_name("service", service),
-            operation=check_service_name("operation", operation),
+            service=service,
+            operation=operation,
             body=body,
             answer_type=answer.type_name(),
             reply_to=check_endpoint_name(reply_to or self.endpoint),

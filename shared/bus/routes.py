@@ -15,6 +15,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from shared.bus.effects import ServiceDeclaration
 from shared.bus.messages import Event, Message, topics_of, type_names
 from shared.errors import BusError
 from shared.resources import check_endpoint_name
@@ -51,9 +52,16 @@ class Routes:
     """The destinations of one app: its own endpoints (read live, so endpoints and handlers
     declared later count) and the external endpoints it declares."""
 
-    def __init__(self, endpoints: Mapping[str, HandlesTypes]) -> None:
+    def __init__(
+        self,
+        endpoints: Mapping[str, HandlesTypes],
+        services: Mapping[str, ServiceDeclaration] | None = None,
+    ) -> None:
         self._endpoints = endpoints
         self.external: dict[str, ExternalEndpoint] = {}
+        self.services: Mapping[str, ServiceDeclaration] = {} if services is None else services
+        """The external services the app declares (read live, like the endpoints): a
+        handler's effect request is checked against them (``HandlerContext.request_effect``)."""
 
     def declare_external(self, name: str, accepts: Collection[type[Message]]) -> ExternalEndpoint:
         check_endpoint_name(name)

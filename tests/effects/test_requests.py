@@ -8,10 +8,15 @@ import pytest
 
 from shared.bus.app import NoState
 from shared.bus.context import HandlerContext
-from shared.bus.effects import PERFORMER_ENDPOINT, EffectAnswered, EffectRequest
+from shared.bus.effects import (
+    PERFORMER_ENDPOINT,
+    EffectAnswered,
+    EffectRequest,
+    ServiceDeclaration,
+)
 from shared.bus.envelope import Envelope
 from shared.bus.messages import Command
-from shared.errors import InvalidName
+from shared.errors import InvalidName, UndeclaredService
 
 
 class ChargeAnswered(EffectAnswered):
@@ -20,6 +25,9 @@ class ChargeAnswered(EffectAnswered):
 
 class NotAnAnswer(Command):
     key: str
+
+
+SERVICES = {"payments": ServiceDeclaration("payments", {"charge": "/v1/charges"})}
 
 
 def context(message_id: str) -> HandlerContext[NoState]:
@@ -42,6 +50,7 @@ def context(message_id: str) -> HandlerContext[NoState]:
         now=envelope.created_at,
         max_payload_bytes=64 * 1024,
         max_outputs=10,
+        services=SERVICES,
     )
 
 
@@ -93,3 +102,14 @@ def test_the_answer_type_must_be_an_effect_answer() -> None:
             body={},
             answer=NotAnAnswer,  # type: ignore[arg-type]
         )
+
+
+@pytest.mark.parametrize(("service", "operation"), [("refunds", "charge"), ("payments", "refund")])
+def test_an_undeclared_service_or_operation_is_refused_when_requested(
+    service: str, operation: str
+) -> None:
+    ctx = context("m-1")
+    with pytest.raises(UndeclaredService):
+        ctx.request_effect(service=service, operation=operation, body={}, answer=ChargeAnswered)
+    assert ctx.outputs == []
+    assert charge(ctx, 10) == charge(context("m-1"), 10), "a refusal uses up no position"
