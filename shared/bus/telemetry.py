@@ -97,6 +97,8 @@ class BusTelemetry:
     ) -> None:
         self.tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
         meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)
+        self.meter = meter
+        """Where the instruments of the bus's other parts are made (``shared.effects``)."""
         self.processed = meter.create_counter(
             "bus.messages.processed",
             unit="{message}",

@@ -16,6 +16,7 @@ from shared.bus.effects import PERFORMER_ENDPOINT, EffectAnswered, EffectRequest
 from shared.bus.messages import declared_type
 from shared.bus.retries import RetryPolicy
 from shared.effects.provider import Provider, outcome_of
+from shared.effects.telemetry import observed_call
 from shared.errors import ConfigurationError, ProviderUnavailable, UndeclaredService
 from shared.logsafe import shown
 
@@ -30,7 +31,8 @@ def add_performer(
     """Declare the performer endpoint of ``app``, calling each service the app declares
     (``BusApp.service``) through its provider in ``providers``. ``call_timeout`` (seconds)
     bounds each call: it must stay below the queue's lease, so a slow provider becomes a
-    retry with the same key, not a message held past its lease."""
+    retry with the same key, not a message held past its lease. A service whose declared
+    timeout is shorter gets its own."""
     missing = sorted(set(app.services) - set(providers))
     if missing:
         raise ConfigurationError(f"no provider for the declared services {missing}")
@@ -45,18 +47,22 @@ def add_performer(
         declared.path(request.operation)  # an undeclared operation is refused here too
         provider = services[declared.name]
         answer_model = _answer_model(request)
-        try:
-            async with asyncio.timeout(call_timeout):
-                answer = await provider.call(request.operation, request.body, request.key)
-        except TimeoutError:
-            raise ProviderUnavailable(
-                f"effect {request.key}: no answer in {call_timeout} s"
-            ) from None
+        seconds = min(declared.timeout_seconds, call_timeout)
+        with observed_call(declared.name, request.operation, request.key) as call:
+            try:
+                async with asyncio.timeout(seconds):
+                    answer = await provider.call(request.operation, request.body, request.key)
+            except TimeoutError:
+                raise ProviderUnavailable(
+                    f"effect {request.key}: no answer in {seconds} s"
+                ) from None
+            outcome = outcome_of(answer)
+            call.answered(answer.status, outcome)
         ctx.send(
             answer_model(
                 partition=request.partition,
                 key=request.key,
-                outcome=outcome_of(answer),
+                outcome=outcome,
                 status=answer.status,
                 body=answer.body,
             ),
