@@ -28,6 +28,7 @@ from shared.bus.state.stores import PostgresDatabase, SqlDatabase, endpoints_row
 from shared.bus.topics import RecipientLists
 from shared.cleanup.now import cleanup_pass
 from shared.config import AppConfig, build_config, default_bus_config
+from shared.effects.wiring import wire_performer
 from shared.errors import ConfigurationError
 from shared.health import check, check_subscriptions
 from shared.resources import Resources, resources_for
@@ -87,6 +88,9 @@ class Worker:
         self.app_config = config if isinstance(config, AppConfig) else build_config(config)
         self.settings = self.app_config.settings
         self.config = self.app_config.bus
+        self.http = wire_performer(app, self.app_config)
+        """The session of the performer's calls to the app's services (None: it declares
+        none); added before the resources, so its queue and table are provisioned too."""
         self.resources: Resources = resources_for(app.endpoints)
         self.wrappers = wrappers or Wrappers()
         self._given_account = account
@@ -230,6 +234,8 @@ class Worker:
         sql, self._sql = self._sql, None
         if sql is not None:
             await sql.close()
+        if self.http is not None:
+            await self.http.close()
         if account is not None and self._given_account is None:
             await account.close()
 

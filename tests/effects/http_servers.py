@@ -30,9 +30,10 @@ class KeyedProvider:
     """A provider with Stripe's key semantics: the first call of a key applies it and its
     answer is kept; a later call with the key gets that answer. ``answer_after``: the first
     call of each key is applied at once but answered only after that many seconds (an
-    answer the client may have given up on)."""
+    answer the client may have given up on); ``key_header``: where the key is read."""
 
     answer_after: float = 0.0
+    key_header: str = KEY_HEADER
     received: list[Received] = field(default_factory=list)
     ledger: list[str] = field(default_factory=list)
     answers: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -42,7 +43,7 @@ class KeyedProvider:
         body = await request.read()
         headers = {name.lower(): value for name, value in request.headers.items()}
         self.received.append(Received(request.path, headers, body))
-        key = request.headers.get(KEY_HEADER, "")
+        key = request.headers.get(self.key_header, "")
         if key in self.answers:
             return web.json_response(self.answers[key])
         self.ledger.append(key)
