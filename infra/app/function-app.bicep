@@ -158,6 +158,11 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
   properties: {
     serverFarmId: plan.id
     httpsOnly: true
+    // An app setting may be a Key Vault reference (a service's credential,
+    // docs/effects.md): the platform resolves it as this identity, since the app
+    // has no system-assigned one. The identity needs "Key Vault Secrets User" on
+    // the vault, granted where the vault is managed.
+    keyVaultReferenceIdentity: identityId
     siteConfig: {
       minTlsVersion: '1.2'
       scmMinTlsVersion: '1.2'

@@ -599,6 +599,13 @@ def test_function_app_runs_on_flex_consumption_as_the_identity() -> None:
     assert scale["instanceMemoryMB"] == "instanceMemoryMB"
 
 
+def test_key_vault_references_are_resolved_as_the_apps_identity() -> None:
+    """A service's credential may be a Key Vault reference (docs/effects.md); with only a
+    user-assigned identity, the platform resolves none unless told which identity to use."""
+    _, site = only_resource(load("app/function-app.bicep"), "Microsoft.Web/sites")
+    assert site["properties"]["keyVaultReferenceIdentity"] == "identityId"
+
+
 def test_basic_publishing_credentials_are_disabled() -> None:
     policies = resources_of_type(
         load("app/function-app.bicep"), "Microsoft.Web/sites/basicPublishingCredentialsPolicies"
