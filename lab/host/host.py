@@ -13,7 +13,6 @@ app's health endpoint says which worker stopped and why.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import sys
 from collections.abc import Callable, Mapping
@@ -30,15 +29,13 @@ from lab.host.queue_worker import MessageHandler, QueueWorker
 from lab.host.timers import run_timer
 from shared import health
 from shared.errors import ConfigurationError
-from shared.host_json import QueueSettings, timespan
+from shared.host_json import DEFAULT_FUNCTION_TIMEOUT, QueueSettings, function_timeout
 from shared.settings import load_storage_settings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
 from shared.stores.queue import QueueMessage as ReceivedMessage
 
 log = logging.getLogger(__name__)
-
-DEFAULT_FUNCTION_TIMEOUT = 300.0
 
 
 @dataclass(frozen=True)
@@ -61,8 +58,7 @@ class HostConfig:
         queues = replace(QueueSettings.from_host_json(path), renew_lease=True)
         if lease_seconds is not None:
             queues = replace(queues, lease_seconds=lease_seconds)
-        timeout = json.loads(path.read_text()).get("functionTimeout")
-        return cls(queues, timespan(timeout) if timeout else DEFAULT_FUNCTION_TIMEOUT)
+        return cls(queues, function_timeout(path))
 
 
 class LocalHost:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.host.host import HostConfig
 from shared.config import AppConfig, build_config
 from shared.effects.addresses import (
     STORAGE_CALLS_PER_RECEIVE,
@@ -139,3 +140,11 @@ def test_an_unbounded_function_timeout_leaves_only_the_declared_timeouts(tmp_pat
 def test_a_bad_function_timeout_stops_start_up(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="time span"):
         config(host_json(tmp_path, "five minutes"))
+
+
+def test_the_local_host_ends_an_invocation_at_the_timeout_the_cap_comes_from(
+    tmp_path: Path,
+) -> None:
+    root = host_json(tmp_path, "00:01:40")
+    assert HostConfig.from_host_json(root / "host.json").function_timeout == 100
+    assert config(root).effects.call_cap_seconds == 100 - 8 * 8
