@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import azure.functions as func
@@ -170,3 +173,35 @@ def test_an_app_without_services_gets_no_performer() -> None:
     app.endpoint("orders")
     assert worker(app).http is None
     assert list(app.endpoints) == ["orders"]
+
+
+SHOP = shop()
+"""The app the ``bus`` command below loads (``BUS_APP``), a module-level global as a user's."""
+
+
+def run_bus(tmp_path: Path, *args: str, **settings: str) -> subprocess.CompletedProcess[str]:
+    """``bus`` in a process of its own, from an empty folder, with only ``settings``."""
+    environ = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO), **settings}
+    return subprocess.run(
+        [sys.executable, "-m", "shared.cli", "--no-progress", *args],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_bus_resources_lists_the_performer_of_an_app_that_declares_services(
+    tmp_path: Path,
+) -> None:
+    app = "tests.effects.test_wiring:SHOP"
+    listed = run_bus(
+        tmp_path, "--app", app, "resources", BUS_SERVICE_CARD_PAYMENTS_URL="https://pay.example"
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout)["endpoints"] == ["orders", PERFORMER_ENDPOINT]
+    unset = run_bus(tmp_path, "--app", app, "resources")
+    assert unset.returncode == 3
+    assert "set the app setting BUS_SERVICE_CARD_PAYMENTS_URL" in unset.stderr
