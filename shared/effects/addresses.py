@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from shared.errors import ConfigurationError
+from shared.host_json import DEFAULT_FUNCTION_TIMEOUT
+from shared.settings import StorageTimeouts
 
 SETTING_PREFIX = "BUS_SERVICE_"
 URL_SUFFIX = "_URL"
@@ -69,7 +71,9 @@ class EffectSettings:
 
     addresses: Mapping[str, ServiceAddress] = field(default_factory=dict)
     answer_max_bytes: int = 65536
-    call_cap_seconds: float = 236.0
+    call_cap_seconds: float = field(
+        default_factory=lambda: call_cap(DEFAULT_FUNCTION_TIMEOUT, StorageTimeouts().call)
+    )
     """``call_cap`` of the host's functionTimeout and the storage call timeout."""
 
     def address_of(self, service: str) -> ServiceAddress:

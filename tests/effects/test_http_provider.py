@@ -238,3 +238,21 @@ async def test_provider_text_in_an_error_is_escaped_and_bounded(client: HttpClie
     assert "\n" not in text
     assert "\r" not in text
     assert len(text) < 600
+
+
+async def test_endless_headers_are_refused_and_memory_stays_small(client: HttpClient) -> None:
+    async def headers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        await server.write(writer, b"HTTP/1.1 200 OK\r\n")
+        for number in range(1_000_000):
+            await server.write(writer, b"X-Filler-%d: %s\r\n" % (number, b"a" * 4000))
+
+    async with raw_server(headers) as server:
+        tracemalloc.start()
+        try:
+            with pytest.raises(ProviderUnavailable, match="Too many headers"):
+                await charge(client, server.url)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert peak < 4 * 1024 * 1024, peak
