@@ -53,6 +53,14 @@ class Entry(BaseModel):
     currency: str | None = None
 
 
+class Ledger(BaseModel):
+    """What ``GET /ledger`` answers: every charge and refund in the order applied, and how
+    many times each fault switch fired."""
+
+    entries: list[Entry]
+    faults: dict[str, int]
+
+
 class SavedAnswer(BaseModel):
     """What a key was first used for (operation and body, as a fingerprint) and its answer."""
 

@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from lab.provider.book import BAD_REQUEST, Books, Operation
+from lab.provider.book import BAD_REQUEST, Books, Ledger, Operation
 from lab.provider.faults import Faults, FaultSettings
 from shared.effects.provider import ProviderAnswer
 from shared.errors import ConfigurationError
@@ -51,12 +51,10 @@ class PaymentProvider:
         self.ledger_file = ledger_file
         self.books = _load(ledger_file) if ledger_file and ledger_file.exists() else Books()
 
-    def ledger(self) -> dict[str, Any]:
-        """What ``GET /ledger`` answers: every charge and refund, and the faults injected."""
-        return {
-            "entries": [entry.model_dump() for entry in self.books.entries],
-            "faults": dict(self.faults.injected),
-        }
+    def ledger(self) -> Ledger:
+        """Every charge and refund, and the faults injected (``GET /ledger``)."""
+        injected = {str(fault): count for fault, count in self.faults.injected.items()}
+        return Ledger(entries=list(self.books.entries), faults=injected)
 
     def web_app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._authorized])
@@ -102,7 +100,7 @@ class PaymentProvider:
         return answer
 
     async def _ledger(self, request: web.Request) -> web.StreamResponse:
-        return web.json_response(self.ledger())
+        return web.json_response(self.ledger().model_dump())
 
     async def _set_faults(self, request: web.Request) -> web.StreamResponse:
         body = await _json_object(request)

@@ -80,7 +80,7 @@ async def test_the_ledger_over_http_is_the_books_with_the_faults_injected(client
     await client.call("refund", {"order": "o1", "amount": 500}, "r1")
     ledger = await client.get("/ledger")
     assert ledger.status == 200
-    assert ledger.body == client.provider.ledger()
+    assert ledger.body == client.provider.ledger().model_dump()
     kinds = [(e["kind"], e["key"], e["order"], e["amount"]) for e in ledger.body["entries"]]
     assert kinds == [
         ("charge", "c1", "o1", 500),
