@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from shared.bus import BusApp, RetryPolicy
@@ -17,12 +18,11 @@ from tests.bus.harness import Harness
 from tests.conftest import Backend
 
 
+@dataclass
 class DecliningProvider(InMemoryProvider):
     """Declines the cards of the orders in ``declined`` (as a test card number would)."""
 
-    def __init__(self, declined: set[str] | None = None, **faults: int) -> None:
-        super().__init__(**faults)
-        self.declined = declined or set()
+    declined: set[str] = field(default_factory=set)
 
     def apply(self, operation: str, body: Mapping[str, Any], key: str) -> ProviderAnswer:
         if operation == "charge" and body.get("order") in self.declined:
