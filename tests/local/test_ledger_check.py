@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from lab.local import demo
 from lab.local.ledger_check import check_ledger
 from lab.provider.book import Entry, Ledger
 
@@ -93,3 +94,19 @@ def test_the_demo_still_imports_and_shows_its_options() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "--provider-faults" in done.stdout
+
+
+def test_the_demo_expects_refunds_for_the_orders_its_timeouts_cancelled_only() -> None:
+    states = {"orders": {"late1": {"status": "paid"}, "late2": {"status": "cancelled"}}}
+    immediate = {"o1": 1200, "o2": 500}
+    pay_later = {"late1": 700, "late2": 300}
+    ledger = Ledger(entries=good(), faults={"late": 2, "unavailable": 3, "drop": 1})
+
+    checked = demo.ledger_check(ledger, states, immediate, pay_later)
+    states["orders"]["late1"]["status"] = "cancelled"  # then its payment must be refunded too
+    unrefunded = demo.ledger_check(ledger, states, immediate, pay_later)
+
+    assert checked.errors == []
+    assert unrefunded.errors == ["order late1: 0 refunds in the ledger (none)"]
+    verdict = demo.Verdict(1, 1, 0, 0, 0, 0, [], checked.charges, checked.refunds, checked.faults)
+    assert "charges=4 refunds=1 provider_faults=6 verdict=PASS" in verdict.line()
