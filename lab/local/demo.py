@@ -14,6 +14,16 @@ deliveries are processed the whole host is killed with SIGKILL and started again
 not the clients are still sending. Once every queue is empty the host is stopped gracefully,
 one cleanup pass runs, and the outcome is checked from the business state, the charge rows
 and the audit rows. ``--no-postgres`` keeps every endpoint on Table Storage.
+
+``payments`` charges and refunds through the local payment provider (``python -m
+lab.provider``), run as its own process with its books in the work folder's ``ledger.json``
+and its fault switches on (``--provider-faults``: that share of the calls each answers 503
+before applying, drops the connection after applying, or answers only after the caller gave
+up); the host finds it through ``BUS_SERVICE_PROVIDER_URL`` and ``_CREDENTIAL``. Customers
+who pay later pay at that provider themselves before the payment is reported. The provider's
+ledger is the evidence of what was charged (``lab.local.ledger_check``): every order charged
+exactly once, nothing charged for an order not placed, every late payment refunded exactly
+once.
 The last line sums it up; the exit code is non-zero when anything was lost, duplicated or
 made up.
 """
@@ -27,6 +37,7 @@ import importlib.util
 import json
 import os
 import random
+import secrets
 import shutil
 import subprocess
 import sys
@@ -44,11 +55,22 @@ import asyncpg
 from lab.host.chaos import CRASH_RATE, DUPLICATE_RATE, SEED
 from lab.host.process import HostProcess
 from lab.local.azurite import REPO_ROOT, Azurite
+from lab.local.ledger_check import LedgerCheck, check_ledger
 from lab.local.outcome_log import OUTCOME_LOG_SETTING
+from lab.local.payments import (
+    PROVIDER_CREDENTIAL_SETTING,
+    PROVIDER_URL_SETTING,
+    Provider,
+    pay_at_provider,
+    provider_args,
+)
 from lab.local.postgres import PostgresServer
+from lab.provider.book import Ledger
+from lab.provider.process import provider_process
 from shared.app_loader import APP_SETTING, load_app
 from shared.bus import BusApp, Outcome
 from shared.bus.config import BusConfig
+from shared.bus.effects import PERFORMER_ENDPOINT
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
 from shared.bus.state.base import EndpointState
 from shared.bus.state.connection import URL_SETTING
@@ -64,9 +86,9 @@ FUNCTION_KEY = "demo-function-key"
 DEMO_APP = "shared.sample.app:app"
 """The demo checks the sample app's business state, so it runs the sample whatever
 ``BUS_APP`` says."""
-DELIVERIES_PER_ORDER = (
-    5  # PlaceOrder, OrderPlaced to loyalty and shipping, ChargePayment, ShipOrder
-)
+DELIVERIES_PER_ORDER = 7
+"""PlaceOrder, OrderPlaced to loyalty and shipping, ChargePayment, its EffectRequest to the
+performer, ChargeAnswered, ShipOrder."""
 DELIVERIES_PER_SHOT = 2  # FireAt, then Hit or Missed to the leaderboard
 
 
@@ -86,6 +108,12 @@ class Options:
     """Orders paid later (the sample's payment timeout): half get their payment right after
     the other requests, half only once the queues are empty (every timeout fired)."""
     pay_window_seconds: int = 5
+    provider_faults: float = 0.03
+    """Share of the provider's calls that each fault hits: a 503 before applying, a dropped
+    connection after applying, an answer held past the caller's timeout."""
+    provider_late_seconds: float = 12.0
+    """How long a late answer waits: past any call timeout the performer may use (a
+    service's default is 10 s, and the performer stays below the queue's lease)."""
 
 
 @dataclass
@@ -115,6 +143,10 @@ class Verdict:
     ghosts: int
     residue: int
     state_errors: list[str]
+    charges: int = 0
+    """From the provider's ledger: charges and refunds applied, faults it injected."""
+    refunds: int = 0
+    provider_faults: int = 0
 
     @property
     def passed(self) -> bool:
@@ -130,13 +162,22 @@ class Verdict:
         return (
             f"demo: sent={self.sent} processed={self.processed} "
             f"duplicates_suppressed={self.duplicates_suppressed} lost={self.lost} "
-            f"ghosts={self.ghosts} residue={self.residue} "
+            f"ghosts={self.ghosts} residue={self.residue} charges={self.charges} "
+            f"refunds={self.refunds} provider_faults={self.provider_faults} "
             f"verdict={'PASS' if self.passed else 'FAIL'}"
         )
 
 
 def demo_app() -> BusApp:
     return load_app(DEMO_APP)
+
+
+def demo_endpoints() -> list[str]:
+    """The sample's endpoints, and the performer the product adds for its declared services:
+    its queue must drain and its audit rows count like any endpoint's."""
+    app = demo_app()
+    wanted = app.services and PERFORMER_ENDPOINT not in app.endpoints
+    return [*app.endpoints, *([PERFORMER_ENDPOINT] if wanted else [])]
 
 
 def plan_requests(options: Options) -> tuple[list[Request], dict[str, int], Counter[str]]:
@@ -214,6 +255,15 @@ def plan_pay_later(options: Options) -> tuple[list[Request], list[Request], dict
         paid = {"order_id": order_id, "payment_id": f"pay-{order_id}", "amount_cents": amount}
         payments.append(Request(f"pay-{order_id}", {"type": "PaymentReceived", "body": paid}))
     return placements, payments, amounts
+
+
+async def pay_all(provider: Provider, payments: list[Request], options: Options) -> None:
+    """Customers pay for these pay-later orders at the provider before the payments are
+    reported: each report carries the provider's charge id."""
+    deadline = time.monotonic() + options.timeout
+    async with aiohttp.ClientSession() as session:
+        paid = [pay_at_provider(session, provider, p.payload["body"], deadline) for p in payments]
+        await asyncio.gather(*paid)
 
 
 def check_pay_later(
@@ -309,7 +359,7 @@ async def quiescent(account: StorageAccount, deadline: float) -> bool:
     """Every endpoint queue empty, twice in a row (counts include leased messages)."""
     calm = 0
     while time.monotonic() < deadline:
-        waiting = sum([await account.queue(e).approximate_count() for e in demo_app().endpoints])
+        waiting = sum([await account.queue(e).approximate_count() for e in demo_endpoints()])
         calm = calm + 1 if waiting == 0 else 0
         if calm == 2:
             return True
@@ -356,13 +406,16 @@ async def verify(
     sql: Mapping[str, EndpointState] | None = None,
     postgres_url: str | None = None,
     pay_later: Mapping[str, int] | None = None,
+    ledger: Ledger | None = None,
 ) -> Verdict:
     """The invariants, from storage alone: every message sent (the clients' and every one a
     handler caused) has exactly one audit row, the business state is exact, nothing is left.
     ``sql``: the rows of the endpoints that keep them in PostgreSQL (``postgres_url``).
-    ``pay_later``: the amounts of the orders paid later (``check_pay_later``)."""
+    ``pay_later``: the amounts of the orders paid later (``check_pay_later``). ``ledger``:
+    the payment provider's, checked against the orders (``check_ledger``)."""
     sql = sql or {}
-    endpoints = list(demo_app().endpoints)
+    pay_later = pay_later or {}
+    endpoints = demo_endpoints()
     audited: Counter[str] = Counter()
     expected = set(roots)
     outbox_left = 0
@@ -408,6 +461,8 @@ async def verify(
             f"  pay-later orders: {ends['paid']} paid and shipped, {ends['cancelled']} "
             "cancelled by their timeout with the late payment refunded"
         )
+    checked = ledger_check(ledger, states, orders, pay_later)
+    errors += checked.errors
     # Tokens and shared payloads: after the cleanup pass neither may be left.
     blobs_left = 0
     for container in (config.tokens_container, config.payloads_container):
@@ -420,7 +475,28 @@ async def verify(
         ghosts=len(set(audited) - expected),
         residue=blobs_left + outbox_left,
         state_errors=errors,
+        charges=checked.charges,
+        refunds=checked.refunds,
+        provider_faults=checked.faults,
     )
+
+
+def ledger_check(
+    ledger: Ledger | None,
+    states: Mapping[str, Mapping[str, Any]],
+    orders: Mapping[str, int],
+    pay_later: Mapping[str, int],
+) -> LedgerCheck:
+    """The provider's ledger against the orders: each charged once (those paid later by the
+    customer), and the late payments of the orders their timeout cancelled refunded once."""
+    if ledger is None:
+        return LedgerCheck(charges=0, refunds=0, faults=0)
+    cancelled = {
+        order: amount
+        for order, amount in pay_later.items()
+        if states["orders"].get(order, {}).get("status") == "cancelled"
+    }
+    return check_ledger(ledger, {**orders, **pay_later}, cancelled)
 
 
 def inherited_environ() -> dict[str, str]:
@@ -488,7 +564,11 @@ def run_audit(connection_string: str, workdir: Path, postgres_url: str | None) -
 
 
 async def drive(
-    connection_string: str, options: Options, workdir: Path, postgres_url: str | None
+    connection_string: str,
+    options: Options,
+    workdir: Path,
+    postgres_url: str | None,
+    provider: Provider,
 ) -> Verdict:
     outcome_log = workdir / "outcomes.jsonl"
     database = {} if postgres_url is None else {URL_SETTING: postgres_url}
@@ -501,6 +581,8 @@ async def drive(
             "CLEANUP_SCHEDULE": os.environ.get("CLEANUP_SCHEDULE", "0 */5 * * * *"),
             "BUS_HOST_FUNCTION_KEY": FUNCTION_KEY,
             APP_SETTING: DEMO_APP,
+            PROVIDER_URL_SETTING: provider.url,
+            PROVIDER_CREDENTIAL_SETTING: provider.credential,
             OUTCOME_LOG_SETTING: str(outcome_log),
             DUPLICATE_RATE: str(options.duplicate_rate),
             CRASH_RATE: str(options.crash_rate),
@@ -528,6 +610,7 @@ async def drive(
         sent = asyncio.Event()
         killer = asyncio.create_task(kill_midway(host, outcome_log, options, sent))
         await send_all(host, requests + placements, options, clients)
+        await pay_all(provider, payments[:half], options)
         await send_all(host, payments[:half], options, clients)  # most in time
         sent.set()
         print(
@@ -539,6 +622,7 @@ async def drive(
         calm = await quiescent(raw, deadline)
         # A hidden delayed signal counts as queued, so every timeout has fired by now: the
         # other half of the payments comes after the cancellations, to be refunded.
+        await pay_all(provider, payments[half:], options)
         await send_all(host, payments[half:], options, clients)
         calm = calm and await quiescent(raw, deadline)
         elapsed = time.monotonic() - started
@@ -549,15 +633,26 @@ async def drive(
         )
         swept = await worker.cleanup(grace_seconds=0)
         poisoned = {
-            e: await raw.queue(poison_queue(e)).approximate_count() for e in worker.app.endpoints
+            e: await raw.queue(poison_queue(e)).approximate_count() for e in demo_endpoints()
         }
         outcomes = read_outcomes(outcome_log)
         suppressed = outcomes[Outcome.DUPLICATE.value] + outcomes[Outcome.RESUMED.value]
         roots = {i for ids in clients.receipts.values() for i in ids}
         db = worker.sql()
         sql = {} if db is None else {e: db.endpoint_state(e) for e in worker.sql_endpoints()}
+        async with aiohttp.ClientSession() as session:
+            ledger = await provider.ledger(session)
         verdict = await verify(
-            raw, roots, orders, shots, suppressed, worker.config, sql, postgres_url, pay_later
+            raw,
+            roots,
+            orders,
+            shots,
+            suppressed,
+            worker.config,
+            sql,
+            postgres_url,
+            pay_later,
+            ledger,
         )
         await worker.close()
 
@@ -616,6 +711,13 @@ def parser() -> argparse.ArgumentParser:
         "--kill-at", type=float, default=d.kill_at, help="share processed at the SIGKILL (0: none)"
     )
     p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument(
+        "--provider-faults",
+        type=float,
+        default=d.provider_faults,
+        help="share of the payment provider's calls hit by each of its faults (late answer, "
+        "503, dropped connection)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the work folder (host log)")
     p.add_argument("--no-audit", action="store_true", help="skip the Spark audit")
     p.add_argument(
@@ -635,6 +737,7 @@ def main(argv: list[str] | None = None) -> int:
         crash_rate=args.crash_rate,
         kill_at=args.kill_at,
         seed=args.seed,
+        provider_faults=args.provider_faults,
     )
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="bus-demo-"))
@@ -647,7 +750,14 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_postgres:
             print("demo: starting PostgreSQL on a free port (payments keeps its state there)")
             postgres_url = running.enter_context(PostgresServer())
-        verdict = asyncio.run(drive(endpoints.connection_string, options, workdir, postgres_url))
+        print("demo: starting the payment provider on a free port (its faults on)")
+        credential = secrets.token_urlsafe(24)
+        faults = provider_args(options.provider_faults, options.provider_late_seconds, options.seed)
+        url = running.enter_context(provider_process(workdir, credential=credential, args=faults))
+        provider = Provider(url, credential)
+        verdict = asyncio.run(
+            drive(endpoints.connection_string, options, workdir, postgres_url, provider)
+        )
         wanted = verdict.passed and not args.no_audit
         audit = run_audit(endpoints.connection_string, workdir, postgres_url) if wanted else None
     if audit is not None and audit != 0:

@@ -5,21 +5,36 @@ shot with the target's position, publishes Hit or Missed (subscribed by ``leader
 moves the target using the message-seeded random generator.
 
 Orders: PlaceOrder goes to ``orders``, which publishes OrderPlaced (subscribed by ``loyalty``
-and ``shipping``) and sends ChargePayment to ``payments``; once charged, ``payments`` sends
-ShipOrder to ``shipping``.
+and ``shipping``) and sends ChargePayment to ``payments``. ``payments`` does not call the
+payment provider itself: it requests a ``charge`` effect of the declared service ``provider``
+(``docs/effects.md``), performed once the request is committed, under a key that every retry
+and copy of the ChargePayment repeats, so the card is charged once. The answer comes back as
+a ChargeAnswered: charged, ``payments`` records the provider's charge id and sends ShipOrder
+to ``shipping``; declined (the provider refused for good, as for a declined card), it records
+that and tells ``orders`` (PaymentDeclined), which marks the order declined: it is not shipped
+and nothing is retried; the customer places a new order. A second ChargePayment for an order
+already charged (or being charged) requests nothing.
 
 Orders paid later (a timeout): a PlaceOrder with ``pay_within_seconds`` is not charged by the
-bus; it waits for a PaymentReceived from outside (the payment provider, through the ingress)
-and ``orders`` sends itself a PaymentDue delayed by that long. If the payment comes first,
-the order is paid and shipped and the timeout finds nothing to do; if the timeout comes
-first, the order is cancelled, and a payment arriving after that is refunded by ``payments``
-(RefundPayment). Each happens exactly once, however the messages are duplicated or retried.
+bus; the customer pays at the provider, which reports it (PaymentReceived, through the
+ingress), and ``orders`` sends itself a PaymentDue delayed by that long. If the payment comes
+first, the order is paid and shipped and the timeout finds nothing to do; if the timeout comes
+first, the order is cancelled, and a payment arriving after that is given back: ``payments``
+requests a ``refund`` effect of the provider (RefundPayment, answered by RefundAnswered). Each
+happens exactly once, however the messages are duplicated or retried.
+
+The provider's address and credential are app settings (``BUS_SERVICE_PROVIDER_URL``,
+``BUS_SERVICE_PROVIDER_CREDENTIAL``); the product adds the performer endpoint that calls it to
+the loaded app. ``make demo`` points them at the local provider (``python -m lab.provider``).
+``build_app()`` builds a fresh app (tests add a performer with a provider of their own);
+``app`` is the one the product loads.
 
 ``payments`` keeps its state in Table Storage, or in PostgreSQL when the environment variable
 ``SAMPLE_PAYMENTS_STORE`` is ``postgres`` (``make demo`` runs it so, with ``BUS_POSTGRES_URL``
 naming its server). There each charge is also a row of the app's own ``sample_charges``
-table (``shared.sample.charges``), written through ``ctx.sql`` in the transaction that commits the
-endpoint's state and outbox record: the charge row exists once per order or not at all.
+table (``shared.sample.charges``), written through ``ctx.sql`` when the charge's answer is
+processed, in the transaction that commits the endpoint's state and outbox record: the charge
+row exists once per charged order or not at all.
 """
 
 from __future__ import annotations
@@ -32,9 +47,13 @@ from pydantic import BaseModel, Field
 
 from shared.bus import BusApp, Command, Event, HandlerContext
 from shared.bus.app import Store
+from shared.bus.effects import EffectAnswered
 from shared.sample.charges import PAYMENTS_STORE
 
-app = BusApp()
+PROVIDER = "provider"
+"""The payment provider's service name (its settings: ``BUS_SERVICE_PROVIDER_*``)."""
+CURRENCY = "eur"
+MAX_PROVIDER_ID_CHARS = 255
 
 # --- shooting range -------------------------------------------------------------------------
 
@@ -67,11 +86,6 @@ class Scores(BaseModel):
     misses: int = 0
 
 
-shooting_range = app.endpoint("shootingrange", state=Range)
-leaderboard = app.endpoint("leaderboard", state=Scores)
-
-
-@shooting_range.handles(FireAt)
 def fire_at(ctx: HandlerContext[Range], shot: FireAt) -> None:
     state = ctx.state
     if state.target is None:
@@ -84,12 +98,10 @@ def fire_at(ctx: HandlerContext[Range], shot: FireAt) -> None:
     state.target = ctx.randint(0, 9)  # the target moves after every shot
 
 
-@leaderboard.handles(Hit)
 def count_hit(ctx: HandlerContext[Scores], event: Hit) -> None:
     ctx.state.hits += 1
 
 
-@leaderboard.handles(Missed)
 def count_miss(ctx: HandlerContext[Scores], event: Missed) -> None:
     ctx.state.misses += 1
 
@@ -136,6 +148,21 @@ class ChargePayment(Command):
     amount_cents: int
 
 
+class ChargeAnswered(EffectAnswered):
+    """The provider's answer to a charge ``payments`` requested (partition: the order id)."""
+
+
+class RefundAnswered(EffectAnswered):
+    """The provider's answer to a refund ``payments`` requested (partition: the order id)."""
+
+
+class PaymentDeclined(Command):
+    """From ``payments`` to ``orders``: the provider refused the charge for good."""
+
+    partition_by = "order_id"
+    order_id: str
+
+
 class ShipOrder(Command):
     partition_by = "order_id"
     order_id: str
@@ -150,14 +177,40 @@ class OrderPlaced(Event):
 
 class Order(BaseModel):
     status: str = "new"
-    """orders: new, placed, awaiting_payment, paid or cancelled. payments: charged or
-    refunded."""
+    """new, placed, awaiting_payment, paid, declined or cancelled."""
     amount_cents: int = 0
     payment_id: str | None = None
-    refunded_cents: int = 0
-    """payments: what was refunded (a refund applied twice would double it)."""
     refunded_payments: list[str] = []
-    """orders: the payments it sent back, so a payment reported again is not refunded twice."""
+    """The payments it sent back, so a payment reported again is not refunded twice."""
+
+
+class Refund(BaseModel):
+    payment_id: str
+    amount_cents: int
+    outcome: str | None = None
+    """None until the provider's answer is processed."""
+
+
+class Payment(BaseModel):
+    """``payments``, per order: the charge asked of the provider and its answer, and the
+    refunds of payments that came too late."""
+
+    status: str = "new"
+    """new, charging, charged, declined or uncertain for a charge; refunding, refunded or
+    refund_failed for a late payment."""
+    amount_cents: int = 0
+    """What the provider charged (a charge answer processed twice would double it)."""
+    charge_key: str | None = None
+    """The charge effect's idempotency key, once requested."""
+    charge_cents: int = 0
+    payment_id: str | None = None
+    """The provider's charge id, or the late payment's id."""
+    declined: str | None = None
+    """The provider's reason, for a declined charge."""
+    refunds: dict[str, Refund] = {}
+    """Per refund effect's key."""
+    refunded_cents: int = 0
+    """What was refunded (a refund answer processed twice would double it)."""
 
 
 class Shipping(BaseModel):
@@ -173,16 +226,6 @@ class Customer(BaseModel):
     points: int = 0
 
 
-orders = app.endpoint("orders", state=Order)
-# An unknown value is refused by the declaration itself (ConfigurationError naming it).
-payments = app.endpoint(
-    "payments", state=Order, store=cast(Store, os.environ.get(PAYMENTS_STORE, "table"))
-)
-shipping = app.endpoint("shipping", state=Shipping)
-loyalty = app.endpoint("loyalty", state=Customer)
-
-
-@orders.handles(PlaceOrder)
 def place_order(ctx: HandlerContext[Order], cmd: PlaceOrder) -> None:
     if ctx.state.status != "new":
         return  # the same order id placed twice by a client: keep the first
@@ -203,14 +246,12 @@ def place_order(ctx: HandlerContext[Order], cmd: PlaceOrder) -> None:
     )
 
 
-@orders.handles(PaymentDue)
 def payment_due(ctx: HandlerContext[Order], cmd: PaymentDue) -> None:
     if ctx.state.status == "awaiting_payment":
         ctx.state.status = "cancelled"  # not paid in time
     # paid already (or never placed this way): the timeout has nothing to do
 
 
-@orders.handles(PaymentReceived)
 def payment_received(ctx: HandlerContext[Order], cmd: PaymentReceived) -> None:
     if ctx.state.status == "awaiting_payment":
         ctx.state.status = "paid"
@@ -227,41 +268,127 @@ def payment_received(ctx: HandlerContext[Order], cmd: PaymentReceived) -> None:
     ctx.send(refund, to="payments")
 
 
-@payments.handles(ChargePayment)
-async def charge(ctx: HandlerContext[Order], cmd: ChargePayment) -> None:
-    ctx.state.status = "charged"
-    ctx.state.amount_cents += cmd.amount_cents  # doubles if a charge were ever applied twice
-    ctx.state.payment_id = ctx.new_id()
+def payment_declined(ctx: HandlerContext[Order], cmd: PaymentDeclined) -> None:
+    if ctx.state.status == "placed":
+        ctx.state.status = "declined"
+
+
+def charge(ctx: HandlerContext[Payment], cmd: ChargePayment) -> None:
+    if ctx.state.charge_key is not None:
+        return  # charged, or being charged: a second ChargePayment must not charge again
+    body = {"order": cmd.order_id, "amount": cmd.amount_cents, "currency": CURRENCY}
+    key = ctx.request_effect(service=PROVIDER, operation="charge", body=body, answer=ChargeAnswered)
+    ctx.state.status = "charging"
+    ctx.state.charge_key = key
+    ctx.state.charge_cents = cmd.amount_cents
+
+
+async def charge_answered(ctx: HandlerContext[Payment], answer: ChargeAnswered) -> None:
+    state = ctx.state
+    if answer.key != state.charge_key or state.status != "charging":
+        return  # not the charge this order asked for, or answered already
+    if answer.outcome == "failed":  # refused for good, as a declined card is
+        state.status = "declined"
+        state.declined = _provider_text(answer.body.get("error"))
+        ctx.send(PaymentDeclined(order_id=answer.partition), to="orders")
+        return
+    if answer.outcome == "uncertain":  # only from an at-most-once service: for a person
+        state.status = "uncertain"
+        return
+    state.status = "charged"
+    state.amount_cents += state.charge_cents
+    state.payment_id = _provider_id(answer)
     if ctx.sql is not None:  # PostgreSQL: the app's row commits with the bus's rows
         await ctx.sql.execute(
             "INSERT INTO sample_charges (order_id, payment_id, amount_cents, charged_at) "
             "VALUES ($1, $2, $3, $4)",
-            cmd.order_id,
-            ctx.state.payment_id,
-            cmd.amount_cents,
+            answer.partition,
+            state.payment_id,
+            state.charge_cents,
             ctx.now(),
         )
-    ctx.send(ShipOrder(order_id=cmd.order_id), to="shipping")
+    ctx.send(ShipOrder(order_id=answer.partition), to="shipping")
 
 
-@payments.handles(RefundPayment)
-def refund(ctx: HandlerContext[Order], cmd: RefundPayment) -> None:
-    ctx.state.status = "refunded"
+def refund(ctx: HandlerContext[Payment], cmd: RefundPayment) -> None:
+    if any(r.payment_id == cmd.payment_id for r in ctx.state.refunds.values()):
+        return  # this payment is being (or was) given back already
+    body = {"order": cmd.order_id, "amount": cmd.amount_cents}
+    key = ctx.request_effect(service=PROVIDER, operation="refund", body=body, answer=RefundAnswered)
+    ctx.state.refunds[key] = Refund(payment_id=cmd.payment_id, amount_cents=cmd.amount_cents)
+    ctx.state.status = "refunding"
     ctx.state.payment_id = cmd.payment_id
-    ctx.state.refunded_cents += cmd.amount_cents  # doubles if a refund were ever applied twice
 
 
-@shipping.handles(OrderPlaced)
+def refund_answered(ctx: HandlerContext[Payment], answer: RefundAnswered) -> None:
+    asked = ctx.state.refunds.get(answer.key)
+    if asked is None or asked.outcome is not None:
+        return  # not a refund this order asked for, or answered already
+    asked.outcome = answer.outcome
+    if answer.outcome == "succeeded":
+        ctx.state.refunded_cents += asked.amount_cents
+        ctx.state.status = "refunded"
+    else:
+        ctx.state.status = "refund_failed"  # for a person: the provider kept the money
+
+
+def _provider_id(answer: EffectAnswered) -> str:
+    """The provider's id of what it applied; its answer is not trusted to carry a usable one,
+    and the effect's key names the charge as well."""
+    given = answer.body.get("id")
+    if isinstance(given, str) and 0 < len(given) <= MAX_PROVIDER_ID_CHARS:
+        return given
+    return answer.key
+
+
+def _provider_text(error: object) -> str:
+    """The provider's reason for a refusal, kept short (it is shown to operators)."""
+    reason = error.get("code") if isinstance(error, dict) else error
+    return str(reason)[:MAX_PROVIDER_ID_CHARS] if reason is not None else "refused"
+
+
 def prepare(ctx: HandlerContext[Shipping], event: OrderPlaced) -> None:
     ctx.state.pick_list.append(event.order_id)
 
 
-@shipping.handles(ShipOrder)
 def ship(ctx: HandlerContext[Shipping], cmd: ShipOrder) -> None:
     ctx.state.shipment_id = ctx.new_id()
 
 
-@loyalty.handles(OrderPlaced)
 def reward(ctx: HandlerContext[Customer], event: OrderPlaced) -> None:
     ctx.state.orders += 1
     ctx.state.points += event.amount_cents // 100
+
+
+def build_app() -> BusApp:
+    """The sample app: its endpoints, their handlers and the payment provider it calls."""
+    app = BusApp()
+    shooting_range = app.endpoint("shootingrange", state=Range)
+    shooting_range.handles(FireAt)(fire_at)
+    leaderboard = app.endpoint("leaderboard", state=Scores)
+    leaderboard.handles(Hit)(count_hit)
+    leaderboard.handles(Missed)(count_miss)
+
+    orders = app.endpoint("orders", state=Order)
+    orders.handles(PlaceOrder)(place_order)
+    orders.handles(PaymentDue)(payment_due)
+    orders.handles(PaymentReceived)(payment_received)
+    orders.handles(PaymentDeclined)(payment_declined)
+    # An unknown value is refused by the declaration itself (ConfigurationError naming it).
+    store = cast(Store, os.environ.get(PAYMENTS_STORE, "table"))
+    payments = app.endpoint("payments", state=Payment, store=store)
+    payments.handles(ChargePayment)(charge)
+    payments.handles(ChargeAnswered)(charge_answered)
+    payments.handles(RefundPayment)(refund)
+    payments.handles(RefundAnswered)(refund_answered)
+    app.service(PROVIDER, operations={"charge": "/v1/charges", "refund": "/v1/refunds"})
+
+    shipping = app.endpoint("shipping", state=Shipping)
+    shipping.handles(OrderPlaced)(prepare)
+    shipping.handles(ShipOrder)(ship)
+    loyalty = app.endpoint("loyalty", state=Customer)
+    loyalty.handles(OrderPlaced)(reward)
+    return app
+
+
+app = build_app()

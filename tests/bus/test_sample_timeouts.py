@@ -14,11 +14,13 @@ import pytest
 
 from lab.local.azurite import AzuriteEndpoints
 from shared.bus import Outcome
-from shared.sample.app import Order, PaymentReceived, PlaceOrder, Shipping, app
+from shared.effects.memory import InMemoryProvider
+from shared.sample.app import Order, Payment, PaymentReceived, PlaceOrder, Shipping
 from shared.stores.instrumented import Fault, FaultPlan, Operation
 from tests.bus.harness import Harness
 from tests.bus.waiting import wait_until
 from tests.conftest import Backend, started_azurite
+from tests.effects.sample import sample_with
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +63,8 @@ async def deliver_after_window(
         if not await happened():
             return False
         assert harness.config.clock() >= closes, "the timeout came before the window closed"
-        depths = [await harness.raw.queue(name).approximate_count() for name in app.endpoints]
+        endpoints = harness.app.endpoints
+        depths = [await harness.raw.queue(name).approximate_count() for name in endpoints]
         return not any(depths)
 
     await wait_until(harness, settled, within=window(harness.backend) + 10)
@@ -77,8 +80,8 @@ def status_is(harness: Harness, order: str, status: str) -> Callable[[], Awaitab
 
 async def placed(backend: Backend, order: str) -> tuple[Harness, float]:
     """A harness with ``order`` placed, and when it was (on the bus's clock)."""
-    harness = await Harness.create(backend, app)
-    for name in app.endpoints:  # the fixed-name queues may hold an earlier test's messages
+    harness = await Harness.create(backend, sample_with(InMemoryProvider()))
+    for name in harness.app.endpoints:  # fixed-name queues: an earlier test may have left some
         await harness.raw.queue(name).clear()
     placed_at = harness.config.clock()
     await harness.setup_bus.client().send(
@@ -104,6 +107,10 @@ async def order_state(harness: Harness, endpoint: str, order: str) -> Order:
     return await harness.applied_state(endpoint, order, Order)
 
 
+async def payment_state(harness: Harness, order: str) -> Payment:
+    return await harness.applied_state("payments", order, Payment)
+
+
 async def test_an_order_not_paid_in_time_is_cancelled_and_a_late_payment_refunded_once(
     backend: Backend,
 ) -> None:
@@ -122,7 +129,7 @@ async def test_an_order_not_paid_in_time_is_cancelled_and_a_late_payment_refunde
     await pay(harness, "late1", "provider-1", copies=2)
     await pay(harness, "late1", "provider-1-retry", copies=2)
     await deliver_visible(harness)
-    refunded = await order_state(harness, "payments", "late1")
+    refunded = await payment_state(harness, "late1")
     assert (refunded.status, refunded.refunded_cents) == ("refunded", 700)
     assert (await order_state(harness, "orders", "late1")).status == "cancelled"
     shipping = await harness.applied_state("shipping", "late1", Shipping)
@@ -148,7 +155,7 @@ async def test_an_order_paid_in_time_ships_and_its_timeout_changes_nothing(
     # Then it found the order paid: shipped once, nothing refunded, nothing left
     assert outcomes[Outcome.PROCESSED] == 1
     assert (await order_state(harness, "orders", "ontime1")).status == "paid"
-    assert (await order_state(harness, "payments", "ontime1")).refunded_cents == 0
+    assert (await payment_state(harness, "ontime1")).refunded_cents == 0
     assert (await harness.applied_state("shipping", "ontime1", Shipping)).shipment_id
     assert await harness.tokens() == []
 
@@ -168,8 +175,8 @@ def crash_after_the_timeout_is_signalled() -> FaultPlan:
 
 async def test_a_crash_after_the_timeout_was_signalled_cancels_once(backend: Backend) -> None:
     # Given the invocation that placed the order crashed after signalling its timeout
-    harness = await Harness.create(backend, app)
-    for name in app.endpoints:
+    harness = await Harness.create(backend, sample_with(InMemoryProvider()))
+    for name in harness.app.endpoints:
         await harness.raw.queue(name).clear()
     harness.instrumentation.plan = crash_after_the_timeout_is_signalled()
     placed_at = harness.config.clock()
@@ -192,7 +199,7 @@ async def test_a_crash_after_the_timeout_was_signalled_cancels_once(backend: Bac
 
     # Then the order was cancelled once and the payment refunded once
     assert (await order_state(harness, "orders", "crash1")).status == "cancelled"
-    assert (await order_state(harness, "payments", "crash1")).refunded_cents == 700
+    assert (await payment_state(harness, "crash1")).refunded_cents == 700
     audited = await harness.audit_ids("orders")
     assert len(audited) == len(set(audited))
     assert await harness.tokens() == []

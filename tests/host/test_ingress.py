@@ -91,7 +91,7 @@ async def test_a_command_goes_to_its_only_handler_when_to_is_left_out(bus: Bus) 
         (
             {"type": "Nope", "body": {}},
             "k",
-            "unknown message type 'Nope'; known types: ChargePayment",
+            "unknown message type 'Nope'; known types: ChargeAnswered, ChargePayment",
         ),
         ({"body": {}}, "k", "'type' (the message type name) is required"),
         (
