@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.bus import Bus, BusApp, BusConfig, Command, Event, Message
+from shared.bus.effects import EffectAnswered, EffectRequest
 from shared.bus.ingress import check_idempotency_key, request_digest
 from shared.bus.messages import check_payload_size, declared_type
 from shared.bus.reading import read_body
@@ -133,6 +134,22 @@ def unroutable(app: BusApp, type_name: str, to: str | None) -> str:
     return f"{type_name} is a command no endpoint takes ({nobody})"
 
 
+def client_type(app: BusApp, type_name: str, to: str | None) -> type[Message]:
+    """The model of a type a client may send under ``type_name``; BadRequest for a type no
+    endpoint takes, and for the bus's own effect requests and answers: an answer says the
+    provider charged, so a client's copy would be believed. Handlers request effects and the
+    performer answers them, nobody else (docs/effects.md, section 7)."""
+    model = message_types(app).get(type_name)
+    if model is None:
+        raise BadRequest(unroutable(app, type_name, to))
+    if issubclass(model, EffectRequest | EffectAnswered):
+        raise BadRequest(
+            f"{model.type_name()} belongs to the bus's effects: only a handler requests an "
+            "effect, and only the performer answers one"
+        )
+    return model
+
+
 @dataclass(frozen=True)
 class ClientMessage:
     """A client's message as ``build_message`` read it, for ``IngressClient.submit``."""
@@ -159,9 +176,7 @@ def build_message(
     ``ENVELOPE_SLACK_BYTES``). ``to_field`` names where the caller gave ``to`` in the errors
     ('to', --to). The type may be named by a former name; the message is of its current type.
     The one path of the HTTP ingress, ``bus send``/``publish`` and a bulk job's rows."""
-    model = message_types(app).get(type_name)
-    if model is None:
-        raise BadRequest(unroutable(app, type_name, to))
+    model = client_type(app, type_name, to)
     if not isinstance(body, dict):
         raise BadRequest("'body' must be a JSON object with the message's fields")
     if holds_lone_surrogate(body):  # no storage request can carry one (a bulk row's text)

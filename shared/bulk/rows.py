@@ -22,9 +22,8 @@ from shared.http_ingress import (
     BadRequest,
     ClientMessage,
     build_message,
+    client_type,
     destination,
-    message_types,
-    unroutable,
 )
 
 MAX_REJECTED_ROW_CHARS = 10_000
@@ -45,9 +44,7 @@ class Target:
 def check_target(app: BusApp, type_name: str, to: str | None) -> Target:
     """The job's message type and destination, checked against the app before any row is
     read: BadRequest saying what is wrong (the ingress's words)."""
-    model = message_types(app).get(type_name)
-    if model is None:
-        raise BadRequest(unroutable(app, type_name, to))
+    model = client_type(app, type_name, to)
     return Target(
         type_name,
         destination(app, type_name, model, to, to_field="--to"),
