@@ -441,6 +441,21 @@ EFFECT_ANSWER_MAX_BYTES = whole(
     low=2,
     high=MAX_PAYLOAD_CEILING,
 )
+MAX_DELAYED_RETRIES = 100
+"""The most delayed retries a retry policy holds (``shared.bus.retries``), and so the largest
+retry number a signal may carry; here so that settings of retries can be bounded by it."""
+
+EFFECT_RETRIES = whole(
+    "BUS_EFFECT_RETRIES",
+    8,
+    "how many delayed retries (10 s, tripling, at most an hour apart) the performer makes of a "
+    "call, with the same idempotency key, after one whose outcome is unknown (a timeout, a "
+    "dropped connection, 429, 5xx, an unusable answer); the default spans about three hours. "
+    "After the last one the request is parked, and `bus replay` calls again with the same key",
+    group=EFFECTS,
+    low=0,
+    high=MAX_DELAYED_RETRIES,
+)
 
 CLEANUP_SCHEDULE = text(
     "CLEANUP_SCHEDULE",
@@ -527,6 +542,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     SERVICE_URL,
     SERVICE_CREDENTIAL,
     EFFECT_ANSWER_MAX_BYTES,
+    EFFECT_RETRIES,
     CLEANUP_SCHEDULE,
     CLEANUP_GRACE,
     CLEANUP_BUDGET,

@@ -154,6 +154,7 @@ def _effects(
     return EffectSettings(
         addresses=read_addresses(settings.values, settings.origins),
         answer_max_bytes=_value(settings, s.EFFECT_ANSWER_MAX_BYTES),
+        retries=_value(settings, s.EFFECT_RETRIES),
         call_cap_seconds=call_cap(function_timeout(host_json), timeouts.call),
     )
 

@@ -19,9 +19,9 @@ from pydantic import (
     model_validator,
 )
 
+from shared.app_settings import MAX_DELAYED_RETRIES
 from shared.bus.formats import json_version
 from shared.bus.messages import Kind
-from shared.bus.retries import MAX_DELAYED_RETRIES
 from shared.errors import InvalidName, MalformedSignal
 from shared.logsafe import problems
 

@@ -33,13 +33,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from shared.app_settings import MAX_DELAYED_RETRIES
 from shared.errors import ConfigurationError
 from shared.stores.queue import MAX_VISIBILITY_TIMEOUT
 
 MAX_IMMEDIATE_RETRIES = 10
 """Immediate retries keep the invocation busy: more than this belongs in delayed retries."""
-MAX_DELAYED_RETRIES = 100
-"""Also the largest retry number a signal may carry (``Signal.retry``)."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from shared.bus.retries import RetryPolicy
 from shared.errors import ConfigurationError
 from shared.host_json import DEFAULT_FUNCTION_TIMEOUT
 from shared.settings import StorageTimeouts
@@ -75,6 +76,15 @@ class EffectSettings:
         default_factory=lambda: call_cap(DEFAULT_FUNCTION_TIMEOUT, StorageTimeouts().call)
     )
     """``call_cap`` of the host's functionTimeout and the storage call timeout."""
+    retries: int = 8
+    """BUS_EFFECT_RETRIES: delayed retries of a call whose outcome is unknown."""
+
+    def retry_policy(self) -> RetryPolicy:
+        """The performer's retries: 10 s, tripling, at most an hour apart, none at once (a
+        provider that just failed rarely recovers within the same invocation)."""
+        return RetryPolicy.exponential(
+            immediate=0, first=10.0, factor=3.0, count=self.retries, cap=3600.0
+        )
 
     def address_of(self, service: str) -> ServiceAddress:
         """The address of the declared ``service``; a ConfigurationError naming the setting

@@ -55,7 +55,7 @@ def wire_performer(app: BusApp, config: AppConfig) -> HttpClient | None:
         )
         for name, declared in app.services.items()
     }
-    add_performer(app, providers, call_timeout=cap)
+    add_performer(app, providers, call_timeout=cap, retry=effects.retry_policy())
     _performers[app] = client
     return client
 
