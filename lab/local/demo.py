@@ -57,13 +57,7 @@ from lab.host.process import HostProcess
 from lab.local.azurite import REPO_ROOT, Azurite
 from lab.local.ledger_check import LedgerCheck, check_ledger
 from lab.local.outcome_log import OUTCOME_LOG_SETTING
-from lab.local.payments import (
-    PROVIDER_CREDENTIAL_SETTING,
-    PROVIDER_URL_SETTING,
-    Provider,
-    pay_at_provider,
-    provider_args,
-)
+from lab.local.payments import Provider, pay_at_provider, provider_args
 from lab.local.postgres import PostgresServer
 from lab.provider.book import Ledger
 from lab.provider.process import provider_process
@@ -581,8 +575,7 @@ async def drive(
             "CLEANUP_SCHEDULE": os.environ.get("CLEANUP_SCHEDULE", "0 */5 * * * *"),
             "BUS_HOST_FUNCTION_KEY": FUNCTION_KEY,
             APP_SETTING: DEMO_APP,
-            PROVIDER_URL_SETTING: provider.url,
-            PROVIDER_CREDENTIAL_SETTING: provider.credential,
+            **provider.app_settings(),
             OUTCOME_LOG_SETTING: str(outcome_log),
             DUPLICATE_RATE: str(options.duplicate_rate),
             CRASH_RATE: str(options.crash_rate),
@@ -592,7 +585,9 @@ async def drive(
         args=["--lease-seconds", str(options.lease_seconds)],
     )
     async with AzureStorageAccount(StorageSettings(connection_string)) as raw:
-        settings = resolve_settings({APP_SETTING: DEMO_APP, **database}, local_file=None)
+        settings = resolve_settings(
+            {APP_SETTING: DEMO_APP, **database, **provider.app_settings()}, local_file=None
+        )
         worker = Worker(demo_app(), settings, raw)
         print(f"  {(await provision(raw, worker.resources)).summary()}")
         await provision_postgres(worker, postgres_url)

@@ -12,9 +12,9 @@ from typing import Any
 import aiohttp
 
 from lab.provider.book import Ledger
+from shared.effects.addresses import credential_setting, url_setting
+from shared.sample.charges import PROVIDER
 
-PROVIDER_URL_SETTING = "BUS_SERVICE_PROVIDER_URL"
-PROVIDER_CREDENTIAL_SETTING = "BUS_SERVICE_PROVIDER_CREDENTIAL"
 CURRENCY = "eur"
 CUSTOMER_CALL_SECONDS = 2.0
 """How long a customer paying at the provider waits for an answer before trying again."""
@@ -34,6 +34,10 @@ class Provider:
 
     url: str
     credential: str
+
+    def app_settings(self) -> dict[str, str]:
+        """The sample's settings that point its service ``provider`` here."""
+        return {url_setting(PROVIDER): self.url, credential_setting(PROVIDER): self.credential}
 
     def headers(self, key: str | None = None) -> dict[str, str]:
         given = {"Authorization": f"Bearer {self.credential}"}

@@ -48,10 +48,8 @@ from pydantic import BaseModel, Field
 from shared.bus import BusApp, Command, Event, HandlerContext
 from shared.bus.app import Store
 from shared.bus.effects import EffectAnswered
-from shared.sample.charges import PAYMENTS_STORE
+from shared.sample.charges import PAYMENTS_STORE, PROVIDER
 
-PROVIDER = "provider"
-"""The payment provider's service name (its settings: ``BUS_SERVICE_PROVIDER_*``)."""
 CURRENCY = "eur"
 MAX_PROVIDER_ID_CHARS = 255
 

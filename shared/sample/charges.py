@@ -1,8 +1,12 @@
-"""Where the sample's ``payments`` endpoint keeps its state, and its own table in PostgreSQL.
+"""Where the sample's ``payments`` endpoint keeps its state, its own table in PostgreSQL, and
+the service it charges through.
 
 Apart from ``shared.sample.app`` so that the demo can read these before the app is imported
 (the app reads ``SAMPLE_PAYMENTS_STORE`` when it declares its endpoints).
 """
+
+PROVIDER = "provider"
+"""The payment provider's service name (its settings: ``BUS_SERVICE_PROVIDER_*``)."""
 
 PAYMENTS_STORE = "SAMPLE_PAYMENTS_STORE"
 """Environment variable: ``postgres`` keeps ``payments`` in PostgreSQL (default ``table``)."""
