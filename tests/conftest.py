@@ -3,14 +3,22 @@ that runs every contract test on both the in-memory and the Azure implementation
 
 The suite tests the sample app, whatever app the checkout runs: ``BUS_APP`` is pinned to the
 sample for the session (the environment wins over ``local.settings.json``), and tests that
-need a project folder get one of their own (``sample_project``). ``CHECKOUT_ENVIRON`` keeps
-the environment as it was, for the one test that checks the checkout's own configuration.
+need a project folder get one of their own (``sample_project``). The sample charges through
+its declared service ``provider``, so the session runs one local payment provider
+(``python -m lab.provider``) and pins its address and credential beside ``BUS_APP``: every
+worker of the sample, in this process or a host or CLI started from it, reaches a real one.
+``CHECKOUT_ENVIRON`` keeps the environment as it was, for the one test that checks the
+checkout's own configuration.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import secrets
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +29,9 @@ import asyncpg
 import pytest
 
 from lab.local.azurite import Azurite, AzuriteEndpoints
+from lab.local.payments import Provider
 from lab.local.postgres import PostgresServer
+from lab.provider.process import provider_process
 from shared.app_loader import APP_SETTING, DEFAULT_APP
 from shared.bus.state.schema import migrate
 from shared.bus.state.stores import SqlDatabase
@@ -38,24 +48,59 @@ UNDER_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 SAMPLE_APP = DEFAULT_APP
 CHECKOUT_ENVIRON = dict(os.environ)
 """The environment before the suite pinned the sample app in it."""
+_session = contextlib.ExitStack()
+_providers: list[Provider] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Pin the sample app before any test module is imported (``function_app.py`` loads its
-    app at import). Subprocesses inherit it; those that test ``BUS_APP`` set their own."""
-    os.environ[APP_SETTING] = SAMPLE_APP
+    """Pin the sample app and its payment provider before any test module is imported
+    (``function_app.py`` loads its app at import, and a worker of the sample needs its
+    provider's address). Subprocesses inherit both; those that test ``BUS_APP`` set their own."""
+    pinned = {APP_SETTING: SAMPLE_APP, **started_sample_provider().app_settings()}
+    _session.callback(restore_environ, list(pinned))
+    os.environ.update(pinned)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if APP_SETTING in CHECKOUT_ENVIRON:
-        os.environ[APP_SETTING] = CHECKOUT_ENVIRON[APP_SETTING]
-    else:
-        os.environ.pop(APP_SETTING, None)
+    _session.close()
+
+
+def restore_environ(names: list[str]) -> None:
+    for name in names:
+        if name in CHECKOUT_ENVIRON:
+            os.environ[name] = CHECKOUT_ENVIRON[name]
+        else:
+            os.environ.pop(name, None)
+
+
+def started_sample_provider() -> Provider:
+    """The session's payment provider, without faults, its books in a folder of its own
+    removed at the end (its ledger is shared: a test reads the entries of its own orders)."""
+    workdir = Path(tempfile.mkdtemp(prefix="sample-provider-"))
+    _session.callback(shutil.rmtree, workdir, ignore_errors=True)
+    credential = secrets.token_urlsafe(24)
+    url = _session.enter_context(provider_process(workdir, credential=credential))
+    _providers.append(Provider(url, credential))
+    return _providers[0]
 
 
 def sample_settings(**values: str) -> Settings:
-    """Settings of the sample app from ``values`` only: no environment, no settings file."""
-    return resolve_settings(environ={APP_SETTING: SAMPLE_APP, **values}, local_file=None)
+    """Settings of the sample app from ``values`` only (no environment, no settings file),
+    its service ``provider`` at the session's payment provider."""
+    return resolve_settings(
+        environ={APP_SETTING: SAMPLE_APP, **sample_provider_settings(), **values}, local_file=None
+    )
+
+
+def sample_provider_settings() -> dict[str, str]:
+    """The app settings that point the sample's service ``provider`` at the session's."""
+    return _providers[0].app_settings()
+
+
+@pytest.fixture(scope="session")
+def sample_provider() -> Provider:
+    """The session's payment provider, the one every worker of the sample calls."""
+    return _providers[0]
 
 
 @pytest.fixture

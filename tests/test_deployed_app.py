@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from shared.effects.addresses import url_setting
+from shared.sample.charges import PROVIDER
 from tests.fresh import run_fresh
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -80,6 +82,8 @@ AZURE_SETTINGS = {
     # The sample app, with ``payments`` in PostgreSQL: the database driver is loaded too.
     "BUS_APP": "shared.sample.app:app",
     "SAMPLE_PAYMENTS_STORE": "postgres",
+    # Its payment provider, as a deployment names it (additionalAppSettings); nothing calls it.
+    url_setting(PROVIDER): "https://payments.example.com",
 }
 
 

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import azure.functions as func
 import pytest
 from azure.functions.queue import QueueMessage
@@ -25,6 +26,7 @@ from azure.functions.timer import TimerRequest
 
 from lab.host.ncrontab import Schedule
 from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
+from lab.local.payments import Provider
 from shared import runtime
 from shared.bindings import FIXED_FUNCTIONS, blueprint
 from shared.bus import BusApp
@@ -38,7 +40,7 @@ from shared.sample.app import app as sample_app
 from shared.settings import resolve_settings
 from shared.stores.azure import AzureStorageAccount
 from shared.stores.memory import MemoryStorageAccount
-from tests.conftest import sample_settings
+from tests.conftest import sample_provider_settings, sample_settings
 from tests.fresh import run_fresh
 from tests.infra.provisioned import INFRA_DIR, provisioned_resources
 
@@ -141,7 +143,7 @@ def test_function_app_indexes_exactly_the_functions_of_the_app_named_by_bus_app(
 
 
 def test_with_bus_app_unset_function_app_indexes_the_sample_app(tmp_path: Path) -> None:
-    result = index_function_app(tmp_path)
+    result = index_function_app(tmp_path, **sample_provider_settings())
     assert result.returncode == 0, result.stderr
     assert sorted(json.loads(result.stdout)) == sorted([*sample_app.endpoints, *FIXED_FUNCTIONS])
 
@@ -285,9 +287,10 @@ async def deliver_all(deployed: AzureStorageAccount) -> int:
 
 @pytest.mark.azurite
 async def test_the_queue_functions_run_the_sample_order_flow(
-    deployed: AzureStorageAccount,
+    deployed: AzureStorageAccount, sample_provider: Provider
 ) -> None:
-    """Drive the declared functions as the host would: base64-decoded body, dequeue count."""
+    """Drive the declared functions as the host would: base64-decoded body, dequeue count;
+    the charge goes to the session's payment provider."""
     await (
         SAMPLE.bus()
         .client("cli")
@@ -298,13 +301,24 @@ async def test_the_queue_functions_run_the_sample_order_flow(
         )
     )
 
-    assert await deliver_all(deployed) == 5  # PlaceOrder, OrderPlaced x2, ChargePayment, ShipOrder
+    # PlaceOrder, OrderPlaced x2, ChargePayment, its EffectRequest, ChargeAnswered, ShipOrder
+    assert await deliver_all(deployed) == 7
     payments = deployed.table("payments")
     [state] = (await payments.query(partition_key="fa-1", row_keys=["state"])).entities
     assert json.loads(str(state["data"]))["amount_cents"] == 1250
     loyalty = deployed.table("loyalty")
     [points] = (await loyalty.query(partition_key="ada", row_keys=["state"])).entities
     assert json.loads(str(points["data"])) == {"orders": 1, "points": 12}
+    async with aiohttp.ClientSession() as session:
+        ledger = await sample_provider.ledger(session)
+    [charge] = [e for e in ledger.entries if e.order == "fa-1"]
+    assert (charge.kind, charge.amount) == ("charge", 1250)
+    paid = json.loads(str(state["data"]))
+    assert (paid["status"], paid["charge_key"], paid["payment_id"]) == (
+        "charged",
+        charge.key,
+        charge.id,
+    )
 
 
 @pytest.mark.azurite
@@ -369,7 +383,7 @@ async def test_the_cleanup_timer_function_runs_one_pass(deployed: AzureStorageAc
             idempotency_key="fa-2",
         )
     )
-    assert await deliver_all(deployed) == 5
+    assert await deliver_all(deployed) == 7
     orders = deployed.table("orders")
     assert [e async for e in orders.query_all(partition_key="fa-2", row_key_prefix="outbox|")]
     await SAMPLE.cleanup(grace_seconds=0)

@@ -1,6 +1,7 @@
 """The sample app in the local host, as a separate process, with ``OTEL_TRACES_EXPORTER=console``:
 a PlaceOrder posted over HTTP with a ``traceparent`` shows as one trace through orders,
-payments and shipping in the spans the host prints when it stops."""
+payments, the performer's call to the payment provider, the charge's answer and shipping in
+the spans the host prints when it stops."""
 
 from __future__ import annotations
 
@@ -19,10 +20,13 @@ from lab.host.process import HostProcess
 from lab.local import demo
 from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared import runtime
+from shared.bus.effects import PERFORMER_ENDPOINT, EffectRequest
 from shared.provisioning import provision
+from shared.sample.app import ChargeAnswered
+from shared.sample.charges import PROVIDER
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
-from tests.conftest import started_azurite
+from tests.conftest import sample_provider_settings, started_azurite
 
 pytestmark = pytest.mark.azurite
 
@@ -65,6 +69,7 @@ async def test_one_trace_through_the_sample_order_flow_in_the_local_host(
             "AzureWebJobsStorage": own_azurite.connection_string,
             "CLEANUP_SCHEDULE": "0 0 0 1 1 *",
             "BUS_HOST_FUNCTION_KEY": "fn-key",
+            **sample_provider_settings(),
             "OTEL_TRACES_EXPORTER": "console",
             "OTEL_SERVICE_NAME": "bus-sample",
         },
@@ -105,6 +110,8 @@ async def test_one_trace_through_the_sample_order_flow_in_the_local_host(
     for endpoint, handled in (
         ("orders", "PlaceOrder"),
         ("payments", "ChargePayment"),
+        (PERFORMER_ENDPOINT, EffectRequest.type_name()),
+        ("payments", ChargeAnswered.type_name()),
         ("shipping", "ShipOrder"),
     ):
         [receive] = [
@@ -119,6 +126,9 @@ async def test_one_trace_through_the_sample_order_flow_in_the_local_host(
             for s in by_name[f"handle {handled}"]
             if s["parent_id"] == receive["context"]["span_id"]
         ]
+    [call] = by_name[f"call {PROVIDER} charge"]
+    [performed] = by_name[f"handle {EffectRequest.type_name()}"]
+    assert call["parent_id"] == performed["context"]["span_id"]
     assert {s["context"]["trace_id"] for s in spans} == {f"0x{TRACE_ID}"}
     assert {s["resource"]["attributes"]["service.name"] for s in spans} == {"bus-sample"}
     assert {"receive loyalty", "handle OrderPlaced"} <= set(by_name)  # the event, same trace
