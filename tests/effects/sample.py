@@ -1,4 +1,5 @@
-"""The sample app with a performer calling a provider kept in memory, on in-memory stores."""
+"""The sample app with a performer calling a provider (kept in memory, or over HTTP), on
+in-memory stores."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from shared.bus import BusApp, RetryPolicy
 from shared.clock import ManualClock
 from shared.effects.memory import DECLINE_FIELD, InMemoryProvider
 from shared.effects.performer import add_performer
-from shared.effects.provider import ProviderAnswer
-from shared.sample.app import PROVIDER, build_app
+from shared.effects.provider import Provider, ProviderAnswer
+from shared.sample.app import build_app
+from shared.sample.charges import PROVIDER
 from shared.stores.memory import MemoryStorageAccount
 from tests.bus.harness import Harness
 from tests.conftest import Backend
@@ -30,14 +32,14 @@ class DecliningProvider(InMemoryProvider):
         return super().apply(operation, body, key)
 
 
-def sample_with(provider: InMemoryProvider) -> BusApp:
+def sample_with(provider: Provider) -> BusApp:
     """A fresh sample app whose performer calls ``provider``."""
     app = build_app()
     add_performer(app, {PROVIDER: provider}, call_timeout=5.0, retry=RetryPolicy(immediate=3))
     return app
 
 
-async def sample_harness(provider: InMemoryProvider) -> Harness:
+async def sample_harness(provider: Provider) -> Harness:
     clock = ManualClock()
     backend = Backend("memory", MemoryStorageAccount(clock=clock), clock)
     return await Harness.create(backend, sample_with(provider), jitter=random.Random(7))
