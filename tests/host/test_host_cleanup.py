@@ -78,7 +78,8 @@ async def test_two_hosts_killed_at_random_leave_no_residue_after_one_cleanup_pas
     rng = random.Random(18)
     orders = {f"order{i}": 100 * (i + 1) for i in range(12)}
     shots: Counter[str] = Counter({"g0": 3, "g1": 2})
-    expected = 5 * len(orders) + 2 * sum(shots.values())
+    fired = sum(shots.values())
+    expected = demo.DELIVERIES_PER_ORDER * len(orders) + demo.DELIVERIES_PER_SHOT * fired
     hosts = [host_for(own_azurite, tmp_path, name) for name in ("a", "b")]
     async with AzureStorageAccount(StorageSettings(own_azurite.connection_string)) as account:
         worker = runtime.Worker.for_account(account)

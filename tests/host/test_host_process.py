@@ -1,22 +1,27 @@
 """The local host as a separate process: killed with SIGKILL mid-run and restarted, the work
-still completes exactly once; a SIGTERM stops it gracefully."""
+still completes exactly once, each order charged once at a payment provider of the module's
+own; a SIGTERM stops it gracefully."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from lab.host.process import HostProcess
 from lab.local import demo
 from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
 from lab.local.outcome_log import OUTCOME_LOG_SETTING
+from lab.local.payments import Provider
+from lab.provider.process import provider_process
 from shared import runtime
 from shared.provisioning import provision
 from shared.sample.app import FireAt, PlaceOrder
@@ -33,11 +38,21 @@ def own_azurite() -> Iterator[AzuriteEndpoints]:
     yield from started_azurite()  # private: these tests read the sample app's fixed-name tables
 
 
-def host_for(endpoints: AzuriteEndpoints, work: Path) -> HostProcess:
+@pytest.fixture(scope="module")
+def own_provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Provider]:
+    """A payment provider whose ledger holds this module's charges only, so that the check of
+    it can say that nothing else was charged."""
+    credential = secrets.token_urlsafe(24)
+    with provider_process(tmp_path_factory.mktemp("provider"), credential=credential) as url:
+        yield Provider(url, credential)
+
+
+def host_for(endpoints: AzuriteEndpoints, work: Path, provider: Provider) -> HostProcess:
     return HostProcess(
         REPO_ROOT / "function_app.py",
         {
             **os.environ,
+            **provider.app_settings(),
             "AzureWebJobsStorage": endpoints.connection_string,
             "CLEANUP_SCHEDULE": "0 0 0 1 1 *",
             OUTCOME_LOG_SETTING: str(work / "outcomes.jsonl"),
@@ -48,12 +63,13 @@ def host_for(endpoints: AzuriteEndpoints, work: Path) -> HostProcess:
 
 
 async def test_work_completes_exactly_once_after_the_host_is_killed_mid_run(
-    own_azurite: AzuriteEndpoints, tmp_path: Path
+    own_azurite: AzuriteEndpoints, own_provider: Provider, tmp_path: Path
 ) -> None:
     orders = {f"order{i}": 100 * (i + 1) for i in range(6)}
     shots: Counter[str] = Counter({"g0": 2, "g1": 1})
-    expected = 5 * len(orders) + 2 * sum(shots.values())
-    host = host_for(own_azurite, tmp_path)
+    fired = sum(shots.values())
+    expected = demo.DELIVERIES_PER_ORDER * len(orders) + demo.DELIVERIES_PER_SHOT * fired
+    host = host_for(own_azurite, tmp_path, own_provider)
     async with AzureStorageAccount(StorageSettings(own_azurite.connection_string)) as account:
         worker = runtime.Worker.for_account(account)
         await provision(account, worker.resources)
@@ -91,8 +107,12 @@ async def test_work_completes_exactly_once_after_the_host_is_killed_mid_run(
         assert "host: stopped" in (tmp_path / "host.log").read_text()
 
         await worker.cleanup(grace_seconds=0)
-        verdict = await demo.verify(account, roots, orders, shots, 0, worker.config)
+        async with aiohttp.ClientSession() as session:
+            ledger = await own_provider.ledger(session)
+        config = worker.config
+        verdict = await demo.verify(account, roots, orders, shots, 0, config, ledger=ledger)
     assert verdict.state_errors == []
+    assert (verdict.charges, verdict.refunds) == (len(orders), 0)
     assert (verdict.sent, verdict.processed, verdict.lost, verdict.ghosts) == (
         expected,
         expected,
@@ -103,7 +123,7 @@ async def test_work_completes_exactly_once_after_the_host_is_killed_mid_run(
 
 
 async def test_the_host_process_runs_on_the_environment_given_not_a_settings_file_beside_the_app(
-    own_azurite: AzuriteEndpoints, tmp_path: Path
+    own_azurite: AzuriteEndpoints, own_provider: Provider, tmp_path: Path
 ) -> None:
     """A developer's checkout holds a local.settings.json copied from the sample beside
     function_app.py: the host that the tests and the demo start runs on the connection they
@@ -116,7 +136,7 @@ async def test_the_host_process_runs_on_the_environment_given_not_a_settings_fil
     shutil.copy(REPO_ROOT / "local.settings.sample.json", checkout / "local.settings.json")
     async with AzureStorageAccount(StorageSettings(own_azurite.connection_string)) as account:
         await provision(account, runtime.Worker.for_account(account).resources)
-    host = host_for(own_azurite, work)
+    host = host_for(own_azurite, work, own_provider)
     host.app = checkout / "function_app.py"
 
     await asyncio.to_thread(host.start)
