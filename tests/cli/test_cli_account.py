@@ -20,7 +20,7 @@ import pytest
 from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.app_loader import APP_SETTING
 from shared.settings import DEV_ACCOUNT, DEV_KEY
-from tests.conftest import SAMPLE_APP
+from tests.conftest import SAMPLE_APP, sample_provider_settings
 
 pytestmark = pytest.mark.azurite
 
@@ -42,7 +42,7 @@ def run(
     folder: Path, *args: str, environ: dict[str, str] | None = None, module: str = "shared.cli"
 ) -> subprocess.CompletedProcess[str]:
     """``python -m MODULE ARGS`` in ``folder``, with no storage or bus settings in the
-    environment but ``environ``."""
+    environment but ``environ`` (and the sample's, its app and its payment provider)."""
     inherited = {
         name: value
         for name, value in os.environ.items()
@@ -55,6 +55,7 @@ def run(
             **inherited,
             "PYTHONPATH": str(REPO_ROOT),
             APP_SETTING: SAMPLE_APP,
+            **sample_provider_settings(),
             **(environ or {}),
         },
         capture_output=True,

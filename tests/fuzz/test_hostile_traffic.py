@@ -314,7 +314,8 @@ async def test_hostile_traffic_parks_or_drops_every_hostile_message_and_loses_no
     # Every valid message processed exactly once, with its sender's body; nothing left behind.
     assert verdict.state_errors == [], f"seed {SEED}"
     assert (verdict.lost, verdict.ghosts, verdict.residue) == (0, 0, 0), f"seed {SEED}"
-    assert verdict.sent == verdict.processed == 5 * ORDERS + 2 * SHOTS
+    deliveries = demo.DELIVERIES_PER_ORDER * ORDERS + demo.DELIVERIES_PER_SHOT * SHOTS
+    assert verdict.sent == verdict.processed == deliveries
     # Only valid input made rows: the orders', customers' and games' partitions, the valid keys.
     allowed = set(valid.orders) | {f"cust{i % 20}" for i in range(ORDERS)} | set(valid.shots)
     assert {e: p - allowed for e, p in partitions.items()} == {e: set() for e in ENDPOINTS}

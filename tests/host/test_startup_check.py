@@ -15,7 +15,7 @@ import pytest
 from lab.host.process import free_port
 from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.settings import DEV_KEY
-from tests.conftest import unique_name
+from tests.conftest import sample_provider_settings, unique_name
 
 pytestmark = pytest.mark.azurite
 
@@ -29,6 +29,7 @@ def start_host(
     environ |= {
         "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(folder)]),
         "CLEANUP_SCHEDULE": "0 0 0 1 1 *",
+        **sample_provider_settings(),  # the sample does not start without them
         **settings,
     }
     command = [sys.executable, "-m", "lab.host", "--app", str(REPO_ROOT / "function_app.py")]
