@@ -520,12 +520,16 @@ def run_audit(connection_string: str, workdir: Path, postgres_url: str | None) -
         # would mix with this emulator's connection (an ambiguous connection, refused).
         "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO_ROOT), os.environ.get("PYTHONPATH")))),
     }
+    # The audit loads the app without the runtime, which adds the performer: named here, its
+    # table's audit rows record the answers' sends (without them each answer is a ghost).
+    endpoints = ["--endpoints", ",".join(demo_endpoints())]
     command = [sys.executable, "-m", "shared.audit", "run", "--out", str(workdir / "audit")]
-    command += ["--master", "local[2]", "--splits", "2", "--quiet"]
+    command += ["--master", "local[2]", "--splits", "2", "--quiet", *endpoints]
     if postgres_url is not None:
         env[URL_SETTING] = postgres_url
         exported = workdir / "audit-export"
         export = [sys.executable, "-m", "shared.audit", "export", "--out", str(exported)]
+        export += endpoints
         done = subprocess.run(
             [*export, "--quiet"],
             cwd=workdir,
@@ -698,7 +702,8 @@ def parser() -> argparse.ArgumentParser:
         description="Exactly-once under duplicates and crashes, on an embedded Azurite.",
     )
     d = Options()
-    p.add_argument("--orders", type=int, default=d.orders, help="orders placed (5 deliveries each)")
+    per_order = f"orders placed ({DELIVERIES_PER_ORDER} deliveries each)"
+    p.add_argument("--orders", type=int, default=d.orders, help=per_order)
     p.add_argument("--shots", type=int, default=d.shots, help="shots fired (2 deliveries each)")
     p.add_argument("--duplicate-rate", type=float, default=d.duplicate_rate)
     p.add_argument("--crash-rate", type=float, default=d.crash_rate, help="per storage operation")
