@@ -50,6 +50,9 @@ CHECKOUT_ENVIRON = dict(os.environ)
 """The environment before the suite pinned the sample app in it."""
 _session = contextlib.ExitStack()
 _providers: list[Provider] = []
+"""The session's payment provider, once started. One for the whole session, not one per test:
+the product adds the performer once per app object (``shared.effects.wiring``), so the first
+worker of the sample in this process fixes the address that every later one calls."""
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -18,7 +18,7 @@ import pytest
 from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.bus.subscriptions import handled_topics
 from shared.sample.app import app as sample_app
-from tests.conftest import started_azurite
+from tests.conftest import sample_provider_settings, started_azurite
 
 pytestmark = pytest.mark.azurite
 
@@ -40,6 +40,7 @@ def bus_command(project: Path, azurite: AzuriteEndpoints, command: str) -> tuple
     environ.update(
         AzureWebJobsStorage=azurite.connection_string,
         BUS_APP="shared.sample.app:app",
+        **sample_provider_settings(),
         PYTHONPATH=str(REPO_ROOT),
         PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
     )
