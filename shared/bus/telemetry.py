@@ -125,6 +125,13 @@ class BusTelemetry:
             description="Messages written by a newer version of the app, given back for an "
             "upgraded instance (bus.give_back.kind: message_type or format)",
         )
+        self.effects_uncertain = meter.create_counter(
+            "bus.effects.uncertain",
+            unit="{effect}",
+            description="Effects of at-most-once services answered uncertain: called with an "
+            "unknown outcome, or found already marked (docs/effects.md), by "
+            "bus.effect.service and bus.effect.operation",
+        )
         self.handler_duration = meter.create_histogram(
             "messaging.process.duration",
             unit="s",
