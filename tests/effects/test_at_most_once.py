@@ -43,6 +43,11 @@ class Parcel(BaseModel):
     """(key, outcome, status) of each answer processed, in order."""
 
 
+def ignoring_keys(*, lost_answers: int = 0, unavailable: int = 0) -> InMemoryProvider:
+    """A courier's API that honours no idempotency key: every call it is sent applies."""
+    return InMemoryProvider(lost_answers=lost_answers, unavailable=unavailable, honours_keys=False)
+
+
 def courier_app(provider: InMemoryProvider, backend: Backend) -> BusApp:
     """A courier's API that honours no idempotency key: booking twice ships twice."""
     app = BusApp()
@@ -88,7 +93,7 @@ async def booked(harness: Harness, *, decline: bool = False) -> Parcel:
 
 
 async def test_a_call_that_answers_is_made_once_and_answered_as_for_any_service() -> None:
-    provider = InMemoryProvider()
+    provider = ignoring_keys()
     parcel = await booked(await courier(provider))
     [key] = parcel.requested
     assert parcel.answers == [(key, "succeeded", 200)]
@@ -97,7 +102,7 @@ async def test_a_call_that_answers_is_made_once_and_answered_as_for_any_service(
 
 
 async def test_a_refusal_is_failed_as_for_any_service() -> None:
-    provider = InMemoryProvider()
+    provider = ignoring_keys()
     parcel = await booked(await courier(provider), decline=True)
     [key] = parcel.requested
     assert parcel.answers == [(key, "failed", 402)]
@@ -107,7 +112,7 @@ async def test_a_refusal_is_failed_as_for_any_service() -> None:
 async def test_a_lost_answer_is_uncertain_and_never_called_again() -> None:
     """Applied, but the connection dropped: an idempotent service would be called again with
     the same key; this one must not be, so the handler hears ``uncertain``."""
-    provider = InMemoryProvider(lost_answers=1)
+    provider = ignoring_keys(lost_answers=1)
     parcel = await booked(await courier(provider))
     [key] = parcel.requested
     assert parcel.answers == [(key, "uncertain", 0)]
@@ -116,7 +121,7 @@ async def test_a_lost_answer_is_uncertain_and_never_called_again() -> None:
 
 
 async def test_a_5xx_is_uncertain_with_its_status_and_never_called_again() -> None:
-    provider = InMemoryProvider(unavailable=1)
+    provider = ignoring_keys(unavailable=1)
     parcel = await booked(await courier(provider))
     [key] = parcel.requested
     assert parcel.answers == [(key, "uncertain", 503)]
@@ -130,7 +135,7 @@ def crash_before_the_performers_commit(operation: Operation) -> Fault | None:
 
 
 async def test_after_a_crash_between_the_call_and_the_commit_the_next_run_does_not_call() -> None:
-    provider = InMemoryProvider()
+    provider = ignoring_keys()
     harness = await courier(provider)
     calls_at_crash: list[int] = []
 
@@ -153,7 +158,7 @@ async def test_after_a_crash_between_the_call_and_the_commit_the_next_run_does_n
 async def test_an_operators_replay_of_a_parked_request_finds_the_marker_and_does_not_call() -> None:
     """The call was made, then every commit of the performer failed until its retries ran
     out: parked. The replay re-sends the same request (same key); it must not call again."""
-    provider = InMemoryProvider()
+    provider = ignoring_keys()
     harness = await courier(provider)
 
     def commit_fails(operation: Operation) -> Fault | None:
@@ -178,7 +183,7 @@ async def test_an_operators_replay_of_a_parked_request_finds_the_marker_and_does
 async def test_uncertain_answers_are_counted_by_service_and_operation() -> None:
     reader = InMemoryMetricReader()
     meters = MeterProvider(metric_readers=[reader])
-    await booked(await courier(InMemoryProvider(lost_answers=1), meter_provider=meters))
+    await booked(await courier(ignoring_keys(lost_answers=1), meter_provider=meters))
 
     data = reader.get_metrics_data()
     points = [
