@@ -6,6 +6,9 @@ marker was already there (a racing copy, a crash after the call, an operator's r
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -20,6 +23,7 @@ from shared.clock import ManualClock
 from shared.effects.markers import performer_markers
 from shared.effects.memory import DECLINE_FIELD, InMemoryProvider
 from shared.effects.performer import add_performer
+from shared.effects.provider import KEY_CONFLICT, Provider, ProviderAnswer
 from shared.errors import ConfigurationError
 from shared.stores.instrumented import Fault, Operation
 from shared.stores.memory import MemoryStorageAccount
@@ -48,7 +52,7 @@ def ignoring_keys(*, lost_answers: int = 0, unavailable: int = 0) -> InMemoryPro
     return InMemoryProvider(lost_answers=lost_answers, unavailable=unavailable, honours_keys=False)
 
 
-def courier_app(provider: InMemoryProvider, backend: Backend) -> BusApp:
+def courier_app(provider: Provider, backend: Backend, retry: RetryPolicy) -> BusApp:
     """A courier's API that honours no idempotency key: booking twice ships twice."""
     app = BusApp()
     parcels = app.endpoint("parcels", Parcel)
@@ -70,17 +74,20 @@ def courier_app(provider: InMemoryProvider, backend: Backend) -> BusApp:
         app,
         {"courier": provider},
         call_timeout=5.0,
-        retry=RetryPolicy(immediate=3),
+        retry=retry,
         markers=performer_markers(backend.account),
     )
     return app
 
 
-async def courier(provider: InMemoryProvider, **config: object) -> Harness:
+RETRIED = RetryPolicy(immediate=3)
+
+
+async def courier(provider: Provider, *, retry: RetryPolicy = RETRIED, **config: object) -> Harness:
     clock = ManualClock()
     backend = Backend("memory", MemoryStorageAccount(clock=clock), clock)
     return await Harness.create(
-        backend, courier_app(provider, backend), jitter=random.Random(7), **config
+        backend, courier_app(provider, backend, retry), jitter=random.Random(7), **config
     )
 
 
@@ -127,6 +134,40 @@ async def test_a_5xx_is_uncertain_with_its_status_and_never_called_again() -> No
     assert parcel.answers == [(key, "uncertain", 503)]
     assert provider.calls == 1
     assert provider.applied(key) == 0
+
+
+async def test_an_unknown_outcome_is_answered_by_the_run_that_called() -> None:
+    """Not raised for a retry: with no retry left, that would park the request and the
+    handler would never hear of its effect."""
+    provider = ignoring_keys(lost_answers=1)
+    harness = await courier(provider, retry=RetryPolicy())
+    parcel = await booked(harness)
+    [key] = parcel.requested
+    assert parcel.answers == [(key, "uncertain", 0)]
+    assert await harness.poison_messages(PERFORMER_ENDPOINT) == []
+
+
+@dataclass
+class KeyConflict:
+    """A provider that answers 409: the key was used with another body."""
+
+    calls: int = 0
+
+    async def call(self, operation: str, body: Mapping[str, Any], key: str) -> ProviderAnswer:
+        self.calls += 1
+        return ProviderAnswer(KEY_CONFLICT, {"error": "key in use"})
+
+
+async def test_a_key_conflict_is_parked_as_for_any_service_and_not_called_again() -> None:
+    provider = KeyConflict()
+    harness = await courier(provider)
+    parcel = await booked(harness)
+    [parked] = await harness.poison_messages(PERFORMER_ENDPOINT)
+    poison = parked["poison"]
+    assert isinstance(poison, dict)
+    assert poison["reason"].startswith("EffectKeyConflict: ")
+    assert parcel.answers == []
+    assert provider.calls == 1
 
 
 def crash_before_the_performers_commit(operation: Operation) -> Fault | None:
