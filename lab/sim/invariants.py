@@ -32,6 +32,10 @@ the entity-outbox map inside the ``state`` row) are read as well:
 - NoMisreadMessages (the rolling phase, ``SimConfig.rolling``): no message processed by an old
   version of the app that cannot read it (its handler marks what it applies). That nothing is
   parked while an upgraded instance serves the queue is NoLostMessages (a parked message).
+- EffectsAppliedOnce (the effect shape): every effect a committed round requested is in the
+  provider's ledger once, under its key, and none before its round committed;
+  EffectsAppliedAtMostOnce (the effect shape with ``SimConfig.at_most_once``): at most once,
+  answered once, and ``succeeded`` only if applied.
 - The parked phase (``lab.sim.parked``; ``check_parked``): NoLostParked, every parked
   message the operator did not discard is at the end still parked with its body readable, or
   replayed and applied (once: NoDuplicatedProcessing); NoExpiredEntry, no poison entry
