@@ -527,6 +527,24 @@ MUTANTS: tuple[Mutant, ...] = (
         "an at-most-once call whose outcome is unknown raises for a retry instead of answering "
         "uncertain (the retry finds the marker, so the answer is uncertain anyway, a retry later)",
     ),
+    Mutant(
+        "cleanup-marker-request-unchecked",
+        "shared/cleanup/markers.py",
+        """    if pending:
+        report.kept["request_pending"] += 1""",
+        """    if False:
+        report.kept["request_pending"] += 1""",
+        "an at-most-once marker is retired while its request may still run (parked, say): "
+        "its replay calls again",
+    ),
+    Mutant(
+        "cleanup-marker-grace-ignored",
+        "shared/cleanup/markers.py",
+        "if not context.is_old(since):",
+        "if False:",
+        "an at-most-once marker is retired on the pass after its request was seen gone, "
+        "without waiting the grace period for a copy still in the handler",
+    ),
     # -- in-memory stores ---------------------------------------------------------------------
     Mutant(
         "memory-table-etag-ignored",
