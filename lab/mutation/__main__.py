@@ -36,7 +36,7 @@ def _skipped(folder: str, names: list[str]) -> set[str]:
 
 
 PYTEST = ("-m", "pytest", "-x", "-q", "-p", "no:cacheprovider")
-PROTOCOL_TESTS = ("tests/sim", "tests/bus", "tests/cleanup", "tests/contract")
+PROTOCOL_TESTS = ("tests/sim", "tests/bus", "tests/cleanup", "tests/contract", "tests/effects")
 PROTOCOL_MARKS = "not slow and not azurite and not spark"
 
 

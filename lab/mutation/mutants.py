@@ -424,6 +424,127 @@ MUTANTS: tuple[Mutant, ...] = (
         "await context.payloads.delete(blob.name)  # (d)",
         "a payload is deleted without If-Match: a round's rewrite since the judgement is lost",
     ),
+    # -- effects (docs/effects.md) -------------------------------------------------------------
+    Mutant(
+        "effect-key-position-dropped",
+        "shared/bus/effects.py",
+        'return derived_id(incoming_id, "effect", position)',
+        'return derived_id(incoming_id, "effect", 1)',
+        "the key leaves out the effect's position: two effects of one run share a key, and "
+        "the provider answers the second with the first's answer",
+    ),
+    Mutant(
+        "effect-key-incoming-dropped",
+        "shared/bus/effects.py",
+        'return derived_id(incoming_id, "effect", position)',
+        'return derived_id("effect", "effect", position)',
+        "the key leaves out the incoming message's id: the first effect of every message "
+        "shares one key",
+    ),
+    Mutant(
+        "effect-key-fresh-per-call",
+        "shared/effects/performer.py",
+        "return await provider.call(request.operation, request.body, request.key)",
+        "return await provider.call(request.operation, request.body, "
+        'f"{request.key}-{id(request)}")',
+        "the performer sends a key of its own on every call instead of the committed one: a "
+        "retry after an unknown outcome applies the effect again",
+    ),
+    Mutant(
+        "effect-4xx-retried",
+        "shared/effects/provider.py",
+        "if 400 <= answer.status < 500 and answer.status != TOO_MANY_REQUESTS:",
+        "if False:",
+        "a refusal for good (4xx) is taken for an unknown outcome and retried until parked",
+    ),
+    Mutant(
+        "effect-5xx-failed",
+        "shared/effects/provider.py",
+        'raise ProviderUnavailable(f"the provider answered {answer.status}")',
+        'return "failed"',
+        "a 5xx or 429 is answered failed: the bus claims a refusal for a call whose outcome "
+        "it does not know",
+    ),
+    Mutant(
+        "effect-409-failed",
+        "shared/effects/provider.py",
+        "if answer.status == KEY_CONFLICT:",
+        "if False:",
+        "a key used with another body (409) is answered failed instead of parked as a defect",
+    ),
+    Mutant(
+        "effect-request-dropped",
+        "shared/bus/context.py",
+        "self._add(PendingOutput(request, PERFORMER_ENDPOINT, {}, trace_headers()))",
+        "pass",
+        "the request is not an output of the requester's round: nothing is committed, "
+        "nothing performed",
+    ),
+    Mutant(
+        "effect-answer-not-sent",
+        "shared/effects/performer.py",
+        """        ctx.send(
+            answer_model(""",
+        """        (lambda *_, **__: None)(
+            answer_model(""",
+        "the performer calls the provider but sends no answer in its commit",
+    ),
+    Mutant(
+        "effect-marker-unconditional",
+        "shared/effects/markers.py",
+        "await self.table.insert(marker)",
+        "await self.table.upsert(marker)",
+        "an at-most-once marker is written whether or not it is there: every copy calls",
+    ),
+    Mutant(
+        "effect-marker-after-call",
+        "shared/effects/performer.py",
+        """    if not await markers.mark(request.key, request_id=ctx.message_id, at=ctx.now()):
+        return _uncertain(request, NO_ANSWER, "its marker was already there")
+    try:
+        answer = await _call(provider, request, call_timeout)
+    except ProviderUnavailable as e:
+        return _uncertain(request, NO_ANSWER, str(e))
+""",
+        """    try:
+        answer = await _call(provider, request, call_timeout)
+    except ProviderUnavailable as e:
+        return _uncertain(request, NO_ANSWER, str(e))
+    if not await markers.mark(request.key, request_id=ctx.message_id, at=ctx.now()):
+        return _uncertain(request, NO_ANSWER, "its marker was already there")
+""",
+        "the at-most-once marker is inserted after the call: a run after a crash calls again",
+    ),
+    Mutant(
+        "effect-uncertain-retried",
+        "shared/effects/performer.py",
+        """    except ProviderUnavailable as e:
+        return _uncertain(request, NO_ANSWER, str(e))
+    try:""",
+        """    except ProviderUnavailable:
+        raise
+    try:""",
+        "an at-most-once call whose outcome is unknown raises for a retry instead of answering "
+        "uncertain (the retry finds the marker, so the answer is uncertain anyway, a retry later)",
+    ),
+    Mutant(
+        "cleanup-marker-request-unchecked",
+        "shared/cleanup/markers.py",
+        """    if pending:
+        report.kept["request_pending"] += 1""",
+        """    if False:
+        report.kept["request_pending"] += 1""",
+        "an at-most-once marker is retired while its request may still run (parked, say): "
+        "its replay calls again",
+    ),
+    Mutant(
+        "cleanup-marker-grace-ignored",
+        "shared/cleanup/markers.py",
+        "if not context.is_old(since):",
+        "if False:",
+        "an at-most-once marker is retired on the pass after its request was seen gone, "
+        "without waiting the grace period for a copy still in the handler",
+    ),
     # -- in-memory stores ---------------------------------------------------------------------
     Mutant(
         "memory-table-etag-ignored",

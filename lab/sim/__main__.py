@@ -35,6 +35,9 @@ and, in token mode, with up to one deviation and one fault:
 15. ``small-effect``: a handler requests a charge, the bus's performer calls the provider
     after the commit (a scheduled, faulted operation) and the answer comes back to the
     handler (EffectsAppliedOnce), with up to one deviation and one fault;
+16. ``small-effect-amo``: the same with a service that honours no key, declared at-most-once
+    (EffectsAppliedAtMostOnce), with up to one deviation and no fault, then no deviation and
+    one fault;
 and then seeded random search over larger configurations in every mode for the rest of the
 time budget. With two cores the phases are dealt to two processes (``DEFAULT_PLAN``), each
 then searching its own random seeds. ``--mode`` keeps the phases and random runs of one mode.
@@ -110,6 +113,8 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-partition-postgres-entity_outbox", 1, 1),
         ("small-shared-processed_messages", 1, 0),
         ("small-effect", 1, 1),
+        ("small-effect-amo", 1, 0),
+        ("small-effect-amo", 0, 1),
     ),
 )
 """The phases explored exhaustively before the random search, dealt to two processes so

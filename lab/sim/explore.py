@@ -111,6 +111,17 @@ CONFIGS: dict[str, SimConfig] = {
         # charge; the performer calls the provider after the commit (a scheduled operation,
         # faulted and landing late like a write) and the answer comes back to the handler.
         SimConfig(name="small-effect", shape="effect", messages=1, copies=2, concurrency=2),
+        # The same with a service that honours no idempotency key, declared at-most-once:
+        # the performer marks the effect before its one call and answers uncertain when the
+        # marker was there or the call's outcome is unknown (EffectsAppliedAtMostOnce).
+        SimConfig(
+            name="small-effect-amo",
+            shape="effect",
+            messages=1,
+            copies=2,
+            concurrency=2,
+            at_most_once=True,
+        ),
         # Outside the timing assumptions: a process may also stall before any operation for
         # longer than the grace period (a paused machine) while a cleanup pass runs. Not
         # part of the default exploration: the cleanup's safety rests on those assumptions
@@ -333,8 +344,8 @@ _references: dict[tuple[object, ...], Observation] = {}
 
 async def reference_for(config: SimConfig) -> Observation:
     """The fault-free outcome of ``config``'s messages (cached: it depends on the shape,
-    mode, message count and partitions only)."""
-    key = (config.shape, config.mode, config.messages, config.partitions)
+    mode, message count, partitions and the effect's kind only)."""
+    key = (config.shape, config.mode, config.messages, config.partitions, config.at_most_once)
     if key not in _references:
         clock = ManualClock()
         _references[key] = await reference_run(config, MemoryStorageAccount(clock=clock), clock)
@@ -386,6 +397,7 @@ async def simulate(
         attempt_keys=variant is not None and variant.attempt_keys,
         effect_before_commit=variant is not None and variant.effect_before_commit,
         answer_outside=variant is not None and variant.answer_outside,
+        amo_retried=variant is not None and variant.amo_retried,
         covered=covered,
         prepared=prepared,
     )

@@ -32,6 +32,10 @@ the entity-outbox map inside the ``state`` row) are read as well:
 - NoMisreadMessages (the rolling phase, ``SimConfig.rolling``): no message processed by an old
   version of the app that cannot read it (its handler marks what it applies). That nothing is
   parked while an upgraded instance serves the queue is NoLostMessages (a parked message).
+- EffectsAppliedOnce (the effect shape): every effect a committed round requested is in the
+  provider's ledger once, under its key, and none before its round committed;
+  EffectsAppliedAtMostOnce (the effect shape with ``SimConfig.at_most_once``): at most once,
+  answered once, and ``succeeded`` only if applied.
 - The parked phase (``lab.sim.parked``; ``check_parked``): NoLostParked, every parked
   message the operator did not discard is at the end still parked with its body readable, or
   replayed and applied (once: NoDuplicatedProcessing); NoExpiredEntry, no poison entry
@@ -83,6 +87,7 @@ BOUNDED_PARKED_RESIDUE = "BoundedParkedResidue"
 NO_MISSING_PAYLOAD = "NoMissingPayload"
 NO_MISREAD_MESSAGES = "NoMisreadMessages"
 EFFECTS_APPLIED_ONCE = "EffectsAppliedOnce"
+EFFECTS_AT_MOST_ONCE = "EffectsAppliedAtMostOnce"
 UNEXPECTED_ERROR = "UnexpectedError"
 """Not an invariant of the design: a simulated process raised something other than the
 project's own errors, i.e. a bug in the code under test."""
@@ -100,6 +105,7 @@ INVARIANTS = (
     NO_MISSING_PAYLOAD,
     NO_MISREAD_MESSAGES,
     EFFECTS_APPLIED_ONCE,
+    EFFECTS_AT_MOST_ONCE,
 )
 
 
@@ -140,6 +146,8 @@ class Observation:
     provider in this run."""
     uncommitted: list[str] = field(default_factory=list)
     """The effect shape: keys the provider applied before their requesting round committed."""
+    at_most_once: bool = False
+    """The effect shape's service honours no key (EffectsAppliedAtMostOnce judges it)."""
 
     def expected(self) -> dict[tuple[str, str], Applied]:
         """(endpoint, logical name) -> what the handler applied."""
@@ -343,6 +351,8 @@ def _effects(run: Observation) -> list[Violation]:
     NoDuplicatedProcessing and NoLostMessages on the answer's journal entry.)"""
     if run.ledger is None:
         return []
+    if run.at_most_once:
+        return _at_most_once(run, run.ledger)
     found: list[Violation] = []
     requested = {k: a.name for entries in run.applied.values() for a in entries for k in a.effects}
     for key, order in sorted(requested.items()):
@@ -365,6 +375,50 @@ def _effects(run: Observation) -> list[Violation]:
         for key in dict.fromkeys(run.uncommitted)
     ]
     return found
+
+
+def _at_most_once(run: Observation, ledger: list[tuple[str, str]]) -> list[Violation]:
+    """EffectsAppliedAtMostOnce, for a service that honours no key: every effect a committed
+    round requested was applied at most once; it has exactly one answer (succeeded, failed or
+    uncertain), and a ``succeeded`` one means it was applied; nothing was applied that no
+    round requested, nor before its round committed."""
+    found: list[Violation] = []
+    entries = [a for journal in run.applied.values() for a in journal]
+    requested = {k: a.name for a in entries for k in a.effects}
+    for key, name in sorted(requested.items()):
+        applied = sum(1 for _, order in ledger if order == name)
+        outcomes = [a.outcome for a in entries if a.name == f"{name}>answered"]
+        if applied > 1:
+            found.append(
+                _at_most_once_broken(f"the effect of {name} ({key}) was applied {applied} times")
+            )
+        if len(outcomes) != 1:
+            found.append(
+                _at_most_once_broken(
+                    f"the effect of {name} ({key}) has {len(outcomes)} answers: {outcomes}"
+                )
+            )
+        elif outcomes == ["succeeded"] and applied != 1:
+            found.append(
+                _at_most_once_broken(
+                    f"the effect of {name} ({key}) was answered succeeded but applied "
+                    f"{applied} times"
+                )
+            )
+    found += [
+        _at_most_once_broken(f"{order} was charged ({key}) but no round requested it")
+        for key, order in ledger
+        if order not in requested.values()
+    ]
+    found += [
+        _at_most_once_broken(f"effect {key} was applied before its round committed")
+        for key in dict.fromkeys(run.uncommitted)
+    ]
+    return found
+
+
+def _at_most_once_broken(detail: str) -> Violation:
+    return Violation(EFFECTS_AT_MOST_ONCE, detail)
 
 
 def _root(name: str) -> str:

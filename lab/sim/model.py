@@ -11,7 +11,10 @@ Shapes (``Shape``):
   (``shared.bus.payloads``), and both tokens refer to it.
 - ``effect``: first handles Start by requesting a charge from the service ``payments``
   (``docs/effects.md``); the bus's performer endpoint calls the provider after the commit,
-  and first handles the answer, Charged. The entry of Start lists the effect's key.
+  and first handles the answer, Charged. The entry of Start lists the effect's key. With
+  ``at_most_once`` the service honours no key and is declared so: the performer marks each
+  effect before its one call, and the answer's entry (``<name>>answered``) records the
+  outcome, which faults may make ``uncertain``.
 
 Each handler appends one ``Applied`` entry (message id, its logical name, source, causation, a
 digest of what it received) to its partition's state. The invariants read these entries back:
@@ -49,6 +52,7 @@ from pydantic import BaseModel, ConfigDict
 from shared.bus import BusApp, Command, Event, HandlerContext, RetryPolicy
 from shared.bus.app import Endpoint, Mode, NoState
 from shared.bus.effects import PERFORMER_ENDPOINT, EffectAnswered, EffectRequest
+from shared.effects.markers import EffectMarkers
 from shared.effects.performer import add_performer
 from shared.effects.provider import Provider, outcome_of
 
@@ -124,6 +128,8 @@ class Applied(BaseModel):
     """Processed by an old version that cannot read it (NoMisreadMessages)."""
     effects: list[str] = []
     """The keys of the effects its handler requested (EffectsAppliedOnce)."""
+    outcome: str | None = None
+    """An at-most-once effect's answer: its outcome (EffectsAppliedAtMostOnce)."""
 
 
 class Journal(BaseModel):
@@ -140,12 +146,19 @@ BALLAST = "b" * 600_000
 entity outbox's ``entity_max_bytes``), however its properties spread it."""
 
 
-def digest(ctx: HandlerContext[Journal]) -> str:
-    """What the handler received, reduced to a short fingerprint (ConsistentOutput)."""
+ANSWER_VARIES = ("outcome", "status", "body")
+"""What an at-most-once effect's answer may differ in from the fault-free run's: a fault
+may make it ``uncertain``, which the invariant on that effect judges instead."""
+
+
+def digest(ctx: HandlerContext[Journal], *, varies: tuple[str, ...] = ()) -> str:
+    """What the handler received, reduced to a short fingerprint (ConsistentOutput), less
+    the body fields that ``varies`` names: those a fault may legitimately change."""
     envelope = ctx.envelope
+    body = {k: v for k, v in (envelope.body or {}).items() if k not in varies}
     # Not the causation id: a client send's ids differ from run to run (the body's logical
     # name says what caused the message; NoGhostMessages checks the causation id itself).
-    seen = json.dumps([envelope.type, envelope.source, envelope.body], sort_keys=True)
+    seen = json.dumps([envelope.type, envelope.source, body], sort_keys=True)
     return hashlib.sha256(seen.encode()).hexdigest()[:16]
 
 
@@ -155,6 +168,7 @@ def record(
     *,
     misread: bool = False,
     effects: tuple[str, ...] = (),
+    outcome: str | None = None,
 ) -> None:
     due = ctx.envelope.deliver_at
     ctx.state.applied.append(
@@ -163,10 +177,11 @@ def record(
             name=name,
             source=ctx.envelope.source,
             causation=ctx.envelope.causation_id,
-            digest=digest(ctx),
+            digest=digest(ctx, varies=ANSWER_VARIES if outcome is not None else ()),
             early=due is not None and ctx.now() < due,
             misread=misread,
             effects=list(effects),
+            outcome=outcome,
         )
     )
 
@@ -192,10 +207,12 @@ def build_app(
     provider: Provider | None = None,
     effect_before_commit: bool = False,
     answer_outside: AnswerSender | None = None,
+    at_most_once: AtMostOnce | None = None,
 ) -> SimApp:
     """The simulated application; ``mode`` is the endpoint mode every endpoint uses and
     ``suffix`` keeps the names of concurrent runs on one real account apart; ``version``
-    (``Version``) what its second endpoint knows of Step."""
+    (``Version``) what its second endpoint knows of Step; ``at_most_once`` makes the effect
+    shape's service one that honours no key."""
     if shape not in (*SHAPES, "shared", "effect"):
         raise ValueError(f"unknown shape {shape!r}; choose one of {(*SHAPES, 'shared', 'effect')}")
     if shape == "effect":
@@ -207,6 +224,7 @@ def build_app(
             provider,
             before_commit=effect_before_commit,
             answer_outside=answer_outside,
+            at_most_once=at_most_once,
         )
     used = {"single": 2, "chain": 3, "publish": 4, "mixed": 4, "shared": 3}[shape]
     names = [f"{name}{suffix}" for name in ENDPOINTS[:used]]
@@ -295,6 +313,16 @@ AnswerSender = Callable[[Command, str], Awaitable[object]]
 """Sends an answer to an endpoint outside the performer's commit (a known-bad variant)."""
 
 
+@dataclass(frozen=True)
+class AtMostOnce:
+    """The effect shape's service honours no idempotency key. ``markers``: the performer's
+    marker table; ``retried`` (a known-bad variant): the service is declared idempotent all
+    the same, so the performer calls again after an unknown outcome, without a marker."""
+
+    markers: EffectMarkers
+    retried: bool = False
+
+
 def _effect_app(
     mode: Mode,
     suffix: str,
@@ -302,6 +330,7 @@ def _effect_app(
     *,
     before_commit: bool,
     answer_outside: AnswerSender | None,
+    at_most_once: AtMostOnce | None,
 ) -> SimApp:
     """The ``effect`` shape. Known-bad variants: ``before_commit`` also calls the provider
     from the handler, before its round commits, as a handler that calls its provider directly
@@ -323,10 +352,22 @@ def _effect_app(
         requested = [a.name for a in ctx.state.applied if answer.key in a.effects]
         if not requested:
             raise RuntimeError(f"an answer for effect {answer.key}, which no entry requested")
-        record(ctx, f"{requested[0]}>{answer.outcome}")
+        if at_most_once is None:
+            record(ctx, f"{requested[0]}>{answer.outcome}")
+        else:
+            record(ctx, f"{requested[0]}>answered", outcome=answer.outcome)
 
-    app.service("payments", operations={"charge": "/v1/charges"})
-    if answer_outside is None:
+    # amo-retried declares the key-less service as idempotent: no marker, retried.
+    declared = at_most_once is not None and not at_most_once.retried
+    app.service("payments", operations={"charge": "/v1/charges"}, at_most_once=declared)
+    if at_most_once is not None:
+        add_performer(
+            app,
+            {"payments": provider},
+            call_timeout=EFFECT_CALL_TIMEOUT,
+            markers=at_most_once.markers,
+        )
+    elif answer_outside is None:
         add_performer(app, {"payments": provider}, call_timeout=EFFECT_CALL_TIMEOUT)
     else:
         _add_answering_performer(app, provider, answer_outside)

@@ -32,6 +32,7 @@ from shared.bus.modes.processed_table import PROCESSED_PREFIX
 from shared.bus.modes.state_based import INDEX_PREFIX, VERSION_PREFIX
 from shared.bus.poison import NEVER_EXPIRES
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
+from shared.effects.markers import MARKER_ROW
 from shared.errors import AlreadyExists, NotFound, OutcomeUnknown, TooLarge
 from shared.resources import POISON_SUFFIX
 from shared.stores.account import StorageAccount
@@ -86,6 +87,9 @@ class Variant:
     """The effect shape's handler calls the provider itself, before its round commits."""
     answer_outside: bool = False
     """The effect shape's performer sends each answer itself, outside its commit."""
+    amo_retried: bool = False
+    """The effect shape's at-most-once service is declared idempotent: retried after an
+    unknown outcome, without a marker."""
 
 
 class _Blobs(DelegatingBlobContainer):
@@ -688,6 +692,29 @@ ANSWER_OUTSIDE_OUTBOX = Variant(
     answer_outside=True,
 )
 
+AMO_RETRIED = Variant(
+    "amo-retried",
+    "a service that honours no key is called once per effect: never again after an unknown "
+    "outcome (it is answered uncertain)",
+    amo_retried=True,
+)
+
+
+class _BlindMarker(_Table):
+    """An at-most-once marker is written whether or not it is there: every copy calls."""
+
+    async def insert(self, entity: Entity) -> str:
+        if entity.row_key == MARKER_ROW:
+            return await self.inner.upsert(entity)
+        return await self.inner.insert(entity)
+
+
+AMO_BLIND_MARKER = Variant(
+    "amo-blind-marker",
+    "an at-most-once effect's marker is inserted if absent: only the copy that inserts it calls",
+    wrap=lambda account: _Account(account, table=_BlindMarker),
+)
+
 VARIANTS = {
     v.name: v
     for v in (
@@ -721,5 +748,7 @@ VARIANTS = {
         EFFECT_ATTEMPT_KEY,
         EFFECT_BEFORE_COMMIT,
         ANSWER_OUTSIDE_OUTBOX,
+        AMO_RETRIED,
+        AMO_BLIND_MARKER,
     )
 }

@@ -56,7 +56,7 @@ from lab.sim.invariants import (
     check,
     observe,
 )
-from lab.sim.model import ENDPOINTS, Shape, Start, Version, build_app
+from lab.sim.model import ENDPOINTS, AtMostOnce, Shape, Start, Version, build_app
 from lab.sim.payloads import NO_MISSING_PAYLOAD, PayloadWatch
 from lab.sim.provider import ScheduledProvider
 from lab.sim.readings import WINDOW_MODES
@@ -77,6 +77,8 @@ from shared.bus.state.memory_sql import MemorySqlDatabase
 from shared.bus.state.rows import EndpointRows
 from shared.bus.state.stores import endpoints_rows
 from shared.clock import ManualClock
+from shared.effects.markers import performer_markers
+from shared.effects.memory import InMemoryProvider
 from shared.errors import ConfigurationError, MalformedSignal
 from shared.host_json import QueueSettings
 from shared.provisioning import provision
@@ -195,6 +197,9 @@ class SimConfig:
     """The parked phase (``lab.sim.parked.ParkedWorld``): the messages start parked, by the
     bus and by the Functions host, and an operator's replay and discard run beside the
     cleanup's poison task."""
+    at_most_once: bool = False
+    """The effect shape's service honours no idempotency key and is declared at-most-once
+    (``docs/effects.md``, section 5): EffectsAppliedAtMostOnce judges its effects."""
     rolling: bool = False
     """A rolling deploy: the second endpoint is served by two versions of the app at once,
     the new one and an old one whose app does not know Step (``model.Version``); an
@@ -363,6 +368,9 @@ class World:
     """The effect shape's handler calls the provider before its round commits (a variant)."""
     answer_outside: bool = False
     """The effect shape's performer sends each answer itself, outside its commit (a variant)."""
+    amo_retried: bool = False
+    """The effect shape's at-most-once service is declared idempotent: called again after an
+    unknown outcome, without a marker (a variant)."""
     trace: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -373,7 +381,14 @@ class World:
             self.account,
             f"{ENDPOINTS[0]}{self.suffix}",
             attempt_keys=self.attempt_keys,
+            provider=InMemoryProvider(honours_keys=not config.at_most_once),
         )
+        self.scheduler = Scheduler(None if self.clock is not None else REAL_STORE_TIMEOUT)
+        self.instrumentation.on_operation = self.scheduler.gate
+        instrumented: StorageAccount = InstrumentedAccount(self.account, self.instrumentation)
+        if self.wrap is not None:
+            instrumented = self.wrap(instrumented)
+        self.instrumented = instrumented
         self.sim = build_app(
             config.shape,
             config.mode,
@@ -385,6 +400,7 @@ class World:
             provider=self.provider if config.shape == "effect" else None,
             effect_before_commit=self.effect_before_commit,
             answer_outside=self._send_answer if self.answer_outside else None,
+            at_most_once=self._at_most_once(instrumented),
         )
         self.sql = MemorySqlDatabase() if config.store == "postgres" else None
         if self.sql is not None:
@@ -393,12 +409,6 @@ class World:
                 declared[name] = replace(endpoint, store="postgres")
         self.endpoints = list(self.sim.app.endpoints)
         self.modes = {name: config.mode for name in self.endpoints}
-        self.scheduler = Scheduler(None if self.clock is not None else REAL_STORE_TIMEOUT)
-        self.instrumentation.on_operation = self.scheduler.gate
-        instrumented: StorageAccount = InstrumentedAccount(self.account, self.instrumentation)
-        if self.wrap is not None:
-            instrumented = self.wrap(instrumented)
-        self.instrumented = instrumented
         self.quiet_account = self.account if self.wrap is None else self.wrap(self.account)
         """For the cleanup passes run while nothing else runs: neither scheduled nor faulted,
         but changed by a variant like every other pass."""
@@ -998,7 +1008,15 @@ class World:
         if self.config.shape == "effect":
             seen.ledger = self.provider.ledger()
             seen.uncommitted = list(self.provider.uncommitted)
+            seen.at_most_once = self.config.at_most_once
         return seen
+
+    def _at_most_once(self, instrumented: StorageAccount) -> AtMostOnce | None:
+        """The performer's markers live in the bus's account: their inserts are scheduled and
+        faulted like every other request, and changed by a variant's wrapper."""
+        if not self.config.at_most_once:
+            return None
+        return AtMostOnce(performer_markers(instrumented), retried=self.amo_retried)
 
     def decision_state(self, actions: list[Action]) -> Hashable:
         """What decides the rest of a run from here: the trace so far up to the order of
@@ -1063,6 +1081,7 @@ async def reference_run(
         faults=(),
         sweep_grace=config.sweep_grace,
         window=config.window,
+        at_most_once=config.at_most_once,
     )
     world = World(plain, Replay([]), account, clock, suffix)
     return (await world.run(None)).observation

@@ -121,7 +121,9 @@ class EffectRequest(Command):
 class EffectAnswered(Command):
     """Base of the answer types a handler names in ``request_effect``: the outcome of the
     effect ``key``, the provider's status and its (parsed, size-limited) body. Delivered to
-    the requesting partition, so the handler records it in the state that asked."""
+    the requesting partition, so the handler records it in the state that asked. An
+    ``uncertain`` answer carries status 0 and an empty body when the provider gave no answer
+    (a timeout, a dropped connection, or a call not made because its marker was there)."""
 
     partition_by: ClassVar[str | None] = "partition"
     partition: str

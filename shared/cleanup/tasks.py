@@ -33,6 +33,7 @@ from datetime import datetime, timedelta
 
 from shared.bus.config import BusConfig
 from shared.bus.deliveries import decode_signals
+from shared.bus.effects import PERFORMER_ENDPOINT
 from shared.bus.envelope import TOKEN_NAME, token_prefix
 from shared.bus.formats import metadata_version
 from shared.bus.ingress import INGRESS_ROW, ingress_version
@@ -72,7 +73,7 @@ def _skip_bad_row(report: TaskReport, what: str, error: BaseException) -> None:
     report.bad_row(what, error)
 
 
-def _skipping(report: TaskReport) -> OnDamaged:
+def skipping(report: TaskReport) -> OnDamaged:
     """What a store's page does with a row it cannot read: skip it as a bad record."""
     return lambda damaged: _skip_bad_row(report, damaged.where, damaged.error)
 
@@ -92,7 +93,7 @@ def _skip_unjudged(report: TaskReport, what: str, error: BaseException) -> None:
         _skip_bad_row(report, what, error)
 
 
-def _storage_error(report: TaskReport, what: str, error: BaseException) -> None:
+def storage_error(report: TaskReport, what: str, error: BaseException) -> None:
     log.warning("cleanup %s: %s left for the next pass: %s", report.task, what, error)
     report.kept["storage_error"] += 1
 
@@ -103,7 +104,7 @@ def _add(counter: Counter[str], key: str, count: int) -> None:
         counter[key] += count
 
 
-def _row(rows: EndpointRows, entity: Entity) -> str:
+def row_name(rows: EndpointRows, entity: Entity) -> str:
     return rows.where(entity.partition_key, entity.row_key)
 
 
@@ -202,7 +203,7 @@ def _readable_metadata(blob: BlobProperties, report: TaskReport) -> bool:
     return True
 
 
-async def _remove_rows(
+async def remove_rows(
     context: CleanupContext,
     rows: EndpointRows,
     condemned: Sequence[tuple[Entity, str]],
@@ -410,22 +411,22 @@ class OutboxRecords(CleanupTask):
             row_key_prefix=OUTBOX_PREFIX,
             page_size=context.settings.page_size,
             continuation=continuation,
-            on_damaged=_skipping(report),
+            on_damaged=skipping(report),
         )
 
         async def judge(entity: Entity) -> tuple[Entity, str] | None:
             try:
                 kind = await self._judge(context, OutboxRecord.from_entity(entity), report)
             except UNJUDGED as e:
-                _skip_unjudged(report, _row(rows, entity), e)
+                _skip_unjudged(report, row_name(rows, entity), e)
             except STORAGE_ERRORS as e:
-                _storage_error(report, _row(rows, entity), e)
+                storage_error(report, row_name(rows, entity), e)
             else:
                 return None if kind is None else (entity, kind)
             return None
 
         verdicts = await each(context.limit, page, judge)
-        await _remove_rows(context, rows, [v for v in verdicts if v is not None], report)
+        await remove_rows(context, rows, [v for v in verdicts if v is not None], report)
         return following
 
     async def _judge(
@@ -472,20 +473,20 @@ class IngressRecords(CleanupTask):
             row_key=INGRESS_ROW,
             page_size=context.settings.page_size,
             continuation=continuation,
-            on_damaged=_skipping(report),
+            on_damaged=skipping(report),
         )
 
         async def judge(entity: Entity) -> tuple[Entity, str] | None:
             try:
                 return await self._judge(context, entity, report)
             except UNJUDGED as e:
-                _skip_unjudged(report, _row(rows, entity), e)
+                _skip_unjudged(report, row_name(rows, entity), e)
             except STORAGE_ERRORS as e:
-                _storage_error(report, _row(rows, entity), e)
+                storage_error(report, row_name(rows, entity), e)
             return None
 
         verdicts = await each(context.limit, page, judge)
-        await _remove_rows(context, rows, [v for v in verdicts if v is not None], report)
+        await remove_rows(context, rows, [v for v in verdicts if v is not None], report)
         return following
 
     async def _judge(
@@ -523,7 +524,7 @@ class AuditRows(CleanupTask):
             row_key_prefix=AUDIT_PREFIX,
             page_size=context.settings.page_size,
             continuation=continuation,
-            on_damaged=_skipping(report),
+            on_damaged=skipping(report),
         )
         expired: list[tuple[Entity, str]] = []
         for entity in page:
@@ -532,7 +533,7 @@ class AuditRows(CleanupTask):
                 report.kept["within_retention"] += 1
             else:
                 expired.append((entity, "audit_rows"))
-        await _remove_rows(context, rows, expired, report)
+        await remove_rows(context, rows, expired, report)
         return following
 
 
@@ -577,7 +578,7 @@ class ModeRetention(CleanupTask):
             older_than=cutoff,
             page_size=max(2, min(context.settings.page_size, 1000)),
             continuation=continuation,
-            on_damaged=_skipping(report),
+            on_damaged=skipping(report),
         )
         report.removed[self.kind] += removed
         return following
@@ -602,4 +603,8 @@ def standard_tasks(endpoints: Mapping[str, str] | Collection[str]) -> list[Clean
 
     tasks.append(SharedPayloads())
     tasks += poison_tasks(names)
+    if PERFORMER_ENDPOINT in modes:
+        from shared.cleanup.markers import RetiredMarkers
+
+        tasks.append(RetiredMarkers())
     return tasks

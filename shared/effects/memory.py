@@ -30,10 +30,13 @@ class LedgerEntry:
 class InMemoryProvider:
     """``lost_answers``: that many of the next calls are applied but their answer is lost
     (the caller sees ProviderUnavailable: an unknown outcome); ``unavailable``: that many of
-    the next calls are refused before anything is applied (a 503)."""
+    the next calls are refused before anything is applied (a 503). ``honours_keys`` False:
+    a service that ignores idempotency keys, as those declared at-most-once do, and applies
+    every call it is sent."""
 
     lost_answers: int = 0
     unavailable: int = 0
+    honours_keys: bool = True
     ledger: list[LedgerEntry] = field(default_factory=list)
     calls: int = 0
     _answers: dict[str, tuple[str, ProviderAnswer]] = field(default_factory=dict)
@@ -52,7 +55,7 @@ class InMemoryProvider:
     def apply(self, operation: str, body: Mapping[str, Any], key: str) -> ProviderAnswer:
         """The provider's side of one call: the first answer for a known key and body."""
         fingerprint = json.dumps([operation, body], sort_keys=True)
-        if key in self._answers:
+        if self.honours_keys and key in self._answers:
             first, answer = self._answers[key]
             return answer if first == fingerprint else ProviderAnswer(KEY_CONFLICT, {})
         if body.get(DECLINE_FIELD) is True:

@@ -66,3 +66,10 @@ def test_final_statuses(status: int, outcome: str) -> None:
 def test_statuses_that_leave_the_outcome_open_are_retried(status: int) -> None:
     with pytest.raises(ProviderUnavailable):
         outcome_of(ProviderAnswer(status, {}))
+
+
+async def test_a_provider_that_honours_no_key_applies_every_call() -> None:
+    provider = InMemoryProvider(honours_keys=False)
+    await provider.call("charge", {"amount": 5}, "k1")
+    await provider.call("charge", {"amount": 5}, "k1")
+    assert provider.applied("k1") == 2
