@@ -88,7 +88,7 @@ class Worker:
         self.app_config = config if isinstance(config, AppConfig) else build_config(config)
         self.settings = self.app_config.settings
         self.config = self.app_config.bus
-        self.http = wire_performer(app, self.app_config)
+        self.http = wire_performer(app, self.app_config, self.account)
         """The session of the performer's calls to the app's services (None: it declares
         none); added before the resources, so its queue and table are provisioned too."""
         self.resources: Resources = resources_for(app.endpoints)

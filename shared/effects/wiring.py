@@ -10,6 +10,7 @@ or the simulator does) keeps it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from weakref import WeakKeyDictionary
 
 from shared.bus.app import BusApp
@@ -17,16 +18,22 @@ from shared.bus.effects import PERFORMER_ENDPOINT, EffectRequest
 from shared.config import AppConfig
 from shared.effects.addresses import setting_name, url_setting
 from shared.effects.http import HttpClient, HttpProvider
+from shared.effects.markers import performer_markers
 from shared.effects.performer import add_performer
 from shared.errors import ConfigurationError
+from shared.stores.account import StorageAccount
 
 _performers: WeakKeyDictionary[BusApp, HttpClient] = WeakKeyDictionary()
 
 
-def wire_performer(app: BusApp, config: AppConfig) -> HttpClient | None:
+def wire_performer(
+    app: BusApp, config: AppConfig, account: Callable[[], StorageAccount]
+) -> HttpClient | None:
     """Add the performer endpoint to ``app`` if it declares services and has none yet; the
     client its providers call through (None: ``app`` declares no service, or brought its
-    own performer). A declared service without its URL setting is a ConfigurationError."""
+    own performer). ``account`` gives the storage account of the at-most-once markers when
+    the first is needed. A declared service without its URL setting is a
+    ConfigurationError."""
     if not app.services:
         return None
     if app in _performers:
@@ -55,7 +62,13 @@ def wire_performer(app: BusApp, config: AppConfig) -> HttpClient | None:
         )
         for name, declared in app.services.items()
     }
-    add_performer(app, providers, call_timeout=cap, retry=effects.retry_policy())
+    add_performer(
+        app,
+        providers,
+        call_timeout=cap,
+        retry=effects.retry_policy(),
+        markers=performer_markers(account),
+    )
     _performers[app] = client
     return client
 
