@@ -501,29 +501,32 @@ MUTANTS: tuple[Mutant, ...] = (
         "shared/effects/performer.py",
         """    if not await markers.mark(request.key, request_id=ctx.message_id, at=ctx.now()):
         return _uncertain(request, NO_ANSWER, "its marker was already there")
-    try:
-        answer = await _call(provider, request, call_timeout)
-    except ProviderUnavailable as e:
-        return _uncertain(request, NO_ANSWER, str(e))
+    with observed_call(request.service, request.operation, request.key) as call:
+        try:
+            answer = await _call(provider, request, call_timeout)
+        except ProviderUnavailable as e:
+            call.answered(NO_ANSWER.status, "uncertain")
+            return _uncertain(request, NO_ANSWER, str(e))
 """,
-        """    try:
-        answer = await _call(provider, request, call_timeout)
-    except ProviderUnavailable as e:
-        return _uncertain(request, NO_ANSWER, str(e))
-    if not await markers.mark(request.key, request_id=ctx.message_id, at=ctx.now()):
-        return _uncertain(request, NO_ANSWER, "its marker was already there")
+        """    with observed_call(request.service, request.operation, request.key) as call:
+        try:
+            answer = await _call(provider, request, call_timeout)
+        except ProviderUnavailable as e:
+            call.answered(NO_ANSWER.status, "uncertain")
+            return _uncertain(request, NO_ANSWER, str(e))
+        if not await markers.mark(request.key, request_id=ctx.message_id, at=ctx.now()):
+            return _uncertain(request, NO_ANSWER, "its marker was already there")
 """,
         "the at-most-once marker is inserted after the call: a run after a crash calls again",
     ),
     Mutant(
         "effect-uncertain-retried",
         "shared/effects/performer.py",
-        """    except ProviderUnavailable as e:
-        return _uncertain(request, NO_ANSWER, str(e))
-    try:""",
-        """    except ProviderUnavailable:
-        raise
-    try:""",
+        """        except ProviderUnavailable as e:
+            call.answered(NO_ANSWER.status, "uncertain")
+            return _uncertain(request, NO_ANSWER, str(e))""",
+        """        except ProviderUnavailable:
+            raise""",
         "an at-most-once call whose outcome is unknown raises for a retry instead of answering "
         "uncertain (the retry finds the marker, so the answer is uncertain anyway, a retry later)",
     ),
