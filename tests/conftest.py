@@ -37,7 +37,8 @@ from shared.bus.state.schema import migrate
 from shared.bus.state.stores import SqlDatabase
 from shared.clock import ManualClock
 from shared.errors import ConfigurationError
-from shared.resources import RESOURCES_FILE, resources_for, resources_json
+from shared.resources import RESOURCES_FILE, Resources, resources_json
+from shared.runtime import Worker
 from shared.sample.app import app as sample_app
 from shared.settings import Settings, StorageSettings, resolve_settings
 from shared.stores.account import StorageAccount
@@ -100,6 +101,13 @@ def sample_provider_settings() -> dict[str, str]:
     return _providers[0].app_settings()
 
 
+def sample_resources() -> Resources:
+    """The sample's resources as ``bus resources`` prints them: a worker's, with the performer
+    endpoint the runtime adds for its declared service (``sample_app.endpoints`` holds it only
+    once some worker of the sample was built in this process)."""
+    return Worker(sample_app, sample_settings()).resources
+
+
 @pytest.fixture(scope="session")
 def sample_provider() -> Provider:
     """The session's payment provider, the one every worker of the sample calls."""
@@ -115,7 +123,7 @@ def sample_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv(APP_SETTING, SAMPLE_APP)
     resources = tmp_path / RESOURCES_FILE
     resources.parent.mkdir(parents=True, exist_ok=True)
-    resources.write_text(resources_json(resources_for(sample_app.endpoints)))
+    resources.write_text(resources_json(sample_resources()))
     return tmp_path
 
 

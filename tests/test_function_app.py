@@ -34,7 +34,7 @@ from shared.bus.poison import unwrap
 from shared.config import build_config
 from shared.errors import ConfigurationError
 from shared.provisioning import provision
-from shared.resources import RESOURCES_FILE, poison_queue, resources_for, resources_json
+from shared.resources import RESOURCES_FILE, poison_queue, resources_json
 from shared.sample.app import PlaceOrder
 from shared.sample.app import app as sample_app
 from shared.settings import resolve_settings
@@ -199,7 +199,7 @@ def test_every_queue_table_and_container_the_app_uses_is_provisioned_by_the_temp
     for the sample app, they provision everything its functions use."""
     infra = tmp_path / "infra"
     shutil.copytree(INFRA_DIR, infra)
-    (tmp_path / RESOURCES_FILE).write_text(resources_json(resources_for(sample_app.endpoints)))
+    (tmp_path / RESOURCES_FILE).write_text(resources_json(SAMPLE.resources))
     provisioned = provisioned_resources(infra)
     resources = SAMPLE.resources
     used = {("queue", q) for q in queue_triggers().values()}

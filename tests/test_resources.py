@@ -21,8 +21,9 @@ from shared.resources import (
     resources_for,
     resources_json,
 )
+from shared.runtime import Worker
 from shared.settings import LOCAL_SETTINGS_FILE, resolve_settings
-from tests.conftest import CHECKOUT_ENVIRON, Backend, unique_name
+from tests.conftest import CHECKOUT_ENVIRON, Backend, sample_provider_settings, unique_name
 
 CHECKED_IN = REPO_ROOT / RESOURCES_FILE
 
@@ -42,12 +43,15 @@ def test_the_repository_resource_file_is_what_bus_resources_prints_for_the_confi
     checkout is configured to run (``BUS_APP`` from the environment the suite started with or
     the checkout's ``local.settings.json``, the sample when unset), the one test that reads
     the checkout's configuration. On failure the message names the app and the command."""
-    settings = resolve_settings(
-        environ=CHECKOUT_ENVIRON, local_file=REPO_ROOT / LOCAL_SETTINGS_FILE
+    settings = resolve_settings(  # the sample's provider, unless the checkout names its own
+        environ={**sample_provider_settings(), **CHECKOUT_ENVIRON},
+        local_file=REPO_ROOT / LOCAL_SETTINGS_FILE,
     )
     app = settings.get(APP_SETTING) or "the sample app (BUS_APP unset)"
     checked = f"checked against {app} ({APP_SETTING} from the {settings.origin(APP_SETTING)})"
-    expected = resources_for(configured_app(settings).endpoints)
+    # As `bus resources` prints them: a worker's, with the performer the runtime adds to an
+    # app that declares services.
+    expected = Worker(configured_app(settings), settings).resources
     try:
         check_resources_file(expected, CHECKED_IN)
     except ConfigurationError as e:

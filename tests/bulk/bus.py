@@ -10,11 +10,12 @@ from typing import Any
 
 from shared.bus import Bus
 from shared.provisioning import provision
-from shared.resources import poison_queue, resources_for
+from shared.resources import poison_queue
 from shared.runtime import bus_config
 from shared.sample.app import app as sample_app
 from shared.stores.account import StorageAccount
 from shared.stores.queue import MessageQueue, QueueMessage
+from tests.conftest import sample_resources
 
 
 def sample_bus(account: StorageAccount) -> Bus:
@@ -22,7 +23,7 @@ def sample_bus(account: StorageAccount) -> Bus:
 
 
 async def provision_sample(account: StorageAccount) -> None:
-    await provision(account, resources_for(sample_app.endpoints))
+    await provision(account, sample_resources())
     await sample_bus(account).subscribe_all()
 
 

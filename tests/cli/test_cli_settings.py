@@ -11,8 +11,7 @@ import pytest
 from lab.local.azurite import AzuriteEndpoints
 from shared.cli import main
 from shared.resources import RESOURCES_FILE, resources_for, resources_json
-from shared.sample.app import app as sample_app
-from tests.conftest import unique_name
+from tests.conftest import sample_resources, unique_name
 
 Run = Callable[..., tuple[int, str, str]]
 
@@ -53,7 +52,7 @@ def test_the_connection_is_read_from_local_settings_json(
     values = {"ShopStorage": azurite.connection_string, "BUS_STORAGE_SETTING": "ShopStorage"}
     (tmp_path / "local.settings.json").write_text(json.dumps({"Values": values}))
     (tmp_path / "infra").mkdir()
-    (tmp_path / RESOURCES_FILE).write_text(resources_json(resources_for(sample_app.endpoints)))
+    (tmp_path / RESOURCES_FILE).write_text(resources_json(sample_resources()))
     code, out, _ = bus("provision")
     assert code == 0, out
     code, out, _ = bus("status", "--json")
@@ -66,7 +65,7 @@ def test_bus_resources_prints_the_resources_file_of_the_sample_app_when_bus_app_
 ) -> None:
     code, out, _ = bus("resources")
     assert code == 0
-    assert out == resources_json(resources_for(sample_app.endpoints))
+    assert out == resources_json(sample_resources())
 
 
 def test_a_bus_app_that_cannot_be_loaded_exits_3_naming_it(bus: Run) -> None:
@@ -159,7 +158,7 @@ def test_provision_resources_file_names_another_file(
     assert code == 3
     assert f"{elsewhere} does not match the app" in err
 
-    elsewhere.write_text(resources_json(resources_for(sample_app.endpoints)))
+    elsewhere.write_text(resources_json(sample_resources()))
     assert bus(*args, "--resources-file", str(elsewhere))[0] == 0
 
 
@@ -170,7 +169,7 @@ def test_the_connection_string_is_read_from_a_file_without_a_warning(
     secret = tmp_path / "storage.secret"
     secret.write_text(azurite.connection_string + "\n")
     (tmp_path / "infra").mkdir()
-    (tmp_path / RESOURCES_FILE).write_text(resources_json(resources_for(sample_app.endpoints)))
+    (tmp_path / RESOURCES_FILE).write_text(resources_json(sample_resources()))
     code, out, err = bus("--connection-string-file", str(secret), "provision")
     assert code == 0, err
     assert "process list" not in err
@@ -183,7 +182,7 @@ def test_the_connection_string_from_the_environment_needs_no_option(
 ) -> None:
     monkeypatch.setenv("AzureWebJobsStorage", azurite.connection_string)
     (tmp_path / "infra").mkdir()
-    (tmp_path / RESOURCES_FILE).write_text(resources_json(resources_for(sample_app.endpoints)))
+    (tmp_path / RESOURCES_FILE).write_text(resources_json(sample_resources()))
     code, _, err = bus("provision")
     assert code == 0, err
     assert "process list" not in err
@@ -194,7 +193,7 @@ def test_a_connection_string_on_the_command_line_works_but_warns(
     bus: Run, azurite: AzuriteEndpoints, tmp_path: Path
 ) -> None:
     (tmp_path / "infra").mkdir()
-    (tmp_path / RESOURCES_FILE).write_text(resources_json(resources_for(sample_app.endpoints)))
+    (tmp_path / RESOURCES_FILE).write_text(resources_json(sample_resources()))
     code, _, err = bus("--connection-string", azurite.connection_string, "provision")
     assert code == 0, err
     assert "--connection-string puts the storage account key in the process list" in err
