@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import sample_provider_settings
 from tests.fresh import run_fresh
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -169,5 +170,6 @@ def test_the_function_app_sets_up_telemetry_when_it_starts() -> None:
         "from opentelemetry import trace\n"
         "print('TRACER_PROVIDER=' + type(trace.get_tracer_provider()).__name__, file=sys.stderr)",
         OTEL_TRACES_EXPORTER="console",
+        **sample_provider_settings(),  # the sample's worker does not start without them
     )
     assert found["TRACER_PROVIDER"] == "TracerProvider"
