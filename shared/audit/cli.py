@@ -207,7 +207,7 @@ def _storage(args: argparse.Namespace) -> StorageSettings:
 
 
 def _tables(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    endpoints = args.endpoints or list(configured_app(_settings(args)).endpoints)
+    endpoints = args.endpoints or configured_app(_settings(args)).running_endpoints()
     return list(endpoints), list(args.ingress_tables or [TABLES["ingress"]])
 
 

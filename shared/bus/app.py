@@ -11,7 +11,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel
 
 from shared.bus.context import HandlerContext
-from shared.bus.effects import DEFAULT_CALL_SECONDS, ServiceDeclaration
+from shared.bus.effects import DEFAULT_CALL_SECONDS, PERFORMER_ENDPOINT, ServiceDeclaration
 from shared.bus.messages import Event, Message, topics_of, type_names
 from shared.bus.reading import check_versions
 from shared.bus.retries import RetryPolicy
@@ -193,6 +193,16 @@ class BusApp:
         )
         self.services[name] = declared
         return declared
+
+    def running_endpoints(self) -> list[str]:
+        """Every endpoint the app runs: its own and, when it declares services, the bus's
+        performer, which the runtime adds to the app when it builds a worker
+        (``shared.effects.wiring``). For tools that read the app without building one, such as
+        the audit, whose rows include the performer's."""
+        names = list(self.endpoints)
+        if self.services and PERFORMER_ENDPOINT not in self.endpoints:
+            names.append(PERFORMER_ENDPOINT)
+        return names
 
     def check(self) -> None:
         """What can only be judged once every handler is registered (the app loader calls it
