@@ -178,3 +178,9 @@ class EffectKeyConflict(PermanentFailure):
     """The provider refused an idempotency key as already used with another body. The bus
     sends one body per key, so this is a defect (or a key shared with another client), never
     retried: parked with this reason."""
+
+
+class KitError(BusError):
+    """A test kit (``shared.testing``) was asked for something its app cannot give: a message
+    at an endpoint where none waits, a service the app does not declare, an app that never
+    becomes quiet."""

@@ -32,10 +32,12 @@ class InMemoryProvider:
     (the caller sees ProviderUnavailable: an unknown outcome); ``unavailable``: that many of
     the next calls are refused before anything is applied (a 503). ``honours_keys`` False:
     a service that ignores idempotency keys, as those declared at-most-once do, and applies
-    every call it is sent."""
+    every call it is sent. ``declines``: that many of the next calls with a key it has not
+    answered yet are refused for good (402), whatever their body says."""
 
     lost_answers: int = 0
     unavailable: int = 0
+    declines: int = 0
     honours_keys: bool = True
     ledger: list[LedgerEntry] = field(default_factory=list)
     calls: int = 0
@@ -58,13 +60,19 @@ class InMemoryProvider:
         if self.honours_keys and key in self._answers:
             first, answer = self._answers[key]
             return answer if first == fingerprint else ProviderAnswer(KEY_CONFLICT, {})
-        if body.get(DECLINE_FIELD) is True:
+        if body.get(DECLINE_FIELD) is True or self._declining():
             answer = ProviderAnswer(PAYMENT_REQUIRED, {"error": "declined"})
         else:
             self.ledger.append(LedgerEntry(key, operation, dict(body)))
             answer = ProviderAnswer(200, {"id": derived_id(key, "applied"), "operation": operation})
         self._answers[key] = (fingerprint, answer)
         return answer
+
+    def _declining(self) -> bool:
+        if self.declines <= 0:
+            return False
+        self.declines -= 1
+        return True
 
     def applied(self, key: str) -> int:
         """How many times the ledger holds ``key``: 1 for a performed effect, never more."""
