@@ -97,6 +97,8 @@ def test_function_app_loads_nothing_of_the_lab_or_the_tools(
 ) -> None:
     lab = sorted(name for name in loaded if name == "lab" or name.startswith("lab."))
     assert not lab, f"function_app.py loads lab modules: {lab}"
+    kit = sorted(name for name in loaded if name.startswith(("shared.testing", "pytest")))
+    assert not kit, f"function_app.py loads the test kit: {kit}"
     tools = sorted(name for name in loaded if name.split(".")[0] in TOOL_PACKAGES)
     assert not tools, f"function_app.py loads tool-only packages: {tools}"
     assert "shared.runtime" in loaded  # it did load the app
@@ -212,6 +214,7 @@ def test_funcignore_deploys_what_function_app_loads_and_leaves_the_lab_out(
 ) -> None:
     patterns = funcignore()
     assert ignored("lab/__init__.py", patterns), ".funcignore must leave out lab/"
+    assert ignored("shared/testing/kit.py", patterns), ".funcignore must leave out the kit"
     for path in ("requirements-tools.txt", "requirements-dev.txt", "tests/conftest.py"):
         assert ignored(path, patterns), path
     repository_files = sorted(
