@@ -79,6 +79,12 @@ payload-bench: deps
 	$(PY) -m lab.bench.payload_large
 	$(PY) -m lab.bench.payload_fanout
 
+# The test kit (docs/testing-your-app.md): 100 messages through a three-endpoint flow in
+# memory, best of five runs, with the machine's load. Prints figures; not a timed test.
+.PHONY: kit-bench
+kit-bench: deps
+	$(PY) -m lab.bench.kit_flow
+
 # One cleanup pass over N abandoned tokens, N retired outbox records and N expired ingress
 # and audit rows, N = 5,000 and 20,000, on Azurite and on the in-memory store with 10 ms per
 # request (docs/cleanup.md). Prints items/s and requests per item; not a timed test.
