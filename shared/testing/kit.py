@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import random
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Literal, TypeVar
 
@@ -97,7 +98,7 @@ class BusKit:
         self._keys = 0
         self._started = False
 
-    def _receiver(self, endpoint: str):  # type: ignore[no-untyped-def]
+    def _receiver(self, endpoint: str) -> Callable[[str, int], Awaitable[None]]:
         async def receive(raw: str, dequeue_count: int) -> None:
             self.outcomes[await self._bus.receive(endpoint, raw, dequeue_count)] += 1
 
@@ -208,6 +209,7 @@ class BusKit:
     async def duplicate(self, endpoint: str, copies: int = 2) -> None:
         """Make the next message waiting at ``endpoint`` arrive ``copies`` times in all, as
         at-least-once queues may deliver it; ``run_until_quiet`` delivers them one by one."""
+        _check_copies(copies)
         await self._start()
         queue = self.account.queue(endpoint)
         waiting = await queue.peek(1)
@@ -220,6 +222,7 @@ class BusKit:
         """Deliver ``copies`` copies of the next message waiting at ``endpoint`` at the same
         time: each copy lets the others run at every storage operation it makes, so their
         steps interleave as two workers' would."""
+        _check_copies(copies)
         first = await self._take(endpoint)
         queue = self.account.queue(endpoint)
         for _ in range(copies - 1):
@@ -227,7 +230,10 @@ class BusKit:
         held = [first]
         others: list[QueueMessage] = []
         while len(held) < copies:
-            for message in await queue.receive(PEEK, visibility_timeout=LEASE_SECONDS):
+            received = await queue.receive(PEEK, visibility_timeout=LEASE_SECONDS)
+            if not received:
+                raise KitError(f"the copies sent to {endpoint} did not arrive")
+            for message in received:
                 same = message.content == first.content and len(held) < copies
                 (held if same else others).append(message)
         for message in others:
@@ -358,3 +364,8 @@ class BusKit:
 
 async def _let_others_run(operation: Operation) -> None:
     await asyncio.sleep(0)
+
+
+def _check_copies(copies: int) -> None:
+    if copies < 2:
+        raise KitError(f"copies counts the message itself: at least 2, not {copies}")

@@ -165,6 +165,8 @@ async def test_asking_for_what_is_not_there_is_a_clear_error(bus_kit: BusKit) ->
     await bus_kit.send(PlaceOrder(order="o1", cakes=2), to="orders")
     with pytest.raises(KitError, match=r"made no operation 'blob\.teleport'"):
         await bus_kit.crash("orders", at="blob.teleport")
+    with pytest.raises(KitError, match="at least 2, not 1"):
+        await bus_kit.duplicate("orders", copies=1)
 
 
 def test_the_users_app_object_is_left_as_declared(bus_kit: BusKit) -> None:
