@@ -20,7 +20,9 @@ page copies and writes: set in the environment too, it would make the connection
 which every command refuses), the host listens on a free port instead of 7071, and in
 host.json the visibilityTimeout is zero (the Functions default) instead of ten seconds and
 the maxPollingInterval half a second instead of two, so that five failed tries take a
-second and the host picks up each message the page sends within half a second.
+second and the host picks up each message the page sends within half a second. The test
+kit's pytest plugin is named by ``PYTEST_PLUGINS``, as the page's ``.venv`` would register it
+(the entry point) but the one running the tests may have been installed before it was.
 """
 
 from __future__ import annotations
@@ -216,6 +218,7 @@ class Project:
             PYTHONPATH=str(folder),  # this copy of shared/ and lab/, as an editable install
             PYTHONUNBUFFERED="1",  # stdout and stderr interleaved as on a terminal
             PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+            PYTEST_PLUGINS="shared.testing.plugin",
         )
 
     def write(self, path: Path, text: str) -> None:
