@@ -73,3 +73,12 @@ async def test_a_provider_that_honours_no_key_applies_every_call() -> None:
     await provider.call("charge", {"amount": 5}, "k1")
     await provider.call("charge", {"amount": 5}, "k1")
     assert provider.applied("k1") == 2
+
+
+async def test_declines_refuse_the_next_new_keys_and_a_repeat_gets_its_first_answer() -> None:
+    provider = InMemoryProvider(declines=1)
+    declined = await provider.call("charge", {"amount": 10}, "k1")
+    assert outcome_of(declined) == "failed"
+    assert await provider.call("charge", {"amount": 10}, "k1") == declined  # no new decline
+    assert outcome_of(await provider.call("charge", {"amount": 10}, "k2")) == "succeeded"
+    assert [entry.key for entry in provider.ledger] == ["k2"]
