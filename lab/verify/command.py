@@ -19,8 +19,8 @@ from lab.verify.engine import Explorer, Report, explore
 from lab.verify.inputs import (
     Input,
     app_module,
-    declared_inputs,
     describe_inputs,
+    found_inputs,
     generated_inputs,
 )
 from lab.verify.world import Target
@@ -34,7 +34,7 @@ MAX_SHOWN = 5
 def target_of(app: BusApp, app_reference: str | None, examples: str | None) -> Target:
     """The app and its inputs: declared, else generated (``lab.verify.inputs``)."""
     module = app_module(app_reference) if app_reference else None
-    inputs: list[Input] = declared_inputs(app, module, examples) or generated_inputs(app)
+    inputs: list[Input] = found_inputs(app, module, examples) or generated_inputs(app)
     return Target(app, inputs)
 
 

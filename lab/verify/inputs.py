@@ -50,22 +50,23 @@ class Input:
         return f"{self.message.type_name()} {where}: {shown(self.message.model_dump_json())}"
 
 
-def declared_inputs(app: BusApp, module: ModuleType | None, reference: str | None) -> list[Input]:
-    """The examples named by ``reference`` (``module:attribute``), else those beside the app
-    in ``module``; an empty list when there are none."""
-    if reference is not None:
-        value = _attribute(reference)
-        where = f"--examples {reference}"
-    elif module is not None and hasattr(module, EXAMPLES_ATTRIBUTE):
-        value = getattr(module, EXAMPLES_ATTRIBUTE)
-        where = f"{module.__name__}.{EXAMPLES_ATTRIBUTE}"
-    else:
-        return []
-    if callable(value):
-        value = value()
+def declared_inputs(app: BusApp, declared: object, where: str = "examples") -> list[Input]:
+    """The inputs a declaration gives (a list, or a function of no arguments returning one)."""
+    value = declared() if callable(declared) else declared
     if not isinstance(value, (list, tuple)) or not value:
         raise ConfigurationError(f"{where}: expected a non-empty list of messages; {DECLARE}")
     return [_input(app, item, f"{where}[{n}]") for n, item in enumerate(value)]
+
+
+def found_inputs(app: BusApp, module: ModuleType | None, reference: str | None) -> list[Input]:
+    """The examples named by ``reference`` (``module:attribute``), else those beside the app
+    in ``module``; an empty list when there are none."""
+    if reference is not None:
+        return declared_inputs(app, _attribute(reference), f"--examples {reference}")
+    if module is not None and hasattr(module, EXAMPLES_ATTRIBUTE):
+        where = f"{module.__name__}.{EXAMPLES_ATTRIBUTE}"
+        return declared_inputs(app, getattr(module, EXAMPLES_ATTRIBUTE), where)
+    return []
 
 
 def app_module(reference: str) -> ModuleType | None:

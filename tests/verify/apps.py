@@ -1,13 +1,13 @@
 """Small users' apps for ``bus verify``'s tests: one whose state-based handler reads the
-system clock, one that reads Python's random module, one well-behaved that declares no
-examples (its messages are generated), and one with a model nothing can generate."""
+system clock, one that reads Python's random module, and a well-behaved one (run with the
+examples declared here, or with generated messages)."""
 
 from __future__ import annotations
 
 import random
 import time
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
 from shared.bus import BusApp, Command, HandlerContext
 
@@ -46,25 +46,3 @@ random_app = _app(stamp_with_random)
 counting_app = _app(count)
 examples = [Stamp(ticket="t1")]
 """The examples the apps of this module declare (``counting_app`` is run without them)."""
-
-
-class Connection:
-    """Something no strategy can build: nothing says what its argument is."""
-
-    def __init__(self, handle):  # type: ignore[no-untyped-def]
-        self.handle = handle
-
-
-class Connect(Command):
-    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
-    partition_by = "name"
-    name: str = Field(min_length=1)
-    connection: Connection
-
-
-def connect(ctx: HandlerContext[Ticket], message: Connect) -> None:
-    ctx.state.count += 1
-
-
-opaque_app = BusApp()
-opaque_app.endpoint("links", Ticket).handles(Connect)(connect)
