@@ -390,8 +390,8 @@ class World:
             instrumented = self.wrap(instrumented)
         self.instrumented = instrumented
         self.sim = self._build_app(instrumented)
-        self.sql = MemorySqlDatabase() if config.store == "postgres" else None
-        if self.sql is not None:
+        self.sql = self._sql_database()
+        if config.store == "postgres":
             declared = self.sim.app.endpoints
             for name, endpoint in declared.items():
                 declared[name] = replace(endpoint, store="postgres")
@@ -483,6 +483,10 @@ class World:
             answer_outside=self._send_answer if self.answer_outside else None,
             at_most_once=self._at_most_once(instrumented),
         )
+
+    def _sql_database(self) -> MemorySqlDatabase | None:
+        """The in-memory model of PostgreSQL the endpoints' rows are kept in, if any."""
+        return MemorySqlDatabase() if self.config.store == "postgres" else None
 
     # -- the bus as the Functions host would run it ------------------------------------------
 
@@ -869,7 +873,10 @@ class World:
     def _sql_rows(self, counted: bool) -> dict[str, EndpointState]:
         """Each endpoint's rows when they are in SQL (counted: through the instrumentation)."""
         sql = self.counted_sql if counted else self.sql
-        return {} if sql is None else {e: sql.endpoint_state(e) for e in self.endpoints}
+        if sql is None:
+            return {}
+        declared = self.sim.app.endpoints.items()
+        return {e: sql.endpoint_state(e) for e, d in declared if d.store == "postgres"}
 
     def _endpoint_rows(self, account: StorageAccount) -> dict[str, EndpointRows]:
         """Each endpoint's rows for a pass on ``account``, in the store it declares: its table

@@ -8,8 +8,8 @@ Seeds (``--seed``) replay one run exactly:
 
 The exhaustive phases (``PHASES``) go from the cheapest bound up: every schedule with one
 deviation and no fault, every single fault without a deviation, then one deviation with one
-fault. A phase the budget cuts short says so; random search gets what is left, and at least
-``MIN_RANDOM_RUNS`` runs.
+fault. They get at most ``EXHAUSTIVE_SHARE`` of the budget (a phase cut short says so);
+random search gets what is left, and at least ``MIN_RANDOM_RUNS`` runs.
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ RANDOM = "verify-random"
 PHASES: tuple[tuple[int, int], ...] = ((1, 0), (0, 1), (1, 1))
 """(deviations, faults) of each exhaustive phase, in order."""
 MIN_RANDOM_RUNS = 20
+EXHAUSTIVE_SHARE = 0.5
+"""Random runs reach deeper schedules (more faults, cleanup passes, duplicates) than the
+bounded phases: they keep at least the other half of the budget."""
 RANDOM_FAULTS = 3
 RANDOM_FAULT_RATE = 0.05
 
@@ -186,9 +189,10 @@ async def explore(
     started = time.monotonic()
     deadline = started + budget
     await explorer.reference()
+    bounded = started + budget * EXHAUSTIVE_SHARE
     for deviations, faults in PHASES:
         done = await _exhaustive(
-            explorer, report, (deviations, faults), deadline, started, stop_at_first
+            explorer, report, (deviations, faults), bounded, started, stop_at_first
         )
         if progress is not None:
             progress(report)

@@ -18,6 +18,7 @@ from lab.verify.checks import Outcome, check_app
 from lab.verify.inputs import Input
 from lab.verify.observed import Recorder, observed_app
 from shared.bus import BusApp, Message
+from shared.bus.state.memory_sql import MemorySqlDatabase
 from shared.clock import ManualClock
 from shared.effects.markers import performer_markers
 from shared.effects.memory import InMemoryProvider
@@ -81,6 +82,12 @@ class AppWorld(World):
         markers = performer_markers(instrumented) if at_most_once else None
         app = observed_app(self.target.app, self.recorder, providers, markers)
         return SimApp(app, "single", next(iter(app.endpoints)))
+
+    def _sql_database(self) -> MemorySqlDatabase | None:
+        # Endpoints that keep their rows in PostgreSQL get the simulator's in-memory model of
+        # it, scheduled and faulted like storage; the others keep their tables.
+        declared = self.target.app.endpoints.values()
+        return MemorySqlDatabase() if any(e.store == "postgres" for e in declared) else None
 
     def _initial(self, number: int) -> tuple[Message, str | None]:
         given = self.target.inputs[number]

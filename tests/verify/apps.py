@@ -1,6 +1,7 @@
 """Small users' apps for ``bus verify``'s tests: one whose state-based handler reads the
-system clock, one that reads Python's random module, and a well-behaved one (run with the
-examples declared here, or with generated messages)."""
+system clock, one that reads Python's random module, a well-behaved one (run with the
+examples declared here, or with generated messages), and one whose endpoints keep their rows
+in PostgreSQL and in a table."""
 
 from __future__ import annotations
 
@@ -41,8 +42,26 @@ def _app(handler: object) -> BusApp:
     return app
 
 
+class Stamped(Command):
+    partition_by = "ticket"
+    ticket: str
+
+
+def count_and_tell(ctx: HandlerContext[Ticket], message: Stamp) -> None:
+    ctx.state.count += 1
+    ctx.send(Stamped(ticket=message.ticket), to="ledger")
+
+
+def note(ctx: HandlerContext[Ticket], message: Stamped) -> None:
+    ctx.state.count += 1
+
+
 clock_app = _app(stamp_with_clock)
 random_app = _app(stamp_with_random)
 counting_app = _app(count)
+mixed_store_app = BusApp()
+"""Rows in PostgreSQL for one endpoint, in its table for the other."""
+mixed_store_app.endpoint("tickets", Ticket, store="postgres").handles(Stamp)(count_and_tell)
+mixed_store_app.endpoint("ledger", Ticket).handles(Stamped)(note)
 examples = [Stamp(ticket="t1")]
 """The examples the apps of this module declare (``counting_app`` is run without them)."""
