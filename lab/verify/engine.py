@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from lab.sim.choices import Chooser, DepthFirst, Replay, Seeded
+from lab.sim.variants import Variant
 from lab.sim.world import Prepared, RunResult, SimConfig, quiet_logs
 from lab.verify.checks import Outcome
 from lab.verify.observed import Recorder
@@ -79,8 +80,11 @@ class Explorer:
     """Runs ``target``'s schedules: each on a copy of an account set up once, against the
     fault-free run computed once."""
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Target, variant: Variant | None = None) -> None:
         self.target = target
+        self.variant = variant
+        """A known-bad change of the pipeline (``lab.sim.variants``): what the invariants
+        must catch in a user's app as they do in the model's."""
         self.configs = {
             EXHAUSTIVE: target.config(EXHAUSTIVE),
             RANDOM: replace(target.config(RANDOM, concurrency=3), sweeps=1, duplicates=1),
@@ -123,6 +127,7 @@ class Explorer:
             clock,
             recorder=reference.recorder.copy(),
             prepared=prepared,
+            wrap=None if self.variant is None else self.variant.wrap,
         )
         world.reference_outcome = reference
         self.last = world.recorder
@@ -181,10 +186,11 @@ async def explore(
     first_seed: int = 0,
     stop_at_first: bool = False,
     progress: Callable[[Report], None] | None = None,
+    variant: Variant | None = None,
 ) -> Report:
     """Exhaustive phases, then random search, until ``budget`` seconds have passed (the
     random search always gets its minimum)."""
-    explorer = Explorer(target)
+    explorer = Explorer(target, variant)
     report = Report()
     started = time.monotonic()
     deadline = started + budget

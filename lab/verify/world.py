@@ -13,7 +13,7 @@ from lab.sim.invariants import Observation, Violation, observe
 from lab.sim.model import SimApp
 from lab.sim.provider import ScheduledProvider
 from lab.sim.readings import WINDOW_MODES
-from lab.sim.world import CLIENT, Prepared, SimConfig, World
+from lab.sim.world import CLIENT, AccountWrapper, Prepared, SimConfig, World
 from lab.verify.checks import Outcome, check_app
 from lab.verify.inputs import Input
 from lab.verify.observed import Recorder, observed_app
@@ -62,11 +62,14 @@ class AppWorld(World):
         recorder: Recorder,
         prepared: Prepared | None = None,
         covered: Callable[[Hashable], bool] | None = None,
+        wrap: AccountWrapper | None = None,
     ) -> None:
         self.target = target
         self.recorder = recorder
         self.reference_outcome: Outcome | None = None
-        super().__init__(config, chooser, account, clock, prepared=prepared, covered=covered)
+        super().__init__(
+            config, chooser, account, clock, prepared=prepared, covered=covered, wrap=wrap
+        )
 
     def _build_app(self, instrumented: StorageAccount) -> SimApp:
         # Each service call is a scheduled, faulted operation against a provider that honours

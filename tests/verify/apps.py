@@ -59,6 +59,10 @@ def note(ctx: HandlerContext[Ticket], message: Stamped) -> None:
 clock_app = _app(stamp_with_clock)
 random_app = _app(stamp_with_random)
 counting_app = _app(count)
+chain_app = BusApp()
+"""tickets tells ledger of every stamp."""
+chain_app.endpoint("tickets", Ticket).handles(Stamp)(count_and_tell)
+chain_app.endpoint("ledger", Ticket).handles(Stamped)(note)
 mixed_store_app = BusApp()
 """Rows in PostgreSQL for one endpoint, in its table for the other."""
 mixed_store_app.endpoint("tickets", Ticket, store="postgres").handles(Stamp)(count_and_tell)

@@ -16,6 +16,7 @@ from lab.sim.invariants import (
     Observation,
 )
 from lab.sim.model import Applied
+from lab.sim.variants import DELETE_BEFORE_SEND, NO_OUTBOX_IN_COMMIT, Variant
 from lab.sim.world import CLIENT
 from lab.verify.checks import DETERMINISTIC_HANDLER, Outcome, check_app
 from lab.verify.engine import Explorer, explore
@@ -70,6 +71,20 @@ def test_an_endpoint_with_its_rows_in_postgres_runs_on_the_simulators_model() ->
     report = asyncio.run(explore(Target(app, declared_inputs(app, apps.examples)), budget=2.0))
     assert report.ok, [str(v) for f in report.violations for v in f.result.violations]
     assert report.schedules > 20
+
+
+@pytest.mark.parametrize(
+    ("variant", "invariant"),
+    [(DELETE_BEFORE_SEND, NO_LOST_MESSAGES), (NO_OUTBOX_IN_COMMIT, NO_LOST_MESSAGES)],
+)
+def test_a_broken_pipeline_is_caught_in_a_users_app(variant: Variant, invariant: str) -> None:
+    app = apps.chain_app
+    target = Target(app, declared_inputs(app, apps.examples))
+    assert asyncio.run(explore(target, budget=1.0)).ok
+    report = asyncio.run(explore(target, budget=20.0, variant=variant, stop_at_first=True))
+    assert not report.ok
+    [found] = report.violations
+    assert invariant in {v.invariant for v in found.result.violations}
 
 
 def test_generation_is_the_same_every_time() -> None:
