@@ -14,7 +14,7 @@ from lab.sim.model import SimApp
 from lab.sim.provider import ScheduledProvider
 from lab.sim.readings import WINDOW_MODES
 from lab.sim.world import CLIENT, AccountWrapper, Prepared, SimConfig, World
-from lab.verify.checks import Outcome, check_app
+from lab.verify.checks import Outcome, check_app, parked_ids
 from lab.verify.inputs import Input
 from lab.verify.observed import Recorder, observed_app
 from shared.bus import BusApp, Message
@@ -67,6 +67,8 @@ class AppWorld(World):
         self.target = target
         self.recorder = recorder
         self.reference_outcome: Outcome | None = None
+        self.parked: dict[str, set[str]] = {}
+        """endpoint -> the ids of the messages its poison queue holds, once quiet."""
         super().__init__(
             config, chooser, account, clock, prepared=prepared, covered=covered, wrap=wrap
         )
@@ -97,6 +99,7 @@ class AppWorld(World):
         return given.message, given.to
 
     async def _observe(self) -> Observation:
+        self.parked = {e: await parked_ids(self.account, e) for e in self.endpoints}
         return await observe(
             self.account,
             self.endpoints,
@@ -116,4 +119,4 @@ class AppWorld(World):
 
     def outcome(self, seen: Observation) -> Outcome:
         ledger = [entry.key for entry in self.provider.provider.ledger]
-        return Outcome(seen, self.recorder, ledger)
+        return Outcome(seen, self.recorder, ledger, dict(self.parked))

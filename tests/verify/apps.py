@@ -10,7 +10,7 @@ import time
 
 from pydantic import BaseModel
 
-from shared.bus import BusApp, Command, HandlerContext
+from shared.bus import BusApp, Command, DoNotRetry, HandlerContext
 
 
 class Stamp(Command):
@@ -56,6 +56,10 @@ def note(ctx: HandlerContext[Ticket], message: Stamped) -> None:
     ctx.state.count += 1
 
 
+def refuse(ctx: HandlerContext[Ticket], message: Stamped) -> None:
+    raise DoNotRetry(f"no ledger for {message.ticket}")  # a business rule, on every run
+
+
 clock_app = _app(stamp_with_clock)
 random_app = _app(stamp_with_random)
 counting_app = _app(count)
@@ -63,6 +67,10 @@ chain_app = BusApp()
 """tickets tells ledger of every stamp."""
 chain_app.endpoint("tickets", Ticket).handles(Stamp)(count_and_tell)
 chain_app.endpoint("ledger", Ticket).handles(Stamped)(note)
+refusing_app = BusApp()
+"""ledger refuses every stamp: parked in the fault-free run too."""
+refusing_app.endpoint("tickets", Ticket).handles(Stamp)(count_and_tell)
+refusing_app.endpoint("ledger", Ticket).handles(Stamped)(refuse)
 mixed_store_app = BusApp()
 """Rows in PostgreSQL for one endpoint, in its table for the other."""
 mixed_store_app.endpoint("tickets", Ticket, store="postgres").handles(Stamp)(count_and_tell)

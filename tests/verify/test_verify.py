@@ -87,6 +87,12 @@ def test_a_broken_pipeline_is_caught_in_a_users_app(variant: Variant, invariant:
     assert invariant in {v.invariant for v in found.result.violations}
 
 
+def test_a_message_the_handler_refuses_in_the_fault_free_run_too_is_no_violation() -> None:
+    app = apps.refusing_app
+    report = asyncio.run(explore(Target(app, declared_inputs(app, apps.examples)), budget=2.0))
+    assert report.ok, [str(v) for f in report.violations for v in f.result.violations]
+
+
 def test_generation_is_the_same_every_time() -> None:
     app = sample.build_app()
     first = [i.describe() for i in generated_inputs(app)]
