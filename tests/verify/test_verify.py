@@ -93,6 +93,16 @@ def test_a_message_the_handler_refuses_in_the_fault_free_run_too_is_no_violation
     assert report.ok, [str(v) for f in report.violations for v in f.result.violations]
 
 
+def test_an_event_example_is_published_to_its_subscribers() -> None:
+    app = sample.build_app()
+    placed = sample.OrderPlaced(order_id="order-2", customer="bo", amount_cents=300)
+    [published] = declared_inputs(app, [placed])
+    assert published.to is None
+    report = asyncio.run(explore(Target(app, [published]), budget=1.5))
+    assert report.ok, [str(v) for f in report.violations for v in f.result.violations]
+    assert report.schedules > 10
+
+
 def test_generation_is_the_same_every_time() -> None:
     app = sample.build_app()
     first = [i.describe() for i in generated_inputs(app)]
