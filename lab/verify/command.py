@@ -44,9 +44,11 @@ def run(args: argparse.Namespace, app: BusApp, app_reference: str | None, out: T
     print("verify: inputs", file=out)
     for line in describe_inputs(target.inputs):
         print(f"  {line}", file=out)
+    replay = "bus verify" + (f" --app {app_reference}" if app_reference else "")
+    replay += f" --examples {args.examples}" if args.examples else ""
     if args.seed is not None:
         result = asyncio.run(Explorer(target).replay(args.seed))
-        print(_violation(args.seed, result, trace=True), file=out)
+        print(_violation(f"{replay} --seed {args.seed}", result, trace=True), file=out)
         return 0 if result.ok else 1
     report = asyncio.run(
         explore(
@@ -56,17 +58,17 @@ def run(args: argparse.Namespace, app: BusApp, app_reference: str | None, out: T
             stop_at_first=args.stop_at_first,
         )
     )
-    _print_report(report, out, trace=args.trace, stats=args.stats)
+    _print_report(report, out, replay=replay, trace=args.trace, stats=args.stats)
     return 0 if report.ok else 1
 
 
-def _print_report(report: Report, out: TextIO, *, trace: bool, stats: bool) -> None:
+def _print_report(report: Report, out: TextIO, *, replay: str, trace: bool, stats: bool) -> None:
     for phase in report.phases:
         print(f"verify: {phase}", file=out)
     for found in report.violations[:MAX_SHOWN]:
-        print(_violation(found.seed, found.result, trace=trace), file=out)
-    if len(report.violations) > MAX_SHOWN:
-        print(f"verify: ... and {len(report.violations) - MAX_SHOWN} more", file=out)
+        print(_violation(f"{replay} --seed {found.seed}", found.result, trace=trace), file=out)
+    for invariant, (runs, seed) in sorted(_by_invariant(report).items()):
+        print(f"verify: {invariant} broken in {runs} run(s), first seed {seed}", file=out)
     for handler, seed in sorted(report.nondeterministic.items()):
         print(f"verify: nondeterministic handler {handler} (seed {seed})", file=out)
     if stats:
@@ -85,10 +87,20 @@ def _print_report(report: Report, out: TextIO, *, trace: bool, stats: bool) -> N
     )
 
 
-def _violation(seed: str, result: RunResult, *, trace: bool) -> str:
+def _by_invariant(report: Report) -> dict[str, tuple[int, str]]:
+    """Each broken invariant: in how many runs, and the first run's seed."""
+    found: dict[str, tuple[int, str]] = {}
+    for violating in report.violations:
+        for invariant in {v.invariant for v in violating.result.violations}:
+            runs, seed = found.get(invariant, (0, violating.seed))
+            found[invariant] = (runs + 1, seed)
+    return found
+
+
+def _violation(command: str, result: RunResult, *, trace: bool) -> str:
     if result.ok:
-        return f"verify: seed {seed}: no violation"
-    lines = [f"verify: violation, replay with: bus verify --seed {seed}"]
+        return f"verify: no violation in {command}"
+    lines = [f"verify: violation, replay with: {command}"]
     lines += [f"  {shown(v, 2000)}" for v in result.violations]
     if trace:
         lines.append("  schedule:")
