@@ -15,7 +15,6 @@ says which model and what to declare.
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
 
+from shared.app_loader import load_attribute
 from shared.bus import BusApp, Command, Event, Message
 from shared.bus.effects import EffectAnswered
 from shared.errors import ConfigurationError
@@ -52,17 +52,26 @@ class Input:
 
 def declared_inputs(app: BusApp, declared: object, where: str = "examples") -> list[Input]:
     """The inputs a declaration gives (a list, or a function of no arguments returning one)."""
-    value = declared() if callable(declared) else declared
+    value = _called(declared, where) if callable(declared) else declared
     if not isinstance(value, (list, tuple)) or not value:
         raise ConfigurationError(f"{where}: expected a non-empty list of messages; {DECLARE}")
     return [_input(app, item, f"{where}[{n}]") for n, item in enumerate(value)]
+
+
+def _called(function: Callable[[], object], where: str) -> object:
+    try:
+        return function()
+    except Exception as e:  # the user's function ran and raised: say so, with its type
+        raise ConfigurationError(f"{where}: calling it raised {type(e).__name__}: {e}") from e
 
 
 def found_inputs(app: BusApp, module: ModuleType | None, reference: str | None) -> list[Input]:
     """The examples named by ``reference`` (``module:attribute``), else those beside the app
     in ``module``; an empty list when there are none."""
     if reference is not None:
-        return declared_inputs(app, _attribute(reference), f"--examples {reference}")
+        where = f"--examples {reference}"
+        declared = load_attribute(reference, where, example="--examples myapp.app:examples")
+        return declared_inputs(app, declared, where)
     if module is not None and hasattr(module, EXAMPLES_ATTRIBUTE):
         where = f"{module.__name__}.{EXAMPLES_ATTRIBUTE}"
         return declared_inputs(app, getattr(module, EXAMPLES_ATTRIBUTE), where)
@@ -72,21 +81,6 @@ def found_inputs(app: BusApp, module: ModuleType | None, reference: str | None) 
 def app_module(reference: str) -> ModuleType | None:
     """The module an app reference (``module:attribute``) names, once the app is loaded."""
     return sys.modules.get(reference.partition(":")[0].strip())
-
-
-def _attribute(reference: str) -> object:
-    module_name, sep, attribute = reference.strip().partition(":")
-    if not sep or not module_name or not attribute.isidentifier():
-        raise ConfigurationError(f"--examples {reference!r}: expected package.module:attribute")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as e:
-        raise ConfigurationError(
-            f"--examples {reference}: importing {module_name} raised {type(e).__name__}: {e}"
-        ) from e
-    if not hasattr(module, attribute):
-        raise ConfigurationError(f"--examples {reference}: {module_name} has no {attribute!r}")
-    return getattr(module, attribute)
 
 
 def _input(app: BusApp, item: object, where: str) -> Input:

@@ -47,6 +47,7 @@ from shared.errors import (
     StorageError,
 )
 from shared.http_ingress import BadRequest, message_types
+from shared.logsafe import shown
 from shared.resources import RESOURCES_FILE
 from shared.runtime import Worker
 from shared.settings import (
@@ -454,6 +455,10 @@ async def _run(args: argparse.Namespace, command: Run) -> int:
             await worker.close()  # its database pool, if it opened one (the account is ours)
 
 
+VERIFY_ERROR_CHARS = 2000
+"""What ``bus verify`` shows of an error that may quote the user's module or data."""
+
+
 def _verify(args: argparse.Namespace) -> int:
     """``bus verify``: no storage, only the app (an app that cannot be loaded is a
     configuration error, exit 3); inputs it cannot use are bad usage (exit 2)."""
@@ -463,7 +468,7 @@ def _verify(args: argparse.Namespace) -> int:
     try:
         return verify_command(args, app, settings.get(APP_SETTING) or DEFAULT_APP)
     except ConfigurationError as e:
-        print(f"bus: verify: {e}", file=sys.stderr)
+        print(f"bus: verify: {shown(str(e), VERIFY_ERROR_CHARS)}", file=sys.stderr)
         return commands.EXIT_USAGE
 
 

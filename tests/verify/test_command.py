@@ -52,7 +52,7 @@ def test_a_clock_reading_handler_fails_with_a_seed_that_replays() -> None:
 def test_usage_and_inputs_it_cannot_use_exit_2() -> None:
     opaque = bus("--app", "tests.verify.opaque_app:app", "--examples", "tests.verify.apps:none")
     assert opaque.returncode == 2
-    assert "has no 'none'" in opaque.stderr
+    assert "has no attribute 'none'" in opaque.stderr
     generated = bus("--app", "tests.verify.opaque_app:app")
     assert generated.returncode == 2
     assert "cannot generate Connect" in generated.stderr
