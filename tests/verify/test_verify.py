@@ -119,13 +119,17 @@ def test_a_model_it_cannot_generate_says_what_to_declare() -> None:
     assert "--examples module:attribute" in message
 
 
-def test_examples_that_name_no_endpoint_are_refused() -> None:
+def test_examples_that_cannot_be_used_are_refused() -> None:
     with pytest.raises(ConfigurationError, match="not an endpoint of the app"):
         declared_inputs(apps.counting_app, [(apps.Stamp(ticket="t"), "nowhere")])
     with pytest.raises(ConfigurationError, match="non-empty list"):
         declared_inputs(apps.counting_app, [])
     with pytest.raises(ConfigurationError, match="is not a Command"):
         declared_inputs(apps.counting_app, ["Stamp"])
+    with pytest.raises(ConfigurationError, match="calling it raised ZeroDivisionError"):
+        declared_inputs(apps.counting_app, lambda: [1 / 0])
+    [given] = declared_inputs(apps.counting_app, lambda: apps.examples)
+    assert given.to == "tickets"
 
 
 def test_the_pytest_helper_passes_a_good_app_and_fails_with_the_seed() -> None:
