@@ -116,6 +116,12 @@ bulk-cluster-test: deps
 simulate: deps
 	$(PY) -m lab.sim $(if $(SEED),--seed $(SEED)) $(if $(MODE),--mode $(MODE))
 
+# The simulator over the app BUS_APP names (docs/verify.md): `make verify APP=pkg.module:app
+# BUDGET=60 SEED=<seed>` (each optional; without APP, BUS_APP, else the sample app).
+.PHONY: verify
+verify: deps
+	$(PY) -m shared.cli verify --stats $(if $(APP),--app $(APP)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(SEED),--seed $(SEED))
+
 # Mutation testing of the protocol modules (docs/mutation.md): each mutant of
 # lab/mutation/mutants.py against the protocol tests and a bounded simulator run, in a copy
 # of the repository. Long (roughly an hour on two cores); not part of CI.

@@ -33,19 +33,8 @@ def load_app(reference: str, where: str | None = None) -> BusApp:
     """Import ``package.module:attribute`` and return that ``BusApp``. ``where`` says in errors
     where the reference came from."""
     where = where or f"{APP_SETTING}={reference}"
-    module_name, sep, attribute = reference.strip().partition(":")
-    if not sep or not module_name or not attribute.isidentifier():
-        raise ConfigurationError(
-            f"{where}: expected package.module:attribute, e.g. {APP_SETTING}={DEFAULT_APP}"
-        )
-    _importable_from_the_app_folder()
-    module = _import(module_name, where)
-    if not hasattr(module, attribute):
-        raise ConfigurationError(
-            f"{where}: module {module_name} ({getattr(module, '__file__', '?')}) has no "
-            f"attribute {attribute!r}"
-        )
-    app = getattr(module, attribute)
+    app = load_attribute(reference, where, example=f"{APP_SETTING}={DEFAULT_APP}")
+    module_name, _, attribute = reference.strip().partition(":")
     if not isinstance(app, BusApp):
         raise ConfigurationError(
             f"{where}: {module_name}.{attribute} is a {type(app).__name__}, not a BusApp"
@@ -57,6 +46,23 @@ def load_app(reference: str, where: str | None = None) -> BusApp:
     except ConfigurationError as e:
         raise ConfigurationError(f"{where}: {e}") from e
     return app
+
+
+def load_attribute(reference: str, where: str, *, example: str) -> object:
+    """Import ``package.module:attribute`` from the app's folder and return the attribute;
+    ``where`` and ``example`` say in errors where the reference came from and what one looks
+    like. For the app, and for what else a tool finds beside it (``bus verify``'s examples)."""
+    module_name, sep, attribute = reference.strip().partition(":")
+    if not sep or not module_name or not attribute.isidentifier():
+        raise ConfigurationError(f"{where}: expected package.module:attribute, e.g. {example}")
+    _importable_from_the_app_folder()
+    module = _import(module_name, where)
+    if not hasattr(module, attribute):
+        raise ConfigurationError(
+            f"{where}: module {module_name} ({getattr(module, '__file__', '?')}) has no "
+            f"attribute {attribute!r}"
+        )
+    return getattr(module, attribute)
 
 
 def _import(module_name: str, where: str) -> object:

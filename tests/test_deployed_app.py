@@ -26,7 +26,16 @@ from tests.fresh import run_fresh
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-TOOL_PACKAGES = ("pyspark", "py4j", "pyarrow", "matplotlib", "duckdb", "polars", "rich")
+TOOL_PACKAGES = (
+    "pyspark",
+    "py4j",
+    "pyarrow",
+    "matplotlib",
+    "duckdb",
+    "polars",
+    "rich",
+    "hypothesis",
+)
 """Top-level packages of requirements-tools.txt and requirements-dev.txt that Azure does not
 install for the app."""
 

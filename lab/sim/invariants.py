@@ -118,6 +118,16 @@ class Violation:
         return f"{self.invariant}: {self.detail}"
 
 
+@dataclass(frozen=True)
+class Delivery:
+    """One message a processed message caused, as its audit row says."""
+
+    source: str
+    cause: str
+    message_id: str
+    destination: str | None
+
+
 @dataclass
 class Observation:
     """What the stores hold once a run is quiet and one cleanup pass has run."""
@@ -125,7 +135,8 @@ class Observation:
     mode: Mode = "token"
     applied: dict[str, list[Applied]] = field(default_factory=dict)
     journals: dict[str, dict[str, list[str]]] = field(default_factory=dict)
-    """endpoint -> partition -> the message ids its journal applied, in order."""
+    """endpoint -> partition -> the message ids its journal applied, in order (an app without
+    journals: its state-based stream's, or its audit rows', in no particular order)."""
     caused: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     """endpoint -> message id -> ids of the messages its audit row says it caused."""
     rows: dict[str, ModeReading] = field(default_factory=dict)
@@ -148,6 +159,10 @@ class Observation:
     """The effect shape: keys the provider applied before their requesting round committed."""
     at_most_once: bool = False
     """The effect shape's service honours no key (EffectsAppliedAtMostOnce judges it)."""
+    deliveries: list[Delivery] = field(default_factory=list)
+    """What every audit row says its message caused, delivery by delivery."""
+    states: dict[str, dict[str, str]] = field(default_factory=dict)
+    """endpoint -> partition -> its state's data, for apps without journals (``observe``)."""
 
     def expected(self) -> dict[tuple[str, str], Applied]:
         """(endpoint, logical name) -> what the handler applied."""
@@ -178,29 +193,49 @@ async def observe(
     sql: Mapping[str, EndpointState] | None = None,
     *,
     payloads_container: str = "",
+    modes: Mapping[str, Mode] | None = None,
+    journaled: bool = True,
 ) -> Observation:
+    """``modes``: each endpoint's mode where it is not ``mode``. ``journaled`` False: an app
+    whose states keep no journal (a user's, ``lab.verify``): what each endpoint applied is read
+    from its audit rows, its states are kept as they are (``Observation.states``), and a
+    state-based stream is judged against its own order."""
     seen = Observation(mode)
     for endpoint in endpoints:
         entries: list[Applied] = []
         journals: dict[str, list[str]] = {}
         caused: dict[str, list[str]] = {}
-        rows = ModeReading(mode)
+        states: dict[str, str] = {}
+        audited: dict[str, list[str]] = {}
+        rows = ModeReading((modes or {}).get(endpoint, mode))
         outbox = 0
         async for entity in _rows(account, endpoint, sql or {}):
-            if entity.row_key == STATE_ROW:
+            if entity.row_key == STATE_ROW and not journaled:
+                states[entity.partition_key] = str(entity["data"])
+            elif entity.row_key == STATE_ROW:
                 journal = Journal.model_validate_json(str(entity["data"])).applied
                 entries += journal
                 journals[entity.partition_key] = [a.id for a in journal]
             elif entity.row_key.startswith(AUDIT_PREFIX):
                 ids = sorted(str(c["id"]) for c in json.loads(str(entity["caused"])))
                 caused[entity.row_key[len(AUDIT_PREFIX) :]] = ids
-                if endpoint == PERFORMER_ENDPOINT:
+                audited.setdefault(entity.partition_key, []).append(str(entity["message_id"]))
+                seen.deliveries += [
+                    Delivery(endpoint, str(entity["message_id"]), str(c["id"]), c["destination"])
+                    for c in json.loads(str(entity["caused"]))
+                ]
+                if endpoint == PERFORMER_ENDPOINT or not journaled:
                     entries.append(_performed(entity))
             elif entity.row_key.startswith(OUTBOX_PREFIX):
                 outbox += 1
             rows.read(entity)
+        if not journaled and rows.mode == "state_based":  # its own order: the stream's
+            journals = {p: [v.message_id for v in vs] for p, vs in rows.versions.items()}
+        elif not journaled:
+            journals = audited
         seen.applied[endpoint] = entries
         seen.journals[endpoint] = journals
+        seen.states[endpoint] = states
         seen.caused[endpoint] = caused
         seen.rows[endpoint] = rows
         seen.outbox_records[endpoint] = outbox
@@ -342,6 +377,17 @@ def check(
     if residue:
         found += _residue(run)
     return found + _effects(run)
+
+
+def check_records(run: Observation, *, residue: bool) -> list[Violation]:
+    """The checks of ``check`` that need no fault-free run: each window mode's dedup
+    records against the audit rows, each state-based stream against its own history, and
+    (``residue``) BoundedResidue."""
+    found: list[Violation] = []
+    for endpoint in run.applied:
+        found += _dedup_records(run, endpoint)
+        found += _state_stream(run, Observation(run.mode), endpoint)
+    return found + (_residue(run) if residue else [])
 
 
 def _effects(run: Observation) -> list[Violation]:

@@ -32,12 +32,13 @@ SERVICE = "payments"
 @dataclass
 class ScheduledProvider:
     """``requester``: the endpoint whose journal lists the keys of committed requests, read
-    from ``account`` without being scheduled. ``attempt_keys`` (a known-bad variant): every
+    from ``account`` without being scheduled (None: an app without journals, whose calls are
+    not judged against its commits). ``attempt_keys`` (a known-bad variant): every
     call is sent under a key of its own, as if derived from an attempt."""
 
     instrumentation: Instrumentation
     account: StorageAccount
-    requester: str
+    requester: str | None
     attempt_keys: bool = False
     provider: InMemoryProvider = field(default_factory=InMemoryProvider)
     uncommitted: list[str] = field(default_factory=list)
@@ -59,13 +60,13 @@ class ScheduledProvider:
     async def _apply(
         self, operation: str, body: Mapping[str, Any], key: str, sent_key: str
     ) -> ProviderAnswer:
-        if key not in await self._committed_keys():
+        if self.requester is not None and key not in await self._committed_keys(self.requester):
             self.uncommitted.append(key)
         return self.provider.apply(operation, body, sent_key)
 
-    async def _committed_keys(self) -> set[str]:
+    async def _committed_keys(self, requester: str) -> set[str]:
         keys: set[str] = set()
-        async for entity in TableRows(self.account.table(self.requester)).every():
+        async for entity in TableRows(self.account.table(requester)).every():
             if entity.row_key == STATE_ROW:
                 journal = Journal.model_validate_json(str(entity["data"]))
                 keys.update(k for entry in journal.applied for k in entry.effects)

@@ -56,13 +56,13 @@ from lab.sim.invariants import (
     check,
     observe,
 )
-from lab.sim.model import ENDPOINTS, AtMostOnce, Shape, Start, Version, build_app
+from lab.sim.model import ENDPOINTS, AtMostOnce, Shape, SimApp, Start, Version, build_app
 from lab.sim.payloads import NO_MISSING_PAYLOAD, PayloadWatch
 from lab.sim.provider import ScheduledProvider
 from lab.sim.readings import WINDOW_MODES
 from lab.sim.scheduler import REAL_STORE_TIMEOUT, Process, Scheduler
 from lab.sim.variants import incoming_token
-from shared.bus import Bus, BusConfig, Command, RetryPolicy
+from shared.bus import Bus, BusConfig, Command, Message, RetryPolicy
 from shared.bus.app import Mode, Store
 from shared.bus.deliveries import decode_signals, first_format
 from shared.bus.effects import PERFORMER_ENDPOINT
@@ -389,26 +389,14 @@ class World:
         if self.wrap is not None:
             instrumented = self.wrap(instrumented)
         self.instrumented = instrumented
-        self.sim = build_app(
-            config.shape,
-            config.mode,
-            self.suffix,
-            delay=config.delay,
-            failures=config.failures,
-            retry=config.retry,
-            oversized=config.oversized,
-            provider=self.provider if config.shape == "effect" else None,
-            effect_before_commit=self.effect_before_commit,
-            answer_outside=self._send_answer if self.answer_outside else None,
-            at_most_once=self._at_most_once(instrumented),
-        )
-        self.sql = MemorySqlDatabase() if config.store == "postgres" else None
-        if self.sql is not None:
+        self.sim = self._build_app(instrumented)
+        self.sql = self._sql_database()
+        if config.store == "postgres":
             declared = self.sim.app.endpoints
             for name, endpoint in declared.items():
                 declared[name] = replace(endpoint, store="postgres")
         self.endpoints = list(self.sim.app.endpoints)
-        self.modes = {name: config.mode for name in self.endpoints}
+        self.modes = {name: e.mode for name, e in self.sim.app.endpoints.items()}
         self.quiet_account = self.account if self.wrap is None else self.wrap(self.account)
         """For the cleanup passes run while nothing else runs: neither scheduled nor faulted,
         but changed by a variant like every other pass."""
@@ -479,6 +467,27 @@ class World:
         self.past_window = False
         """A stalled process woke up after the dedup window (window modes only)."""
 
+    def _build_app(self, instrumented: StorageAccount) -> SimApp:
+        """The app the run drives: the model's (``lab.sim.model``) for the configuration."""
+        config = self.config
+        return build_app(
+            config.shape,
+            config.mode,
+            self.suffix,
+            delay=config.delay,
+            failures=config.failures,
+            retry=config.retry,
+            oversized=config.oversized,
+            provider=self.provider if config.shape == "effect" else None,
+            effect_before_commit=self.effect_before_commit,
+            answer_outside=self._send_answer if self.answer_outside else None,
+            at_most_once=self._at_most_once(instrumented),
+        )
+
+    def _sql_database(self) -> MemorySqlDatabase | None:
+        """The in-memory model of PostgreSQL the endpoints' rows are kept in, if any."""
+        return MemorySqlDatabase() if self.config.store == "postgres" else None
+
     # -- the bus as the Functions host would run it ------------------------------------------
 
     async def _send_answer(self, answer: Command, to: str) -> None:
@@ -535,11 +544,13 @@ class World:
             return  # the client sends are scheduled processes
         client = setup_bus.client(CLIENT)
         for number in range(self.config.messages):
-            await client.send(self._start(number), to=self.sim.entry, idempotency_key=f"m{number}")
-        queue = self.account.queue(self.sim.entry)
-        for message in await queue.peek(32):
-            for _ in range(self.config.copies - 1):
-                await queue.send(message.content)
+            message, to = self._initial(number)
+            await client.submit(message, to=to, idempotency_key=f"m{number}")
+        for endpoint in self.endpoints:
+            queue = self.account.queue(endpoint)
+            for signal in await queue.peek(32):
+                for _ in range(self.config.copies - 1):
+                    await queue.send(signal.content)
 
     async def _previous_version_sent(self, bus: Bus) -> None:
         """Message 0 as the previous version left it when it stopped between its record's
@@ -562,6 +573,10 @@ class World:
     def after_setup(self) -> Prepared:
         """What ``setup`` left behind besides the account (call it right after ``setup``)."""
         return Prepared(dict(self.ids.drawn), self.bus_config.jitter.getstate())
+
+    def _initial(self, number: int) -> tuple[Message, str | None]:
+        """Initial message ``number`` and where the client sends it (None: published)."""
+        return self._start(number), self.sim.entry
 
     def _start(self, number: int) -> Start:
         return Start(key=f"k{number % self.config.partitions}", request=f"m{number}")
@@ -858,7 +873,10 @@ class World:
     def _sql_rows(self, counted: bool) -> dict[str, EndpointState]:
         """Each endpoint's rows when they are in SQL (counted: through the instrumentation)."""
         sql = self.counted_sql if counted else self.sql
-        return {} if sql is None else {e: sql.endpoint_state(e) for e in self.endpoints}
+        if sql is None:
+            return {}
+        declared = self.sim.app.endpoints.items()
+        return {e: sql.endpoint_state(e) for e, d in declared if d.store == "postgres"}
 
     def _endpoint_rows(self, account: StorageAccount) -> dict[str, EndpointRows]:
         """Each endpoint's rows for a pass on ``account``, in the store it declares: its table

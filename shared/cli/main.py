@@ -13,7 +13,7 @@ where the connection came from (``shared.account_in_use``). Every app setting
 runs (``shared.config``): a bad value is a configuration error (exit 3) naming the setting.
 
 Exit codes: 0 done; 1 failed (storage error, unreachable or refused; or nothing found by
-``poison show`` or ``state``); 2 bad usage or input;
+``poison show`` or ``state``; or a violation found by ``verify``); 2 bad usage or input;
 3 configuration (no connection, an app that cannot be loaded, a stale resources file,
 resources missing); 4 ``status --check`` found poison messages.
 """
@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from shared.account_in_use import announce_account
-from shared.app_loader import APP_SETTING, configured_app
+from shared.app_loader import APP_SETTING, DEFAULT_APP, configured_app
 from shared.bus import BusApp, Command, Event
 from shared.cli import commands, poison_commands, poison_show, state_command
+from shared.cli.verify_command import add_verify_parser, check_verify_usage, verify_command
 from shared.config import AppConfig, build_config
 from shared.connection_sources import COMMAND_LINE, ConnectionSource
 from shared.errors import (
@@ -46,6 +47,7 @@ from shared.errors import (
     StorageError,
 )
 from shared.http_ingress import BadRequest, message_types
+from shared.logsafe import shown
 from shared.resources import RESOURCES_FILE
 from shared.runtime import Worker
 from shared.settings import (
@@ -63,7 +65,7 @@ WITHOUT_STORAGE = ("resources",)
 BEFORE_PROVISIONING = ("provision", "status")
 """Commands that run, and report, while resources are missing."""
 
-EPILOG = """exit codes: 0 done, 1 failed (storage), 2 bad usage or input,
+EPILOG = """exit codes: 0 done, 1 failed (storage; verify: a violation), 2 bad usage or input,
 3 configuration (no connection or resources missing), 4 status --check found poison messages
 
 examples:
@@ -78,7 +80,8 @@ examples:
   bus poison show 0b0c2a9e-4a6b-5f63-9d1e-7c3f2b8e1a44
   bus state orders order-1
   bus replay payments --type ChargePayment --dry-run
-  bus cleanup"""
+  bus cleanup
+  bus verify --app myapp.app:app --budget 60"""
 
 
 def parser(app: BusApp | None = None) -> argparse.ArgumentParser:
@@ -86,7 +89,7 @@ def parser(app: BusApp | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="bus",
         description="Operate the exactly-once bus: send, publish, subscriptions, status, "
-        "poison messages, endpoint state, replay and cleanup.",
+        "poison messages, endpoint state, replay and cleanup; verify an app in the simulator.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -182,6 +185,7 @@ def parser(app: BusApp | None = None) -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="machine-readable output, reasons whole")
     _poison_show_parser(poison)
     _state_parser(sub)
+    add_verify_parser(sub)
 
     s = sub.add_parser("replay", help="move poison messages back to their queues")
     s.add_argument("endpoints", nargs="*", help="endpoints (default with --all: every one)")
@@ -451,6 +455,23 @@ async def _run(args: argparse.Namespace, command: Run) -> int:
             await worker.close()  # its database pool, if it opened one (the account is ours)
 
 
+VERIFY_ERROR_CHARS = 2000
+"""What ``bus verify`` shows of an error that may quote the user's module or data."""
+
+
+def _verify(args: argparse.Namespace) -> int:
+    """``bus verify``: no storage, only the app (an app that cannot be loaded is a
+    configuration error, exit 3); inputs it cannot use are bad usage (exit 2)."""
+    options = {**_options(args), APP_SETTING: args.verify_app or args.app}
+    settings = resolve_settings(options, local_file=args.settings_file)
+    app = configured_app(settings)
+    try:
+        return verify_command(args, app, settings.get(APP_SETTING) or DEFAULT_APP)
+    except ConfigurationError as e:
+        print(f"bus: verify: {shown(str(e), VERIFY_ERROR_CHARS)}", file=sys.stderr)
+        return commands.EXIT_USAGE
+
+
 def _app_for_help(argv: list[str] | None) -> BusApp | None:
     """The app, read before the full parse so that ``bus send --help`` lists its types; an app
     that cannot be loaded is reported when a command runs."""
@@ -471,8 +492,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.connection_string:
         print(VISIBLE_KEY_WARNING, file=sys.stderr)
     try:
-        command = _command(args, p.error)
-        code = asyncio.run(_run(args, command))
+        if args.command == "verify":
+            check_verify_usage(args, p.error)
+            code = _verify(args)
+        else:
+            command = _command(args, p.error)
+            code = asyncio.run(_run(args, command))
     except BrokenPipeError:
         commands.reader_gone()
         return commands.EXIT_OK

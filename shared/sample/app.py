@@ -390,3 +390,9 @@ def build_app() -> BusApp:
 
 
 app = build_app()
+
+examples = [
+    FireAt(game_id="game-1", position=3),
+    PlaceOrder(order_id="order-1", customer="ada", amount_cents=1250),
+]
+"""What ``bus verify`` sends the app at the start of every run (docs/verify.md)."""

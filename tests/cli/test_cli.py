@@ -392,6 +392,7 @@ def test_help_and_the_module_entry_point(tmp_path: Path) -> None:
         "poison",
         "replay",
         "cleanup",
+        "verify",
     ):
         assert command in result.stdout
 
