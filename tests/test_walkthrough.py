@@ -8,8 +8,9 @@ The page's blocks drive the test, so the page cannot drift from the code:
   (context lines, ``-`` removed, ``+`` added);
 - ``console`` blocks: each ``$ `` line is run with bash in the project folder; the lines
   after it are its output (stdout and stderr), matched line by line, in order, where ``...``
-  stands for lines left out, and ids, times, decimals and pids may differ (an id the page
-  shows is then replaced by the real one in later commands and outputs);
+  stands for lines left out, and ids, times, decimals, pids and the number of schedules
+  ``bus verify`` explored may differ (an id the page shows is then replaced by the real one
+  in later commands and outputs);
 - a command running ``python -m lab.host`` starts the host in the background, stopping the
   running one first as Ctrl-C would; ``text host-log`` blocks are lines that must appear in
   the running host's log.
@@ -68,6 +69,7 @@ _VARIABLE = re.compile(
     r"(?P<uuid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
     r"|(?P<time>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:[+-]\d\d:\d\d)?)"
     r"|(?P<pid>pid=\d+)"
+    r"|(?P<schedules>schedules=\d+)"
     r"|(?P<decimal>\d+\.\d+)"
     r"|(?P<space>\s+)"
     r"|(?P<rule>─+)"
@@ -75,6 +77,7 @@ _VARIABLE = re.compile(
 _PATTERNS = {
     "time": r"[\d:T.,+ -]+",
     "pid": r"pid=\d+",
+    "schedules": r"schedules=\d+",
     "decimal": r"\d+(?:\.\d+)?",
     "space": r"\s+",
     "rule": "─+",
