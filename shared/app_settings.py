@@ -487,6 +487,15 @@ CLEANUP_PAGE_SIZE = whole(
 CLEANUP_CONCURRENCY = whole(
     "CLEANUP_CONCURRENCY", 32, "records judged at once across a pass", group=CLEANUP, low=1, high=64
 )
+DISCARD_RETENTION = seconds(
+    "BUS_DISCARD_RETENTION_SECONDS",
+    float(90 * DAY),
+    "how long a poison message an operator discarded (`bus poison discard`) is kept in the "
+    "`discarded` container, with who discarded it, when and why (docs/console.md)",
+    group=BUS,
+    open_low=False,
+    low=DAY,
+)
 CLEANUP_LEASE = seconds(
     "CLEANUP_LEASE_SECONDS",
     30.0,
@@ -528,6 +537,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     PROCESSED_RETENTION,
     STATE_STREAM_RETENTION,
     ENTITY_OUTBOX_RETENTION,
+    DISCARD_RETENTION,
     GIVE_BACK,
     MAX_PAYLOAD,
     SHARED_PAYLOAD_MIN_CHARS,

@@ -130,6 +130,8 @@ def _bus(settings: Settings, queues: QueueSettings) -> BusConfig:
         ingress_table=TABLES["ingress"],
         parked_container=CONTAINERS["parked"],
         payloads_container=CONTAINERS["payloads"],
+        discarded_container=CONTAINERS["discarded"],
+        discard_retention_seconds=_value(settings, s.DISCARD_RETENTION),
         shared_payload_min_chars=_value(settings, s.SHARED_PAYLOAD_MIN_CHARS),
         max_dequeue_count=queues.max_dequeue_count,
         ingress_window_seconds=_value(settings, s.INGRESS_WINDOW),

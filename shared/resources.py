@@ -25,9 +25,16 @@ RESOURCES_FILE = Path("infra") / "resources.json"
 """Relative: the function app's folder is the current one, as ``local.settings.json``."""
 POISON_SUFFIX = "-poison"
 GENERATE_COMMAND = "bus resources > infra/resources.json"
-CONTAINERS = {"tokens": "tokens", "topics": "topics", "parked": "parked", "payloads": "payloads"}
+CONTAINERS = {
+    "tokens": "tokens",
+    "topics": "topics",
+    "parked": "parked",
+    "payloads": "payloads",
+    "discarded": "discarded",
+}
 """Blob containers every app shares: outgoing tokens, topics' recipient lists, parked
-originals, and the bodies a message's tokens share (``shared.bus.payloads``)."""
+originals, the bodies a message's tokens share (``shared.bus.payloads``), and the poison
+messages an operator discarded, kept for their retention (docs/console.md)."""
 TABLES = {"ingress": "ingress", "cleanup": "cleanup"}
 """Tables every app shares: ingress records, and the cleanup job's checkpoints."""
 FILE_COMMENT = (
