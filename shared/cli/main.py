@@ -33,7 +33,7 @@ from typing import Any
 from shared.account_in_use import announce_account
 from shared.app_loader import APP_SETTING, DEFAULT_APP, configured_app
 from shared.bus import BusApp, Command, Event
-from shared.cli import commands, poison_commands, poison_show, state_command
+from shared.cli import commands, discard_command, poison_commands, poison_show, state_command
 from shared.cli.verify_command import add_verify_parser, check_verify_usage, verify_command
 from shared.config import AppConfig, build_config
 from shared.connection_sources import COMMAND_LINE, ConnectionSource
@@ -183,7 +183,22 @@ def parser(app: BusApp | None = None) -> argparse.ArgumentParser:
     )
     s.add_argument("endpoints", nargs="*", help="endpoints (default: every one)")
     s.add_argument("--json", action="store_true", help="machine-readable output, reasons whole")
+    s.add_argument(
+        "--page-size",
+        type=int,
+        default=poison_commands.PAGE_SIZE,
+        help="messages listed per endpoint (default %(default)s); the next page's command "
+        "is printed on stderr",
+    )
+    s.add_argument("--skip", type=int, default=0, help="start after this many (the next page)")
+    s.add_argument("--all", action="store_true", help="every parked message, no pages")
+    s.add_argument(
+        "--group",
+        action="store_true",
+        help="count every parked message by endpoint, message type and error type",
+    )
     _poison_show_parser(poison)
+    _poison_discard_parser(poison)
     _state_parser(sub)
     add_verify_parser(sub)
 
@@ -208,6 +223,36 @@ def parser(app: BusApp | None = None) -> argparse.ArgumentParser:
     for command in [*sub.choices.values(), *poison.choices.values()]:
         _progress_options(command, default=argparse.SUPPRESS)
     return p
+
+
+def _poison_list(args: argparse.Namespace, usage: Callable[[str], None]) -> Run:
+    if args.page_size < 1 or args.skip < 0:
+        usage("--page-size must be at least 1 and --skip not negative")
+    everything = args.all or args.group  # a group counts every message, not a page's
+    page = poison_commands.ListPage(
+        skip=0 if everything else args.skip, size=None if everything else args.page_size
+    )
+    return lambda w: poison_commands.poison_list_command(
+        w,
+        args.endpoints or list(w.app.endpoints),
+        as_json=args.json,
+        page=page,
+        grouped=args.group,
+    )
+
+
+def _poison_discard_parser(poison: Any) -> None:
+    s = poison.add_parser(
+        "discard",
+        help="move a poison message to the archive with a reason (kept, not deleted)",
+        description="Archive, then delete, the poison message of ENDPOINT with this id; its "
+        "archive entry keeps who, when and why for BUS_DISCARD_RETENTION_SECONDS. Exit 1 when "
+        "no poison message has it.",
+    )
+    s.add_argument("--queue", required=True, metavar="ENDPOINT", help="e.g. payments")
+    s.add_argument("--id", required=True, help="message id, or queue message id")
+    s.add_argument("--reason", required=True, help="why it is discarded, for the audit")
+    s.add_argument("--by", help="who discards it (default: the user signed in here)")
 
 
 def _poison_show_parser(poison: Any) -> None:
@@ -397,6 +442,10 @@ def _command(args: argparse.Namespace, usage: Callable[[str], None]) -> Run:
             body_chars=args.body_chars,
             body_file=args.body_file,
         )
+    if args.command == "poison" and args.poison_command == "discard":
+        return lambda w: discard_command.discard_command(
+            w, args.queue, args.id, reason=args.reason, by=args.by
+        )
     if args.command == "state":
         if args.limit < 1:
             usage("--limit must be at least 1")
@@ -404,9 +453,7 @@ def _command(args: argparse.Namespace, usage: Callable[[str], None]) -> Run:
             w, args.endpoint, args.partition, as_json=args.json, limit=args.limit
         )
     if args.command == "poison":
-        return lambda w: poison_commands.poison_list_command(
-            w, args.endpoints or list(w.app.endpoints), as_json=args.json
-        )
+        return _poison_list(args, usage)
     if args.command == "replay":
         if args.all == bool(args.endpoints):
             usage("replay takes endpoint names or --all")

@@ -7,14 +7,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from shared.bus.parked_pages import parked_page
 from shared.bus.poison import read_poison, replay_report
 from shared.cli.commands import EXIT_OK, print_json, say
 from shared.resources import poison_queue
 from shared.runtime import Worker
+from shared.stores.queue import QueueMessage
 from shared.terminal import ProgressBar, table, terminal_width
 
-PEEK_LIMIT = 32
-"""A queue shows at most this many messages without taking them."""
+PAGE_SIZE = 100
+"""Parked messages ``bus poison list`` shows of an endpoint unless told otherwise."""
+GROUP_KEYS = ("endpoint", "message_type", "error_type")
+GROUP_COLUMNS = ("endpoint", "type", "error type", "count", "example reason")
 POISON_COLUMNS = (
     "endpoint",
     "message id",
@@ -98,30 +102,62 @@ def _replay_summary(verb: str, total: int, endpoints: int, skipped: int) -> str:
     return done + (f", skipped {skipped}" if skipped else "")
 
 
-async def poison_list_command(worker: Worker, endpoints: list[str], *, as_json: bool) -> int:
-    """Show the poison messages waiting, with what each says about why (peeked, not taken)."""
+@dataclass(frozen=True)
+class ListPage:
+    """Which parked messages ``bus poison list`` shows of each endpoint."""
+
+    skip: int = 0
+    size: int | None = PAGE_SIZE
+    """None: every one."""
+
+
+async def poison_list_command(
+    worker: Worker,
+    endpoints: list[str],
+    *,
+    as_json: bool,
+    page: ListPage = ListPage(),
+    grouped: bool = False,
+) -> int:
+    """Show the poison messages waiting, with what each says about why (looked at, not
+    taken), a page of each endpoint; then how to ask for the next page, on stderr."""
     check_endpoints(worker, endpoints)
     account = worker.account()
     listed: list[dict[str, Any]] = []
     notes: list[str] = []
     for endpoint in endpoints:
-        queue = account.queue(poison_queue(endpoint))
-        peeked = await queue.peek(PEEK_LIMIT)
-        for message in peeked:
-            record = read_poison(message.content)
-            listed.append(
-                {
-                    **record.to_json(),
-                    "endpoint": endpoint,  # the queue it is in, whatever it claims
-                    "parked_at": message.inserted_on.astimezone(UTC).isoformat(timespec="seconds"),
-                }
-            )
-        waiting = await queue.approximate_count()
-        if len(peeked) == PEEK_LIMIT and waiting > PEEK_LIMIT:
-            notes.append(
-                f"{endpoint}: showing {PEEK_LIMIT} of about {waiting} (a queue shows at most "
-                f"{PEEK_LIMIT} without taking them)"
-            )
+        found = await parked_page(
+            account.queue(poison_queue(endpoint)), skip=page.skip, size=page.size
+        )
+        listed += (_listed(endpoint, message) for message in found.messages)
+        if found.more and page.size is not None:
+            notes.append(_next_page(endpoint, page, page.skip + page.size))
+    if grouped:
+        _print_groups(poison_groups(listed), as_json=as_json)
+    else:
+        _print_messages(listed, as_json=as_json)
+    for note in notes:
+        print(note, file=sys.stderr)
+    return EXIT_OK
+
+
+def _listed(endpoint: str, message: QueueMessage) -> dict[str, Any]:
+    return {
+        **read_poison(message.content).to_json(),
+        "endpoint": endpoint,  # the queue it is in, whatever it claims
+        "queue_message_id": message.id,
+        "parked_at": message.inserted_on.astimezone(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def _next_page(endpoint: str, page: ListPage, skip: int) -> str:
+    return (
+        f"{endpoint}: more wait; next page: bus poison list {endpoint} "
+        f"--page-size {page.size} --skip {skip} (or --all)"
+    )
+
+
+def _print_messages(listed: list[dict[str, Any]], *, as_json: bool) -> None:
     if as_json:
         print_json(listed)
     elif listed:
@@ -129,15 +165,44 @@ async def poison_list_command(worker: Worker, endpoints: list[str], *, as_json: 
         say(table(POISON_COLUMNS, rows, wrap="reason", width=terminal_width()))
     else:
         say("no poison messages")
-    for note in notes:
-        print(note, file=sys.stderr)
-    return EXIT_OK
+
+
+def poison_groups(listed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The listed messages counted by endpoint, message type and error type, largest group
+    first; each group keeps its first message's reason as an example."""
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for item in listed:
+        key = (item["endpoint"], item["message_type"], item["error_type"])
+        group = groups.setdefault(
+            key,
+            dict(zip(GROUP_KEYS, key, strict=True), count=0, example_reason=item["reason"]),
+        )
+        group["count"] += 1
+    return sorted(groups.values(), key=lambda g: (-g["count"], str(g["endpoint"])))
+
+
+def _print_groups(groups: list[dict[str, Any]], *, as_json: bool) -> None:
+    if as_json:
+        print_json(groups)
+    elif groups:
+        rows = (
+            (g["endpoint"], g["message_type"], g["error_type"], g["count"], _one_line(g))
+            for g in groups
+        )
+        say(table(GROUP_COLUMNS, rows, wrap="example reason", width=terminal_width()))
+    else:
+        say("no poison messages")
+
+
+def _one_line(item: dict[str, Any], key: str = "example_reason") -> str:
+    reason = " ".join(str(item[key]).split())  # one line, whatever it held
+    if len(reason) > REASON_CHARS:
+        reason = reason[:REASON_CHARS] + "... (cut: --json shows it whole)"
+    return reason
 
 
 def _poison_row(item: dict[str, Any]) -> tuple[object, ...]:
-    reason = " ".join(str(item["reason"]).split())  # one line, whatever it held
-    if len(reason) > REASON_CHARS:
-        reason = reason[:REASON_CHARS] + "... (cut: --json shows it whole)"
+    reason = _one_line(item, "reason")
     return (
         item["endpoint"],
         item["message_id"],

@@ -1,0 +1,66 @@
+"""``bus poison discard``: a parked message moved to the archive with a reason, never lost.
+
+Who discards is ``--by`` or the user signed in to this machine; each discarded message prints
+one audit line (who, when, what, why), every value from the message or the operator escaped.
+"""
+
+from __future__ import annotations
+
+import getpass
+from datetime import UTC, datetime, timedelta
+
+from shared.bus.discard import Discard, Discarded, discard_parked
+from shared.cli.commands import EXIT_FAILED, EXIT_OK, say
+from shared.cli.poison_commands import check_endpoints
+from shared.logsafe import shown
+from shared.resources import poison_queue
+from shared.runtime import Worker
+
+
+def operator_name(given: str | None) -> str:
+    """``--by`` when given, else the user signed in to this machine."""
+    if given is not None:
+        return given
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        raise ValueError("no signed-in user to name: say who discards with --by NAME") from None
+
+
+async def discard_command(
+    worker: Worker, endpoint: str, message_id: str, *, reason: str, by: str | None
+) -> int:
+    """Archive, then delete, the poison messages of ``endpoint`` with this id; exit 1 when
+    none is parked."""
+    check_endpoints(worker, [endpoint])
+    config = worker.config
+    discard = Discard(
+        reason=reason,
+        by=operator_name(by),
+        at=datetime.now(UTC),
+        retention=timedelta(seconds=config.discard_retention_seconds),
+    )
+    account = worker.account()
+    done = await discard_parked(
+        account.queue(poison_queue(endpoint)),
+        endpoint,
+        message_id,
+        account.blob_container(config.discarded_container),
+        discard,
+    )
+    if not done:
+        say(f"no poison message {shown(message_id, 100)} in {endpoint}")
+        return EXIT_FAILED
+    for discarded in done:
+        say(audit_line(discarded, discard))
+    return EXIT_OK
+
+
+def audit_line(discarded: Discarded, discard: Discard) -> str:
+    again = " (archived by an earlier discard, which did not finish)" * discarded.already_archived
+    return (
+        f"discarded {discarded.endpoint} message {shown(discarded.message_id, 200)} "
+        f"(queue message {shown(discarded.queue_message_id, 100)}) "
+        f"by {shown(discard.by, 200)} at {discard.at.isoformat(timespec='seconds')}: "
+        f"{shown(discard.reason, 2000)}; archived as {shown(discarded.archived_as, 200)}{again}"
+    )
