@@ -55,15 +55,37 @@ def archive_name(endpoint: str, queue_message_id: str) -> str:
     return f"{endpoint}/{queue_message_id}"
 
 
+@dataclass(frozen=True)
+class DiscardFilter:
+    """Which poison messages a discard takes: those matching every criterion given."""
+
+    message_id: str | None = None
+    """A bus message id, or a queue message id."""
+    message_type: str | None = None
+    error_type: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.message_id is None and self.message_type is None and self.error_type is None:
+            raise ValueError("a discard names a message id, a message type or an error type")
+
+    def __call__(self, message: QueueMessage) -> bool:
+        record = read_poison(message.content)
+        return (
+            (self.message_id is None or self.message_id in (message.id, record.message_id))
+            and (self.message_type is None or record.message_type == self.message_type)
+            and (self.error_type is None or record.error_type == self.error_type)
+        )
+
+
 async def discard_parked(
     poison: MessageQueue,
     endpoint: str,
-    wanted: str,
+    select: DiscardFilter,
     archive: BlobContainer,
     discard: Discard,
 ) -> list[Discarded]:
-    """Archive, then delete, every poison message of ``endpoint`` whose bus message id or
-    queue message id is ``wanted``; the rest of the queue is looked at and left visible."""
+    """Archive, then delete, every poison message of ``endpoint`` that ``select`` takes; the
+    rest of the queue is looked at and left visible."""
     passed = PassedOver()
     done: list[Discarded] = []
     try:
@@ -71,17 +93,13 @@ async def discard_parked(
             await poison.receive(PEEK_LIMIT, visibility_timeout=LOOK_SECONDS)
         ):
             for message in batch:
-                if _is(message, wanted):
+                if select(message):
                     done.append(await _discard_one(poison, endpoint, message, archive, discard))
                 else:
                     passed.hold(message)
     finally:
         await passed.release(poison)
     return done
-
-
-def _is(message: QueueMessage, wanted: str) -> bool:
-    return message.id == wanted or read_poison(message.content).message_id == wanted
 
 
 async def _discard_one(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import getpass
 from datetime import UTC, datetime, timedelta
 
-from shared.bus.discard import Discard, Discarded, discard_parked
+from shared.bus.discard import Discard, Discarded, DiscardFilter, discard_parked
 from shared.cli.commands import EXIT_FAILED, EXIT_OK, say
 from shared.cli.poison_commands import check_endpoints
 from shared.logsafe import shown
@@ -28,10 +28,10 @@ def operator_name(given: str | None) -> str:
 
 
 async def discard_command(
-    worker: Worker, endpoint: str, message_id: str, *, reason: str, by: str | None
+    worker: Worker, endpoint: str, select: DiscardFilter, *, reason: str, by: str | None
 ) -> int:
-    """Archive, then delete, the poison messages of ``endpoint`` with this id; exit 1 when
-    none is parked."""
+    """Archive, then delete, the poison messages of ``endpoint`` that ``select`` takes; exit 1
+    when none is parked."""
     check_endpoints(worker, [endpoint])
     config = worker.config
     discard = Discard(
@@ -44,16 +44,25 @@ async def discard_command(
     done = await discard_parked(
         account.queue(poison_queue(endpoint)),
         endpoint,
-        message_id,
+        select,
         account.blob_container(config.discarded_container),
         discard,
     )
     if not done:
-        say(f"no poison message {shown(message_id, 100)} in {endpoint}")
+        say(f"no poison message {_described(select)} in {endpoint}")
         return EXIT_FAILED
     for discarded in done:
         say(audit_line(discarded, discard))
     return EXIT_OK
+
+
+def _described(select: DiscardFilter) -> str:
+    criteria = (
+        ("", select.message_id),
+        ("of type ", select.message_type),
+        ("with error ", select.error_type),
+    )
+    return " ".join(f"{label}{shown(value, 100)}" for label, value in criteria if value is not None)
 
 
 def audit_line(discarded: Discarded, discard: Discard) -> str:

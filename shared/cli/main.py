@@ -33,6 +33,7 @@ from typing import Any
 from shared.account_in_use import announce_account
 from shared.app_loader import APP_SETTING, DEFAULT_APP, configured_app
 from shared.bus import BusApp, Command, Event
+from shared.bus.discard import DiscardFilter
 from shared.cli import commands, discard_command, poison_commands, poison_show, state_command
 from shared.cli.verify_command import add_verify_parser, check_verify_usage, verify_command
 from shared.config import AppConfig, build_config
@@ -245,12 +246,14 @@ def _poison_discard_parser(poison: Any) -> None:
     s = poison.add_parser(
         "discard",
         help="move a poison message to the archive with a reason (kept, not deleted)",
-        description="Archive, then delete, the poison message of ENDPOINT with this id; its "
-        "archive entry keeps who, when and why for BUS_DISCARD_RETENTION_SECONDS. Exit 1 when "
-        "no poison message has it.",
+        description="Archive, then delete, the poison messages of ENDPOINT matching every "
+        "criterion given (--id, --type, --error-type: at least one); each archive entry keeps "
+        "who, when and why for BUS_DISCARD_RETENTION_SECONDS. Exit 1 when none matches.",
     )
     s.add_argument("--queue", required=True, metavar="ENDPOINT", help="e.g. payments")
-    s.add_argument("--id", required=True, help="message id, or queue message id")
+    s.add_argument("--id", help="message id, or queue message id")
+    s.add_argument("--type", help="every parked message of this message type")
+    s.add_argument("--error-type", help="every parked message that failed with this error type")
     s.add_argument("--reason", required=True, help="why it is discarded, for the audit")
     s.add_argument("--by", help="who discards it (default: the user signed in here)")
 
@@ -443,8 +446,11 @@ def _command(args: argparse.Namespace, usage: Callable[[str], None]) -> Run:
             body_file=args.body_file,
         )
     if args.command == "poison" and args.poison_command == "discard":
+        if args.id is None and args.type is None and args.error_type is None:
+            usage("discard takes --id, --type or --error-type")
+        select = DiscardFilter(args.id, args.type, args.error_type)
         return lambda w: discard_command.discard_command(
-            w, args.queue, args.id, reason=args.reason, by=args.by
+            w, args.queue, select, reason=args.reason, by=args.by
         )
     if args.command == "state":
         if args.limit < 1:

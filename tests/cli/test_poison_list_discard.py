@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lab.local.azurite import AzuriteEndpoints
-from shared.bus.discard import Discard, archive_name, discard_parked
+from shared.bus.discard import Discard, DiscardFilter, archive_name, discard_parked
 from shared.bus.poison import Reason, poison_body
 from shared.bus.poison_view import LOOK_SECONDS
 from shared.cli import main
@@ -199,9 +199,31 @@ def test_discard_archives_with_who_when_why_then_deletes_one_of_500(
 
 
 @pytest.mark.azurite
+def test_discard_by_type_and_error_archives_every_match_with_an_audit_line_each(
+    bus: Run, emulator: AzuriteEndpoints
+) -> None:
+    park(emulator, [parked_content(i) for i in range(PARKED)])
+
+    code, out, _ = bus(
+        "poison", "discard", "--queue", "payments", "--type", "RefundPayment",
+        "--error-type", "KeyError", "--reason", "refunds retried by hand", "--by", "ops",
+    )  # fmt: skip
+
+    assert code == 0
+    lines = out.splitlines()
+    wanted = {f"m-{i}" for i in range(PARKED) if i % 10 == 5}  # odd: Refund; 5n: KeyError
+    assert {line.split()[3] for line in lines} == wanted
+    assert len(lines) == len(wanted) == 50
+    assert waiting(emulator) == PARKED - 50
+
+
+@pytest.mark.azurite
 def test_discard_without_a_reason_or_of_an_unknown_endpoint_exits_2(bus: Run) -> None:
     assert bus("poison", "discard", "--queue", "payments", "--id", "m-1", "--reason", " ")[0] == 2
     assert bus("poison", "discard", "--queue", "nowhere", "--id", "m-1", "--reason", "r")[0] == 2
+    with pytest.raises(SystemExit) as exited:  # a usage error, as argparse reports them
+        bus("poison", "discard", "--queue", "payments", "--reason", "r")
+    assert exited.value.code == 2
 
 
 @pytest.mark.azurite
@@ -259,7 +281,7 @@ async def test_a_crash_between_archive_and_delete_loses_nothing_and_the_next_dis
 
     with pytest.raises(SimulatedCrash):
         await discard_parked(
-            crashing.queue(poison_queue(endpoint)), endpoint, "m-39", archive, first
+            crashing.queue(poison_queue(endpoint)), endpoint, DiscardFilter("m-39"), archive, first
         )
 
     assert await poison.approximate_count() == 40  # still parked...
@@ -267,7 +289,7 @@ async def test_a_crash_between_archive_and_delete_loses_nothing_and_the_next_dis
     assert len(names) == 1  # ...and archived
     await backend.elapse(LOOK_SECONDS + 1)  # the crashed pass's hold runs out
     second = Discard("second try", "ops", _now(), _days(90))
-    [done] = await discard_parked(poison, endpoint, "m-39", archive, second)
+    [done] = await discard_parked(poison, endpoint, DiscardFilter("m-39"), archive, second)
     assert done.already_archived
     assert done.archived_as == names[0]
     assert archive_name(endpoint, done.queue_message_id) == names[0]
