@@ -207,7 +207,8 @@ def test_every_queue_table_and_container_the_app_uses_is_provisioned_by_the_temp
     used |= {("table", e) for e in sample_app.endpoints}
     used |= {("table", resources.tables["ingress"])}
     used |= {
-        ("container", resources.containers[c]) for c in ("tokens", "topics", "parked", "payloads")
+        ("container", resources.containers[c])
+        for c in ("tokens", "topics", "parked", "payloads", "discarded")
     }
     assert used - provisioned == set()
 
