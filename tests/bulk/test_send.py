@@ -60,7 +60,11 @@ async def test_each_row_becomes_one_message_processed_once(
     processed = await process_all(account)
 
     assert processed["processed"] == 120  # 60 FireAt, then 60 Hit or Missed
-    assert processed["duplicate"] + processed["resumed"] == 60
+    # Each repeated signal is discarded. Two copies of one FireAt may run side by side in a
+    # batch; the one that resumes sends the outputs' signals again, so a Hit or Missed may
+    # arrive twice as well: more discarded copies, never a second processing.
+    assert set(processed) <= {"processed", "duplicate", "resumed"}
+    assert processed["duplicate"] + processed["resumed"] >= 60
     ranges = await states(account, "shootingrange")
     assert {game: state["shots"] for game, state in ranges.items()} == dict.fromkeys(written, 1)
     scores = await states(account, "leaderboard")
