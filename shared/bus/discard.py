@@ -21,6 +21,8 @@ from shared.errors import AlreadyExists, NotFound
 from shared.stores.blob import BlobContainer
 from shared.stores.queue import MessageQueue, QueueMessage
 
+KEEP_UNTIL = "keep_until"
+"""The archive entry's metadata key: until when it is kept (``shared.cleanup.discarded``)."""
 MAX_REASON_CHARS = 2000
 MAX_BY_CHARS = 200
 
@@ -137,4 +139,4 @@ def _entry(endpoint: str, message: QueueMessage, discard: Discard) -> bytes:
 def _metadata(discard: Discard) -> dict[str, str]:
     """ASCII only (blob metadata): the cleanup reads when the entry may go without its body."""
     keep_until = (discard.at + discard.retention).astimezone(UTC)
-    return {"keep_until": keep_until.isoformat(timespec="seconds")}
+    return {KEEP_UNTIL: keep_until.isoformat(timespec="seconds")}

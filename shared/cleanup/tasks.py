@@ -9,7 +9,9 @@ signalled is deleted (design notes section 3):
   gone (so the tokens it committed were consumed, and no abandoned one is left for later);
 - an ingress record is removed only after its window, and only once its tokens are gone;
 - audit rows are removed after their retention period;
-- a shared payload is removed once no token can still need it (``shared.cleanup.payloads``).
+- a shared payload is removed once no token can still need it (``shared.cleanup.payloads``);
+- a discarded message's archive entry is removed once its retention has passed
+  (``shared.cleanup.discarded``).
 
 Every task reaches an endpoint's rows one way, ``CleanupContext.rows`` (an ``EndpointRows``,
 ``shared.bus.state.rows``), whichever store keeps them. The cleanup does not choose the store:
@@ -598,11 +600,13 @@ def standard_tasks(endpoints: Mapping[str, str] | Collection[str]) -> list[Clean
     tasks += [AuditRows(e) for e in names]
     tasks += [ModeRetention(e, modes[e]) for e in names if modes[e] in _MODE_EXPIRY]
     # These modules build on this one's CleanupTask.
+    from shared.cleanup.discarded import ExpiredDiscards
     from shared.cleanup.parked import poison_tasks
     from shared.cleanup.payloads import SharedPayloads
 
     tasks.append(SharedPayloads())
     tasks += poison_tasks(names)
+    tasks.append(ExpiredDiscards())
     if PERFORMER_ENDPOINT in modes:
         from shared.cleanup.markers import RetiredMarkers
 
