@@ -12,6 +12,9 @@
 //                      for endpoints with store="postgres" (postgresEnabled); the
 //                      app identity is a plain database role, created by a
 //                      deployment script (postgres-app-role.sh/.sql)
+//   alerts.bicep       log search alert rules over Application Insights: parked
+//                      messages, a message waiting too long, no cleanup pass, ingress
+//                      5xx (docs/alerts.md), notifying alertActionGroupId if given
 //
 // Deploy with:
 //   az deployment group create -g <rg> --template-file infra/main.bicep \
@@ -130,6 +133,45 @@ param postgresSkuTier string = 'Burstable'
 @description('Optional. Display name of deployerPrincipalId, registered as a second Entra principal of the PostgreSQL server when both are set (for psql); leave empty to skip.')
 param deployerPrincipalName string = ''
 
+@description('Optional. Resource id of an existing action group the alert rules notify (docs/alerts.md); empty: the rules are deployed and fire in the portal, notifying nobody.')
+param alertActionGroupId string = ''
+
+@description('Optional. Minutes a message may wait (its token in flight, not yet consumed) before the oldest-token alert fires.')
+@minValue(1)
+param alertOldestTokenMinutes int = 15
+
+@description('Optional. Minutes without a cleanup pass before the cleanup-silence alert fires; at least twice the cleanupSchedule interval plus a few minutes.')
+@allowed([
+  15
+  30
+  45
+  60
+  120
+  180
+  360
+])
+param alertCleanupSilenceMinutes int = 30
+
+@description('Optional. Window of the ingress 5xx alert, in minutes.')
+@allowed([
+  5
+  10
+  15
+  30
+  45
+  60
+])
+param alertIngressWindowMinutes int = 15
+
+@description('Optional. Fewest ingress 5xx answers in the window before the ingress 5xx alert may fire.')
+@minValue(1)
+param alertIngressMinFailed int = 5
+
+@description('Optional. Percentage of ingress requests in the window answered 5xx that fires the ingress 5xx alert.')
+@minValue(1)
+@maxValue(100)
+param alertIngressFailedPercent int = 5
+
 // A deterministic suffix keeps globally unique names stable per resource group.
 var prefix = toLower(namePrefix)
 var suffix = uniqueString(subscription().id, resourceGroup().id, prefix)
@@ -140,6 +182,7 @@ var identityName = 'id-${prefix}-${suffix}'
 var appInsightsName = 'appi-${prefix}-${suffix}'
 var logAnalyticsName = 'log-${prefix}-${suffix}'
 var postgresName = 'psql-${prefix}-${suffix}'
+var alertNamePrefix = 'alert-${prefix}-${suffix}'
 
 module identity 'app/identity.bicep' = {
   name: 'identity'
@@ -158,6 +201,22 @@ module monitoring 'app/monitoring.bicep' = {
     location: location
     tags: tags
     retentionInDays: logRetentionInDays
+  }
+}
+
+module alerts 'app/alerts.bicep' = {
+  name: 'alerts'
+  params: {
+    namePrefix: alertNamePrefix
+    location: location
+    tags: tags
+    appInsightsName: monitoring.outputs.appInsightsName
+    actionGroupId: alertActionGroupId
+    oldestTokenMinutes: alertOldestTokenMinutes
+    cleanupSilenceMinutes: alertCleanupSilenceMinutes
+    ingressWindowMinutes: alertIngressWindowMinutes
+    ingressMinFailed: alertIngressMinFailed
+    ingressFailedPercent: alertIngressFailedPercent
   }
 }
 
@@ -299,3 +358,6 @@ output postgresHostName string = postgresEnabled ? postgres.outputs.fqdn : ''
 
 @description('Name of the Application Insights component.')
 output appInsightsName string = monitoring.outputs.appInsightsName
+
+@description('Names of the alert rules (docs/alerts.md).')
+output alertRuleNames array = alerts.outputs.ruleNames

@@ -119,6 +119,7 @@ def _cleanup(settings: Settings) -> CleanupSettings:
         lease_seconds=_value(settings, s.CLEANUP_LEASE),
         audit_retention_seconds=_value(settings, s.CLEANUP_AUDIT_RETENTION),
         poison_expiry_margin_seconds=_value(settings, s.CLEANUP_POISON_EXPIRY_MARGIN),
+        backlog_max_tokens=_value(settings, s.CLEANUP_BACKLOG_MAX_TOKENS),
         checkpoint_table=TABLES["cleanup"],
     )
 

@@ -47,6 +47,10 @@ MAX_TRACE_HEADER_CHARS = 512
 
 _W3C = TraceContextTextMapPropagator()
 
+DESTINATION = "messaging.destination.name"
+"""Metric and span attribute: the endpoint a message is for (its queue)."""
+SENDER = "bus.sender"
+"""Metric and span attribute: who sent a message (an endpoint, or an ingress: http, cli...)."""
 OUTCOME = "bus.outcome"
 """Receive span attribute and metric attribute: processed, resumed, duplicate, poisoned, ..."""
 SUPPRESSED = frozenset({"duplicate", "resumed"})
@@ -138,6 +142,33 @@ class BusTelemetry:
             description="From a message's send (its envelope's created_at) to the commit of "
             "its processing",
         )
+        # What the cleanup pass measures at its end (``shared.cleanup.backlog``): gauges, since
+        # each is a level seen at one moment, and a count of passes, whose absence says the
+        # figures are stale (docs/alerts.md).
+        self.parked = meter.create_gauge(
+            "bus.parked.messages",
+            unit="{message}",
+            description="Messages parked in an endpoint's poison queue, as the last cleanup "
+            "pass counted them",
+        )
+        self.tokens_in_flight = meter.create_gauge(
+            "bus.tokens.in_flight",
+            unit="{token}",
+            description="Tokens not yet consumed, by sender (an endpoint, or (outside) for the "
+            "ingress and the tools), as the last cleanup pass counted them",
+        )
+        self.oldest_token_age = meter.create_gauge(
+            "bus.tokens.oldest_age",
+            unit="s",
+            description="Age of the sender's oldest due token not yet consumed (0: none), as "
+            "the last cleanup pass saw it",
+        )
+        self.cleanup_passes = meter.create_counter(
+            "bus.cleanup.passes",
+            unit="{pass}",
+            description="Cleanup passes that finished and measured the backlog, each counted "
+            "after setting the gauges above",
+        )
 
     @contextmanager
     def active(self) -> Iterator[BusTelemetry]:
@@ -178,7 +209,7 @@ class BusTelemetry:
             f"commit {endpoint}",
             attributes={
                 "messaging.system": SYSTEM,
-                "messaging.destination.name": endpoint,
+                DESTINATION: endpoint,
                 "messaging.batch.message_count": outputs,
                 "bus.mode": mode,
             },
@@ -209,7 +240,7 @@ class BusTelemetry:
             attributes={
                 "messaging.system": SYSTEM,
                 "messaging.operation.name": "ingress",
-                "bus.sender": sender,
+                SENDER: sender,
                 "bus.message.type": message_type,
             },
         )
@@ -235,7 +266,7 @@ def _messaging(destination: str, operation: str) -> dict[str, str]:
         "messaging.system": SYSTEM,
         "messaging.operation.name": operation,
         "messaging.operation.type": operation,
-        "messaging.destination.name": destination,
+        DESTINATION: destination,
     }
 
 

@@ -38,6 +38,9 @@ class CleanupSettings:
     expiry (``shared.cleanup.parked``). The Functions host moves messages with the queue's
     default of seven days: six days re-parks them in their first day, and leaves six for a
     stopped cleanup to be noticed and restarted."""
+    backlog_max_tokens: int = 20000
+    """Tokens in flight a pass counts at its end (``shared.cleanup.backlog``), for the
+    alerts: four listing requests at most; 0 counts none."""
     checkpoint_table: str = "cleanup"
 
     def __post_init__(self) -> None:
@@ -55,6 +58,10 @@ class CleanupSettings:
             raise ConfigurationError(f"cleanup page_size must be 1-1000: {self.page_size}")
         if self.concurrency < 1 or self.concurrency > 64:
             raise ConfigurationError(f"cleanup concurrency must be 1-64: {self.concurrency}")
+        if self.backlog_max_tokens < 0:
+            raise ConfigurationError(
+                f"cleanup backlog_max_tokens must not be negative: {self.backlog_max_tokens}"
+            )
         if self.lease_seconds < 1:
             raise ConfigurationError(
                 f"cleanup lease_seconds must be at least 1: {self.lease_seconds}"

@@ -10,7 +10,6 @@ import json
 import os
 import sys
 import uuid
-from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -19,10 +18,13 @@ from shared.account_in_use import AccountInUse
 from shared.bus import Command
 from shared.bus.subscriptions import MissingSubscription, missing_subscriptions
 from shared.bus.unsubscribed import unsubscribed_counts
+from shared.cleanup.backlog import TokensInFlight, tokens_in_flight
 from shared.cleanup.summary import cleanup_summary
 from shared.cli.records import count_records, describe
+from shared.clock import to_datetime
 from shared.errors import NotFound
 from shared.http_ingress import BadRequest, build_message
+from shared.logsafe import shown
 from shared.provisioning import provision
 from shared.resources import RESOURCES_FILE, check_resources_file, poison_queue, resources_json
 from shared.runtime import Worker
@@ -132,8 +134,8 @@ async def subscribe_command(
 
 async def status_report(worker: Worker, progress: bool | None) -> dict[str, Any]:
     """Queue depths, poison counts and the mode's deduplication records per endpoint; tokens
-    in flight; events dropped for want of a subscriber; handling endpoints not subscribed to
-    their topics."""
+    in flight by sender, with the age of each sender's oldest due one; events dropped for
+    want of a subscriber; handling endpoints not subscribed to their topics."""
     account, endpoints = worker.account(), list(worker.app.endpoints.values())
     rows: dict[str, dict[str, Any]] = {}
     missing: list[str] = []
@@ -154,12 +156,12 @@ async def status_report(worker: Worker, progress: bool | None) -> dict[str, Any]
                 missing.append(f"table {endpoint.name}" if store == "table" else "the bus schema")
             rows[endpoint.name] = row
             bar.advance(note=endpoint.name)
-        senders: Counter[str] = Counter()
+        now = to_datetime(worker.config.clock())
         try:
-            container = worker.config.tokens_container
-            async for blob in account.blob_container(container).list():
-                senders[blob.name.split("/", 1)[0]] += 1
+            container = account.blob_container(worker.config.tokens_container)
+            tokens = await tokens_in_flight(container, now)
         except NotFound:
+            tokens = TokensInFlight({}, complete=True)
             missing.append("container tokens")
         bar.advance(note="tokens")
     topics = account.blob_container(worker.config.topics_container)
@@ -171,8 +173,11 @@ async def status_report(worker: Worker, progress: bool | None) -> dict[str, Any]
         missing.append("container topics")
     return {
         "endpoints": rows,
-        "tokens_in_flight": sum(senders.values()),
-        "tokens_by_sender": dict(sorted(senders.items())),
+        "tokens_in_flight": tokens.total,
+        "tokens_by_sender": {k: v.count for k, v in sorted(tokens.senders.items())},
+        "oldest_token_age_seconds": {
+            k: round(v.age_seconds(now), 3) for k, v in sorted(tokens.senders.items())
+        },
         "unsubscribed_events": dropped,
         "unsubscribed_handlers": [gap.as_dict() for gap in gaps],
         "missing": missing,
@@ -201,7 +206,8 @@ async def status_command(
                 right=("queue", "poison"),
             )
         )
-        by_sender = ", ".join(f"{k} {v}" for k, v in report["tokens_by_sender"].items())
+        # Senders are the first segment of blob names: whatever may write there chose them.
+        by_sender = ", ".join(f"{shown(k, 60)} {v}" for k, v in report["tokens_by_sender"].items())
         say(
             f"tokens in flight: {report['tokens_in_flight']}"
             + (f" ({by_sender})" * bool(by_sender))

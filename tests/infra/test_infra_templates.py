@@ -30,6 +30,7 @@ EXPECTED_FILES = {
     "app/roles.bicep",
     "app/function-app.bicep",
     "app/ingress-auth.bicep",
+    "app/alerts.bicep",
 }
 
 STORAGE_BLOB_DATA_OWNER = "b7e6dc6d-f1e8-4753-8033-0f276bb0955b"

@@ -1,0 +1,187 @@
+"""What is left waiting once a cleanup pass is done: the parked messages of each endpoint and
+the tokens still in flight, with the age of the oldest. The alerts watch these figures
+(docs/alerts.md) and ``bus status`` shows the tokens.
+
+Storage's own metrics give no per-queue depth, so the pass measures them itself, after its
+tasks, so that what it removed is not counted:
+
+- parked messages: one request per endpoint, the poison queue's approximate count;
+- tokens in flight: a listing of the tokens container, 5,000 names a request, stopped after
+  ``limit`` tokens (``CLEANUP_BACKLOG_MAX_TOKENS``) so that a large backlog cannot make every
+  pass slow. A token's age counts from its last change, or for a delayed message from its due
+  time (``since``): a message scheduled for next week is not late.
+
+A token still in flight past the grace period is a message not yet processed: one waiting in
+a queue that is backing up, one whose receiver keeps failing, or one parked (its token stays
+until it is replayed or discarded).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from shared.bus.telemetry import DESTINATION, SENDER, BusTelemetry
+from shared.cleanup.tasks import since
+from shared.errors import NotFound
+from shared.resources import poison_queue
+from shared.stores.account import StorageAccount
+from shared.stores.blob import BlobContainer
+
+log = logging.getLogger(__name__)
+
+LIST_PAGE = 5000
+"""Names a listing request returns at most (the service's limit)."""
+
+
+@dataclass
+class SenderTokens:
+    """The tokens of one sender still in flight."""
+
+    count: int = 0
+    oldest: datetime | None = None
+    """When the age of the oldest due token counts from (``since``); None when none is due."""
+
+    def add(self, counts_from: datetime, now: datetime) -> None:
+        self.count += 1
+        if counts_from <= now and (self.oldest is None or counts_from < self.oldest):
+            self.oldest = counts_from
+
+    def age_seconds(self, now: datetime) -> float:
+        """How long the oldest due token has waited; 0 when none is due."""
+        return 0.0 if self.oldest is None else (now - self.oldest).total_seconds()
+
+
+@dataclass(frozen=True)
+class TokensInFlight:
+    """The tokens container's listing, tallied by sender (the first segment of a name)."""
+
+    senders: dict[str, SenderTokens]
+    complete: bool
+    """False when the listing stopped at its limit: the counts are lower bounds then, and
+    the senders listed after the cut (names sort by sender) are missing."""
+
+    @property
+    def total(self) -> int:
+        return sum(tokens.count for tokens in self.senders.values())
+
+    def grouped(self, endpoints: Collection[str], outside: str) -> dict[str, SenderTokens]:
+        """The tally with one entry per endpoint (empty ones too) and every other sender
+        (the HTTP ingress, the CLI, a bulk send, a name nobody expects) folded into
+        ``outside``: a bounded set of keys, whatever names the container holds."""
+        grouped = {name: SenderTokens() for name in (*endpoints, outside)}
+        for sender, tokens in self.senders.items():
+            into = grouped[sender if sender in endpoints else outside]
+            into.count += tokens.count
+            if tokens.oldest is not None and (into.oldest is None or tokens.oldest < into.oldest):
+                into.oldest = tokens.oldest
+        return grouped
+
+
+async def tokens_in_flight(
+    tokens: BlobContainer, now: datetime, limit: int | None = None
+) -> TokensInFlight:
+    """Every token in ``tokens`` (the first ``limit`` by name when given), by sender, listed
+    ``LIST_PAGE`` names a request and never more than the limit needs. Raises NotFound when
+    the container is missing."""
+    senders: dict[str, SenderTokens] = {}
+    listed, continuation = 0, None
+    while True:
+        wanted = LIST_PAGE if limit is None else min(LIST_PAGE, limit - listed + 1)
+        page = await tokens.list_page(page_size=wanted, continuation=continuation)
+        for blob in page.items:
+            if listed == limit:  # one more than the limit was asked for: there are more
+                return TokensInFlight(senders, complete=False)
+            listed += 1
+            sender = blob.name.split("/", 1)[0]
+            senders.setdefault(sender, SenderTokens()).add(since(blob), now)
+        if page.continuation is None:
+            return TokensInFlight(senders, complete=True)
+        continuation = page.continuation
+
+
+async def parked_counts(account: StorageAccount, endpoints: Iterable[str]) -> dict[str, int]:
+    """Each endpoint's parked messages: its poison queue's approximate count (0 when that
+    queue does not exist: the Functions host creates it with the first message it parks)."""
+    counts: dict[str, int] = {}
+    for endpoint in endpoints:
+        try:
+            counts[endpoint] = await account.queue(poison_queue(endpoint)).approximate_count()
+        except NotFound:
+            counts[endpoint] = 0
+    return counts
+
+
+OUTSIDE = "(outside)"
+"""The sender every token not sent by one of the app's endpoints is counted under: the HTTP
+ingress's, the CLI's, a bulk send's (and any other name found in the container)."""
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What a pass left waiting, when it looked."""
+
+    measured_at: datetime
+    parked: dict[str, int]
+    """Parked messages by endpoint."""
+    tokens: dict[str, SenderTokens] | None
+    """Tokens in flight by sender: each endpoint, and ``OUTSIDE``. None when not counted
+    (a limit of 0)."""
+    tokens_complete: bool = True
+    """False when the listing stopped at its limit (``TokensInFlight.complete``)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``backlog`` of ``bus cleanup --json``."""
+        tokens = self.tokens or {}
+        return {
+            "measured_at": self.measured_at.isoformat(),
+            "parked": dict(sorted(self.parked.items())),
+            "tokens_counted": self.tokens is not None,
+            "tokens_complete": self.tokens_complete,
+            "tokens_in_flight": {sender: counted.count for sender, counted in tokens.items()},
+            "oldest_token_age_seconds": {
+                sender: round(counted.age_seconds(self.measured_at), 3)
+                for sender, counted in tokens.items()
+            },
+        }
+
+
+async def measure_backlog(
+    account: StorageAccount,
+    endpoints: Collection[str],
+    tokens_container: str,
+    now: datetime,
+    max_tokens: int,
+) -> Backlog:
+    """Parked messages by endpoint, and tokens in flight by sender (at most ``max_tokens``
+    listed; none when 0). Raises the storage's errors: the caller decides what a failed
+    measurement means."""
+    parked = await parked_counts(account, endpoints)
+    if max_tokens == 0:
+        return Backlog(now, parked, None)
+    try:
+        listed = await tokens_in_flight(account.blob_container(tokens_container), now, max_tokens)
+    except NotFound:
+        listed = TokensInFlight({}, complete=True)  # no container, so no token in flight
+    if not listed.complete:
+        log.warning(
+            "backlog: more than %d tokens in flight (CLEANUP_BACKLOG_MAX_TOKENS); counted the "
+            "first %d by name, so the counts and the oldest age are lower bounds",
+            max_tokens,
+            max_tokens,
+        )
+    return Backlog(now, parked, listed.grouped(endpoints, OUTSIDE), listed.complete)
+
+
+def record(telemetry: BusTelemetry, backlog: Backlog) -> None:
+    """Set the backlog gauges (``BusTelemetry``) to what ``backlog`` found: every endpoint
+    and sender gets a value, 0 included, so none keeps a figure an earlier pass measured."""
+    for endpoint, count in backlog.parked.items():
+        telemetry.parked.set(count, {DESTINATION: endpoint})
+    for sender, counted in (backlog.tokens or {}).items():
+        attributes = {SENDER: sender}
+        telemetry.tokens_in_flight.set(counted.count, attributes)
+        telemetry.oldest_token_age.set(counted.age_seconds(backlog.measured_at), attributes)
