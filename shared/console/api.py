@@ -118,12 +118,11 @@ class Console:
         if handler is not None:
             return handler
         known = any(path == request.path for _, path in self._routes)
-        if known or request.path.startswith(MESSAGE_PATH):
-            if request.method != "GET":
-                raise Refused(405, f"{request.method} is not allowed here")
-            if not known:
-                return self._message
-        raise Refused(404, "no such API")
+        if not known and not request.path.startswith(MESSAGE_PATH):
+            raise Refused(404, "no such API")
+        if known or request.method != "GET":
+            raise Refused(405, f"{request.method} is not allowed here")
+        return self._message
 
     @property
     def endpoints(self) -> list[str]:
