@@ -12,7 +12,7 @@ from shared.bus.state.rows import mode_rows
 from shared.console.throughput import WINDOW_MINUTES, throughput
 from shared.console.tokens import NEXT_DUE, tokens_by_sender
 from shared.stores.memory import MemoryStorageAccount
-from shared.stores.table import Entity
+from shared.stores.table import Entity, TableValue
 
 NOW = datetime(2026, 11, 23, 15, 30, 20, tzinfo=UTC)
 UUID = "00000000-0000-4000-8000-{:012d}"
@@ -25,7 +25,11 @@ async def audit_rows(account: MemoryStorageAccount, ages: list[tuple[float, floa
     for i, (age, took_ms) in enumerate(ages):
         processed = NOW - timedelta(seconds=age)
         sent = processed - timedelta(milliseconds=took_ms)
-        properties = {"processed_at": processed, "sent_at": sent, "endpoint": "orders"}
+        properties: dict[str, TableValue] = {
+            "processed_at": processed,
+            "sent_at": sent,
+            "endpoint": "orders",
+        }
         await table.insert(Entity(f"p{i}", f"{AUDIT_PREFIX}m{i}", properties))
     await table.insert(Entity("p0", "state", {"x": 1}))  # not an audit row
 
