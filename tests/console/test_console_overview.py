@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +20,7 @@ from shared.runtime import Worker
 from shared.sample.app import PlaceOrder
 from shared.sample.app import app as sample_app
 from tests.conftest import sample_settings
-from tests.console.running import RunningConsole
+from tests.console.running import RunningConsole, console_environ
 
 pytestmark = pytest.mark.azurite
 
@@ -136,3 +139,22 @@ def test_processing_shows_as_throughput_and_latency_and_a_delayed_message_as_due
     assert abs(datetime.fromisoformat(next_due["due_at"]) - due) < timedelta(minutes=1)
     lists = {r["topic"]: r["endpoints"] for r in overview["recipients"]}
     assert lists["orderplaced"] == ["loyalty", "shipping"]
+
+
+def test_bus_console_refuses_to_start_without_a_name_for_who_acts(
+    project: Path, emulator: AzuriteEndpoints
+) -> None:
+    environ = console_environ(emulator.connection_string)
+    started = subprocess.run(
+        [sys.executable, "-m", "shared.cli", "console", "--port", "0", "--by", " "],
+        cwd=project,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert started.returncode == 2
+    assert started.stdout == ""
+    assert "--by names who acts" in started.stderr
