@@ -18,18 +18,22 @@ until it is replayed or discarded).
 
 from __future__ import annotations
 
+import heapq
 import logging
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from shared.bus.envelope import TOKEN_NAME
+from shared.bus.outgoing import DUE_METADATA
 from shared.bus.telemetry import DESTINATION, SENDER, BusTelemetry
+from shared.bus.unsubscribed import parse_time
 from shared.cleanup.tasks import since
 from shared.errors import NotFound
 from shared.resources import poison_queue
 from shared.stores.account import StorageAccount
-from shared.stores.blob import BlobContainer
+from shared.stores.blob import BlobContainer, BlobProperties
 
 log = logging.getLogger(__name__)
 
@@ -37,22 +41,67 @@ LIST_PAGE = 5000
 """Names a listing request returns at most (the service's limit)."""
 
 
+NEXT_DUE = 5
+"""Delayed messages a tally keeps per sender, soonest first (the console lists them)."""
+
+
+@dataclass(frozen=True)
+class Due:
+    """A delayed message: its token, its message id (from the token's name) and due time."""
+
+    token: str
+    message_id: str
+    due_at: datetime
+
+
 @dataclass
 class SenderTokens:
-    """The tokens of one sender still in flight."""
+    """The tokens of one sender still in flight: how many, since when the oldest due one has
+    waited, and the delayed ones (not due yet), with the soonest ``NEXT_DUE`` of them."""
 
     count: int = 0
     oldest: datetime | None = None
     """When the age of the oldest due token counts from (``since``); None when none is due."""
+    delayed: int = 0
+    soonest: list[tuple[float, str, str, datetime]] = field(default_factory=list)
+    """(minus due timestamp, token, message id, due time) of the soonest delayed ones: a heap
+    whose top is the latest of them, dropped when a sooner one comes."""
 
-    def add(self, counts_from: datetime, now: datetime) -> None:
+    def add(self, blob: BlobProperties, now: datetime) -> None:
         self.count += 1
-        if counts_from <= now and (self.oldest is None or counts_from < self.oldest):
+        due = parse_time(blob.metadata, DUE_METADATA)
+        if due is not None and due > now:  # a delayed message, not due yet: not late
+            self.delayed += 1
+            named = TOKEN_NAME.fullmatch(blob.name)
+            message_id = named["out"] if named else ""
+            self._keep((-due.timestamp(), blob.name, message_id, due))
+            return
+        counts_from = since(blob)
+        if self.oldest is None or counts_from < self.oldest:
             self.oldest = counts_from
+
+    def merge(self, other: SenderTokens) -> None:
+        """Count ``other``'s tokens in this tally too."""
+        self.count += other.count
+        self.delayed += other.delayed
+        if other.oldest is not None and (self.oldest is None or other.oldest < self.oldest):
+            self.oldest = other.oldest
+        for entry in other.soonest:
+            self._keep(entry)
+
+    def _keep(self, entry: tuple[float, str, str, datetime]) -> None:
+        if len(self.soonest) < NEXT_DUE:
+            heapq.heappush(self.soonest, entry)
+        else:
+            heapq.heappushpop(self.soonest, entry)
+
+    def next_due(self) -> list[Due]:
+        """The soonest delayed messages, soonest first."""
+        return [Due(token, mid, at) for _, token, mid, at in sorted(self.soonest, reverse=True)]
 
     def age_seconds(self, now: datetime) -> float:
         """How long the oldest due token has waited; 0 when none is due."""
-        return 0.0 if self.oldest is None else (now - self.oldest).total_seconds()
+        return 0.0 if self.oldest is None else max((now - self.oldest).total_seconds(), 0.0)
 
 
 @dataclass(frozen=True)
@@ -74,10 +123,7 @@ class TokensInFlight:
         ``outside``: a bounded set of keys, whatever names the container holds."""
         grouped = {name: SenderTokens() for name in (*endpoints, outside)}
         for sender, tokens in self.senders.items():
-            into = grouped[sender if sender in endpoints else outside]
-            into.count += tokens.count
-            if tokens.oldest is not None and (into.oldest is None or tokens.oldest < into.oldest):
-                into.oldest = tokens.oldest
+            grouped[sender if sender in endpoints else outside].merge(tokens)
         return grouped
 
 
@@ -97,7 +143,7 @@ async def tokens_in_flight(
                 return TokensInFlight(senders, complete=False)
             listed += 1
             sender = blob.name.split("/", 1)[0]
-            senders.setdefault(sender, SenderTokens()).add(since(blob), now)
+            senders.setdefault(sender, SenderTokens()).add(blob, now)
         if page.continuation is None:
             return TokensInFlight(senders, complete=True)
         continuation = page.continuation

@@ -1,11 +1,12 @@
 """The console's overview: each endpoint's figures, the recipient lists and the last audit.
 
 Depths and poison counts are the queues' approximate counts, as ``bus status`` gives them;
-tokens and delayed messages come from one listing of the tokens container
-(``shared.console.tokens``); throughput and latency from the audit rows
-(``shared.console.throughput``); recipient lists from the topics container. The Spark audit
-writes its report to the folder it is given, not to storage, so there is no last audit report
-to show: ``audit`` is None until the audit leaves one where the console can read it.
+tokens and delayed messages come from one listing of the tokens container, tallied by sender
+as the cleanup's backlog tallies them (``shared.cleanup.backlog``); throughput and latency
+from the audit rows (``shared.console.throughput``); recipient lists from the topics
+container. The Spark audit writes its report to the folder it is given, not to storage, so
+there is no last audit report to show: ``audit`` is None until the audit leaves one where the
+console can read it.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any
 from shared.bus.subscriptions import handled_topics
 from shared.bus.topics import recipients_in
 from shared.bus.unsubscribed import PREFIX as UNSUBSCRIBED_PREFIX
+from shared.cleanup.backlog import SenderTokens, tokens_in_flight
 from shared.console.throughput import Throughput, throughput
-from shared.console.tokens import SenderTokens, described, tokens_by_sender
+from shared.console.tokens import described
 from shared.errors import CorruptRecord, NotFound
 from shared.resources import poison_queue
 from shared.runtime import Worker
@@ -37,7 +39,7 @@ async def overview(worker: Worker, now: datetime, scan_limit: int) -> dict[str, 
     account, config = worker.account(), worker.config
     tokens = account.blob_container(config.tokens_container)
     try:
-        senders = await tokens_by_sender(tokens, now)
+        senders = (await tokens_in_flight(tokens, now)).senders
     except NotFound:
         senders = {}
     names = worker.app.running_endpoints()

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 from shared.bus.outgoing import DUE_METADATA
 from shared.bus.records import AUDIT_PREFIX
 from shared.bus.state.rows import mode_rows
+from shared.cleanup.backlog import NEXT_DUE, tokens_in_flight
 from shared.console.throughput import WINDOW_MINUTES, throughput
-from shared.console.tokens import NEXT_DUE, tokens_by_sender
 from shared.stores.memory import MemoryStorageAccount
 from shared.stores.table import Entity, TableValue
 
@@ -73,7 +73,7 @@ async def test_tokens_are_counted_by_sender_with_the_oldest_due_and_the_soonest_
         await tokens.create(name, b"{}", {"claim": "", **due})
     await tokens.create(f"cli/{UUID.format(50)}/{UUID.format(51)}/{UUID.format(52)}", b"{}", {})
 
-    senders = await tokens_by_sender(tokens, NOW + timedelta(seconds=1))
+    senders = (await tokens_in_flight(tokens, NOW + timedelta(seconds=1))).senders
 
     orders = senders["orders"]
     assert (orders.count, orders.delayed) == (9, 7)
