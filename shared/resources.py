@@ -31,10 +31,12 @@ CONTAINERS = {
     "parked": "parked",
     "payloads": "payloads",
     "discarded": "discarded",
+    "audits": "audits",
 }
 """Blob containers every app shares: outgoing tokens, topics' recipient lists, parked
-originals, the bodies a message's tokens share (``shared.bus.payloads``), and the poison
-messages an operator discarded, kept for their retention (docs/console.md)."""
+originals, the bodies a message's tokens share (``shared.bus.payloads``), the poison
+messages an operator discarded, kept for their retention (docs/console.md), and the last
+audit's verdict and report (``shared.audit.published``)."""
 TABLES = {"ingress": "ingress", "cleanup": "cleanup", "actions": "operatoractions"}
 """Tables every app shares: ingress records, the cleanup job's checkpoints, and the journal of
 operators' replays and discards (``shared.bus.journal``)."""

@@ -208,7 +208,7 @@ def test_every_queue_table_and_container_the_app_uses_is_provisioned_by_the_temp
     used |= {("table", resources.tables["ingress"])}
     used |= {
         ("container", resources.containers[c])
-        for c in ("tokens", "topics", "parked", "payloads", "discarded")
+        for c in ("tokens", "topics", "parked", "payloads", "discarded", "audits")
     }
     assert used - provisioned == set()
 

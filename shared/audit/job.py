@@ -29,6 +29,7 @@ from shared.audit.console import render_console
 from shared.audit.dropped import Takers
 from shared.audit.file_source import FileFormat, read_dropped_files, read_files
 from shared.audit.poisoned import DEFAULT_POISON_CAP
+from shared.audit.published import MAX_SUMMARY_CHARS, PublishedAudit, publish
 from shared.audit.report import render_html
 from shared.audit.session import (
     SparkFailure,
@@ -39,9 +40,10 @@ from shared.audit.session import (
 )
 from shared.audit.summary import AuditSummary
 from shared.audit.table_source import read_dropped, read_poisoned, read_tables
-from shared.errors import ConfigurationError
+from shared.errors import ConfigurationError, OutcomeUnknown, StorageError
 from shared.resources import CONTAINERS
 from shared.settings import StorageSettings
+from shared.stores.azure import AzureStorageAccount
 from shared.terminal import StageLog
 
 
@@ -67,6 +69,7 @@ class AuditJob:
     poison_cap: int = DEFAULT_POISON_CAP
     tokens_container: str = CONTAINERS["tokens"]
     topics_container: str = CONTAINERS["topics"]
+    audits_container: str = CONTAINERS["audits"]
     takers: Takers | None = None
     """Topic -> the audited app's endpoints that take its events (None: app not known)."""
 
@@ -122,10 +125,34 @@ class AuditJob:
         finally:
             if shipped is not None:
                 remove_shipped(shipped)
-        write_outputs(summary, self.out)
+        html = write_outputs(summary, self.out)
         progress(f"wrote {self.out / 'summary.json'} and {self.out / 'report.html'}")
+        if self.settings is not None and self.input_path is None:
+            self._publish(summary, html, progress)
         print(render_console(summary), flush=True)
         return summary
+
+    def _publish(self, summary: AuditSummary, html: str, progress: StageLog) -> None:
+        """The verdict and report for the operator console (``shared.audit.published``). A
+        failure to publish leaves the audit's result as it is: it is said, not raised."""
+        if self.settings is None:
+            return
+        audit = PublishedAudit(
+            at=self.as_of, verdict=summary.verdict, summary=summary.one_line()[:MAX_SUMMARY_CHARS]
+        )
+        try:
+            asyncio.run(_publish(self.settings, self.audits_container, audit, html))
+        except (StorageError, OutcomeUnknown, ConfigurationError) as e:
+            print(f"audit: the verdict was not published for the console: {e}", file=sys.stderr)
+        else:
+            progress(f"published the verdict to container {self.audits_container}")
+
+
+async def _publish(
+    settings: StorageSettings, container: str, audit: PublishedAudit, html: str
+) -> None:
+    async with AzureStorageAccount(settings) as account:
+        await publish(account.blob_container(container), audit, html)
 
 
 def _first_line(error: BaseException) -> str:
@@ -134,10 +161,13 @@ def _first_line(error: BaseException) -> str:
     return " ".join(lines[:3])[:800] or type(error).__name__
 
 
-def write_outputs(summary: AuditSummary, out: Path) -> None:
+def write_outputs(summary: AuditSummary, out: Path) -> str:
+    """Write ``summary.json`` and ``report.html`` to ``out``; the report's HTML."""
     out.mkdir(parents=True, exist_ok=True)
+    html = render_html(summary)
     (out / "summary.json").write_text(summary.to_json() + "\n")
-    (out / "report.html").write_text(render_html(summary))
+    (out / "report.html").write_text(html)
+    return html
 
 
 if __name__ == "__main__":

@@ -4,17 +4,18 @@ Depths and poison counts are the queues' approximate counts, as ``bus status`` g
 tokens and delayed messages come from one listing of the tokens container, tallied by sender
 as the cleanup's backlog tallies them (``shared.cleanup.backlog``); throughput and latency
 from the audit rows (``shared.console.throughput``); recipient lists from the topics
-container. The Spark audit writes its report to the folder it is given, not to storage, so
-there is no last audit report to show: ``audit`` is None until the audit leaves one where the
-console can read it.
+container; the last audit's verdict from what an audit of the account's tables publishes
+(``shared.audit.published``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from shared.audit.published import latest
 from shared.bus.subscriptions import handled_topics
 from shared.bus.topics import recipients_in
 from shared.bus.unsubscribed import PREFIX as UNSUBSCRIBED_PREFIX
@@ -22,9 +23,11 @@ from shared.cleanup.backlog import SenderTokens, tokens_in_flight
 from shared.console.throughput import Throughput, throughput
 from shared.console.tokens import described
 from shared.errors import CorruptRecord, NotFound
-from shared.resources import poison_queue
+from shared.resources import CONTAINERS, poison_queue
 from shared.runtime import Worker
 from shared.stores.blob import BlobContainer
+
+log = logging.getLogger(__name__)
 
 TOPIC_SUFFIX = ".json"
 
@@ -52,8 +55,22 @@ async def overview(worker: Worker, now: datetime, scan_limit: int) -> dict[str, 
         "endpoints": list(endpoints),
         "other_senders": [await _sent(tokens, s, senders[s], now) for s in others],
         "recipients": await recipients(worker),
-        "audit": None,
+        "audit": await last_audit(worker),
     }
+
+
+async def last_audit(worker: Worker) -> dict[str, Any] | None:
+    """The verdict the last audit of the account's tables published
+    (``shared.audit.published``); None when none did. One that cannot be read is shown as
+    such, with why, rather than hidden."""
+    try:
+        published = await latest(worker.account().blob_container(CONTAINERS["audits"]))
+    except CorruptRecord as e:
+        log.warning("console: the last audit's verdict is unreadable: %s", e)
+        return {"at": None, "verdict": "UNREADABLE", "summary": str(e)}
+    if published is None:
+        return None
+    return {"at": iso(published.at), "verdict": published.verdict, "summary": published.summary}
 
 
 async def _endpoint(

@@ -22,10 +22,11 @@ from lab.local.azurite import AzuriteEndpoints
 from shared.app_loader import APP_SETTING
 from shared.audit.cli import EXIT_DROPPED, main
 from shared.audit.next_steps import NOTHING_TO_DO
+from shared.audit.published import latest
 from shared.bus import BusApp
 from shared.cli import main as bus_main
 from shared.clock import ManualClock
-from shared.resources import RESOURCES_FILE
+from shared.resources import CONTAINERS, RESOURCES_FILE
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
 from shared.stores.memory import MemoryStorageAccount
@@ -107,6 +108,12 @@ async def test_the_audit_warns_of_dropped_events_and_its_fix_is_accepted_by_the_
     html = (tmp_path / "report" / "report.html").read_text()
     assert "<h2>Events dropped for want of a subscriber</h2>" in html
     assert '<span class="warn">WARN</span>' in html
+    # The verdict and report are published to the account, for the operator console.
+    audits = account.blob_container(CONTAINERS["audits"])
+    published = await latest(audits)
+    assert published is not None
+    assert (published.verdict, published.summary) == ("WARN", console.rstrip().splitlines()[-1])
+    assert (await audits.read(published.report)).data.decode() == html
 
     # An export carries the records; audited with the app that now handles Rang, the next
     # step names the subscription, which the CLI then accepts.

@@ -14,11 +14,15 @@ from typing import Any
 import pytest
 
 from lab.local.azurite import AzuriteEndpoints
+from shared.audit.published import LATEST, MAX_LATEST_BYTES, PublishedAudit, publish
 from shared.console.api import OVERVIEW_SECONDS
 from shared.console.headers import CONTENT_SECURITY_POLICY
+from shared.resources import CONTAINERS
 from shared.runtime import Worker
 from shared.sample.app import PlaceOrder
 from shared.sample.app import app as sample_app
+from shared.settings import StorageSettings
+from shared.stores.azure import AzureStorageAccount
 from tests.conftest import sample_settings
 from tests.console.running import RunningConsole, console_environ
 
@@ -158,3 +162,47 @@ def test_bus_console_refuses_to_start_without_a_name_for_who_acts(
     assert started.returncode == 2
     assert started.stdout == ""
     assert "--by names who acts" in started.stderr
+
+
+def test_the_overview_shows_the_verdict_the_last_audit_published(
+    console: RunningConsole, emulator: AzuriteEndpoints
+) -> None:
+    audits = CONTAINERS["audits"]
+    verdict = PublishedAudit(
+        at=datetime(2026, 11, 26, 9, 30, tzinfo=UTC),
+        verdict="WARN",
+        summary="audit: sent=3 processed=3 <script>alert(1)</script> verdict=WARN",
+    )
+
+    async def write(data: bytes | None) -> None:
+        async with AzureStorageAccount(StorageSettings(emulator.connection_string)) as account:
+            container = account.blob_container(audits)
+            if data is None:
+                await publish(container, verdict, "<html>report</html>")
+            else:
+                await container.upload(LATEST, data)
+
+    try:
+        asyncio.run(write(None))
+        shown = eventually(console, lambda o: o["audit"] is not None)["audit"]
+        assert shown == {
+            "at": "2026-11-26T09:30:00+00:00",
+            "verdict": "WARN",
+            "summary": verdict.summary,  # as text, whatever it holds: the page escapes it
+        }
+
+        asyncio.run(write(b'{"verdict": "PASS"}'))  # written by hand: no time, no summary
+        forged = eventually(console, lambda o: o["audit"]["verdict"] != "WARN")["audit"]
+        assert forged["verdict"] == "UNREADABLE"
+
+        asyncio.run(write(b" " * (MAX_LATEST_BYTES + 1)))
+        unreadable = eventually(console, lambda o: "more than" in o["audit"]["summary"])["audit"]
+        assert unreadable["verdict"] == "UNREADABLE"
+        assert "more than" in unreadable["summary"]
+    finally:
+        asyncio.run(_remove_audits(emulator))
+
+
+async def _remove_audits(emulator: AzuriteEndpoints) -> None:
+    async with AzureStorageAccount(StorageSettings(emulator.connection_string)) as account:
+        await account.blob_container(CONTAINERS["audits"]).delete_container()
