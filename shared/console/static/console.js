@@ -303,7 +303,7 @@ function nextDue(items, count) {
 
 function endpointRow(endpoint) {
   const parked = endpoint.poison_count > 0
-    ? el("a", { href: routeWith("failed", { endpoint: endpoint.name }), class: "alarm" },
+    ? el("a", { href: routeWith("parked", { endpoint: endpoint.name }), class: "alarm" },
       String(endpoint.poison_count))
     : "0";
   const oldest = endpoint.oldest_token_age_seconds;
@@ -375,7 +375,7 @@ function groupSelector(group) {
 }
 
 function groupRow(group) {
-  const show = routeWith("failed", {
+  const show = routeWith("parked", {
     endpoint: group.endpoint, type: group.type, error: group.error_type,
   });
   const actions = writable()
@@ -402,11 +402,11 @@ function filterForm(filters) {
     field("error", "Error type", filters.error),
     el("label", {}, "Per page", size),
     el("button", { type: "submit" }, "Filter"),
-    el("a", { href: "#/failed", class: "clear" }, "Clear"));
+    el("a", { href: "#/parked", class: "clear" }, "Clear"));
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     const data = new FormData(form);
-    location.hash = routeWith("failed", {
+    location.hash = routeWith("parked", {
       endpoint: data.get("endpoint").trim(), type: data.get("type").trim(),
       error: data.get("error").trim(), size: data.get("size"),
     });
@@ -465,27 +465,38 @@ function failedFilters(params) {
   };
 }
 
-async function failedView(view, params) {
+/** The two ways into the failed messages: by group (where to start), or every one. */
+function failedTabs(current) {
+  const tab = (name, href, label) => el("a", {
+    href, class: "tab", "aria-current": name === current ? "page" : null,
+  }, label);
+  return el("nav", { class: "tabs", "aria-label": "Failed messages" },
+    tab("failed", "#/failed", "By group"),
+    tab("parked", "#/parked", "Every parked message"));
+}
+
+async function groupsView(view) {
+  const groups = await api("failed/groups");
+  const total = groups.groups.reduce((sum, group) => sum + group.count, 0);
+  view.append(failedTabs("failed"), el("section", { id: "groups" },
+    el("h2", {}, `Parked messages by endpoint, type and error (${total})`),
+    table(["Endpoint", "Message type", "Error type", "Count", "Example reason", ""],
+      groups.groups.map(groupRow), { empty: "Nothing is parked." })));
+}
+
+async function parkedView(view, params) {
   const filters = failedFilters(params);
   const { skip, ...kept } = filters;
-  const [groups, page] = await Promise.all([
-    api("failed/groups"),
-    api("failed", { query: { ...kept, skip } }),
-  ]);
-  view.append(
-    el("section", { id: "groups" },
-      el("h2", {}, "Parked messages by endpoint, type and error"),
-      table(["Endpoint", "Message type", "Error type", "Count", "Example reason", ""],
-        groups.groups.map(groupRow), { empty: "Nothing is parked." })),
-    el("section", { id: "failed-list" },
-      el("h2", {}, "Parked messages"),
-      filterForm(filters),
-      filteredActions(filters, page.total),
-      pager(page, page.messages.length, "failed", kept),
-      el("div", { class: "scroll" }, table(
-        ["Endpoint", "Message", "Type", "Error type", "Reason", "Parked at", "Tries"],
-        page.messages.map(messageRow), { empty: "No parked message matches." })),
-      pager(page, page.messages.length, "failed", kept)));
+  const page = await api("failed", { query: { ...kept, skip } });
+  view.append(failedTabs("parked"), el("section", { id: "failed-list" },
+    el("h2", {}, "Parked messages"),
+    filterForm(filters),
+    filteredActions(filters, page.total),
+    pager(page, page.messages.length, "parked", kept),
+    el("div", { class: "scroll" }, table(
+      ["Endpoint", "Message", "Type", "Error type", "Reason", "Parked at", "Tries"],
+      page.messages.map(messageRow), { empty: "No parked message matches." })),
+    pager(page, page.messages.length, "parked", kept)));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -494,7 +505,7 @@ async function failedView(view, params) {
 async function messageView(view, endpoint, id) {
   const message = await api(`failed/${encodeURIComponent(endpoint)}/${encodeURIComponent(id)}`);
   const one = { endpoint: message.endpoint, ids: [message.id] };
-  const back = () => { location.hash = routeWith("failed", { endpoint: message.endpoint }); };
+  const back = () => { location.hash = routeWith("parked", { endpoint: message.endpoint }); };
   const actions = writable()
     ? el("p", { class: "actions" },
       button("Replay", () => replay(one, 1, { confirm: false, after: back }), { kind: "primary" }),
@@ -503,7 +514,7 @@ async function messageView(view, endpoint, id) {
   const headers = Object.entries(message.headers).map(([name, value]) =>
     el("tr", {}, el("th", { scope: "row" }, name), el("td", {}, value)));
   view.append(el("section", { id: "message" },
-    el("p", {}, el("a", { href: routeWith("failed", { endpoint: message.endpoint }) },
+    el("p", {}, el("a", { href: routeWith("parked", { endpoint: message.endpoint }) },
       "‹ Parked messages")),
     el("h2", {}, `${message.endpoint} / `, el("span", { class: "id" }, message.id)),
     actions,
@@ -569,14 +580,15 @@ async function render() {
   const { parts, params } = parseRoute();
   const name = parts[0] || "overview";
   for (const link of document.querySelectorAll("nav a")) {
-    const here = link.dataset.view === (name === "message" ? "failed" : name);
+    const here = link.dataset.view === (["message", "parked"].includes(name) ? "failed" : name);
     if (here) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
   }
   const view = el("div", { class: `view view-${name}` });
   try {
     if (state.session === null) await startSession();
-    if (name === "failed") await failedView(view, params);
+    if (name === "failed") await groupsView(view);
+    else if (name === "parked") await parkedView(view, params);
     else if (name === "message" && parts.length === 3) await messageView(view, parts[1], parts[2]);
     else if (name === "actions") await actionsView(view, params);
     else await overviewView(view);
