@@ -169,6 +169,7 @@ BUS = "bus"
 POSTGRES = "PostgreSQL"
 CLEANUP = "cleanup"
 EFFECTS = "effects"
+CONSOLE = "console"
 
 BUS_APP = text(
     "BUS_APP",
@@ -521,6 +522,49 @@ CLEANUP_POISON_EXPIRY_MARGIN = seconds(
     open_low=False,
 )
 
+CONSOLE_ENABLED = flag(
+    "BUS_CONSOLE_ENABLED",
+    "serve the operator console from the deployed app, as the HTTP function `console` (route "
+    "`console/{*path}`, a function key required; docs/console.md). `bus console` serves it on "
+    "an operator's machine whatever this says",
+    group=CONSOLE,
+)
+CONSOLE_READ_ONLY = flag(
+    "BUS_CONSOLE_READ_ONLY",
+    "the console shows everything and changes nothing: every replay and discard is refused "
+    "(`bus console --read-only` too)",
+    group=CONSOLE,
+)
+CONSOLE_IDENTITIES = ("function-key", "entra")
+
+
+def _identity(text: str) -> str:
+    if text.lower() not in CONSOLE_IDENTITIES:
+        raise ValueError(text)
+    return text.lower()
+
+
+CONSOLE_IDENTITY = Setting(
+    "BUS_CONSOLE_IDENTITY",
+    "function-key",
+    "function-key or entra",
+    'who the deployed console says acted: `function-key`, the literal "function key"; '
+    "`entra`, the signed-in name App Service authentication sends in "
+    "X-MS-CLIENT-PRINCIPAL-NAME (trusted only then; a request without it is refused)",
+    CONSOLE,
+    _identity,
+    "function-key",
+)
+CONSOLE_AUDIT_SCAN_ROWS = whole(
+    "BUS_CONSOLE_AUDIT_SCAN_ROWS",
+    20000,
+    "audit rows the console's overview reads per endpoint for its throughput and latency of "
+    "the last minutes (beyond it the figures say they are partial; docs/console.md)",
+    group=CONSOLE,
+    low=100,
+    high=1_000_000,
+)
+
 SETTINGS: tuple[Setting[Any], ...] = (
     BUS_APP,
     STORAGE_SETTING,
@@ -561,6 +605,10 @@ SETTINGS: tuple[Setting[Any], ...] = (
     CLEANUP_LEASE,
     CLEANUP_AUDIT_RETENTION,
     CLEANUP_POISON_EXPIRY_MARGIN,
+    CONSOLE_ENABLED,
+    CONSOLE_READ_ONLY,
+    CONSOLE_IDENTITY,
+    CONSOLE_AUDIT_SCAN_ROWS,
 )
 """Every app setting, in the order of the docs' table."""
 

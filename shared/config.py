@@ -26,6 +26,7 @@ from shared import app_settings as s
 from shared.bus.config import BusConfig
 from shared.bus.state.connection import PostgresSettings, url_problem
 from shared.cleanup.settings import CleanupSettings
+from shared.console.settings import ConsoleSettings
 from shared.effects.addresses import EffectSettings, call_cap, read_addresses
 from shared.errors import ConfigurationError
 from shared.host_json import QueueSettings, function_timeout
@@ -72,6 +73,8 @@ class AppConfig:
     effects: EffectSettings
     """The declared services' addresses and credentials (``BUS_SERVICE_<NAME>_*``), the
     answer size limit and the cap on a call's timeout (``shared.effects.addresses``)."""
+    console: ConsoleSettings
+    """The operator console's ``BUS_CONSOLE_*`` settings (``shared.console``)."""
 
     def require_storage(self) -> StorageSettings:
         """The storage settings; a ConfigurationError naming the connection setting and where
@@ -161,6 +164,15 @@ def _effects(
     )
 
 
+def _console(settings: Settings) -> ConsoleSettings:
+    return ConsoleSettings(
+        enabled=_value(settings, s.CONSOLE_ENABLED),
+        read_only=_value(settings, s.CONSOLE_READ_ONLY),
+        identity=_value(settings, s.CONSOLE_IDENTITY),
+        audit_scan_rows=_value(settings, s.CONSOLE_AUDIT_SCAN_ROWS),
+    )
+
+
 def build_config(settings: Settings | None = None, *, root: Path | None = None) -> AppConfig:
     """The app's configuration from ``settings`` (default: ``resolve_settings()``) and the
     host.json in ``root`` (default: the current folder). Raises ConfigurationError on the
@@ -184,6 +196,7 @@ def build_config(settings: Settings | None = None, *, root: Path | None = None) 
         auto_subscribe=_value(settings, s.AUTO_SUBSCRIBE),
         bus=_bus(settings, queues),
         effects=_effects(settings, timeouts, path if found else None),
+        console=_console(settings),
     )
 
 

@@ -34,7 +34,14 @@ from shared.account_in_use import announce_account
 from shared.app_loader import APP_SETTING, DEFAULT_APP, configured_app
 from shared.bus import BusApp, Command, Event
 from shared.bus.discard import DiscardFilter
-from shared.cli import commands, discard_command, poison_commands, poison_show, state_command
+from shared.cli import (
+    commands,
+    console_command,
+    discard_command,
+    poison_commands,
+    poison_show,
+    state_command,
+)
 from shared.cli.verify_command import add_verify_parser, check_verify_usage, verify_command
 from shared.config import AppConfig, build_config
 from shared.connection_sources import COMMAND_LINE, ConnectionSource
@@ -213,6 +220,8 @@ def parser(app: BusApp | None = None) -> argparse.ArgumentParser:
     )
     s.add_argument("--dry-run", action="store_true", help="say what would be replayed, move none")
 
+    _console_parser(sub)
+
     s = sub.add_parser("cleanup", help="run one cleanup pass now")
     s.add_argument("--grace-seconds", type=float, help="override the grace period")
     s.add_argument("--json", action="store_true", help="the full report as JSON")
@@ -275,6 +284,32 @@ def _poison_show_parser(poison: Any) -> None:
         help="print at most this much of the body (default %(default)s)",
     )
     s.add_argument("--body-file", type=Path, metavar="PATH", help="write the whole body here")
+
+
+def _console_parser(sub: Any) -> None:
+    s = sub.add_parser(
+        "console",
+        help="serve the operator console in the browser until interrupted",
+        description="Prints one line, console: http://HOST:PORT/?token=TOKEN, the address to "
+        "open (the token is new at each start). Every action is recorded with who did it.",
+    )
+    s.add_argument(
+        "--host",
+        default=console_command.DEFAULT_HOST,
+        help="address to listen on (default %(default)s: this machine only)",
+    )
+    s.add_argument(
+        "--port",
+        type=int,
+        default=console_command.DEFAULT_PORT,
+        help="port to listen on, 0 for a free one (default %(default)s)",
+    )
+    s.add_argument(
+        "--read-only",
+        action="store_true",
+        help="show everything, change nothing (also BUS_CONSOLE_READ_ONLY=true)",
+    )
+    s.add_argument("--by", help="who acts, in the action journal (default: the user signed in)")
 
 
 def _state_parser(sub: Any) -> None:
@@ -473,6 +508,12 @@ def _command(args: argparse.Namespace, usage: Callable[[str], None]) -> Run:
             progress=args.progress,
             only=only if args.id or args.type else None,
             dry_run=args.dry_run,
+        )
+    if args.command == "console":
+        if not 0 <= args.port <= 65535:
+            usage("--port must be from 0 to 65535")
+        return lambda w: console_command.console_command(
+            w, host=args.host, port=args.port, read_only=args.read_only, by=args.by
         )
     if args.command == "resources":
         return c.resources_command

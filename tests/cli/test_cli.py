@@ -393,6 +393,7 @@ def test_help_and_the_module_entry_point(tmp_path: Path) -> None:
         "replay",
         "cleanup",
         "verify",
+        "console",
     ):
         assert command in result.stdout
 

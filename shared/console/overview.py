@@ -1,0 +1,142 @@
+"""The console's overview: each endpoint's figures, the recipient lists and the last audit.
+
+Depths and poison counts are the queues' approximate counts, as ``bus status`` gives them;
+tokens and delayed messages come from one listing of the tokens container
+(``shared.console.tokens``); throughput and latency from the audit rows
+(``shared.console.throughput``); recipient lists from the topics container. The Spark audit
+writes its report to the folder it is given, not to storage, so there is no last audit report
+to show: ``audit`` is None until the audit leaves one where the console can read it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+from shared.bus.subscriptions import handled_topics
+from shared.bus.topics import recipients_in
+from shared.bus.unsubscribed import PREFIX as UNSUBSCRIBED_PREFIX
+from shared.console.throughput import Throughput, throughput
+from shared.console.tokens import SenderTokens, described, tokens_by_sender
+from shared.errors import CorruptRecord, NotFound
+from shared.resources import poison_queue
+from shared.runtime import Worker
+from shared.stores.blob import BlobContainer
+
+TOPIC_SUFFIX = ".json"
+
+
+def iso(moment: datetime | None) -> str | None:
+    """A time as the console's answers give it: ISO 8601 in UTC."""
+    return None if moment is None else moment.astimezone(UTC).isoformat(timespec="seconds")
+
+
+async def overview(worker: Worker, now: datetime, scan_limit: int) -> dict[str, Any]:
+    """GET /api/overview's answer (docs/console.md says what each figure counts)."""
+    account, config = worker.account(), worker.config
+    tokens = account.blob_container(config.tokens_container)
+    try:
+        senders = await tokens_by_sender(tokens, now)
+    except NotFound:
+        senders = {}
+    names = worker.app.running_endpoints()
+    endpoints = await asyncio.gather(
+        *(_endpoint(worker, name, senders.get(name), now, scan_limit) for name in names)
+    )
+    return {
+        "generated_at": iso(now),
+        "endpoints": list(endpoints),
+        "other_senders": [
+            _tokens(sender, figures, now)
+            for sender, figures in sorted(senders.items())
+            if sender not in names
+        ],
+        "recipients": await recipients(worker),
+        "audit": None,
+    }
+
+
+async def _endpoint(
+    worker: Worker, name: str, sent: SenderTokens | None, now: datetime, scan_limit: int
+) -> dict[str, Any]:
+    account = worker.account()
+    depth, poisoned = await asyncio.gather(_count(worker, name), _count(worker, poison_queue(name)))
+    figures = sent or SenderTokens()
+    tokens = account.blob_container(worker.config.tokens_container)
+    due = [await described(tokens, d) for d in figures.next_due()]
+    done = await throughput(worker.endpoint_rows()[name], now, scan_limit)
+    return {
+        "name": name,
+        "mode": worker.app.endpoints[name].mode,
+        "queue_depth": depth,
+        "poison_count": poisoned,
+        **_tokens(name, figures, now),
+        "next_due": [
+            {
+                "message_id": d.message_id,
+                "type": d.type,
+                "to": d.destination,
+                "due_at": iso(d.due_at),
+            }
+            for d in due
+        ],
+        **_throughput(done),
+    }
+
+
+async def _count(worker: Worker, queue: str) -> int:
+    try:
+        return await worker.account().queue(queue).approximate_count()
+    except NotFound:
+        return 0
+
+
+def _tokens(sender: str, figures: SenderTokens, now: datetime) -> dict[str, Any]:
+    oldest = None if figures.oldest is None else (now - figures.oldest).total_seconds()
+    return {
+        "sender": sender,
+        "tokens_in_flight": figures.count,
+        "oldest_token_age_seconds": None if oldest is None else round(max(oldest, 0.0), 1),
+        "delayed_count": figures.delayed,
+    }
+
+
+def _throughput(done: Throughput) -> dict[str, Any]:
+    return {
+        "processed_last_minutes": [
+            {"minute": iso(minute), "count": count} for minute, count in done.per_minute
+        ],
+        "latency_ms": {"p50": done.p50_ms, "p95": done.p95_ms},
+        "audit_rows_scanned": done.scanned,
+        "throughput_complete": done.complete,
+    }
+
+
+async def recipients(worker: Worker) -> list[dict[str, Any]]:
+    """Every topic's recipient list: those in the topics container, and the topics the app's
+    endpoints handle that have none yet (empty). A list the bus did not write is shown with
+    the problem, its subscribers empty."""
+    container = worker.account().blob_container(worker.config.topics_container)
+    lists: dict[str, dict[str, Any]] = {
+        topic: {"topic": topic, "endpoints": []} for topic, _ in handled_topics(worker.app)
+    }
+    try:
+        async for blob in container.list():
+            if blob.name.startswith(UNSUBSCRIBED_PREFIX) or not blob.name.endswith(TOPIC_SUFFIX):
+                continue
+            topic = blob.name.removesuffix(TOPIC_SUFFIX)
+            lists[topic] = await _recipient_list(container, topic, blob.name)
+    except NotFound:
+        pass
+    return [lists[topic] for topic in sorted(lists)]
+
+
+async def _recipient_list(container: BlobContainer, topic: str, name: str) -> dict[str, Any]:
+    try:
+        subscribers = recipients_in((await container.read(name)).data, name)
+    except NotFound:
+        subscribers = []
+    except CorruptRecord as e:
+        return {"topic": topic, "endpoints": [], "problem": str(e)}
+    return {"topic": topic, "endpoints": sorted(subscribers)}
