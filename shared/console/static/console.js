@@ -153,13 +153,13 @@ function millis(value) {
   return value === null || value === undefined ? "—" : `${Math.round(value)} ms`;
 }
 
-function table(columns, rows, { caption, empty } = {}) {
+function table(columns, rows, { caption, empty, id } = {}) {
   const head = el("thead", {}, el("tr", {}, columns.map((c) => el("th", { scope: "col" }, c))));
   const body = el("tbody", {}, rows);
   if (rows.length === 0 && empty) {
     body.append(el("tr", {}, el("td", { colspan: columns.length, class: "empty" }, empty)));
   }
-  return el("table", {}, caption ? el("caption", {}, caption) : null, head, body);
+  return el("table", { id }, caption ? el("caption", {}, caption) : null, head, body);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -325,6 +325,21 @@ function endpointRow(endpoint) {
     el("td", { class: "num", "data-figure": "p95" }, millis(endpoint.latency_ms.p95)));
 }
 
+/** Tokens written by senders that are not endpoints of the app (the HTTP ingress, the CLI,
+ * bulk jobs): messages sent from outside and not processed yet. The server lists them only
+ * when there are any. */
+function otherSenders(senders) {
+  if (!senders || senders.length === 0) return null;
+  return el("div", { id: "other-senders" },
+    el("h3", {}, "Sent from outside the app, not processed yet"),
+    table(["Sender", "In flight", "Oldest token", "Delayed"], senders.map((sender) =>
+      el("tr", { "data-sender": sender.sender },
+        el("th", { scope: "row" }, sender.sender),
+        el("td", { class: "num" }, String(sender.tokens_in_flight)),
+        el("td", { class: "num" }, age(sender.oldest_token_age_seconds)),
+        el("td", { class: "num" }, String(sender.delayed_count))))));
+}
+
 function recipients(lists) {
   return el("section", { id: "recipients" }, el("h2", {}, "Recipient lists"),
     table(["Topic", "Subscribed endpoints"], lists.map((list) => el("tr", {},
@@ -359,7 +374,9 @@ async function overviewView(view) {
         "; refreshed every 15 s. ",
         button("Refresh now", () => render(), { kind: "link" })),
       el("div", { class: "scroll" },
-        table(columns, overview.endpoints.map(endpointRow), { empty: "No endpoint." }))),
+        table(columns, overview.endpoints.map(endpointRow),
+          { empty: "No endpoint.", id: "endpoint-table" })),
+      otherSenders(overview.other_senders)),
     recipients(overview.recipients),
     audit(overview.audit));
   state.refreshTimer = setTimeout(() => {
@@ -543,7 +560,10 @@ async function actionsView(view, params) {
   const rows = journal.actions.map((action) => el("tr", { "data-action": action.id },
     el("td", {}, time(action.at)),
     el("td", { class: "who" }, action.who),
-    el("td", {}, action.what),
+    el("td", {}, action.what,
+      action.done === false ? el("span", { class: "badge unfinished", title:
+        "the action was recorded and did not report its end: it runs, or was interrupted" },
+      "not finished") : null),
     el("td", {}, action.endpoint),
     el("td", {}, action.selector),
     el("td", { class: "num" }, String(action.count)),
