@@ -135,6 +135,7 @@ def _bus(settings: Settings, queues: QueueSettings) -> BusConfig:
         payloads_container=CONTAINERS["payloads"],
         discarded_container=CONTAINERS["discarded"],
         discard_retention_seconds=_value(settings, s.DISCARD_RETENTION),
+        actions_table=TABLES["actions"],
         shared_payload_min_chars=_value(settings, s.SHARED_PAYLOAD_MIN_CHARS),
         max_dequeue_count=queues.max_dequeue_count,
         ingress_window_seconds=_value(settings, s.INGRESS_WINDOW),

@@ -35,8 +35,9 @@ CONTAINERS = {
 """Blob containers every app shares: outgoing tokens, topics' recipient lists, parked
 originals, the bodies a message's tokens share (``shared.bus.payloads``), and the poison
 messages an operator discarded, kept for their retention (docs/console.md)."""
-TABLES = {"ingress": "ingress", "cleanup": "cleanup"}
-"""Tables every app shares: ingress records, and the cleanup job's checkpoints."""
+TABLES = {"ingress": "ingress", "cleanup": "cleanup", "actions": "operatoractions"}
+"""Tables every app shares: ingress records, the cleanup job's checkpoints, and the journal of
+operators' replays and discards (``shared.bus.journal``)."""
 FILE_COMMENT = (
     f"Generated from the app by `{GENERATE_COMMAND}`; do not edit by hand. Bicep loads it "
     "with loadJsonContent to provision Azure; bus provision creates the same resources in "

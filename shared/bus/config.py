@@ -34,6 +34,8 @@ class BusConfig:
     """Where ``bus poison discard`` archives a poison message before deleting it."""
     discard_retention_seconds: float = 90 * 24 * 3600.0
     """BUS_DISCARD_RETENTION_SECONDS: how long a discarded message's archive entry is kept."""
+    actions_table: str = "operatoractions"
+    """The journal of operators' replays and discards (``shared.bus.journal``)."""
     shared_payload_min_chars: int = 8192
     """BUS_SHARED_PAYLOAD_MIN_CHARS: a message for two or more destinations whose inline
     envelope is longer than this stores its body once, shared by its tokens. The default is

@@ -1,7 +1,8 @@
 """``bus poison discard``: a parked message moved to the archive with a reason, never lost.
 
 Who discards is ``--by`` or the user signed in to this machine; each discarded message prints
-one audit line (who, when, what, why), every value from the message or the operator escaped.
+one audit line (who, when, what, why), every value from the message or the operator escaped,
+and the discard is recorded in the action journal (``shared.bus.journal``), as the console's.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import getpass
 from datetime import UTC, datetime, timedelta
 
 from shared.bus.discard import Discard, Discarded, DiscardFilter, discard_parked
+from shared.bus.journal import Journal, new_action
 from shared.cli.commands import EXIT_FAILED, EXIT_OK, say
 from shared.cli.poison_commands import check_endpoints
 from shared.logsafe import shown
@@ -41,6 +43,16 @@ async def discard_command(
         retention=timedelta(seconds=config.discard_retention_seconds),
     )
     account = worker.account()
+    journal = Journal(account.table(config.actions_table))
+    action = new_action(
+        "discard",
+        who=discard.by,
+        endpoint=endpoint,
+        selector=selector_text(select),
+        reason=reason,
+        at=discard.at,
+    )
+    await journal.begin(action)
     done = await discard_parked(
         account.queue(poison_queue(endpoint)),
         endpoint,
@@ -48,12 +60,23 @@ async def discard_command(
         account.blob_container(config.discarded_container),
         discard,
     )
+    await journal.finish(action, len(done))
     if not done:
         say(f"no poison message {_described(select)} in {endpoint}")
         return EXIT_FAILED
     for discarded in done:
         say(audit_line(discarded, discard))
     return EXIT_OK
+
+
+def selector_text(select: DiscardFilter) -> str:
+    """Which messages a discard takes, as the action journal keeps it."""
+    criteria = (
+        ("id", select.message_id),
+        ("type", select.message_type),
+        ("error type", select.error_type),
+    )
+    return "; ".join(f"{label} {value}" for label, value in criteria if value is not None)
 
 
 def _described(select: DiscardFilter) -> str:

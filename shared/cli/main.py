@@ -219,6 +219,9 @@ def parser(app: BusApp | None = None) -> argparse.ArgumentParser:
         "--type", action="append", default=[], help="only this message type (repeatable)"
     )
     s.add_argument("--dry-run", action="store_true", help="say what would be replayed, move none")
+    s.add_argument(
+        "--by", help="who replays, in the action journal (default: the user signed in here)"
+    )
 
     _console_parser(sub)
 
@@ -508,6 +511,7 @@ def _command(args: argparse.Namespace, usage: Callable[[str], None]) -> Run:
             progress=args.progress,
             only=only if args.id or args.type else None,
             dry_run=args.dry_run,
+            by=discard_command.operator_name(args.by),
         )
     if args.command == "console":
         if not 0 <= args.port <= 65535:

@@ -7,17 +7,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from shared.bus.journal import Journal, new_action
+from shared.bus.parked_groups import parked_entry, poison_groups
 from shared.bus.parked_pages import parked_page
 from shared.bus.poison import read_poison, replay_report
 from shared.cli.commands import EXIT_OK, print_json, say
 from shared.resources import poison_queue
 from shared.runtime import Worker
-from shared.stores.queue import QueueMessage
 from shared.terminal import ProgressBar, table, terminal_width
 
 PAGE_SIZE = 100
 """Parked messages ``bus poison list`` shows of an endpoint unless told otherwise."""
-GROUP_KEYS = ("endpoint", "message_type", "error_type")
 GROUP_COLUMNS = ("endpoint", "type", "error type", "count", "example reason")
 POISON_COLUMNS = (
     "endpoint",
@@ -65,12 +65,15 @@ async def replay_command(
     progress: bool | None,
     only: PoisonFilter | None = None,
     dry_run: bool = False,
+    by: str = "",
 ) -> int:
     """Move poison messages back to their queues; each is processed exactly once. What cannot
     be replayed is skipped, one line each, and left in the poison queue. Endpoints with
-    nothing to replay are not mentioned."""
+    nothing to replay are not mentioned. Each endpoint's replay (not a dry run) is recorded
+    in the action journal as ``by``'s (``shared.bus.journal``)."""
     check_endpoints(worker, endpoints)
     account, container = worker.account(), worker.config.parked_container
+    journal = Journal(account.table(worker.config.actions_table))
     total = endpoints_replayed = skipped = 0
     verb = "would replay" if dry_run else "replayed"
     for endpoint in endpoints:
@@ -79,10 +82,23 @@ async def replay_command(
             continue
         # The bar counts messages looked at: a selection may look at every one waiting.
         looked_at = waiting if only is not None else min(waiting, limit)
+        action = None
+        if not dry_run:
+            action = new_action(
+                "replay",
+                who=by,
+                endpoint=endpoint,
+                selector=_selector_text(only, limit),
+                reason=None,
+                at=datetime.now(UTC),
+            )
+            await journal.begin(action)
         with ProgressBar(f"replay {endpoint}", looked_at, enabled=progress) as bar:
             report = await replay_report(
                 account, endpoint, limit, container, bar.advance, select=only, dry_run=dry_run
             )
+        if action is not None:
+            await journal.finish(action, report.replayed)
         for line in report.skipped:
             say(line)
         if report.replayed or report.skipped:
@@ -95,6 +111,16 @@ async def replay_command(
         endpoints_replayed += bool(report.replayed)
     say(_replay_summary(verb, total, endpoints_replayed, skipped))
     return EXIT_OK
+
+
+def _selector_text(only: PoisonFilter | None, limit: int) -> str:
+    """Which messages a replay takes, as the action journal keeps it."""
+    parts = [f"at most {limit}"]
+    if only is not None and only.message_ids:
+        parts.append("ids " + ", ".join(sorted(only.message_ids)))
+    if only is not None and only.message_types:
+        parts.append("types " + ", ".join(sorted(only.message_types)))
+    return "; ".join(parts)
 
 
 def _replay_summary(verb: str, total: int, endpoints: int, skipped: int) -> str:
@@ -129,7 +155,7 @@ async def poison_list_command(
         found = await parked_page(
             account.queue(poison_queue(endpoint)), skip=page.skip, size=page.size
         )
-        listed += (_listed(endpoint, message) for message in found.messages)
+        listed += (parked_entry(endpoint, message) for message in found.messages)
         if found.more and page.size is not None:
             notes.append(_next_page(endpoint, page, page.skip + page.size))
     if grouped:
@@ -139,15 +165,6 @@ async def poison_list_command(
     for note in notes:
         print(note, file=sys.stderr)
     return EXIT_OK
-
-
-def _listed(endpoint: str, message: QueueMessage) -> dict[str, Any]:
-    return {
-        **read_poison(message.content).to_json(),
-        "endpoint": endpoint,  # the queue it is in, whatever it claims
-        "queue_message_id": message.id,
-        "parked_at": message.inserted_on.astimezone(UTC).isoformat(timespec="seconds"),
-    }
 
 
 def _next_page(endpoint: str, page: ListPage, skip: int) -> str:
@@ -165,20 +182,6 @@ def _print_messages(listed: list[dict[str, Any]], *, as_json: bool) -> None:
         say(table(POISON_COLUMNS, rows, wrap="reason", width=terminal_width()))
     else:
         say("no poison messages")
-
-
-def poison_groups(listed: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The listed messages counted by endpoint, message type and error type, largest group
-    first; each group keeps its first message's reason as an example."""
-    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for item in listed:
-        key = (item["endpoint"], item["message_type"], item["error_type"])
-        group = groups.setdefault(
-            key,
-            dict(zip(GROUP_KEYS, key, strict=True), count=0, example_reason=item["reason"]),
-        )
-        group["count"] += 1
-    return sorted(groups.values(), key=lambda g: (-g["count"], str(g["endpoint"])))
 
 
 def _print_groups(groups: list[dict[str, Any]], *, as_json: bool) -> None:

@@ -132,7 +132,7 @@ def test_provision_checks_the_resources_file_bus_resources_wrote_in_the_current_
 
     code, out, err = bus("provision")
 
-    assert (code, out.strip()) == (0, "provisioned 2 queues, 5 containers, 3 tables"), err
+    assert (code, out.strip()) == (0, "provisioned 2 queues, 5 containers, 4 tables"), err
 
 
 @pytest.mark.azurite

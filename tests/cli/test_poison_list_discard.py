@@ -14,10 +14,11 @@ import pytest
 
 from lab.local.azurite import AzuriteEndpoints
 from shared.bus.discard import Discard, DiscardFilter, archive_name, discard_parked
+from shared.bus.journal import Journal
 from shared.bus.poison import Reason, poison_body
 from shared.bus.poison_view import LOOK_SECONDS
 from shared.cli import main
-from shared.resources import CONTAINERS, poison_queue
+from shared.resources import CONTAINERS, TABLES, poison_queue
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
 from shared.stores.instrumented import (
@@ -215,6 +216,42 @@ def test_discard_by_type_and_error_archives_every_match_with_an_audit_line_each(
     assert {line.split()[3] for line in lines} == wanted
     assert len(lines) == len(wanted) == 50
     assert waiting(emulator) == PARKED - 50
+
+
+def journal(emulator: AzuriteEndpoints) -> list[dict[str, object]]:
+    """The newest actions of the journal."""
+
+    async def read() -> list[dict[str, object]]:
+        async with _account(emulator) as account:
+            _, actions = await Journal(account.table(TABLES["actions"])).page(0, 10)
+            return [action.as_json() for action in actions]
+
+    return asyncio.run(read())
+
+
+@pytest.mark.azurite
+def test_discard_and_replay_are_recorded_in_the_action_journal_newest_first(
+    bus: Run, emulator: AzuriteEndpoints
+) -> None:
+    park(emulator, [parked_content(i) for i in range(3)])
+
+    discarded = bus(
+        "poison", "discard", "--queue", "payments", "--id", "m-1",
+        "--reason", "a copy of m-0", "--by", "ops-ada",
+    )  # fmt: skip
+    replayed = bus("replay", "payments", "--id", "m-2", "--by", "ops-bob")
+
+    assert (discarded[0], replayed[0]) == (0, 0)
+    newest, before = journal(emulator)[:2]
+    assert newest["what"] == "replay"
+    assert (newest["who"], newest["endpoint"], newest["count"]) == ("ops-bob", "payments", 1)
+    assert "ids m-2" in str(newest["selector"])
+    assert newest["reason"] is None
+    assert newest["done"] is True
+    assert before["what"] == "discard"
+    assert (before["who"], before["selector"], before["count"]) == ("ops-ada", "id m-1", 1)
+    assert before["reason"] == "a copy of m-0"
+    assert str(before["at"]) <= str(newest["at"])
 
 
 @pytest.mark.azurite
