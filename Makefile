@@ -37,7 +37,7 @@ postgres:
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql; }
 
-# The audit report and the console are tested in a real headless browser (tests/chromium.py).
+# The audit report and the console are tested in a real headless browser (lab/chromium.py).
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  echo "Chromium not found: installing chromium (the audit report and the console in tests)"; \

@@ -1,29 +1,12 @@
-"""Debian's Chromium for the tests that render pages (the audit report, the console): found
-on the PATH (``make deps`` installs it), never downloaded; required under CI."""
+"""Chromium for the tests that render pages (the audit report, the console): required under
+CI, skipped elsewhere when it is missing (``lab.chromium`` finds it)."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
+from lab.chromium import chromium
 from tests.conftest import UNDER_CI
-
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-)
-"""Headless, as root in a container (no sandbox), and quiet: nothing phones out."""
-
-
-def chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def required_chromium() -> str:

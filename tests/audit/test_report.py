@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.chromium import CHROMIUM_FLAGS
 from shared.audit.report import render_html
 from shared.audit.summary import (
     WARN,
@@ -21,7 +22,8 @@ from shared.audit.summary import (
     Invariants,
     ThroughputPoint,
 )
-from tests.chromium import CHROMIUM_FLAGS, required_chromium
+from tests.chromium import required_chromium
+
 
 def edge(sender: str, destination: str, kind: str, n: int, **trouble: int) -> FlowEdge:
     counts = {"duplicate": 0, "lost": 0, "in_flight": 0, "ghost": 0, "poisoned": 0} | trouble

@@ -9,8 +9,9 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, Dialog, expect, sync_playwright
 
+from lab.chromium import CHROMIUM_FLAGS
 from lab.local.azurite import AzuriteEndpoints
-from tests.chromium import CHROMIUM_FLAGS, required_chromium
+from tests.chromium import required_chromium
 from tests.console.browser.desk import DeskStorage
 from tests.console.browser.tab import Tab
 
