@@ -31,7 +31,15 @@ function takeCredentials() {
 }
 
 const credentials = takeCredentials();
-const apiBase = new URL("api/", new URL(".", window.location.href));
+/** The API beside the page: at the console's root, wherever that is mounted (``/`` locally,
+ * under the function's route when deployed). */
+function consoleRoot() {
+  const path = window.location.pathname;
+  const folder = path.endsWith("/") ? path : path.replace(/[^/]*\.html$/, "");
+  return new URL(folder.endsWith("/") ? folder : `${folder}/`, window.location.origin);
+}
+
+const apiBase = new URL("api/", consoleRoot());
 const state = { session: null, refreshTimer: null, renderId: 0 };
 
 class ApiError extends Error {

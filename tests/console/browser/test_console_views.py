@@ -135,6 +135,25 @@ def test_the_token_leaves_the_address_bar_for_the_session(
     expect(tab.page.locator("#endpoint-table")).to_be_visible()
 
 
+def test_a_function_key_in_the_address_is_sent_as_a_header_on_every_api_request(
+    tab: Tab, console: RunningConsole
+) -> None:
+    """Deployed, the platform checks a function key: the page forwards the ``code`` of its
+    own address as ``x-functions-key`` (the local server does not need it, and ignores it)."""
+    sent: list[dict[str, str]] = []
+    tab.page.on(
+        "request", lambda request: sent.append(request.headers) if "/api/" in request.url else None
+    )
+    tab.page.goto(f"{console.base}/?code=the-function-key&token={console.token}#/failed")
+    expect(tab.page.locator("#groups tbody tr")).not_to_have_count(0)
+
+    assert len(sent) >= 2  # the session, then the groups
+    for headers in sent:
+        assert headers["x-functions-key"] == "the-function-key"
+        assert headers["authorization"] == f"Bearer {console.token}"
+    assert tab.page.url == f"{console.base}/?code=the-function-key#/failed"  # kept for reloads
+
+
 def test_parked_messages_are_grouped_by_endpoint_type_and_error(
     tab: Tab, console: RunningConsole, trouble: dict[str, str]
 ) -> None:
