@@ -65,7 +65,7 @@ function headers(method) {
 async function api(path, { method = "GET", body, query } = {}) {
   const url = new URL(path, apiBase);
   for (const [name, value] of Object.entries(query || {})) {
-    if (value !== null && value !== undefined && value !== "") url.searchParams.set(name, value);
+    if (value !== null && value !== undefined) url.searchParams.set(name, value);
   }
   let response;
   try {
@@ -128,7 +128,7 @@ function route(...parts) {
 function routeWith(view, query) {
   const params = new URLSearchParams();
   for (const [name, value] of Object.entries(query)) {
-    if (value !== null && value !== undefined && value !== "") params.set(name, String(value));
+    if (value !== null && value !== undefined) params.set(name, String(value));
   }
   const search = params.toString();
   return `#/${view}${search ? "?" + search : ""}`;
@@ -236,7 +236,7 @@ async function replay(selector, count, { confirm = true, after } = {}) {
       "exactly once.", "Replay"))) return false;
   return act(async () => {
     const done = await api("replay", { method: "POST", body: selector });
-    const skipped = done.skipped ? `, ${done.skipped} skipped (see the journal)` : "";
+    const skipped = done.skipped ? `; ${done.skipped} could not be replayed and stay parked` : "";
     showNotice(`Replayed ${done.replayed} of ${describe(selector)}${skipped}. ` +
       `Action ${done.action}.`);
   }, after);
@@ -401,7 +401,7 @@ function groupSelector(group) {
 
 function groupRow(group) {
   const show = routeWith("parked", {
-    endpoint: group.endpoint, type: group.type, error: group.error_type,
+    endpoint: group.endpoint, type: group.type ?? "", error: group.error_type ?? "",
   });
   const actions = writable()
     ? [button("Replay", () => replay(groupSelector(group), group.count), { kind: "primary" }),
@@ -416,9 +416,14 @@ function groupRow(group) {
     el("td", { class: "actions" }, actions));
 }
 
+/** The list's filters. A type or error type left blank matches any; one that is empty in
+ * the address (a group's link) matches the messages that have none. */
 function filterForm(filters) {
   const field = (name, label, value) => el("label", {}, label,
-    el("input", { name, value: value || "", type: "text", autocomplete: "off" }));
+    el("input", {
+      name, value: value ?? "", type: "text", autocomplete: "off",
+      placeholder: value === "" ? "(none)" : "any",
+    }));
   const size = el("select", { name: "size" }, PAGE_SIZES.map((n) =>
     el("option", { value: n, selected: n === filters.size }, String(n))));
   const form = el("form", { class: "filters", id: "filters" },
@@ -431,9 +436,10 @@ function filterForm(filters) {
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     const data = new FormData(form);
+    const given = (name) => data.get(name).trim() || null;
     location.hash = routeWith("parked", {
-      endpoint: data.get("endpoint").trim(), type: data.get("type").trim(),
-      error: data.get("error").trim(), size: data.get("size"),
+      endpoint: given("endpoint"), type: given("type"), error: given("error"),
+      size: data.get("size"),
     });
   });
   return form;
@@ -466,14 +472,17 @@ function pager(page, shown, view, query) {
     el("span", { class: "position" }, `${first}–${last} of ${page.total}`), next);
 }
 
+/** Replay or discard the whole filtered list: one endpoint, and a type or an error type (an
+ * action never takes a whole queue by omission). In a selector, null means "has none". */
 function filteredActions(filters, total) {
   if (!writable() || total === 0) return null;
-  if (!filters.endpoint) {
-    return el("p", { class: "muted" }, "Filter by one endpoint to replay or discard the list.");
+  if (filters.endpoint === null || (filters.type === null && filters.error === null)) {
+    return el("p", { class: "muted" },
+      "Filter by an endpoint and a type or an error to replay or discard the whole list.");
   }
   const selector = { endpoint: filters.endpoint };
-  if (filters.type) selector.type = filters.type;
-  if (filters.error) selector.error_type = filters.error;
+  if (filters.type !== null) selector.type = filters.type || null;
+  if (filters.error !== null) selector.error_type = filters.error || null;
   return el("p", { class: "actions" },
     button(`Replay these ${total}`, () => replay(selector, total), { kind: "primary" }),
     button(`Discard these ${total}…`, () => discard(selector, total), { kind: "danger" }));
@@ -482,9 +491,9 @@ function filteredActions(filters, total) {
 function failedFilters(params) {
   const size = Number(params.get("size"));
   return {
-    endpoint: params.get("endpoint") || "",
-    type: params.get("type") || "",
-    error: params.get("error") || "",
+    endpoint: params.get("endpoint") || null,
+    type: params.get("type"),
+    error: params.get("error"),
     size: PAGE_SIZES.includes(size) ? size : DEFAULT_PAGE_SIZE,
     skip: Math.max(0, Number(params.get("skip")) || 0),
   };
