@@ -98,6 +98,12 @@ param appModule string = 'shared.sample.app:app'
 @description('Optional. Extra, non-secret app settings for the Function App (name to value).')
 param additionalAppSettings object = {}
 
+@description('Optional. Serve the operator console from the Function App at /api/console/ (a function key required; with entraAuthEnabled also an Entra sign-in, whose name the console records). Off by default (docs/console.md).')
+param consoleEnabled bool = false
+
+@description('Optional. The deployed console shows everything and changes nothing (replays and discards refused). On by default: turn it off to act from the console.')
+param consoleReadOnly bool = true
+
 @description('Optional. Require a Microsoft Entra ID access token (App Service authentication) on every HTTP route of the Function App, in addition to the function key. Off by default; for callers that move money (docs/deploy.md, "Microsoft Entra ID for the ingress").')
 param entraAuthEnabled bool = false
 
@@ -245,6 +251,11 @@ module functionApp 'app/function-app.bicep' = {
     instanceMemoryMB: instanceMemoryMB
     cleanupSchedule: cleanupSchedule
     appModule: appModule
+    consoleEnabled: consoleEnabled
+    consoleReadOnly: consoleReadOnly
+    // Behind App Service authentication the platform names who signed in; only then is the
+    // name trusted, and required.
+    consoleIdentity: entraAuthEnabled ? 'entra' : 'function-key'
     additionalAppSettings: union(postgresAppSettings, ingressAuthAppSettings, additionalAppSettings)
   }
   // The host must be able to read its storage from its first start.

@@ -2,7 +2,8 @@
 
 ``function_app.py`` registers ``blueprint(worker())``: one queue trigger per endpoint
 (function name and queue both the endpoint's name), the HTTP ingress (``POST
-/api/messages``), the health route (``GET /api/health``) and the cleanup timer. The Functions
+/api/messages``), the health route (``GET /api/health``), the cleanup timer and, when
+``BUS_CONSOLE_ENABLED`` is set, the operator console (``/api/console/``). The Functions
 host indexes them when it imports ``function_app.py``, so the endpoint list lives in the
 ``BusApp`` only.
 
@@ -21,6 +22,7 @@ import azure.functions as func
 from shared.bus.envelope import bus_message_id
 from shared.bus.pipeline import queue_text
 from shared.cleanup.summary import cleanup_summary
+from shared.console.function import DeployedConsole
 from shared.errors import ConfigurationError
 from shared.http_ingress import response_headers
 from shared.logsafe import shown
@@ -29,17 +31,21 @@ from shared.runtime import Worker
 log = logging.getLogger(__name__)
 
 FIXED_FUNCTIONS = ("health", "ingress", "cleanup")
+CONSOLE_FUNCTION = "console"
+"""Bound too when BUS_CONSOLE_ENABLED is set (``shared.console.function``)."""
 CLEANUP_SCHEDULE = "%CLEANUP_SCHEDULE%"
 """The cleanup timer's NCRONTAB schedule, read from the app setting of that name."""
 
 
 def blueprint(worker: Worker) -> func.Blueprint:
     """Every function of ``worker.app``, bound to ``worker``."""
-    clashes = sorted(set(worker.app.endpoints) & set(FIXED_FUNCTIONS))
+    console = worker.app_config.console.enabled
+    own = [*FIXED_FUNCTIONS, *[CONSOLE_FUNCTION] * console]
+    clashes = sorted(set(worker.app.endpoints) & set(own))
     if clashes:
         raise ConfigurationError(
             f"endpoints {clashes} would share a function name with the bus's own functions "
-            f"{list(FIXED_FUNCTIONS)}: rename them"
+            f"{own}: rename them"
         )
     bp = func.Blueprint()  # type: ignore[no-untyped-call]
     connection = worker.settings.storage_setting
@@ -48,6 +54,8 @@ def blueprint(worker: Worker) -> func.Blueprint:
         bp.function_name(endpoint)(register(_queue_function(worker, endpoint)))
     _http_functions(bp, worker)
     _cleanup_timer(bp, worker)
+    if console:
+        _console_function(bp, DeployedConsole(worker))
     return bp
 
 
@@ -97,6 +105,14 @@ def _http_functions(bp: func.Blueprint, worker: Worker) -> None:
             headers=response_headers(status),
             mimetype="application/json",
         )
+
+
+def _console_function(bp: func.Blueprint, console: DeployedConsole) -> None:
+    @bp.function_name(CONSOLE_FUNCTION)
+    @bp.route(route="console/{*path}", methods=["GET", "POST"], auth_level=func.AuthLevel.FUNCTION)
+    async def console_function(req: func.HttpRequest) -> func.HttpResponse:
+        await console.worker.serving()
+        return await console.handle(req)
 
 
 def _cleanup_timer(bp: func.Blueprint, worker: Worker) -> None:

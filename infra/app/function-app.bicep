@@ -59,6 +59,19 @@ param cleanupSchedule string = '0 */5 * * * *'
 @description('Optional. The app to run, package.module:attribute naming a BusApp (the BUS_APP app setting); the default is the sample app.')
 param appModule string = 'shared.sample.app:app'
 
+@description('Optional. Serve the operator console as the HTTP function console (/api/console/, a function key required; the BUS_CONSOLE_ENABLED app setting). Off by default.')
+param consoleEnabled bool = false
+
+@description('Optional. The console shows everything and changes nothing: replays and discards are refused (the BUS_CONSOLE_READ_ONLY app setting).')
+param consoleReadOnly bool = true
+
+@description('Optional. Who the console records as acting: function-key (the literal "function key") or entra (the name App Service authentication signs in; requests without one are refused). The BUS_CONSOLE_IDENTITY app setting.')
+@allowed([
+  'function-key'
+  'entra'
+])
+param consoleIdentity string = 'function-key'
+
 @description('Optional. Extra app settings (name to value), overriding the defaults above. They must not hold secrets; put those in Key Vault and reference them.')
 param additionalAppSettings object = {}
 
@@ -117,6 +130,18 @@ var busAppSettings = [
   {
     name: 'BUS_APP'
     value: appModule
+  }
+  {
+    name: 'BUS_CONSOLE_ENABLED'
+    value: consoleEnabled ? 'true' : 'false'
+  }
+  {
+    name: 'BUS_CONSOLE_READ_ONLY'
+    value: consoleReadOnly ? 'true' : 'false'
+  }
+  {
+    name: 'BUS_CONSOLE_IDENTITY'
+    value: consoleIdentity
   }
 ]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -80,12 +81,13 @@ class DiscardFilter:
 async def discard_parked(
     poison: MessageQueue,
     endpoint: str,
-    select: DiscardFilter,
+    select: Callable[[QueueMessage], bool],
     archive: BlobContainer,
     discard: Discard,
 ) -> list[Discarded]:
-    """Archive, then delete, every poison message of ``endpoint`` that ``select`` takes; the
-    rest of the queue is looked at and left visible."""
+    """Archive, then delete, every poison message of ``endpoint`` that ``select`` takes (a
+    ``DiscardFilter``, or the console's selection); the rest of the queue is looked at and
+    left visible."""
     passed = PassedOver()
     done: list[Discarded] = []
     try:

@@ -39,7 +39,7 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -438,12 +438,14 @@ async def replay_report(
     step: Callable[[], None] | None = None,
     *,
     select: Callable[[str], bool] | None = None,
+    ids: Collection[str] | None = None,
     dry_run: bool = False,
 ) -> ReplayReport:
     """Move up to ``limit`` poison messages of ``endpoint`` back to its queue. Each is re-sent
     before it is deleted, so a crash can only duplicate a signal, which the pipeline ignores.
 
-    ``select`` (given a poison message's content) chooses which to move; ``dry_run`` moves
+    ``select`` (given a poison message's content) chooses which to move, and ``ids`` (queue
+    message ids), when given, limits the choice to those; ``dry_run`` moves
     none and counts those it would move. What cannot be replayed is skipped and reported,
     and stays in the poison queue (a dry run reports what it cannot unwrap). Each message is
     received once per pass (hidden for a minute); what the pass leaves is made visible again
@@ -460,7 +462,9 @@ async def replay_report(
         for message in batch:
             if step is not None:
                 step()
-            if select is not None and not select(message.content):
+            if (ids is not None and message.id not in ids) or (
+                select is not None and not select(message.content)
+            ):
                 left.hold(message)
                 continue
             problem, original = await _try(account, endpoint, message.content, container, dry_run)

@@ -11,6 +11,7 @@ storage failure is a 503, never a crash of the server.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -18,12 +19,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shared.app_loader import APP_SETTING, DEFAULT_APP
+from shared.bus.discard import MAX_REASON_CHARS
+from shared.console import failed
+from shared.console.actions import discard_selected, journal_of, replay_selected
 from shared.console.guard import Guard, Refused
 from shared.console.headers import secured
 from shared.console.http import Request, Response, error_response, json_response
 from shared.console.overview import overview
+from shared.console.parked import ParkedQueues
+from shared.console.selection import QUEUE_MESSAGE_ID, parse_selection, text_field
 from shared.console.static import static_file
-from shared.errors import OutcomeUnknown, StorageError
+from shared.errors import NotFound, OutcomeUnknown, StorageError
 from shared.logsafe import shown
 from shared.runtime import Worker
 
@@ -34,7 +40,30 @@ MAX_BODY_BYTES = 64 * 1024
 OVERVIEW_SECONDS = 5.0
 """How long one overview is served to every tab that asks, before storage is read again."""
 
+MESSAGE_PATH = "/api/failed/"
+"""``/api/failed/<endpoint>/<queue message id>``: one parked message."""
+
 Handler = Callable[[Request, str], Awaitable[Response]]
+
+
+def number(request: Request, name: str, default: int, low: int, high: int) -> int:
+    """The whole number ``name`` of the query, from ``low`` to ``high``."""
+    text = request.query.get(name)
+    if text is None:
+        return default
+    if not text.isascii() or not text.isdigit() or not low <= int(text) <= high:
+        raise Refused(400, f"{name} is a whole number from {low} to {high}")
+    return int(text)
+
+
+def json_body(request: Request) -> dict[str, Any]:
+    try:
+        value = json.loads(request.body)
+    except (ValueError, RecursionError):
+        raise Refused(400, "the body is not JSON") from None
+    if not isinstance(value, dict):
+        raise Refused(400, "the body is a JSON object")
+    return value
 
 
 class Console:
@@ -45,9 +74,15 @@ class Console:
         self.guard = guard
         self._overview: tuple[float, dict[str, Any]] | None = None
         self._overview_lock = asyncio.Lock()
+        self.parked = ParkedQueues(worker.account())
         self._routes: dict[tuple[str, str], Handler] = {
             ("GET", "/api/session"): self._session,
             ("GET", "/api/overview"): self._overview_answer,
+            ("GET", "/api/failed"): self._failed,
+            ("GET", "/api/failed/groups"): self._groups,
+            ("GET", "/api/actions"): self._actions,
+            ("POST", "/api/replay"): self._replay,
+            ("POST", "/api/discard"): self._discard,
         }
 
     async def handle(self, request: Request) -> Response:
@@ -72,6 +107,8 @@ class Console:
             return await handler(request, who)
         except Refused as e:
             return error_response(e.status, str(e))
+        except NotFound as e:
+            return error_response(503, f"a resource is missing, run `bus provision`: {e}")
         except (StorageError, OutcomeUnknown) as e:
             log.warning("console: %s %s failed: %s", request.method, shown(request.path), e)
             return error_response(503, f"storage did not answer as expected: {e}")
@@ -80,9 +117,16 @@ class Console:
         handler = self._routes.get((request.method, request.path))
         if handler is not None:
             return handler
-        if any(path == request.path for _, path in self._routes):
+        known = any(path == request.path for _, path in self._routes)
+        if not known and not request.path.startswith(MESSAGE_PATH):
+            raise Refused(404, "no such API")
+        if known or request.method != "GET":
             raise Refused(405, f"{request.method} is not allowed here")
-        raise Refused(404, "no such API")
+        return self._message
+
+    @property
+    def endpoints(self) -> list[str]:
+        return self.worker.app.running_endpoints()
 
     async def _session(self, request: Request, who: str) -> Response:
         app = self.worker.settings.get(APP_SETTING) or DEFAULT_APP
@@ -105,3 +149,64 @@ class Console:
                 cached = (time.monotonic(), await overview(self.worker, now, scan))
                 self._overview = cached
         return json_response(200, cached[1])
+
+    async def _failed(self, request: Request, who: str) -> Response:
+        size = number(request, "size", failed.DEFAULT_PAGE, 1, failed.MAX_PAGE)
+        skip = number(request, "skip", 0, 0, 10**9)
+        endpoint = request.query.get("endpoint")
+        if endpoint is not None and endpoint not in self.endpoints:
+            raise Refused(404, "no such endpoint in this app")
+        entries = await failed.every_entry(
+            self.parked, [endpoint] if endpoint else self.endpoints, fresh=skip == 0
+        )
+        chosen = failed.matching(entries, request.query.get("type"), request.query.get("error"))
+        return json_response(
+            200,
+            {
+                "total": len(chosen),
+                "skip": skip,
+                "size": size,
+                "messages": [failed.listed_message(e) for e in chosen[skip : skip + size]],
+            },
+        )
+
+    async def _groups(self, request: Request, who: str) -> Response:
+        entries = await failed.every_entry(self.parked, self.endpoints, fresh=True)
+        return json_response(200, {"groups": failed.groups(entries)})
+
+    async def _message(self, request: Request, who: str) -> Response:
+        endpoint, _, queue_message_id = request.path.removeprefix(MESSAGE_PATH).partition("/")
+        if endpoint not in self.endpoints or not QUEUE_MESSAGE_ID.fullmatch(queue_message_id):
+            raise Refused(404, "no such parked message")
+        found = await failed.parked_message(self.worker, self.parked, endpoint, queue_message_id)
+        if found is None:
+            raise Refused(404, "no such parked message (replayed or discarded since?)")
+        return json_response(200, found)
+
+    async def _replay(self, request: Request, who: str) -> Response:
+        selection = parse_selection(json_body(request), self.endpoints)
+        done = await replay_selected(self.worker, self.parked, selection, who)
+        return json_response(
+            200,
+            {
+                "action": done.action.id,
+                "replayed": done.replayed,
+                "skipped": len(done.skipped),
+                "skipped_why": done.skipped,
+            },
+        )
+
+    async def _discard(self, request: Request, who: str) -> Response:
+        body = json_body(request)
+        reason = text_field(body, "reason", limit=MAX_REASON_CHARS)
+        selection = parse_selection(body, self.endpoints, extra=("reason",))
+        done = await discard_selected(self.worker, self.parked, selection, who, reason)
+        return json_response(200, {"action": done.action.id, "discarded": done.discarded})
+
+    async def _actions(self, request: Request, who: str) -> Response:
+        size = number(request, "size", 50, 1, 500)
+        skip = number(request, "skip", 0, 0, 10**9)
+        total, actions = await journal_of(self.worker).page(skip, size)
+        return json_response(
+            200, {"total": total, "actions": [action.as_json() for action in actions]}
+        )

@@ -14,11 +14,13 @@ import ipaddress
 import secrets
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from aiohttp import web
 
 from shared.console.api import MAX_BODY_BYTES, Console
+from shared.console.headers import secured
 from shared.console.http import Request, Response, error_response, lower_headers
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
@@ -42,7 +44,8 @@ class Listening:
 async def serve(console: Console, host: str, port: int, token: str) -> None:
     """Serve ``console`` on ``host``:``port`` (0: a free port) until SIGINT or SIGTERM,
     printing ``console: ADDRESS`` on stdout once it listens."""
-    runner = web.AppRunner(_application(console, host), access_log=None, handle_signals=False)
+    server = web.Server(_handler(console, host), access_log=None)
+    runner = web.ServerRunner(server, handle_signals=False)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)
@@ -67,19 +70,22 @@ async def _until_stopped() -> None:
     print("console: stopped", file=sys.stderr)
 
 
-def _application(console: Console, host: str) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY_BYTES + 1)
+def _handler(
+    console: Console, host: str
+) -> Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]:
+    """Every request, whatever its path, to the console: no router in between, so no path
+    is answered by anything else."""
     check_host = _is_loopback(host)
 
-    async def handle(request: web.Request) -> web.StreamResponse:
+    async def handle(request: web.BaseRequest) -> web.StreamResponse:
         if check_host and not _loopback_host(request.host):
-            answer = error_response(421, "this console answers to its loopback address only")
+            refused = error_response(421, "this console answers to its loopback address only")
+            answer = secured(refused, request.path)
         else:
             answer = await console.handle(await _request(request))
         return _response(answer)
 
-    app.router.add_route("*", "/{tail:.*}", handle)
-    return app
+    return handle
 
 
 def _is_loopback(host: str) -> bool:
@@ -101,7 +107,7 @@ def _loopback_host(value: str) -> bool:
     return name.lower() in LOOPBACK_NAMES and (not port or port.isdigit())
 
 
-async def _request(request: web.Request) -> Request:
+async def _request(request: web.BaseRequest) -> Request:
     body = b""
     if request.can_read_body:
         body = await request.content.read(MAX_BODY_BYTES + 1)

@@ -554,6 +554,39 @@ def test_main_app_module_parameter_sets_bus_app() -> None:
     assert dotted(app_settings(function_app)[APP_SETTING]) == "appModule"
 
 
+def conditional(condition: str, true_value: str, false_value: str) -> dict[str, Any]:
+    """``condition ? true_value : false_value`` as the parser reads it."""
+    operands = {"condition": condition, "true_value": true_value, "false_value": false_value}
+    return {"operator": {"type": "conditional", "operands": operands}}
+
+
+def test_the_console_is_off_and_read_only_unless_asked_and_trusts_entra_only_behind_it() -> None:
+    """The deployed console (docs/console.md) is bound only with BUS_CONSOLE_ENABLED, refuses
+    actions unless the deployment allows them, and reads who signed in from the platform's
+    header only when App Service authentication is in front to set it."""
+    main = load("main.bicep")
+    assert main["parameters"]["consoleEnabled"]["default"] is False
+    assert main["parameters"]["consoleReadOnly"]["default"] is True
+    (module,) = modules_by_path(main, "app/function-app.bicep").values()
+    _, _, body = unwrap(module["config"])
+    given = body["params"]
+    assert (given["consoleEnabled"], given["consoleReadOnly"]) == (
+        "consoleEnabled",
+        "consoleReadOnly",
+    )
+    assert given["consoleIdentity"] == conditional("entraAuthEnabled", "entra", "function-key")
+
+    function_app = load("app/function-app.bicep")
+    params = function_app["parameters"]
+    assert params["consoleEnabled"]["default"] is False
+    assert params["consoleReadOnly"]["default"] is True
+    assert params["consoleIdentity"]["default"] == "function-key"
+    settings = app_settings(function_app)
+    assert settings["BUS_CONSOLE_ENABLED"] == conditional("consoleEnabled", "true", "false")
+    assert settings["BUS_CONSOLE_READ_ONLY"] == conditional("consoleReadOnly", "true", "false")
+    assert settings["BUS_CONSOLE_IDENTITY"] == "consoleIdentity"
+
+
 def test_the_parameters_file_names_an_app_that_loads() -> None:
     document = json.loads((INFRA_DIR / "main.parameters.json").read_text(encoding="utf-8"))
     reference = document["parameters"]["appModule"]["value"]

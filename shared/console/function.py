@@ -1,0 +1,84 @@
+"""The console as an HTTP function of the deployed app (``BUS_CONSOLE_ENABLED``).
+
+``shared.bindings`` binds the route ``console/{*path}`` with a function key required; this
+module turns the host's request into the console's and its answer back. The page is served at
+``/api/console/`` (the host's route prefix), so its requests are relative to that; the address
+without the trailing slash is redirected to it, keeping its query (the ``code`` that carries
+the function key). Who acts is what ``BUS_CONSOLE_IDENTITY`` says (``shared.console.guard``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from urllib.parse import urlsplit, urlunsplit
+
+import azure.functions as func
+
+from shared.console.api import Console
+from shared.console.csrf_key import shared_csrf_key
+from shared.console.guard import Guard, PlatformIdentity
+from shared.console.headers import secured
+from shared.console.http import Request, Response, error_response, lower_headers
+from shared.errors import OutcomeUnknown, StorageError
+from shared.runtime import Worker
+
+PATH_PARAMETER = "path"
+
+
+class DeployedConsole:
+    """The console of ``worker``'s app, built on its first request (the CSRF key is read
+    from storage then)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self._console: Console | None = None
+        self._building = asyncio.Lock()
+
+    async def handle(self, request: func.HttpRequest) -> func.HttpResponse:
+        url = urlsplit(request.url)
+        path = request.route_params.get(PATH_PARAMETER) or ""
+        if not path and not url.path.endswith("/"):
+            return _redirect(urlunsplit(url._replace(path=url.path + "/")))
+        try:
+            console = await self._ready()
+        except (StorageError, OutcomeUnknown, ValueError) as e:
+            refused = error_response(503, f"the console cannot start: {e}")
+            return _response(secured(refused, "/api/"))
+        answer = await console.handle(
+            Request(
+                method=request.method.upper(),
+                path="/" + path,
+                origin=f"{url.scheme}://{url.netloc}",
+                query=dict(request.params),
+                headers=lower_headers(dict(request.headers)),
+                body=request.get_body() or b"",
+            )
+        )
+        return _response(answer)
+
+    async def _ready(self) -> Console:
+        async with self._building:
+            if self._console is None:
+                settings = self.worker.app_config.console
+                table = self.worker.account().table(self.worker.config.actions_table)
+                guard = Guard(
+                    identify=PlatformIdentity(settings.identity),
+                    csrf_key=await shared_csrf_key(table),
+                    read_only=settings.read_only,
+                )
+                self._console = Console(self.worker, guard)
+            return self._console
+
+
+def _redirect(location: str) -> func.HttpResponse:
+    return func.HttpResponse(status_code=308, headers={"Location": location})
+
+
+def _response(answer: Response) -> func.HttpResponse:
+    return func.HttpResponse(
+        answer.body,
+        status_code=answer.status,
+        headers=answer.headers,
+        mimetype=answer.content_type.split(";")[0],
+        charset="utf-8",
+    )
