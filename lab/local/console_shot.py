@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Page, ViewportSize, sync_playwright
 
 from lab.chromium import CHROMIUM_FLAGS, chromium
 from lab.local.azurite import REPO_ROOT, Azurite
@@ -44,14 +44,14 @@ from shared.bus.envelope import bus_message_id
 from shared.bus.poison import DEFAULT_PARKED_CONTAINER, error_reason, park
 from shared.bus.state.connection import URL_SETTING
 from shared.runtime import Worker
-from shared.sample.app import ChargePayment, FireAt, ShipOrder
 from shared.sample.charges import PAYMENTS_STORE
 from shared.settings import DEFAULT_SETTING, StorageSettings, resolve_settings
 from shared.stores.azure import AzureStorageAccount
 
 OUT = REPO_ROOT / "docs" / "img"
 OPERATOR = "ops-ada"
-VIEWPORT = {"width": 1400, "height": 860}
+VIEWPORT: ViewportSize = {"width": 1400, "height": 860}
+SHORT: ViewportSize = {"width": 1400, "height": 420}
 START_SECONDS = 60
 
 
@@ -65,6 +65,10 @@ class Failure:
 
 
 def failures() -> list[Failure]:
+    # Imported here: the sample app reads SAMPLE_PAYMENTS_STORE when it is imported, which
+    # main sets first (as the demo does), so that payments keeps its state where the host's does.
+    from shared.sample.app import ChargePayment, FireAt, ShipOrder
+
     return [
         Failure(
             "payments",
@@ -90,7 +94,7 @@ async def park_failures(connection_string: str, settings: dict[str, str]) -> int
     parked = 0
     async with AzureStorageAccount(StorageSettings(connection_string)) as account:
         worker = Worker(demo_app(), resolve_settings(settings, local_file=None), account)
-        client = worker.bus().client("console-shot")
+        client = worker.bus().client("operatorbench")
         try:
             for failure in failures():
                 for command in failure.commands:
@@ -157,24 +161,36 @@ def _address(process: subprocess.Popen[str]) -> str:
 
 
 def photograph(address: str, out: Path) -> list[Path]:
-    """The overview and the failed messages by group, as PNG files in ``out``."""
+    """The overview, the failed messages by group and one of them, as PNG files in ``out``."""
     binary = chromium()
     if binary is None:
         raise SystemExit("chromium is not installed (make chromium)")
     out.mkdir(parents=True, exist_ok=True)
-    shots = [out / "console-overview.png", out / "console-failed.png"]
+    shots = [out / f"console-{name}.png" for name in ("overview", "failed", "message")]
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=binary, args=list(CHROMIUM_FLAGS))
-        page = browser.new_page(viewport=VIEWPORT)  # type: ignore[arg-type]
+        page = browser.new_page(viewport=VIEWPORT)
         page.set_default_timeout(60_000)
         page.goto(address)
-        page.locator("#endpoint-table").wait_for()
+        _drawn(page, "#endpoint-table")
         _shoot(page, shots[0])
+        page.set_viewport_size(SHORT)  # the next views are short: no empty page below
         page.get_by_role("link", name="Failed messages").click()
-        page.locator("#groups tbody tr").first.wait_for()
+        _drawn(page, "#groups tbody tr")
         _shoot(page, shots[1])
+        page.locator("#groups tbody tr").first.locator("td.num a").click()
+        page.locator("#failed-list tbody tr a.id").first.click()
+        _drawn(page, "#body")
+        _shoot(page, shots[2])
         browser.close()
     return shots
+
+
+def _drawn(page: Page, selector: str) -> None:
+    """Wait for ``selector``; an error the page shows instead ends the script with it."""
+    page.locator(f"{selector}, #banner:not([hidden])").first.wait_for()
+    if page.locator("#banner").is_visible():
+        raise SystemExit(f"the console shows an error: {page.locator('#banner-text').inner_text()}")
 
 
 def _shoot(page: Page, path: Path) -> None:

@@ -161,13 +161,14 @@ function millis(value) {
   return value === null || value === undefined ? "—" : `${Math.round(value)} ms`;
 }
 
-function table(columns, rows, { caption, empty, id } = {}) {
+function table(columns, rows, { caption, empty, id, compact } = {}) {
   const head = el("thead", {}, el("tr", {}, columns.map((c) => el("th", { scope: "col" }, c))));
   const body = el("tbody", {}, rows);
   if (rows.length === 0 && empty) {
     body.append(el("tr", {}, el("td", { colspan: columns.length, class: "empty" }, empty)));
   }
-  return el("table", { id }, caption ? el("caption", {}, caption) : null, head, body);
+  return el("table", { id, class: compact ? "compact" : null },
+    caption ? el("caption", {}, caption) : null, head, body);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -345,7 +346,7 @@ function otherSenders(senders) {
         el("th", { scope: "row" }, sender.sender),
         el("td", { class: "num" }, String(sender.tokens_in_flight)),
         el("td", { class: "num" }, age(sender.oldest_token_age_seconds)),
-        el("td", { class: "num" }, String(sender.delayed_count))))));
+        el("td", { class: "num" }, String(sender.delayed_count)))), { compact: true }));
 }
 
 function recipients(lists) {

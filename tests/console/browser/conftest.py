@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, Dialog, expect, sync_playwright
+from playwright.sync_api import Browser, Dialog, ViewportSize, expect, sync_playwright
 
 from lab.chromium import CHROMIUM_FLAGS
 from lab.local.azurite import AzuriteEndpoints
@@ -15,7 +15,7 @@ from tests.chromium import required_chromium
 from tests.console.browser.desk import DeskStorage
 from tests.console.browser.tab import Tab
 
-VIEWPORT = {"width": 1400, "height": 900}
+VIEWPORT: ViewportSize = {"width": 1400, "height": 900}
 WAIT_MS = 30_000
 """Longest a step waits for the page: a deep poison queue is read in one pass per view."""
 
@@ -35,7 +35,7 @@ def browser() -> Iterator[Browser]:
 @pytest.fixture
 def tab(browser: Browser) -> Iterator[Tab]:
     """A new page in a context of its own; the test fails if a script error escaped."""
-    context = browser.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]
+    context = browser.new_context(viewport=VIEWPORT)
     context.set_default_timeout(WAIT_MS)
     page = context.new_page()
     opened = Tab(page)

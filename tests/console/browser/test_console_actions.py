@@ -117,6 +117,30 @@ def test_a_group_is_replayed_in_three_clicks_and_the_others_stay(
     assert entry[5] == "3"
 
 
+def test_the_filtered_list_is_replayed_as_a_whole_and_nothing_else(
+    tab: Tab, console: RunningConsole, outage: DeskStorage
+) -> None:
+    fail_for_the_printer(outage, "f-1")
+    outage.park(BOOKINGS, [slow_desk(i) for i in range(3)])
+    tab.open(console, route=f"#/parked?endpoint={BOOKINGS}")
+    expect(tab.page.locator("#failed-list tbody tr")).to_have_count(4)
+    expect(tab.page.get_by_role("button", name="Replay these 4")).to_have_count(0)  # a queue
+
+    tab.page.locator("#filters input[name=error]").fill("TimeoutError")
+    tab.page.get_by_role("button", name="Filter").click()
+    tab.page.get_by_role("button", name="Replay these 3").click()
+    expect(tab.page.locator("#confirm-text")).to_contain_text("that failed with TimeoutError")
+    tab.page.locator("#confirm-ok").click()
+
+    expect(tab.page.locator("#notice-text")).to_contain_text("Replayed 3 of every parked")
+    expect(tab.page.locator("#failed-list tbody td.empty")).to_be_visible()
+    assert outage.depth(poison_queue(BOOKINGS)) == 1  # the printer's failure stays
+    assert outage.depth(BOOKINGS) == 3
+    entry = journal_rows(tab)[0]
+    assert entry[1:4] == [OPERATOR, "replay", BOOKINGS]
+    assert (entry[4], entry[5]) == ("error type TimeoutError", "3")
+
+
 def test_a_cancelled_confirmation_replays_nothing(
     tab: Tab, console: RunningConsole, outage: DeskStorage
 ) -> None:
