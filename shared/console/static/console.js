@@ -560,7 +560,7 @@ async function messageView(view, endpoint, id) {
       el("dt", {}, "Reason"), el("dd", {}, el("pre", { class: "reason", id: "reason" },
         message.reason))),
     el("h3", {}, "Headers"),
-    table(["Name", "Value"], headers, { empty: "No header." }),
+    table(["Name", "Value"], headers, { empty: "No header.", compact: true }),
     el("h3", {}, "Body"),
     el("pre", { class: "body", id: "body" }, message.body),
     el("h3", {}, "Delivery history"),
