@@ -13,7 +13,7 @@ import secrets
 from shared.cli.commands import EXIT_OK
 from shared.cli.discard_command import operator_name
 from shared.console.api import Console
-from shared.console.guard import BearerToken, Guard
+from shared.console.guard import MAX_WHO_CHARS, BearerToken, Guard
 from shared.console.local_server import new_token, serve
 from shared.runtime import Worker
 
@@ -24,9 +24,12 @@ DEFAULT_PORT = 8765
 async def console_command(
     worker: Worker, *, host: str, port: int, read_only: bool, by: str | None
 ) -> int:
+    who = operator_name(by)
+    if not who.strip() or len(who) > MAX_WHO_CHARS:
+        raise ValueError(f"--by names who acts: 1 to {MAX_WHO_CHARS} characters")
     token = new_token()
     guard = Guard(
-        identify=BearerToken(token, operator_name(by)),
+        identify=BearerToken(token, who),
         csrf_key=secrets.token_bytes(32),
         read_only=read_only or worker.app_config.console.read_only,
     )

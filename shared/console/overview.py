@@ -44,14 +44,11 @@ async def overview(worker: Worker, now: datetime, scan_limit: int) -> dict[str, 
     endpoints = await asyncio.gather(
         *(_endpoint(worker, name, senders.get(name), now, scan_limit) for name in names)
     )
+    others = sorted(sender for sender in senders if sender not in names)
     return {
         "generated_at": iso(now),
         "endpoints": list(endpoints),
-        "other_senders": [
-            _tokens(sender, figures, now)
-            for sender, figures in sorted(senders.items())
-            if sender not in names
-        ],
+        "other_senders": [await _sent(tokens, s, senders[s], now) for s in others],
         "recipients": await recipients(worker),
         "audit": None,
     }
@@ -60,27 +57,15 @@ async def overview(worker: Worker, now: datetime, scan_limit: int) -> dict[str, 
 async def _endpoint(
     worker: Worker, name: str, sent: SenderTokens | None, now: datetime, scan_limit: int
 ) -> dict[str, Any]:
-    account = worker.account()
     depth, poisoned = await asyncio.gather(_count(worker, name), _count(worker, poison_queue(name)))
-    figures = sent or SenderTokens()
-    tokens = account.blob_container(worker.config.tokens_container)
-    due = [await described(tokens, d) for d in figures.next_due()]
+    tokens = worker.account().blob_container(worker.config.tokens_container)
     done = await throughput(worker.endpoint_rows()[name], now, scan_limit)
     return {
         "name": name,
         "mode": worker.app.endpoints[name].mode,
         "queue_depth": depth,
         "poison_count": poisoned,
-        **_tokens(name, figures, now),
-        "next_due": [
-            {
-                "message_id": d.message_id,
-                "type": d.type,
-                "to": d.destination,
-                "due_at": iso(d.due_at),
-            }
-            for d in due
-        ],
+        **await _sent(tokens, name, sent or SenderTokens(), now),
         **_throughput(done),
     }
 
@@ -92,13 +77,27 @@ async def _count(worker: Worker, queue: str) -> int:
         return 0
 
 
-def _tokens(sender: str, figures: SenderTokens, now: datetime) -> dict[str, Any]:
+async def _sent(
+    tokens: BlobContainer, sender: str, figures: SenderTokens, now: datetime
+) -> dict[str, Any]:
+    """What ``sender`` has in flight: its tokens, the oldest's age, its delayed messages and
+    the next few due (their tokens read for type and destination)."""
     oldest = None if figures.oldest is None else (now - figures.oldest).total_seconds()
+    due = [await described(tokens, d) for d in figures.next_due()]
     return {
         "sender": sender,
         "tokens_in_flight": figures.count,
         "oldest_token_age_seconds": None if oldest is None else round(max(oldest, 0.0), 1),
         "delayed_count": figures.delayed,
+        "next_due": [
+            {
+                "message_id": d.message_id,
+                "type": d.type,
+                "to": d.destination,
+                "due_at": iso(d.due_at),
+            }
+            for d in due
+        ],
     }
 
 

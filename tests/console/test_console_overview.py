@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
 import pytest
 
+from lab.local.azurite import AzuriteEndpoints
+from shared.console.api import OVERVIEW_SECONDS
 from shared.console.headers import CONTENT_SECURITY_POLICY
-from tests.console.running import RunningConsole
+from shared.runtime import Worker
+from shared.sample.app import PlaceOrder
+from shared.sample.app import app as sample_app
+from tests.conftest import sample_settings
+from tests.console.running import RunningConsole, console_environ
 
 pytestmark = pytest.mark.azurite
 
@@ -42,3 +57,104 @@ def test_the_page_is_served_with_its_security_headers(console: RunningConsole) -
     script = console.get("/console.js", token=None)
     assert script.headers["Content-Type"].startswith("text/javascript")
     assert script.headers["X-Content-Type-Options"] == "nosniff"
+
+
+async def process_everything(worker: Worker) -> int:
+    """Deliver every queued signal to its endpoint, as the Functions host would, until the
+    queues are quiet; how many were delivered."""
+    account, delivered = worker.account(), 0
+    for _ in range(20):
+        busy = False
+        for endpoint in worker.app.endpoints:
+            queue = account.queue(endpoint)
+            for message in await queue.receive(32, visibility_timeout=30):
+                busy = True
+                await worker.receive(endpoint, message.content.encode(), message.dequeue_count)
+                await queue.delete(message.id, message.pop_receipt)
+                delivered += 1
+        if not busy:
+            return delivered
+    return delivered
+
+
+async def order_and_delay(connection_string: str) -> tuple[int, datetime]:
+    """One order placed and processed through the sample app, and one sent due in an hour
+    (left in flight); what was delivered, and when the second is due."""
+    worker = Worker(sample_app, sample_settings(AzureWebJobsStorage=connection_string))
+    try:
+        await worker.bus().subscribe_all()
+        client = worker.bus().client("cli")
+        now = datetime.now(UTC)
+        await client.send(
+            PlaceOrder(order_id="ov-1", customer="ada", amount_cents=100),
+            to="orders",
+            idempotency_key="ov-1",
+        )
+        delivered = await process_everything(worker)
+        await client.send(
+            PlaceOrder(order_id="ov-2", customer="bob", amount_cents=100),
+            to="orders",
+            idempotency_key="ov-2",
+            delay=timedelta(hours=1),
+        )
+        return delivered, now + timedelta(hours=1)
+    finally:
+        await worker.close()
+
+
+def eventually(console: RunningConsole, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """The overview once ``done`` holds for it (it is kept a few seconds for every tab)."""
+    deadline = time.monotonic() + OVERVIEW_SECONDS * 3
+    while True:
+        overview: dict[str, Any] = console.get("/api/overview").json()
+        if done(overview) or time.monotonic() > deadline:
+            return overview
+        time.sleep(0.5)
+
+
+def endpoint(overview: dict[str, Any], name: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(e for e in overview["endpoints"] if e["name"] == name)
+    return found
+
+
+def test_processing_shows_as_throughput_and_latency_and_a_delayed_message_as_due(
+    console: RunningConsole, emulator: AzuriteEndpoints
+) -> None:
+    delivered, due = asyncio.run(order_and_delay(emulator.connection_string))
+
+    overview = eventually(console, lambda o: any(s["sender"] == "cli" for s in o["other_senders"]))
+
+    assert delivered >= 3  # the order, its charge and what followed
+    orders = endpoint(overview, "orders")
+    assert sum(m["count"] for m in orders["processed_last_minutes"]) == 1
+    assert orders["latency_ms"]["p50"] is not None
+    assert orders["latency_ms"]["p50"] >= 0
+    assert orders["throughput_complete"] is True
+    assert orders["queue_depth"] == 1  # the delayed message's signal, hidden until it is due
+    [cli] = [s for s in overview["other_senders"] if s["sender"] == "cli"]
+    assert (cli["tokens_in_flight"], cli["delayed_count"]) == (1, 1)
+    assert cli["oldest_token_age_seconds"] is None  # the only one is not due yet
+    [next_due] = cli["next_due"]
+    assert (next_due["type"], next_due["to"]) == ("PlaceOrder", "orders")
+    assert abs(datetime.fromisoformat(next_due["due_at"]) - due) < timedelta(minutes=1)
+    lists = {r["topic"]: r["endpoints"] for r in overview["recipients"]}
+    assert lists["orderplaced"] == ["loyalty", "shipping"]
+
+
+def test_bus_console_refuses_to_start_without_a_name_for_who_acts(
+    project: Path, emulator: AzuriteEndpoints
+) -> None:
+    environ = console_environ(emulator.connection_string)
+    started = subprocess.run(
+        [sys.executable, "-m", "shared.cli", "console", "--port", "0", "--by", " "],
+        cwd=project,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert started.returncode == 2
+    assert started.stdout == ""
+    assert "--by names who acts" in started.stderr
