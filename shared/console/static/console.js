@@ -237,7 +237,10 @@ async function replay(selector, count, { confirm = true, after } = {}) {
       "exactly once.", "Replay"))) return false;
   return act(async () => {
     const done = await api("replay", { method: "POST", body: selector });
-    const skipped = done.skipped ? `; ${done.skipped} could not be replayed and stay parked` : "";
+    const why = Array.isArray(done.skipped_why) && done.skipped_why.length
+      ? ` (${done.skipped_why.slice(0, 3).join("; ")})` : "";
+    const skipped = done.skipped
+      ? `; ${done.skipped} could not be replayed and stay parked${why}` : "";
     showNotice(`Replayed ${done.replayed} of ${describe(selector)}${skipped}. ` +
       `Action ${done.action}.`);
   }, after);

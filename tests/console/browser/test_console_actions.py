@@ -13,6 +13,7 @@ from playwright.sync_api import Route, expect
 
 from lab.local.azurite import AzuriteEndpoints
 from shared.bus.pipeline import Outcome
+from shared.bus.poison import Reason, excerpt_body
 from shared.resources import poison_queue
 from tests.console.browser.desk import DeskStorage, synthetic_parked
 from tests.console.browser.desk_app import BOOKINGS, OUTAGES
@@ -139,6 +140,23 @@ def test_the_filtered_list_is_replayed_as_a_whole_and_nothing_else(
     entry = journal_rows(tab)[0]
     assert entry[1:4] == [OPERATOR, "replay", BOOKINGS]
     assert (entry[4], entry[5]) == ("error type TimeoutError", "3")
+
+
+def test_a_message_that_cannot_be_replayed_stays_parked_and_the_page_says_why(
+    tab: Tab, console: RunningConsole, outage: DeskStorage
+) -> None:
+    refused = Reason(BOOKINGS, "not a signal", 1, error_type="MalformedSignal")
+    outage.park(BOOKINGS, [excerpt_body("x" * 70_000, refused)])  # only an excerpt was kept
+    tab.open(console, route="#/failed")
+
+    tab.row("#groups", "MalformedSignal").get_by_role("button", name="Replay").click()
+    tab.page.locator("#confirm-ok").click()
+
+    notice = tab.page.locator("#notice-text")
+    expect(notice).to_contain_text("Replayed 0 of every parked")
+    expect(notice).to_contain_text("1 could not be replayed and stay parked")
+    expect(notice).to_contain_text("only an excerpt of it was kept")
+    assert outage.depth(poison_queue(BOOKINGS)) == 1
 
 
 def test_a_cancelled_confirmation_replays_nothing(
