@@ -1,9 +1,9 @@
 // The operator console's page (docs/console.md): plain DOM, no framework, no build step.
 //
 // Every value the API returns may come from a message or a name an attacker chose. It only
-// ever reaches the page as text (`text`, `el`'s string children, which are text nodes) or as
-// the value of an attribute that cannot run anything (`title`, `datetime`, a `#/` link built
-// with encodeURIComponent). Nothing here assigns innerHTML or builds markup from strings.
+// ever reaches the page as text (`el`'s string children become text nodes; `textContent`) or
+// as the value of an attribute that cannot run anything (`title`, `datetime`, a `#/` link
+// built with encodeURIComponent). Nothing here assigns innerHTML or builds markup from strings.
 
 const TOKEN_KEY = "bus-console-token";
 const PAGE_SIZES = [25, 50, 100, 200];
@@ -31,6 +31,7 @@ function takeCredentials() {
 }
 
 const credentials = takeCredentials();
+
 /** The API beside the page: at the console's root, wherever that is mounted (``/`` locally,
  * under the function's route when deployed). */
 function consoleRoot() {
@@ -113,9 +114,8 @@ function svg(tag, attributes) {
   return node;
 }
 
-function button(label, onClick, { kind, title, disabled } = {}) {
-  const node = el("button", { type: "button", class: kind, title, disabled: Boolean(disabled) },
-    label);
+function button(label, onClick, { kind } = {}) {
+  const node = el("button", { type: "button", class: kind }, label);
   node.addEventListener("click", onClick);
   return node;
 }
@@ -161,14 +161,13 @@ function millis(value) {
   return value === null || value === undefined ? "—" : `${Math.round(value)} ms`;
 }
 
-function table(columns, rows, { caption, empty, id, compact } = {}) {
+function table(columns, rows, { empty, id, compact } = {}) {
   const head = el("thead", {}, el("tr", {}, columns.map((c) => el("th", { scope: "col" }, c))));
   const body = el("tbody", {}, rows);
   if (rows.length === 0 && empty) {
     body.append(el("tr", {}, el("td", { colspan: columns.length, class: "empty" }, empty)));
   }
-  return el("table", { id, class: compact ? "compact" : null },
-    caption ? el("caption", {}, caption) : null, head, body);
+  return el("table", { id, class: compact ? "compact" : null }, head, body);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -367,10 +366,12 @@ function audit(report) {
     return section;
   }
   const verdict = String(report.verdict);
+  const known = ["pass", "warn", "fail"].includes(verdict.toLowerCase());
   section.append(el("dl", { class: "facts" },
     el("dt", {}, "When"), el("dd", {}, time(report.at)),
     el("dt", {}, "Verdict"),
-    el("dd", {}, el("span", { class: `badge verdict-${verdict.toLowerCase()}` }, verdict))),
+    el("dd", {}, el("span", { class: known ? `badge verdict-${verdict.toLowerCase()}` : "badge" },
+      verdict))),
   el("pre", { class: "summary" }, report.summary));
   return section;
 }
@@ -391,9 +392,6 @@ async function overviewView(view) {
       otherSenders(overview.other_senders)),
     recipients(overview.recipients),
     audit(overview.audit));
-  state.refreshTimer = setTimeout(() => {
-    if (document.visibilityState === "visible") render();
-  }, OVERVIEW_REFRESH_MS);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -604,7 +602,8 @@ async function actionsView(view, params) {
 
 function parseRoute() {
   const raw = location.hash.replace(/^#\/?/, "");
-  const [path, search] = raw.split("?", 2);
+  const mark = raw.indexOf("?");
+  const [path, search] = mark < 0 ? [raw, ""] : [raw.slice(0, mark), raw.slice(mark + 1)];
   const parts = path.split("/").map((p) => {
     try {
       return decodeURIComponent(p);
@@ -615,32 +614,45 @@ function parseRoute() {
   return { parts, params: new URLSearchParams(search || "") };
 }
 
+/** The view a route names (an unknown one: the overview), and the header tab it belongs to. */
+function viewOf(parts, params) {
+  const [name, ...rest] = parts;
+  if (name === "failed") return { tab: "failed", draw: (view) => groupsView(view) };
+  if (name === "parked") return { tab: "failed", draw: (view) => parkedView(view, params) };
+  if (name === "message" && rest.length === 2) {
+    return { tab: "failed", draw: (view) => messageView(view, rest[0], rest[1]) };
+  }
+  if (name === "actions") return { tab: "actions", draw: (view) => actionsView(view, params) };
+  return { tab: "overview", draw: (view) => overviewView(view), refresh: true };
+}
+
 async function render() {
   clearTimeout(state.refreshTimer);
   const renderId = ++state.renderId;
   const { parts, params } = parseRoute();
-  const name = parts[0] || "overview";
-  for (const link of document.querySelectorAll("nav a")) {
-    const here = link.dataset.view === (["message", "parked"].includes(name) ? "failed" : name);
-    if (here) link.setAttribute("aria-current", "page");
+  const { tab, draw, refresh } = viewOf(parts, params);
+  for (const link of document.querySelectorAll("header nav a")) {
+    if (link.dataset.view === tab) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
   }
-  const view = el("div", { class: `view view-${name}` });
+  const view = el("div", { class: `view view-${tab}` });
   try {
     if (state.session === null) await startSession();
-    if (name === "failed") await groupsView(view);
-    else if (name === "parked") await parkedView(view, params);
-    else if (name === "message" && parts.length === 3) await messageView(view, parts[1], parts[2]);
-    else if (name === "actions") await actionsView(view, params);
-    else await overviewView(view);
+    await draw(view);
   } catch (e) {
     if (renderId !== state.renderId) return;
     showError(e);
-    if (state.session === null) document.getElementById("view").replaceChildren();
+    // Nothing but the error: figures left from before would look current.
+    document.getElementById("view").replaceChildren();
     return;
   }
   if (renderId !== state.renderId) return; // a newer render started meanwhile
   document.getElementById("view").replaceChildren(view);
+  if (refresh) {
+    state.refreshTimer = setTimeout(() => {
+      if (document.visibilityState === "visible") render();
+    }, OVERVIEW_REFRESH_MS);
+  }
 }
 
 async function startSession() {

@@ -234,6 +234,21 @@ def queue_message_id(console: RunningConsole, endpoint: str, message_id: str) ->
     return str(found)
 
 
+def test_a_message_gone_meanwhile_shows_the_error_and_nothing_left_from_before(
+    tab: Tab, console: RunningConsole, trouble: dict[str, str]
+) -> None:
+    tab.open(console, route="#/failed")
+    expect(tab.page.locator("#groups tbody tr")).to_have_count(4)
+
+    tab.go(f"#/message/{BOOKINGS}/00000000-0000-0000-0000-000000000000")
+
+    expect(tab.page.locator("#banner-text")).to_contain_text("404")
+    expect(tab.page.locator("main")).to_have_text("")
+    tab.page.get_by_role("link", name="Failed messages").click()  # the way back
+    expect(tab.page.locator("#groups tbody tr")).to_have_count(4)
+    expect(tab.page.locator("#banner")).to_be_hidden()
+
+
 @pytest.mark.parametrize("token", ["wrong-token", None], ids=["wrong", "missing"])
 def test_without_the_right_token_the_page_shows_an_error_and_no_data(
     tab: Tab, console: RunningConsole, token: str | None
