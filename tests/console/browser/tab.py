@@ -14,6 +14,10 @@ from shared.app_loader import APP_SETTING
 from tests.console.browser.desk_app import APP
 from tests.console.running import RunningConsole, console_environ, running_console
 
+HOSTILE = (
+    "<script>window.__pwned = 'script'</script><img src=x onerror=\"window.__pwned = 'img'\">'\""
+)
+"""Markup a sender may write anywhere: it must show as these characters, and run nowhere."""
 OPERATOR = "ops-ada"
 """Who acts in the consoles these tests start (``bus console --by``)."""
 

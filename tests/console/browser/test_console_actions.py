@@ -17,7 +17,7 @@ from shared.bus.poison import Reason, excerpt_body
 from shared.resources import poison_queue
 from tests.console.browser.desk import DeskStorage, synthetic_parked
 from tests.console.browser.desk_app import BOOKINGS, OUTAGES
-from tests.console.browser.tab import OPERATOR, Tab, desk_console, text_of
+from tests.console.browser.tab import HOSTILE, OPERATOR, Tab, desk_console, text_of
 from tests.console.running import RunningConsole
 
 pytestmark = pytest.mark.azurite
@@ -209,6 +209,33 @@ def test_discarding_needs_a_reason_and_keeps_the_message_in_the_archive(
     assert newest[1:4] == [OPERATOR, "discard", BOOKINGS]
     assert (newest[5], newest[6]) == ("2", "the desk answered these by hand")
     assert (oldest[5], oldest[6]) == ("1", "the customer booked again by phone")
+
+
+def test_an_action_on_a_hostile_group_shows_its_type_and_reason_as_text_everywhere(
+    tab: Tab, console: RunningConsole, outage: DeskStorage
+) -> None:
+    """The confirmation, the answer and the journal quote the group's type and the reason
+    typed: markup in them is shown as it is and runs nowhere."""
+    hostile_type = f"Refund{HOSTILE}"
+    parked = synthetic_parked(
+        BOOKINGS, "h-1", message_type=hostile_type, error_type="KeyError", reason=HOSTILE
+    )
+    outage.park(BOOKINGS, [parked])
+    tab.open(console, route="#/failed")
+
+    tab.row("#groups", hostile_type).get_by_role("button", name="Discard…").click()
+    expect(tab.page.locator("#discard-text")).to_contain_text(f"of type {hostile_type}")
+    tab.page.locator("#discard-reason").fill(HOSTILE)
+    tab.page.locator("#discard-ok").click()
+
+    expect(tab.page.locator("#notice-text")).to_contain_text(f"of type {hostile_type}")
+    entry = journal_rows(tab)[0]
+    assert entry[2] == "discard"
+    assert hostile_type in entry[4]
+    assert entry[6] == HOSTILE
+    assert tab.page.locator("main img, main script, #notice img").count() == 0
+    assert tab.script_ran() is None
+    assert tab.dialogs == []
 
 
 EVIL_PAGE = "http://evil.example/"

@@ -16,15 +16,18 @@ from lab.local.azurite import AzuriteEndpoints
 from shared.resources import poison_queue
 from tests.console.browser.desk import DeskStorage, synthetic_parked
 from tests.console.browser.desk_app import BOOKINGS, NOTE_HEADER, TALLY
-from tests.console.browser.tab import OPERATOR, Tab, desk_console, shown_range, text_of
+from tests.console.browser.tab import (
+    HOSTILE,
+    OPERATOR,
+    Tab,
+    desk_console,
+    shown_range,
+    text_of,
+)
 from tests.console.running import RunningConsole
 
 pytestmark = pytest.mark.azurite
 
-HOSTILE = (
-    "<script>window.__pwned = 'script'</script><img src=x onerror=\"window.__pwned = 'img'\">'\""
-)
-"""Markup a sender may write anywhere: it must show as these characters, and run nowhere."""
 HOSTILE_TYPE = f"Refund{HOSTILE}"
 REMIND_SECONDS = 3600
 
