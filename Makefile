@@ -37,10 +37,10 @@ postgres:
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql; }
 
-# The audit report's test renders it in a real headless browser (tests/audit/test_report.py).
+# The audit report and the console are tested in a real headless browser (lab/chromium.py).
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { \
-	  echo "Chromium not found: installing chromium (renders the audit report in tests)"; \
+	  echo "Chromium not found: installing chromium (the audit report and the console in tests)"; \
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
 

@@ -35,6 +35,7 @@ TOOL_PACKAGES = (
     "polars",
     "rich",
     "hypothesis",
+    "playwright",
 )
 """Top-level packages of requirements-tools.txt and requirements-dev.txt that Azure does not
 install for the app."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import tempfile
 from dataclasses import replace
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.chromium import CHROMIUM_FLAGS
 from shared.audit.report import render_html
 from shared.audit.summary import (
     WARN,
@@ -22,17 +22,7 @@ from shared.audit.summary import (
     Invariants,
     ThroughputPoint,
 )
-from tests.conftest import UNDER_CI
-
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-)
+from tests.chromium import required_chromium
 
 
 def edge(sender: str, destination: str, kind: str, n: int, **trouble: int) -> FlowEdge:
@@ -141,18 +131,9 @@ def test_the_report_lists_dropped_events_per_topic_and_a_warning_verdict() -> No
     assert "Events dropped" not in clean
 
 
-def chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
-
-
 @pytest.fixture
 def browser() -> str:
-    found = chromium()
-    if found is None:
-        if UNDER_CI:
-            pytest.fail("chromium is required under CI (make deps installs it)")
-        pytest.skip("chromium not installed (make deps)")
-    return found
+    return required_chromium()
 
 
 def run_chromium(binary: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -1,30 +1,679 @@
-// Placeholder page: shows the session and the overview as text. Every value is set with
-// textContent, never as HTML.
-"use strict";
+// The operator console's page (docs/console.md): plain DOM, no framework, no build step.
+//
+// Every value the API returns may come from a message or a name an attacker chose. It only
+// ever reaches the page as text (`el`'s string children become text nodes; `textContent`) or
+// as the value of an attribute that cannot run anything (`title`, `datetime`, a `#/` link
+// built with encodeURIComponent). Nothing here assigns innerHTML or builds markup from strings.
 
-(function () {
+const TOKEN_KEY = "bus-console-token";
+const PAGE_SIZES = [25, 50, 100, 200];
+const DEFAULT_PAGE_SIZE = 50;
+const OVERVIEW_REFRESH_MS = 15000;
+const AGE_WARNING_SECONDS = 300;
+const SVG = "http://www.w3.org/2000/svg";
+
+// ---------------------------------------------------------------------------------------
+// Credentials and requests
+
+/** The token from the address (once: it moves to sessionStorage and leaves the address bar,
+ * so it is neither bookmarked nor shown over a shoulder), and the deployed function key. */
+function takeCredentials() {
   const url = new URL(window.location.href);
-  const given = url.searchParams.get("token");
-  if (given) {
-    sessionStorage.setItem("console-token", given);
+  const token = url.searchParams.get("token");
+  if (token !== null) {
+    sessionStorage.setItem(TOKEN_KEY, token);
     url.searchParams.delete("token");
-    history.replaceState(null, "", url.pathname + url.search + url.hash);
+    history.replaceState(history.state, "", url.pathname + url.search + url.hash);
   }
-  const headers = {};
-  const token = sessionStorage.getItem("console-token");
-  if (token) headers.Authorization = "Bearer " + token;
-  const code = url.searchParams.get("code");
-  if (code) headers["x-functions-key"] = code;
+  // The platform checks the function key on the page's own request too, so it stays in the
+  // address: a reload must carry it again.
+  return { token: sessionStorage.getItem(TOKEN_KEY), code: url.searchParams.get("code") };
+}
 
-  async function get(path) {
-    const answer = await fetch(path, { headers: headers });
-    return answer.json();
+const credentials = takeCredentials();
+
+/** The API beside the page: at the console's root, wherever that is mounted (``/`` locally,
+ * under the function's route when deployed). */
+function consoleRoot() {
+  const path = window.location.pathname;
+  const folder = path.endsWith("/") ? path : path.replace(/[^/]*\.html$/, "");
+  return new URL(folder.endsWith("/") ? folder : `${folder}/`, window.location.origin);
+}
+
+const apiBase = new URL("api/", consoleRoot());
+const state = { session: null, refreshTimer: null, renderId: 0 };
+
+class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
   }
+}
 
-  get("api/session").then(function (session) {
-    document.getElementById("who").textContent = session.who + " (" + session.app + ")";
+function headers(method) {
+  const sent = { Accept: "application/json" };
+  if (credentials.token) sent.Authorization = `Bearer ${credentials.token}`;
+  if (credentials.code) sent["x-functions-key"] = credentials.code;
+  if (method !== "GET") {
+    sent["Content-Type"] = "application/json";
+    sent["X-Console-CSRF"] = state.session ? state.session.csrf : "";
+  }
+  return sent;
+}
+
+/** One request to the console's API: its JSON answer, or an ApiError with the server's
+ * {"error": ...} text. */
+async function api(path, { method = "GET", body, query } = {}) {
+  const url = new URL(path, apiBase);
+  for (const [name, value] of Object.entries(query || {})) {
+    if (value !== null && value !== undefined) url.searchParams.set(name, value);
+  }
+  let response;
+  try {
+    response = await fetch(url, {
+      method,
+      headers: headers(method),
+      body: body === undefined ? undefined : JSON.stringify(body),
+      credentials: "same-origin",
+      cache: "no-store",
+    });
+  } catch (e) {
+    throw new ApiError(0, `the console's server cannot be reached (${e.message})`);
+  }
+  let data = null;
+  try {
+    data = await response.json();
+  } catch {
+    data = null;
+  }
+  if (!response.ok) {
+    const said = data && typeof data.error === "string" ? data.error : response.statusText;
+    throw new ApiError(response.status, `${response.status}: ${said}`);
+  }
+  return data;
+}
+
+// ---------------------------------------------------------------------------------------
+// Building the page: text only
+
+/** An element; string children become text nodes, attributes are set one by one. */
+function el(tag, attributes, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    node.setAttribute(name, value === true ? "" : String(value));
+  }
+  node.append(...children.flat().filter((c) => c !== null && c !== undefined && c !== false)
+    .map((c) => (c instanceof Node ? c : document.createTextNode(String(c)))));
+  return node;
+}
+
+function svg(tag, attributes) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, String(value));
+  return node;
+}
+
+function button(label, onClick, { kind } = {}) {
+  const node = el("button", { type: "button", class: kind }, label);
+  node.addEventListener("click", onClick);
+  return node;
+}
+
+/** A link inside the page, its parts encoded so that a name cannot leave the fragment. */
+function route(...parts) {
+  return "#/" + parts.map(encodeURIComponent).join("/");
+}
+
+function routeWith(view, query) {
+  const params = new URLSearchParams();
+  for (const [name, value] of Object.entries(query)) {
+    if (value !== null && value !== undefined) params.set(name, String(value));
+  }
+  const search = params.toString();
+  return `#/${view}${search ? "?" + search : ""}`;
+}
+
+function muted(text) {
+  return el("span", { class: "muted" }, text);
+}
+
+function orUnknown(value) {
+  return value === null || value === undefined || value === "" ? muted("(unknown)") : value;
+}
+
+function time(iso) {
+  if (!iso) return muted("—");
+  const shown = String(iso).replace("T", " ").replace(/\.\d+/, "").replace(/(\+00:00|Z)$/, " UTC");
+  return el("time", { datetime: iso, title: iso }, shown);
+}
+
+function age(seconds) {
+  if (seconds === null || seconds === undefined) return "—";
+  const s = Math.round(seconds);
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
+}
+
+function millis(value) {
+  return value === null || value === undefined ? "—" : `${Math.round(value)} ms`;
+}
+
+function table(columns, rows, { empty, id, compact } = {}) {
+  const head = el("thead", {}, el("tr", {}, columns.map((c) => el("th", { scope: "col" }, c))));
+  const body = el("tbody", {}, rows);
+  if (rows.length === 0 && empty) {
+    body.append(el("tr", {}, el("td", { colspan: columns.length, class: "empty" }, empty)));
+  }
+  return el("table", { id, class: compact ? "compact" : null }, head, body);
+}
+
+// ---------------------------------------------------------------------------------------
+// Banners and dialogs
+
+function showError(error) {
+  const banner = document.getElementById("banner");
+  document.getElementById("banner-text").textContent =
+    error instanceof ApiError ? error.message : `The page failed: ${error.message || error}`;
+  banner.hidden = false;
+}
+
+function clearError() {
+  document.getElementById("banner").hidden = true;
+}
+
+function showNotice(text) {
+  document.getElementById("notice-text").textContent = text;
+  document.getElementById("notice").hidden = false;
+}
+
+/** Resolves to the dialog's return value once it closes ("ok" or "cancel"). */
+function dialogAnswer(dialog) {
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue), { once: true });
+    dialog.returnValue = "cancel";
+    dialog.showModal();
   });
-  get("api/overview").then(function (overview) {
-    document.getElementById("overview").textContent = JSON.stringify(overview, null, 2);
+}
+
+async function confirmed(text, okLabel) {
+  document.getElementById("confirm-text").textContent = text;
+  document.getElementById("confirm-ok").textContent = okLabel;
+  return (await dialogAnswer(document.getElementById("confirm-dialog"))) === "ok";
+}
+
+/** The reason typed in the discard dialog, or null when it was cancelled. */
+async function discardReason(text) {
+  document.getElementById("discard-text").textContent = text;
+  const reason = document.getElementById("discard-reason");
+  reason.value = "";
+  const answer = await dialogAnswer(document.getElementById("discard-dialog"));
+  return answer === "ok" && reason.value.trim() ? reason.value.trim() : null;
+}
+
+// ---------------------------------------------------------------------------------------
+// Actions: replay and discard, each confirmed, each answered in the notice
+
+function describe(selector) {
+  if (selector.ids) {
+    return selector.ids.length === 1
+      ? `message ${selector.ids[0]} of ${selector.endpoint}`
+      : `${selector.ids.length} messages of ${selector.endpoint}`;
+  }
+  const parts = [`every parked message of ${selector.endpoint}`];
+  if (selector.type !== undefined) parts.push(`of type ${selector.type ?? "(unknown)"}`);
+  if (selector.error_type !== undefined) {
+    parts.push(`that failed with ${selector.error_type ?? "(unknown error)"}`);
+  }
+  return parts.join(" ");
+}
+
+async function replay(selector, count, { confirm = true, after } = {}) {
+  const many = count === undefined ? "" : ` (${count})`;
+  if (confirm && !(await confirmed(`Replay ${describe(selector)}${many}? Each is processed ` +
+      "exactly once.", "Replay"))) return false;
+  return act(async () => {
+    const done = await api("replay", { method: "POST", body: selector });
+    const why = Array.isArray(done.skipped_why) && done.skipped_why.length
+      ? ` (${done.skipped_why.slice(0, 3).join("; ")})` : "";
+    const skipped = done.skipped
+      ? `; ${done.skipped} could not be replayed and stay parked${why}` : "";
+    showNotice(`Replayed ${done.replayed} of ${describe(selector)}${skipped}. ` +
+      `Action ${done.action}.`);
+  }, after);
+}
+
+async function discard(selector, count, { after } = {}) {
+  const many = count === undefined ? "" : ` (${count})`;
+  const reason = await discardReason(`Discard ${describe(selector)}${many}.`);
+  if (reason === null) return false;
+  return act(async () => {
+    const done = await api("discard", { method: "POST", body: { ...selector, reason } });
+    showNotice(`Discarded ${done.discarded} of ${describe(selector)} into the archive. ` +
+      `Action ${done.action}.`);
+  }, after);
+}
+
+/** Runs one action; then ``after`` (by default, the view drawn again with what is left). */
+async function act(perform, after = render) {
+  clearError();
+  try {
+    await perform();
+  } catch (e) {
+    showError(e);
+    render();
+    return false;
+  }
+  after();
+  return true;
+}
+
+function writable() {
+  return state.session !== null && !state.session.read_only;
+}
+
+// ---------------------------------------------------------------------------------------
+// Overview
+
+function processedChart(points) {
+  const width = 120;
+  const height = 28;
+  const counts = points.map((p) => p.count);
+  const most = Math.max(1, ...counts);
+  const total = counts.reduce((a, b) => a + b, 0);
+  const chart = svg("svg", {
+    class: "chart", width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
   });
-})();
+  const label = svg("title", {});
+  label.textContent = `${total} processed in the last ${points.length} minutes`;
+  chart.append(label);
+  const slot = width / Math.max(1, points.length);
+  points.forEach((point, i) => {
+    const tall = point.count === 0 ? 0 : Math.max(1, (point.count / most) * height);
+    const bar = svg("rect", {
+      x: (i * slot + 0.5).toFixed(1), y: (height - tall).toFixed(1),
+      width: Math.max(1, slot - 1).toFixed(1), height: tall.toFixed(1),
+    });
+    const tip = svg("title", {});
+    tip.textContent = `${point.minute}: ${point.count}`;
+    bar.append(tip);
+    chart.append(bar);
+  });
+  return el("span", { class: "throughput" }, chart, el("span", { class: "total" }, String(total)));
+}
+
+function nextDue(items, count) {
+  if (!items.length) return count ? muted(`${count} delayed`) : muted("—");
+  const list = el("ul", { class: "due" }, items.map((item) =>
+    el("li", {}, time(item.due_at), " ", orUnknown(item.type), " ",
+      el("span", { class: "id" }, item.message_id))));
+  return list;
+}
+
+function endpointRow(endpoint) {
+  const parked = endpoint.poison_count > 0
+    ? el("a", { href: routeWith("parked", { endpoint: endpoint.name }), class: "alarm" },
+      String(endpoint.poison_count))
+    : "0";
+  const oldest = endpoint.oldest_token_age_seconds;
+  return el("tr", { "data-endpoint": endpoint.name },
+    el("th", { scope: "row" }, endpoint.name),
+    el("td", {}, endpoint.mode),
+    el("td", { class: "num", "data-figure": "queue_depth" }, String(endpoint.queue_depth)),
+    el("td", { class: "num", "data-figure": "poison_count" }, parked),
+    el("td", { class: "num", "data-figure": "tokens_in_flight" },
+      String(endpoint.tokens_in_flight)),
+    el("td", {
+      class: oldest !== null && oldest > AGE_WARNING_SECONDS ? "num warn" : "num",
+      "data-figure": "oldest_token_age",
+    }, age(oldest)),
+    el("td", { class: "num", "data-figure": "delayed_count" }, String(endpoint.delayed_count)),
+    el("td", { "data-figure": "next_due" }, nextDue(endpoint.next_due, endpoint.delayed_count)),
+    el("td", { "data-figure": "processed" }, processedChart(endpoint.processed_last_minutes)),
+    el("td", { class: "num", "data-figure": "p50" }, millis(endpoint.latency_ms.p50)),
+    el("td", { class: "num", "data-figure": "p95" }, millis(endpoint.latency_ms.p95)));
+}
+
+/** Tokens written by senders that are not endpoints of the app (the HTTP ingress, the CLI,
+ * bulk jobs): messages sent from outside and not processed yet. The server lists them only
+ * when there are any. */
+function otherSenders(senders) {
+  if (!senders || senders.length === 0) return null;
+  return el("div", { id: "other-senders" },
+    el("h3", {}, "Sent from outside the app, not processed yet"),
+    table(["Sender", "In flight", "Oldest token", "Delayed"], senders.map((sender) =>
+      el("tr", { "data-sender": sender.sender },
+        el("th", { scope: "row" }, sender.sender),
+        el("td", { class: "num" }, String(sender.tokens_in_flight)),
+        el("td", { class: "num" }, age(sender.oldest_token_age_seconds)),
+        el("td", { class: "num" }, String(sender.delayed_count)))), { compact: true }));
+}
+
+function recipients(lists) {
+  return el("section", { id: "recipients" }, el("h2", {}, "Recipient lists"),
+    table(["Topic", "Subscribed endpoints"], lists.map((list) => el("tr", {},
+      el("th", { scope: "row" }, list.topic),
+      el("td", {}, list.endpoints.length ? list.endpoints.join(", ") : muted("no subscriber")))),
+    { empty: "No topic has a recipient list." }));
+}
+
+function audit(report) {
+  const section = el("section", { id: "audit" }, el("h2", {}, "Last audit report"));
+  if (report === null) {
+    section.append(el("p", { class: "muted" }, "No audit report."));
+    return section;
+  }
+  const verdict = String(report.verdict);
+  const known = ["pass", "warn", "fail"].includes(verdict.toLowerCase());
+  section.append(el("dl", { class: "facts" },
+    el("dt", {}, "When"), el("dd", {}, time(report.at)),
+    el("dt", {}, "Verdict"),
+    el("dd", {}, el("span", { class: known ? `badge verdict-${verdict.toLowerCase()}` : "badge" },
+      verdict))),
+  el("pre", { class: "summary" }, report.summary));
+  return section;
+}
+
+async function overviewView(view) {
+  const overview = await api("overview");
+  const columns = ["Endpoint", "Mode", "Queue", "Parked", "In flight", "Oldest token",
+    "Delayed", "Next due", "Processed / min", "p50", "p95"];
+  view.append(
+    el("section", { id: "endpoints" },
+      el("h2", {}, "Endpoints"),
+      el("p", { class: "muted" }, "As of ", time(overview.generated_at),
+        "; refreshed every 15 s. ",
+        button("Refresh now", () => render(), { kind: "link" })),
+      el("div", { class: "scroll" },
+        table(columns, overview.endpoints.map(endpointRow),
+          { empty: "No endpoint.", id: "endpoint-table" })),
+      otherSenders(overview.other_senders)),
+    recipients(overview.recipients),
+    audit(overview.audit));
+}
+
+// ---------------------------------------------------------------------------------------
+// Failed messages: groups, the filtered and paged list
+
+function groupSelector(group) {
+  return { endpoint: group.endpoint, type: group.type, error_type: group.error_type };
+}
+
+function groupRow(group) {
+  const show = routeWith("parked", {
+    endpoint: group.endpoint, type: group.type ?? "", error: group.error_type ?? "",
+  });
+  const actions = writable()
+    ? [button("Replay", () => replay(groupSelector(group), group.count), { kind: "primary" }),
+      button("Discard…", () => discard(groupSelector(group), group.count), { kind: "danger" })]
+    : [];
+  return el("tr", { class: "group" },
+    el("td", {}, group.endpoint),
+    el("td", {}, orUnknown(group.type)),
+    el("td", {}, orUnknown(group.error_type)),
+    el("td", { class: "num" }, el("a", { href: show, title: "list them" }, String(group.count))),
+    el("td", { class: "reason" }, group.example_reason),
+    el("td", { class: "actions" }, actions));
+}
+
+/** The list's filters. A type or error type left blank matches any; one that is empty in
+ * the address (a group's link) matches the messages that have none. */
+function filterForm(filters) {
+  const field = (name, label, value) => el("label", {}, label,
+    el("input", {
+      name, value: value ?? "", type: "text", autocomplete: "off",
+      placeholder: value === "" ? "(none)" : "any",
+    }));
+  const size = el("select", { name: "size" }, PAGE_SIZES.map((n) =>
+    el("option", { value: n, selected: n === filters.size }, String(n))));
+  const form = el("form", { class: "filters", id: "filters" },
+    field("endpoint", "Endpoint", filters.endpoint),
+    field("type", "Message type", filters.type),
+    field("error", "Error type", filters.error),
+    el("label", {}, "Per page", size),
+    el("button", { type: "submit" }, "Filter"),
+    el("a", { href: "#/parked", class: "clear" }, "Clear"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const data = new FormData(form);
+    const given = (name) => data.get(name).trim() || null;
+    location.hash = routeWith("parked", {
+      endpoint: given("endpoint"), type: given("type"), error: given("error"),
+      size: data.get("size"),
+    });
+  });
+  return form;
+}
+
+function messageRow(message) {
+  return el("tr", { "data-id": message.id },
+    el("td", {}, message.endpoint),
+    el("td", {}, el("a", { href: route("message", message.endpoint, message.id), class: "id" },
+      message.message_id || message.id)),
+    el("td", {}, orUnknown(message.type)),
+    el("td", {}, orUnknown(message.error_type)),
+    el("td", { class: "reason" }, message.reason),
+    el("td", {}, time(message.parked_at)),
+    el("td", { class: "num" }, message.dequeue_count === null ? "—" : String(message.dequeue_count)));
+}
+
+function pager(page, shown, view, query) {
+  const first = page.total === 0 ? 0 : page.skip + 1;
+  const last = page.skip + shown;
+  const to = (skip) => routeWith(view, { ...query, skip });
+  const previous = page.skip > 0
+    ? el("a", { href: to(Math.max(0, page.skip - page.size)), class: "button", rel: "prev" },
+      "‹ Previous")
+    : el("span", { class: "button disabled" }, "‹ Previous");
+  const next = last < page.total
+    ? el("a", { href: to(page.skip + page.size), class: "button", rel: "next" }, "Next ›")
+    : el("span", { class: "button disabled" }, "Next ›");
+  return el("p", { class: "pager" }, previous,
+    el("span", { class: "position" }, `${first}–${last} of ${page.total}`), next);
+}
+
+/** Replay or discard the whole filtered list: one endpoint, and a type or an error type (an
+ * action never takes a whole queue by omission). In a selector, null means "has none". */
+function filteredActions(filters, total) {
+  if (!writable() || total === 0) return null;
+  if (filters.endpoint === null || (filters.type === null && filters.error === null)) {
+    return el("p", { class: "muted" },
+      "Filter by an endpoint and a type or an error to replay or discard the whole list.");
+  }
+  const selector = { endpoint: filters.endpoint };
+  if (filters.type !== null) selector.type = filters.type || null;
+  if (filters.error !== null) selector.error_type = filters.error || null;
+  return el("p", { class: "actions" },
+    button(`Replay these ${total}`, () => replay(selector, total), { kind: "primary" }),
+    button(`Discard these ${total}…`, () => discard(selector, total), { kind: "danger" }));
+}
+
+function failedFilters(params) {
+  const size = Number(params.get("size"));
+  return {
+    endpoint: params.get("endpoint") || null,
+    type: params.get("type"),
+    error: params.get("error"),
+    size: PAGE_SIZES.includes(size) ? size : DEFAULT_PAGE_SIZE,
+    skip: Math.max(0, Number(params.get("skip")) || 0),
+  };
+}
+
+/** The two ways into the failed messages: by group (where to start), or every one. */
+function failedTabs(current) {
+  const tab = (name, href, label) => el("a", {
+    href, class: "tab", "aria-current": name === current ? "page" : null,
+  }, label);
+  return el("nav", { class: "tabs", "aria-label": "Failed messages" },
+    tab("failed", "#/failed", "By group"),
+    tab("parked", "#/parked", "Every parked message"));
+}
+
+async function groupsView(view) {
+  const groups = await api("failed/groups");
+  const total = groups.groups.reduce((sum, group) => sum + group.count, 0);
+  view.append(failedTabs("failed"), el("section", { id: "groups" },
+    el("h2", {}, `Parked messages by endpoint, type and error (${total})`),
+    table(["Endpoint", "Message type", "Error type", "Count", "Example reason", ""],
+      groups.groups.map(groupRow), { empty: "Nothing is parked." })));
+}
+
+async function parkedView(view, params) {
+  const filters = failedFilters(params);
+  const { skip, ...kept } = filters;
+  const page = await api("failed", { query: { ...kept, skip } });
+  view.append(failedTabs("parked"), el("section", { id: "failed-list" },
+    el("h2", {}, "Parked messages"),
+    filterForm(filters),
+    filteredActions(filters, page.total),
+    pager(page, page.messages.length, "parked", kept),
+    el("div", { class: "scroll" }, table(
+      ["Endpoint", "Message", "Type", "Error type", "Reason", "Parked at", "Tries"],
+      page.messages.map(messageRow), { empty: "No parked message matches." })),
+    pager(page, page.messages.length, "parked", kept)));
+}
+
+// ---------------------------------------------------------------------------------------
+// One parked message
+
+async function messageView(view, endpoint, id) {
+  const message = await api(`failed/${encodeURIComponent(endpoint)}/${encodeURIComponent(id)}`);
+  const one = { endpoint: message.endpoint, ids: [message.id] };
+  const back = () => { location.hash = routeWith("parked", { endpoint: message.endpoint }); };
+  const actions = writable()
+    ? el("p", { class: "actions" },
+      button("Replay", () => replay(one, 1, { confirm: false, after: back }), { kind: "primary" }),
+      button("Discard…", () => discard(one, 1, { after: back }), { kind: "danger" }))
+    : null;
+  const headers = Object.entries(message.headers).map(([name, value]) =>
+    el("tr", {}, el("th", { scope: "row" }, name), el("td", {}, value)));
+  view.append(el("section", { id: "message" },
+    el("p", {}, el("a", { href: routeWith("parked", { endpoint: message.endpoint }) },
+      "‹ Parked messages")),
+    el("h2", {}, `${message.endpoint} / `, el("span", { class: "id" }, message.id)),
+    actions,
+    el("dl", { class: "facts" },
+      el("dt", {}, "Message id"), el("dd", { class: "id" }, orUnknown(message.message_id)),
+      el("dt", {}, "Type"), el("dd", {}, orUnknown(message.type)),
+      el("dt", {}, "Parked at"), el("dd", {}, time(message.parked_at)),
+      el("dt", {}, "Reason"), el("dd", {}, el("pre", { class: "reason", id: "reason" },
+        message.reason))),
+    el("h3", {}, "Headers"),
+    table(["Name", "Value"], headers, { empty: "No header.", compact: true }),
+    el("h3", {}, "Body"),
+    el("pre", { class: "body", id: "body" }, message.body),
+    el("h3", {}, "Delivery history"),
+    el("ol", { class: "history" }, message.history.map((step) =>
+      el("li", {}, time(step.at), " ", step.what)))));
+}
+
+// ---------------------------------------------------------------------------------------
+// The action journal
+
+async function actionsView(view, params) {
+  const skip = Math.max(0, Number(params.get("skip")) || 0);
+  const size = DEFAULT_PAGE_SIZE;
+  const journal = await api("actions", { query: { size, skip } });
+  const rows = journal.actions.map((action) => el("tr", { "data-action": action.id },
+    el("td", {}, time(action.at)),
+    el("td", { class: "who" }, action.who),
+    el("td", {}, action.what,
+      action.done === false ? el("span", { class: "badge unfinished", title:
+        "the action was recorded and did not report its end: it runs, or was interrupted" },
+      "not finished") : null),
+    el("td", {}, action.endpoint),
+    el("td", {}, action.selector),
+    el("td", { class: "num" }, String(action.count)),
+    el("td", { class: "reason" }, action.reason === null ? muted("—") : action.reason),
+    el("td", { class: "id" }, action.id)));
+  const pages = pager({ skip, size, total: journal.total }, rows.length, "actions", {});
+  view.append(el("section", { id: "journal" },
+    el("h2", {}, "Action journal"),
+    el("p", { class: "muted" }, "Every replay and discard: who, when, what, newest first."),
+    pages,
+    table(["When", "Who", "What", "Endpoint", "Selection", "Count", "Reason", "Action"], rows,
+      { empty: "No action yet." })));
+}
+
+// ---------------------------------------------------------------------------------------
+// Routing
+
+function parseRoute() {
+  const raw = location.hash.replace(/^#\/?/, "");
+  const mark = raw.indexOf("?");
+  const [path, search] = mark < 0 ? [raw, ""] : [raw.slice(0, mark), raw.slice(mark + 1)];
+  const parts = path.split("/").map((p) => {
+    try {
+      return decodeURIComponent(p);
+    } catch {
+      return p;
+    }
+  });
+  return { parts, params: new URLSearchParams(search || "") };
+}
+
+/** The view a route names (an unknown one: the overview), and the header tab it belongs to. */
+function viewOf(parts, params) {
+  const [name, ...rest] = parts;
+  if (name === "failed") return { tab: "failed", draw: (view) => groupsView(view) };
+  if (name === "parked") return { tab: "failed", draw: (view) => parkedView(view, params) };
+  if (name === "message" && rest.length === 2) {
+    return { tab: "failed", draw: (view) => messageView(view, rest[0], rest[1]) };
+  }
+  if (name === "actions") return { tab: "actions", draw: (view) => actionsView(view, params) };
+  return { tab: "overview", draw: (view) => overviewView(view), refresh: true };
+}
+
+async function render() {
+  clearTimeout(state.refreshTimer);
+  const renderId = ++state.renderId;
+  const { parts, params } = parseRoute();
+  const { tab, draw, refresh } = viewOf(parts, params);
+  for (const link of document.querySelectorAll("header nav a")) {
+    if (link.dataset.view === tab) link.setAttribute("aria-current", "page");
+    else link.removeAttribute("aria-current");
+  }
+  const view = el("div", { class: `view view-${tab}` });
+  try {
+    if (state.session === null) await startSession();
+    await draw(view);
+  } catch (e) {
+    if (renderId !== state.renderId) return;
+    showError(e);
+    // Nothing but the error: figures left from before would look current.
+    document.getElementById("view").replaceChildren();
+    return;
+  }
+  if (renderId !== state.renderId) return; // a newer render started meanwhile
+  document.getElementById("view").replaceChildren(view);
+  if (refresh) {
+    state.refreshTimer = setTimeout(() => {
+      if (document.visibilityState === "visible") render();
+    }, OVERVIEW_REFRESH_MS);
+  }
+}
+
+async function startSession() {
+  const session = await api("session");
+  state.session = session;
+  document.getElementById("app-name").textContent = session.app;
+  document.getElementById("who").textContent = `signed in as ${session.who}`;
+  document.getElementById("read-only").hidden = !session.read_only;
+  document.body.classList.toggle("is-read-only", session.read_only);
+}
+
+function start() {
+  document.getElementById("banner-close").addEventListener("click", clearError);
+  document.getElementById("notice-close").addEventListener("click", () => {
+    document.getElementById("notice").hidden = true;
+  });
+  window.addEventListener("hashchange", () => {
+    clearError();
+    render();
+  });
+  render();
+}
+
+start();
