@@ -6,15 +6,21 @@ Nothing here changes the parked set: the module sets it up once."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from playwright.sync_api import expect
 
 from lab.local.azurite import AzuriteEndpoints
-from shared.resources import poison_queue
-from tests.console.browser.desk import DeskStorage, synthetic_parked
+from shared.audit.published import PublishedAudit, publish
+from shared.console.api import OVERVIEW_SECONDS
+from shared.resources import CONTAINERS, poison_queue
+from shared.settings import StorageSettings
+from shared.stores.azure import AzureStorageAccount
+from tests.console.browser.desk import DeskStorage, blocking, synthetic_parked
 from tests.console.browser.desk_app import BOOKINGS, NOTE_HEADER, TALLY
 from tests.console.browser.tab import (
     HOSTILE,
@@ -299,3 +305,34 @@ def test_a_read_only_console_offers_no_action_and_refuses_a_forged_one(
     assert forged["status"] == 403
     assert "read-only" in forged["body"]["error"]
     assert desk.depth(poison_queue(BOOKINGS)) == 12
+
+
+def test_the_last_audit_shows_its_verdict_and_summary_as_text(
+    tab: Tab, console: RunningConsole, emulator: AzuriteEndpoints
+) -> None:
+    """What an audit published (a blob anyone with write access to the container could have
+    written): its summary shown as the characters it is."""
+    summary = f"audit: sent=6 processed=6 {HOSTILE} verdict=PASS"
+    at = datetime(2026, 11, 26, 9, 30, tzinfo=UTC)
+    published = PublishedAudit(at=at, verdict="PASS", summary=summary)
+    blocking(lambda: _published(emulator, published))
+    try:
+        time.sleep(OVERVIEW_SECONDS + 0.5)  # the overview is kept a few seconds for every tab
+        tab.open(console)
+        expect(tab.page.locator("#audit pre.summary")).to_have_text(summary)
+        expect(tab.page.locator("#audit .badge")).to_have_text("PASS")
+        expect(tab.page.locator("#audit time")).to_have_text("2026-11-26 09:30:00 UTC")
+        assert tab.page.locator("main img, main script").count() == 0
+        assert tab.script_ran() is None
+    finally:
+        blocking(lambda: _published(emulator, None))
+
+
+async def _published(emulator: AzuriteEndpoints, audit: PublishedAudit | None) -> None:
+    """Publish ``audit``, or remove what was published."""
+    async with AzureStorageAccount(StorageSettings(emulator.connection_string)) as account:
+        container = account.blob_container(CONTAINERS["audits"])
+        if audit is None:
+            await container.delete_container()
+        else:
+            await publish(container, audit, "<html>report</html>")
