@@ -19,10 +19,7 @@ import asyncio
 import contextlib
 import os
 import secrets
-import selectors
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +31,7 @@ from playwright.sync_api import Page, ViewportSize, sync_playwright
 
 from lab.chromium import CHROMIUM_FLAGS, chromium
 from lab.local.azurite import REPO_ROOT, Azurite
+from lab.local.console_process import started_console
 from lab.local.demo import DEMO_APP, Options, demo_app, drive, inherited_environ
 from lab.local.payments import Provider, provider_args
 from lab.local.postgres import PostgresServer
@@ -52,7 +50,6 @@ OUT = REPO_ROOT / "docs" / "img"
 OPERATOR = "ops-ada"
 VIEWPORT: ViewportSize = {"width": 1400, "height": 860}
 SHORT: ViewportSize = {"width": 1400, "height": 420}
-START_SECONDS = 60
 
 
 @dataclass(frozen=True)
@@ -130,34 +127,8 @@ async def _park_waiting(worker: Worker, failure: Failure) -> int:
 @contextlib.contextmanager
 def console(environ: dict[str, str], workdir: Path) -> Iterator[str]:
     """``bus console`` on the demo's storage until the block ends; its address."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "shared.cli", "console", "--port", "0", "--by", OPERATOR],
-        cwd=workdir,
-        env=environ,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        yield _address(process)
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _address(process: subprocess.Popen[str]) -> str:
-    assert process.stdout is not None
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        if selector.select(timeout=START_SECONDS):
-            line = process.stdout.readline()
-            if line.startswith("console: "):
-                return line.removeprefix("console: ").strip()
-    raise SystemExit(f"bus console did not start (exit code {process.poll()})")
+    with started_console(workdir, environ, "--by", OPERATOR) as started:
+        yield started.address
 
 
 def photograph(address: str, out: Path) -> list[Path]:

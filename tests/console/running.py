@@ -6,12 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
-import selectors
-import signal
 import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -21,11 +16,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from lab.local.azurite import REPO_ROOT
+from lab.local.console_process import started_console
 from shared.app_loader import APP_SETTING
 from tests.conftest import SAMPLE_APP, sample_provider_settings
-
-LINE = re.compile(r"console: (http://127\.0\.0\.1:(\d+))/\?token=([A-Za-z0-9_-]+)\n")
-START_SECONDS = 60
 
 
 @dataclass
@@ -110,39 +103,5 @@ def console_environ(connection_string: str, **more: str) -> dict[str, str]:
 @contextlib.contextmanager
 def running_console(folder: Path, environ: dict[str, str], *args: str) -> Iterator[RunningConsole]:
     """``bus console --port 0 ARGS`` in ``folder``, until the block ends."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "shared.cli", "console", "--port", "0", *args],
-        cwd=folder,
-        env=environ,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        line = _first_line(process)
-        found = LINE.fullmatch(line)
-        if found is None:
-            raise AssertionError(f"unexpected first line {line!r}: {process.stderr.read()}")  # type: ignore[union-attr]
-        yield RunningConsole(found[1], found[3], process)
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
-def _first_line(process: subprocess.Popen[str]) -> str:
-    assert process.stdout is not None
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        deadline = time.monotonic() + START_SECONDS
-        while time.monotonic() < deadline:
-            if selector.select(timeout=0.5):
-                return process.stdout.readline()
-            if process.poll() is not None:
-                break
-    assert process.stderr is not None
-    raise AssertionError(f"bus console did not start: {process.stderr.read()}")
+    with started_console(folder, environ, *args) as started:
+        yield RunningConsole(started.base, started.token, started.process)
