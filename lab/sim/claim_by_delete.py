@@ -143,6 +143,8 @@ class ClaimByDeleteReceiver(Receiver):
         snapshot = await self.state_store.read(signal.partition_key, signal.message_id)  # R2
         outbox = snapshot.outbox
         if outbox is None:
+            if progress.claimed:
+                return Outcome.DUPLICATE  # the O(m) we claimed for was committed and retired
             if self.protocol.read_first and not progress.seen:
                 return Outcome.DUPLICATE  # token gone and no O(m): processed and retired
             outbox = await self._insert(signal, progress)  # R3
