@@ -4,15 +4,19 @@ failed): a protocol the simulator explores beside production's, never production
 The receiver claims token(a) by its metadata as production does (R4) but does not delete it
 after the signals: its invocation ends at R6. The cleanup, which already retires O(m) once
 the message and everything it sent are consumed, deletes token(a) first: when O(m) is
-committed, past the grace period and no token it committed is left (each was consumed, so
-each was signalled; with no outputs there was nothing to signal), the signals are sent,
-which is all R7 waited for. In production those deletes would go in the cleanup's blob
-batches (``shared.cleanup.batching.delete_blobs``): one request per 256 tokens instead of
-one per message on the hot path.
+committed, past the grace period and each token it committed is gone or claimed (consumed
+or received, so signalled; with no outputs there was nothing to signal), the signals were
+sent, which is all R7 waited for (design notes section 3: signals before the incoming token
+is deleted). A claimed output counts as consumed because its token now stays until its
+receiver's cleanup pass: waiting for it would keep the sender's O(m) one more pass per hop.
+In production those deletes would go in the cleanup's blob batches
+(``shared.cleanup.batching.delete_blobs``): one request per 256 tokens instead of one per
+message on the hot path.
 
 Nothing else changes: a copy that comes while the token is still there finds it claimed by
 O(m)'s claim id and O(m) committed, and resumes (it sends the signals again: harmless); one
-that comes after the cleanup is the copy that comes after R7 today.
+that comes after the cleanup is the copy that comes after R7 today. docs/claim-by-delete.md
+has the runs.
 
 Modelled as production's receiver over a blob container that does not send R7 (the delete
 of the token the current invocation received, ``lab.sim.variants.incoming_token``; the only
