@@ -100,3 +100,14 @@ class IncomingDeletingOutboxRecords(OutboxRecords):
                 doomed.append(blob)
         report.removed["abandoned_tokens"] += await delete_blobs(context.tokens, doomed)
         return waiting
+
+
+class IncomingDeletedEarly(IncomingDeletingOutboxRecords):
+    """Known-bad: the cleanup's R7 does not wait for O(m)'s outputs to be claimed, so a
+    round that committed and crashed before its signals loses them (the rule that signals go
+    before the incoming token, moved to the cleanup)."""
+
+    async def _unclaimed_outputs(
+        self, context: CleanupContext, record: OutboxRecord, report: TaskReport
+    ) -> int:
+        return 0

@@ -53,7 +53,11 @@ from lab.sim.claim_by_delete import (
     KeptEnvelopes,
 )
 from lab.sim.cleanup import cleanup_to_completion, expire_audit_rows
-from lab.sim.deferred_delete import IncomingDeletingOutboxRecords, keeping_incoming
+from lab.sim.deferred_delete import (
+    IncomingDeletedEarly,
+    IncomingDeletingOutboxRecords,
+    keeping_incoming,
+)
 from lab.sim.fingerprint import TraceFingerprint, locations
 from lab.sim.invariants import (
     NO_LOST_MESSAGES,
@@ -222,6 +226,9 @@ class SimConfig:
     """Token mode leaves R7 (deleting token(a)) to the cleanup, which does it before it
     retires O(m) (``lab.sim.deferred_delete``, issue 33): a protocol explored beside
     production's."""
+    r7_before_outputs: bool = False
+    """With ``r7_by_cleanup``, a known-bad cleanup that deletes token(a) and retires O(m)
+    without waiting for its outputs to be claimed."""
     wait_outlasts_audit: bool = False
     """``waits``: the time that passes also outlasts the audit retention (the audit rows are
     removed), as a poison replay days later or a long backlog does. Every mode inserts the
@@ -946,6 +953,8 @@ class World:
         """The cleanup's O(m) task when token mode leaves R7 to it, or claims by delete and
         keeps an uncommitted O(m); None: production's."""
         if self.config.r7_by_cleanup:
+            if self.config.r7_before_outputs:
+                return IncomingDeletedEarly
             return IncomingDeletingOutboxRecords
         protocol = self.config.claim_by_delete
         if protocol is None or protocol.uncommitted == "retire":

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -112,3 +113,14 @@ async def test_r7_left_to_the_cleanup_holds_with_two_concurrent_copies_interleav
 
     assert summary.violations == 0, summary.failures[:1]
     assert summary.schedules >= 500
+
+
+async def test_a_cleanup_deleting_the_token_before_its_outputs_are_claimed_is_caught() -> None:
+    """The known-bad variant of R7 by the cleanup: a round that committed and crashed before
+    its signals has its token deleted and O(m) retired; the redelivery acknowledges."""
+    config = replace(CONFIGS["small-redelivery-r7-by-cleanup"], r7_before_outputs=True)
+    summary = await exhaustive(config, max_deviations=0, max_faults=1, stop_at_first=True)
+
+    assert summary.violations == 1
+    [(_, result)] = summary.failures
+    assert "NoLostMessages" in invariants(result)
