@@ -17,7 +17,7 @@ to them. The parked phase (``lab.sim.parked``) also runs the endpoint's poison t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 
 from lab.cleanup.sweep import sweep_endpoint
@@ -45,13 +45,22 @@ async def cleanup_to_completion(
     clock: Clock,
     senders: tuple[str, ...] = (),
     payloads_container: str = "payloads",
+    outbox_task: Callable[[str], CleanupTask] | None = None,
 ) -> None:
     """One cleanup pass over every endpoint, then over the tokens of each client ``senders``
     names (judged by their ingress records); ``window_seconds`` is the retention of every
     window mode's dedup records (its dedup window). ``rows``: each endpoint's rows, in
     whichever store and through whichever wrapper the caller chose; the tokens and the
-    ingress table are in ``account``."""
+    ingress table are in ``account``. ``outbox_task``: the O(m) task a token-mode endpoint
+    runs instead of production's (a protocol explored beside it, ``lab.sim.claim_by_delete``)."""
     for endpoint, mode in endpoints.items():
+        if mode == "token" and outbox_task is not None:
+            config = BusConfig(
+                tokens_container=tokens_container, ingress_table=ingress_table, clock=clock
+            )
+            for task in (AbandonedTokens(f"{endpoint}/"), outbox_task(endpoint)):
+                await _run(task, account, {endpoint: rows[endpoint]}, grace_seconds, clock, config)
+            continue
         if mode == "token":
             await sweep_endpoint(
                 account,

@@ -18,6 +18,7 @@ from collections.abc import Callable, Collection, Hashable, Iterable
 from dataclasses import dataclass, field, replace
 
 from lab.sim.choices import Chooser, DepthFirst, Replay, Seeded
+from lab.sim.claim_by_delete import ClaimByDelete
 from lab.sim.invariants import Observation
 from lab.sim.model import SHAPES
 from lab.sim.parked import ParkedWorld
@@ -225,6 +226,56 @@ for _base in ("small", "small-sweep", "small-partition"):
             CONFIGS[f"{_base}-{_mode}"], name=f"{_base}-postgres-{_mode}", store="postgres"
         )
         CONFIGS[_config.name] = _config
+
+
+# Token mode claiming by the token's conditional delete (issue 33, ``lab.sim.claim_by_delete``),
+# one configuration per candidate rule: two copies of one message, and time that may jump past
+# the grace period (with a cleanup pass) while a copy is hidden, so that a copy can come back
+# after the cleanup retired what the first copy left. Not in the default plan.
+CLAIM_BY_DELETE: dict[str, ClaimByDelete] = {
+    "resume": ClaimByDelete(on_gone="resume"),
+    "unless-inserted": ClaimByDelete(on_gone="resume-unless-inserted"),
+    "duplicate": ClaimByDelete(on_gone="duplicate"),
+    "retire": ClaimByDelete(on_gone="resume-unless-inserted", uncommitted="retire"),
+    "read-first": ClaimByDelete(read_first=True),
+}
+for _rule, _protocol in CLAIM_BY_DELETE.items():
+    _config = SimConfig(
+        name=f"claim-by-delete-{_rule}",
+        shape="single",
+        copies=2,
+        concurrency=2,
+        waits=1,
+        wait_outlasts_audit=True,
+        claim_by_delete=_protocol,
+    )
+    CONFIGS[_config.name] = _config
+# read-first outside the timing assumptions: a copy that stalls between its read of the token
+# and its insert of O(m) for longer than the grace period.
+_config = replace(
+    CONFIGS["claim-by-delete-read-first"],
+    name="claim-by-delete-read-first-unbounded",
+    waits=0,
+    sweeps=1,
+    sweep_grace=30.0,
+    faults=ALL_FAULTS,
+    timing="unbounded",
+)
+CONFIGS[_config.name] = _config
+
+
+# Token mode leaving R7 to the cleanup (issue 33, ``lab.sim.deferred_delete``): the
+# configurations that race the cleanup with copies and redeliveries, under that protocol.
+# Not in the default plan.
+for _base in (
+    "small",
+    "small-sweep",
+    "small-redelivery",
+    "small-partition",
+    "small-unbounded-sweep",
+):
+    _config = replace(CONFIGS[_base], name=f"{_base}-r7-by-cleanup", r7_by_cleanup=True)
+    CONFIGS[_config.name] = _config
 
 
 def config_named(name: str) -> SimConfig:

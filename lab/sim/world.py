@@ -46,7 +46,18 @@ from typing import Any, Literal, cast
 
 from lab.host.queue_worker import QueueWorker
 from lab.sim.choices import Chooser, Replay
+from lab.sim.claim_by_delete import (
+    ClaimByDelete,
+    ClaimByDeleteBus,
+    ClaimedOutboxRecords,
+    KeptEnvelopes,
+)
 from lab.sim.cleanup import cleanup_to_completion, expire_audit_rows
+from lab.sim.deferred_delete import (
+    IncomingDeletedEarly,
+    IncomingDeletingOutboxRecords,
+    keeping_incoming,
+)
 from lab.sim.fingerprint import TraceFingerprint, locations
 from lab.sim.invariants import (
     NO_LOST_MESSAGES,
@@ -76,6 +87,7 @@ from shared.bus.state.instrumented import InstrumentedSql
 from shared.bus.state.memory_sql import MemorySqlDatabase
 from shared.bus.state.rows import EndpointRows
 from shared.bus.state.stores import endpoints_rows
+from shared.cleanup.tasks import CleanupTask
 from shared.clock import ManualClock
 from shared.effects.markers import performer_markers
 from shared.effects.memory import InMemoryProvider
@@ -206,7 +218,22 @@ class SimConfig:
     invocation on its queue runs either (the old one is never the default choice). The old
     one gives back what it cannot read (``shared.bus.giveback``), within its give-back
     window (``World.old_window``)."""
+    claim_by_delete: ClaimByDelete | None = None
+    """Token mode claims by the token's conditional delete instead of its metadata, by these
+    rules (``lab.sim.claim_by_delete``, issue 33): a protocol explored beside production's."""
     stall_outlasts_audit: bool = True
+    r7_by_cleanup: bool = False
+    """Token mode leaves R7 (deleting token(a)) to the cleanup, which does it before it
+    retires O(m) (``lab.sim.deferred_delete``, issue 33): a protocol explored beside
+    production's."""
+    r7_before_outputs: bool = False
+    """With ``r7_by_cleanup``, a known-bad cleanup that deletes token(a) and retires O(m)
+    without waiting for its outputs to be claimed."""
+    wait_outlasts_audit: bool = False
+    """``waits``: the time that passes also outlasts the audit retention (the audit rows are
+    removed), as a poison replay days later or a long backlog does. Every mode inserts the
+    audit row in its commit: while it is there a second commit of the message fails, so a
+    protocol that leans on it leans on the audit retention, a time window."""
     """Unbounded timing: a stall also outlasts the audit retention (the audit rows are
     removed while it lasts). Every mode inserts the audit row in its commit, so while the
     row is there a second commit of the message fails whatever else expired."""
@@ -226,6 +253,8 @@ class SimConfig:
             raise ConfigurationError(
                 "shared_key and legacy_record are about scoped keys: key_scopes=True"
             )
+        if self.r7_by_cleanup and self.claim_by_delete is not None:
+            raise ConfigurationError("claim_by_delete has no R7 to leave to the cleanup")
         if self.lease <= 0 or self.sweep_grace < 0:
             raise ConfigurationError("lease must be positive and sweep_grace not negative")
         longest = self.max_ticks * self.tick + self.sweep_grace + 1
@@ -386,6 +415,8 @@ class World:
         self.scheduler = Scheduler(None if self.clock is not None else REAL_STORE_TIMEOUT)
         self.instrumentation.on_operation = self.scheduler.gate
         instrumented: StorageAccount = InstrumentedAccount(self.account, self.instrumentation)
+        if config.r7_by_cleanup:
+            instrumented = keeping_incoming(instrumented)
         if self.wrap is not None:
             instrumented = self.wrap(instrumented)
         self.instrumented = instrumented
@@ -429,7 +460,8 @@ class World:
         )
         self.watch = PayloadWatch(instrumented, self.account, self.bus_config.payloads_container)
         """The bus's account, watching for a payload missing while its token exists."""
-        self.bus = Bus(self.sim.app, self.watch, self.bus_config, sql=self.counted_sql)
+        self.kept_envelopes: KeptEnvelopes = {}
+        self.bus = self._bus()
         queue_settings = QueueSettings(
             max_dequeue_count=config.max_dequeue_count, lease_seconds=config.lease
         )
@@ -466,6 +498,21 @@ class World:
         self.client = self.bus.client(CLIENT)
         self.past_window = False
         """A stalled process woke up after the dedup window (window modes only)."""
+
+    def _bus(self) -> Bus:
+        """The bus the invocations run: production's, or one whose token mode claims by
+        delete (``SimConfig.claim_by_delete``)."""
+        protocol = self.config.claim_by_delete
+        if protocol is None:
+            return Bus(self.sim.app, self.watch, self.bus_config, sql=self.counted_sql)
+        return ClaimByDeleteBus(
+            self.sim.app,
+            self.watch,
+            self.bus_config,
+            sql=self.counted_sql,
+            protocol=protocol,
+            kept=self.kept_envelopes,
+        )
 
     def _build_app(self, instrumented: StorageAccount) -> SimApp:
         """The app the run drives: the model's (``lab.sim.model``) for the configuration."""
@@ -717,12 +764,15 @@ class World:
         after the grace period comes after a cleanup pass too."""
         await self._advance(self.config.sweep_grace + 1)
         await self._cleanup(self.quiet_account, self.config.sweep_grace, self.config.window)
+        if self.config.wait_outlasts_audit:
+            await expire_audit_rows(self._endpoint_rows(self.account).values())
         self.waited += 1
         self._queues = {}
         self.fingerprint.barrier("wait")
+        audit = " and the audit retention" if self.config.wait_outlasts_audit else ""
         self.trace.append(
-            f"{len(self.trace):4} time passes beyond the grace period (the redelivery is "
-            "late); a cleanup pass runs"
+            f"{len(self.trace):4} time passes beyond the grace period{audit} (the redelivery "
+            "is late); a cleanup pass runs"
         )
 
     async def _replay_parked(self) -> bool:
@@ -896,7 +946,20 @@ class World:
             window_seconds=window if self.retention is None else self.retention,
             clock=self.bus_config.clock,
             senders=(CLIENT,),
+            outbox_task=self._outbox_task(),
         )
+
+    def _outbox_task(self) -> Callable[[str], CleanupTask] | None:
+        """The cleanup's O(m) task when token mode leaves R7 to it, or claims by delete and
+        keeps an uncommitted O(m); None: production's."""
+        if self.config.r7_by_cleanup:
+            if self.config.r7_before_outputs:
+                return IncomingDeletedEarly
+            return IncomingDeletingOutboxRecords
+        protocol = self.config.claim_by_delete
+        if protocol is None or protocol.uncommitted == "retire":
+            return None
+        return ClaimedOutboxRecords
 
     async def _resume(self) -> None:
         """Everything else is quiet: the stalled processes wake up after more than the grace

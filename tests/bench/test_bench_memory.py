@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from lab.bench.modes import AT_LEAST_ONCE, TOKEN, BenchMode, bench_modes, select
+from lab.bench.modes import (
+    AT_LEAST_ONCE,
+    TOKEN,
+    TOKEN_R7_BY_CLEANUP,
+    BenchMode,
+    bench_modes,
+    protocol_modes,
+    select,
+)
 from lab.bench.report import mode_table, results_document, scaling_table, write_results
 from lab.bench.runner import Measurement, Plan, measure, measure_side_by_side, split
 from lab.bench.workload import Names
@@ -58,6 +66,30 @@ async def test_every_bus_mode_drains_the_workload_exactly_once(mode: BenchMode) 
     assert result.residue_kinds.get("state") == 2 * ROOTS
     assert result.residue > 0
     assert result.ops_per_message > 3  # more than the floor's plain read, write and ack
+
+
+async def test_token_with_r7_left_to_the_cleanup_drains_once_without_its_blob_deletes() -> None:
+    """Given token mode and token mode leaving R7 to the cleanup (issue 33, measured only on
+    request), when each drains the workload, then both handle every message once and the
+    second sends no blob delete: one request fewer per message, its tokens left for the
+    cleanup."""
+    [deferred] = protocol_modes()
+    token = await run(select(bench_modes(), [TOKEN])[0])
+    result = await run(deferred)
+
+    assert deferred.label == TOKEN_R7_BY_CLEANUP
+    assert token.ok, token.error
+    assert result.ok, result.error
+    assert result.outcomes == token.outcomes == {"processed": 2 * ROOTS}
+    assert token.operations["blob.delete"] == 2 * ROOTS
+    assert "blob.delete" not in result.operations
+
+    # Every other request the same (the receives depend on how the hosts' polls fell).
+    def others(m: Measurement) -> dict[str, int]:
+        return {k: n for k, n in m.operations.items() if k not in ("blob.delete", "queue.receive")}
+
+    assert others(result) == others(token)
+    assert result.residue_kinds.get("token blobs") == 2 * ROOTS
 
 
 async def test_results_document_has_one_entry_per_mode_and_the_token_ratio(
