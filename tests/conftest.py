@@ -63,9 +63,16 @@ def pytest_configure(config: pytest.Config) -> None:
     pinned = {APP_SETTING: SAMPLE_APP, **started_sample_provider().app_settings()}
     _session.callback(restore_environ, list(pinned))
     os.environ.update(pinned)
+    # Tables the tests compare are as wide as a script reading `bus` gets them; a width
+    # the runner sets (pytest-xdist's workers get COLUMNS=80) is not the user's terminal.
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    from tests.spark import stop_spark
+
+    stop_spark()
     _session.close()
 
 

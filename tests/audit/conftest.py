@@ -1,47 +1,34 @@
-"""One local Spark session for the whole test run (start-up costs seconds), and helpers to
-build audit inputs by hand.
-
-Under CI a test that needs Spark fails when Spark cannot start; elsewhere it is skipped with
-the reason, as with Azurite."""
+"""The audit tests' Spark session (``tests.spark``: one per process, started once, as start-up
+costs seconds), and helpers to build audit inputs by hand."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from tests.conftest import UNDER_CI
+from tests.spark import spark_session
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    try:
-        from shared.audit.session import get_session
-
-        # Tiny inputs: a couple of shuffle partitions, and no code generation whose compile
-        # time would dominate every query. No adaptive execution either: re-planning each
-        # query's stages cost about a fifth of the Spark-only audit tests' time
-        # (docs/testing.md), and without it both shuffle partitions stay apart (it merges
-        # tiny ones into one), so every query still combines rows of two partitions.
-        session = get_session(
-            "local[2]",
-            app_name="bus-audit-tests",
-            conf={
-                "spark.sql.shuffle.partitions": "2",
-                "spark.sql.codegen.wholeStage": "false",
-                "spark.sql.adaptive.enabled": "false",
-            },
-        )
-    except Exception as e:  # ImportError without pyspark, ConfigurationError without Java
-        if UNDER_CI:
-            pytest.fail(f"Spark is required under CI and could not start: {e}")
-        pytest.skip(f"Spark unavailable (run `make deps`): {e}")
-    yield session
-    session.stop()
+@pytest.fixture(scope="module")
+def spark() -> Any:
+    # Tiny inputs: a couple of shuffle partitions, and no code generation whose compile time
+    # would dominate every query. No adaptive execution either: re-planning each query's
+    # stages cost about a fifth of the Spark-only audit tests' time (docs/testing.md), and
+    # without it both shuffle partitions stay apart (it merges tiny ones into one), so every
+    # query still combines rows of two partitions.
+    return spark_session(
+        "local[2]",
+        app_name="bus-audit-tests",
+        conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.sql.codegen.wholeStage": "false",
+            "spark.sql.adaptive.enabled": "false",
+        },
+    )
 
 
 def at(seconds: float) -> datetime:

@@ -17,34 +17,19 @@ from lab.local.azurite import AzuriteEndpoints
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
 from tests.bulk.bus import provision_sample
-from tests.conftest import UNDER_CI, started_azurite
+from tests.conftest import started_azurite
+from tests.spark import spark_session
 
 MASTER = "local[2,4]"
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    try:
-        from pyspark.sql import SparkSession
-
-        from shared.audit.session import get_session
-
-        active = SparkSession.getActiveSession()
-        if active is not None and active.sparkContext.master != MASTER:
-            # A session of another test folder (the audit's, local[2]) fails a job on its
-            # first failed task; these tests need Spark's retries. Its tests have run.
-            active.stop()
-        session = get_session(
-            MASTER,
-            app_name="bus-bulk-tests",
-            conf={"spark.sql.shuffle.partitions": "2", "spark.sql.codegen.wholeStage": "false"},
-        )
-    except Exception as e:  # ImportError without pyspark, SparkFailure without Java
-        if UNDER_CI:
-            pytest.fail(f"Spark is required under CI and could not start: {e}")
-        pytest.skip(f"Spark unavailable (run `make deps`): {e}")
-    yield session
-    session.stop()
+@pytest.fixture(scope="module")
+def spark() -> Any:
+    return spark_session(
+        MASTER,
+        app_name="bus-bulk-tests",
+        conf={"spark.sql.shuffle.partitions": "2", "spark.sql.codegen.wholeStage": "false"},
+    )
 
 
 @pytest.fixture
