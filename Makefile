@@ -10,6 +10,10 @@ PY_STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
+# make test spreads the test files over this many processes (pytest-xdist): most tests wait on
+# Azurite, PostgreSQL, Spark or a subprocess, so three keep two cores busy and the suite takes
+# half the time (docs/testing.md). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 3
 
 .PHONY: deps java postgres chromium test lint format lint-infra demo clean
 
@@ -45,7 +49,7 @@ chromium:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
 
 test: deps
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: $(PY_STAMP)
 	$(PY) -m ruff check .
