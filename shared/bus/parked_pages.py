@@ -2,19 +2,18 @@
 
 A queue shows at most ``PEEK_LIMIT`` messages without receiving them. A deeper page is read in
 one pass that receives the queue's messages, each hidden for ``LOOK_SECONDS``, and makes them
-all visible again at the end of the pass (``PassedOver``): nothing is deleted, nothing is
-listed twice in a pass. A queue hands its messages out in no order that survives a pass (the
-ones a pass made visible again come after the rest), so every pass reads the whole queue and
-pages are cut from it sorted by queue message id, an order every pass agrees on: a page
-after ``skip`` is the same one on every pass while the queue is not changed.
+all visible again at the end of the pass (``poison_view.received_all``): nothing is deleted,
+nothing is listed twice in a pass. A queue hands its messages out in no order that survives
+a pass (the ones a pass made visible again come after the rest), so every pass reads the
+whole queue and pages are cut from it sorted by queue message id, an order every pass agrees
+on: a page after ``skip`` is the same one on every pass while the queue is not changed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.bus.poison import PassedOver
-from shared.bus.poison_view import LOOK_SECONDS, PEEK_LIMIT
+from shared.bus.poison_view import PEEK_LIMIT, received_all
 from shared.stores.queue import MessageQueue, QueueMessage
 
 
@@ -32,7 +31,7 @@ async def parked_page(queue: MessageQueue, *, skip: int = 0, size: int | None = 
     peeked = await queue.peek(PEEK_LIMIT)
     if len(peeked) < PEEK_LIMIT:  # all of them: no need to hide any
         return _cut(peeked, skip, size)
-    return await _received_page(queue, skip, size)
+    return _cut(await received_all(queue), skip, size)
 
 
 def _cut(messages: list[QueueMessage], skip: int, size: int | None) -> ParkedPage:
@@ -41,16 +40,3 @@ def _cut(messages: list[QueueMessage], skip: int, size: int | None) -> ParkedPag
     return ParkedPage(messages[skip:end], more=len(messages) > end)
 
 
-async def _received_page(queue: MessageQueue, skip: int, size: int | None) -> ParkedPage:
-    passed = PassedOver()
-    seen: list[QueueMessage] = []
-    try:
-        while batch := passed.unseen(
-            await queue.receive(PEEK_LIMIT, visibility_timeout=LOOK_SECONDS)
-        ):
-            for message in batch:
-                passed.hold(message)
-            seen += batch
-    finally:
-        await passed.release(queue)
-    return _cut(seen, skip, size)

@@ -87,19 +87,25 @@ async def find_parked(account: StorageAccount, endpoint: str, wanted: str) -> li
 
 
 async def _look_deeper(queue: MessageQueue, wanted: str) -> list[QueueMessage]:
+    return [message for message in await received_all(queue) if _is(message, wanted)]
+
+
+async def received_all(queue: MessageQueue) -> list[QueueMessage]:
+    """Every message of ``queue``, read by one pass that receives them, each hidden for
+    ``LOOK_SECONDS`` at most, and makes them all visible again at its end (``PassedOver``):
+    none is taken, none is read twice."""
     passed = PassedOver()
-    found: list[QueueMessage] = []
+    seen: list[QueueMessage] = []
     try:
         while batch := passed.unseen(
             await queue.receive(PEEK_LIMIT, visibility_timeout=LOOK_SECONDS)
         ):
             for message in batch:
                 passed.hold(message)
-                if _is(message, wanted):
-                    found.append(message)
+            seen += batch
     finally:
         await passed.release(queue)
-    return found
+    return seen
 
 
 def _is(message: QueueMessage, wanted: str) -> bool:
