@@ -10,9 +10,8 @@ the entry was listed with, so an entry rewritten since is judged again by the ne
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from shared.bus.discard import KEEP_UNTIL
+from shared.bus.unsubscribed import parse_time
 from shared.cleanup.batching import delete_blobs
 from shared.cleanup.report import TaskReport
 from shared.cleanup.tasks import CleanupContext, CleanupTask
@@ -46,12 +45,9 @@ class ExpiredDiscards(CleanupTask):
 
 
 def _expired(context: CleanupContext, blob: BlobProperties, report: TaskReport) -> bool:
-    raw = blob.metadata.get(KEEP_UNTIL, "")
-    try:
-        keep_until = datetime.fromisoformat(raw)
-    except ValueError:
-        keep_until = None
-    if keep_until is None or keep_until.tzinfo is None:
+    keep_until = parse_time(blob.metadata, KEEP_UNTIL)
+    if keep_until is None:
+        raw = blob.metadata.get(KEEP_UNTIL, "")
         report.bad_row(
             f"archive entry {shown(blob.name)}",
             ValueError(f"{KEEP_UNTIL} is not a time with a zone: {shown(raw[:80])}"),
