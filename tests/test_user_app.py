@@ -8,7 +8,6 @@ import json
 import os
 import textwrap
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,9 +15,9 @@ import pytest
 from lab.host.process import HostProcess
 from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.audit.cli import main as audit_main
-from shared.cli import main as bus_main
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
+from tests.cli.in_process import in_process
 from tests.conftest import unique_name
 
 pytestmark = pytest.mark.azurite
@@ -64,8 +63,6 @@ APP = textwrap.dedent(
     """
 )
 
-Run = Callable[..., tuple[int, str, str]]
-
 
 async def ledger_state(connection: str, table: str, sku: str) -> dict[str, object] | None:
     async with AzureStorageAccount(StorageSettings(connection)) as account:
@@ -95,10 +92,7 @@ def test_a_users_app_runs_through_the_host_the_cli_the_cleanup_and_the_audit(
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
 
-    def bus(*args: str) -> tuple[int, str, str]:
-        code = bus_main(["--no-progress", *args])
-        out, err = capsys.readouterr()
-        return code, out, err
+    bus = in_process(capsys, "--no-progress")
 
     # The repository's resources file lists the sample's endpoints: provisioning refuses it.
     code, _, err = bus("provision")

@@ -6,7 +6,7 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +25,7 @@ from shared.runtime import bus_config
 from shared.sample.app import app as sample_app
 from shared.settings import DEV_KEY, StorageSettings
 from shared.stores.azure import AzureStorageAccount
+from tests.cli.in_process import Run, in_process
 from tests.conftest import started_azurite
 
 pytestmark = pytest.mark.azurite
@@ -37,9 +38,6 @@ PLACED = '{"order_id": "c2", "customer": "bob", "amount_cents": 100}'
 @pytest.fixture(scope="module")
 def emulator() -> Iterator[AzuriteEndpoints]:
     yield from started_azurite()  # private: these tests read the sample app's fixed-name tables
-
-
-Run = Callable[..., tuple[int, str, str]]
 
 
 @pytest.fixture
@@ -55,10 +53,7 @@ def bus(
     monkeypatch.setenv("AzureWebJobsStorage", emulator.connection_string)
     monkeypatch.delenv("BUS_STORAGE_SETTING", raising=False)
 
-    def run(*args: str) -> tuple[int, str, str]:
-        code = main(["--no-progress", *args])
-        out, err = capsys.readouterr()
-        return code, out, err
+    run = in_process(capsys, "--no-progress")
 
     assert run("provision")[0] == 0
     assert run("subscribe", "--all")[0] == 0

@@ -9,7 +9,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -17,11 +17,11 @@ import pytest
 from lab.local.azurite import REPO_ROOT, AzuriteEndpoints
 from shared.bus.poison import Reason, error_reason, poison_body
 from shared.bus.poison import park as park_message
-from shared.cli import main
 from shared.resources import poison_queue
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
 from shared.stores.queue import QueueMessage
+from tests.cli.in_process import Run, in_process
 from tests.conftest import started_azurite
 from tests.test_no_assert import outbox_entity, with_property
 
@@ -33,9 +33,6 @@ ORDER = '{"order_id": "c1", "customer": "ada", "amount_cents": 700}'
 @pytest.fixture(scope="module")
 def emulator() -> Iterator[AzuriteEndpoints]:
     yield from started_azurite()  # private: these tests read the sample app's fixed names
-
-
-Run = Callable[..., tuple[int, str, str]]
 
 
 def account_line(emulator: AzuriteEndpoints) -> str:
@@ -57,12 +54,7 @@ def bare(
     monkeypatch.setenv("AzureWebJobsStorage", emulator.connection_string)
     monkeypatch.delenv("BUS_STORAGE_SETTING", raising=False)
 
-    def run(*args: str) -> tuple[int, str, str]:
-        code = main(list(args))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
+    return in_process(capsys)
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,9 +10,8 @@ import pytest
 from lab.local.azurite import AzuriteEndpoints
 from shared.cli import main
 from shared.resources import RESOURCES_FILE, resources_for, resources_json
+from tests.cli.in_process import Run, in_process
 from tests.conftest import sample_resources, unique_name
-
-Run = Callable[..., tuple[int, str, str]]
 
 
 @pytest.fixture
@@ -23,12 +21,7 @@ def bus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureF
     for name in ("AzureWebJobsStorage", "BUS_STORAGE_SETTING", "BUS_APP"):
         monkeypatch.delenv(name, raising=False)
 
-    def run(*args: str) -> tuple[int, str, str]:
-        code = main(["--no-progress", *args])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
+    return in_process(capsys, "--no-progress")
 
 
 def test_no_connection_configured_is_a_configuration_error_not_the_emulator(bus: Run) -> None:

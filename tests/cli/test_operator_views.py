@@ -9,7 +9,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +22,16 @@ from shared.bindings import blueprint
 from shared.bus import BusApp
 from shared.bus.pipeline import Outcome
 from shared.bus.poison import Reason, parked_name, poison_body, reference_body
-from shared.cli import main
 from shared.resources import poison_queue
 from shared.runtime import Worker
 from shared.settings import Settings, StorageSettings
 from shared.stores.azure import AzureStorageAccount
+from tests.cli.in_process import Run, in_process
 from tests.cli.modes_app import ENDPOINTS, postgres_app, table_app
 from tests.conftest import started_azurite
 
 pytestmark = pytest.mark.azurite
 
-Run = Callable[..., tuple[int, str, str]]
 APPS = {"table": table_app, "postgres": postgres_app}
 
 
@@ -55,10 +54,7 @@ def bus(
     for name in ("BUS_STORAGE_SETTING", "COLUMNS"):
         monkeypatch.delenv(name, raising=False)
 
-    def run(*args: str) -> tuple[int, str, str]:
-        code = main(list(args))
-        out, err = capsys.readouterr()
-        return code, out, err
+    run = in_process(capsys)
 
     assert provision(run, tmp_path) == 0
     asyncio.run(empty(emulator))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -17,7 +17,6 @@ from shared.bus.discard import Discard, DiscardFilter, archive_name, discard_par
 from shared.bus.journal import Journal
 from shared.bus.poison import Reason, poison_body
 from shared.bus.poison_view import LOOK_SECONDS
-from shared.cli import main
 from shared.resources import CONTAINERS, TABLES, poison_queue
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
@@ -28,6 +27,7 @@ from shared.stores.instrumented import (
     SimulatedCrash,
     fault_at_first,
 )
+from tests.cli.in_process import Run, in_process
 from tests.cli.test_cli_account import run as run_bus
 from tests.conftest import Backend, started_azurite, unique_name
 
@@ -35,8 +35,6 @@ PARKED = 500
 TYPES = ("ChargePayment", "RefundPayment")
 ERRORS = ("KeyError", "TimeoutError", "ValueError", "RuntimeError", "OSError")
 HOSTILE = "\x1b[2J<script>alert(1)</script>\nbus: forged line\r\x07"
-
-Run = Callable[..., tuple[int, str, str]]
 
 
 @pytest.fixture(scope="module")
@@ -55,10 +53,7 @@ def bus(
     monkeypatch.setenv("AzureWebJobsStorage", emulator.connection_string)
     monkeypatch.delenv("BUS_STORAGE_SETTING", raising=False)
 
-    def run(*args: str) -> tuple[int, str, str]:
-        code = main(["--no-progress", *args])
-        out, err = capsys.readouterr()
-        return code, out, err
+    run = in_process(capsys, "--no-progress")
 
     assert run("provision")[0] == 0
     asyncio.run(_clear(emulator))

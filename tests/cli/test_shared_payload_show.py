@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,17 +15,15 @@ import pytest
 
 from lab.local.azurite import AzuriteEndpoints
 from shared.bus.pipeline import Outcome
-from shared.cli import main
 from shared.runtime import Worker
 from shared.settings import Settings, StorageSettings
 from shared.stores.azure import AzureStorageAccount
 from tests.bus.test_shared_payloads import TEXT
+from tests.cli.in_process import Run, in_process
 from tests.cli.shared_app import FAILING, HUB, app
 from tests.conftest import started_azurite
 
 pytestmark = pytest.mark.azurite
-
-Run = Callable[..., tuple[int, str, str]]
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +43,7 @@ def bus(
     monkeypatch.setenv("BUS_APP", "tests.cli.shared_app:app")
     monkeypatch.delenv("BUS_STORAGE_SETTING", raising=False)
 
-    def run(*args: str) -> tuple[int, str, str]:
-        code = main(list(args))
-        out, err = capsys.readouterr()
-        return code, out, err
+    run = in_process(capsys)
 
     code, out, _ = run("resources")
     (tmp_path / "resources.json").write_text(out)
