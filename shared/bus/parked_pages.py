@@ -38,5 +38,3 @@ def _cut(messages: list[QueueMessage], skip: int, size: int | None) -> ParkedPag
     messages = sorted(messages, key=lambda m: m.id)  # the one order every pass agrees on
     end = len(messages) if size is None else skip + size
     return ParkedPage(messages[skip:end], more=len(messages) > end)
-
-
