@@ -11,6 +11,10 @@ from shared.errors import InvalidValue, NotFound, PreconditionFailed
 
 MAX_BATCH_DELETES = 256
 """Blobs one ``delete_unchanged`` call takes: the Blob Batch API's limit per request."""
+ANY_ETAG = "*"
+"""As the ETag of a ``delete_unchanged`` pair: delete the blob whatever its ETag, if it still
+exists (HTTP's ``If-Match: *``). For a blob the caller knows is no longer needed in any
+version, such as a consumed incoming token, without a read for its ETag first."""
 
 
 @dataclass(frozen=True)
@@ -125,7 +129,8 @@ class BlobContainer(abc.ABC):
         ``MAX_BATCH_DELETES`` blobs per call.
 
         Returns, in order, whether each blob was deleted: False when it is gone or changed
-        since (each blob's own If-Match decides, independently of the others). Any other
+        since (each blob's own If-Match decides, independently of the others; ``ANY_ETAG``
+        matches any blob that exists). Any other
         failure raises, and then any subset of the blobs may have been deleted. This default
         deletes one blob at a time; backends with a batch override it.
         """
@@ -133,7 +138,7 @@ class BlobContainer(abc.ABC):
         deleted: list[bool] = []
         for name, etag in blobs:
             try:
-                await self.delete(name, etag=etag)
+                await self.delete(name, etag=None if etag == ANY_ETAG else etag)
             except (NotFound, PreconditionFailed):
                 deleted.append(False)
             else:

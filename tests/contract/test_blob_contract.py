@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from shared.errors import AlreadyExists, InvalidName, InvalidValue, NotFound, PreconditionFailed
-from shared.stores.blob import MAX_BATCH_DELETES, BlobContainer
+from shared.stores.blob import ANY_ETAG, MAX_BATCH_DELETES, BlobContainer
 from tests.conftest import Backend, unique_name
 
 
@@ -226,6 +226,23 @@ async def test_delete_unchanged_deletes_only_blobs_that_still_have_their_etag(
     assert deleted == [True, True, False, False]
     assert [b.name async for b in container.list()] == ["a/3"]
     assert await container.delete_unchanged([]) == []
+
+
+async def test_delete_unchanged_with_any_etag_deletes_whatever_version_exists(
+    container: BlobContainer,
+) -> None:
+    etag = await container.create("t/1", b"x")
+    await container.set_metadata("t/1", {"claim": "c"}, etag=etag)  # a version never read
+    await container.create("t/2", b"y")
+    kept = await container.create("t/3", b"z")
+
+    deleted = await container.delete_unchanged(
+        [("t/1", ANY_ETAG), ("t/gone", ANY_ETAG), ("t/2", ANY_ETAG)]
+    )
+
+    assert deleted == [True, False, True]
+    assert [b.name async for b in container.list()] == ["t/3"]
+    assert (await container.read("t/3")).etag == kept
 
 
 async def test_delete_unchanged_takes_a_full_batch_in_one_call(container: BlobContainer) -> None:

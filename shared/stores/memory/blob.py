@@ -8,7 +8,14 @@ from dataclasses import dataclass
 
 from shared.clock import to_datetime
 from shared.errors import AlreadyExists, NotFound, PreconditionFailed
-from shared.stores.blob import Blob, BlobContainer, BlobPage, BlobProperties, check_batch
+from shared.stores.blob import (
+    ANY_ETAG,
+    Blob,
+    BlobContainer,
+    BlobPage,
+    BlobProperties,
+    check_batch,
+)
 from shared.stores.memory.state import MemoryState
 from shared.stores.names import check_blob_name, check_metadata
 
@@ -141,7 +148,7 @@ class MemoryBlobContainer(BlobContainer):
         with self._state.lock:
             for name, etag in blobs:
                 stored = self._blobs().get(name)
-                if stored is None or stored.etag != etag:
+                if stored is None or etag not in (stored.etag, ANY_ETAG):
                     deleted.append(False)
                     continue
                 self._remove(name)
