@@ -130,7 +130,7 @@ async def test_an_ingress_record_with_a_forged_expiry_is_refused_and_nothing_is_
         await harness.setup_bus.client().send(
             PlaceOrder(order_id="o", amount=1), to=names.orders, idempotency_key="k-forged"
         )
-    assert await harness.tokens() == []
+    assert await harness.tokens_in_flight() == []
 
 
 async def test_cleanup_reports_a_committed_outbox_row_without_its_commit_time_and_keeps_it(

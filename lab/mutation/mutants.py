@@ -36,16 +36,20 @@ MUTANTS: tuple[Mutant, ...] = (
         "receiver-delete-before-send",
         "shared/bus/receiver.py",
         """        # R6
-        await send_signals(self.account, outbox.outgoing, hints, config=self.config)
-        # R7
-        with contextlib.suppress(NotFound):
-            await self.tokens.delete(signal.token)""",
-        """        # R7
+        await send_signals(self.account, outbox.outgoing, hints, config=self.config)""",
+        """        # R7, before R6
         with contextlib.suppress(NotFound):
             await self.tokens.delete(signal.token)
-        # R6
         await send_signals(self.account, outbox.outgoing, hints, config=self.config)""",
         "R7 before R6: the incoming token is deleted before the outputs are signalled",
+    ),
+    Mutant(
+        "receiver-other-token-kept",
+        "shared/bus/receiver.py",
+        "        if signal.token != outbox.incoming_token:",
+        "        if False:",
+        "a second token of a message already claimed for O(m) (another sender of the same id) "
+        "is claimed and never deleted: the cleanup deletes only O(m)'s own",
     ),
     Mutant(
         "receiver-outbox-commit-without-etag",
@@ -310,11 +314,41 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "cleanup-retire-before-r7",
         "shared/cleanup/tasks.py",
-        """        elif await _exists(context.tokens, record.incoming_token):
-            report.kept["incoming_pending"] += 1  # R7 not done yet; a redelivery will""",
-        """        elif False:
-            report.kept["incoming_pending"] += 1  # R7 not done yet; a redelivery will""",
-        "a committed O(m) is retired while its incoming token still exists",
+        """            elif await _exists(context.tokens, record.incoming_token):
+                report.kept["incoming_pending"] += 1""",
+        """            elif False:
+                report.kept["incoming_pending"] += 1""",
+        "an uncommitted O(m) is retired while its incoming token (claimed, or parked) exists",
+    ),
+    Mutant(
+        "cleanup-r7-before-outputs",
+        "shared/cleanup/tasks.py",
+        "        if await _clear_prefix(context, prefix, committed, report):\n"
+        '            report.kept["outputs_in_flight"] += 1\n'
+        "            return None\n"
+        '        return "outbox_records"',
+        "        if await _clear_prefix(context, prefix, committed, report) < 0:\n"
+        '            report.kept["outputs_in_flight"] += 1\n'
+        "            return None\n"
+        '        return "outbox_records"',
+        "the cleanup deletes token(a) (R7) and retires O(m) before its outputs are received: "
+        "a round that crashed before its signals loses them",
+    ),
+    Mutant(
+        "cleanup-retire-without-r7",
+        "shared/cleanup/tasks.py",
+        "answers = await context.tokens.delete_unchanged([(n, ANY_ETAG) for n in batch])",
+        "answers = [False] * len(batch)",
+        "a committed O(m) is retired without deleting its incoming token: the claimed token "
+        "stays for ever",
+    ),
+    Mutant(
+        "cleanup-claimed-output-waited-for",
+        "shared/cleanup/tasks.py",
+        """            waiting += not blob.metadata.get("claim")""",
+        """            waiting += 1""",
+        "a committed output is waited for until it is gone, not merely claimed: with R7 the "
+        "receiver's cleanup's, each hop of a chain keeps its sender's O(m) one pass longer",
     ),
     Mutant(
         "cleanup-no-fence",

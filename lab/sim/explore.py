@@ -264,20 +264,6 @@ _config = replace(
 CONFIGS[_config.name] = _config
 
 
-# Token mode leaving R7 to the cleanup (issue 33, ``lab.sim.deferred_delete``): the
-# configurations that race the cleanup with copies and redeliveries, under that protocol.
-# Not in the default plan.
-for _base in (
-    "small",
-    "small-sweep",
-    "small-redelivery",
-    "small-partition",
-    "small-unbounded-sweep",
-):
-    _config = replace(CONFIGS[_base], name=f"{_base}-r7-by-cleanup", r7_by_cleanup=True)
-    CONFIGS[_config.name] = _config
-
-
 def config_named(name: str) -> SimConfig:
     try:
         return CONFIGS[name]

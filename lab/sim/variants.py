@@ -19,7 +19,7 @@ import contextlib
 import contextvars
 import dataclasses
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -36,7 +36,7 @@ from shared.effects.markers import MARKER_ROW
 from shared.errors import AlreadyExists, NotFound, OutcomeUnknown, TooLarge
 from shared.resources import POISON_SUFFIX
 from shared.stores.account import StorageAccount
-from shared.stores.blob import BlobContainer, BlobPage, BlobProperties
+from shared.stores.blob import ANY_ETAG, BlobContainer, BlobPage, BlobProperties
 from shared.stores.delegating import (
     DelegatingAccount,
     DelegatingBlobContainer,
@@ -267,6 +267,11 @@ REUSED_ATTEMPT_ID = Variant(
     "reused-attempt-id",
     "attempt ids are at-most-once: never commit one whose create had an unknown outcome",
     wrap=lambda account: _Account(account, blobs=_CreateRetriedUnderOneName),
+    # The late create re-creates a token its receiver deleted. A token-mode receiver leaves
+    # the delete to the cleanup, a grace period after its commit: later than any late
+    # request within the timing assumptions, so the variant breaks nothing there. The
+    # window modes delete their incoming token inline.
+    modes=("processed_messages", "state_based", "entity_outbox"),
 )
 
 
@@ -377,8 +382,13 @@ NO_CLEANUP_FENCE = Variant(
 )
 
 
+TOKEN_PREFIX = re.compile(r"[a-z][a-z0-9]{2,39}/[0-9a-f-]{36}/")
+"""A ``token_prefix``: the tokens of one sender's round for one incoming id."""
+
+
 class _TokensLookGone(_Blobs):
-    """Asked whether a token exists (the cleanup's question), every token looks gone."""
+    """Asked whether a token exists (the cleanup's question about an uncommitted O(m)), every
+    token looks gone."""
 
     async def get_properties(self, name: str) -> BlobProperties:
         if TOKEN_NAME.fullmatch(name):
@@ -388,14 +398,47 @@ class _TokensLookGone(_Blobs):
 
 RETIRED_BEFORE_R7 = Variant(
     "retired-before-r7",
-    "cleanup: O(m) is retired only once its incoming token is gone (R7 done)",
+    "cleanup: an uncommitted O(m) is retired only once its incoming token is gone",
     wrap=lambda account: _Account(account, blobs=_TokensLookGone),
 )
 
-# -- the cleanup's shared-payload task (small-shared) ----------------------------------------
 
-TOKEN_PREFIX = re.compile(r"[a-z][a-z0-9]{2,39}/[0-9a-f-]{36}/")
-"""A ``token_prefix``: the tokens of one sender's round for one incoming id."""
+class _OutputsLookClaimed(_Blobs):
+    """Listed under a sender's prefix (the cleanup's question whether O(m)'s outputs were
+    received), every token looks claimed."""
+
+    async def list(self, prefix: str = "") -> AsyncIterator[BlobProperties]:
+        async for blob in super().list(prefix):
+            if TOKEN_PREFIX.fullmatch(prefix) and not blob.metadata.get("claim"):
+                blob = dataclasses.replace(blob, metadata={**blob.metadata, "claim": "seen"})
+            yield blob
+
+
+R7_BEFORE_OUTPUTS = Variant(
+    "r7-before-outputs",
+    "cleanup: token(a) is deleted (R7) only once every token O(m) committed is gone or "
+    "claimed, hence signalled",
+    wrap=lambda account: _Account(account, blobs=_OutputsLookClaimed),
+)
+
+
+class _IncomingKept(_Blobs):
+    """A batch delete of blobs whatever their ETag (the cleanup's R7) answers that each was
+    deleted, and deletes none."""
+
+    async def delete_unchanged(self, blobs: Sequence[tuple[str, str]]) -> list[bool]:
+        if blobs and all(etag == ANY_ETAG for _, etag in blobs):
+            return [True] * len(blobs)
+        return await super().delete_unchanged(blobs)
+
+
+RETIRED_WITHOUT_R7 = Variant(
+    "retired-without-r7",
+    "cleanup: a committed O(m) is retired only after its incoming token is deleted (R7)",
+    wrap=lambda account: _Account(account, blobs=_IncomingKept),
+)
+
+# -- the cleanup's shared-payload task (small-shared) ----------------------------------------
 
 
 class _NoTokensListed(_Blobs):
@@ -729,6 +772,8 @@ VARIANTS = {
         LOST_UPDATE,
         NO_CLEANUP_FENCE,
         RETIRED_BEFORE_R7,
+        R7_BEFORE_OUTPUTS,
+        RETIRED_WITHOUT_R7,
         NO_PROCESSED_ROW,
         NO_PROCESSED_OR_AUDIT_ROW,
         NO_STATE_WITH_RECORD,

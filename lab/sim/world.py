@@ -53,11 +53,6 @@ from lab.sim.claim_by_delete import (
     KeptEnvelopes,
 )
 from lab.sim.cleanup import cleanup_to_completion, expire_audit_rows
-from lab.sim.deferred_delete import (
-    IncomingDeletedEarly,
-    IncomingDeletingOutboxRecords,
-    keeping_incoming,
-)
 from lab.sim.fingerprint import TraceFingerprint, locations
 from lab.sim.invariants import (
     NO_LOST_MESSAGES,
@@ -222,13 +217,6 @@ class SimConfig:
     """Token mode claims by the token's conditional delete instead of its metadata, by these
     rules (``lab.sim.claim_by_delete``, issue 33): a protocol explored beside production's."""
     stall_outlasts_audit: bool = True
-    r7_by_cleanup: bool = False
-    """Token mode leaves R7 (deleting token(a)) to the cleanup, which does it before it
-    retires O(m) (``lab.sim.deferred_delete``, issue 33): a protocol explored beside
-    production's."""
-    r7_before_outputs: bool = False
-    """With ``r7_by_cleanup``, a known-bad cleanup that deletes token(a) and retires O(m)
-    without waiting for its outputs to be claimed."""
     wait_outlasts_audit: bool = False
     """``waits``: the time that passes also outlasts the audit retention (the audit rows are
     removed), as a poison replay days later or a long backlog does. Every mode inserts the
@@ -253,8 +241,6 @@ class SimConfig:
             raise ConfigurationError(
                 "shared_key and legacy_record are about scoped keys: key_scopes=True"
             )
-        if self.r7_by_cleanup and self.claim_by_delete is not None:
-            raise ConfigurationError("claim_by_delete has no R7 to leave to the cleanup")
         if self.lease <= 0 or self.sweep_grace < 0:
             raise ConfigurationError("lease must be positive and sweep_grace not negative")
         longest = self.max_ticks * self.tick + self.sweep_grace + 1
@@ -415,8 +401,6 @@ class World:
         self.scheduler = Scheduler(None if self.clock is not None else REAL_STORE_TIMEOUT)
         self.instrumentation.on_operation = self.scheduler.gate
         instrumented: StorageAccount = InstrumentedAccount(self.account, self.instrumentation)
-        if config.r7_by_cleanup:
-            instrumented = keeping_incoming(instrumented)
         if self.wrap is not None:
             instrumented = self.wrap(instrumented)
         self.instrumented = instrumented
@@ -950,12 +934,8 @@ class World:
         )
 
     def _outbox_task(self) -> Callable[[str], CleanupTask] | None:
-        """The cleanup's O(m) task when token mode leaves R7 to it, or claims by delete and
-        keeps an uncommitted O(m); None: production's."""
-        if self.config.r7_by_cleanup:
-            if self.config.r7_before_outputs:
-                return IncomingDeletedEarly
-            return IncomingDeletingOutboxRecords
+        """The cleanup's O(m) task when token mode claims by delete and keeps an uncommitted
+        O(m); None: production's."""
         protocol = self.config.claim_by_delete
         if protocol is None or protocol.uncommitted == "retire":
             return None

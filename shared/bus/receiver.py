@@ -3,8 +3,22 @@
 For a signal (m, a) at endpoint E: R1 read token(a); R2 read state and O(m); R3 insert O(m)
 with a fresh claim id if absent; R4 claim the token by ETag compare-and-swap; R5 run the
 handler, create the outgoing tokens and commit state + O(m) + audit row in one transaction;
-R6 signal the committed tokens; R7 delete token(a); R8 leave O(m) to the cleanup sweep (it
-is retired once token(a) is gone); R9 the caller acknowledges the queue message.
+R6 signal the committed tokens; R9 the caller acknowledges the queue message.
+
+R7 (delete token(a)) and R8 (retire O(m)) are the cleanup's (``shared.cleanup.tasks``,
+``OutboxRecords``; docs/claim-by-delete.md, issue 33). Design notes section 3 asks that the
+signals go before the incoming token is deleted; the receiver cannot delete it too early if
+it never deletes it, and the cleanup deletes it only once every token O(m) committed is gone
+or claimed: consumed or received, hence signalled. Until then a copy of the message finds
+token(a) claimed by O(m)'s claim id and O(m) committed: it resumes and signals again, which
+is harmless (it is what a copy between R6 and R7 always did). Leaving R7 to the cleanup takes
+one blob request per message off the hot path; the cleanup deletes the tokens 64 to a batch,
+instead of checking each one's existence as it did.
+
+A copy whose token is not the one O(m) names (``incoming_token``: another token for the
+same message id, which only a second sender of that id or a forged signal makes) is deleted
+here after R6, as R7 always was: the cleanup deletes only O(m)'s own token, and a claimed
+token nobody deletes would stay for ever.
 
 What all modes share (signal parsing, poison parking, decoding, the handler call, the audit
 row) lives in ``shared.bus.pipeline``.
@@ -87,7 +101,7 @@ class Receiver(Pipeline):
         )
 
     async def _round(self, signal: Signal, delivery: Delivery, progress: _Progress) -> Outcome:
-        """R2-R7 once; raises Conflict to start again from R2."""
+        """R2-R6 once; raises Conflict to start again from R2."""
         m, p = signal.message_id, signal.partition_key
         token, hints = progress.token, progress.hints
         # R2: state and O(m) in one query.
@@ -148,10 +162,10 @@ class Receiver(Pipeline):
             outcome = Outcome.PROCESSED
         # R6
         await send_signals(self.account, outbox.outgoing, hints, config=self.config)
-        # R7
-        with contextlib.suppress(NotFound):
-            await self.tokens.delete(signal.token)
-        # R8 is the cleanup's: O(m) is retired once token(a) is gone, off the hot path.
+        # R7 and R8 are the cleanup's, for O(m)'s own token; any other token goes now.
+        if signal.token != outbox.incoming_token:
+            with contextlib.suppress(NotFound):
+                await self.tokens.delete(signal.token)
         return outcome
 
     async def _from_hints(

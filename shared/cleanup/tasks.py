@@ -5,8 +5,11 @@ cleanup instances): deletions are ETag-guarded or idempotent, and nothing that w
 signalled is deleted (design notes section 3):
 - a token is deleted only when it is older than the grace period, unclaimed, and its origin
   row does not list it as committed (``shared.cleanup.origins``);
-- O(m) is retired only when its incoming token is gone and every token under its prefix is
-  gone (so the tokens it committed were consumed, and no abandoned one is left for later);
+- a committed O(m) is retired once every token it committed is gone or claimed (consumed
+  or received, so signalled) and no abandoned one is left under its prefix; its incoming
+  token is deleted first (R7, which the receiver leaves to the cleanup:
+  ``shared.bus.receiver``). An uncommitted O(m) is retired only once its incoming token is
+  gone;
 - an ingress record is removed only after its window, and only once its tokens are gone;
 - audit rows are removed after their retention period;
 - a shared payload is removed once no token can still need it (``shared.cleanup.payloads``);
@@ -47,7 +50,14 @@ from shared.bus.outgoing import DUE_METADATA, ORIGIN_METADATA
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, OutboxRecord
 from shared.bus.state.damaged import ROW_ERRORS, DamagedRow, OnDamaged
 from shared.bus.state.rows import EndpointRows, TableRows
-from shared.cleanup.batching import STORAGE_ERRORS, delete_blobs, delete_rows, read_rows
+from shared.cleanup.batching import (
+    DELETES_PER_BATCH,
+    STORAGE_ERRORS,
+    chunks,
+    delete_blobs,
+    delete_rows,
+    read_rows,
+)
 from shared.cleanup.origins import OriginKind, kind_of
 from shared.cleanup.report import TaskReport, describe
 from shared.cleanup.settings import CleanupSettings
@@ -62,7 +72,7 @@ from shared.errors import (
 )
 from shared.logsafe import shown
 from shared.stores.account import StorageAccount
-from shared.stores.blob import BlobContainer, BlobProperties
+from shared.stores.blob import ANY_ETAG, BlobContainer, BlobProperties
 from shared.stores.table import Entity
 
 log = logging.getLogger(__name__)
@@ -175,13 +185,18 @@ async def _clear_prefix(
     context: CleanupContext, prefix: str, committed: Collection[str], report: TaskReport
 ) -> int:
     """Delete the abandoned tokens under a sender-scoped prefix; return how many tokens must
-    still wait there (committed ones not yet consumed, or abandoned ones still young)."""
+    still wait there (committed ones not yet received, or abandoned ones still young).
+
+    A committed token that is claimed counts as consumed: its receiver read it, so it was
+    signalled, and the receiver's own cleanup deletes it (R7 is the cleanup's). Waiting for
+    it to be gone would keep each sender's record one pass longer per hop of a chain."""
     waiting = 0
     doomed: list[BlobProperties] = []
     async for blob in context.tokens.list(prefix):
-        if (
-            blob.name in committed
-            or not context.is_old(blob.last_modified)
+        if blob.name in committed:
+            waiting += not blob.metadata.get("claim")
+        elif (
+            not context.is_old(blob.last_modified)
             or not _readable_metadata(blob, report)  # never deleted on a guess
         ):
             waiting += 1
@@ -330,6 +345,10 @@ class AbandonedTokens(CleanupTask):
         elif name["attempt"] in committed:
             return "in_flight"
         if blob.metadata.get("claim"):
+            if committed is None:
+                # Its origin retired the record (a claimed output counts as consumed): the
+                # token is its receiver's now, deleted by the receiver's cleanup (R7).
+                return "claimed_by_receiver"
             log.error("token %s is claimed but its origin never committed it", blob.name)
             return "claimed_not_committed"
         if row is not None and kind.fence is not None:
@@ -399,7 +418,15 @@ def _without_origin(context: CleanupContext, blob: BlobProperties) -> Verdict:
 
 
 class OutboxRecords(CleanupTask):
-    """Retire O(m) of one endpoint once its message and everything it sent are consumed."""
+    """Retire O(m) of one endpoint once its message and everything it sent are consumed,
+    deleting its incoming token first: R7, which token mode's receiver leaves to the cleanup
+    (``shared.bus.receiver``).
+
+    The order is R7's and R8's: a copy that finds O(m) gone must find token(a) gone too (a
+    duplicate), never token(a) claimed by a claim id no O(m) holds any more. The incoming
+    tokens of a page's retired records go together, ``DELETES_PER_BATCH`` to a request and
+    without reading them first (``ANY_ETAG``: once O(m) is committed no version of token(a)
+    is needed); a record whose token could not be deleted stays for the next pass."""
 
     def __init__(self, endpoint: str) -> None:
         self.endpoint = endpoint
@@ -416,26 +443,29 @@ class OutboxRecords(CleanupTask):
             on_damaged=skipping(report),
         )
 
-        async def judge(entity: Entity) -> tuple[Entity, str] | None:
+        async def judge(entity: Entity) -> _Retired | None:
             try:
-                kind = await self._judge(context, OutboxRecord.from_entity(entity), report)
+                record = OutboxRecord.from_entity(entity)
+                kind = await self._judge(context, record, report)
             except UNJUDGED as e:
                 _skip_unjudged(report, row_name(rows, entity), e)
             except STORAGE_ERRORS as e:
                 storage_error(report, row_name(rows, entity), e)
             else:
-                return None if kind is None else (entity, kind)
+                return None if kind is None else _Retired(entity, kind, record)
             return None
 
         verdicts = await each(context.limit, page, judge)
-        await remove_rows(context, rows, [v for v in verdicts if v is not None], report)
+        retired = await _without_incoming([v for v in verdicts if v is not None], context, report)
+        await remove_rows(context, rows, [(r.entity, r.kind) for r in retired], report)
         return following
 
     async def _judge(
         self, context: CleanupContext, record: OutboxRecord, report: TaskReport
     ) -> str | None:
         """The kind the record is removed as, or None when it stays (counted in
-        ``report.kept``)."""
+        ``report.kept``). A committed one still has its incoming token to delete then
+        (``_without_incoming``)."""
         if not record.committed:
             # A claim nobody committed. While the incoming token exists the message is still
             # to be processed (maybe parked in the poison queue): keep the claim.
@@ -455,11 +485,38 @@ class OutboxRecords(CleanupTask):
         prefix = token_prefix(self.endpoint, record.message_id)
         if await _clear_prefix(context, prefix, committed, report):
             report.kept["outputs_in_flight"] += 1
-        elif await _exists(context.tokens, record.incoming_token):
-            report.kept["incoming_pending"] += 1  # R7 not done yet; a redelivery will
-        else:
-            return "outbox_records"
-        return None
+            return None
+        return "outbox_records"
+
+
+@dataclass(frozen=True)
+class _Retired:
+    """An O(m) judged removable, as the kind it is counted as."""
+
+    entity: Entity
+    kind: str
+    record: OutboxRecord
+
+
+async def _without_incoming(
+    retired: Sequence[_Retired], context: CleanupContext, report: TaskReport
+) -> list[_Retired]:
+    """R7 for the committed records judged removable: delete their incoming tokens, in
+    batches; return the records that may go now (the uncommitted ones, whose token was
+    already gone, and the committed ones whose token is gone now)."""
+    names = sorted({r.record.incoming_token for r in retired if r.record.committed})
+    gone: set[str] = set()
+    for batch in chunks(names, DELETES_PER_BATCH):
+        try:
+            answers = await context.tokens.delete_unchanged([(n, ANY_ETAG) for n in batch])
+        except STORAGE_ERRORS as e:
+            log.warning("cleanup: %d incoming tokens left for the next pass: %s", len(batch), e)
+            continue
+        gone.update(batch)
+        _add(report.removed, "incoming_tokens", sum(answers))
+    kept = [r for r in retired if r.record.committed and r.record.incoming_token not in gone]
+    _add(report.kept, "storage_error", len(kept))
+    return [r for r in retired if r not in kept]
 
 
 class IngressRecords(CleanupTask):

@@ -295,7 +295,26 @@ class Harness:
         return [r async for r in self.rows(endpoint).outbox_records()]
 
     async def tokens(self) -> list[str]:
+        """Every token in the container."""
         return [p.name async for p in self.raw.blob_container(self.config.tokens_container).list()]
+
+    async def tokens_in_flight(self) -> list[str]:
+        """Every token but those processed messages leave for the cleanup's R7
+        (``shared.bus.receiver``): a token claimed by a committed O(m) whose incoming token
+        it is, with that O(m)'s claim id. A token that is anything else (unclaimed, claimed
+        for an uncommitted O(m), or claimed by a claim id no O(m) holds) is still in flight
+        or leaked, and listed."""
+        processed: dict[str, str] = {}
+        for endpoint in self.app.endpoints:
+            for record in await self.outbox_records(endpoint):
+                if record.committed:
+                    processed[record.incoming_token] = record.claim
+        container = self.raw.blob_container(self.config.tokens_container)
+        return [
+            blob.name
+            async for blob in container.list()
+            if blob.name not in processed or blob.metadata.get("claim") != processed[blob.name]
+        ]
 
     async def queue_depths(self) -> dict[str, int]:
         depths = {}

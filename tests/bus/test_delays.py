@@ -138,7 +138,7 @@ async def test_a_delayed_message_waits_for_its_time_then_is_processed_once(
     # And once the delay has passed it is processed, once
     assert await deliver_when_due(harness, name) == Counter({Outcome.PROCESSED: 1})
     assert await ledger(harness, name) == ["start", "remind"]
-    assert await harness.tokens() == []
+    assert await harness.tokens_in_flight() == []
 
 
 async def test_the_delayed_signal_is_sent_hidden_by_the_bus_clock(
@@ -237,7 +237,7 @@ async def test_a_crash_around_hiding_an_early_signal_neither_loses_nor_duplicate
     assert await ledger(harness, name) == ["start"]
     await deliver_when_due(harness, name)
     assert await ledger(harness, name) == ["start", "remind"]
-    assert await harness.tokens() == []
+    assert await harness.tokens_in_flight() == []
 
 
 async def test_a_delay_longer_than_the_queue_allows_reschedules_itself(

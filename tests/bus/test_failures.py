@@ -162,7 +162,7 @@ async def test_an_unknown_message_type_is_parked_and_replayable_once_handled(
     await fixed.run_until_quiet()
 
     assert len(await fixed.applied(endpoint_name)) == 1
-    assert await fixed.tokens() == []
+    assert await fixed.tokens_in_flight() == []
     assert await fixed.raw.queue(poison_queue(endpoint_name)).approximate_count() == 0
 
 
@@ -196,7 +196,7 @@ async def test_handler_errors_go_to_the_host_retries_then_succeed_exactly_once(
 
     assert failures["left"] == 0
     assert len(await harness.applied(endpoint_name)) == 1
-    assert await harness.tokens() == []
+    assert await harness.tokens_in_flight() == []
 
 
 async def test_a_handler_that_keeps_failing_is_poisoned_then_replayed_exactly_once(
@@ -223,7 +223,7 @@ async def test_a_handler_that_keeps_failing_is_poisoned_then_replayed_exactly_on
     assert await replay(harness.raw, endpoint_name) == 0
 
     assert len(await harness.applied(endpoint_name)) == 1
-    assert await harness.tokens() == []
+    assert await harness.tokens_in_flight() == []
 
 
 async def test_oversized_payloads_are_refused_at_send_time(
@@ -235,7 +235,7 @@ async def test_oversized_payloads_are_refused_at_send_time(
     client = harness.setup_bus.client()
     with pytest.raises(MessageTooLarge, match="limit is 256"):  # a key Table Storage takes
         await client.send(Flaky(key="k" * 300), to=endpoint_name, idempotency_key="big")
-    assert await harness.tokens() == []
+    assert await harness.tokens_in_flight() == []
     assert await harness.raw.queue(endpoint_name).approximate_count() == 0
 
     with pytest.raises(InvalidName):

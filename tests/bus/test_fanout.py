@@ -77,7 +77,7 @@ async def publish_from_a_handler(backend: Backend, subscribers: int) -> None:
     assert await harness.applied(hub) == [incoming]
     applied = await applied_everywhere(harness, subs)
     assert applied == {name: [derived_id(incoming, "out", 0, name)] for name in subs}
-    assert await harness.tokens() == []
+    assert await harness.tokens_in_flight() == []
 
 
 async def test_a_handler_publishes_to_150_subscribers_each_once(backend: Backend) -> None:
@@ -119,7 +119,7 @@ async def test_more_deliveries_than_the_setting_allows_are_refused_before_any_se
         await harness.setup_bus.client().publish(Announced(topic_key="k3"), idempotency_key="e")
 
     assert {q: n for q, n in (await harness.queue_depths()).items() if n} == {}
-    assert await harness.tokens() == []
+    assert await harness.tokens_in_flight() == []
 
 
 def deliveries(

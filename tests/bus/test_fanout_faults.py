@@ -85,7 +85,7 @@ async def assert_each_once_and_nothing_left(
 ) -> None:
     applied = {name: await harness.applied(name) for name in subscribers}
     assert applied == expected
-    assert await harness.tokens() == []
+    assert await harness.tokens_in_flight() == []
     for endpoint in harness.app.endpoints:
         assert await harness.outbox_records(endpoint) == []
 

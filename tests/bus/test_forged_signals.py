@@ -83,7 +83,7 @@ async def assert_charged_once_with_the_real_amount(harness: Harness, names: Flow
     assert ledger.total == REAL_AMOUNT
     assert len(ledger.applied) == 1
     assert len(await harness.applied(names.shipping)) == 1  # the real ChargeCard went on
-    assert await harness.tokens() == []
+    assert await harness.tokens_in_flight() == []
 
 
 async def test_a_changed_body_in_a_resent_signal_is_never_processed(

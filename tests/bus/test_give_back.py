@@ -128,7 +128,7 @@ async def test_an_unknown_type_is_given_back_with_growing_delays_then_parked(
     assert await replay(fixed.raw, name) == 1
     await fixed.run_until_quiet()
     assert len(await fixed.applied(name)) == 1
-    assert await fixed.tokens() == []
+    assert await fixed.tokens_in_flight() == []
 
 
 @in_memory
@@ -163,7 +163,7 @@ async def test_a_given_back_message_is_processed_by_the_new_version_and_only_onc
     # Then it is processed once, nothing parked or left
     assert len(await upgraded.applied(name)) == 1
     assert await upgraded.poison_messages(name) == []
-    assert await upgraded.tokens() == []
+    assert await upgraded.tokens_in_flight() == []
 
 
 @in_memory
@@ -398,7 +398,7 @@ async def test_on_azurite_the_given_back_signal_is_hidden_then_processed_by_the_
     await upgraded.run_until_quiet()
     assert upgraded.outcomes == {Outcome.PROCESSED: 1}
     assert len(await upgraded.applied(name)) == 1
-    assert await upgraded.tokens() == []
+    assert await upgraded.tokens_in_flight() == []
     assert await upgraded.poison_messages(name) == []
 
 

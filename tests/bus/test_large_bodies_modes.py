@@ -79,4 +79,4 @@ async def test_a_body_at_the_limit_is_received_and_sent_once_in_every_mode(
 
     assert (await harness.applied_state(documents, "d1", Sizes)).received == [CONTENT]
     assert (await harness.applied_state(archive, "d1", Sizes)).received == [CONTENT]
-    assert await harness.tokens() == []
+    assert await harness.tokens_in_flight() == []

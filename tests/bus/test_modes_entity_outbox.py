@@ -65,7 +65,7 @@ async def test_the_outbox_entry_is_cleared_once_its_messages_are_dispatched() ->
     [entry] = stored.entries.values()
     assert entry.out is None  # dispatched, then cleared
     assert len(entry.sent) == 1  # the committed attempt id stays for the cleanup
-    assert await harness.tokens() == []
+    assert await harness.tokens_in_flight() == []
 
 
 def test_an_outbox_map_that_would_break_a_table_limit_is_refused_before_azure_would() -> None:

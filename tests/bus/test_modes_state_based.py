@@ -108,7 +108,7 @@ async def test_a_duplicate_is_replayed_on_the_version_before_it_with_identical_o
     sink = [e async for e in harness.raw.table(f"sink{suffix}").query_all()]
     [received] = [Sink.model_validate_json(str(e["data"])) for e in sink if e.row_key == "state"]
     assert len(received.received) == 1
-    assert await harness.tokens() == []
+    assert await harness.tokens_in_flight() == []
 
 
 async def test_a_handler_that_is_not_deterministic_is_reported_and_not_applied_twice(
@@ -126,7 +126,7 @@ async def test_a_handler_that_is_not_deterministic_is_reported_and_not_applied_t
     rows = [e async for e in harness.raw.table(f"sink{suffix}").query_all()]
     [sink] = [Sink.model_validate_json(str(e["data"])) for e in rows if e.row_key == "state"]
     assert sink.received == ["shot-0"]  # the committed output, once
-    assert await harness.tokens() == []
+    assert await harness.tokens_in_flight() == []
 
 
 @pytest.mark.parametrize(

@@ -66,7 +66,7 @@ async def test_a_command_is_processed_once(backend: Backend, mode: Mode) -> None
     assert ledger.applied == [message_id]
     assert ledger.total == 10
     assert await harness.audit_ids(names.orders) == [message_id]
-    assert await harness.tokens() == []
+    assert await harness.tokens_in_flight() == []
     await assert_quiet(harness)
 
 
@@ -89,7 +89,7 @@ async def test_an_event_reaches_every_subscriber_once(backend: Backend, mode: Mo
         ],
         key=str,
     )
-    assert await harness.tokens() == []
+    assert await harness.tokens_in_flight() == []
 
 
 async def test_a_chain_of_three_endpoints(backend: Backend, mode: Mode) -> None:
@@ -105,7 +105,7 @@ async def test_a_chain_of_three_endpoints(backend: Backend, mode: Mode) -> None:
     assert await harness.applied(names.payments) == [charge]
     assert await harness.applied(names.shipping) == [ship]
     assert (await harness.state(names.payments, "o1")).total == 10
-    assert await harness.tokens() == []
+    assert await harness.tokens_in_flight() == []
 
 
 async def test_the_same_signal_delivered_twice_in_a_row_is_processed_once(
@@ -400,7 +400,7 @@ async def test_a_signal_whose_hints_are_wrong_falls_back_to_its_token(
     assert await harness.applied(names.orders) == [placed]
     assert len(await harness.applied(names.shipping)) == 1
     assert harness.instrumentation.kinds_since(0)["blob.read"] >= 1
-    assert await harness.tokens() == []
+    assert await harness.tokens_in_flight() == []
     await assert_quiet(harness)
 
 

@@ -81,7 +81,7 @@ async def test_the_last_try_parks_the_message_with_its_last_error(backend: Backe
     ).replayed == 1
     await harness.run_until_quiet()
     assert len(await harness.applied(name)) == 1
-    assert await harness.tokens() == []
+    assert await harness.tokens_in_flight() == []
 
 
 async def test_a_parked_message_says_when_it_was_enqueued_and_when_it_last_failed(
@@ -336,7 +336,7 @@ async def test_a_queue_only_sender_leaves_no_blob_and_no_row_behind(
 
         parked = harness.raw.blob_container(harness.config.parked_container)
         assert [b.name async for b in parked.list()] == []
-        assert await harness.tokens() == []
+        assert await harness.tokens_in_flight() == []
         assert await harness.row_keys(name) == []
         entries = await harness.raw.queue(poison_queue(name)).peek()
         digests = {unwrap(m.content, name).info["sha256"] for m in entries}

@@ -201,7 +201,7 @@ async def test_delayed_retries_wait_their_backoff_and_apply_once(
     assert failures["runs"] == 5
     assert clock() - first_delivery >= BACKOFF[0] + BACKOFF[1]
     assert await ledger(harness, name) == ["charge", "receipt"]
-    assert await harness.tokens() == []
+    assert await harness.tokens_in_flight() == []
 
 
 @each_backend
@@ -309,7 +309,7 @@ async def test_a_crash_around_scheduling_a_retry_neither_loses_nor_duplicates(
     assert failures["left"] == 0
     assert await ledger(harness, name) == ["charge", "receipt"]
     assert await harness.poison_messages(name) == []
-    assert await harness.tokens() == []
+    assert await harness.tokens_in_flight() == []
 
 
 def test_a_signal_s_retry_number_is_bounded() -> None:

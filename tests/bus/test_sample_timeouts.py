@@ -134,7 +134,7 @@ async def test_an_order_not_paid_in_time_is_cancelled_and_a_late_payment_refunde
     assert (await order_state(harness, "orders", "late1")).status == "cancelled"
     shipping = await harness.applied_state("shipping", "late1", Shipping)
     assert shipping.shipment_id is None
-    assert await harness.tokens() == []
+    assert await harness.tokens_in_flight() == []
 
 
 async def test_an_order_paid_in_time_ships_and_its_timeout_changes_nothing(
@@ -148,7 +148,7 @@ async def test_an_order_paid_in_time_ships_and_its_timeout_changes_nothing(
 
     # When the timeout comes (its token is the last one left)
     async def timeout_processed() -> bool:
-        return await harness.tokens() == []
+        return await harness.tokens_in_flight() == []
 
     outcomes = await deliver_after_window(harness, placed_at, timeout_processed)
 
@@ -157,7 +157,7 @@ async def test_an_order_paid_in_time_ships_and_its_timeout_changes_nothing(
     assert (await order_state(harness, "orders", "ontime1")).status == "paid"
     assert (await payment_state(harness, "ontime1")).refunded_cents == 0
     assert (await harness.applied_state("shipping", "ontime1", Shipping)).shipment_id
-    assert await harness.tokens() == []
+    assert await harness.tokens_in_flight() == []
 
 
 def crash_after_the_timeout_is_signalled() -> FaultPlan:
@@ -202,4 +202,4 @@ async def test_a_crash_after_the_timeout_was_signalled_cancels_once(backend: Bac
     assert (await payment_state(harness, "crash1")).refunded_cents == 700
     audited = await harness.audit_ids("orders")
     assert len(audited) == len(set(audited))
-    assert await harness.tokens() == []
+    assert await harness.tokens_in_flight() == []

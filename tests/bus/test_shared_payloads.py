@@ -160,7 +160,7 @@ async def test_a_publish_to_three_subscribers_writes_its_body_once(backend: Back
     assert all(token.size < 2000 for token in tokens)  # the body is not in them
     await shouting.harness.run_until_quiet()
     assert await shouting.heard() == {ear: [EXPECTED] for ear in shouting.ears}
-    assert await shouting.harness.tokens() == []
+    assert await shouting.harness.tokens_in_flight() == []
 
 
 async def test_a_payload_overwritten_by_an_attacker_gets_nothing_processed(
@@ -195,7 +195,7 @@ async def test_a_payload_overwritten_by_an_attacker_gets_nothing_processed(
         assert report.replayed == 1
     await shouting.harness.run_until_quiet()
     assert await shouting.heard() == {ear: [EXPECTED] for ear in shouting.ears}
-    assert await shouting.harness.tokens() == []
+    assert await shouting.harness.tokens_in_flight() == []
 
 
 async def test_a_forged_signal_naming_anothers_payload_gets_nothing(backend: Backend) -> None:

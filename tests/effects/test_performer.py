@@ -75,7 +75,7 @@ async def test_a_committed_request_is_applied_once_and_answered_once() -> None:
     [key] = order.requested
     assert order.answers == [(key, "succeeded")]
     assert provider.applied(key) == 1
-    assert await harness.tokens() == []
+    assert await harness.tokens_in_flight() == []
 
 
 async def test_unknown_outcomes_are_retried_with_the_same_key_and_applied_once() -> None:

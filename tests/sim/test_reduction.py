@@ -139,7 +139,7 @@ SLOW_VARIANT_SEARCHES = [
     # Its runs end in ten poisoned redeliveries: with a deviation the full search is too long.
     ("no-outbox-in-commit", "small", 0, 1),
     ("delete-before-send", "small", 1, 1),
-    ("reused-attempt-id", "small", 1, 1),
+    ("reused-attempt-id", "small-processed_messages", 1, 1),
     ("state-without-etag", "small-partition", 1, 0),
     ("no-cleanup-fence", "small-unbounded-sweep", 2, 0),
     ("retired-before-r7", "small-redelivery", 1, 1),

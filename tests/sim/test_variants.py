@@ -42,13 +42,33 @@ async def test_deleting_the_incoming_token_before_sending_loses_the_output() -> 
 
 async def test_reusing_an_attempt_id_after_an_unknown_create_leaves_a_token_forever() -> None:
     """The late create lands after the receiver consumed and deleted the token: it comes
-    back as a committed token nobody will ever signal again."""
-    summary = await single_faults(REUSED_ATTEMPT_ID)
+    back as a committed token nobody will ever signal again. A window-mode receiver deletes
+    its token inline, right after its signals."""
+    summary = await exhaustive(
+        CONFIGS["small-processed_messages"],
+        max_deviations=0,
+        max_faults=1,
+        variant=REUSED_ATTEMPT_ID,
+        stop_at_first=True,
+    )
 
     assert summary.violations == 1
     assert "BoundedResidue" in broken(summary)
     [(_, result)] = summary.failures
     assert any("late request lands" in step for step in result.trace)
+
+
+async def test_a_token_mode_receiver_keeps_its_token_past_any_late_create() -> None:
+    """The same variant under token mode: the token stays, claimed, until the cleanup's R7 a
+    grace period after the commit, so the late create finds it there and fails; and the
+    cleanup that deletes it runs after every late request has landed."""
+    for name in ("small", "small-unbounded-sweep"):
+        summary = await exhaustive(
+            CONFIGS[name], max_deviations=0, max_faults=1, variant=REUSED_ATTEMPT_ID
+        )
+
+        assert summary.violations == 0, summary.failures[:1]
+        assert summary.schedules > 100
 
 
 async def test_committing_state_without_the_outbox_record_is_caught() -> None:
