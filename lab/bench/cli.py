@@ -25,7 +25,6 @@ from lab.bench.modes import (
     bench_modes,
     bus_modes,
     postgres_modes,
-    protocol_modes,
     select,
 )
 from lab.bench.report import (
@@ -183,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     sizes = Sizes(args.roots or base.roots, args.scaling_roots or base.scaling_roots)
     every = bench_modes() + postgres_modes()
-    modes = select(every + protocol_modes(), args.modes) if args.modes else every
+    modes = select(every, args.modes) if args.modes else every
     scaling_modes = select(every, args.scaling_modes)
     context: dict[str, Any] = {
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),

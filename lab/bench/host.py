@@ -15,7 +15,6 @@ checked first, so every forwarded message was already enqueued when the sink's i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import cProfile
 import os
 import resource
@@ -31,14 +30,11 @@ from lab.bench.timing import TimedInstrumentation
 from lab.bench.workload import Names, build_app
 from lab.host.queue_worker import Handler, QueueWorker
 from lab.local.azurite import REPO_ROOT
-from lab.sim.deferred_delete import keeping_incoming
-from lab.sim.variants import incoming_token
 from shared.bus import Bus, BusConfig
-from shared.bus.envelope import Signal
 from shared.bus.state.connection import PostgresSettings
 from shared.bus.state.instrumented import InstrumentedSql
 from shared.bus.state.stores import PostgresDatabase
-from shared.errors import InvalidValue, MalformedSignal
+from shared.errors import InvalidValue
 from shared.host_json import QueueSettings
 from shared.settings import StorageSettings
 from shared.stores.account import StorageAccount
@@ -65,8 +61,6 @@ class HostSpec:
     store: str = "table"
     postgres_url: str | None = None
     """The database of ``store="postgres"`` endpoints."""
-    r7_by_cleanup: bool = False
-    """Token mode's receivers leave R7 to the cleanup (``lab.bench.modes.TOKEN_R7_BY_CLEANUP``)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.concurrency <= 32:
@@ -180,14 +174,10 @@ class BenchHost:
             None if self.database is None else InstrumentedSql(self.database, self.instrumentation)
         )
         config = spec.bus_config()
-        account = keeping_incoming(self.account) if spec.r7_by_cleanup else self.account
-        bus = Bus(app, account, config, sql=sql)
+        bus = Bus(app, self.account, config, sql=sql)
 
         def handler(endpoint: str) -> Handler:
             async def handle(raw: str, dequeue_count: int) -> None:
-                if spec.r7_by_cleanup:  # the token R7 would delete: the signal's
-                    with contextlib.suppress(MalformedSignal):
-                        incoming_token.set((config.tokens_container, Signal.parse(raw).token))
                 outcome = await bus.receive(endpoint, raw, dequeue_count)
                 self._outcomes[outcome.value] += 1
 

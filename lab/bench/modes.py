@@ -16,9 +16,6 @@ AT_LEAST_ONCE = "at_least_once"
 TOKEN = "token"
 TOKEN_POSTGRES = "token_postgres"
 """Token mode with both endpoints' state, O(m) and audit rows in PostgreSQL."""
-TOKEN_R7_BY_CLEANUP = "token_r7_by_cleanup"
-"""Token mode with R7 left to the cleanup (``lab.sim.deferred_delete``, issue 33): a protocol
-measured beside production's on request (``--modes``), not part of the default run."""
 
 # Bench labels of the modes the issue asks for, with the names the bus may give them.
 _WANTED: dict[str, tuple[str, ...]] = {
@@ -38,8 +35,6 @@ class BenchMode:
     store: str = "table"
     """Where the endpoints keep their rows: ``table`` or ``postgres`` (a server the bench
     starts)."""
-    r7_by_cleanup: bool = False
-    """Token mode's receivers do not send R7 (``TOKEN_R7_BY_CLEANUP``)."""
 
     @property
     def is_floor(self) -> bool:
@@ -89,8 +84,3 @@ def select(modes: list[BenchMode], labels: list[str] | None) -> list[BenchMode]:
     if unknown:
         raise InvalidValue(f"unknown bench mode(s) {unknown}; known: {sorted(known)}")
     return [known[label] for label in labels]
-
-
-def protocol_modes() -> list[BenchMode]:
-    """Protocols explored beside production's, run only when ``--modes`` names them."""
-    return [BenchMode(TOKEN_R7_BY_CLEANUP, TOKEN, r7_by_cleanup=True)]

@@ -188,7 +188,6 @@ async def run_round(
             connection_string,
             mode.store,
             postgres_url,
-            r7_by_cleanup=mode.r7_by_cleanup,
         )
         for _ in range(plan.processes)
     ]
