@@ -13,7 +13,10 @@ tasks, so that what it removed is not counted:
 
 A token still in flight past the grace period is a message not yet processed: one waiting in
 a queue that is backing up, one whose receiver keeps failing, or one parked (its token stays
-until it is replayed or discarded).
+until it is replayed or discarded). A claimed token is not in flight: its receiver has it. It
+is counted apart as received: a token-mode receiver leaves its processed token for its
+cleanup's next pass to delete (R7, ``shared.bus.receiver``), and a message parked after its
+claim keeps its token too (the parked count says so).
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ class SenderTokens:
     waited, and the delayed ones (not due yet), with the soonest ``NEXT_DUE`` of them."""
 
     count: int = 0
+    received: int = 0
+    """Claimed tokens: received, so neither in flight nor late (not in ``count``)."""
     oldest: datetime | None = None
     """When the age of the oldest due token counts from (``since``); None when none is due."""
     delayed: int = 0
@@ -68,6 +73,9 @@ class SenderTokens:
     whose top is the latest of them, dropped when a sooner one comes."""
 
     def add(self, blob: BlobProperties, now: datetime) -> None:
+        if blob.metadata.get("claim"):
+            self.received += 1
+            return
         self.count += 1
         due = parse_time(blob.metadata, DUE_METADATA)
         if due is not None and due > now:  # a delayed message, not due yet: not late
@@ -83,6 +91,7 @@ class SenderTokens:
     def merge(self, other: SenderTokens) -> None:
         """Count ``other``'s tokens in this tally too."""
         self.count += other.count
+        self.received += other.received
         self.delayed += other.delayed
         if other.oldest is not None and (self.oldest is None or other.oldest < self.oldest):
             self.oldest = other.oldest

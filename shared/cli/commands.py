@@ -174,7 +174,8 @@ async def status_report(worker: Worker, progress: bool | None) -> dict[str, Any]
     return {
         "endpoints": rows,
         "tokens_in_flight": tokens.total,
-        "tokens_by_sender": {k: v.count for k, v in sorted(tokens.senders.items())},
+        "tokens_by_sender": {k: v.count for k, v in sorted(tokens.senders.items()) if v.count},
+        "tokens_received": sum(v.received for v in tokens.senders.values()),
         "oldest_token_age_seconds": {
             k: round(v.age_seconds(now), 3) for k, v in sorted(tokens.senders.items())
         },
@@ -211,6 +212,7 @@ async def status_command(
         say(
             f"tokens in flight: {report['tokens_in_flight']}"
             + (f" ({by_sender})" * bool(by_sender))
+            + f"; received, for the cleanup to delete: {report['tokens_received']}"
         )
         for topic, count in report["unsubscribed_events"].items():
             say(f"events dropped, topic {topic} has no subscriber: {count}")

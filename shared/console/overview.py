@@ -106,6 +106,7 @@ async def _sent(
     return {
         "sender": sender,
         "tokens_in_flight": figures.count,
+        "tokens_received": figures.received,
         "oldest_token_age_seconds": None if oldest is None else round(max(oldest, 0.0), 1),
         "delayed_count": figures.delayed,
         "next_due": [
