@@ -673,6 +673,7 @@ async def drive(
     print(f"  {'messages in poison queues':<34}{sum(poisoned.values()):>8}")
     removed = swept["removed"]
     print(f"  {'outbox records retired':<34}{removed.get('outbox_records', 0):>8}")
+    print(f"  {'processed tokens deleted (R7)':<34}{removed.get('incoming_tokens', 0):>8}")
     print(f"  {'abandoned tokens removed':<34}{removed.get('abandoned_tokens', 0):>8}")
     for error in verdict.state_errors[:10]:
         print(f"  ERROR: {error}")
