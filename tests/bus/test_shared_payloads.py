@@ -1,7 +1,9 @@
 """One payload per publish (``shared.bus.payloads``): an event for three subscribers stores its
 body once and each token refers to it; an altered payload or a forged signal gets nothing
-processed; the cleanup removes the payload only after the last token; parking, ``bus replay``
-and ``bus poison show`` work with a shared body. On the in-memory stores and on Azurite."""
+processed; the cleanup removes the payload only after the last token (a consumed token goes
+with the cleanup's R7 of its receiver's O(m): ``shared.bus.receiver``); parking, ``bus
+replay`` and ``bus poison show`` work with a shared body. On the in-memory stores and on
+Azurite."""
 
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
 from tests.bus.flow import Ledger
 from tests.bus.harness import Harness
+from tests.bus.test_sweep import Swept, sweep_all, sweep_counted
 from tests.conftest import Backend, unique_name
 
 TEXT = "lorem ipsum " * 1000
@@ -114,6 +117,10 @@ class Shouting:
             for message in await self.harness.raw.queue(ear).receive(32):
                 await self.harness.deliver(ear, message)
 
+    async def outputs(self) -> list[str]:
+        """The tokens of the hub's round: one for each subscriber."""
+        return [blob.name async for blob in self.tokens.list(f"{self.hub}/")]
+
     async def payload_names(self) -> list[str]:
         return [blob.name async for blob in self.payloads.list()]
 
@@ -186,7 +193,11 @@ async def test_a_payload_overwritten_by_an_attacker_gets_nothing_processed(
         [parked] = await shouting.harness.raw.queue(poison_queue(ear)).peek()
         reason = str(unwrap(parked.content, ear).info["reason"])
         assert "altered since it was sent" in reason
-    assert len(await shouting.harness.tokens()) == 3
+    # The subscribers' three tokens, unclaimed, are all that is in flight (the hub's own
+    # incoming token only waits for the cleanup's R7).
+    outputs = await shouting.outputs()
+    assert len(outputs) == 3
+    assert sorted(await shouting.harness.tokens_in_flight()) == sorted(outputs)
     await shouting.payloads.upload(payload, genuine.data, genuine.metadata)
     for ear in shouting.ears:
         report = await replay_report(
@@ -238,6 +249,10 @@ async def test_the_cleanup_removes_the_payload_only_after_the_last_token(
     assert (await shouting.cleanup(grace_seconds=3600)).kept == {"young": 1}
     await backend.elapse(1.5)
     await shouting.deliver(*shouting.ears[:2])
+    # The two subscribers' records go with their tokens; the hub's waits for the third.
+    assert await sweep_counted(shouting.harness) == Swept(2, 0, 2)
+    [last] = await shouting.outputs()
+    assert await shouting.harness.tokens_in_flight() == [last]
 
     waiting = await shouting.cleanup(grace_seconds=1)
 
@@ -245,6 +260,10 @@ async def test_the_cleanup_removes_the_payload_only_after_the_last_token(
     assert len(await shouting.payload_names()) == 1
     await shouting.deliver(shouting.ears[2])
     assert await shouting.heard() == {ear: [EXPECTED] for ear in shouting.ears}
+    # Consumed, the last token stays claimed until the cleanup's R7, and the payload with it:
+    # a copy of its signal arriving meanwhile resumes, and reads the payload to do so.
+    assert (await shouting.cleanup(grace_seconds=1)).kept == {"tokens_waiting": 1}
+    assert await sweep_counted(shouting.harness) == Swept(2, 0, 2)  # the hub's and the ear's
     gone = await shouting.cleanup(grace_seconds=1)
     assert (gone.removed, gone.kept) == ({"payloads": 1}, {})
     assert await shouting.payload_names() == []
@@ -253,14 +272,18 @@ async def test_the_cleanup_removes_the_payload_only_after_the_last_token(
 async def test_a_duplicate_signal_after_the_payload_went_is_acknowledged(
     backend: Backend,
 ) -> None:
-    """The payload goes once no token is left; a copy of a signal still on its way then
-    finds neither, and is a duplicate, not a loss."""
+    """The payload goes once no token is left, so only after the cleanup's R7 deleted the
+    consumed tokens; a copy of a signal still on its way then finds neither, and is a
+    duplicate, not a loss."""
     shouting = await Shouting.create(backend)
     await shouting.shout()
     ear = shouting.ears[0]
     [signal] = await shouting.harness.raw.queue(ear).peek()
     await shouting.harness.run_until_quiet()
     await backend.elapse(1.5)
+    # Consumed but not yet deleted, the tokens keep the payload: a copy now would resume.
+    assert (await shouting.cleanup(grace_seconds=1)).kept == {"tokens_waiting": 1}
+    await sweep_all(shouting.harness)
     assert (await shouting.cleanup(grace_seconds=1)).removed == {"payloads": 1}
 
     outcome = await shouting.harness.bus.receive(ear, signal.content)
@@ -295,7 +318,11 @@ async def test_a_missing_payload_whose_token_exists_is_retried_then_parked_sayin
     assert (tries, last) == (["PayloadMissing", "PayloadMissing"], Outcome.POISONED)
     [parked] = await shouting.harness.raw.queue(poison_queue(ear)).peek()
     assert "shared payload" in str(unwrap(parked.content, ear).info["reason"])
-    assert len(await shouting.harness.tokens()) == 3
+    # Every subscriber's token is kept (the parked one's too); the hub's own incoming token
+    # only waits for the cleanup's R7.
+    outputs = await shouting.outputs()
+    assert len(outputs) == 3
+    assert sorted(await shouting.harness.tokens_in_flight()) == sorted(outputs)
 
 
 async def test_a_parked_shared_message_is_shown_whole_and_replayed_once(
@@ -336,6 +363,7 @@ async def test_a_parked_shared_message_is_shown_whole_and_replayed_once(
     await shouting.harness.run_until_quiet()
     assert await shouting.heard() == {e: [EXPECTED] for e in shouting.ears}
     await backend.elapse(1.5)
+    await sweep_all(shouting.harness)  # R7: the consumed tokens go, then the payload can
     assert (await shouting.cleanup(grace_seconds=1)).removed == {"payloads": 1}
 
 
@@ -413,6 +441,7 @@ async def test_a_clients_publish_shares_its_body_too(backend: Backend) -> None:
     await shouting.harness.run_until_quiet()
     assert await shouting.heard() == {ear: [EXPECTED] for ear in shouting.ears}
     await backend.elapse(1.5)
+    await sweep_all(shouting.harness)  # R7: the consumed tokens go, then the payload can
     assert (await shouting.cleanup(grace_seconds=1)).removed == {"payloads": 1}
 
 

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from shared.bus.config import BusConfig
-from shared.bus.envelope import token_name
+from shared.bus.envelope import token_name, token_prefix
 from shared.bus.ids import fresh_id
 from shared.bus.ingress import INGRESS_ROW, IngressClient
 from shared.bus.modes.processed_table import processed_row
@@ -90,14 +90,17 @@ async def test_one_run_after_quiescence_leaves_no_tokens_or_outbox_records(
     harness.instrumentation.plan = fault_at_first("blob.create", fault)
     await harness.run_until_quiet()
     assert [op.kind for op, _ in harness.instrumentation.injected] == ["blob.create"]
-    assert await residue(harness) == (3, 1)
+    # The abandoned token, and the three processed incoming tokens, each claimed by its
+    # O(m) until the cleanup's R7.
+    assert await residue(harness) == (3, 4)
+    assert len(await harness.tokens_in_flight()) == 1
 
     # When one cleanup run completes
     report = await clean(harness, settings())
 
     # Then nothing is left but the business state
     assert report.complete
-    assert report.removed() == {"abandoned_tokens": 1, "outbox_records": 3}
+    assert report.removed() == {"abandoned_tokens": 1, "incoming_tokens": 3, "outbox_records": 3}
     assert await residue(harness) == (0, 0)
     assert len(await harness.applied(names.shipping)) == 1
 
@@ -107,12 +110,14 @@ async def test_a_signalled_token_still_in_flight_is_never_removed(backend: Backe
     await place_order(harness, names)
     [message] = await harness.raw.queue(names.orders).receive()
     await harness.deliver(names.orders, message)  # orders done; ChargeCard waits in its queue
-    [in_flight] = await harness.tokens()
+    [in_flight] = await harness.tokens_in_flight()
+    [record] = await harness.outbox_records(names.orders)
 
     report = await clean(harness, settings())
 
-    # O(orders) waits for the token it committed to be consumed before it retires.
-    assert await harness.tokens() == [in_flight]
+    # O(orders) waits for the token it committed to be consumed before it retires, and
+    # its own incoming token (R7, the cleanup's) waits with it.
+    assert sorted(await harness.tokens()) == sorted([in_flight, record.incoming_token])
     assert report.removed() == {}
     assert report.kept()["in_flight"] == 1
     assert report.kept()["outputs_in_flight"] == 1
@@ -220,7 +225,8 @@ async def test_a_run_out_of_budget_saves_its_place_and_the_next_run_resumes(
     for order in "abcde":
         await place_order(harness, names, order)
     await harness.run_until_quiet()
-    assert await residue(harness) == (5, 0)
+    assert await residue(harness) == (5, 5)  # each token claimed by its O(m) until R7
+    assert await harness.tokens_in_flight() == []
     tiny = settings(page_size=2, budget_seconds=0)
 
     task = f"outbox.{names.orders}"
@@ -240,8 +246,13 @@ async def test_a_run_out_of_budget_saves_its_place_and_the_next_run_resumes(
         (False, True),
         (True, True),
     ]
-    assert [t.finished for t in runs[0].tasks if t.task == "tokens"] == [True]  # nothing to do
+    # A task with nothing to do finishes in the first run. (The tokens task has the five
+    # processed tokens to list now, claimed until the outbox task's R7: it is never the one
+    # to remove them.)
+    assert [t.finished for t in runs[0].tasks if t.task == "payloads"] == [True]
+    assert sum(r.removed()["abandoned_tokens"] for r in runs) == 0
     assert sum(r.removed()["outbox_records"] for r in runs) == 5
+    assert sum(r.removed()["incoming_tokens"] for r in runs) == 5
     assert await residue(harness) == (0, 0)
 
 
@@ -555,8 +566,20 @@ async def test_a_request_that_fails_leaves_its_record_for_the_next_pass_not_the_
     for order in "abc":
         await place_order(harness, names, order)
     await harness.run_until_quiet()
+    records = await harness.outbox_records(names.orders)
+    container = harness.config.tokens_container
+    listings = {f"{container}/{token_prefix(names.orders, r.message_id)}": r for r in records}
+    failed: list[str] = []
+
+    def first_outputs_listing(op: Operation) -> Fault | None:
+        # The listing of one record's outputs: a request only that record's judgement makes.
+        if failed or op.kind != "blob.list" or op.target not in listings:
+            return None
+        failed.append(op.target)
+        return Fault.ERROR_BEFORE
+
     faulty = InstrumentedAccount(harness.raw)
-    faulty.instrumentation.plan = fault_at_first("blob.get_properties", Fault.ERROR_BEFORE)
+    faulty.instrumentation.plan = first_outputs_listing
     base = harness.config.clock
     config = replace(harness.config, clock=lambda: base() + 2)
 
@@ -571,9 +594,52 @@ async def test_a_request_that_fails_leaves_its_record_for_the_next_pass_not_the_
     [orders] = [t for t in first.tasks if t.task == f"outbox.{names.orders}"]
     assert orders.finished
     assert orders.kept == {"storage_error": 1}
-    assert orders.removed == {"outbox_records": 2}
+    assert orders.removed == {"incoming_tokens": 2, "outbox_records": 2}
+    [failed_listing] = failed
+    [left] = await harness.outbox_records(names.orders)
+    assert left.message_id == listings[failed_listing].message_id
+    assert await harness.tokens() == [left.incoming_token]  # its R7 waits with it
     second = await clean(harness, settings())
     assert second.removed()["outbox_records"] == 1
+    assert second.removed()["incoming_tokens"] == 1
+    assert await residue(harness) == (0, 0)
+
+
+@pytest.mark.parametrize("fault", [Fault.ERROR_BEFORE, Fault.ERROR_AFTER])
+async def test_a_failed_delete_of_incoming_tokens_leaves_their_records_for_the_next_pass(
+    backend: Backend, fault: Fault
+) -> None:
+    """The R7 deletes of a page's retired records go in one batch request: when it fails
+    (applied or not), every record of the batch stays, so no O(m) is retired while its
+    incoming token may still be there (a copy would find it claimed by a claim id no O(m)
+    holds). The next pass deletes what is left of them and retires the records."""
+    harness, names = await new_flow(backend, publish=False, charge=False)
+    for order in "abc":
+        await place_order(harness, names, order)
+    await harness.run_until_quiet()
+    faulty = InstrumentedAccount(harness.raw)
+    faulty.instrumentation.plan = fault_at_first("blob.delete_batch", fault)
+    base = harness.config.clock
+    config = replace(harness.config, clock=lambda: base() + 2)
+
+    first = await run_cleanup(
+        faulty,
+        endpoint_modes(harness.app),
+        rows=harness.cleanup_rows(faulty),
+        config=config,
+        settings=settings(),
+    )
+
+    assert [op.kind for op, _ in faulty.instrumentation.injected] == ["blob.delete_batch"]
+    [orders] = [t for t in first.tasks if t.task == f"outbox.{names.orders}"]
+    assert orders.finished
+    assert (orders.removed, orders.kept) == ({}, {"storage_error": 3})
+    # Applied, the deletes took the tokens; not applied, the tokens wait, still claimed.
+    assert await residue(harness) == (3, 0 if fault is Fault.ERROR_AFTER else 3)
+    assert await harness.tokens_in_flight() == []
+    second = await clean(harness, settings())
+    assert second.removed()["outbox_records"] == 3
+    assert second.removed()["incoming_tokens"] == (0 if fault is Fault.ERROR_AFTER else 3)
     assert await residue(harness) == (0, 0)
 
 
@@ -640,7 +706,7 @@ async def test_a_checkpoint_write_that_times_out_does_not_lose_the_lease(
     assert [op.kind for op, _ in faulty.instrumentation.injected] == ["table.update"]
     [orders] = [t for t in report.tasks if t.task == task]
     assert (orders.finished, orders.skipped) == (True, None)
-    assert orders.removed == {"outbox_records": 3}
+    assert orders.removed == {"incoming_tokens": 3, "outbox_records": 3}
     assert report.complete
     saved = await harness.raw.table(cleanup.checkpoint_table).get(TASK_PARTITION, task)
     assert (saved["owner"], saved["continuation"]) == ("busy", "")
