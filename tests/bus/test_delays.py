@@ -269,6 +269,10 @@ async def test_a_delay_longer_than_the_queue_allows_reschedules_itself(
     )
     assert report.removed().get("abandoned_tokens", 0) == 0
     assert await harness.tokens_in_flight() == [delayed]
+    # In token mode Start's own token stays as well, claimed: its R7 waits until the output
+    # it sent has been received.
+    assert report.removed().get("incoming_tokens", 0) == 0
+    assert len(await harness.tokens()) == (2 if mode == "token" else 1)
 
     # Not a second early
     await backend.elapse(ten_days - MAX_VISIBILITY_TIMEOUT - 3)
@@ -279,6 +283,19 @@ async def test_a_delay_longer_than_the_queue_allows_reschedules_itself(
     await backend.elapse(4)
     assert await deliver_visible(harness, name) == Counter({Outcome.PROCESSED: 1})
     assert await ledger(harness, name) == ["start", "remind"]
+
+    # After which, past its grace period, the cleanup deletes the two processed tokens (token
+    # mode's R7) with their outbox records: no token is left
+    await backend.elapse(cleanup.grace_seconds + 1)
+    report = await run_cleanup(
+        harness.raw,
+        endpoint_modes(harness.app),
+        rows=harness.cleanup_rows(),
+        config=harness.config,
+        settings=cleanup,
+    )
+    assert report.removed().get("incoming_tokens", 0) == (2 if mode == "token" else 0)
+    assert await harness.tokens() == []
 
 
 async def test_a_client_send_with_a_delay_is_held_until_then_and_deduplicated(
