@@ -93,8 +93,10 @@ async def ledger(harness: Harness, name: str) -> list[str]:
 
 
 async def due_time(harness: Harness) -> float:
-    """When the one delayed message in flight is due (bus clock), as its token says."""
-    [token] = await harness.tokens()
+    """When the one delayed message in flight is due (bus clock), as its token says. (In
+    token mode the token of the message that sent it is still there too, claimed, waiting
+    for the cleanup's R7: not in flight.)"""
+    [token] = await harness.tokens_in_flight()
     blob = await harness.raw.blob_container(harness.config.tokens_container).read(token)
     deliver_at = Envelope.from_bytes(blob.data).deliver_at
     assert deliver_at is not None, token
@@ -133,7 +135,7 @@ async def test_a_delayed_message_waits_for_its_time_then_is_processed_once(
     # Then nothing was delivered: the signal is hidden, the token waits
     assert early == Counter()
     assert await ledger(harness, name) == ["start"]
-    assert len(await harness.tokens()) == 1
+    assert len(await harness.tokens_in_flight()) == 1
 
     # And once the delay has passed it is processed, once
     assert await deliver_when_due(harness, name) == Counter({Outcome.PROCESSED: 1})
@@ -152,14 +154,13 @@ async def test_the_delayed_signal_is_sent_hidden_by_the_bus_clock(
 
     assert await ledger(harness, name) == ["start"]
     assert await harness.raw.queue(name).peek(32) == []
-    assert len(await harness.tokens()) == 1
+    assert len(await harness.tokens_in_flight()) == 1
 
 
 async def committed_signal(harness: Harness, name: str) -> Signal:
     """The signal of the one output the endpoint committed, as a replay or anyone with send
     rights on the queue could write it."""
-    tokens = await harness.tokens()
-    [token] = tokens
+    [token] = await harness.tokens_in_flight()
     data = (await harness.raw.blob_container(harness.config.tokens_container).read(token)).data
     envelope = Envelope.from_bytes(data)
     return Signal(
@@ -186,14 +187,17 @@ async def test_an_early_signal_hides_itself_again_and_the_message_is_processed_o
     # Then it is deferred: not processed, token kept, its signal hidden again
     assert outcomes == Counter({Outcome.DEFERRED: 1})
     assert await ledger(harness, name) == ["start"]
-    assert len(await harness.tokens()) == 1
+    assert len(await harness.tokens_in_flight()) == 1
     assert await harness.raw.queue(name).peek() == []
     assert await harness.raw.queue(name).approximate_count() == 2  # the original and the copy
 
-    # And after the due time the two signals process it once
+    # And after the due time the two signals process it once. The second one finds it done:
+    # a duplicate, or in token mode a resumption (its token stays, claimed, until the
+    # cleanup's R7), which applies nothing and has no signal of its own to send.
     outcomes = await deliver_when_due(harness, name)
+    second = Outcome.RESUMED if mode == "token" else Outcome.DUPLICATE
     assert outcomes[Outcome.PROCESSED] == 1
-    assert outcomes[Outcome.PROCESSED] + outcomes[Outcome.DUPLICATE] == 2
+    assert outcomes[Outcome.PROCESSED] + outcomes[second] == 2
     assert await ledger(harness, name) == ["start", "remind"]
 
 
@@ -255,6 +259,7 @@ async def test_a_delay_longer_than_the_queue_allows_reschedules_itself(
     assert await deliver_visible(harness, name) == Counter({Outcome.DEFERRED: 1})
 
     # The cleanup, meanwhile, keeps the token: it is in flight, not abandoned
+    [delayed] = await harness.tokens_in_flight()
     report = await run_cleanup(
         harness.raw,
         endpoint_modes(harness.app),
@@ -263,7 +268,11 @@ async def test_a_delay_longer_than_the_queue_allows_reschedules_itself(
         settings=cleanup,
     )
     assert report.removed().get("abandoned_tokens", 0) == 0
-    assert len(await harness.tokens()) == 1
+    assert await harness.tokens_in_flight() == [delayed]
+    # In token mode Start's own token stays as well, claimed: its R7 waits until the output
+    # it sent has been received.
+    assert report.removed().get("incoming_tokens", 0) == 0
+    assert len(await harness.tokens()) == (2 if mode == "token" else 1)
 
     # Not a second early
     await backend.elapse(ten_days - MAX_VISIBILITY_TIMEOUT - 3)
@@ -274,6 +283,19 @@ async def test_a_delay_longer_than_the_queue_allows_reschedules_itself(
     await backend.elapse(4)
     assert await deliver_visible(harness, name) == Counter({Outcome.PROCESSED: 1})
     assert await ledger(harness, name) == ["start", "remind"]
+
+    # After which, past its grace period, the cleanup deletes the two processed tokens (token
+    # mode's R7) with their outbox records: no token is left
+    await backend.elapse(cleanup.grace_seconds + 1)
+    report = await run_cleanup(
+        harness.raw,
+        endpoint_modes(harness.app),
+        rows=harness.cleanup_rows(),
+        config=harness.config,
+        settings=cleanup,
+    )
+    assert report.removed().get("incoming_tokens", 0) == (2 if mode == "token" else 0)
+    assert await harness.tokens() == []
 
 
 async def test_a_client_send_with_a_delay_is_held_until_then_and_deduplicated(

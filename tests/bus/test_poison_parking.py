@@ -33,6 +33,7 @@ from shared.stores.azure import AzureStorageAccount
 from tests.bus.flow import Ledger
 from tests.bus.harness import Harness
 from tests.bus.test_failures import Flaky, flaky_app
+from tests.bus.test_sweep import sweep_all
 from tests.conftest import Backend, unique_name
 
 
@@ -223,7 +224,9 @@ async def test_the_same_signal_naming_no_token_is_parked_as_an_excerpt(backend: 
         Note(key="k", text=LONG_NOTE), to=name, idempotency_key="k"
     )
     [signal] = await harness.raw.queue(name).peek()
-    await harness.run_until_quiet()  # processed: its token is gone
+    await harness.run_until_quiet()  # processed; its token waits for the cleanup's R7
+    await sweep_all(harness)
+    assert await harness.tokens() == []  # now its token is gone
     reason = PoisonReason(name, "é" * MAX_REASON_CHARS, 1)
 
     form = await park(
@@ -304,15 +307,20 @@ async def test_each_message_gets_one_info_line_with_its_outcome(
     name = only_endpoint(harness)
     receipt = await harness.setup_bus.client().send(Flaky(key="k"), to=name, idempotency_key="k")
     [signal] = await harness.raw.queue(name).peek()
-    await harness.raw.queue(name).send(signal.content)  # a copy: the duplicate
+    await harness.raw.queue(name).send(signal.content)  # a copy, before the cleanup: resumed
 
     with caplog.at_level(logging.INFO, "shared.bus.receiver"):
         await harness.run_until_quiet()
+        await sweep_all(harness)  # token mode's R7: the token goes
+        await harness.raw.queue(name).send(signal.content)  # a copy after it: the duplicate
+        await harness.run_until_quiet()
 
     lines = [r.getMessage() for r in caplog.records if "outcome=" in r.getMessage()]
-    assert len(lines) == 2
+    assert len(lines) == 3
     prefix = f"endpoint={name} type=Flaky message_id={receipt.message_ids[0]} outcome="
     assert any(line.startswith(prefix + "processed duration_ms=") for line in lines)
+    # The copy delivered before the cleanup finds the token claimed by the committed O(m).
+    assert any(line.startswith(prefix + "resumed duration_ms=") for line in lines)
     assert any(f"message_id={receipt.message_ids[0]} outcome=duplicate" in x for x in lines)
 
 
