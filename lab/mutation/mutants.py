@@ -44,6 +44,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "R7 before R6: the incoming token is deleted before the outputs are signalled",
     ),
     Mutant(
+        "receiver-processed-copy-given-back",
+        "shared/bus/receiver.py",
+        "                if token.claim and await self._resumed_unread(signal, token):",
+        "                if False:",
+        "an instance that cannot read a message gives back a copy of it although its O(m) is "
+        "committed: with R7 the cleanup's, the token is still there, and the copy is parked "
+        "once its give-back window runs out",
+    ),
+    Mutant(
         "receiver-other-token-kept",
         "shared/bus/receiver.py",
         "        if signal.token != outbox.incoming_token:",

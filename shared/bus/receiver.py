@@ -91,7 +91,12 @@ class Receiver(Pipeline):
             if read is None:
                 return Outcome.DUPLICATE
             token = read
-            envelope, message = await self._decode(signal, token, delivery)
+            try:
+                envelope, message = await self._decode(signal, token, delivery)
+            except NewerVersion:
+                if token.claim and await self._resumed_unread(signal, token):
+                    return Outcome.RESUMED
+                raise  # given back for an instance that reads it
         progress = _Progress(token, envelope, message)
         return await conflict_rounds(
             self.config,
@@ -160,13 +165,29 @@ class Receiver(Pipeline):
                 hints,
             )
             outcome = Outcome.PROCESSED
-        # R6
+        await self._signal(signal, outbox, hints)
+        return outcome
+
+    async def _signal(self, signal: Signal, outbox: OutboxRecord, hints: Hints) -> None:
+        """R6; R7 and R8 are the cleanup's, for O(m)'s own token. Any other token the
+        message came with goes now, after the signals, as R7 always did."""
         await send_signals(self.account, outbox.outgoing, hints, config=self.config)
-        # R7 and R8 are the cleanup's, for O(m)'s own token; any other token goes now.
         if signal.token != outbox.incoming_token:
             with contextlib.suppress(NotFound):
                 await self.tokens.delete(signal.token)
-        return outcome
+
+    async def _resumed_unread(self, signal: Signal, token: IncomingToken) -> bool:
+        """A claimed token this instance cannot read (a newer version wrote it, during a
+        rolling deploy): whether its message was processed, by O(m) committed with the
+        token's claim id; if so it is resumed (R6 again), as any copy of it would be, instead
+        of being given back. Its token waits for the cleanup's R7, so such copies now find it
+        there; given back, one would be parked once its give-back window ran out."""
+        snapshot = await self.state_store.read(signal.partition_key, signal.message_id)
+        outbox = snapshot.outbox
+        if outbox is None or not outbox.committed or outbox.claim != token.claim:
+            return False
+        await self._signal(signal, outbox, {})
+        return True
 
     async def _from_hints(
         self, signal: Signal, delivery: Delivery

@@ -32,6 +32,7 @@ from shared.bus.poison import replay
 from shared.bus.reading import read_body
 from shared.bus.telemetry import BusTelemetry
 from shared.errors import MalformedSignal, NewerVersion, UnknownMessageType
+from shared.resources import poison_queue
 from shared.stores.instrumented import Fault, fault_at_first
 from shared.stores.queue import QueueMessage
 from tests.bus.flow import Ledger
@@ -181,9 +182,37 @@ async def test_a_copy_of_a_message_already_processed_is_a_duplicate_not_given_ba
     # When the old instance gets the copy
     await deliver_one(harness, name)
 
-    # Then it reads the token first, finds it gone and acknowledges the copy
-    assert harness.outcomes == {Outcome.DUPLICATE: 1}
+    # Then it reads the token first and acknowledges the copy: in a window mode the token is
+    # gone (a duplicate); in token mode it waits, claimed, for the cleanup's R7, and the
+    # committed O(m) with its claim id says the message was processed (resumed, not given
+    # back to be parked once its window ran out)
+    expected = Outcome.RESUMED if mode == "token" else Outcome.DUPLICATE
+    assert harness.outcomes == {expected: 1}
     assert await harness.raw.queue(name).approximate_count() == 0
+    assert await harness.raw.queue(poison_queue(name)).approximate_count() == 0
+
+
+@in_memory
+async def test_a_copy_of_a_message_claimed_but_not_committed_is_still_given_back(
+    backend: Backend, mode: Mode
+) -> None:
+    """A claimed token is not proof enough: until O(m) commits, only an instance that reads
+    the message can finish it, so the old instance gives the copy back."""
+    if mode != "token":
+        pytest.skip("only token mode claims the token")
+    harness = await old_instance(backend, mode)
+    name = await send_flaky(harness)
+    [message] = await visible(harness, name)
+    signal = json.loads(message.content)
+    tokens = harness.raw.blob_container(harness.config.tokens_container)
+    # A newer instance claimed it and has not committed (it crashed, or is still running).
+    stored = await tokens.read(signal["token"])
+    await tokens.set_metadata(signal["token"], {**stored.properties.metadata, "claim": "c1"})
+    await harness.raw.queue(name).send(message.content)
+
+    await deliver_one(harness, name)
+
+    assert harness.outcomes == {Outcome.GIVEN_BACK: 1}
 
 
 @in_memory
