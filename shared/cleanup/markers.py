@@ -7,7 +7,8 @@ messages do not expire), and a copy already inside the handler when the request'
 Age alone says nothing of the first three, so the rule is the request's token being gone,
 read from the performer's own rows: its O(m) is inserted (R3) before the handler inserts the
 marker, and is retired only after the token is deleted (by the outbox task, which deletes
-the token first, R7; or once an uncommitted O(m)'s token is gone), so a marker whose partition holds no O(m) has no token left.
+the token first, R7; or once an uncommitted O(m)'s token is gone), so a marker whose
+partition holds no O(m) has no token left.
 No new copy can pass R1 then; one already past it finishes within the grace period (the
 timing assumption behind the abandoned tokens' grace). So the first pass that finds no O(m)
 stamps the marker (``retiring_since``, with If-Match), and a pass at least the grace period

@@ -24,9 +24,10 @@ deleted only when all of these hold, checked in this order, each for the reason 
 (b) no token exists under ``{sender}/{incoming-id}/`` (one list request of page size 1).
     A token that exists may be signalled (or be signalled again, or be replayed from the
     poison queue) and its receiver reads the payload: while one is there, the payload stays.
-    Tokens go only once consumed (R7, the receiver's or its cleanup's) or abandoned (the token task), so once none is left
-    no receiver can need the payload, except a duplicate signal, which then finds its token
-    gone too and is acknowledged as a duplicate (``shared.bus.pipeline``, PayloadMissing).
+    Tokens go only once consumed (R7, the receiver's or its cleanup's) or abandoned (the
+    token task), so once none is left no receiver can need the payload, except a duplicate
+    signal, which then finds its token gone too and is acknowledged as a duplicate
+    (``shared.bus.pipeline``, PayloadMissing).
 (d) it is deleted ``If-Match`` the ETag it was judged by in (a): a round that rewrote it
     since then (it is about to create tokens referring to it) wins, and the payload stays.
 

@@ -212,7 +212,7 @@ async def status_command(
         say(
             f"tokens in flight: {report['tokens_in_flight']}"
             + (f" ({by_sender})" * bool(by_sender))
-            + f"; received, for the cleanup to delete: {report['tokens_received']}"
+            + f"; claimed by their receivers: {report['tokens_received']}"
         )
         for topic, count in report["unsubscribed_events"].items():
             say(f"events dropped, topic {topic} has no subscriber: {count}")

@@ -131,7 +131,10 @@ async def test_a_duplicate_is_applied_once(bus_kit: BusKit) -> None:
     await bus_kit.run_until_quiet()
     assert await bus_kit.state("kitchen", "o1", Oven) == Oven(baked=2)
     assert len(await bus_kit.effects()) == 1
-    assert bus_kit.outcomes[Outcome.DUPLICATE] == 1
+    # The copy finds the token claimed by the committed O(m) (it waits for the cleanup's R7):
+    # it resumes, signalling again, and each endpoint downstream resumes the same way.
+    assert bus_kit.outcomes[Outcome.RESUMED] >= 1
+    assert bus_kit.outcomes[Outcome.PROCESSED] == 5
 
 
 async def test_concurrent_copies_are_applied_once(bus_kit: BusKit) -> None:
