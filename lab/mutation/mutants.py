@@ -35,12 +35,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "receiver-delete-before-send",
         "shared/bus/receiver.py",
-        """        # R6
-        await send_signals(self.account, outbox.outgoing, hints, config=self.config)""",
-        """        # R7, before R6
-        with contextlib.suppress(NotFound):
+        """        await send_signals(self.account, outbox.outgoing, hints, config=self.config)
+        if signal.token != outbox.incoming_token:""",
+        """        with contextlib.suppress(NotFound):  # R7, before R6
             await self.tokens.delete(signal.token)
-        await send_signals(self.account, outbox.outgoing, hints, config=self.config)""",
+        await send_signals(self.account, outbox.outgoing, hints, config=self.config)
+        if signal.token != outbox.incoming_token:""",
         "R7 before R6: the incoming token is deleted before the outputs are signalled",
     ),
     Mutant(
