@@ -18,6 +18,7 @@ from shared.bus.envelope import Envelope, Signal, token_name
 from shared.bus.ids import fresh_id
 from shared.bus.outgoing import DUE_METADATA
 from shared.cleanup.job import endpoint_modes, run_cleanup
+from shared.cleanup.report import CleanupReport
 from shared.cleanup.settings import CleanupSettings
 from shared.clock import to_datetime
 from shared.stores.instrumented import Fault, fault_at_first
@@ -38,6 +39,17 @@ DELAY = 2.0
 """Seconds: whole (the queue hides a message for whole seconds), long enough for a test to
 look before it has passed even on a busy machine, short because on Azurite time really
 passes."""
+
+
+async def cleanup_pass(harness: Harness, cleanup: CleanupSettings) -> CleanupReport:
+    """One cleanup run over every endpoint of the harness's app, at the harness's clock."""
+    return await run_cleanup(
+        harness.raw,
+        endpoint_modes(harness.app),
+        rows=harness.cleanup_rows(),
+        config=harness.config,
+        settings=cleanup,
+    )
 
 
 class Start(Command):
@@ -260,13 +272,7 @@ async def test_a_delay_longer_than_the_queue_allows_reschedules_itself(
 
     # The cleanup, meanwhile, keeps the token: it is in flight, not abandoned
     [delayed] = await harness.tokens_in_flight()
-    report = await run_cleanup(
-        harness.raw,
-        endpoint_modes(harness.app),
-        rows=harness.cleanup_rows(),
-        config=harness.config,
-        settings=cleanup,
-    )
+    report = await cleanup_pass(harness, cleanup)
     assert report.removed().get("abandoned_tokens", 0) == 0
     assert await harness.tokens_in_flight() == [delayed]
     # In token mode Start's own token stays as well, claimed: its R7 waits until the output
@@ -287,13 +293,7 @@ async def test_a_delay_longer_than_the_queue_allows_reschedules_itself(
     # After which, past its grace period, the cleanup deletes the two processed tokens (token
     # mode's R7) with their outbox records: no token is left
     await backend.elapse(cleanup.grace_seconds + 1)
-    report = await run_cleanup(
-        harness.raw,
-        endpoint_modes(harness.app),
-        rows=harness.cleanup_rows(),
-        config=harness.config,
-        settings=cleanup,
-    )
+    report = await cleanup_pass(harness, cleanup)
     assert report.removed().get("incoming_tokens", 0) == (2 if mode == "token" else 0)
     assert await harness.tokens() == []
 
@@ -361,13 +361,7 @@ async def test_the_cleanup_counts_a_delayed_token_s_age_from_its_due_time(
     # When the cleanup runs after the ingress window (past which such a token is abandoned)
     await backend.elapse(harness.config.ingress_window_seconds + 1)
     cleanup = CleanupSettings(grace_seconds=300, checkpoint_table=unique_name("cleanup"))
-    await run_cleanup(
-        harness.raw,
-        endpoint_modes(harness.app),
-        rows=harness.cleanup_rows(),
-        config=harness.config,
-        settings=cleanup,
-    )
+    await cleanup_pass(harness, cleanup)
 
     # Then only the undelayed one is removed: the delayed one's age counts from its due time
     names = await harness.tokens()

@@ -25,6 +25,7 @@ from shared.clock import ManualClock, to_datetime
 from shared.config import build_config
 from shared.errors import ConfigurationError, OutcomeUnknown
 from shared.resources import TABLES
+from shared.stores.account import StorageAccount
 from shared.stores.instrumented import (
     Fault,
     InstrumentedAccount,
@@ -45,16 +46,22 @@ def settings(**overrides: object) -> CleanupSettings:
 
 
 async def clean(
-    harness: Harness, cleanup: CleanupSettings, *, ahead: float = 2.0, owner: str | None = None
+    harness: Harness,
+    cleanup: CleanupSettings,
+    *,
+    ahead: float = 2.0,
+    owner: str | None = None,
+    account: StorageAccount | None = None,
 ) -> CleanupReport:
     """Run the job with its clock ``ahead`` of the stores', so that on Azurite (whose
-    timestamps are the server's, in whole seconds) 'older than a zero grace' is certain."""
+    timestamps are the server's, in whole seconds) 'older than a zero grace' is certain;
+    over ``account`` (one that injects faults, say) instead of the harness's own."""
     base = harness.config.clock
     config = replace(harness.config, clock=lambda: base() + ahead)
     return await run_cleanup(
-        harness.raw,
+        account or harness.raw,
         endpoint_modes(harness.app),
-        rows=harness.cleanup_rows(),
+        rows=harness.cleanup_rows(account),
         config=config,
         settings=cleanup,
         owner=owner,
@@ -580,16 +587,8 @@ async def test_a_request_that_fails_leaves_its_record_for_the_next_pass_not_the_
 
     faulty = InstrumentedAccount(harness.raw)
     faulty.instrumentation.plan = first_outputs_listing
-    base = harness.config.clock
-    config = replace(harness.config, clock=lambda: base() + 2)
 
-    first = await run_cleanup(
-        faulty,
-        endpoint_modes(harness.app),
-        rows=harness.cleanup_rows(faulty),
-        config=config,
-        settings=settings(),
-    )
+    first = await clean(harness, settings(), account=faulty)
 
     [orders] = [t for t in first.tasks if t.task == f"outbox.{names.orders}"]
     assert orders.finished
@@ -619,16 +618,8 @@ async def test_a_failed_delete_of_incoming_tokens_leaves_their_records_for_the_n
     await harness.run_until_quiet()
     faulty = InstrumentedAccount(harness.raw)
     faulty.instrumentation.plan = fault_at_first("blob.delete_batch", fault)
-    base = harness.config.clock
-    config = replace(harness.config, clock=lambda: base() + 2)
 
-    first = await run_cleanup(
-        faulty,
-        endpoint_modes(harness.app),
-        rows=harness.cleanup_rows(faulty),
-        config=config,
-        settings=settings(),
-    )
+    first = await clean(harness, settings(), account=faulty)
 
     assert [op.kind for op, _ in faulty.instrumentation.injected] == ["blob.delete_batch"]
     [orders] = [t for t in first.tasks if t.task == f"outbox.{names.orders}"]
@@ -651,16 +642,8 @@ async def test_a_page_whose_listing_times_out_once_is_tried_again_in_the_same_ru
     await harness.run_until_quiet()
     faulty = InstrumentedAccount(harness.raw)
     faulty.instrumentation.plan = fault_at_first("table.query", Fault.ERROR_BEFORE)
-    base = harness.config.clock
-    config = replace(harness.config, clock=lambda: base() + 2)
 
-    report = await run_cleanup(
-        faulty,
-        endpoint_modes(harness.app),
-        rows=harness.cleanup_rows(faulty),
-        config=config,
-        settings=settings(),
-    )
+    report = await clean(harness, settings(), account=faulty)
 
     assert [op.kind for op, _ in faulty.instrumentation.injected] == ["table.query"]
     assert report.complete
