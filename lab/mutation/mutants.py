@@ -346,8 +346,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "cleanup-retire-without-r7",
         "shared/cleanup/tasks.py",
-        "answers = await context.tokens.delete_unchanged([(n, ANY_ETAG) for n in batch])",
-        "answers = [False] * len(batch)",
+        "gone, deleted = await delete_batched(context.tokens, [(n, ANY_ETAG) for n in names])",
+        "gone, deleted = set(names), 0",
         "a committed O(m) is retired without deleting its incoming token: the claimed token "
         "stays for ever",
     ),

@@ -52,13 +52,26 @@ async def delete_blobs(tokens: BlobContainer, blobs: Sequence[BlobProperties]) -
     """Delete the blobs that still have the ETag they were listed with, ``DELETES_PER_BATCH``
     per request; return how many went. A blob consumed or changed since it was listed is not
     ours to delete any more. Never takes the limit: it runs inside work that holds it."""
+    _, deleted = await delete_batched(tokens, [(blob.name, blob.etag) for blob in blobs])
+    return deleted
+
+
+async def delete_batched(
+    tokens: BlobContainer, pairs: Sequence[tuple[str, str]]
+) -> tuple[set[str], int]:
+    """``delete_unchanged`` over ``(name, etag)`` pairs, ``DELETES_PER_BATCH`` per request;
+    return the names whose request was answered (each deleted, or gone or changed since) and
+    how many were deleted. A batch that fails is left for the next pass, and logged."""
+    answered: set[str] = set()
     deleted = 0
-    for batch in chunks([(blob.name, blob.etag) for blob in blobs], DELETES_PER_BATCH):
+    for batch in chunks(pairs, DELETES_PER_BATCH):
         try:
             deleted += sum(await tokens.delete_unchanged(batch))
         except STORAGE_ERRORS as e:
             log.warning("cleanup: %d token deletes left for the next pass: %s", len(batch), e)
-    return deleted
+            continue
+        answered.update(name for name, _ in batch)
+    return answered, deleted
 
 
 async def delete_rows(

@@ -51,9 +51,8 @@ from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, OutboxRecord
 from shared.bus.state.damaged import ROW_ERRORS, DamagedRow, OnDamaged
 from shared.bus.state.rows import EndpointRows, TableRows
 from shared.cleanup.batching import (
-    DELETES_PER_BATCH,
     STORAGE_ERRORS,
-    chunks,
+    delete_batched,
     delete_blobs,
     delete_rows,
     read_rows,
@@ -505,18 +504,14 @@ async def _without_incoming(
     batches; return the records that may go now (the uncommitted ones, whose token was
     already gone, and the committed ones whose token is gone now)."""
     names = sorted({r.record.incoming_token for r in retired if r.record.committed})
-    gone: set[str] = set()
-    for batch in chunks(names, DELETES_PER_BATCH):
-        try:
-            answers = await context.tokens.delete_unchanged([(n, ANY_ETAG) for n in batch])
-        except STORAGE_ERRORS as e:
-            log.warning("cleanup: %d incoming tokens left for the next pass: %s", len(batch), e)
-            continue
-        gone.update(batch)
-        _add(report.removed, "incoming_tokens", sum(answers))
-    kept = [r for r in retired if r.record.committed and r.record.incoming_token not in gone]
-    _add(report.kept, "storage_error", len(kept))
-    return [r for r in retired if r not in kept]
+    gone, deleted = await delete_batched(context.tokens, [(n, ANY_ETAG) for n in names])
+    _add(report.removed, "incoming_tokens", deleted)
+
+    def waiting(r: _Retired) -> bool:
+        return r.record.committed and r.record.incoming_token not in gone
+
+    _add(report.kept, "storage_error", sum(map(waiting, retired)))
+    return [r for r in retired if not waiting(r)]
 
 
 class IngressRecords(CleanupTask):
