@@ -54,6 +54,7 @@ def run(args: argparse.Namespace, app: BusApp, app_reference: str | None, out: T
         explore(
             target,
             budget=args.budget,
+            schedules=args.schedules,
             first_seed=args.first_seed,
             stop_at_first=args.stop_at_first,
         )

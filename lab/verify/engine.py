@@ -1,6 +1,8 @@
 """The exploration ``bus verify`` runs over a user's app: bounded exhaustive search, then
-seeded random search for the rest of a time budget, every run checked against the fault-free
-run of the same messages.
+seeded random search for the rest of a budget, every run checked against the fault-free run
+of the same messages. The budget is a time (``--budget`` seconds), a number of schedules, or
+both (whichever ends first): a test gives a count, so that what it explores does not depend
+on how loaded the machine is.
 
 Seeds (``--seed``) replay one run exactly:
 - ``verify:<d>.<d>...``: a run of the exhaustive configuration given its decisions;
@@ -8,8 +10,9 @@ Seeds (``--seed``) replay one run exactly:
 
 The exhaustive phases (``PHASES``) go from the cheapest bound up: every schedule with one
 deviation and no fault, every single fault without a deviation, then one deviation with one
-fault. They get at most ``EXHAUSTIVE_SHARE`` of the budget (a phase cut short says so);
-random search gets what is left, and at least ``MIN_RANDOM_RUNS`` runs.
+fault. They get at most ``EXHAUSTIVE_SHARE`` of the budget, of its time and of its count (a
+phase cut short says so); random search gets what is left, and at least ``MIN_RANDOM_RUNS``
+runs.
 """
 
 from __future__ import annotations
@@ -74,6 +77,31 @@ class Report:
         if self.first_violation_after is None:
             self.first_violation_after = time.monotonic() - started
         self.violations.append(Found(seed, result))
+
+
+@dataclass(frozen=True)
+class Limit:
+    """Where an exploration, or one share of it, ends: at ``deadline`` (monotonic seconds) or
+    after ``schedules`` runs in all, whichever comes first; None is no bound."""
+
+    deadline: float | None
+    schedules: int | None
+
+    @classmethod
+    def of(cls, started: float, budget: float | None, schedules: int | None, share: float) -> Limit:
+        if budget is None and schedules is None:
+            raise ConfigurationError("an exploration needs a time budget or a number of schedules")
+        if (budget is not None and budget <= 0) or (schedules is not None and schedules <= 0):
+            raise ConfigurationError("an exploration's budget and schedules must be positive")
+        return cls(
+            None if budget is None else started + budget * share,
+            None if schedules is None else max(1, int(schedules * share)),
+        )
+
+    def reached(self, report: Report) -> bool:
+        if self.schedules is not None and report.schedules >= self.schedules:
+            return True
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
 
 class Explorer:
@@ -182,20 +210,22 @@ def exhaustive_seed(decisions: list[int]) -> str:
 async def explore(
     target: Target,
     *,
-    budget: float,
+    budget: float | None = None,
+    schedules: int | None = None,
     first_seed: int = 0,
     stop_at_first: bool = False,
     progress: Callable[[Report], None] | None = None,
     variant: Variant | None = None,
 ) -> Report:
-    """Exhaustive phases, then random search, until ``budget`` seconds have passed (the
-    random search always gets its minimum)."""
+    """Exhaustive phases, then random search, until ``budget`` seconds have passed or
+    ``schedules`` runs were made, whichever comes first (the random search always gets its
+    minimum)."""
     explorer = Explorer(target, variant)
     report = Report()
     started = time.monotonic()
-    deadline = started + budget
+    deadline = Limit.of(started, budget, schedules, 1.0)
     await explorer.reference()
-    bounded = started + budget * EXHAUSTIVE_SHARE
+    bounded = Limit.of(started, budget, schedules, EXHAUSTIVE_SHARE)
     for deviations, faults in PHASES:
         done = await _exhaustive(
             explorer, report, (deviations, faults), bounded, started, stop_at_first
@@ -209,7 +239,7 @@ async def explore(
     seed = first_seed
     runs = 0
     while not (stop_at_first and not report.ok):
-        if time.monotonic() >= deadline and runs >= MIN_RANDOM_RUNS:
+        if deadline.reached(report) and runs >= MIN_RANDOM_RUNS:
             break
         result = await explorer.run(RANDOM, seeded(seed))
         report.add(f"{RANDOM}@{seed}", result, started, explorer.last)
@@ -224,17 +254,17 @@ async def _exhaustive(
     explorer: Explorer,
     report: Report,
     bound: tuple[int, int],
-    deadline: float,
+    limit: Limit,
     started: float,
     stop_at_first: bool,
 ) -> bool:
-    """One exhaustive phase within ``bound`` (deviations, faults); False when the deadline
-    or a violation (``stop_at_first``) cut it short."""
+    """One exhaustive phase within ``bound`` (deviations, faults); False when the limit or a
+    violation (``stop_at_first``) cut it short."""
     deviations, faults = bound
     prefix: list[int] | None = []
     runs = 0
     while prefix is not None:
-        if time.monotonic() >= deadline or (stop_at_first and not report.ok):
+        if limit.reached(report) or (stop_at_first and not report.ok):
             report.phases.append(
                 f"exhaustive, {deviations} deviation(s) and {faults} fault(s): stopped after "
                 f"{runs} schedules"

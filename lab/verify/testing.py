@@ -8,6 +8,9 @@ handlers it named::
     def test_my_app_survives_faults_and_duplicates() -> None:
         assert_verified(app, examples=examples, budget=20)
 
+``schedules=N`` explores a fixed number of schedules instead (or stops at whichever of the
+two comes first): a test on a loaded machine then explores what it does on a quiet one.
+
 Synchronous, so that it runs in any test (it runs its own event loop).
 """
 
@@ -28,25 +31,31 @@ def verify(
     app: BusApp,
     *,
     examples: Sequence[object] | None = None,
-    budget: float = DEFAULT_BUDGET,
+    budget: float | None = DEFAULT_BUDGET,
+    schedules: int | None = None,
     first_seed: int = 0,
 ) -> Report:
     """Explore ``app`` from ``examples`` (as a declaration, ``lab.verify.inputs``), or from
     messages generated from its models when None."""
     app.check()
     inputs = generated_inputs(app) if examples is None else declared_inputs(app, list(examples))
-    return asyncio.run(explore(Target(app, inputs), budget=budget, first_seed=first_seed))
+    return asyncio.run(
+        explore(Target(app, inputs), budget=budget, schedules=schedules, first_seed=first_seed)
+    )
 
 
 def assert_verified(
     app: BusApp,
     *,
     examples: Sequence[object] | None = None,
-    budget: float = DEFAULT_BUDGET,
+    budget: float | None = DEFAULT_BUDGET,
+    schedules: int | None = None,
     first_seed: int = 0,
 ) -> Report:
     """``verify``, failing with what it found; the report when nothing was."""
-    report = verify(app, examples=examples, budget=budget, first_seed=first_seed)
+    report = verify(
+        app, examples=examples, budget=budget, schedules=schedules, first_seed=first_seed
+    )
     if not report.ok:
         raise AssertionError(describe(report))
     return report

@@ -19,7 +19,8 @@ def add_verify_parser(sub: Any) -> None:
         "verify",
         help="explore the app's endpoints under faults and duplicates (no storage needed)",
         description="Run the app's endpoints in the simulator: every schedule within small "
-        "bounds, then random ones for --budget seconds, each checked against a fault-free "
+        "bounds, then random ones for --budget seconds (or --schedules runs), each checked "
+        "against a fault-free "
         "run. Exit 0: no violation; 1: a violation (each with a seed to replay); 2: bad "
         "usage or inputs; 3: the app cannot be loaded. See docs/verify.md.",
     )
@@ -41,6 +42,12 @@ def add_verify_parser(sub: Any) -> None:
         default=DEFAULT_BUDGET,
         help="seconds of exploration (default: %(default)s)",
     )
+    s.add_argument(
+        "--schedules",
+        type=int,
+        help="stop after this many schedules, or at --budget, whichever comes first: "
+        "the same exploration on a loaded machine as on a quiet one",
+    )
     s.add_argument("--seed", help="replay the one run a reported seed names, with its schedule")
     s.add_argument(
         "--first-seed", type=int, default=0, help="where random search starts (default: 0)"
@@ -53,6 +60,8 @@ def add_verify_parser(sub: Any) -> None:
 def check_verify_usage(args: argparse.Namespace, usage: Any) -> None:
     if not args.budget > 0:
         usage("--budget must be a positive number of seconds")
+    if args.schedules is not None and args.schedules <= 0:
+        usage("--schedules must be a positive number")
 
 
 def verify_command(args: argparse.Namespace, app: BusApp, app_reference: str | None) -> int:

@@ -30,14 +30,14 @@ def bus(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_sample_app_passes() -> None:
-    result = bus("--budget", "2")
+    result = bus("--budget", "200", "--schedules", "40")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "m1: PlaceOrder to orders" in result.stdout  # the sample's declared examples
-    assert "verify: PASS schedules=" in result.stdout
+    assert "verify: PASS schedules=40 violations=0" in result.stdout
 
 
 def test_a_clock_reading_handler_fails_with_a_seed_that_replays() -> None:
-    result = bus("--app", "tests.verify.apps:clock_app", "--budget", "5", "--stop-at-first")
+    result = bus("--app", "tests.verify.apps:clock_app", "--schedules", "2000", "--stop-at-first")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "DeterministicHandler: tickets: handler stamp_with_clock" in result.stdout
     named = "verify: nondeterministic handler tickets: stamp_with_clock (seed "
@@ -58,6 +58,7 @@ def test_usage_and_inputs_it_cannot_use_exit_2() -> None:
     assert "cannot generate Connect" in generated.stderr
     assert "declare examples" in generated.stderr
     assert bus("--budget", "0").returncode == 2
+    assert bus("--schedules", "0").returncode == 2
     bad_seed = bus("--seed", "nonsense")
     assert bad_seed.returncode == 2
     assert "expected verify:<decisions>" in bad_seed.stderr

@@ -33,11 +33,13 @@ from tests.verify import apps, opaque_app
 def test_the_sample_app_passes_its_examples() -> None:
     app = sample.build_app()
     target = Target(app, declared_inputs(app, sample.examples))
-    report = asyncio.run(explore(target, budget=4.0))
+    report = asyncio.run(explore(target, schedules=60))
     assert report.ok, [str(v) for f in report.violations for v in f.result.violations]
-    assert report.schedules > 40
-    assert report.phases[0].startswith("exhaustive, 1 deviation(s) and 0 fault(s)")
-    assert report.phases[-1].startswith("random: ")
+    assert report.schedules == 60
+    assert report.phases == [
+        "exhaustive, 1 deviation(s) and 0 fault(s): stopped after 30 schedules",
+        "random: 30 runs from seed 0",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -48,7 +50,7 @@ def test_a_nondeterministic_state_based_handler_is_named_with_a_seed_that_replay
     app: BusApp, handler: str
 ) -> None:
     target = Target(app, declared_inputs(app, apps.examples))
-    report = asyncio.run(explore(target, budget=5.0, stop_at_first=True))
+    report = asyncio.run(explore(target, schedules=2000, stop_at_first=True))
     assert not report.ok
     assert list(report.nondeterministic) == [f"tickets: {handler}"]
     seed = report.nondeterministic[f"tickets: {handler}"]
@@ -61,16 +63,16 @@ def test_a_nondeterministic_state_based_handler_is_named_with_a_seed_that_replay
 def test_a_deterministic_state_based_handler_passes_with_generated_messages() -> None:
     inputs = generated_inputs(apps.counting_app)
     assert [(type(i.message).__name__, i.to) for i in inputs] == [("Stamp", "tickets")]
-    report = asyncio.run(explore(Target(apps.counting_app, inputs), budget=4.0))
+    report = asyncio.run(explore(Target(apps.counting_app, inputs), schedules=100))
     assert report.ok, [str(v) for f in report.violations for v in f.result.violations]
     assert report.nondeterministic == {}
 
 
 def test_an_endpoint_with_its_rows_in_postgres_runs_on_the_simulators_model() -> None:
     app = apps.mixed_store_app
-    report = asyncio.run(explore(Target(app, declared_inputs(app, apps.examples)), budget=2.0))
+    report = asyncio.run(explore(Target(app, declared_inputs(app, apps.examples)), schedules=40))
     assert report.ok, [str(v) for f in report.violations for v in f.result.violations]
-    assert report.schedules > 20
+    assert report.schedules == 40
 
 
 @pytest.mark.parametrize(
@@ -80,8 +82,8 @@ def test_an_endpoint_with_its_rows_in_postgres_runs_on_the_simulators_model() ->
 def test_a_broken_pipeline_is_caught_in_a_users_app(variant: Variant, invariant: str) -> None:
     app = apps.chain_app
     target = Target(app, declared_inputs(app, apps.examples))
-    assert asyncio.run(explore(target, budget=1.0)).ok
-    report = asyncio.run(explore(target, budget=20.0, variant=variant, stop_at_first=True))
+    assert asyncio.run(explore(target, schedules=40)).ok
+    report = asyncio.run(explore(target, schedules=3000, variant=variant, stop_at_first=True))
     assert not report.ok
     [found] = report.violations
     assert invariant in {v.invariant for v in found.result.violations}
@@ -89,7 +91,7 @@ def test_a_broken_pipeline_is_caught_in_a_users_app(variant: Variant, invariant:
 
 def test_a_message_the_handler_refuses_in_the_fault_free_run_too_is_no_violation() -> None:
     app = apps.refusing_app
-    report = asyncio.run(explore(Target(app, declared_inputs(app, apps.examples)), budget=2.0))
+    report = asyncio.run(explore(Target(app, declared_inputs(app, apps.examples)), schedules=60))
     assert report.ok, [str(v) for f in report.violations for v in f.result.violations]
 
 
@@ -98,9 +100,9 @@ def test_an_event_example_is_published_to_its_subscribers() -> None:
     placed = sample.OrderPlaced(order_id="order-2", customer="bo", amount_cents=300)
     [published] = declared_inputs(app, [placed])
     assert published.to is None
-    report = asyncio.run(explore(Target(app, [published]), budget=1.5))
+    report = asyncio.run(explore(Target(app, [published]), schedules=40))
     assert report.ok, [str(v) for f in report.violations for v in f.result.violations]
-    assert report.schedules > 10
+    assert report.schedules == 40
 
 
 def test_generation_is_the_same_every_time() -> None:
@@ -133,9 +135,9 @@ def test_examples_that_cannot_be_used_are_refused() -> None:
 
 
 def test_the_pytest_helper_passes_a_good_app_and_fails_with_the_seed() -> None:
-    assert_verified(apps.counting_app, examples=apps.examples, budget=1.0)
+    assert_verified(apps.counting_app, examples=apps.examples, budget=None, schedules=40)
     with pytest.raises(AssertionError) as raised:
-        assert_verified(apps.clock_app, examples=apps.examples, budget=1.0)
+        assert_verified(apps.clock_app, examples=apps.examples, budget=None, schedules=200)
     assert "nondeterministic handler tickets: stamp_with_clock (seed verify" in str(raised.value)
 
 
