@@ -7,6 +7,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PY_STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 NODE_STAMP := node_modules/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
@@ -15,14 +16,25 @@ PYTEST_ARGS ?=
 # half the time (docs/testing.md). TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 3
 
-.PHONY: deps java postgres chromium test lint format lint-infra demo clean
+.PHONY: deps demo-deps java postgres chromium test lint format lint-infra demo clean
 
+# Everything the tests, the lab and the benches need.
 deps: $(PY_STAMP) $(NODE_STAMP) java postgres chromium
 
-$(PY_STAMP): requirements.txt requirements-tools.txt requirements-dev.txt pyproject.toml
+# What the demo runs, and nothing more: no Chromium, no test or bench packages
+# (requirements-demo.txt), so that a newcomer's first command is quick.
+demo-deps: $(DEMO_STAMP) $(NODE_STAMP) java postgres
+
+$(DEMO_STAMP): requirements.txt requirements-tools.txt requirements-demo.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-demo.txt
+	@touch $@
+
+# The full set includes the demo's, so it stamps both.
+$(PY_STAMP): requirements.txt requirements-tools.txt requirements-demo.txt requirements-dev.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
-	@touch $@
+	@touch $@ $(DEMO_STAMP)
 
 $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
@@ -63,7 +75,7 @@ format: $(PY_STAMP)
 lint-infra:
 	bash scripts/lint-infra.sh
 
-demo: deps
+demo: demo-deps
 	$(PY) -m lab.local.demo
 
 # The Spark audit against DuckDB, Polars and the same checks in one Python process, at 1M and

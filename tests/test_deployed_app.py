@@ -225,7 +225,12 @@ def test_funcignore_deploys_what_function_app_loads_and_leaves_the_lab_out(
     patterns = funcignore()
     assert ignored("lab/__init__.py", patterns), ".funcignore must leave out lab/"
     assert ignored("shared/testing/kit.py", patterns), ".funcignore must leave out the kit"
-    for path in ("requirements-tools.txt", "requirements-dev.txt", "tests/conftest.py"):
+    for path in (
+        "requirements-tools.txt",
+        "requirements-demo.txt",
+        "requirements-dev.txt",
+        "tests/conftest.py",
+    ):
         assert ignored(path, patterns), path
     repository_files = sorted(
         Path(file).resolve().relative_to(REPO_ROOT).as_posix()
