@@ -244,7 +244,13 @@ def _modes(args: argparse.Namespace, variant: Variant | None) -> tuple[Mode, ...
 
 
 def _keep(plan: Plan, modes: tuple[Mode, ...]) -> Plan:
-    return tuple(phase for phase in plan if config_named(phase[0]).mode in modes)
+    """The phases with an endpoint in one of ``modes`` (a pairing's sender or receivers)."""
+
+    def kept(name: str) -> bool:
+        config = config_named(name)
+        return config.mode in modes or config.receivers in modes
+
+    return tuple(phase for phase in plan if kept(phase[0]))
 
 
 async def _explore(args: argparse.Namespace, variant: Variant | None) -> Summary:

@@ -67,7 +67,7 @@ from lab.sim.payloads import NO_MISSING_PAYLOAD, PayloadWatch
 from lab.sim.provider import ScheduledProvider
 from lab.sim.readings import WINDOW_MODES
 from lab.sim.scheduler import REAL_STORE_TIMEOUT, Process, Scheduler
-from lab.sim.variants import incoming_token
+from lab.sim.variants import endpoint_modes, incoming_token
 from shared.bus import Bus, BusConfig, Command, Message, RetryPolicy
 from shared.bus.app import Mode, Store
 from shared.bus.deliveries import decode_signals, first_format
@@ -1021,6 +1021,7 @@ class World:
     async def run(self, reference: Observation | None) -> RunResult:
         """Run to quiescence, clean up once, and check the invariants against ``reference``
         (None: this run is the reference)."""
+        endpoint_modes.set(self.modes)  # for a variant's wrapper
         if self.prepared is None:
             await self.setup()
         try:
