@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from lab.sim.__main__ import DEFAULT_PLAN
 from lab.sim.explore import CONFIGS, PAIRINGS, exhaustive
 from lab.sim.invariants import BOUNDED_RESIDUE
 from lab.sim.readings import WINDOW_MODES
@@ -23,6 +24,12 @@ def test_every_sender_mode_is_paired_with_every_other_receiver_mode() -> None:
     for name in NAMES:
         config = CONFIGS[name]
         assert name == f"pair-{config.mode}-{config.receivers}"
+
+
+def test_the_default_simulation_explores_every_pairing() -> None:
+    planned = {(name, d, f) for plan in DEFAULT_PLAN for name, d, f in plan}
+
+    assert {(name, 1, 0) for name in NAMES} | {(name, 0, 1) for name in NAMES} <= planned
 
 
 @pytest.mark.parametrize("name", NAMES)
