@@ -260,6 +260,16 @@ MUTANTS: tuple[Mutant, ...] = (
         await send_signals(self.account, tuple(outgoing), hints, config=self.config)""",
         "a window mode deletes the incoming token before signalling its outputs",
     ),
+    Mutant(
+        "modes-incoming-token-kept",
+        "shared/bus/modes/common.py",
+        """        await send_signals(self.account, tuple(outgoing), hints, config=self.config)
+        await self._delete_incoming(signal)""",
+        """        await send_signals(self.account, tuple(outgoing), hints, config=self.config)""",
+        "a window-mode receiver leaves its incoming token as a token-mode one does, but no R7 "
+        "of the cleanup deletes it: a token-mode sender's O(m) waits for it for ever (issue 42's "
+        "pairings)",
+    ),
     # -- delayed messages and retry policies ----------------------------------------------------
     Mutant(
         "pipeline-processes-early",

@@ -38,6 +38,10 @@ and, in token mode, with up to one deviation and one fault:
 16. ``small-effect-amo``: the same with a service that honours no key, declared at-most-once
     (EffectsAppliedAtMostOnce), with up to one deviation and no fault, then no deviation and
     one fault;
+17. ``pair-<sender>-<receiver>``: a mixed-mode app, its first endpoint in one mode sending to
+    a receiver in another, for every pairing of two different modes (a mode paired with
+    itself is 1-5), two copies and a cleanup pass at any point, with up to one deviation
+    and no fault, then no deviation and one fault;
 and then seeded random search over larger configurations in every mode for the rest of the
 time budget. With two cores the phases are dealt to two processes (``DEFAULT_PLAN``), each
 then searching its own random seeds. ``--mode`` keeps the phases and random runs of one mode.
@@ -61,6 +65,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from lab.sim.explore import (
     CONFIGS,
+    PAIRINGS,
     Summary,
     config_named,
     exhaustive,
@@ -75,6 +80,19 @@ from shared.errors import ConfigurationError
 Phase = tuple[str, int, int]
 """(configuration, deviations, faults) explored exhaustively."""
 Plan = tuple[Phase, ...]
+
+
+def _pairing_phases(pairings: tuple[tuple[Mode, Mode], ...]) -> Plan:
+    """Each pairing with up to one deviation and no fault, then no deviation and one fault
+    (one deviation and one fault together is minutes per pairing: random search goes there)."""
+    return tuple(
+        (f"pair-{sender}-{receiver}", deviations, faults)
+        for sender, receiver in pairings
+        for deviations, faults in ((1, 0), (0, 1))
+    )
+
+
+_HALF = len(PAIRINGS) // 2
 
 DEFAULT_PLAN: tuple[Plan, Plan] = (
     (
@@ -96,6 +114,7 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-shared", 0, 1),
         ("small-rolling", 1, 1),
         ("small-rolling", 2, 0),
+        *_pairing_phases(PAIRINGS[:_HALF]),
     ),
     (
         ("small-sweep", 1, 1),
@@ -115,6 +134,7 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-effect", 1, 1),
         ("small-effect-amo", 1, 0),
         ("small-effect-amo", 0, 1),
+        *_pairing_phases(PAIRINGS[_HALF:]),
     ),
 )
 """The phases explored exhaustively before the random search, dealt to two processes so
@@ -244,7 +264,13 @@ def _modes(args: argparse.Namespace, variant: Variant | None) -> tuple[Mode, ...
 
 
 def _keep(plan: Plan, modes: tuple[Mode, ...]) -> Plan:
-    return tuple(phase for phase in plan if config_named(phase[0]).mode in modes)
+    """The phases with an endpoint in one of ``modes`` (a pairing's sender or receivers)."""
+
+    def kept(name: str) -> bool:
+        config = config_named(name)
+        return config.mode in modes or config.receivers in modes
+
+    return tuple(phase for phase in plan if kept(phase[0]))
 
 
 async def _explore(args: argparse.Namespace, variant: Variant | None) -> Summary:

@@ -228,6 +228,27 @@ for _base in ("small", "small-sweep", "small-partition"):
         CONFIGS[_config.name] = _config
 
 
+# Mixed-mode apps (issue 42): the first endpoint sends in one mode to a receiver in another,
+# every pairing of two different modes (``pair-<sender>-<receiver>``; a mode paired with
+# itself is ``small``/``small-<mode>``). Two copies of one message, a cleanup pass and time
+# that may pass at any point: a crashed round's tokens, the receiver's claim or delete of its
+# incoming token and each side's cleanup meet in one run.
+PAIRINGS: tuple[tuple[Mode, Mode], ...] = tuple(
+    (sender, receiver) for sender in MODES for receiver in MODES if sender != receiver
+)
+for _sender, _receiver in PAIRINGS:
+    _config = SimConfig(
+        name=f"pair-{_sender}-{_receiver}",
+        shape="single",
+        mode=_sender,
+        receiver_mode=_receiver,
+        copies=2,
+        concurrency=2,
+        sweeps=1,
+    )
+    CONFIGS[_config.name] = _config
+
+
 # Token mode claiming by the token's conditional delete (issue 33, ``lab.sim.claim_by_delete``),
 # one configuration per candidate rule: two copies of one message, and time that may jump past
 # the grace period (with a cleanup pass) while a copy is hidden, so that a copy can come back
@@ -381,8 +402,15 @@ _references: dict[tuple[object, ...], Observation] = {}
 
 async def reference_for(config: SimConfig) -> Observation:
     """The fault-free outcome of ``config``'s messages (cached: it depends on the shape,
-    mode, message count, partitions and the effect's kind only)."""
-    key = (config.shape, config.mode, config.messages, config.partitions, config.at_most_once)
+    modes, message count, partitions and the effect's kind only)."""
+    key = (
+        config.shape,
+        config.mode,
+        config.receivers,
+        config.messages,
+        config.partitions,
+        config.at_most_once,
+    )
     if key not in _references:
         clock = ManualClock()
         _references[key] = await reference_run(config, MemoryStorageAccount(clock=clock), clock)

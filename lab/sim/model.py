@@ -199,6 +199,7 @@ def build_app(
     mode: Mode = "token",
     suffix: str = "",
     *,
+    receiver_mode: Mode | None = None,
     delay: float = 0.0,
     failures: int = 0,
     retry: RetryPolicy | None = None,
@@ -209,7 +210,8 @@ def build_app(
     answer_outside: AnswerSender | None = None,
     at_most_once: AtMostOnce | None = None,
 ) -> SimApp:
-    """The simulated application; ``mode`` is the endpoint mode every endpoint uses and
+    """The simulated application; ``mode`` is the endpoint mode every endpoint uses (the
+    first one only when ``receiver_mode`` gives the others': a mixed-mode app) and
     ``suffix`` keeps the names of concurrent runs on one real account apart; ``version``
     (``Version``) what its second endpoint knows of Step; ``at_most_once`` makes the effect
     shape's service one that honours no key."""
@@ -229,9 +231,10 @@ def build_app(
     used = {"single": 2, "chain": 3, "publish": 4, "mixed": 4, "shared": 3}[shape]
     names = [f"{name}{suffix}" for name in ENDPOINTS[:used]]
     app = BusApp()
+    modes = [mode] + [mode if receiver_mode is None else receiver_mode] * (used - 1)
     first, second, *rest = (
-        app.endpoint(name, Journal, mode=mode, retry=retry if name == names[1] else None)
-        for name in names
+        app.endpoint(name, Journal, mode=m, retry=retry if name == names[1] else None)
+        for name, m in zip(names, modes, strict=True)
     )
     runs: dict[str, int] = {}
     """Runs of the second endpoint's Step handler per message, failed or not."""

@@ -61,6 +61,11 @@ incoming_token: contextvars.ContextVar[tuple[str, str] | None] = contextvars.Con
 )
 """(container, token) named by the signal the current invocation is processing, set by the
 simulator for variants that need to know it."""
+endpoint_modes: contextvars.ContextVar[Mapping[str, Mode] | None] = contextvars.ContextVar(
+    "endpoint_modes", default=None
+)
+"""Each endpoint's mode in the current run (a mixed-mode app's differ), set by the simulator
+for variants that need to know it."""
 
 
 @dataclass(frozen=True)
@@ -438,6 +443,32 @@ RETIRED_WITHOUT_R7 = Variant(
     wrap=lambda account: _Account(account, blobs=_IncomingKept),
 )
 
+
+class _WindowSentKept(_Blobs):
+    """The cleanup's R7 (a batch delete whatever the ETags) leaves every token a window-mode
+    sender created, answering that it was deleted: as if such a token were its sender's to
+    remove, as it is when a window-mode receiver deletes its incoming token itself. Only a
+    token-mode receiver of a window-mode sender meets this (issue 42's residue), so only the
+    pairings (``pair-<window mode>-token``) can catch it."""
+
+    async def delete_unchanged(self, blobs: Sequence[tuple[str, str]]) -> list[bool]:
+        if not blobs or any(etag != ANY_ETAG for _, etag in blobs):
+            return await super().delete_unchanged(blobs)
+        modes = endpoint_modes.get() or {}
+        kept = [modes.get(name.split("/")[0], "token") != "token" for name, _ in blobs]
+        others = [pair for pair, keep in zip(blobs, kept, strict=True) if not keep]
+        deleted = iter(await super().delete_unchanged(others) if others else [])
+        return [True if keep else next(deleted) for keep in kept]
+
+
+R7_SKIPS_WINDOW_SENDERS = Variant(
+    "r7-skips-window-senders",
+    "cleanup: a token-mode receiver's incoming token is deleted by its R7 whichever mode its "
+    "sender is in",
+    wrap=lambda account: _Account(account, blobs=_WindowSentKept),
+)
+
+
 # -- the cleanup's shared-payload task (small-shared) ----------------------------------------
 
 
@@ -774,6 +805,7 @@ VARIANTS = {
         RETIRED_BEFORE_R7,
         R7_BEFORE_OUTPUTS,
         RETIRED_WITHOUT_R7,
+        R7_SKIPS_WINDOW_SENDERS,
         NO_PROCESSED_ROW,
         NO_PROCESSED_OR_AUDIT_ROW,
         NO_STATE_WITH_RECORD,

@@ -67,7 +67,7 @@ from lab.sim.payloads import NO_MISSING_PAYLOAD, PayloadWatch
 from lab.sim.provider import ScheduledProvider
 from lab.sim.readings import WINDOW_MODES
 from lab.sim.scheduler import REAL_STORE_TIMEOUT, Process, Scheduler
-from lab.sim.variants import incoming_token
+from lab.sim.variants import endpoint_modes, incoming_token
 from shared.bus import Bus, BusConfig, Command, Message, RetryPolicy
 from shared.bus.app import Mode, Store
 from shared.bus.deliveries import decode_signals, first_format
@@ -131,7 +131,12 @@ class SimConfig:
     name: str = "custom"
     shape: Shape = "single"
     mode: Mode = "token"
-    """The endpoint mode of every simulated endpoint."""
+    """The endpoint mode of every simulated endpoint (of the first one only when
+    ``receiver_mode`` is given)."""
+    receiver_mode: Mode | None = None
+    """The mode of every endpoint but the first, the one the initial messages go to: a
+    mixed-mode app, whose first endpoint sends in ``mode`` to receivers in this one (the
+    pairings, ``pair-<sender>-<receiver>``). None: ``mode`` too."""
     store: Store = "table"
     """Where the endpoints keep state, O(m) and audit rows: their tables, or PostgreSQL
     through its in-memory model (token mode), whose operations are scheduled and faulted
@@ -253,8 +258,13 @@ class SimConfig:
 
     @property
     def windowed(self) -> bool:
-        """Whether the mode's dedup records expire after ``window``."""
-        return self.mode in WINDOW_MODES
+        """Whether some endpoint's dedup records expire after ``window``."""
+        return bool({self.mode, self.receivers} & set(WINDOW_MODES))
+
+    @property
+    def receivers(self) -> Mode:
+        """The mode of every endpoint but the first."""
+        return self.mode if self.receiver_mode is None else self.receiver_mode
 
     @property
     def tick(self) -> float:
@@ -505,6 +515,7 @@ class World:
             config.shape,
             config.mode,
             self.suffix,
+            receiver_mode=config.receivers,
             delay=config.delay,
             failures=config.failures,
             retry=config.retry,
@@ -542,7 +553,13 @@ class World:
         if not self.config.rolling:
             return {}
         config = self.config
-        old = build_app(config.shape, config.mode, self.suffix, version=self.old_version)
+        old = build_app(
+            config.shape,
+            config.mode,
+            self.suffix,
+            receiver_mode=config.receivers,
+            version=self.old_version,
+        )
         settings = self.bus_config
         if self.old_window is not None:
             settings = replace(settings, give_back_seconds=self.old_window)
@@ -1004,6 +1021,7 @@ class World:
     async def run(self, reference: Observation | None) -> RunResult:
         """Run to quiescence, clean up once, and check the invariants against ``reference``
         (None: this run is the reference)."""
+        endpoint_modes.set(self.modes)  # for a variant's wrapper
         if self.prepared is None:
             await self.setup()
         try:
@@ -1065,6 +1083,7 @@ class World:
             self.config.mode,
             self._sql_rows(counted=False),
             payloads_container=self.bus_config.payloads_container,
+            modes=self.modes,
         )
         if self.config.shape == "effect":
             seen.ledger = self.provider.ledger()
@@ -1135,6 +1154,7 @@ async def reference_run(
         name=f"{config.name}-reference",
         shape=config.shape,
         mode=config.mode,
+        receiver_mode=config.receiver_mode,
         messages=config.messages,
         partitions=config.partitions,
         copies=1,
