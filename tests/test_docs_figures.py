@@ -30,7 +30,7 @@ from typing import Any, Literal
 import pytest
 
 from shared import app_settings
-from shared.app_settings import MAX_DELIVERIES_CEILING, MAX_PAYLOAD_CEILING, Setting
+from shared.app_settings import MAX_DELIVERIES_CEILING, MAX_PAYLOAD, MAX_PAYLOAD_CEILING, Setting
 from shared.bus.config import BusConfig
 from shared.bus.envelope import MAX_GIVE_BACKS, MAX_INLINE_ENVELOPE_CHARS
 from shared.bus.giveback import FIRST_DELAY, MAX_DELAY, next_step
@@ -356,7 +356,13 @@ FIGURES = [
         "README.md", n(r"up to", r"\s+by default \(`BUS_MAX_PAYLOAD_BYTES`"), 16 * 1024**2, "bytes"
     ),
     Row("README.md", n(r"`BUS_MAX_PAYLOAD_BYTES`, at most"), MAX_PAYLOAD_CEILING, "bytes"),
-    Row("README.md", n(r"A body over", r" going to several"), MAX_INLINE_ENVELOPE_CHARS, "bytes"),
+    Row("README.md", n(r"The tests send", r" bodies"), MAX_PAYLOAD.default, "bytes"),
+    Row(
+        "README.md",
+        n(r"A body over", r" going to several"),
+        app_settings.SHARED_PAYLOAD_MIN_CHARS.default,
+        "bytes",
+    ),
     Row("README.md", n(r"up to", r" deliveries"), MAX_DELIVERIES_CEILING),
     Row(
         "README.md",
