@@ -22,6 +22,7 @@ Functions host's own 100 MB request limit, not a setting's figure).
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -502,3 +503,32 @@ def test_every_test_or_lab_file_a_page_names_exists() -> None:
         if not (REPO / path).exists()
     ]
     assert not missing, "a page names a test or lab file that is not there:\n" + "\n".join(missing)
+
+
+# --- architecture.md covers shared/ -----------------------------------------------------------
+
+SHARED = REPO / "shared"
+ARCHITECTURE = (REPO / "docs" / "architecture.md").read_text()
+
+
+def test_architecture_names_every_package_and_module_of_shared() -> None:
+    packages = [f"`shared/{p.parent.name}/`" for p in SHARED.glob("*/__init__.py")]
+    modules = [f"{p.name}`" for p in SHARED.glob("*.py") if p.name != "__init__.py"]
+    missing = [part.strip("`") for part in packages + modules if part not in ARCHITECTURE]
+    assert not missing, f"docs/architecture.md does not say where these sit: {missing}"
+
+
+def imports_lab(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        if any(name == "lab" or name.startswith("lab.") for name in names):
+            return True
+    return False
+
+
+def test_architecture_names_every_module_of_shared_that_imports_the_lab() -> None:
+    doors = [str(p.relative_to(REPO)) for p in sorted(SHARED.rglob("*.py")) if imports_lab(p)]
+    unnamed = [door for door in doors if f"`{door}`" not in ARCHITECTURE]
+    assert not unnamed, f"docs/architecture.md does not say that these import lab/: {unnamed}"
