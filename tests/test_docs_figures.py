@@ -410,6 +410,9 @@ FIGURES = [
     Row("docs/modes.md", n(r"\|", r" with no output,"), BUDGET["entity_outbox"] - 1),
     Row("docs/modes.md", n(r"with no output,", r" \+ 2n with"), BUDGET["entity_outbox"]),
     Row("docs/modes.md", n(r"with outputs \|", r" \+ 2n \|$"), BUDGET["processed_messages"]),
+    Row(
+        "docs/postgres.md", n(r"design notes\]\([^)]*\):", r" \+ 2n with a hinted"), BUDGET["token"]
+    ),
     Row("docs/modes.md", n(r"\(host\.json:", r" \+"), HOST.batch_size),
     Row("docs/modes.md", n(r"\(host\.json: \d+ \+"), HOST.new_batch_threshold),
     # settings.md's host.json table, and architecture.md's line about it.
