@@ -35,7 +35,10 @@ from shared.app_settings import MAX_DELIVERIES_CEILING, MAX_PAYLOAD, MAX_PAYLOAD
 from shared.bus.config import BusConfig
 from shared.bus.envelope import MAX_GIVE_BACKS, MAX_INLINE_ENVELOPE_CHARS
 from shared.bus.giveback import FIRST_DELAY, MAX_DELAY, next_step
+from shared.bus.ingress import MAX_KEY_CHARS
 from shared.bus.outgoing import OUTBOX_MARGIN_BYTES
+from shared.bus.poison import EXCERPT_CHARS
+from shared.bus.retries import RetryPolicy
 from shared.cleanup.batching import DELETES_PER_BATCH
 from shared.host_json import QueueSettings, timespan
 from shared.stores.blob import MAX_BATCH_DELETES
@@ -45,6 +48,8 @@ from shared.stores.names import (
     MAX_QUEUE_MESSAGE_BYTES,
     MAX_TRANSACTION_OPERATIONS,
 )
+from shared.stores.queue import MAX_VISIBILITY_TIMEOUT
+from shared.terminal import TABLE_WIDTH
 from tests.bus.test_pipeline import BUDGET
 
 REPO = Path(__file__).resolve().parents[1]
@@ -460,6 +465,21 @@ FIGURES = [
         give_backs_before_parking(app_settings.GIVE_BACK.default),
     ),
     Row("docs/retries.md", n(r"one outside 1-"), MAX_GIVE_BACKS),
+    # Retry policies, parked excerpts, idempotency keys, the operator's tables.
+    Row(
+        "docs/writing-endpoints.md",
+        n(r"within `jitter`,", r" % by default"),
+        round(RetryPolicy().jitter * 100),
+    ),
+    Row(
+        "docs/writing-endpoints.md",
+        n(r"of its nominal value, at most"),
+        MAX_VISIBILITY_TIMEOUT,
+        "seconds",
+    ),
+    Row("docs/operations.md", n(r"<first", r" characters>"), EXCERPT_CHARS),
+    Row("docs/operations.md", n(r"\(`COLUMNS` when set;", r" characters"), TABLE_WIDTH),
+    Row("docs/http-ingress.md", n(r"`Idempotency-Key` \(1-", r" characters"), MAX_KEY_CHARS),
 ]
 
 
