@@ -415,6 +415,8 @@ FIGURES = [
     Row("docs/modes.md", n(r"\|", r" with no output,"), BUDGET["entity_outbox"] - 1),
     Row("docs/modes.md", n(r"with no output,", r" \+ 2n with"), BUDGET["entity_outbox"]),
     Row("docs/modes.md", n(r"with outputs \|", r" \+ 2n \|$"), BUDGET["processed_messages"]),
+    Row("docs/design.md", n(r"The happy path is", r" storage operations"), BUDGET["token"] + 1),
+    Row("docs/design.md", n(r"per output, and", r" plus 2 when"), BUDGET["token"]),
     Row(
         "docs/postgres.md", n(r"design notes\]\([^)]*\):", r" \+ 2n with a hinted"), BUDGET["token"]
     ),
