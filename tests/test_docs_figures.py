@@ -39,7 +39,8 @@ from shared.bus.ingress import MAX_KEY_CHARS
 from shared.bus.outgoing import OUTBOX_MARGIN_BYTES
 from shared.bus.poison import EXCERPT_CHARS
 from shared.bus.retries import RetryPolicy
-from shared.cleanup.batching import DELETES_PER_BATCH
+from shared.cleanup.backlog import LIST_PAGE
+from shared.cleanup.batching import DELETES_PER_BATCH, ROW_KEYS_PER_QUERY
 from shared.host_json import QueueSettings, timespan
 from shared.stores.blob import MAX_BATCH_DELETES
 from shared.stores.names import (
@@ -456,6 +457,9 @@ FIGURES = [
     Row("docs/cleanup.md", n(r"up to", r" conditional deletes"), MAX_BATCH_DELETES),
     Row("docs/cleanup.md", n(r"the cleanup sends", r" per request"), DELETES_PER_BATCH),
     Row("docs/benchmarks.md", n(r"deletes the tokens", r" to a request"), DELETES_PER_BATCH),
+    Row("docs/cleanup.md", n(r"Blob Batch \(", r" deletes a request\)"), DELETES_PER_BATCH),
+    Row("docs/cleanup.md", n(r"up to", r" rows of one partition in one query"), ROW_KEYS_PER_QUERY),
+    Row("docs/alerts.md", n(r"the tokens container,", r" names a request"), LIST_PAGE),
     Row("docs/modes.md", n(r"deletes tokens", r" to a request"), DELETES_PER_BATCH),
     # retries.md: the give-backs of a message only a newer version reads.
     Row("docs/retries.md", n(r"The delays are"), FIRST_DELAY, "seconds"),
