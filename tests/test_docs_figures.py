@@ -16,8 +16,9 @@ constants the library keeps elsewhere. Three kinds of check:
   ``lab/...``) exists.
 
 Units are read as the docs write them: KiB, MiB and GiB are powers of 1,024; s, minutes,
-hours, days and weeks are converted to seconds; "MB" is left unread (the docs use it for the
-Functions host's own 100 MB request limit, not a setting's figure).
+hours, days and weeks are converted to seconds. KB, MB and GB are read as no figure of the
+code's: the docs use them for what others declare (the Functions host's 100 MB request limit)
+and for rounded measurements.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ TIME_UNITS = {
 WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "six": 6, "seven": 7, "ten": 10}
 
 _DIGITS = r"\d[\d,]*(?:\.\d+)?"
-_UNIT = r"KiB|MiB|GiB|bytes?|seconds?|s|minutes?|min|hours?|days?|weeks?"
+_UNIT = r"KiB|MiB|GiB|KB|MB|GB|bytes?|seconds?|s|minutes?|min|hours?|days?|weeks?"
 QUANTITY = (
     rf"`?(?:(?P<digits>{_DIGITS})`?(?:\s*(?P<unit>{_UNIT})\b)?"
     rf"|(?P<word>{'|'.join(WORDS)})\s+(?P<word_unit>seconds?|minutes?|hours?|days?|weeks?)\b)"
@@ -175,9 +176,7 @@ PROSE = [p for page in PAGES for p in paragraphs(page)]
 
 # --- Settings, generically ------------------------------------------------------------------
 
-NUMERIC = [
-    s for s in app_settings.SETTINGS if type(s.default) in (int, float) and s.name != "BUS_APP"
-]
+NUMERIC = [s for s in app_settings.SETTINGS if type(s.default) in (int, float)]
 ON_OFF = [s for s in app_settings.SETTINGS if type(s.default) is bool]
 SWITCH_WORDS = {"on": True, "true": True, "off": False, "false": False}
 
