@@ -59,18 +59,22 @@ param cleanupSchedule string = '0 */5 * * * *'
 @description('Optional. The app to run, package.module:attribute naming a BusApp (the BUS_APP app setting); the default is the sample app.')
 param appModule string = 'shared.sample.app:app'
 
-@description('Optional. Serve the operator console as the HTTP function console (/api/console/, a function key required; the BUS_CONSOLE_ENABLED app setting). Off by default.')
+@description('Optional. Serve the operator console as the HTTP function console (/api/console/, a function key and the console\'s own credential required; the BUS_CONSOLE_ENABLED app setting). Off by default.')
 param consoleEnabled bool = false
 
 @description('Optional. The console shows everything and changes nothing: replays and discards are refused (the BUS_CONSOLE_READ_ONLY app setting).')
 param consoleReadOnly bool = true
 
-@description('Optional. Who the console records as acting: function-key (the literal "function key") or entra (the name App Service authentication signs in; requests without one are refused). The BUS_CONSOLE_IDENTITY app setting.')
+@description('Optional. How the console knows its operator beyond the function key (which every host key opens): secret (consoleSecret, recorded as "console secret") or entra (the Entra ID sign-in of App Service authentication, recorded by name and object id). The BUS_CONSOLE_IDENTITY app setting.')
 @allowed([
-  'function-key'
+  'secret'
   'entra'
 ])
-param consoleIdentity string = 'function-key'
+param consoleIdentity string = 'secret'
+
+@description('Optional. The console\'s own secret (the BUS_CONSOLE_SECRET app setting): at least 32 random characters, or a Key Vault reference @Microsoft.KeyVault(SecretUri=...) resolved as the app\'s identity. Required when consoleEnabled is true and consoleIdentity is secret; never given to an ingress client.')
+@secure()
+param consoleSecret string = ''
 
 @description('Optional. Extra app settings (name to value), overriding the defaults above. They must not hold secrets; put those in Key Vault and reference them.')
 param additionalAppSettings object = {}
@@ -142,6 +146,12 @@ var busAppSettings = [
   {
     name: 'BUS_CONSOLE_IDENTITY'
     value: consoleIdentity
+  }
+  {
+    // Blank is unset: with the console enabled and no Entra sign-in, the app then refuses to
+    // start rather than serve the console to every host key.
+    name: 'BUS_CONSOLE_SECRET'
+    value: consoleSecret
   }
 ]
 
