@@ -101,7 +101,7 @@ param appModule string = 'shared.sample.app:app'
 @description('Optional. Extra, non-secret app settings for the Function App (name to value).')
 param additionalAppSettings object = {}
 
-@description('Optional. Serve the operator console from the Function App at /api/console/ (a function key and the console\'s own credential required: consoleSecret, or with entraAuthEnabled an Entra sign-in, whose name and object id the console records). Off by default (docs/console.md).')
+@description('Optional. Serve the operator console from the Function App at /api/console/ (guarded by its own credential, not a function key: consoleSecret, or with entraAuthEnabled an Entra sign-in, whose name and object id the console records). Off by default (docs/console.md).')
 param consoleEnabled bool = false
 
 @description('Optional. The console\'s own secret (BUS_CONSOLE_SECRET): at least 32 random characters, or a Key Vault reference @Microsoft.KeyVault(SecretUri=...). Required with consoleEnabled unless entraAuthEnabled; with both, the console asks for both. Never give it to an ingress client.')

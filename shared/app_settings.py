@@ -538,8 +538,8 @@ CLEANUP_BACKLOG_MAX_TOKENS = whole(
 CONSOLE_ENABLED = flag(
     "BUS_CONSOLE_ENABLED",
     "serve the operator console from the deployed app, as the HTTP function `console` (route "
-    "`console/{*path}`, a function key and the console's own credential required: "
-    "BUS_CONSOLE_SECRET or Entra sign-in; docs/console.md). `bus console` serves it on an "
+    "`console/{*path}`, guarded by the console's own credential, not a function key: "
+    "BUS_CONSOLE_SECRET or an Entra ID sign-in; docs/console.md). `bus console` serves it on an "
     "operator's machine whatever this says",
     group=CONSOLE,
 )
@@ -562,8 +562,8 @@ CONSOLE_IDENTITY = Setting(
     "BUS_CONSOLE_IDENTITY",
     "secret",
     "secret or entra",
-    "how the deployed console knows its operator, beyond the function key every ingress "
-    'client may hold too: `secret`, BUS_CONSOLE_SECRET (who acted is "console secret"); '
+    "how the deployed console knows its operator (never by a function key, which every host "
+    'key stands in for): `secret`, BUS_CONSOLE_SECRET (who acted is "console secret"); '
     "`entra`, the Entra ID sign-in of App Service authentication, which must be on "
     "(WEBSITE_AUTH_ENABLED; who acted is the signed-in name and object id; with "
     "BUS_CONSOLE_SECRET set too, both are required). With the console enabled and neither, "

@@ -112,8 +112,12 @@ def _http_functions(bp: func.Blueprint, worker: Worker) -> None:
 
 
 def _console_function(bp: func.Blueprint, console: DeployedConsole) -> None:
+    # Anonymous to the host: a browser asks for the page's script and style without the
+    # page's ?code=, so a function key could never load the page; and every host key opens a
+    # function-level route, ingress clients' included. The console's own credential guards
+    # every API request instead (DeployedConsole, settled at start-up).
     @bp.function_name(CONSOLE_FUNCTION)
-    @bp.route(route="console/{*path}", methods=["GET", "POST"], auth_level=func.AuthLevel.FUNCTION)
+    @bp.route(route="console/{*path}", methods=["GET", "POST"], auth_level=func.AuthLevel.ANONYMOUS)
     async def console_function(req: func.HttpRequest) -> func.HttpResponse:
         await console.worker.serving()
         return await console.handle(req)

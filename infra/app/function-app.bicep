@@ -59,13 +59,13 @@ param cleanupSchedule string = '0 */5 * * * *'
 @description('Optional. The app to run, package.module:attribute naming a BusApp (the BUS_APP app setting); the default is the sample app.')
 param appModule string = 'shared.sample.app:app'
 
-@description('Optional. Serve the operator console as the HTTP function console (/api/console/, a function key and the console\'s own credential required; the BUS_CONSOLE_ENABLED app setting). Off by default.')
+@description('Optional. Serve the operator console as the HTTP function console (/api/console/, guarded by its own credential, not a function key; the BUS_CONSOLE_ENABLED app setting). Off by default.')
 param consoleEnabled bool = false
 
 @description('Optional. The console shows everything and changes nothing: replays and discards are refused (the BUS_CONSOLE_READ_ONLY app setting).')
 param consoleReadOnly bool = true
 
-@description('Optional. How the console knows its operator beyond the function key (which every host key opens): secret (consoleSecret, recorded as "console secret") or entra (the Entra ID sign-in of App Service authentication, recorded by name and object id). The BUS_CONSOLE_IDENTITY app setting.')
+@description('Optional. How the console knows its operator (never by a function key, which every host key stands in for): secret (consoleSecret, recorded as "console secret") or entra (the Entra ID sign-in of App Service authentication, recorded by name and object id). The BUS_CONSOLE_IDENTITY app setting.')
 @allowed([
   'secret'
   'entra'
@@ -177,9 +177,9 @@ resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
 
 resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
   // checkov:skip=CKV_AZURE_222:No VNet or private endpoint exists in this template, so the public HTTPS endpoint is how deployments (func publish, OneDeploy) and any HTTP trigger reach the app; httpsOnly and TLS 1.2 apply.
-  // checkov:skip=CKV_AZURE_17:Incoming client certificates authenticate HTTP callers. Here every HTTP route (api/health and the api/messages ingress) needs a function key, and callers that move money are covered by the entraAuthEnabled option (App Service authentication with Microsoft Entra ID, app/ingress-auth.bicep), which requires an access token from an allowed client on top of the key; the bus work itself is queue-triggered.
+  // checkov:skip=CKV_AZURE_17:Incoming client certificates authenticate HTTP callers. Here every HTTP route (api/health and the api/messages ingress) needs a function key (the optional console, which a host key must not open, its own secret or an Entra ID sign-in instead), and callers that move money are covered by the entraAuthEnabled option (App Service authentication with Microsoft Entra ID, app/ingress-auth.bicep), which requires an access token from an allowed client on top of the key; the bus work itself is queue-triggered.
   // checkov:skip=CKV_AZURE_212:numberOfWorkers belongs to dedicated App Service plans. On Flex Consumption instance counts come from functionAppConfig.scaleAndConcurrency and the platform replaces failed instances.
-  // checkov:skip=CKV_AZURE_213:Health check probes a path anonymously, but every HTTP route (api/health, api/messages) requires a function key; the bus work is queue-triggered and Flex Consumption replaces failed instances itself.
+  // checkov:skip=CKV_AZURE_213:Health check probes a path anonymously, but every HTTP route (api/health, api/messages) requires a function key (the optional console its own secret or an Entra ID sign-in); the bus work is queue-triggered and Flex Consumption replaces failed instances itself.
   name: name
   location: location
   tags: tags

@@ -1,12 +1,14 @@
 """The console as an HTTP function of the deployed app (``BUS_CONSOLE_ENABLED``).
 
-``shared.bindings`` binds the route ``console/{*path}`` with a function key required; this
-module turns the host's request into the console's and its answer back. The page is served at
-``/api/console/`` (the host's route prefix), so its requests are relative to that; the address
-without the trailing slash is redirected to it, keeping its query (the ``code`` that carries
-the function key). A function key is not enough: every host key opens it, and ingress clients
-may hold one. Its API also wants the console's own credential, decided when the function is
-bound (``shared.console.guard.deployed_identity``: no credential configured, no console).
+``shared.bindings`` binds the route ``console/{*path}`` anonymous to the Functions host: a
+function key could not guard it (every host key opens every function-level route, ingress
+clients' included, and a browser asks for the page's script and style without the key). Every
+API request needs the console's own credential instead, its secret or an Entra ID sign-in,
+settled when the function is bound (``shared.console.guard.deployed_identity``: no credential
+configured, no console); the page's files hold no data and load without it, to ask for it.
+This module turns the host's request into the console's and its answer back. The page is
+served at ``/api/console/`` (the host's route prefix), so its requests are relative to that;
+the address without the trailing slash is redirected to it, keeping its query.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ PATH_PARAMETER = "path"
 class DeployedConsole:
     """The console of ``worker``'s app, built on its first request (the CSRF key is read
     from storage then). How it knows its operator is settled here, at start-up: a
-    ConfigurationError when nothing but a function key would guard it."""
+    ConfigurationError when no credential of the console's own is configured."""
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker

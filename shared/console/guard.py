@@ -2,10 +2,10 @@
 
 Every ``/api/`` request is authenticated: locally by the token ``bus console`` prints (an
 ``Authorization: Bearer`` header, compared in constant time; a token in the address is
-refused, since addresses end up in logs and histories); deployed, past the function key the
-Functions host checks (which every ingress client may hold as a host key), by a credential of
-the console's own: its secret (``BUS_CONSOLE_SECRET``, sent in ``X-Console-Secret``, compared
-in constant time) or an Entra ID sign-in by App Service authentication, believed only as
+refused, since addresses end up in logs and histories); deployed, by a credential of the
+console's own, never a function key (every host key opens every function, and ingress clients
+may hold one): its secret (``BUS_CONSOLE_SECRET``, sent in ``X-Console-Secret``, compared in
+constant time) or an Entra ID sign-in by App Service authentication, believed only as
 ``shared.platform_identity`` says. Every action (a POST) must also carry the CSRF
 value ``GET /api/session`` gives, a JSON body, and, when the browser sends one, an ``Origin``
 that is the console's own; a read-only console refuses them all.
@@ -76,9 +76,9 @@ class BearerToken:
 
 @dataclass(frozen=True, repr=False)
 class DeployedIdentity:
-    """The deployed console: past the function key, the console's own secret when one is
-    set, and with ``entra`` the caller App Service authentication signed in with Entra ID
-    (who is then their name and object id; otherwise "console secret")."""
+    """The deployed console: its own secret when one is set, and with ``entra`` the caller
+    App Service authentication signed in with Entra ID (who is then their name and object
+    id; otherwise "console secret")."""
 
     secret: str | None
     entra: bool
@@ -117,7 +117,7 @@ def deployed_identity(settings: ConsoleSettings, platform: PlatformAuth) -> Depl
     elif settings.identity == SECRET and settings.secret is None:
         raise ConfigurationError(
             "the console (BUS_CONSOLE_ENABLED) needs a credential no ingress client holds, "
-            "since the function key it is bound with is opened by every host key too: set "
+            "(a function key will not do: every host key opens every function): set "
             "BUS_CONSOLE_SECRET (at least 32 random characters, or a Key Vault reference), or "
             "BUS_CONSOLE_IDENTITY=entra behind App Service authentication with Entra ID"
         )

@@ -1,8 +1,8 @@
 """The deployed console against the keys an ingress client holds, in a real host process
-(``lab.host``, whose one function key opens every function, as a host key does on Azure) on a
-private Azurite: the client sends, and cannot open the console with that key; without a
-credential of the console's own, or with the Entra options and App Service authentication
-off, the app does not start at all."""
+(``lab.host``, whose one function key opens every function-level route, as a host key does on
+Azure) on a private Azurite: the client sends, and cannot open the console with that key nor
+with none; without a credential of the console's own, or with the Entra options and App
+Service authentication off, the app does not start at all."""
 
 from __future__ import annotations
 
@@ -110,15 +110,18 @@ async def test_an_ingress_client_with_a_host_key_sends_but_cannot_open_the_conso
     in_query = await asyncio.to_thread(
         call, f"{host}/api/console/api/failed?code={HOST_KEY}", headers={}
     )
+    keyless = await asyncio.to_thread(call, f"{host}/api/console/api/failed", headers={})
     discarded = await asyncio.to_thread(
         call, f"{host}/api/console/api/discard", "POST", headers=action, body=discard
     )
 
     assert sent[0] == 202, sent
     assert [status for status, _ in looked] == [401] * len(CONSOLE_APIS), looked
-    assert in_query[0] == 401
+    assert (in_query[0], keyless[0]) == (401, 401)
     assert discarded[0] == 401
-    assert all("4111" not in json.dumps(answer) for _, answer in [*looked, in_query, discarded])
+    assert all(
+        "4111" not in json.dumps(answer) for _, answer in [*looked, in_query, keyless, discarded]
+    )
     assert await account.queue(poison_queue("payments")).approximate_count() == 1
     operator = {**key, "X-Console-Secret": SECRET}
     journal = await asyncio.to_thread(call, f"{host}/api/console/api/actions", headers=operator)
