@@ -12,10 +12,12 @@ message (type, destination, body, due time: the same request as sent, or the sam
 as this version's model reads it; ``shared.bus.ingress``); 409 with ``{"error": ...}`` naming
 the key when it was used for a different message within the window (nothing sent); 400 with
 ``{"error": ...}`` for bad input (a repeated ``Idempotency-Key`` header or a key with a
-comma included); 413 for a body over the payload limit; 503 with ``Retry-After`` when storage
-could not be reached, or when the key's record was written by a newer version of the bus during
-a rolling deploy (retry with the same key: the retry reaches an upgraded instance). A W3C
-``traceparent`` header puts the messages sent into the caller's trace (``shared.bus.telemetry``).
+comma included); 401 with the Entra option on when no Entra caller the platform vouches for
+is named (``http_scope``); 413 for a body over the payload limit; 503 with ``Retry-After``
+when storage could not be reached, or when the key's record was written by a newer version
+of the bus during a rolling deploy (retry with the same key: the retry reaches an upgraded
+instance). A W3C ``traceparent`` header puts the messages sent into the caller's trace
+(``shared.bus.telemetry``).
 """
 
 from __future__ import annotations
