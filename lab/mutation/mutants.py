@@ -260,8 +260,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "shared/platform_identity.py",
         "    if provider != ENTRA_IDP:\n",
         "    if False:\n",
-        "a caller signed in by another identity provider than Entra ID is taken as an Entra "
-        "caller",
+        "a caller signed in by another identity provider than Entra ID is taken as an Entra caller",
     ),
     Mutant(
         "console-secret-unchecked",
