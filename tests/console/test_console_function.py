@@ -350,3 +350,22 @@ async def test_the_page_is_served_with_its_headers_and_its_folder_address_redire
     assert folder.get_body() == page.get_body()
     assert bare.status_code == 308
     assert bare.headers["Location"] == f"{ORIGIN}/api/console/?code=k3y"
+
+
+async def test_a_signed_in_name_however_long_leaves_the_object_id_in_the_journal() -> None:
+    """The journal bounds who acted; a name chosen long enough must not push out the one part
+    of it no one chooses."""
+    function, account = await deployed(BUS_CONSOLE_SECRET="", **ENTRA_BEHIND_AUTH)
+    long_name = {**ADA, "X-MS-CLIENT-PRINCIPAL-NAME": "ada@contoso.example" + "x" * 500}
+    why = Reason("payments", "failed", 5, message_id="m-1", message_type="ChargePayment")
+    await account.queue(poison_queue("payments")).send(poison_body("{}", why))
+    csrf = (await answer(function, "GET", "api/session", headers=long_name))[1]["csrf"]
+    headers = {**long_name, "Content-Type": "application/json", "X-Console-CSRF": csrf}
+    body = {"endpoint": "payments", "ids": ["m-1"]}
+
+    status, _ = await answer(function, "POST", "api/replay", headers=headers, body=body)
+
+    assert status == 200
+    [action] = (await answer(function, "GET", "api/actions", headers=ADA))[1]["actions"]
+    assert action["who"].startswith("ada@contoso.example")
+    assert action["who"].endswith(f"(object id {ADA_ID})")
