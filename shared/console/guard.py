@@ -116,7 +116,7 @@ def deployed_identity(settings: ConsoleSettings, platform: PlatformAuth) -> Depl
         require_platform_sign_in(platform, "BUS_CONSOLE_IDENTITY=entra")
     elif settings.identity == SECRET and settings.secret is None:
         raise ConfigurationError(
-            "the console (BUS_CONSOLE_ENABLED) needs a credential no ingress client holds, "
+            "the console (BUS_CONSOLE_ENABLED) needs a credential no ingress client holds "
             "(a function key will not do: every host key opens every function): set "
             "BUS_CONSOLE_SECRET (at least 32 random characters, or a Key Vault reference), or "
             "BUS_CONSOLE_IDENTITY=entra behind App Service authentication with Entra ID"
