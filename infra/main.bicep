@@ -101,8 +101,12 @@ param appModule string = 'shared.sample.app:app'
 @description('Optional. Extra, non-secret app settings for the Function App (name to value).')
 param additionalAppSettings object = {}
 
-@description('Optional. Serve the operator console from the Function App at /api/console/ (a function key required; with entraAuthEnabled also an Entra sign-in, whose name the console records). Off by default (docs/console.md).')
+@description('Optional. Serve the operator console from the Function App at /api/console/ (guarded by its own credential, not a function key: consoleSecret, or with entraAuthEnabled an Entra sign-in, whose name and object id the console records). Off by default (docs/console.md).')
 param consoleEnabled bool = false
+
+@description('Optional. The console\'s own secret (BUS_CONSOLE_SECRET): at least 32 random characters, or a Key Vault reference @Microsoft.KeyVault(SecretUri=...). Required with consoleEnabled unless entraAuthEnabled; with both, the console asks for both. Never give it to an ingress client.')
+@secure()
+param consoleSecret string = ''
 
 @description('Optional. The deployed console shows everything and changes nothing (replays and discards refused). On by default: turn it off to act from the console.')
 param consoleReadOnly bool = true
@@ -313,8 +317,9 @@ module functionApp 'app/function-app.bicep' = {
     consoleEnabled: consoleEnabled
     consoleReadOnly: consoleReadOnly
     // Behind App Service authentication the platform names who signed in; only then is the
-    // name trusted, and required.
-    consoleIdentity: entraAuthEnabled ? 'entra' : 'function-key'
+    // name trusted, and required. Without it the console's own secret is its credential.
+    consoleIdentity: entraAuthEnabled ? 'entra' : 'secret'
+    consoleSecret: consoleSecret
     additionalAppSettings: union(postgresAppSettings, ingressAuthAppSettings, additionalAppSettings)
   }
   // The host must be able to read its storage from its first start.

@@ -170,6 +170,7 @@ POSTGRES = "PostgreSQL"
 CLEANUP = "cleanup"
 EFFECTS = "effects"
 CONSOLE = "console"
+PLATFORM = "set by the platform"
 
 BUS_APP = text(
     "BUS_APP",
@@ -273,7 +274,9 @@ INGRESS_ENTRA_CALLERS = flag(
     "BUS_INGRESS_ENTRA_CALLERS",
     "the HTTP routes sit behind App Service authentication with Microsoft Entra ID "
     "(`entraAuthEnabled`, which sets this): each caller's Idempotency-Keys are its own, scoped "
-    "by the object id the platform sends in X-MS-CLIENT-PRINCIPAL-ID (never trusted when off)",
+    "by the object id the platform sends in X-MS-CLIENT-PRINCIPAL-ID. Start-up stops when "
+    "App Service authentication is off (WEBSITE_AUTH_ENABLED), and a request not signed in "
+    "with Entra ID (X-MS-CLIENT-PRINCIPAL-IDP `aad`) is 401",
     group=BUS,
 )
 AUTO_SUBSCRIBE = flag(
@@ -535,8 +538,9 @@ CLEANUP_BACKLOG_MAX_TOKENS = whole(
 CONSOLE_ENABLED = flag(
     "BUS_CONSOLE_ENABLED",
     "serve the operator console from the deployed app, as the HTTP function `console` (route "
-    "`console/{*path}`, a function key required; docs/console.md). `bus console` serves it on "
-    "an operator's machine whatever this says",
+    "`console/{*path}`, guarded by the console's own credential, not a function key: "
+    "BUS_CONSOLE_SECRET or an Entra ID sign-in; docs/console.md). `bus console` serves it on an "
+    "operator's machine whatever this says",
     group=CONSOLE,
 )
 CONSOLE_READ_ONLY = flag(
@@ -545,7 +549,7 @@ CONSOLE_READ_ONLY = flag(
     "(`bus console --read-only` too)",
     group=CONSOLE,
 )
-CONSOLE_IDENTITIES = ("function-key", "entra")
+CONSOLE_IDENTITIES = ("secret", "entra")
 
 
 def _identity(text: str) -> str:
@@ -556,14 +560,29 @@ def _identity(text: str) -> str:
 
 CONSOLE_IDENTITY = Setting(
     "BUS_CONSOLE_IDENTITY",
-    "function-key",
-    "function-key or entra",
-    'who the deployed console says acted: `function-key`, the literal "function key"; '
-    "`entra`, the signed-in name App Service authentication sends in "
-    "X-MS-CLIENT-PRINCIPAL-NAME (trusted only then; a request without it is refused)",
+    "secret",
+    "secret or entra",
+    "how the deployed console knows its operator (never by a function key, which every host "
+    'key stands in for): `secret`, BUS_CONSOLE_SECRET (who acted is "console secret"); '
+    "`entra`, the Entra ID sign-in of App Service authentication, which must be on "
+    "(WEBSITE_AUTH_ENABLED; who acted is the signed-in name and object id; with "
+    "BUS_CONSOLE_SECRET set too, both are required). With the console enabled and neither, "
+    "start-up stops",
     CONSOLE,
     _identity,
-    "function-key",
+    "secret",
+)
+CONSOLE_SECRET_MIN_CHARS = 32
+CONSOLE_SECRET = text(
+    "BUS_CONSOLE_SECRET",
+    None,
+    f"at least {CONSOLE_SECRET_MIN_CHARS} characters (`openssl rand -base64 32`), or a Key "
+    "Vault reference `@Microsoft.KeyVault(SecretUri=...)` that the platform resolves",
+    "the deployed console's own secret: the operator types it into the console's sign-in "
+    "and the page sends it in X-Console-Secret, compared in constant time; give it to no "
+    "ingress client. Never logged or shown; a reference the platform could not resolve "
+    "stops start-up",
+    group=CONSOLE,
 )
 CONSOLE_AUDIT_SCAN_ROWS = whole(
     "BUS_CONSOLE_AUDIT_SCAN_ROWS",
@@ -573,6 +592,23 @@ CONSOLE_AUDIT_SCAN_ROWS = whole(
     group=CONSOLE,
     low=100,
     high=1_000_000,
+)
+
+AUTH_ENABLED = flag(
+    "WEBSITE_AUTH_ENABLED",
+    "set by Azure when App Service authentication is on (never by hand): only then are the "
+    "X-MS-CLIENT-PRINCIPAL-* headers the platform's, so BUS_CONSOLE_IDENTITY=entra and "
+    "BUS_INGRESS_ENTRA_CALLERS stop start-up without it",
+    group=PLATFORM,
+)
+AUTH_DEFAULT_PROVIDER = text(
+    "WEBSITE_AUTH_DEFAULT_PROVIDER",
+    None,
+    "an identity provider's name (AzureActiveDirectory for Microsoft Entra ID)",
+    "set by Azure with App Service authentication: the provider a browser is sent to sign "
+    "in with; each request's provider is its X-MS-CLIENT-PRINCIPAL-IDP header (`aad` is the "
+    "only one believed)",
+    group=PLATFORM,
 )
 
 SETTINGS: tuple[Setting[Any], ...] = (
@@ -619,7 +655,10 @@ SETTINGS: tuple[Setting[Any], ...] = (
     CONSOLE_ENABLED,
     CONSOLE_READ_ONLY,
     CONSOLE_IDENTITY,
+    CONSOLE_SECRET,
     CONSOLE_AUDIT_SCAN_ROWS,
+    AUTH_ENABLED,
+    AUTH_DEFAULT_PROVIDER,
 )
 """Every app setting, in the order of the docs' table."""
 

@@ -3,7 +3,8 @@
 ``function_app.py`` registers ``blueprint(worker())``: one queue trigger per endpoint
 (function name and queue both the endpoint's name), the HTTP ingress (``POST
 /api/messages``), the health route (``GET /api/health``), the cleanup timer and, when
-``BUS_CONSOLE_ENABLED`` is set, the operator console (``/api/console/``). The Functions
+``BUS_CONSOLE_ENABLED`` is set, the operator console (``/api/console/``, refused at start-up
+without a credential of its own: ``shared.console.guard.deployed_identity``). The Functions
 host indexes them when it imports ``function_app.py``, so the endpoint list lives in the
 ``BusApp`` only.
 
@@ -24,7 +25,7 @@ from shared.bus.pipeline import queue_text
 from shared.cleanup.summary import cleanup_summary
 from shared.console.function import DeployedConsole
 from shared.errors import ConfigurationError
-from shared.http_ingress import response_headers
+from shared.http_ingress import check_platform, response_headers
 from shared.logsafe import shown
 from shared.runtime import Worker
 
@@ -47,6 +48,9 @@ def blueprint(worker: Worker) -> func.Blueprint:
             f"endpoints {clashes} would share a function name with the bus's own functions "
             f"{own}: rename them"
         )
+    # Before anything is bound: an ingress that would believe principal headers nobody
+    # vouches for is refused here, as the console is (DeployedConsole) without a credential.
+    check_platform(worker.config, worker.app_config.platform)
     bp = func.Blueprint()  # type: ignore[no-untyped-call]
     connection = worker.settings.storage_setting
     for endpoint in worker.app.endpoints:
@@ -108,8 +112,12 @@ def _http_functions(bp: func.Blueprint, worker: Worker) -> None:
 
 
 def _console_function(bp: func.Blueprint, console: DeployedConsole) -> None:
+    # Anonymous to the host: a browser asks for the page's script and style without the
+    # page's ?code=, so a function key could never load the page; and every host key opens a
+    # function-level route, ingress clients' included. The console's own credential guards
+    # every API request instead (DeployedConsole, settled at start-up).
     @bp.function_name(CONSOLE_FUNCTION)
-    @bp.route(route="console/{*path}", methods=["GET", "POST"], auth_level=func.AuthLevel.FUNCTION)
+    @bp.route(route="console/{*path}", methods=["GET", "POST"], auth_level=func.AuthLevel.ANONYMOUS)
     async def console_function(req: func.HttpRequest) -> func.HttpResponse:
         await console.worker.serving()
         return await console.handle(req)

@@ -27,9 +27,15 @@ from shared.bus.config import BusConfig
 from shared.bus.state.connection import PostgresSettings, url_problem
 from shared.cleanup.settings import CleanupSettings
 from shared.console.settings import ConsoleSettings
-from shared.effects.addresses import EffectSettings, call_cap, read_addresses
+from shared.effects.addresses import (
+    KEY_VAULT_REFERENCE,
+    EffectSettings,
+    call_cap,
+    read_addresses,
+)
 from shared.errors import ConfigurationError
 from shared.host_json import QueueSettings, function_timeout
+from shared.platform_identity import PlatformAuth
 from shared.resources import CONTAINERS, TABLES
 from shared.settings import (
     Settings,
@@ -75,6 +81,9 @@ class AppConfig:
     answer size limit and the cap on a call's timeout (``shared.effects.addresses``)."""
     console: ConsoleSettings
     """The operator console's ``BUS_CONSOLE_*`` settings (``shared.console``)."""
+    platform: PlatformAuth
+    """App Service authentication as the platform set it (``WEBSITE_AUTH_*``): whether its
+    principal headers can be believed (``shared.platform_identity``)."""
 
     def require_storage(self) -> StorageSettings:
         """The storage settings; a ConfigurationError naming the connection setting and where
@@ -171,7 +180,36 @@ def _console(settings: Settings) -> ConsoleSettings:
         enabled=_value(settings, s.CONSOLE_ENABLED),
         read_only=_value(settings, s.CONSOLE_READ_ONLY),
         identity=_value(settings, s.CONSOLE_IDENTITY),
+        secret=_console_secret(settings),
         audit_scan_rows=_value(settings, s.CONSOLE_AUDIT_SCAN_ROWS),
+    )
+
+
+def _console_secret(settings: Settings) -> str | None:
+    """BUS_CONSOLE_SECRET, checked without ever quoting it in an error."""
+    secret = _value(settings, s.CONSOLE_SECRET)
+    if secret is None:
+        return None
+    name = s.CONSOLE_SECRET.name
+    where = f"app setting {name} (from the {settings.origin(name)})"
+    if secret.startswith(KEY_VAULT_REFERENCE):
+        raise ConfigurationError(
+            f"{where} is a Key Vault reference the platform did not resolve: give the app's "
+            "managed identity permission to get the vault's secrets and check the SecretUri "
+            "(the value is not shown)"
+        )
+    if len(secret) < s.CONSOLE_SECRET_MIN_CHARS:
+        raise ConfigurationError(
+            f"{where} is too short to stand guessing: it must be {s.CONSOLE_SECRET.accepts} "
+            "(the value is not shown)"
+        )
+    return secret
+
+
+def _platform(settings: Settings) -> PlatformAuth:
+    return PlatformAuth(
+        enabled=_value(settings, s.AUTH_ENABLED),
+        default_provider=_value(settings, s.AUTH_DEFAULT_PROVIDER),
     )
 
 
@@ -199,6 +237,7 @@ def build_config(settings: Settings | None = None, *, root: Path | None = None) 
         bus=_bus(settings, queues),
         effects=_effects(settings, timeouts, path if found else None),
         console=_console(settings),
+        platform=_platform(settings),
     )
 
 

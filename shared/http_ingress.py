@@ -12,10 +12,12 @@ message (type, destination, body, due time: the same request as sent, or the sam
 as this version's model reads it; ``shared.bus.ingress``); 409 with ``{"error": ...}`` naming
 the key when it was used for a different message within the window (nothing sent); 400 with
 ``{"error": ...}`` for bad input (a repeated ``Idempotency-Key`` header or a key with a
-comma included); 413 for a body over the payload limit; 503 with ``Retry-After`` when storage
-could not be reached, or when the key's record was written by a newer version of the bus during
-a rolling deploy (retry with the same key: the retry reaches an upgraded instance). A W3C
-``traceparent`` header puts the messages sent into the caller's trace (``shared.bus.telemetry``).
+comma included); 401 with the Entra option on when no Entra caller the platform vouches for
+is named (``http_scope``); 413 for a body over the payload limit; 503 with ``Retry-After``
+when storage could not be reached, or when the key's record was written by a newer version
+of the bus during a rolling deploy (retry with the same key: the retry reaches an upgraded
+instance). A W3C ``traceparent`` header puts the messages sent into the caller's trace
+(``shared.bus.telemetry``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import asyncio
 import json
 import logging
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -49,6 +50,12 @@ from shared.errors import (
     StorageError,
 )
 from shared.logsafe import shown
+from shared.platform_identity import (
+    NotSignedIn,
+    PlatformAuth,
+    entra_principal,
+    require_platform_sign_in,
+)
 from shared.settings import StorageTimeouts
 from shared.stores.names import holds_lone_surrogate
 
@@ -57,25 +64,26 @@ log = logging.getLogger(__name__)
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 HTTP_SCOPE = "http"
 """Whose keys an HTTP request's are (``shared.bus.ingress``): every function-key holder's."""
-PRINCIPAL_HEADER = "X-MS-CLIENT-PRINCIPAL-ID"
-"""The object id of the caller App Service authentication let through; the platform sets it
-(and drops any copy the caller sent) only when the Entra option is on."""
-OBJECT_ID = re.compile(
-    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-)
+NO_PLATFORM_SIGN_IN = PlatformAuth()
+"""Where no platform authentication is in front (``bus`` and the tools): no caller named."""
 
 
-def http_scope(config: BusConfig, headers: Mapping[str, str]) -> str | None:
+def http_scope(config: BusConfig, platform: PlatformAuth, headers: Mapping[str, str]) -> str:
     """Whose keys a request's are: ``http`` (every holder of a function key alike), or with
     the Entra option (``BusConfig.ingress_entra_callers``) ``http:<caller object id>``, so one
-    caller's key never answers another's. None: the option is on and the request names no
-    caller, so it did not come through the platform's authentication."""
+    caller's key never answers another's. NotSignedIn when the option is on and the request
+    names no caller the platform vouches for (``shared.platform_identity.entra_principal``:
+    App Service authentication on, signed in with Entra ID, an object id)."""
     if not config.ingress_entra_callers:
         return HTTP_SCOPE  # a caller-sent principal header means nothing here
-    caller = _header(headers, PRINCIPAL_HEADER)
-    if caller is None or not OBJECT_ID.fullmatch(caller.strip()):
-        return None
-    return f"{HTTP_SCOPE}:{caller.strip().lower()}"
+    return f"{HTTP_SCOPE}:{entra_principal(platform, headers).object_id}"
+
+
+def check_platform(config: BusConfig, platform: PlatformAuth) -> None:
+    """At start-up: a ConfigurationError when the Entra option is on but App Service
+    authentication is not, so that no key holder could name itself another caller."""
+    if config.ingress_entra_callers:
+        require_platform_sign_in(platform, "BUS_INGRESS_ENTRA_CALLERS")
 
 
 CLIENT_READER = "ingress"
@@ -315,6 +323,7 @@ async def handle(
     *,
     ingress_seconds: float = StorageTimeouts.ingress,
     spent_seconds: float = 0.0,
+    platform: PlatformAuth = NO_PLATFORM_SIGN_IN,
 ) -> Answer:
     """The whole ingress request, independent of the HTTP framework, within
     ``ingress_seconds`` (BUS_INGRESS_TIMEOUT: the worker passes ``AppConfig.timeouts.ingress``),
@@ -326,7 +335,7 @@ async def handle(
         # parent of the ingress span, so the messages sent join the caller's trace.
         with continuing(headers):
             async with asyncio.timeout(max(seconds - spent_seconds, 0.0)):
-                return await _handle(bus, headers, raw)
+                return await _handle(bus, headers, raw, platform)
     except TimeoutError:
         error = (
             f"storage did not answer within {seconds:g} s, retry with the same {IDEMPOTENCY_HEADER}"
@@ -334,7 +343,9 @@ async def handle(
         return Answer(503, {"error": error})
 
 
-async def _handle(bus: Bus, headers: Mapping[str, str], raw: bytes) -> Answer:
+async def _handle(
+    bus: Bus, headers: Mapping[str, str], raw: bytes, platform: PlatformAuth
+) -> Answer:
     limit = bus.config.max_payload_bytes + ENVELOPE_SLACK_BYTES
     if len(raw) > limit:
         error = (
@@ -352,10 +363,10 @@ async def _handle(bus: Bus, headers: Mapping[str, str], raw: bytes) -> Answer:
             400,
             {"error": f"send one {IDEMPOTENCY_HEADER} header, without commas in the key"},
         )
-    scope = http_scope(bus.config, headers)
-    if scope is None:
-        error = f"no caller identity ({PRINCIPAL_HEADER}) from the platform's Entra sign-in"
-        return Answer(401, {"error": error})
+    try:
+        scope = http_scope(bus.config, platform, headers)
+    except NotSignedIn as e:
+        return Answer(401, {"error": str(e)})
     try:
         check_idempotency_key(key)
         request = parse_request(bus.app, raw, bus.config)

@@ -198,6 +198,7 @@ class Worker:
             body,
             ingress_seconds=budget,
             spent_seconds=time.monotonic() - started,
+            platform=self.app_config.platform,
         )
         return answer.status, answer.json()
 

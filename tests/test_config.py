@@ -18,6 +18,7 @@ import pytest
 from pydantic import BaseModel
 
 from shared import app_settings, runtime
+from shared.bindings import blueprint
 from shared.bulk.send import bus_fields
 from shared.bus import BusApp, Command, HandlerContext, Outcome
 from shared.bus.app import Mode
@@ -307,10 +308,20 @@ ALICE = "11111111-2222-3333-4444-555555555555"
 MALLORY = "99999999-8888-7777-6666-555555555555"
 
 
+ENTRA_CALLERS = {
+    "BUS_INGRESS_ENTRA_CALLERS": "true",
+    "BUS_INGRESS_KEY_SCOPES": "on",
+    "WEBSITE_AUTH_ENABLED": "True",
+}
+"""Entra callers behind App Service authentication, as the platform reports it."""
+
+
 def caller(object_id: str | None, key: str = "shared-key") -> dict[str, str]:
+    """Headers as App Service authentication passes an Entra caller's request on."""
     headers = {"Idempotency-Key": key}
     if object_id is not None:
         headers["X-MS-CLIENT-PRINCIPAL-ID"] = object_id
+        headers["X-MS-CLIENT-PRINCIPAL-IDP"] = "aad"
     return headers
 
 
@@ -318,7 +329,7 @@ async def test_with_entra_callers_each_caller_has_keys_of_its_own() -> None:
     """Behind Entra sign-in, a caller who took another caller's key first answers nothing
     for it; each caller's retry is still deduplicated, and a request the platform named no
     caller for is refused."""
-    worker = await provisioned(BUS_INGRESS_ENTRA_CALLERS="true", BUS_INGRESS_KEY_SCOPES="on")
+    worker = await provisioned(**ENTRA_CALLERS)
     forged = json.dumps({**ORDER, "body": FORGED_BODY}).encode()
     status, taken = await worker.ingress(caller(MALLORY), forged)
     assert status == 202, taken
@@ -338,7 +349,7 @@ async def test_with_entra_callers_each_caller_has_keys_of_its_own() -> None:
 async def test_with_entra_callers_no_record_of_the_previous_version_answers() -> None:
     """An HTTP record written before the upgrade names no caller: under Entra ID it could
     be any caller's, so it is refused (409), never answered or sent around."""
-    worker = await provisioned(BUS_INGRESS_ENTRA_CALLERS="true", BUS_INGRESS_KEY_SCOPES="on")
+    worker = await provisioned(**ENTRA_CALLERS)
     table = worker.account().table(TABLES["ingress"])
     status, _ = await worker.ingress(caller(MALLORY, "old-key"), json.dumps(ORDER).encode())
     assert status == 202
@@ -363,6 +374,45 @@ async def test_without_entra_callers_a_caller_sent_principal_header_is_ignored()
     status, body = await worker.ingress(caller(ALICE), json.dumps(ORDER).encode())
     assert status == 409, body
     assert "'shared-key'" in json.loads(body)["error"]
+
+
+def test_entra_callers_without_app_service_authentication_stop_start_up() -> None:
+    """A drifted setting: BUS_INGRESS_ENTRA_CALLERS on, the platform's authentication off.
+    The functions are not bound, and the error says which settings disagree."""
+    worker = runtime.Worker(sample_app, sample_settings(BUS_INGRESS_ENTRA_CALLERS="true"))
+
+    with pytest.raises(ConfigurationError) as refused:
+        blueprint(worker)
+
+    assert "BUS_INGRESS_ENTRA_CALLERS" in str(refused.value)
+    assert "WEBSITE_AUTH_ENABLED" in str(refused.value)
+
+
+async def test_with_authentication_off_forged_principal_headers_are_401_and_send_nothing() -> None:
+    """Where the worker serves the ingress anyway (no bindings), a key holder writing the
+    platform's headers itself gets no caller's key space: nothing is sent under any name."""
+    worker = await provisioned(**{**ENTRA_CALLERS, "WEBSITE_AUTH_ENABLED": "False"})
+
+    answers = [
+        await worker.ingress(caller(object_id, "order-1"), json.dumps(ORDER).encode())
+        for object_id in (ALICE, MALLORY)
+    ]
+
+    assert [status for status, _ in answers] == [401, 401]
+    assert "App Service authentication is off" in json.loads(answers[0][1])["error"]
+    assert await worker.account().queue("orders").approximate_count() == 0
+
+
+@pytest.mark.parametrize("provider", ["github", "google", "AAD-B2C", ""])
+async def test_a_caller_not_signed_in_by_entra_is_401(provider: str) -> None:
+    worker = await provisioned(**ENTRA_CALLERS)
+    headers = {**caller(ALICE), "X-MS-CLIENT-PRINCIPAL-IDP": provider}
+
+    status, body = await worker.ingress(headers, json.dumps(ORDER).encode())
+
+    assert status == 401, body
+    assert "Entra" in json.loads(body)["error"]
+    assert await worker.account().queue("orders").approximate_count() == 0
 
 
 async def test_the_output_limit_refuses_a_handler_sending_more() -> None:

@@ -59,18 +59,22 @@ param cleanupSchedule string = '0 */5 * * * *'
 @description('Optional. The app to run, package.module:attribute naming a BusApp (the BUS_APP app setting); the default is the sample app.')
 param appModule string = 'shared.sample.app:app'
 
-@description('Optional. Serve the operator console as the HTTP function console (/api/console/, a function key required; the BUS_CONSOLE_ENABLED app setting). Off by default.')
+@description('Optional. Serve the operator console as the HTTP function console (/api/console/, guarded by its own credential, not a function key; the BUS_CONSOLE_ENABLED app setting). Off by default.')
 param consoleEnabled bool = false
 
 @description('Optional. The console shows everything and changes nothing: replays and discards are refused (the BUS_CONSOLE_READ_ONLY app setting).')
 param consoleReadOnly bool = true
 
-@description('Optional. Who the console records as acting: function-key (the literal "function key") or entra (the name App Service authentication signs in; requests without one are refused). The BUS_CONSOLE_IDENTITY app setting.')
+@description('Optional. How the console knows its operator (never by a function key, which every host key stands in for): secret (consoleSecret, recorded as "console secret") or entra (the Entra ID sign-in of App Service authentication, recorded by name and object id). The BUS_CONSOLE_IDENTITY app setting.')
 @allowed([
-  'function-key'
+  'secret'
   'entra'
 ])
-param consoleIdentity string = 'function-key'
+param consoleIdentity string = 'secret'
+
+@description('Optional. The console\'s own secret (the BUS_CONSOLE_SECRET app setting): at least 32 random characters, or a Key Vault reference @Microsoft.KeyVault(SecretUri=...) resolved as the app\'s identity. Required when consoleEnabled is true and consoleIdentity is secret; never given to an ingress client.')
+@secure()
+param consoleSecret string = ''
 
 @description('Optional. Extra app settings (name to value), overriding the defaults above. They must not hold secrets; put those in Key Vault and reference them.')
 param additionalAppSettings object = {}
@@ -143,6 +147,12 @@ var busAppSettings = [
     name: 'BUS_CONSOLE_IDENTITY'
     value: consoleIdentity
   }
+  {
+    // Blank is unset: with the console enabled and no Entra sign-in, the app then refuses to
+    // start rather than serve the console to every host key.
+    name: 'BUS_CONSOLE_SECRET'
+    value: consoleSecret
+  }
 ]
 
 var extraAppSettings = [for setting in items(union({ CLEANUP_SCHEDULE: cleanupSchedule }, additionalAppSettings)): {
@@ -167,9 +177,9 @@ resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
 
 resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
   // checkov:skip=CKV_AZURE_222:No VNet or private endpoint exists in this template, so the public HTTPS endpoint is how deployments (func publish, OneDeploy) and any HTTP trigger reach the app; httpsOnly and TLS 1.2 apply.
-  // checkov:skip=CKV_AZURE_17:Incoming client certificates authenticate HTTP callers. Here every HTTP route (api/health and the api/messages ingress) needs a function key, and callers that move money are covered by the entraAuthEnabled option (App Service authentication with Microsoft Entra ID, app/ingress-auth.bicep), which requires an access token from an allowed client on top of the key; the bus work itself is queue-triggered.
+  // checkov:skip=CKV_AZURE_17:Incoming client certificates authenticate HTTP callers. Here every HTTP route (api/health and the api/messages ingress) needs a function key (the optional console, which a host key must not open, its own secret or an Entra ID sign-in instead), and callers that move money are covered by the entraAuthEnabled option (App Service authentication with Microsoft Entra ID, app/ingress-auth.bicep), which requires an access token from an allowed client on top of the key; the bus work itself is queue-triggered.
   // checkov:skip=CKV_AZURE_212:numberOfWorkers belongs to dedicated App Service plans. On Flex Consumption instance counts come from functionAppConfig.scaleAndConcurrency and the platform replaces failed instances.
-  // checkov:skip=CKV_AZURE_213:Health check probes a path anonymously, but every HTTP route (api/health, api/messages) requires a function key; the bus work is queue-triggered and Flex Consumption replaces failed instances itself.
+  // checkov:skip=CKV_AZURE_213:Health check probes a path anonymously, but every HTTP route (api/health, api/messages) requires a function key (the optional console its own secret or an Entra ID sign-in); the bus work is queue-triggered and Flex Consumption replaces failed instances itself.
   name: name
   location: location
   tags: tags

@@ -243,6 +243,41 @@ MUTANTS: tuple[Mutant, ...] = (
         "a record of the previous version answers a sender of another kind than the one that "
         "wrote it (an HTTP caller's record answers `bus send`)",
     ),
+    # -- trust edge: the console's credential and the platform's principal headers ------------
+    Mutant(
+        "platform-headers-without-auth",
+        "shared/platform_identity.py",
+        """    if not platform.enabled:
+        raise NotSignedIn(""",
+        """    if False:
+        raise NotSignedIn(""",
+        "X-MS-CLIENT-PRINCIPAL-* are believed with App Service authentication off: any key "
+        "holder names itself another caller (takes its idempotency keys, acts in the console "
+        "under its name)",
+    ),
+    Mutant(
+        "platform-any-identity-provider",
+        "shared/platform_identity.py",
+        "    if provider != ENTRA_IDP:\n",
+        "    if False:\n",
+        "a caller signed in by another identity provider than Entra ID is taken as an Entra caller",
+    ),
+    Mutant(
+        "console-secret-unchecked",
+        "shared/console/guard.py",
+        "        if self.secret is not None and not _same_secret(",
+        "        if False and not _same_secret(",
+        "the deployed console serves every API request without its secret: whoever reaches "
+        "it (an ingress client with a host key) reads parked bodies and acts",
+    ),
+    Mutant(
+        "console-binds-without-credential",
+        "shared/console/guard.py",
+        "    elif settings.identity == SECRET and settings.secret is None:\n",
+        "    elif False:\n",
+        "the console is bound with no credential of its own configured, open to everyone "
+        "who reaches it",
+    ),
     # -- window modes -------------------------------------------------------------------------
     Mutant(
         "modes-state-without-etag",

@@ -106,7 +106,7 @@ class Console:
                 self.guard.check_action(request, who)
             return await handler(request, who)
         except Refused as e:
-            return error_response(e.status, str(e))
+            return error_response(e.status, str(e), sign_in=e.sign_in)
         except NotFound as e:
             return error_response(503, f"a resource is missing, run `bus provision`: {e}")
         except (StorageError, OutcomeUnknown) as e:

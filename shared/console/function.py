@@ -1,10 +1,14 @@
 """The console as an HTTP function of the deployed app (``BUS_CONSOLE_ENABLED``).
 
-``shared.bindings`` binds the route ``console/{*path}`` with a function key required; this
-module turns the host's request into the console's and its answer back. The page is served at
-``/api/console/`` (the host's route prefix), so its requests are relative to that; the address
-without the trailing slash is redirected to it, keeping its query (the ``code`` that carries
-the function key). Who acts is what ``BUS_CONSOLE_IDENTITY`` says (``shared.console.guard``).
+``shared.bindings`` binds the route ``console/{*path}`` anonymous to the Functions host: a
+function key could not guard it (every host key opens every function-level route, ingress
+clients' included, and a browser asks for the page's script and style without the key). Every
+API request needs the console's own credential instead, its secret or an Entra ID sign-in,
+settled when the function is bound (``shared.console.guard.deployed_identity``: no credential
+configured, no console); the page's files hold no data and load without it, to ask for it.
+This module turns the host's request into the console's and its answer back. The page is
+served at ``/api/console/`` (the host's route prefix), so its requests are relative to that;
+the address without the trailing slash is redirected to it, keeping its query.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import azure.functions as func
 
 from shared.console.api import Console
 from shared.console.csrf_key import shared_csrf_key
-from shared.console.guard import Guard, PlatformIdentity
+from shared.console.guard import Guard, deployed_identity
 from shared.console.headers import secured
 from shared.console.http import Request, Response, error_response, lower_headers
 from shared.errors import OutcomeUnknown, StorageError
@@ -27,10 +31,13 @@ PATH_PARAMETER = "path"
 
 class DeployedConsole:
     """The console of ``worker``'s app, built on its first request (the CSRF key is read
-    from storage then)."""
+    from storage then). How it knows its operator is settled here, at start-up: a
+    ConfigurationError when no credential of the console's own is configured."""
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
+        config = worker.app_config
+        self._identify = deployed_identity(config.console, config.platform)
         self._console: Console | None = None
         self._building = asyncio.Lock()
 
@@ -62,7 +69,7 @@ class DeployedConsole:
                 settings = self.worker.app_config.console
                 table = self.worker.account().table(self.worker.config.actions_table)
                 guard = Guard(
-                    identify=PlatformIdentity(settings.identity),
+                    identify=self._identify,
                     csrf_key=await shared_csrf_key(table),
                     read_only=settings.read_only,
                 )

@@ -2,9 +2,11 @@
 
 Every ``/api/`` request is authenticated: locally by the token ``bus console`` prints (an
 ``Authorization: Bearer`` header, compared in constant time; a token in the address is
-refused, since addresses end up in logs and histories); deployed by the platform (a function
-key, or App Service authentication with Entra ID in front, whose signed-in name is trusted
-only when ``BUS_CONSOLE_IDENTITY=entra``). Every action (a POST) must also carry the CSRF
+refused, since addresses end up in logs and histories); deployed, by a credential of the
+console's own, never a function key (every host key opens every function, and ingress clients
+may hold one): its secret (``BUS_CONSOLE_SECRET``, sent in ``X-Console-Secret``, compared in
+constant time) or an Entra ID sign-in by App Service authentication, believed only as
+``shared.platform_identity`` says. Every action (a POST) must also carry the CSRF
 value ``GET /api/session`` gives, a JSON body, and, when the browser sends one, an ``Origin``
 that is the console's own; a read-only console refuses them all.
 """
@@ -17,21 +19,31 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from shared.console.http import Request
-from shared.console.settings import ENTRA
-from shared.errors import BusError
+from shared.console.settings import ENTRA, SECRET, ConsoleSettings
+from shared.errors import BusError, ConfigurationError
+from shared.platform_identity import (
+    NotSignedIn,
+    PlatformAuth,
+    entra_principal,
+    require_platform_sign_in,
+)
 
 CSRF_HEADER = "x-console-csrf"
-PRINCIPAL_HEADER = "x-ms-client-principal-name"
-FUNCTION_KEY_WHO = "function key"
+SECRET_HEADER = "x-console-secret"
+SECRET_WHO = "console secret"
+SECRET_SIGN_IN = "console-secret"
+"""What a 401 for the secret says in ``sign_in``: the page shows its sign-in form."""
 MAX_WHO_CHARS = 200
 
 
 class Refused(BusError):
-    """A request the console does not serve: ``status`` and why, for its JSON error."""
+    """A request the console does not serve: ``status`` and why, for its JSON error;
+    ``sign_in`` names the credential that would let it through (the page then asks for it)."""
 
-    def __init__(self, status: int, text: str) -> None:
+    def __init__(self, status: int, text: str, *, sign_in: str | None = None) -> None:
         super().__init__(text)
         self.status = status
+        self.sign_in = sign_in
 
 
 class Identify(Protocol):
@@ -62,21 +74,54 @@ class BearerToken:
         return self.who
 
 
-@dataclass(frozen=True)
-class PlatformIdentity:
-    """The deployed console: the Functions host has checked the function key before the
-    request arrives; with ``identity`` entra, App Service authentication has signed the
-    caller in and names them in a header it sets (and strips from what callers send)."""
+@dataclass(frozen=True, repr=False)
+class DeployedIdentity:
+    """The deployed console: its own secret when one is set, and with ``entra`` the caller
+    App Service authentication signed in with Entra ID (who is then their name and object
+    id; otherwise "console secret")."""
 
-    identity: str
+    secret: str | None
+    entra: bool
+    platform: PlatformAuth
 
     def __call__(self, request: Request) -> str:
-        if self.identity != ENTRA:
-            return FUNCTION_KEY_WHO
-        name = (request.header(PRINCIPAL_HEADER) or "").strip()
-        if not name:
-            raise Refused(401, "no signed-in user: the console needs Entra ID sign-in in front")
-        return name[:MAX_WHO_CHARS]
+        if self.secret is not None and not _same_secret(
+            request.header(SECRET_HEADER) or "", self.secret
+        ):
+            raise Refused(
+                401,
+                "missing or wrong console secret: sign in with the console's secret",
+                sign_in=SECRET_SIGN_IN,
+            )
+        if not self.entra:
+            return SECRET_WHO
+        try:
+            principal = entra_principal(self.platform, request.headers)
+        except NotSignedIn as e:
+            raise Refused(401, f"{e}: the console needs an Entra ID sign-in in front") from None
+        return principal.described()
+
+
+def _same_secret(sent: str, secret: str) -> bool:
+    """Compared as SHA-256 digests, in constant time: neither the secret's characters nor its
+    length show in how long a wrong guess takes."""
+    given = hashlib.sha256(sent.strip().encode("utf-8", "replace")).digest()
+    return hmac.compare_digest(given, hashlib.sha256(secret.encode("utf-8")).digest())
+
+
+def deployed_identity(settings: ConsoleSettings, platform: PlatformAuth) -> DeployedIdentity:
+    """How the deployed console knows its operator; a ConfigurationError naming the settings
+    when it would know them by nothing an ingress client lacks."""
+    if settings.identity == ENTRA:
+        require_platform_sign_in(platform, "BUS_CONSOLE_IDENTITY=entra")
+    elif settings.identity == SECRET and settings.secret is None:
+        raise ConfigurationError(
+            "the console (BUS_CONSOLE_ENABLED) needs a credential no ingress client holds "
+            "(a function key will not do: every host key opens every function): set "
+            "BUS_CONSOLE_SECRET (at least 32 random characters, or a Key Vault reference), or "
+            "BUS_CONSOLE_IDENTITY=entra behind App Service authentication with Entra ID"
+        )
+    return DeployedIdentity(settings.secret, settings.identity == ENTRA, platform)
 
 
 @dataclass(frozen=True)

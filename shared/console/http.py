@@ -56,5 +56,8 @@ def json_response(status: int, value: Any) -> Response:
     return Response(status, text.encode("ascii"), JSON)
 
 
-def error_response(status: int, text: str) -> Response:
-    return json_response(status, {"error": text})
+def error_response(status: int, text: str, *, sign_in: str | None = None) -> Response:
+    """``{"error": text}``, with ``"sign_in"`` naming the credential the page should ask
+    for when a refusal is one the operator can mend by signing in."""
+    value = {"error": text} if sign_in is None else {"error": text, "sign_in": sign_in}
+    return json_response(status, value)

@@ -564,7 +564,8 @@ def conditional(condition: str, true_value: str, false_value: str) -> dict[str, 
 def test_the_console_is_off_and_read_only_unless_asked_and_trusts_entra_only_behind_it() -> None:
     """The deployed console (docs/console.md) is bound only with BUS_CONSOLE_ENABLED, refuses
     actions unless the deployment allows them, and reads who signed in from the platform's
-    header only when App Service authentication is in front to set it."""
+    header only when App Service authentication is in front to set it; otherwise its own
+    secret, a secure parameter, is its credential."""
     main = load("main.bicep")
     assert main["parameters"]["consoleEnabled"]["default"] is False
     assert main["parameters"]["consoleReadOnly"]["default"] is True
@@ -575,17 +576,24 @@ def test_the_console_is_off_and_read_only_unless_asked_and_trusts_entra_only_beh
         "consoleEnabled",
         "consoleReadOnly",
     )
-    assert given["consoleIdentity"] == conditional("entraAuthEnabled", "entra", "function-key")
+    assert given["consoleIdentity"] == conditional("entraAuthEnabled", "entra", "secret")
+    assert given["consoleSecret"] == "consoleSecret"
+    assert main["parameters"]["consoleSecret"]["default"] == ""
+    for template in (main, load("app/function-app.bicep")):
+        assert {"type": "secure"} in template["parameters"]["consoleSecret"]["decorators"]
 
     function_app = load("app/function-app.bicep")
     params = function_app["parameters"]
     assert params["consoleEnabled"]["default"] is False
     assert params["consoleReadOnly"]["default"] is True
-    assert params["consoleIdentity"]["default"] == "function-key"
+    assert params["consoleIdentity"]["default"] == "secret"
+    assert sorted(decorator_argument(params["consoleIdentity"], "allowed")) == ["entra", "secret"]
+    assert params["consoleSecret"]["default"] == ""
     settings = app_settings(function_app)
     assert settings["BUS_CONSOLE_ENABLED"] == conditional("consoleEnabled", "true", "false")
     assert settings["BUS_CONSOLE_READ_ONLY"] == conditional("consoleReadOnly", "true", "false")
     assert settings["BUS_CONSOLE_IDENTITY"] == "consoleIdentity"
+    assert settings["BUS_CONSOLE_SECRET"] == "consoleSecret"
 
 
 def test_the_parameters_file_names_an_app_that_loads() -> None:

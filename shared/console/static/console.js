@@ -6,6 +6,7 @@
 // built with encodeURIComponent). Nothing here assigns innerHTML or builds markup from strings.
 
 const TOKEN_KEY = "bus-console-token";
+const SECRET_KEY = "bus-console-secret";
 const PAGE_SIZES = [25, 50, 100, 200];
 const DEFAULT_PAGE_SIZE = 50;
 const OVERVIEW_REFRESH_MS = 15000;
@@ -16,7 +17,9 @@ const SVG = "http://www.w3.org/2000/svg";
 // Credentials and requests
 
 /** The token from the address (once: it moves to sessionStorage and leaves the address bar,
- * so it is neither bookmarked nor shown over a shoulder), and the deployed function key. */
+ * so it is neither bookmarked nor shown over a shoulder), the deployed function key, and the
+ * deployed console's secret once typed into its sign-in (kept in this tab only, never put in
+ * an address). */
 function takeCredentials() {
   const url = new URL(window.location.href);
   const token = url.searchParams.get("token");
@@ -27,7 +30,11 @@ function takeCredentials() {
   }
   // The platform checks the function key on the page's own request too, so it stays in the
   // address: a reload must carry it again.
-  return { token: sessionStorage.getItem(TOKEN_KEY), code: url.searchParams.get("code") };
+  return {
+    token: sessionStorage.getItem(TOKEN_KEY),
+    code: url.searchParams.get("code"),
+    secret: sessionStorage.getItem(SECRET_KEY),
+  };
 }
 
 const credentials = takeCredentials();
@@ -44,9 +51,11 @@ const apiBase = new URL("api/", consoleRoot());
 const state = { session: null, refreshTimer: null, renderId: 0 };
 
 class ApiError extends Error {
-  constructor(status, message) {
+  /** `signIn`: the server asks for the console's secret (absent or wrong). */
+  constructor(status, message, signIn = false) {
     super(message);
     this.status = status;
+    this.signIn = signIn;
   }
 }
 
@@ -54,6 +63,7 @@ function headers(method) {
   const sent = { Accept: "application/json" };
   if (credentials.token) sent.Authorization = `Bearer ${credentials.token}`;
   if (credentials.code) sent["x-functions-key"] = credentials.code;
+  if (credentials.secret) sent["X-Console-Secret"] = credentials.secret;
   if (method !== "GET") {
     sent["Content-Type"] = "application/json";
     sent["X-Console-CSRF"] = state.session ? state.session.csrf : "";
@@ -88,7 +98,8 @@ async function api(path, { method = "GET", body, query } = {}) {
   }
   if (!response.ok) {
     const said = data && typeof data.error === "string" ? data.error : response.statusText;
-    throw new ApiError(response.status, `${response.status}: ${said}`);
+    const signIn = response.status === 401 && data !== null && data.sign_in === "console-secret";
+    throw new ApiError(response.status, `${response.status}: ${said}`, signIn);
   }
   return data;
 }
@@ -642,8 +653,9 @@ async function render() {
   } catch (e) {
     if (renderId !== state.renderId) return;
     showError(e);
-    // Nothing but the error: figures left from before would look current.
-    document.getElementById("view").replaceChildren();
+    // Nothing but the error (and the sign-in it asks for): figures left from before would
+    // look current.
+    document.getElementById("view").replaceChildren(...signInFor(e));
     return;
   }
   if (renderId !== state.renderId) return; // a newer render started meanwhile
@@ -653,6 +665,35 @@ async function render() {
       if (document.visibilityState === "visible") render();
     }, OVERVIEW_REFRESH_MS);
   }
+}
+
+/** The secret's sign-in form when `error` asks for it (the secret typed before, if any, is
+ * forgotten: it was wrong or has been changed), else nothing. */
+function signInFor(error) {
+  if (!(error instanceof ApiError) || !error.signIn) return [];
+  credentials.secret = null;
+  sessionStorage.removeItem(SECRET_KEY);
+  state.session = null;
+  const input = el("input", {
+    type: "password", id: "console-secret", name: "secret", autocomplete: "current-password",
+    required: true,
+  });
+  const form = el("form", { id: "sign-in", class: "sign-in" },
+    el("h2", {}, "Sign in"),
+    el("p", { class: "muted" },
+      "This console asks for its own secret besides the function key. It is kept in this "
+        + "tab until the tab is closed."),
+    el("label", { for: "console-secret" }, "Console secret"),
+    input,
+    el("button", { type: "submit", id: "sign-in-ok" }, "Sign in"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault(); // never sent as a form: only as a header, by api()
+    credentials.secret = input.value;
+    sessionStorage.setItem(SECRET_KEY, input.value);
+    clearError();
+    render();
+  });
+  return [form];
 }
 
 async function startSession() {
