@@ -574,6 +574,16 @@ CONSOLE_AUDIT_SCAN_ROWS = whole(
     low=100,
     high=1_000_000,
 )
+CONSOLE_LIST_LIMIT = whole(
+    "BUS_CONSOLE_LIST_LIMIT",
+    1000,
+    "parked messages one listing pass reads per poison queue, in the console and in `bus "
+    "poison list` (beyond it the listing says it is incomplete: `complete` false; "
+    "docs/console.md)",
+    group=CONSOLE,
+    low=32,
+    high=100_000,
+)
 
 SETTINGS: tuple[Setting[Any], ...] = (
     BUS_APP,
@@ -620,6 +630,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     CONSOLE_READ_ONLY,
     CONSOLE_IDENTITY,
     CONSOLE_AUDIT_SCAN_ROWS,
+    CONSOLE_LIST_LIMIT,
 )
 """Every app setting, in the order of the docs' table."""
 

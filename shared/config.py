@@ -172,6 +172,7 @@ def _console(settings: Settings) -> ConsoleSettings:
         read_only=_value(settings, s.CONSOLE_READ_ONLY),
         identity=_value(settings, s.CONSOLE_IDENTITY),
         audit_scan_rows=_value(settings, s.CONSOLE_AUDIT_SCAN_ROWS),
+        list_limit=_value(settings, s.CONSOLE_LIST_LIMIT),
     )
 
 

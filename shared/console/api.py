@@ -74,7 +74,7 @@ class Console:
         self.guard = guard
         self._overview: tuple[float, dict[str, Any]] | None = None
         self._overview_lock = asyncio.Lock()
-        self.parked = ParkedQueues(worker.account())
+        self.parked = ParkedQueues(worker.account(), worker.app_config.console.list_limit)
         self._routes: dict[tuple[str, str], Handler] = {
             ("GET", "/api/session"): self._session,
             ("GET", "/api/overview"): self._overview_answer,
@@ -156,14 +156,17 @@ class Console:
         endpoint = request.query.get("endpoint")
         if endpoint is not None and endpoint not in self.endpoints:
             raise Refused(404, "no such endpoint in this app")
-        entries = await failed.every_entry(
+        found = await failed.every_entry(
             self.parked, [endpoint] if endpoint else self.endpoints, fresh=skip == 0
         )
-        chosen = failed.matching(entries, request.query.get("type"), request.query.get("error"))
+        chosen = failed.matching(
+            found.entries, request.query.get("type"), request.query.get("error")
+        )
         return json_response(
             200,
             {
                 "total": len(chosen),
+                "complete": found.complete,
                 "skip": skip,
                 "size": size,
                 "messages": [failed.listed_message(e) for e in chosen[skip : skip + size]],
@@ -171,8 +174,10 @@ class Console:
         )
 
     async def _groups(self, request: Request, who: str) -> Response:
-        entries = await failed.every_entry(self.parked, self.endpoints, fresh=True)
-        return json_response(200, {"groups": failed.groups(entries)})
+        found = await failed.every_entry(self.parked, self.endpoints, fresh=True)
+        return json_response(
+            200, {"groups": failed.groups(found.entries), "complete": found.complete}
+        )
 
     async def _message(self, request: Request, who: str) -> Response:
         endpoint, _, queue_message_id = request.path.removeprefix(MESSAGE_PATH).partition("/")

@@ -9,7 +9,7 @@ from typing import Any
 
 from shared.bus.parked_groups import poison_groups
 from shared.bus.poison_view import ParkedView, find_parked, view
-from shared.console.parked import ParkedQueues
+from shared.console.parked import Entries, ParkedQueues
 from shared.runtime import Worker
 
 MAX_PAGE = 500
@@ -30,13 +30,14 @@ def listed_message(entry: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def every_entry(
-    parked: ParkedQueues, endpoints: list[str], *, fresh: bool
-) -> list[dict[str, Any]]:
+async def every_entry(parked: ParkedQueues, endpoints: list[str], *, fresh: bool) -> Entries:
     """Every parked message of ``endpoints``, endpoint by endpoint, each in id order (read
-    afresh, or as a recent pass found them: ``ParkedQueues.entries``)."""
+    afresh, or as a recent pass found them: ``ParkedQueues.entries``); complete when every
+    endpoint's pass was."""
     found = await asyncio.gather(*(parked.entries(endpoint, fresh=fresh) for endpoint in endpoints))
-    return [entry for entries in found for entry in entries]
+    return Entries(
+        [entry for one in found for entry in one.entries], all(one.complete for one in found)
+    )
 
 
 def matching(

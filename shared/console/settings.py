@@ -22,3 +22,6 @@ class ConsoleSettings:
     Service authentication sends; a request without it is refused)."""
     audit_scan_rows: int = 20000
     """Audit rows read per endpoint for the overview's throughput and latency."""
+    list_limit: int = 1000
+    """Parked messages one listing pass reads per poison queue (console and ``bus poison
+    list``)."""

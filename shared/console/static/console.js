@@ -511,11 +511,21 @@ function failedTabs(current) {
     tab("parked", "#/parked", "Every parked message"));
 }
 
+/** Said when a listing pass stopped before the end of a queue (its limit, or its time): the
+ * counts are of the messages it read, and more are parked. */
+function incomplete(listing) {
+  if (listing.complete !== false) return null;
+  return el("p", { class: "incomplete", id: "incomplete" },
+    "Incomplete: more messages are parked than this listing read " +
+    "(BUS_CONSOLE_LIST_LIMIT, or the pass ran out of time). Counts are lower bounds.");
+}
+
 async function groupsView(view) {
   const groups = await api("failed/groups");
   const total = groups.groups.reduce((sum, group) => sum + group.count, 0);
   view.append(failedTabs("failed"), el("section", { id: "groups" },
     el("h2", {}, `Parked messages by endpoint, type and error (${total})`),
+    incomplete(groups),
     table(["Endpoint", "Message type", "Error type", "Count", "Example reason", ""],
       groups.groups.map(groupRow), { empty: "Nothing is parked." })));
 }
@@ -526,6 +536,7 @@ async function parkedView(view, params) {
   const page = await api("failed", { query: { ...kept, skip } });
   view.append(failedTabs("parked"), el("section", { id: "failed-list" },
     el("h2", {}, "Parked messages"),
+    incomplete(page),
     filterForm(filters),
     filteredActions(filters, page.total),
     pager(page, page.messages.length, "parked", kept),
