@@ -593,6 +593,16 @@ CONSOLE_AUDIT_SCAN_ROWS = whole(
     low=100,
     high=1_000_000,
 )
+CONSOLE_LIST_LIMIT = whole(
+    "BUS_CONSOLE_LIST_LIMIT",
+    1000,
+    "parked messages one listing pass reads per poison queue, in the console and in `bus "
+    "poison list` (beyond it the listing says it is incomplete: `complete` false; "
+    "docs/console.md)",
+    group=CONSOLE,
+    low=32,
+    high=100_000,
+)
 
 AUTH_ENABLED = flag(
     "WEBSITE_AUTH_ENABLED",
@@ -657,6 +667,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     CONSOLE_IDENTITY,
     CONSOLE_SECRET,
     CONSOLE_AUDIT_SCAN_ROWS,
+    CONSOLE_LIST_LIMIT,
     AUTH_ENABLED,
     AUTH_DEFAULT_PROVIDER,
 )

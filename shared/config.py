@@ -182,6 +182,7 @@ def _console(settings: Settings) -> ConsoleSettings:
         identity=_value(settings, s.CONSOLE_IDENTITY),
         secret=_console_secret(settings),
         audit_scan_rows=_value(settings, s.CONSOLE_AUDIT_SCAN_ROWS),
+        list_limit=_value(settings, s.CONSOLE_LIST_LIMIT),
     )
 
 

@@ -454,6 +454,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "            elif self._complete is None:",
         "parked originals are deleted by a pass that did not hold every poison entry",
     ),
+    # -- discarding a parked message ----------------------------------------------------------
+    Mutant(
+        "discard-keeps-token",
+        "shared/bus/discard.py",
+        "    removed = token is not None and await remove_token(places.tokens, token)",
+        "    removed = False",
+        "a discard archives and deletes the poison message but leaves its token for ever (the "
+        "oldest-token alert never clears; the origin record never retires)",
+    ),
     # -- shared payloads (one payload per publish) ----------------------------------------------
     Mutant(
         "payloads-digest-unchecked",

@@ -15,8 +15,10 @@ and one parked original no entry refers to (a replay whose deletion of the blob 
 
 During the run an operator replays ``m0`` and ``m1`` (``replay_report``, what ``bus
 replay`` runs, selecting by message id as ``bus replay --id`` does) and discards ``m2``
-(``discard``), each one scheduled process among the invocations that process what the replay
-sends and the cleanup passes (``SimConfig.sweeps``), which now also run the poison task.
+(``discard_parked``, what ``bus poison discard --id`` runs: it archives the entry with its
+token's envelope, then deletes the token and the entry), each one scheduled process among
+the invocations that process what the replay sends and the cleanup passes
+(``SimConfig.sweeps``), which now also run the poison task.
 Faults and interleavings are the scheduler's, as in every phase.
 
 Time: the cleanup runs at least once per margin (``CLEANUP_POISON_EXPIRY_MARGIN_SECONDS``).
@@ -35,10 +37,10 @@ invariants of ``lab.sim.invariants.check_parked`` are checked beside the usual o
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 
 from lab.sim.cleanup import clean_parked
 from lab.sim.invariants import (
@@ -50,13 +52,12 @@ from lab.sim.invariants import (
     observe_parked,
 )
 from lab.sim.world import CLIENT, Action, World
+from shared.bus.discard import Discard, DiscardFilter, DiscardPlaces, discard_parked
 from shared.bus.envelope import Signal
 from shared.bus.poison import (
     NEVER_EXPIRES,
     Reason,
-    discard,
     park,
-    read_poison,
     reference_body,
     replay_report,
     unwrap,
@@ -64,7 +65,7 @@ from shared.bus.poison import (
 from shared.cleanup.parked import HOLD_SECONDS
 from shared.cleanup.settings import CleanupSettings
 from shared.cli.poison_commands import PoisonFilter
-from shared.errors import NotFound
+from shared.clock import to_datetime
 from shared.resources import poison_queue
 from shared.stores.account import StorageAccount
 
@@ -74,8 +75,8 @@ REPLAYED = ("m0", "m1")
 DISCARDED = "m2"
 REPLAY = Action("operator", 1.0, queue="replay")
 DISCARD = Action("operator", 1.0, queue="discard")
-OPERATOR_HOLD = 60.0
-"""How long the operator's discard hides what it received, as a replay does."""
+ARCHIVE_KEPT = timedelta(days=90)
+"""How long the discard archive keeps what the operator discards (its default)."""
 
 
 def _message_id(raw: str) -> str:
@@ -110,6 +111,7 @@ class ParkedWorld(World):
     async def setup(self) -> None:
         await super().setup()
         await self.account.blob_container(self._container).create_if_missing()
+        await self.account.blob_container(self.bus_config.discarded_container).create_if_missing()
         queue = self.account.queue(self.sim.entry)
         received = await queue.receive(32, visibility_timeout=self.config.lease)
         for message in received:
@@ -184,20 +186,20 @@ class ParkedWorld(World):
         return f"replayed {report.replayed}, skipped {len(report.skipped)}"
 
     async def _discard(self) -> str:
-        """The operator discards ``m2``: receives the poison queue, deletes that entry (and
-        its original, if any) and shows the others again."""
+        """The operator discards ``m2`` as ``bus poison discard --id`` does
+        (``discard_parked``): archives it with its token's envelope, deletes its token, then
+        the entry, and shows the others again."""
         poison = self.instrumented.queue(self._poison)
-        blobs = self.instrumented.blob_container(self._container)
-        outcome = "not found"
-        for message in await poison.receive(32, visibility_timeout=OPERATOR_HOLD):
-            if read_poison(message.content).message_id == self._discarded.message_id:
-                original = unwrap(message.content, self.sim.entry).original
-                gone = await discard(poison, message, blobs, original)
-                outcome = "discarded" if gone else "received by someone else"
-                continue
-            with contextlib.suppress(NotFound):
-                await poison.update(message.id, message.pop_receipt, visibility_timeout=0)
-        return outcome
+        places = DiscardPlaces.of(self.instrumented, self.bus_config)
+        why = Discard(
+            "discarded by the operator",
+            "operator",
+            to_datetime(self.now()),
+            ARCHIVE_KEPT,
+        )
+        chosen = DiscardFilter(message_id=self._discarded.message_id)
+        done = await discard_parked(poison, self.sim.entry, chosen, places, why)
+        return f"discarded {len(done)}, token removed {sum(d.token_removed for d in done)}"
 
     # -- the cleanup and time ------------------------------------------------------------------
 
@@ -261,8 +263,14 @@ class ParkedWorld(World):
         parked: ParkedObservation = self.parked
         applied = {a.name for a in seen.applied.get(self.sim.entry, [])}
         excused = {n for n in self.parked_signals if n not in applied}
-        # A message left parked (or discarded) keeps its token: no residue of the run's.
-        waiting = {self.parked_signals[n].token for n in excused}
+        # A message left parked keeps its token; a discarded one (no longer parked) took its
+        # token with it: a token of it left over is residue (BoundedResidue).
+        still_parked = {e.message_id for e in parked.entries}
+        waiting = {
+            self.parked_signals[n].token
+            for n in excused
+            if n != DISCARDED or self._discarded.message_id in still_parked
+        }
         tokens = [t for t in seen.tokens if t not in waiting]
         found = check(
             dataclasses.replace(seen, tokens=tokens),

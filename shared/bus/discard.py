@@ -1,11 +1,15 @@
-"""Discarding a parked message: archived with who, when and why, then deleted.
+"""Discarding a parked message: archived with who, when and why, then its token and the
+poison message deleted.
 
-The archive entry is written before the poison message is deleted, so a crash between the
-two leaves the message in both places, never in neither. Its name is the poison queue
-message's (``<endpoint>/<queue message id>``), created only if absent: a second discard of
-the same message (after such a crash) finds the entry, keeps the first one's record, and
-finishes by deleting the poison message. The entry holds the content as it was parked; its
-``keep_until`` metadata says when the retention ends (docs/console.md).
+The archive entry is written first, then the message's token is deleted (when it proves to
+be that message's: ``shared.bus.discard_token``), then the poison message: a crash between
+any two leaves the message in the archive and still parked, never in neither. The entry's
+name is the poison queue message's (``<endpoint>/<queue message id>``), created only if
+absent: a second discard of the same message (after such a crash) finds the entry, keeps the
+first one's record, and finishes the deletes. The entry holds the content as it was parked
+and the token's envelope, so the token can go: the backlog's oldest token clears, and the
+origin record that committed it retires as the cleanup retires it after any processed
+message. Its ``keep_until`` metadata says when the retention ends (docs/console.md).
 """
 
 from __future__ import annotations
@@ -16,9 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from shared.bus.config import BusConfig
+from shared.bus.discard_token import parked_token, remove_token
+from shared.bus.parked_pass import LOOK_SECONDS, PEEK_LIMIT
 from shared.bus.poison import PassedOver, read_poison
-from shared.bus.poison_view import LOOK_SECONDS, PEEK_LIMIT
 from shared.errors import AlreadyExists, NotFound
+from shared.stores.account import StorageAccount
 from shared.stores.blob import BlobContainer
 from shared.stores.queue import MessageQueue, QueueMessage
 
@@ -52,6 +59,8 @@ class Discarded:
     archived_as: str
     already_archived: bool
     """An earlier discard of it archived it and stopped before the delete."""
+    token_removed: bool = False
+    """Its token was deleted (False: it had none, it was gone, or it is not this message's)."""
 
 
 def archive_name(endpoint: str, queue_message_id: str) -> str:
@@ -80,16 +89,35 @@ class DiscardFilter:
         )
 
 
+@dataclass(frozen=True)
+class DiscardPlaces:
+    """Where a discard reads and writes besides the poison queue."""
+
+    archive: BlobContainer
+    tokens: BlobContainer
+    parked: BlobContainer
+    """The parked-originals container: a poison message by reference keeps its signal there."""
+
+    @classmethod
+    def of(cls, account: StorageAccount, config: BusConfig) -> DiscardPlaces:
+        """The containers ``config`` names in ``account``."""
+        return cls(
+            archive=account.blob_container(config.discarded_container),
+            tokens=account.blob_container(config.tokens_container),
+            parked=account.blob_container(config.parked_container),
+        )
+
+
 async def discard_parked(
     poison: MessageQueue,
     endpoint: str,
     select: Callable[[QueueMessage], bool],
-    archive: BlobContainer,
+    places: DiscardPlaces,
     discard: Discard,
 ) -> list[Discarded]:
-    """Archive, then delete, every poison message of ``endpoint`` that ``select`` takes (a
-    ``DiscardFilter``, or the console's selection); the rest of the queue is looked at and
-    left visible."""
+    """Archive every poison message of ``endpoint`` that ``select`` takes (a
+    ``DiscardFilter``, or the console's selection), then delete its token and it; the rest
+    of the queue is looked at and left visible."""
     passed = PassedOver()
     done: list[Discarded] = []
     try:
@@ -98,7 +126,7 @@ async def discard_parked(
         ):
             for message in batch:
                 if select(message):
-                    done.append(await _discard_one(poison, endpoint, message, archive, discard))
+                    done.append(await _discard_one(poison, endpoint, message, places, discard))
                 else:
                     passed.hold(message)
     finally:
@@ -110,26 +138,45 @@ async def _discard_one(
     poison: MessageQueue,
     endpoint: str,
     message: QueueMessage,
-    archive: BlobContainer,
+    places: DiscardPlaces,
     discard: Discard,
 ) -> Discarded:
     name = archive_name(endpoint, message.id)
+    token = await parked_token(message.content, endpoint, places.tokens, places.parked)
+    envelope = None if token is None else token.envelope
     already = False
     try:
-        await archive.create(name, _entry(endpoint, message, discard), _metadata(discard))
+        await places.archive.create(
+            name, _entry(endpoint, message, discard, envelope), _metadata(discard)
+        )
     except AlreadyExists:
-        already = True  # archived by a discard that stopped before its delete: keep its record
+        already = True  # archived by a discard that stopped before its deletes: keep its record
+        if token is not None and await _archived_envelope(places.archive, name) != envelope:
+            token = None  # an entry without this envelope (written before discards kept one)
+    removed = token is not None and await remove_token(places.tokens, token)
     with contextlib.suppress(NotFound):  # taken by someone else since: it is archived anyway
         await poison.delete(message.id, message.pop_receipt)
-    return Discarded(endpoint, message.id, read_poison(message.content).message_id, name, already)
+    message_id = read_poison(message.content).message_id
+    return Discarded(endpoint, message.id, message_id, name, already, removed)
 
 
-def _entry(endpoint: str, message: QueueMessage, discard: Discard) -> bytes:
+async def _archived_envelope(archive: BlobContainer, name: str) -> str | None:
+    """The envelope an archive entry keeps, if it keeps one."""
+    try:
+        entry = json.loads((await archive.read(name)).data)
+    except (NotFound, ValueError, RecursionError):
+        return None
+    envelope = entry.get("envelope") if isinstance(entry, dict) else None
+    return envelope if isinstance(envelope, str) else None
+
+
+def _entry(endpoint: str, message: QueueMessage, discard: Discard, envelope: str | None) -> bytes:
     record = {
         "endpoint": endpoint,
         "queue_message_id": message.id,
         "parked_at": message.inserted_on.astimezone(UTC).isoformat(),
         "content": message.content,
+        "envelope": envelope,
         "reason": discard.reason,
         "by": discard.by,
         "at": discard.at.astimezone(UTC).isoformat(),

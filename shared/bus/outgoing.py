@@ -42,6 +42,22 @@ log = logging.getLogger(__name__)
 UNCLAIMED = {"claim": ""}
 ORIGIN_METADATA = "origin"
 DUE_METADATA = "due"
+TYPE_METADATA = "type"
+"""A delayed token's message type, for the console's next due (which reads no token)."""
+DESTINATION_METADATA = "to"
+"""A delayed token's destination, for the console's next due."""
+MAX_LABEL_CHARS = 200
+
+
+def due_labels(envelope: Envelope) -> dict[str, str]:
+    """The type and destination a delayed token keeps in its metadata, where they are short
+    printable ASCII (blob metadata is ASCII); the console shows what is there."""
+    labels = {TYPE_METADATA: envelope.type, DESTINATION_METADATA: envelope.destination}
+    return {
+        key: value
+        for key, value in labels.items()
+        if value.isascii() and value.isprintable() and 0 < len(value) <= MAX_LABEL_CHARS
+    }
 
 
 async def plan_deliveries(
@@ -237,7 +253,11 @@ async def create_tokens(
         if envelope.deliver_at is not None:
             # For the cleanup, which lists tokens without reading them: a delayed token
             # is in flight until its due time, and its grace period counts from then.
-            metadata = {**common, DUE_METADATA: envelope.deliver_at.isoformat()}
+            metadata = {
+                **common,
+                DUE_METADATA: envelope.deliver_at.isoformat(),
+                **due_labels(envelope),
+            }
         with within(config.telemetry.creating(envelope)):
             return await _create_token(
                 tokens, envelope, sender, incoming_id, config, metadata, created

@@ -557,24 +557,26 @@ async def _replay_one(
 class PassedOver:
     """The poison messages a pass receives and leaves where they are (not selected, only
     counted by a dry run, or skipped): remembered so that the pass does not take them twice,
-    and made visible again at its end."""
+    and made visible again at its end. Only each one's id and pop receipt are kept, never its
+    content: a pass over a queue of large entries holds one batch of them at a time."""
 
     def __init__(self) -> None:
-        self.held: dict[str, QueueMessage] = {}
+        self.held: dict[str, str] = {}
+        """Queue message id -> its latest pop receipt."""
         self.seen: set[str] = set()
 
     def unseen(self, batch: list[QueueMessage]) -> list[QueueMessage]:
         for message in batch:
             if message.id in self.held:
-                self.held[message.id] = message  # received again: its new pop receipt
+                self.held[message.id] = message.pop_receipt  # received again: its new receipt
         fresh = [m for m in batch if m.id not in self.seen]
         self.seen.update(m.id for m in batch)
         return fresh
 
     def hold(self, message: QueueMessage) -> None:
-        self.held[message.id] = message
+        self.held[message.id] = message.pop_receipt
 
     async def release(self, poison: MessageQueue) -> None:
-        for message in self.held.values():
+        for message_id, pop_receipt in self.held.items():
             with contextlib.suppress(NotFound):
-                await poison.update(message.id, message.pop_receipt, visibility_timeout=0)
+                await poison.update(message_id, pop_receipt, visibility_timeout=0)

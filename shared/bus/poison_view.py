@@ -9,9 +9,10 @@ or removed by the cleanup) the signal's own envelope copy is shown if the token'
 it is the token's content; otherwise the body is reported missing. Text that is not a signal
 (refused, or moved by the Functions host) is shown as the parked text it is.
 
-Finding a message only looks: the first ``PEEK_LIMIT`` messages of a poison queue are peeked;
-deeper ones are received for ``LOOK_SECONDS`` and made visible again at the end of the look
-(``PassedOver``), so nothing stays hidden for longer than the look and nothing is deleted.
+Finding a message only looks (``shared.bus.parked_pass``): the first ``PEEK_LIMIT`` messages
+of a poison queue are peeked; deeper ones are received for ``LOOK_SECONDS`` and made visible
+again at the end of the look, so nothing stays hidden for longer than the look and nothing is
+deleted.
 """
 
 from __future__ import annotations
@@ -23,19 +24,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shared.bus.envelope import TOKEN_NAME, Envelope, Signal, envelope_digest
+from shared.bus.parked_pass import look_through
 from shared.bus.payloads import resolve
-from shared.bus.poison import PassedOver, PoisonRecord, Unreadable, read_poison, unwrap
+from shared.bus.poison import PoisonRecord, Unreadable, read_poison, unwrap
 from shared.errors import MalformedSignal, NewerVersion, NotFound, PayloadAltered, PayloadMissing
 from shared.resources import poison_queue
 from shared.stores.account import StorageAccount
 from shared.stores.blob import BlobContainer
-from shared.stores.queue import MessageQueue, QueueMessage
-
-PEEK_LIMIT = 32
-"""A queue shows at most this many messages without receiving them."""
-LOOK_SECONDS = 30
-"""How long a message deeper in a poison queue is hidden while it is looked at (it is made
-visible again as soon as the look ends)."""
+from shared.stores.queue import QueueMessage
 
 
 @dataclass(frozen=True)
@@ -77,35 +73,11 @@ class ParkedView:
 
 async def find_parked(account: StorageAccount, endpoint: str, wanted: str) -> list[QueueMessage]:
     """The poison messages of ``endpoint`` whose bus message id, or queue message id, is
-    ``wanted``: peeked, then looked for deeper (each hidden for ``LOOK_SECONDS`` at most)."""
+    ``wanted``: peeked, then looked for deeper (each hidden for ``LOOK_SECONDS`` at most, for
+    one pass of at most ``PASS_SECONDS``). Only the messages found are kept."""
     queue = account.queue(poison_queue(endpoint))
-    peeked = await queue.peek(PEEK_LIMIT)
-    found = [m for m in peeked if _is(m, wanted)]
-    if found or len(peeked) < PEEK_LIMIT:
-        return found
-    return await _look_deeper(queue, wanted)
-
-
-async def _look_deeper(queue: MessageQueue, wanted: str) -> list[QueueMessage]:
-    return [message for message in await received_all(queue) if _is(message, wanted)]
-
-
-async def received_all(queue: MessageQueue) -> list[QueueMessage]:
-    """Every message of ``queue``, read by one pass that receives them, each hidden for
-    ``LOOK_SECONDS`` at most, and makes them all visible again at its end (``PassedOver``):
-    none is taken, none is read twice."""
-    passed = PassedOver()
-    seen: list[QueueMessage] = []
-    try:
-        while batch := passed.unseen(
-            await queue.receive(PEEK_LIMIT, visibility_timeout=LOOK_SECONDS)
-        ):
-            for message in batch:
-                passed.hold(message)
-            seen += batch
-    finally:
-        await passed.release(queue)
-    return seen
+    found = await look_through(queue, lambda m: m if _is(m, wanted) else None, limit=None)
+    return found.kept
 
 
 def _is(message: QueueMessage, wanted: str) -> bool:

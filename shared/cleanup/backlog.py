@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import Any
 
 from shared.bus.envelope import TOKEN_NAME
-from shared.bus.outgoing import DUE_METADATA
+from shared.bus.outgoing import DESTINATION_METADATA, DUE_METADATA, TYPE_METADATA
 from shared.bus.telemetry import DESTINATION, SENDER, BusTelemetry
 from shared.bus.unsubscribed import parse_time
 from shared.cleanup.tasks import since
@@ -48,13 +48,16 @@ NEXT_DUE = 5
 """Delayed messages a tally keeps per sender, soonest first (the console lists them)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class Due:
-    """A delayed message: its token, its message id (from the token's name) and due time."""
+    """A delayed message: its token, its message id (from the token's name), its due time,
+    and its type and destination when its token's metadata names them (no token is read)."""
 
     token: str
     message_id: str
     due_at: datetime
+    type: str | None = None
+    destination: str | None = None
 
 
 @dataclass
@@ -68,9 +71,9 @@ class SenderTokens:
     oldest: datetime | None = None
     """When the age of the oldest due token counts from (``since``); None when none is due."""
     delayed: int = 0
-    soonest: list[tuple[float, str, str, datetime]] = field(default_factory=list)
-    """(minus due timestamp, token, message id, due time) of the soonest delayed ones: a heap
-    whose top is the latest of them, dropped when a sooner one comes."""
+    soonest: list[tuple[float, Due]] = field(default_factory=list)
+    """(minus due timestamp, the delayed message) of the soonest delayed ones: a heap whose
+    top is the latest of them, dropped when a sooner one comes."""
 
     def add(self, blob: BlobProperties, now: datetime) -> None:
         if blob.metadata.get("claim"):
@@ -82,7 +85,8 @@ class SenderTokens:
             self.delayed += 1
             named = TOKEN_NAME.fullmatch(blob.name)
             message_id = named["out"] if named else ""
-            self._keep((-due.timestamp(), blob.name, message_id, due))
+            labels = (blob.metadata.get(TYPE_METADATA), blob.metadata.get(DESTINATION_METADATA))
+            self._keep((-due.timestamp(), Due(blob.name, message_id, due, *labels)))
             return
         counts_from = since(blob)
         if self.oldest is None or counts_from < self.oldest:
@@ -98,7 +102,7 @@ class SenderTokens:
         for entry in other.soonest:
             self._keep(entry)
 
-    def _keep(self, entry: tuple[float, str, str, datetime]) -> None:
+    def _keep(self, entry: tuple[float, Due]) -> None:
         if len(self.soonest) < NEXT_DUE:
             heapq.heappush(self.soonest, entry)
         else:
@@ -106,7 +110,7 @@ class SenderTokens:
 
     def next_due(self) -> list[Due]:
         """The soonest delayed messages, soonest first."""
-        return [Due(token, mid, at) for _, token, mid, at in sorted(self.soonest, reverse=True)]
+        return [due for _, due in sorted(self.soonest, reverse=True)]
 
     def age_seconds(self, now: datetime) -> float:
         """How long the oldest due token has waited; 0 when none is due."""

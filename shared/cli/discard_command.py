@@ -10,7 +10,13 @@ from __future__ import annotations
 import getpass
 from datetime import UTC, datetime, timedelta
 
-from shared.bus.discard import Discard, Discarded, DiscardFilter, discard_parked
+from shared.bus.discard import (
+    Discard,
+    Discarded,
+    DiscardFilter,
+    DiscardPlaces,
+    discard_parked,
+)
 from shared.bus.journal import Journal, new_action
 from shared.cli.commands import EXIT_FAILED, EXIT_OK, say
 from shared.cli.poison_commands import check_endpoints
@@ -57,7 +63,7 @@ async def discard_command(
         account.queue(poison_queue(endpoint)),
         endpoint,
         select,
-        account.blob_container(config.discarded_container),
+        DiscardPlaces.of(account, config),
         discard,
     )
     await journal.finish(action, len(done))

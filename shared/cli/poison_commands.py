@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shared.bus.journal import Journal, new_action
-from shared.bus.parked_groups import parked_entry, poison_groups
+from shared.bus.parked_groups import poison_groups
 from shared.bus.parked_pages import parked_page
 from shared.bus.poison import read_poison, replay_report
 from shared.cli.commands import EXIT_OK, print_json, say
@@ -151,11 +151,18 @@ async def poison_list_command(
     account = worker.account()
     listed: list[dict[str, Any]] = []
     notes: list[str] = []
+    limit = worker.app_config.console.list_limit
     for endpoint in endpoints:
         found = await parked_page(
-            account.queue(poison_queue(endpoint)), skip=page.skip, size=page.size
+            account.queue(poison_queue(endpoint)),
+            endpoint,
+            limit=limit,
+            skip=page.skip,
+            size=page.size,
         )
-        listed += (parked_entry(endpoint, message) for message in found.messages)
+        listed += found.entries
+        if not found.complete:
+            notes.append(_incomplete(endpoint, limit))
         if found.more and page.size is not None:
             notes.append(_next_page(endpoint, page, page.skip + page.size))
     if grouped:
@@ -165,6 +172,13 @@ async def poison_list_command(
     for note in notes:
         print(note, file=sys.stderr)
     return EXIT_OK
+
+
+def _incomplete(endpoint: str, limit: int) -> str:
+    return (
+        f"{endpoint}: incomplete: the pass stopped after {limit} messages "
+        "(BUS_CONSOLE_LIST_LIMIT) or its time; more are parked than listed"
+    )
 
 
 def _next_page(endpoint: str, page: ListPage, skip: int) -> str:

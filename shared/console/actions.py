@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from shared.bus.discard import Discard, discard_parked
+from shared.bus.discard import Discard, DiscardPlaces, discard_parked
 from shared.bus.journal import Action, Journal, new_action
 from shared.bus.poison import replay_report
 from shared.console.parked import ParkedQueues
@@ -91,7 +91,7 @@ async def discard_selected(
             account.queue(poison_queue(selection.endpoint)),
             selection.endpoint,
             selection.matches,
-            account.blob_container(worker.config.discarded_container),
+            DiscardPlaces.of(account, worker.config),
             discard,
         )
     finished = await journal.finish(action, len(done))

@@ -41,7 +41,9 @@ OVERVIEW_SECONDS = 5.0
 """How long one overview is served to every tab that asks, before storage is read again."""
 
 MESSAGE_PATH = "/api/failed/"
-"""``/api/failed/<endpoint>/<queue message id>``: one parked message."""
+"""``/api/failed/<endpoint>/<queue message id>``: one parked message (its body cut to a
+prefix); ``.../body``: its whole body, as a download."""
+BODY_PART = "body"
 
 Handler = Callable[[Request, str], Awaitable[Response]]
 
@@ -74,7 +76,7 @@ class Console:
         self.guard = guard
         self._overview: tuple[float, dict[str, Any]] | None = None
         self._overview_lock = asyncio.Lock()
-        self.parked = ParkedQueues(worker.account())
+        self.parked = ParkedQueues(worker.account(), worker.app_config.console.list_limit)
         self._routes: dict[tuple[str, str], Handler] = {
             ("GET", "/api/session"): self._session,
             ("GET", "/api/overview"): self._overview_answer,
@@ -156,14 +158,17 @@ class Console:
         endpoint = request.query.get("endpoint")
         if endpoint is not None and endpoint not in self.endpoints:
             raise Refused(404, "no such endpoint in this app")
-        entries = await failed.every_entry(
+        found = await failed.every_entry(
             self.parked, [endpoint] if endpoint else self.endpoints, fresh=skip == 0
         )
-        chosen = failed.matching(entries, request.query.get("type"), request.query.get("error"))
+        chosen = failed.matching(
+            found.entries, request.query.get("type"), request.query.get("error")
+        )
         return json_response(
             200,
             {
                 "total": len(chosen),
+                "complete": found.complete,
                 "skip": skip,
                 "size": size,
                 "messages": [failed.listed_message(e) for e in chosen[skip : skip + size]],
@@ -171,17 +176,36 @@ class Console:
         )
 
     async def _groups(self, request: Request, who: str) -> Response:
-        entries = await failed.every_entry(self.parked, self.endpoints, fresh=True)
-        return json_response(200, {"groups": failed.groups(entries)})
+        found = await failed.every_entry(self.parked, self.endpoints, fresh=True)
+        return json_response(
+            200, {"groups": failed.groups(found.entries), "complete": found.complete}
+        )
 
     async def _message(self, request: Request, who: str) -> Response:
-        endpoint, _, queue_message_id = request.path.removeprefix(MESSAGE_PATH).partition("/")
-        if endpoint not in self.endpoints or not QUEUE_MESSAGE_ID.fullmatch(queue_message_id):
+        named, _, part = request.path.removeprefix(MESSAGE_PATH).partition("/")
+        queue_message_id, _, what = part.partition("/")
+        if (
+            named not in self.endpoints
+            or not QUEUE_MESSAGE_ID.fullmatch(queue_message_id)
+            or what not in ("", BODY_PART)
+        ):
             raise Refused(404, "no such parked message")
-        found = await failed.parked_message(self.worker, self.parked, endpoint, queue_message_id)
+        if what == BODY_PART:
+            return await self._body(named, queue_message_id)
+        found = await failed.parked_message(self.worker, self.parked, named, queue_message_id)
         if found is None:
             raise Refused(404, "no such parked message (replayed or discarded since?)")
         return json_response(200, found)
+
+    async def _body(self, endpoint: str, queue_message_id: str) -> Response:
+        """The whole body, as a file to save: never shown by the browser (an attachment of
+        an opaque type, and ``nosniff`` on every answer)."""
+        body = await failed.parked_body(self.worker, self.parked, endpoint, queue_message_id)
+        if body is None:
+            raise Refused(404, "no such parked message (replayed or discarded since?)")
+        name = f"{endpoint}-{queue_message_id}.json"
+        disposition = {"Content-Disposition": f'attachment; filename="{name}"'}
+        return Response(200, body.encode("utf-8"), "application/octet-stream", disposition)
 
     async def _replay(self, request: Request, who: str) -> Response:
         selection = parse_selection(json_body(request), self.endpoints)

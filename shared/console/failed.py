@@ -9,11 +9,14 @@ from typing import Any
 
 from shared.bus.parked_groups import poison_groups
 from shared.bus.poison_view import ParkedView, find_parked, view
-from shared.console.parked import ParkedQueues
+from shared.console.parked import Entries, ParkedQueues
 from shared.runtime import Worker
 
 MAX_PAGE = 500
 DEFAULT_PAGE = 50
+BODY_PREFIX_CHARS = 16 * 1024
+"""How much of a body one message's view answers: the page shows a prefix and its full size,
+and offers the whole body as a download of its own (``GET /api/failed/<endpoint>/<id>/body``)."""
 
 
 def listed_message(entry: dict[str, Any]) -> dict[str, Any]:
@@ -30,13 +33,14 @@ def listed_message(entry: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def every_entry(
-    parked: ParkedQueues, endpoints: list[str], *, fresh: bool
-) -> list[dict[str, Any]]:
+async def every_entry(parked: ParkedQueues, endpoints: list[str], *, fresh: bool) -> Entries:
     """Every parked message of ``endpoints``, endpoint by endpoint, each in id order (read
-    afresh, or as a recent pass found them: ``ParkedQueues.entries``)."""
+    afresh, or as a recent pass found them: ``ParkedQueues.entries``); complete when every
+    endpoint's pass was."""
     found = await asyncio.gather(*(parked.entries(endpoint, fresh=fresh) for endpoint in endpoints))
-    return [entry for entries in found for entry in entries]
+    return Entries(
+        [entry for one in found for entry in one.entries], all(one.complete for one in found)
+    )
 
 
 def matching(
@@ -71,7 +75,23 @@ def groups(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 async def parked_message(
     worker: Worker, parked: ParkedQueues, endpoint: str, queue_message_id: str
 ) -> dict[str, Any] | None:
-    """One parked message whole, or None when it is no longer parked."""
+    """One parked message, its body cut to a prefix, or None when it is no longer parked."""
+    seen = await parked_view(worker, parked, endpoint, queue_message_id)
+    return None if seen is None else described(seen)
+
+
+async def parked_body(
+    worker: Worker, parked: ParkedQueues, endpoint: str, queue_message_id: str
+) -> str | None:
+    """One parked message's body whole, as its view reads it (None when it is no longer
+    parked; empty when its body is missing or altered: the view says why)."""
+    seen = await parked_view(worker, parked, endpoint, queue_message_id)
+    return None if seen is None else seen.body.text or ""
+
+
+async def parked_view(
+    worker: Worker, parked: ParkedQueues, endpoint: str, queue_message_id: str
+) -> ParkedView | None:
     account, config = worker.account(), worker.config
     async with parked.passing(endpoint):
         found = [
@@ -89,7 +109,7 @@ async def parked_message(
             parked=config.parked_container,
             payloads=config.payloads_container,
         )
-    return described(seen)
+    return seen
 
 
 def described(seen: ParkedView) -> dict[str, Any]:
@@ -106,7 +126,8 @@ def described(seen: ParkedView) -> dict[str, Any]:
         "headers": {str(k): str(v) for k, v in headers.items()}
         if isinstance(headers, dict)
         else {},
-        "body": seen.body.text or "",
+        "body": (seen.body.text or "")[:BODY_PREFIX_CHARS],
+        "body_chars": len(seen.body.text or ""),
         "body_state": seen.body.state,
         "body_note": seen.body.note,
         "reason": record.reason,

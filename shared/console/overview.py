@@ -2,7 +2,9 @@
 
 Depths and poison counts are the queues' approximate counts, as ``bus status`` gives them;
 tokens and delayed messages come from one listing of the tokens container, tallied by sender
-as the cleanup's backlog tallies them (``shared.cleanup.backlog``); throughput and latency
+as the cleanup's backlog tallies them (``shared.cleanup.backlog``), no token read (a token
+names its sender, not its destination; a delayed one's metadata names its type and
+destination); throughput and latency
 from the audit rows (``shared.console.throughput``); recipient lists from the topics
 container; the last audit's verdict from what an audit of the account's tables publishes
 (``shared.audit.published``).
@@ -21,7 +23,6 @@ from shared.bus.topics import recipients_in
 from shared.bus.unsubscribed import PREFIX as UNSUBSCRIBED_PREFIX
 from shared.cleanup.backlog import SenderTokens, tokens_in_flight
 from shared.console.throughput import Throughput, throughput
-from shared.console.tokens import described
 from shared.errors import CorruptRecord, NotFound
 from shared.resources import CONTAINERS, poison_queue
 from shared.runtime import Worker
@@ -53,7 +54,7 @@ async def overview(worker: Worker, now: datetime, scan_limit: int) -> dict[str, 
     return {
         "generated_at": iso(now),
         "endpoints": list(endpoints),
-        "other_senders": [await _sent(tokens, s, senders[s], now) for s in others],
+        "other_senders": [_sent(s, senders[s], now) for s in others],
         "recipients": await recipients(worker),
         "audit": await last_audit(worker),
     }
@@ -77,14 +78,13 @@ async def _endpoint(
     worker: Worker, name: str, sent: SenderTokens | None, now: datetime, scan_limit: int
 ) -> dict[str, Any]:
     depth, poisoned = await asyncio.gather(_count(worker, name), _count(worker, poison_queue(name)))
-    tokens = worker.account().blob_container(worker.config.tokens_container)
     done = await throughput(worker.endpoint_rows()[name], now, scan_limit)
     return {
         "name": name,
         "mode": worker.app.endpoints[name].mode,
         "queue_depth": depth,
         "poison_count": poisoned,
-        **await _sent(tokens, name, sent or SenderTokens(), now),
+        **_sent(name, sent or SenderTokens(), now),
         **_throughput(done),
     }
 
@@ -96,13 +96,12 @@ async def _count(worker: Worker, queue: str) -> int:
         return 0
 
 
-async def _sent(
-    tokens: BlobContainer, sender: str, figures: SenderTokens, now: datetime
-) -> dict[str, Any]:
+def _sent(sender: str, figures: SenderTokens, now: datetime) -> dict[str, Any]:
     """What ``sender`` has in flight: its tokens, the oldest's age, its delayed messages and
-    the next few due (their tokens read for type and destination)."""
+    the next few due, with the type and destination their tokens' metadata names (no token
+    is read: a body may be megabytes, and the overview is refreshed every few seconds)."""
     oldest = None if figures.oldest is None else (now - figures.oldest).total_seconds()
-    due = [await described(tokens, d) for d in figures.next_due()]
+    due = figures.next_due()
     return {
         "sender": sender,
         "tokens_in_flight": figures.count,

@@ -26,3 +26,6 @@ class ConsoleSettings:
     """BUS_CONSOLE_SECRET: required from every operator of the deployed console when set."""
     audit_scan_rows: int = 20000
     """Audit rows read per endpoint for the overview's throughput and latency."""
+    list_limit: int = 1000
+    """Parked messages one listing pass reads per poison queue (console and ``bus poison
+    list``)."""

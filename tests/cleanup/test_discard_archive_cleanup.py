@@ -9,7 +9,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 from shared.bus.config import BusConfig
-from shared.bus.discard import KEEP_UNTIL, Discard, DiscardFilter, discard_parked
+from shared.bus.discard import KEEP_UNTIL, Discard, DiscardFilter, DiscardPlaces, discard_parked
 from shared.bus.poison import Reason, poison_body
 from shared.cleanup.discarded import ExpiredDiscards
 from shared.cleanup.job import run_cleanup
@@ -43,7 +43,11 @@ async def discard_one(backend: Backend, config: BusConfig, i: int, *, days_ago: 
         poison,
         endpoint,
         DiscardFilter(message_id=f"m-{i}"),
-        archive,
+        DiscardPlaces(
+            archive,
+            tokens=backend.account.blob_container(config.tokens_container),
+            parked=backend.account.blob_container(config.parked_container),
+        ),
         Discard(reason="duplicate of a refunded order", by="ops", at=at, retention=RETENTION),
     )
     return done.archived_as

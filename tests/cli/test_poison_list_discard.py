@@ -13,13 +13,20 @@ from pathlib import Path
 import pytest
 
 from lab.local.azurite import AzuriteEndpoints
-from shared.bus.discard import Discard, DiscardFilter, archive_name, discard_parked
+from shared.bus.discard import (
+    Discard,
+    DiscardFilter,
+    DiscardPlaces,
+    archive_name,
+    discard_parked,
+)
 from shared.bus.journal import Journal
+from shared.bus.parked_pass import LOOK_SECONDS
 from shared.bus.poison import Reason, poison_body
-from shared.bus.poison_view import LOOK_SECONDS
 from shared.resources import CONTAINERS, TABLES, poison_queue
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
+from shared.stores.blob import BlobContainer
 from shared.stores.instrumented import (
     Fault,
     Instrumentation,
@@ -304,6 +311,7 @@ async def test_a_crash_between_archive_and_delete_loses_nothing_and_the_next_dis
     await poison.create_if_missing()
     archive = backend.account.blob_container(unique_name("discarded"))
     await archive.create_if_missing()
+    places = DiscardPlaces(archive, *_no_tokens(backend))
     for i in range(40):  # deeper than a peek
         await poison.send(parked_content(i))
     crashing = InstrumentedAccount(
@@ -313,7 +321,7 @@ async def test_a_crash_between_archive_and_delete_loses_nothing_and_the_next_dis
 
     with pytest.raises(SimulatedCrash):
         await discard_parked(
-            crashing.queue(poison_queue(endpoint)), endpoint, DiscardFilter("m-39"), archive, first
+            crashing.queue(poison_queue(endpoint)), endpoint, DiscardFilter("m-39"), places, first
         )
 
     assert await poison.approximate_count() == 40  # still parked...
@@ -321,12 +329,18 @@ async def test_a_crash_between_archive_and_delete_loses_nothing_and_the_next_dis
     assert len(names) == 1  # ...and archived
     await backend.elapse(LOOK_SECONDS + 1)  # the crashed pass's hold runs out
     second = Discard("second try", "ops", _now(), _days(90))
-    [done] = await discard_parked(poison, endpoint, DiscardFilter("m-39"), archive, second)
+    [done] = await discard_parked(poison, endpoint, DiscardFilter("m-39"), places, second)
     assert done.already_archived
     assert done.archived_as == names[0]
     assert archive_name(endpoint, done.queue_message_id) == names[0]
     assert json.loads((await archive.read(names[0])).data)["reason"] == "first try"
     assert await poison.approximate_count() == 39
+
+
+def _no_tokens(backend: Backend) -> tuple[BlobContainer, BlobContainer]:
+    """A tokens and a parked-originals container that do not exist: messages with no token."""
+    blobs = backend.account.blob_container
+    return blobs(unique_name("tokens")), blobs(unique_name("parked"))
 
 
 def _now() -> datetime:

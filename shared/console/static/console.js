@@ -104,6 +104,28 @@ async function api(path, { method = "GET", body, query } = {}) {
   return data;
 }
 
+/** Save the whole body of a parked message (the view shows only its beginning): fetched
+ * with the tab's credentials, then handed to the browser as a file, never shown. */
+async function downloadBody(endpoint, id) {
+  const path = `failed/${encodeURIComponent(endpoint)}/${encodeURIComponent(id)}/body`;
+  let response;
+  try {
+    response = await fetch(new URL(path, apiBase), {
+      headers: headers("GET"), credentials: "same-origin", cache: "no-store",
+    });
+  } catch (e) {
+    throw new ApiError(0, `the console's server cannot be reached (${e.message})`);
+  }
+  if (!response.ok) throw new ApiError(response.status, `${response.status}: no body to save`);
+  const link = el("a", {
+    href: URL.createObjectURL(await response.blob()), download: `${endpoint}-${id}.json`,
+  });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(link.href), 60000);
+}
+
 // ---------------------------------------------------------------------------------------
 // Building the page: text only
 
@@ -522,11 +544,21 @@ function failedTabs(current) {
     tab("parked", "#/parked", "Every parked message"));
 }
 
+/** Said when a listing pass stopped before the end of a queue (its limit, or its time): the
+ * counts are of the messages it read, and more are parked. */
+function incomplete(listing) {
+  if (listing.complete !== false) return null;
+  return el("p", { class: "incomplete", id: "incomplete" },
+    "Incomplete: more messages are parked than this listing read " +
+    "(BUS_CONSOLE_LIST_LIMIT, or the pass ran out of time). Counts are lower bounds.");
+}
+
 async function groupsView(view) {
   const groups = await api("failed/groups");
   const total = groups.groups.reduce((sum, group) => sum + group.count, 0);
   view.append(failedTabs("failed"), el("section", { id: "groups" },
     el("h2", {}, `Parked messages by endpoint, type and error (${total})`),
+    incomplete(groups),
     table(["Endpoint", "Message type", "Error type", "Count", "Example reason", ""],
       groups.groups.map(groupRow), { empty: "Nothing is parked." })));
 }
@@ -537,6 +569,7 @@ async function parkedView(view, params) {
   const page = await api("failed", { query: { ...kept, skip } });
   view.append(failedTabs("parked"), el("section", { id: "failed-list" },
     el("h2", {}, "Parked messages"),
+    incomplete(page),
     filterForm(filters),
     filteredActions(filters, page.total),
     pager(page, page.messages.length, "parked", kept),
@@ -574,10 +607,24 @@ async function messageView(view, endpoint, id) {
     el("h3", {}, "Headers"),
     table(["Name", "Value"], headers, { empty: "No header.", compact: true }),
     el("h3", {}, "Body"),
+    bodySize(message),
     el("pre", { class: "body", id: "body" }, message.body),
     el("h3", {}, "Delivery history"),
     el("ol", { class: "history" }, message.history.map((step) =>
       el("li", {}, time(step.at), " ", step.what)))));
+}
+
+/** The body's full size, and when the view shows only its beginning, how to get the rest. */
+function bodySize(message) {
+  const whole = message.body_chars;
+  if (typeof whole !== "number" || whole <= message.body.length) {
+    const size = whole ?? message.body.length;
+    return el("p", { class: "muted", id: "body-size" }, `${size} characters`);
+  }
+  return el("p", { class: "muted", id: "body-size" },
+    `The first ${message.body.length} of ${whole} characters. `,
+    button("Download the whole body",
+      () => downloadBody(message.endpoint, message.id).catch(showError)));
 }
 
 // ---------------------------------------------------------------------------------------
