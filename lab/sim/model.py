@@ -51,7 +51,12 @@ from pydantic import BaseModel, ConfigDict
 
 from shared.bus import BusApp, Command, Event, HandlerContext, RetryPolicy
 from shared.bus.app import Endpoint, Mode, NoState
-from shared.bus.effects import PERFORMER_ENDPOINT, EffectAnswered, EffectRequest
+from shared.bus.effects import (
+    PERFORMER_ENDPOINT,
+    EffectAnswered,
+    EffectRequest,
+    ServiceDeclaration,
+)
 from shared.effects.markers import EffectMarkers
 from shared.effects.performer import add_performer
 from shared.effects.provider import Provider, outcome_of
@@ -359,7 +364,7 @@ def _effect_app(
 
     # amo-retried declares the key-less service as idempotent: no marker, retried.
     declared = at_most_once is not None and not at_most_once.retried
-    app.service("payments", operations={"charge": "/v1/charges"}, at_most_once=declared)
+    service = app.service("payments", operations={"charge": "/v1/charges"}, at_most_once=declared)
     if at_most_once is not None:
         add_performer(
             app,
@@ -370,11 +375,13 @@ def _effect_app(
     elif answer_outside is None:
         add_performer(app, {"payments": provider}, call_timeout=EFFECT_CALL_TIMEOUT)
     else:
-        _add_answering_performer(app, provider, answer_outside)
+        _add_answering_performer(app, service, provider, answer_outside)
     return SimApp(app, "effect", first.name)
 
 
-def _add_answering_performer(app: BusApp, provider: Provider, send: AnswerSender) -> None:
+def _add_answering_performer(
+    app: BusApp, service: ServiceDeclaration, provider: Provider, send: AnswerSender
+) -> None:
     performer: Endpoint[NoState] = app.endpoint(PERFORMER_ENDPOINT)
 
     @performer.handles(EffectRequest)
@@ -383,7 +390,7 @@ def _add_answering_performer(app: BusApp, provider: Provider, send: AnswerSender
         charged = Charged(
             partition=request.partition,
             key=request.key,
-            outcome=outcome_of(answer),
+            outcome=outcome_of(answer, service),
             status=answer.status,
             body=answer.body,
         )

@@ -154,6 +154,27 @@ async def test_an_answer_sent_after_the_call_gave_up_is_the_one_the_retry_gets(
     assert order.answers == [(key, "succeeded")]
 
 
+async def test_a_retry_answered_in_progress_is_retried_with_its_key_and_not_parked(
+    telemetry: Telemetry,
+) -> None:
+    """Issue 42: the first call times out while the provider still works on it; the retry,
+    under the same key, is answered 409 "in progress" twice. Each is an unknown outcome,
+    retried with the same key: the charge applied once, the order answered, nothing parked."""
+    async with serving(KeyedProvider(busy_until_refused=2)) as server:
+        harness_of = orders_over_http(
+            server.url, telemetry, call_timeout=0.3, retry=RetryPolicy(immediate=3)
+        )
+        async with harness_of as harness:
+            order = await place_order(harness)
+            parked = await harness.poison_messages(PERFORMER_ENDPOINT)
+    [key] = order.requested
+    assert parked == []
+    assert server.ledger == [key]
+    assert server.in_progress_answered == 2
+    assert {r.headers["idempotency-key"] for r in server.received} == {key}
+    assert order.answers == [(key, "succeeded")]
+
+
 def trickling(server: list[RawServer]) -> Conversation:
     async def conversation(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
