@@ -312,6 +312,11 @@ class Charged(EffectAnswered):
 
 EFFECT_CALL_TIMEOUT = 60.0
 """Seconds a simulated call may take: in-memory calls never wait, so only a hung run meets it."""
+PERFORMER_RETRY = RetryPolicy(delays=(40.0,), jitter=0.0)
+"""The idempotent performer's retry policy: as in production (``BUS_EFFECT_RETRIES``), an
+unknown outcome is retried after a delay, here longer than the world's ``late_limit`` (31 s),
+by which a call the provider took has landed. A retry that comes sooner, or a racing copy,
+meets the provider still working on it: answered 409, "in progress", and retried again."""
 
 
 AnswerSender = Callable[[Command, str], Awaitable[object]]
@@ -373,7 +378,9 @@ def _effect_app(
             markers=at_most_once.markers,
         )
     elif answer_outside is None:
-        add_performer(app, {"payments": provider}, call_timeout=EFFECT_CALL_TIMEOUT)
+        add_performer(
+            app, {"payments": provider}, call_timeout=EFFECT_CALL_TIMEOUT, retry=PERFORMER_RETRY
+        )
     else:
         _add_answering_performer(app, service, provider, answer_outside)
     return SimApp(app, "effect", first.name)
