@@ -161,6 +161,13 @@ class ProviderNotReached(ProviderUnavailable):
     applied it. Even an at-most-once service may be called again after this."""
 
 
+class EffectInProgress(ProviderUnavailable):
+    """The provider answered that a call under the same idempotency key is still running (a
+    racing performer copy, or a retry after a timeout while the provider still works): what
+    that call does is not known yet, so the effect is retried with the same key, whose answer
+    the provider gives once it is done (``docs/effects.md``, section 3)."""
+
+
 class AnswerUnusable(ProviderUnavailable):
     """The call reached the provider and an answer came back, but not one the bus can use:
     too large, not a JSON object, a redirect. Its outcome is unknown (the provider may have

@@ -563,11 +563,21 @@ MUTANTS: tuple[Mutant, ...] = (
         "it does not know",
     ),
     Mutant(
-        "effect-409-failed",
+        "effect-key-reused-failed",
         "shared/effects/provider.py",
-        "if answer.status == KEY_CONFLICT:",
-        "if False:",
-        "a key used with another body (409) is answered failed instead of parked as a defect",
+        "    if answer.status in service.key_reused_statuses:",
+        "    if False:",
+        "a key used with another body (a declared key-reused status, 422 by default) is "
+        "answered failed instead of parked as a defect",
+    ),
+    Mutant(
+        "effect-409-parked",
+        "shared/effects/provider.py",
+        "        raise EffectInProgress(",
+        "        raise EffectKeyConflict(",
+        "a provider's 'in progress' (409 by default: a call under the same key still running) "
+        "is taken for a key reused with another body and parks the request, which then is "
+        "never answered (issue 42)",
     ),
     Mutant(
         "effect-request-dropped",

@@ -38,7 +38,12 @@ def parser() -> argparse.ArgumentParser:
     for fault in FAULTS:
         p.add_argument(f"--{fault}-rate", type=float, default=0.0, help="share of the calls")
         p.add_argument(f"--{fault}-count", type=int, default=0, help="the next N calls")
-    p.add_argument("--late-seconds", type=float, default=30.0, help="how long a late answer waits")
+    p.add_argument(
+        "--late-seconds",
+        type=float,
+        default=30.0,
+        help="how long a late answer waits (its key answers 409 in progress meanwhile)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the fault rates")
     return p
 

@@ -2,9 +2,11 @@
 
 The rules imitate Stripe's: the first request under a key is applied and its answer saved;
 the same key with the same operation and body gets the saved answer and applies nothing; the
-same key with anything else is refused with 409. A request refused before it is applied (a
-malformed body, a 503) saves nothing, so its retry is a first request. A refusal decided by
-the books (a declined card, a refund of an order never charged) is saved like a success."""
+same key with anything else is refused with 422, the status the bus's services are declared
+with by default for a key reused (``ServiceDeclaration.key_reused_statuses``). A request
+refused before it is applied (a malformed body, a 503) saves nothing, so its retry is a first
+request. A refusal decided by the books (a declined card, a refund of an order never charged)
+is saved like a success."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
-from shared.effects.provider import KEY_CONFLICT, ProviderAnswer
+from shared.effects.provider import KEY_REUSED, ProviderAnswer
 from shared.logsafe import problems
 
 Operation = Literal["charge", "refund"]
@@ -81,7 +83,8 @@ class Books(BaseModel):
         saved = self.answers.get(key)
         if saved is not None:
             if saved.fingerprint != fingerprint:
-                return ProviderAnswer(KEY_CONFLICT, _error("key used with another request"))
+                reused = _error("key used with another request", "idempotency_key_reused")
+                return ProviderAnswer(KEY_REUSED, reused)
             return ProviderAnswer(saved.status, saved.body)
         try:
             answer = self._charge(body, key) if operation == "charge" else self._refund(body, key)

@@ -1,6 +1,8 @@
 """The provider over HTTP (aiohttp.web): ``POST /v1/charges`` and ``POST /v1/refunds`` under
 an ``Idempotency-Key``, ``GET /ledger``, and ``POST /control/faults`` to set the fault
-switches while it runs. Every route asks for ``Authorization: Bearer <credential>`` when a
+switches while it runs. A call under a key whose first call is still running (its answer held
+by the ``late`` fault) is answered 409, "in progress", and applies nothing, as Stripe does.
+Every route asks for ``Authorization: Bearer <credential>`` when a
 credential is configured. Bodies are read up to ``MAX_BODY_BYTES``; anything that is not a
 JSON object is a 400, never a crash."""
 
@@ -20,7 +22,7 @@ from pydantic import ValidationError
 
 from lab.provider.book import BAD_REQUEST, Books, Ledger, Operation
 from lab.provider.faults import Faults, FaultSettings
-from shared.effects.provider import ProviderAnswer
+from shared.effects.provider import IN_PROGRESS, ProviderAnswer
 from shared.errors import ConfigurationError
 from shared.logsafe import problems, shown
 
@@ -50,6 +52,8 @@ class PaymentProvider:
         self.faults = Faults(faults)
         self.ledger_file = ledger_file
         self.books = _load(ledger_file) if ledger_file and ledger_file.exists() else Books()
+        self.running: set[str] = set()
+        """Keys whose first call is applied but not yet answered (a late answer)."""
 
     def ledger(self) -> Ledger:
         """Every charge and refund, and the faults injected (``GET /ledger``)."""
@@ -80,17 +84,33 @@ class PaymentProvider:
             body = await _json_object(request)
             if isinstance(body, web.Response):
                 return body
+            if key in self.running:
+                return _refusal(IN_PROGRESS, "a request with this key is running", "in_progress")
             fault = self.faults.draw()
             if fault == "unavailable":
                 return _refusal(UNAVAILABLE, "try again later", "unavailable")
+            known = key in self.books.answers
             answer = self._apply(operation, body, key)
             if fault == "drop":
                 return _dropped(request)
             if fault == "late":
-                await asyncio.sleep(self.faults.settings.late_seconds)
+                first = not known and key in self.books.answers
+                await self._answer_late(key, first)
             return web.json_response(answer.body, status=answer.status)
 
         return handle
+
+    async def _answer_late(self, key: str, first: bool) -> None:
+        """Hold the answer. The key of the call that saved its answer stays in progress
+        meanwhile: Stripe releases a key only when the request that took it ends."""
+        if not first:
+            await asyncio.sleep(self.faults.settings.late_seconds)
+            return
+        self.running.add(key)
+        try:
+            await asyncio.sleep(self.faults.settings.late_seconds)
+        finally:
+            self.running.discard(key)
 
     def _apply(self, operation: Operation, body: dict[str, Any], key: str) -> ProviderAnswer:
         known = len(self.books.answers)

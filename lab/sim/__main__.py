@@ -33,8 +33,9 @@ and, in token mode, with up to one deviation and one fault:
     parked, lost or processed twice), with up to one deviation and one fault, then two
     deviations and no fault;
 15. ``small-effect``: a handler requests a charge, the bus's performer calls the provider
-    after the commit (a scheduled, faulted operation) and the answer comes back to the
-    handler (EffectsAppliedOnce), with up to one deviation and one fault;
+    after the commit (a scheduled, faulted operation; a call under the key of one still held
+    is answered 409, in progress, and retried) and the answer comes back to the handler
+    (EffectsAppliedOnce), with up to one deviation and one fault;
 16. ``small-effect-amo``: the same with a service that honours no key, declared at-most-once
     (EffectsAppliedAtMostOnce), with up to one deviation and no fault, then no deviation and
     one fault;

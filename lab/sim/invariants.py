@@ -157,6 +157,8 @@ class Observation:
     provider in this run."""
     uncommitted: list[str] = field(default_factory=list)
     """The effect shape: keys the provider applied before their requesting round committed."""
+    in_progress: int = 0
+    """The effect shape: calls the provider answered 409, a call under their key still held."""
     at_most_once: bool = False
     """The effect shape's service honours no key (EffectsAppliedAtMostOnce judges it)."""
     deliveries: list[Delivery] = field(default_factory=list)

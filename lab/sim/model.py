@@ -51,7 +51,12 @@ from pydantic import BaseModel, ConfigDict
 
 from shared.bus import BusApp, Command, Event, HandlerContext, RetryPolicy
 from shared.bus.app import Endpoint, Mode, NoState
-from shared.bus.effects import PERFORMER_ENDPOINT, EffectAnswered, EffectRequest
+from shared.bus.effects import (
+    PERFORMER_ENDPOINT,
+    EffectAnswered,
+    EffectRequest,
+    ServiceDeclaration,
+)
 from shared.effects.markers import EffectMarkers
 from shared.effects.performer import add_performer
 from shared.effects.provider import Provider, outcome_of
@@ -310,6 +315,11 @@ class Charged(EffectAnswered):
 
 EFFECT_CALL_TIMEOUT = 60.0
 """Seconds a simulated call may take: in-memory calls never wait, so only a hung run meets it."""
+PERFORMER_RETRY = RetryPolicy(delays=(40.0,), jitter=0.0)
+"""The idempotent performer's retry policy: as in production (``BUS_EFFECT_RETRIES``), an
+unknown outcome is retried after a delay, here longer than the world's ``late_limit`` (31 s),
+by which a call the provider took has landed. A retry that comes sooner, or a racing copy,
+meets the provider still working on it: answered 409, "in progress", and retried again."""
 
 
 AnswerSender = Callable[[Command, str], Awaitable[object]]
@@ -362,7 +372,7 @@ def _effect_app(
 
     # amo-retried declares the key-less service as idempotent: no marker, retried.
     declared = at_most_once is not None and not at_most_once.retried
-    app.service("payments", operations={"charge": "/v1/charges"}, at_most_once=declared)
+    service = app.service("payments", operations={"charge": "/v1/charges"}, at_most_once=declared)
     if at_most_once is not None:
         add_performer(
             app,
@@ -371,13 +381,17 @@ def _effect_app(
             markers=at_most_once.markers,
         )
     elif answer_outside is None:
-        add_performer(app, {"payments": provider}, call_timeout=EFFECT_CALL_TIMEOUT)
+        add_performer(
+            app, {"payments": provider}, call_timeout=EFFECT_CALL_TIMEOUT, retry=PERFORMER_RETRY
+        )
     else:
-        _add_answering_performer(app, provider, answer_outside)
+        _add_answering_performer(app, service, provider, answer_outside)
     return SimApp(app, "effect", first.name)
 
 
-def _add_answering_performer(app: BusApp, provider: Provider, send: AnswerSender) -> None:
+def _add_answering_performer(
+    app: BusApp, service: ServiceDeclaration, provider: Provider, send: AnswerSender
+) -> None:
     performer: Endpoint[NoState] = app.endpoint(PERFORMER_ENDPOINT)
 
     @performer.handles(EffectRequest)
@@ -386,7 +400,7 @@ def _add_answering_performer(app: BusApp, provider: Provider, send: AnswerSender
         charged = Charged(
             partition=request.partition,
             key=request.key,
-            outcome=outcome_of(answer),
+            outcome=outcome_of(answer, service),
             status=answer.status,
             body=answer.body,
         )

@@ -1088,6 +1088,7 @@ class World:
         if self.config.shape == "effect":
             seen.ledger = self.provider.ledger()
             seen.uncommitted = list(self.provider.uncommitted)
+            seen.in_progress = self.provider.in_progress
             seen.at_most_once = self.config.at_most_once
         return seen
 

@@ -19,6 +19,7 @@ from typing import Any
 from shared.bus import BusApp, HandlerContext, Message
 from shared.bus.app import Endpoint, Handler, call_handler
 from shared.bus.effects import PERFORMER_ENDPOINT
+from shared.effects.addresses import EffectSettings
 from shared.effects.markers import EffectMarkers
 from shared.effects.performer import add_performer
 from shared.effects.provider import Provider
@@ -97,7 +98,10 @@ def observed_app(
     copy.services.update(app.services)
     copy.routes.external.update(app.routes.external)
     if copy.services:
-        add_performer(copy, providers, call_timeout=CALL_TIMEOUT, markers=markers)
+        # The runtime's retries (BUS_EFFECT_RETRIES by default): a provider's "in progress"
+        # is retried after a delay, by when the call it is still working on has landed.
+        retry = EffectSettings().retry_policy()
+        add_performer(copy, providers, call_timeout=CALL_TIMEOUT, retry=retry, markers=markers)
     return copy
 
 

@@ -11,7 +11,13 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel
 
 from shared.bus.context import HandlerContext
-from shared.bus.effects import DEFAULT_CALL_SECONDS, PERFORMER_ENDPOINT, ServiceDeclaration
+from shared.bus.effects import (
+    DEFAULT_CALL_SECONDS,
+    IN_PROGRESS_STATUSES,
+    KEY_REUSED_STATUSES,
+    PERFORMER_ENDPOINT,
+    ServiceDeclaration,
+)
 from shared.bus.messages import Event, Message, topics_of, type_names
 from shared.bus.reading import check_versions
 from shared.bus.retries import RetryPolicy
@@ -181,15 +187,25 @@ class BusApp:
         at_most_once: bool = False,
         timeout_seconds: float = DEFAULT_CALL_SECONDS,
         idempotency_header: str = "Idempotency-Key",
+        in_progress_statuses: Collection[int] = IN_PROGRESS_STATUSES,
+        key_reused_statuses: Collection[int] = KEY_REUSED_STATUSES,
     ) -> ServiceDeclaration:
         """Declare an external service that handlers may call through
         ``ctx.request_effect`` (``docs/effects.md``): its operations (name -> path), whether
-        it honours an idempotency key, and its call timeout. Its base address and credential
-        are app settings, read once at start-up."""
+        it honours an idempotency key, its call timeout, and which of its 4xx statuses mean
+        "a call under this key is still in progress" (retried with the same key) and "this
+        key was used with another body" (parked). Its base address and credential are app
+        settings, read once at start-up."""
         if name in self.services:
             raise ValueError(f"service {name} is declared twice")
         declared = ServiceDeclaration(
-            name, operations, at_most_once, timeout_seconds, idempotency_header
+            name,
+            operations,
+            at_most_once,
+            timeout_seconds,
+            idempotency_header,
+            in_progress_statuses,
+            key_reused_statuses,
         )
         self.services[name] = declared
         return declared

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -48,6 +48,13 @@ def check_service_name(kind: str, name: str) -> str:
 
 DEFAULT_CALL_SECONDS = 10.0
 """A call's timeout when its service declares none; capped below the queue's lease anyway."""
+IN_PROGRESS_STATUSES = frozenset({409})
+"""What a service answers, by default, while a call under the same key is still running:
+409, as Stripe, Zuora and the IETF's Idempotency-Key draft do."""
+KEY_REUSED_STATUSES = frozenset({422})
+"""What a service answers, by default, for a key already used with another body: 422, as
+Zuora and the IETF's Idempotency-Key draft do (Stripe answers 400, which it also answers
+for any invalid request: ``docs/effects.md`` says what to declare)."""
 _HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}")
 _PATH = re.compile(r"/[A-Za-z0-9._~/-]{0,255}")
 
@@ -62,13 +69,18 @@ class ServiceDeclaration:
     address (a POST with the JSON body). ``at_most_once``: the service honours no idempotency
     key, so a call is never repeated after an unknown outcome (``docs/effects.md``, section 5).
     ``idempotency_header`` names the header that carries the key for a service that honours
-    one (Stripe's ``Idempotency-Key`` by default)."""
+    one (Stripe's ``Idempotency-Key`` by default). ``in_progress_statuses``: the 4xx
+    statuses by which it says that a call under the same key is still running (retried with
+    the same key); ``key_reused_statuses``: those by which it says that the key was used with
+    another body (a defect: parked)."""
 
     name: str
     operations: Mapping[str, str]
     at_most_once: bool = False
     timeout_seconds: float = DEFAULT_CALL_SECONDS
     idempotency_header: str = "Idempotency-Key"
+    in_progress_statuses: Collection[int] = IN_PROGRESS_STATUSES
+    key_reused_statuses: Collection[int] = KEY_REUSED_STATUSES
 
     def __post_init__(self) -> None:
         check_service_name("service", self.name)
@@ -90,7 +102,34 @@ class ServiceDeclaration:
             raise ConfigurationError(
                 f"service {self.name}: {self.idempotency_header!r} is not a header name"
             )
+        self._check_statuses()
         object.__setattr__(self, "operations", dict(self.operations))
+
+    def _check_statuses(self) -> None:
+        """The declared statuses as frozen sets; a status cannot mean both things."""
+        in_progress = self._client_errors("in_progress_statuses")
+        key_reused = self._client_errors("key_reused_statuses")
+        both = in_progress & key_reused
+        if both:
+            raise ConfigurationError(
+                f"service {self.name}: {sorted(both)} cannot mean both in progress and key reused"
+            )
+        object.__setattr__(self, "in_progress_statuses", in_progress)
+        object.__setattr__(self, "key_reused_statuses", key_reused)
+
+    def _client_errors(self, field: str) -> frozenset[int]:
+        """The statuses of ``field``, each a 4xx: a 2xx is an answer, and a 5xx is retried
+        with the same key already."""
+        statuses: object = getattr(self, field)
+        if isinstance(statuses, str | bytes) or not isinstance(statuses, Collection):
+            raise ConfigurationError(f"service {self.name}: {field} must be a set of statuses")
+        checked = frozenset(statuses)
+        wrong = [s for s in checked if type(s) is not int or not 400 <= s < 500]
+        if wrong:
+            raise ConfigurationError(
+                f"service {self.name}: {field} takes 4xx statuses only, not {wrong!r}"
+            )
+        return checked
 
     def path(self, operation: str) -> str:
         """The declared path of ``operation``; an undeclared one is refused."""

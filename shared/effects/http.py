@@ -31,7 +31,7 @@ import aiohttp
 
 from shared.bus.effects import ServiceDeclaration
 from shared.effects.addresses import ServiceAddress
-from shared.effects.provider import KEY_CONFLICT, TOO_MANY_REQUESTS, ProviderAnswer
+from shared.effects.provider import TOO_MANY_REQUESTS, ProviderAnswer
 from shared.errors import AnswerUnusable, ProviderNotReached, ProviderUnavailable
 from shared.logsafe import shown
 
@@ -121,7 +121,7 @@ class HttpProvider:
         status = response.status
         if 300 <= status < 400:
             raise AnswerUnusable(f"{what}: answered {status}, a redirect, which is not followed")
-        if not _body_matters(status):
+        if not _body_matters(status, self.service):
             return ProviderAnswer(status, {})  # retried or refused whatever the body says
         if response.headers.get("Content-Encoding", "identity").lower() != "identity":
             raise AnswerUnusable(f"{what}: answered {status} with a compressed body")
@@ -134,10 +134,12 @@ class HttpProvider:
         return ProviderAnswer(status, answer_body(raw, f"{what}: answered {status}"))
 
 
-def _body_matters(status: int) -> bool:
-    """Only a success or a refusal for good carries a body the answer message keeps."""
+def _body_matters(status: int, service: ServiceDeclaration) -> bool:
+    """Only a success or a refusal for good carries a body the answer message keeps; the
+    statuses the service declares "in progress" or "key reused" are neither."""
     definite = 200 <= status < 300 or 400 <= status < 500
-    return definite and status not in (KEY_CONFLICT, TOO_MANY_REQUESTS)
+    declared = status in service.in_progress_statuses or status in service.key_reused_statuses
+    return definite and not declared and status != TOO_MANY_REQUESTS
 
 
 def _too_large(status: int, limit: int) -> str:

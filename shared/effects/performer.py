@@ -18,7 +18,13 @@ from collections.abc import Mapping
 
 from shared.bus.app import BusApp, Endpoint, NoState
 from shared.bus.context import HandlerContext
-from shared.bus.effects import PERFORMER_ENDPOINT, EffectAnswered, EffectRequest, Outcome
+from shared.bus.effects import (
+    PERFORMER_ENDPOINT,
+    EffectAnswered,
+    EffectRequest,
+    Outcome,
+    ServiceDeclaration,
+)
 from shared.bus.messages import declared_type
 from shared.bus.retries import RetryPolicy
 from shared.effects.markers import EffectMarkers
@@ -68,11 +74,13 @@ def add_performer(
         answer_model = _answer_model(request)
         seconds = min(declared.timeout_seconds, call_timeout)
         if declared.at_most_once:
-            outcome, answer = await _at_most_once(ctx, request, provider, markers, seconds)
+            outcome, answer = await _at_most_once(
+                ctx, request, declared, provider, markers, seconds
+            )
         else:
             with observed_call(declared.name, request.operation, request.key) as call:
                 answer = await _call(provider, request, seconds)
-                outcome = outcome_of(answer)
+                outcome = outcome_of(answer, declared)
                 call.answered(answer.status, outcome)
         ctx.send(
             answer_model(
@@ -101,13 +109,15 @@ async def _call(provider: Provider, request: EffectRequest, call_timeout: float)
 async def _at_most_once(
     ctx: HandlerContext[NoState],
     request: EffectRequest,
+    declared: ServiceDeclaration,
     provider: Provider,
     markers: EffectMarkers | None,
     call_timeout: float,
 ) -> tuple[Outcome, ProviderAnswer]:
     """Call only if this run inserts the marker; answer ``uncertain`` for a marker already
-    there (the call may have been made) and for an outcome the call leaves unknown. A key
-    conflict (409) still raises: parked, as for any service."""
+    there (the call may have been made) and for an outcome the call leaves unknown (an "in
+    progress" status included: no key is honoured, so it proves nothing). A "key reused"
+    status still raises: parked, as for any service."""
     if markers is None:  # add_performer refuses this; never call such a service unmarked
         raise ConfigurationError(f"service {request.service} is at-most-once: no marker table")
     if not await markers.mark(request.key, request_id=ctx.message_id, at=ctx.now()):
@@ -119,7 +129,7 @@ async def _at_most_once(
             call.answered(NO_ANSWER.status, "uncertain")
             return _uncertain(request, NO_ANSWER, str(e))
         try:
-            outcome = outcome_of(answer)
+            outcome = outcome_of(answer, declared)
         except ProviderUnavailable as e:
             call.answered(answer.status, "uncertain")
             return _uncertain(request, answer, str(e))

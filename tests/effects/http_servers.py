@@ -25,18 +25,27 @@ class Received:
     body: bytes
 
 
+IN_PROGRESS = 409
+
+
 @dataclass
 class KeyedProvider:
     """A provider with Stripe's key semantics: the first call of a key applies it and its
-    answer is kept; a later call with the key gets that answer. ``answer_after``: the first
-    call of each key is applied at once but answered only after that many seconds (an
-    answer the client may have given up on); ``key_header``: where the key is read."""
+    answer is kept; a later call with the key gets that answer, or, while the first is still
+    running, 409 "in progress" (nothing applied). ``answer_after``: the first call of each key
+    is applied at once but answered only after that many seconds (an answer the client may
+    have given up on); ``busy_until_refused``: the first call of each key keeps running, its
+    answer held and its key in progress, until that many calls under the key were answered
+    409 (a slow provider, counted rather than timed); ``key_header``: where the key is read."""
 
     answer_after: float = 0.0
+    busy_until_refused: int = 0
     key_header: str = KEY_HEADER
     received: list[Received] = field(default_factory=list)
     ledger: list[str] = field(default_factory=list)
     answers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    running: dict[str, asyncio.Event] = field(default_factory=dict)
+    in_progress_answered: int = 0
     url: str = ""
 
     async def handle(self, request: web.Request) -> web.Response:
@@ -44,14 +53,26 @@ class KeyedProvider:
         headers = {name.lower(): value for name, value in request.headers.items()}
         self.received.append(Received(request.path, headers, body))
         key = request.headers.get(self.key_header, "")
+        if key in self.running:
+            return self._in_progress(key)
         if key in self.answers:
             return web.json_response(self.answers[key])
         self.ledger.append(key)
         answer = {"id": f"ch_{len(self.ledger)}", "body": json.loads(body)}
         self.answers[key] = answer
+        if self.busy_until_refused:
+            done = self.running[key] = asyncio.Event()
+            await done.wait()
         if self.answer_after:
             await asyncio.sleep(self.answer_after)
         return web.json_response(answer)
+
+    def _in_progress(self, key: str) -> web.Response:
+        self.in_progress_answered += 1
+        if self.in_progress_answered >= self.busy_until_refused:
+            self.running.pop(key).set()  # the first call ends: the next one gets its answer
+        error = {"error": {"type": "idempotency_error", "message": "a request is in progress"}}
+        return web.json_response(error, status=IN_PROGRESS)
 
 
 @asynccontextmanager

@@ -23,7 +23,7 @@ from shared.clock import ManualClock
 from shared.effects.markers import performer_markers
 from shared.effects.memory import DECLINE_FIELD, InMemoryProvider
 from shared.effects.performer import add_performer
-from shared.effects.provider import KEY_CONFLICT, Provider, ProviderAnswer
+from shared.effects.provider import IN_PROGRESS, KEY_REUSED, Provider, ProviderAnswer
 from shared.errors import ConfigurationError
 from shared.stores.instrumented import Fault, Operation
 from shared.stores.memory import MemoryStorageAccount
@@ -148,18 +148,20 @@ async def test_an_unknown_outcome_is_answered_by_the_run_that_called() -> None:
 
 
 @dataclass
-class KeyConflict:
-    """A provider that answers 409: the key was used with another body."""
+class Answering:
+    """A provider that answers every call with ``status``: 422, the key was used with
+    another body; 409, a call under the key is still in progress."""
 
+    status: int
     calls: int = 0
 
     async def call(self, operation: str, body: Mapping[str, Any], key: str) -> ProviderAnswer:
         self.calls += 1
-        return ProviderAnswer(KEY_CONFLICT, {"error": "key in use"})
+        return ProviderAnswer(self.status, {"error": "key in use"})
 
 
 async def test_a_key_conflict_is_parked_as_for_any_service_and_not_called_again() -> None:
-    provider = KeyConflict()
+    provider = Answering(KEY_REUSED)
     harness = await courier(provider)
     parcel = await booked(harness)
     [parked] = await harness.poison_messages(PERFORMER_ENDPOINT)
@@ -168,6 +170,18 @@ async def test_a_key_conflict_is_parked_as_for_any_service_and_not_called_again(
     assert poison["reason"].startswith("EffectKeyConflict: ")
     assert parcel.answers == []
     assert provider.calls == 1
+
+
+async def test_in_progress_is_uncertain_and_never_called_again() -> None:
+    """A service that honours no key proves nothing by "in progress": its outcome is unknown,
+    so the handler hears ``uncertain`` with the status, and nothing is parked."""
+    provider = Answering(IN_PROGRESS)
+    harness = await courier(provider)
+    parcel = await booked(harness)
+    [key] = parcel.requested
+    assert parcel.answers == [(key, "uncertain", 409)]
+    assert provider.calls == 1
+    assert await harness.poison_messages(PERFORMER_ENDPOINT) == []
 
 
 def crash_before_the_performers_commit(operation: Operation) -> Fault | None:

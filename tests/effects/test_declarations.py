@@ -20,6 +20,40 @@ def test_a_declared_service_names_its_operations_paths() -> None:
     assert declared.path("charge") == "/v1/charges"
     assert not declared.at_most_once
     assert declared.idempotency_header == "Idempotency-Key"
+    assert (declared.in_progress_statuses, declared.key_reused_statuses) == ({409}, {422})
+
+
+def test_a_service_declares_which_statuses_mean_in_progress_and_key_reused() -> None:
+    app = BusApp()
+    declared = app.service(
+        "payments",
+        operations={"charge": "/v1/charges"},
+        in_progress_statuses=[409, 425],
+        key_reused_statuses=(400,),
+    )
+    assert declared.in_progress_statuses == frozenset({409, 425})
+    assert declared.key_reused_statuses == frozenset({400})
+
+
+@pytest.mark.parametrize(
+    ("statuses", "problem"),
+    [
+        ({200}, "4xx statuses only"),
+        ({503}, "4xx statuses only"),
+        ({True}, "4xx statuses only"),
+        ({"409"}, "4xx statuses only"),
+        ("409", "a set of statuses"),
+        (409, "a set of statuses"),
+    ],
+)
+def test_declared_statuses_are_client_errors(statuses: object, problem: str) -> None:
+    with pytest.raises(ConfigurationError, match=problem):
+        ServiceDeclaration("payments", {"charge": "/c"}, in_progress_statuses=statuses)  # type: ignore[arg-type]
+
+
+def test_a_status_cannot_mean_both_in_progress_and_key_reused() -> None:
+    with pytest.raises(ConfigurationError, match=r"\[409\] cannot mean both"):
+        ServiceDeclaration("payments", {"charge": "/c"}, key_reused_statuses={409})
 
 
 def test_an_undeclared_operation_is_refused() -> None:

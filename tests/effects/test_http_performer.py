@@ -154,6 +154,58 @@ async def test_an_answer_sent_after_the_call_gave_up_is_the_one_the_retry_gets(
     assert order.answers == [(key, "succeeded")]
 
 
+async def test_a_retry_answered_in_progress_is_retried_with_its_key_and_not_parked(
+    telemetry: Telemetry,
+) -> None:
+    """Issue 42: the first call times out while the provider still works on it; the retry,
+    under the same key, is answered 409 "in progress" twice. Each is an unknown outcome,
+    retried with the same key: the charge applied once, the order answered, nothing parked."""
+    async with serving(KeyedProvider(busy_until_refused=2)) as server:
+        harness_of = orders_over_http(
+            server.url, telemetry, call_timeout=0.3, retry=RetryPolicy(immediate=3)
+        )
+        async with harness_of as harness:
+            order = await place_order(harness)
+            parked = await harness.poison_messages(PERFORMER_ENDPOINT)
+    [key] = order.requested
+    assert parked == []
+    assert server.ledger == [key]
+    assert server.in_progress_answered == 2
+    assert {r.headers["idempotency-key"] for r in server.received} == {key}
+    assert order.answers == [(key, "succeeded")]
+
+
+async def test_two_copies_of_one_request_at_once_apply_and_answer_once_and_park_nothing(
+    telemetry: Telemetry,
+) -> None:
+    """Issue 42: two copies of the request's signal run at once. The first call is still
+    running when the second arrives under its key and is answered 409 "in progress"; that copy
+    is retried with the same key, not parked, and only one answer is processed."""
+    async with serving(KeyedProvider(busy_until_refused=1)) as server:
+        harness_of = orders_over_http(server.url, telemetry, retry=RetryPolicy(immediate=2))
+        async with harness_of as harness:
+            await harness.setup_bus.client().send(
+                PlaceOrder(order="o1", amount=1200), to="orders", idempotency_key="place-o1"
+            )
+            [signal] = await harness.raw.queue("orders").receive(1, visibility_timeout=30)
+            await harness.deliver("orders", signal)
+            performer = harness.raw.queue(PERFORMER_ENDPOINT)
+            [request] = await performer.peek(1)
+            await performer.send(request.content)
+            copies = await performer.receive(2, visibility_timeout=30)
+            assert len(copies) == 2
+            await asyncio.gather(*(harness.deliver(PERFORMER_ENDPOINT, c) for c in copies))
+            async with asyncio.timeout(30):
+                await harness.run_until_quiet()
+            order = await harness.applied_state("orders", "o1", Order)
+            parked = await harness.poison_messages(PERFORMER_ENDPOINT)
+    [key] = order.requested
+    assert parked == []
+    assert server.ledger == [key]
+    assert server.in_progress_answered == 1
+    assert order.answers == [(key, "succeeded")]
+
+
 def trickling(server: list[RawServer]) -> Conversation:
     async def conversation(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)

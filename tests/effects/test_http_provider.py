@@ -218,6 +218,30 @@ async def test_a_transient_status_needs_no_json_body(client: HttpClient, status:
     assert answer == ProviderAnswer(int(status[:3]), {})
 
 
+@pytest.mark.parametrize("status", ["409 Conflict", "422 Unprocessable Entity"])
+async def test_an_in_progress_or_key_reused_status_needs_no_json_body(
+    client: HttpClient, status: str
+) -> None:
+    """Classified by status (the defaults: 409 in progress, 422 key reused), body unread."""
+    async with raw_server(answering(status, b"<html>conflict</html>")) as server:
+        answer = await charge(client, server.url)
+    assert answer == ProviderAnswer(int(status[:3]), {})
+
+
+async def test_the_statuses_a_service_declares_are_the_ones_whose_body_is_not_read(
+    client: HttpClient,
+) -> None:
+    declared = ServiceDeclaration(
+        "payments", {"charge": "/v1/charges"}, in_progress_statuses={425}, key_reused_statuses=()
+    )
+    async with raw_server(answering("425 Too Early", b"<html>wait</html>")) as server:
+        early = await provider(client, server.url, service=declared).call("charge", {}, "k")
+    async with raw_server(answering("422 Unprocessable Entity", b"<html>no</html>")) as server:
+        with pytest.raises(AnswerUnusable, match="not JSON"):
+            await provider(client, server.url, service=declared).call("charge", {}, "k")
+    assert early == ProviderAnswer(425, {})
+
+
 async def test_a_refusal_keeps_its_json_body(client: HttpClient) -> None:
     body = b'{"error": "card_declined"}'
     async with raw_server(answering("402 Payment Required", body)) as server:

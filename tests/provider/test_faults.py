@@ -4,11 +4,15 @@ seeded rate, and set while it runs."""
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import pytest
 
 from lab.provider.faults import FaultSettings, Switch
 from tests.provider.client import Client, charge, started
+
+LATE_SECONDS = 3.0
 
 
 async def test_unavailable_answers_503_before_applying(client: Client) -> None:
@@ -36,10 +40,16 @@ async def test_a_dropped_connection_applied_the_call_and_a_retry_gets_its_answer
 
 
 async def test_a_late_answer_is_applied_before_the_client_gives_up(client: Client) -> None:
-    await client.control({"late": {"count": 1}, "late_seconds": 5.0})
+    """While the answer is held the key is in progress: a retry is answered 409 and applies
+    nothing (as at Stripe); once it is sent, a retry gets it."""
+    await client.control({"late": {"count": 1}, "late_seconds": LATE_SECONDS})
     with pytest.raises(TimeoutError):
-        await client.call("charge", charge(), "k1", within=0.5)
+        await client.call("charge", charge(), "k1", within=0.3)
     assert client.keys() == ["k1"]
+    in_progress = await client.call("charge", charge(), "k1")
+    assert (in_progress.status, in_progress.body["error"]["code"]) == (409, "in_progress")
+    await asyncio.sleep(LATE_SECONDS)  # the held answer's timer, set earlier, fires first
+    assert "k1" not in client.provider.running
     retried = await client.call("charge", charge(), "k1", within=2.0)  # not late again
     assert (retried.status, client.keys()) == (200, ["k1"])
     assert (await client.get("/ledger")).body["faults"]["late"] == 1

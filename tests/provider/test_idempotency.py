@@ -22,13 +22,14 @@ async def test_another_key_for_the_same_order_is_a_second_charge(client: Client)
     assert client.provider.books.charged("o1") == 2400
 
 
-async def test_the_same_key_with_another_body_or_operation_is_refused_with_409(
+async def test_the_same_key_with_another_body_or_operation_is_refused_with_422(
     client: Client,
 ) -> None:
     await client.call("charge", charge(amount=1200), "k1")
     other_body = await client.call("charge", charge(amount=1300), "k1")
     other_operation = await client.call("refund", {"order": "o1", "amount": 1200}, "k1")
-    assert (other_body.status, other_operation.status) == (409, 409)
+    assert (other_body.status, other_operation.status) == (422, 422)
+    assert other_body.body["error"]["code"] == "idempotency_key_reused"
     assert client.keys() == ["k1"]
 
 
