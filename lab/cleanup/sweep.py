@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 
 from shared.bus.config import BusConfig
 from shared.bus.state.rows import EndpointRows
+from shared.cleanup.abandoned_tokens import AbandonedTokens
+from shared.cleanup.base import CleanupContext, CleanupTask
+from shared.cleanup.outbox_records import OutboxRecords
 from shared.cleanup.report import TaskReport
 from shared.cleanup.settings import CleanupSettings
-from shared.cleanup.tasks import AbandonedTokens, CleanupContext, CleanupTask, OutboxRecords
 from shared.clock import Clock, system_clock, to_datetime
 from shared.stores.account import StorageAccount
 

@@ -367,7 +367,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- cleanup --------------------------------------------------------------------------------
     Mutant(
         "cleanup-retire-before-r7",
-        "shared/cleanup/tasks.py",
+        "shared/cleanup/outbox_records.py",
         """            elif await _exists(context.tokens, record.incoming_token):
                 report.kept["incoming_pending"] += 1""",
         """            elif False:
@@ -376,12 +376,12 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "cleanup-r7-before-outputs",
-        "shared/cleanup/tasks.py",
-        "        if await _clear_prefix(context, prefix, committed, report):\n"
+        "shared/cleanup/outbox_records.py",
+        "        if await clear_prefix(context, prefix, committed, report):\n"
         '            report.kept["outputs_in_flight"] += 1\n'
         "            return None\n"
         '        return "outbox_records"',
-        "        if await _clear_prefix(context, prefix, committed, report) < 0:\n"
+        "        if await clear_prefix(context, prefix, committed, report) < 0:\n"
         '            report.kept["outputs_in_flight"] += 1\n'
         "            return None\n"
         '        return "outbox_records"',
@@ -390,7 +390,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "cleanup-retire-without-r7",
-        "shared/cleanup/tasks.py",
+        "shared/cleanup/outbox_records.py",
         "gone, deleted = await delete_batched(context.tokens, [(n, ANY_ETAG) for n in names])",
         "gone, deleted = set(names), 0",
         "a committed O(m) is retired without deleting its incoming token: the claimed token "
@@ -398,7 +398,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "cleanup-claimed-output-waited-for",
-        "shared/cleanup/tasks.py",
+        "shared/cleanup/base.py",
         """            waiting += not blob.metadata.get("claim")""",
         """            waiting += 1""",
         "a committed output is waited for until it is gone, not merely claimed: with R7 the "
@@ -406,14 +406,14 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "cleanup-no-fence",
-        "shared/cleanup/tasks.py",
+        "shared/cleanup/abandoned_tokens.py",
         "if row is not None and kind.fence is not None:",
         "if False:",
         "an uncommitted O(m)'s tokens are deleted without fencing the row first",
     ),
     Mutant(
         "cleanup-claimed-token-deleted",
-        "shared/cleanup/tasks.py",
+        "shared/cleanup/base.py",
         """        elif blob.metadata.get("claim"):
             waiting += 1  # claimed means signalled""",
         """        elif False:
@@ -427,7 +427,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "cleanup-young-tokens-deleted",
-        "shared/cleanup/tasks.py",
+        "shared/cleanup/abandoned_tokens.py",
         """            if not context.is_old(since(blob)):
                 report.kept["young"] += 1
                 continue""",

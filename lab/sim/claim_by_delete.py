@@ -47,8 +47,9 @@ from shared.bus.rounds import Conflict, conflict_rounds
 from shared.bus.state.base import EndpointState
 from shared.bus.state.stores import SqlDatabase
 from shared.bus.topics import RecipientLists
+from shared.cleanup.base import CleanupContext
+from shared.cleanup.outbox_records import OutboxRecords
 from shared.cleanup.report import TaskReport
-from shared.cleanup.tasks import CleanupContext, OutboxRecords
 from shared.clock import to_datetime
 from shared.errors import AlreadyExists, NotFound, OutcomeUnknown, PreconditionFailed
 from shared.stores.account import StorageAccount

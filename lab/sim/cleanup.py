@@ -24,11 +24,13 @@ from lab.cleanup.sweep import sweep_endpoint
 from shared.bus.app import Mode
 from shared.bus.config import BusConfig
 from shared.bus.state.rows import EndpointRows
+from shared.cleanup.abandoned_tokens import AbandonedTokens
+from shared.cleanup.base import CleanupContext, CleanupTask
 from shared.cleanup.parked import PoisonQueue
 from shared.cleanup.payloads import SharedPayloads
 from shared.cleanup.report import TaskReport
+from shared.cleanup.retention import ModeRetention
 from shared.cleanup.settings import CleanupSettings
-from shared.cleanup.tasks import AbandonedTokens, CleanupContext, CleanupTask, ModeRetention
 from shared.clock import Clock, to_datetime
 from shared.stores.account import StorageAccount
 

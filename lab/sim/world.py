@@ -82,7 +82,7 @@ from shared.bus.state.instrumented import InstrumentedSql
 from shared.bus.state.memory_sql import MemorySqlDatabase
 from shared.bus.state.rows import EndpointRows
 from shared.bus.state.stores import endpoints_rows
-from shared.cleanup.tasks import CleanupTask
+from shared.cleanup.base import CleanupTask
 from shared.clock import ManualClock
 from shared.effects.markers import performer_markers
 from shared.effects.memory import InMemoryProvider

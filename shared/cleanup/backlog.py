@@ -32,7 +32,7 @@ from shared.bus.envelope import TOKEN_NAME
 from shared.bus.outgoing import DESTINATION_METADATA, DUE_METADATA, TYPE_METADATA
 from shared.bus.telemetry import DESTINATION, SENDER, BusTelemetry
 from shared.bus.unsubscribed import parse_time
-from shared.cleanup.tasks import since
+from shared.cleanup.base import since
 from shared.errors import NotFound
 from shared.resources import poison_queue
 from shared.stores.account import StorageAccount

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from shared.bus.discard import KEEP_UNTIL
 from shared.bus.unsubscribed import parse_time
+from shared.cleanup.base import CleanupContext, CleanupTask
 from shared.cleanup.batching import delete_blobs
 from shared.cleanup.report import TaskReport
-from shared.cleanup.tasks import CleanupContext, CleanupTask
 from shared.errors import NotFound
 from shared.logsafe import shown
 from shared.stores.blob import BlobProperties

@@ -22,12 +22,13 @@ from datetime import datetime
 from shared.bus.app import BusApp
 from shared.bus.config import BusConfig
 from shared.bus.state.rows import EndpointRows
+from shared.cleanup.base import CleanupContext, CleanupTask
 from shared.cleanup.batching import STORAGE_ERRORS
 from shared.cleanup.checkpoint import Checkpoint, Checkpoints, LeaseLost
 from shared.cleanup.heartbeat import Heartbeat, HeldLease
 from shared.cleanup.report import CleanupReport, TaskReport
 from shared.cleanup.settings import CleanupSettings
-from shared.cleanup.tasks import CleanupContext, CleanupTask, standard_tasks
+from shared.cleanup.tasks import standard_tasks
 from shared.clock import to_datetime
 from shared.errors import BusError, ConfigurationError
 from shared.stores.account import StorageAccount

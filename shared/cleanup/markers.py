@@ -23,9 +23,7 @@ from datetime import datetime
 from shared.bus.effects import PERFORMER_ENDPOINT
 from shared.bus.records import OUTBOX_PREFIX
 from shared.bus.state.rows import EndpointRows
-from shared.cleanup.batching import STORAGE_ERRORS
-from shared.cleanup.report import TaskReport
-from shared.cleanup.tasks import (
+from shared.cleanup.base import (
     CleanupContext,
     CleanupTask,
     remove_rows,
@@ -33,6 +31,8 @@ from shared.cleanup.tasks import (
     skipping,
     storage_error,
 )
+from shared.cleanup.batching import STORAGE_ERRORS
+from shared.cleanup.report import TaskReport
 from shared.concurrency import each
 from shared.effects.markers import MARKER_ROW
 from shared.stores.table import Entity

@@ -31,9 +31,9 @@ import logging
 from datetime import timedelta
 
 from shared.bus.poison import read_poison, repark
+from shared.cleanup.base import CleanupContext, CleanupTask
 from shared.cleanup.batching import STORAGE_ERRORS, delete_blobs
 from shared.cleanup.report import TaskReport
-from shared.cleanup.tasks import CleanupContext, CleanupTask
 from shared.errors import NotFound
 from shared.resources import poison_queue
 from shared.stores.blob import BlobProperties

@@ -42,10 +42,11 @@ import logging
 from shared.bus.envelope import PAYLOAD_NAME, token_prefix
 from shared.bus.origin import Origin
 from shared.bus.state.damaged import DamagedRow
+from shared.cleanup.abandoned_tokens import origin_of
+from shared.cleanup.base import CleanupContext, CleanupTask
 from shared.cleanup.batching import STORAGE_ERRORS, read_rows
 from shared.cleanup.origins import OriginKind
 from shared.cleanup.report import TaskReport, describe
-from shared.cleanup.tasks import CleanupContext, CleanupTask, origin_of
 from shared.errors import NewerVersion, NotFound, PreconditionFailed
 from shared.logsafe import shown
 from shared.stores.blob import BlobProperties

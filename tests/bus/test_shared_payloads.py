@@ -23,10 +23,10 @@ from shared.bus.envelope import Envelope, Signal, envelope_digest
 from shared.bus.payloads import share
 from shared.bus.poison import replay_report, unwrap
 from shared.bus.poison_view import view
+from shared.cleanup.base import CleanupContext
 from shared.cleanup.payloads import SharedPayloads
 from shared.cleanup.report import TaskReport
 from shared.cleanup.settings import CleanupSettings
-from shared.cleanup.tasks import CleanupContext
 from shared.clock import to_datetime
 from shared.resources import poison_queue
 from shared.settings import StorageSettings

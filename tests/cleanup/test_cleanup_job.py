@@ -16,11 +16,12 @@ from shared.bus.ingress import INGRESS_ROW, IngressClient
 from shared.bus.modes.processed_table import processed_row
 from shared.bus.origin import Origin
 from shared.bus.records import outbox_row
+from shared.cleanup.abandoned_tokens import AbandonedTokens
 from shared.cleanup.checkpoint import TASK_PARTITION, Checkpoints, LeaseLost
 from shared.cleanup.job import endpoint_modes, run_cleanup
 from shared.cleanup.report import CleanupReport
 from shared.cleanup.settings import CleanupSettings
-from shared.cleanup.tasks import AbandonedTokens, standard_tasks
+from shared.cleanup.tasks import standard_tasks
 from shared.clock import ManualClock, to_datetime
 from shared.config import build_config
 from shared.errors import ConfigurationError, OutcomeUnknown

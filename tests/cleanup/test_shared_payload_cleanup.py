@@ -10,11 +10,12 @@ from dataclasses import replace
 
 from shared.bus import Outcome
 from shared.bus.records import OutboxRecord
+from shared.cleanup.base import CleanupContext
 from shared.cleanup.job import endpoint_modes, run_cleanup
 from shared.cleanup.payloads import SharedPayloads
 from shared.cleanup.report import CleanupReport, TaskReport
 from shared.cleanup.settings import CleanupSettings
-from shared.cleanup.tasks import CleanupContext, standard_tasks
+from shared.cleanup.tasks import standard_tasks
 from shared.clock import to_datetime
 from shared.stores.account import StorageAccount
 from shared.stores.blob import BlobContainer, BlobPage
