@@ -440,6 +440,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "a missing payload is taken for a duplicate without checking that the token is gone",
     ),
     Mutant(
+        "pipeline-payload-read-before-claim",
+        "shared/bus/pipeline.py",
+        "        incoming = Incoming(signal.token, envelope, found[0])\n",
+        "        incoming = Incoming(signal.token, envelope, found[0])\n"
+        "        await self._body(incoming)\n",
+        "a shared payload is read with its token, before token mode's claim and a window "
+        "mode's duplicate check: every copy of a processed message downloads the body",
+    ),
+    Mutant(
         "cleanup-payload-young-removed",
         "shared/cleanup/payloads.py",
         "if not context.is_old(blob.last_modified):  # (a)",

@@ -41,7 +41,7 @@ from shared.bus.origin import Origin
 from shared.bus.outgoing import CreatedTokens, create_tokens, plan_deliveries
 from shared.bus.payloads import resolve
 from shared.bus.poison import Reason, error_reason, park, utc_time
-from shared.bus.reading import read_body
+from shared.bus.reading import check_readable, read_body
 from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal, caused_by
 from shared.bus.retries import RetryPolicy
 from shared.bus.schedule import NotYetDue, not_due, reschedule, send_hidden
@@ -121,6 +121,20 @@ def queue_text(body: bytes) -> str:
         return body.decode("utf-8")
     except UnicodeDecodeError:
         return base64.b64encode(body).decode("ascii")
+
+
+@dataclass
+class Incoming:
+    """A message as its token holds it, decoded and checked. Its body is inline (``message``
+    read already) or a shared payload, read by ``Pipeline._body`` only when the handler is
+    about to run (docs/design.md, shared payloads)."""
+
+    token: str
+    """The token's name, which the payload's name derives from."""
+    envelope: Envelope
+    model: type[Message]
+    message: Message | None = None
+    """None until the body is read: a shared payload's before ``Pipeline._body``."""
 
 
 @dataclass
@@ -455,11 +469,10 @@ class Pipeline(abc.ABC):
         except NotFound:
             return None
 
-    async def _decode(
-        self, signal: Signal, token: IncomingToken, delivery: Delivery
-    ) -> tuple[Envelope, Message]:
-        """The token's envelope, its shared payload read and checked if it has one
-        (``shared.bus.payloads.resolve``), and its message."""
+    async def _decode(self, signal: Signal, token: IncomingToken, delivery: Delivery) -> Incoming:
+        """The token's envelope, checked against the signal and this endpoint, and its message
+        when the body is inline. A shared payload is not read here: ``_body`` reads it once the
+        handler is about to run, so that a duplicate or a forged copy reads nothing of it."""
         try:
             envelope = Envelope.from_bytes(token.envelope_bytes)
         except ValidationError as e:
@@ -491,12 +504,30 @@ class Pipeline(abc.ABC):
                 f"{shown(envelope.type)!r} (message {shown(envelope.id)}); it handles "
                 f"{sorted(self.endpoint.handlers)}"
             )
-        model, _ = found
-        # Read only for a message this token names and this endpoint handles (checked above).
-        envelope = await resolve(self.payloads, signal.token, envelope)
+        incoming = Incoming(signal.token, envelope, found[0])
+        if envelope.payload is None:
+            incoming.message = self._read_message(incoming)
+        else:
+            # A newer version's body waits for an upgraded instance before its payload is
+            # read, as an inline one does.
+            check_readable(incoming.model, envelope.body_version)
+        return incoming
+
+    async def _body(self, incoming: Incoming) -> tuple[Envelope, Message]:
+        """``incoming``'s envelope with its body inline, and its message: its shared payload
+        read and checked (``shared.bus.payloads.resolve``) on the first call only. Called
+        when the handler is about to run: after token mode's claim (R4), after a window
+        mode's duplicate check."""
+        if incoming.message is None:
+            incoming.envelope = await resolve(self.payloads, incoming.token, incoming.envelope)
+            incoming.message = self._read_message(incoming)
+        return incoming.envelope, incoming.message
+
+    def _read_message(self, incoming: Incoming) -> Message:
+        envelope = incoming.envelope
         try:
-            message = read_body(
-                model,
+            return read_body(
+                incoming.model,
                 envelope.body or {},
                 type_version=envelope.body_version,
                 reader=self.endpoint.name,
@@ -507,7 +538,6 @@ class Pipeline(abc.ABC):
                 f"message {shown(envelope.id)} of type {shown(envelope.type)} does not match "
                 f"its schema: {e}"
             ) from None
-        return envelope, message
 
     async def _run_handler(
         self,
