@@ -433,7 +433,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "pipeline-missing-payload-acknowledged",
         "shared/bus/pipeline.py",
-        """            if await self._read_token(signal) is None:
+        """            if await self._read_token(signal, delivery) is None:
                 return Outcome.DUPLICATE
             raise""",
         """            return Outcome.DUPLICATE""",
@@ -442,8 +442,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "pipeline-payload-read-before-claim",
         "shared/bus/pipeline.py",
-        "        incoming = Incoming(signal.token, envelope, found[0])\n",
-        "        incoming = Incoming(signal.token, envelope, found[0])\n"
+        "        incoming = Incoming(signal.token, envelope, found[0], delivery)\n",
+        "        incoming = Incoming(signal.token, envelope, found[0], delivery)\n"
         "        await self._body(incoming)\n",
         "a shared payload is read with its token, before token mode's claim and a window "
         "mode's duplicate check: every copy of a processed message downloads the body",

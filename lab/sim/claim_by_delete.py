@@ -109,7 +109,7 @@ class ClaimByDeleteReceiver(Receiver):
         if hinted is not None:
             token, incoming = hinted
         else:
-            read = await self._read_token(signal)  # R1
+            read = await self._read_token(signal, delivery)  # R1
             if read is None:
                 kept = await self._kept_token(signal)
                 if kept is None:
@@ -192,7 +192,7 @@ class ClaimByDeleteReceiver(Receiver):
         try:
             await self.tokens.delete(signal.token, etag=progress.token.etag)
         except (PreconditionFailed, NotFound) as e:
-            reread = await self._read_token(signal)
+            reread = await self._read_token(signal, delivery)
             if reread is None:
                 progress.gone = True
                 return False

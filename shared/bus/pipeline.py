@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from shared.bus.app import Endpoint, call_handler
+from shared.bus.budget import BodyBudget, BodyBudgetExhausted, Holding
 from shared.bus.config import BusConfig
 from shared.bus.context import HandlerContext
 from shared.bus.envelope import Envelope, Signal, bus_message_id
@@ -70,6 +71,12 @@ from shared.stores.table import Entity
 
 log = logging.getLogger("shared.bus.receiver")
 
+ENVELOPE_FIELDS_BYTES = 64 * 1024
+"""Room for a token's envelope fields beside its body (ids, type, headers, times), in the
+reservation made before a token of unknown size is read."""
+MIN_POSTPONE_SECONDS = 1.0
+"""The shortest a postponed message is hidden: long enough for a worker to finish something."""
+
 
 class Outcome(enum.Enum):
     PROCESSED = "processed"
@@ -91,6 +98,11 @@ class Outcome(enum.Enum):
     """The message was written by a newer version than this instance (``NewerVersion``): its
     signal was sent again, hidden for a while, for an upgraded instance, and nothing else was
     written (``shared.bus.giveback``)."""
+    POSTPONED = "postponed"
+    """The worker's body budget had no room for the message's body within
+    ``BusConfig.body_budget_wait_seconds``: its signal was sent again, hidden for as long,
+    and this copy may be acknowledged. Not a failure: no try is counted, nothing is parked
+    (``shared.bus.budget``)."""
     NONDETERMINISTIC = "nondeterministic"
     """State-based mode: replaying a duplicate on the restored state produced other outputs
     or another state than the committed run. The committed effects stand (they were sent,
@@ -133,6 +145,8 @@ class Incoming:
     """The token's name, which the payload's name derives from."""
     envelope: Envelope
     model: type[Message]
+    delivery: Delivery
+    """The delivery it came with, whose budget holding its payload joins."""
     message: Message | None = None
     """None until the body is read: a shared payload's before ``Pipeline._body``."""
 
@@ -151,6 +165,8 @@ class Delivery:
     """``time.monotonic()`` when this try began, for its log line's duration."""
     trace: Receiving
     """Its receive span, which ``_decode`` starts in the trace of the envelope."""
+    holding: Holding
+    """What it holds of the worker's body budget, released when its try ends."""
     signal: Signal | None = None
     message_id: str | None = None
     message_type: str | None = None
@@ -169,8 +185,11 @@ class Pipeline(abc.ABC):
         config: BusConfig,
         *,
         state: EndpointState | None = None,
+        budget: BodyBudget | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self.budget = budget or BodyBudget(config.body_budget)
+        """The worker's body budget, shared by all its pipelines and its ingress (``Bus``)."""
         self.account = account
         self.config = config
         self.topics = topics
@@ -193,7 +212,7 @@ class Pipeline(abc.ABC):
         trace = self.config.telemetry.receiving(
             self.endpoint.name, self.mode, dequeue_count, self.config.clock
         )
-        delivery = Delivery(raw, dequeue_count, enqueued_at, started, trace)
+        delivery = Delivery(raw, dequeue_count, enqueued_at, started, trace, Holding(self.budget))
         with trace:
             try:
                 outcome = await self._receive_retrying(delivery)
@@ -250,6 +269,8 @@ class Pipeline(abc.ABC):
         delivery.signal = signal
         try:
             return await self._process(signal, delivery)
+        except BodyBudgetExhausted as e:
+            return await self._postpone(delivery, e)
         except NewerVersion as e:  # before parking: a newer version's message is not hostile
             return await self._give_back(delivery, e, signal, signal.given_back or 0)
         except (MalformedSignal, MessageSchemaError) as e:
@@ -262,9 +283,27 @@ class Pipeline(abc.ABC):
         except PayloadMissing:
             # The payload goes only once no token refers to it: if the token is gone too, an
             # earlier copy processed the message. If not, give the message back.
-            if await self._read_token(signal) is None:
+            if await self._read_token(signal, delivery) is None:
                 return Outcome.DUPLICATE
             raise
+        finally:
+            await delivery.holding.release_all()
+
+    async def _postpone(self, delivery: Delivery, error: BodyBudgetExhausted) -> Outcome:
+        """Give the message back for later, as it is: the budget frees up as the invocations
+        holding it end. Its text is sent again unchanged (no try counted, no give-back count:
+        a busy worker is no fault of the message's), hidden for the wait, and this copy may
+        be acknowledged; a send that fails raises, and the host delivers it again."""
+        delay = max(self.config.body_budget_wait_seconds, MIN_POSTPONE_SECONDS)
+        await send_hidden(self.account.queue(self.endpoint.name), delivery.raw, delay)
+        log.warning(
+            "endpoint %s: message %s postponed for %.0f s: %s",
+            self.endpoint.name,
+            shown(delivery.message_id or "-", 100),
+            delay,
+            error,
+        )
+        return Outcome.POSTPONED
 
     async def _give_back_unparsed(self, delivery: Delivery, error: NewerVersion) -> Outcome:
         """Give back a signal too new to parse: its text, with only its count set."""
@@ -463,11 +502,34 @@ class Pipeline(abc.ABC):
                 message,
             )
 
-    async def _read_token(self, signal: Signal) -> IncomingToken | None:
+    async def _read_token(self, signal: Signal, delivery: Delivery) -> IncomingToken | None:
+        """token(a), read within the body budget: its size is unknown until it is read, so
+        room for the largest token is taken first, and the token holds its real size once
+        read (nothing once found gone)."""
+        await self._hold(delivery, "token", self._largest_token)
         try:
-            return IncomingToken.of(await self.tokens.read(signal.token))
+            blob = await self.tokens.read(signal.token)
         except NotFound:
+            await delivery.holding.resize("token", 0)
             return None
+        await delivery.holding.resize("token", len(blob.data))
+        return IncomingToken.of(blob)
+
+    @property
+    def _largest_token(self) -> int:
+        return self.config.max_payload_bytes + ENVELOPE_FIELDS_BYTES
+
+    async def _hold(self, delivery: Delivery, slot: str, size: int) -> None:
+        """Hold ``size`` bytes of the body budget for ``slot`` of ``delivery``, waiting for
+        room at most ``BusConfig.body_budget_wait_seconds``; BodyBudgetExhausted if none
+        came (the message is then postponed)."""
+        wait = self.config.body_budget_wait_seconds
+        if not await delivery.holding.take(slot, size, wait):
+            raise BodyBudgetExhausted(
+                f"no room for {size:,} bytes of its {slot} in the worker's body budget "
+                f"({self.budget.held:,} of {self.budget.capacity:,} bytes held) within "
+                f"{wait:g} s"
+            )
 
     async def _decode(self, signal: Signal, token: IncomingToken, delivery: Delivery) -> Incoming:
         """The token's envelope, checked against the signal and this endpoint, and its message
@@ -504,7 +566,7 @@ class Pipeline(abc.ABC):
                 f"{shown(envelope.type)!r} (message {shown(envelope.id)}); it handles "
                 f"{sorted(self.endpoint.handlers)}"
             )
-        incoming = Incoming(signal.token, envelope, found[0])
+        incoming = Incoming(signal.token, envelope, found[0], delivery)
         if envelope.payload is None:
             incoming.message = self._read_message(incoming)
         else:
@@ -519,6 +581,9 @@ class Pipeline(abc.ABC):
         when the handler is about to run: after token mode's claim (R4), after a window
         mode's duplicate check."""
         if incoming.message is None:
+            reference = incoming.envelope.payload
+            if reference is not None:  # its size, from the token's own envelope
+                await self._hold(incoming.delivery, "payload", reference.size)
             incoming.envelope = await resolve(self.payloads, incoming.token, incoming.envelope)
             incoming.message = self._read_message(incoming)
         return incoming.envelope, incoming.message

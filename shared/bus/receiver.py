@@ -86,7 +86,7 @@ class Receiver(Pipeline):
             # still exists unclaimed, exactly as created.
             token, incoming = hinted
         else:
-            read = await self._read_token(signal)  # R1
+            read = await self._read_token(signal, delivery)  # R1
             if read is None:
                 return Outcome.DUPLICATE
             token = read
@@ -133,7 +133,7 @@ class Receiver(Pipeline):
             try:
                 new_etag = await self.tokens.set_metadata(signal.token, claimed, etag=token.etag)
             except (PreconditionFailed, NotFound) as e:
-                reread = await self._read_token(signal)  # back to R1
+                reread = await self._read_token(signal, delivery)  # back to R1
                 if reread is None:
                     await self._drop_unused_outbox(progress.inserted)
                     return Outcome.DUPLICATE

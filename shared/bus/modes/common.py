@@ -103,7 +103,7 @@ class ModePipeline(Pipeline):
         """The mode's rows, in the endpoint's store (its table, or PostgreSQL)."""
 
     async def _process(self, signal: Signal, delivery: Delivery) -> Outcome:
-        token = await self._read_token(signal)
+        token = await self._read_token(signal, delivery)
         if token is None:
             # The incoming token is deleted only after the commit and the signals: whatever
             # this copy is, an earlier one finished it.
