@@ -449,6 +449,29 @@ MUTANTS: tuple[Mutant, ...] = (
         "mode's duplicate check: every copy of a processed message downloads the body",
     ),
     Mutant(
+        "pipeline-postpone-unsent",
+        "shared/bus/pipeline.py",
+        "        await send_hidden(self.account.queue(self.endpoint.name), delivery.raw, delay)\n",
+        "",
+        "a message postponed for want of body budget is acknowledged without its signal being "
+        "sent again: it is lost",
+    ),
+    Mutant(
+        "pipeline-budget-never-released",
+        "shared/bus/pipeline.py",
+        "            await delivery.holding.release_all()\n",
+        "            pass\n",
+        "a receive never gives back the body budget it took: the worker postpones everything "
+        "once the budget has been used up",
+    ),
+    Mutant(
+        "ingress-budget-ignored",
+        "shared/http_ingress.py",
+        '    if not await holding.take("request", len(raw), 0.0):',
+        '    if not await holding.take("request", 0, 0.0):',
+        "the ingress parses every body whatever the worker's body budget holds",
+    ),
+    Mutant(
         "cleanup-payload-young-removed",
         "shared/cleanup/payloads.py",
         "if not context.is_old(blob.last_modified):  # (a)",
