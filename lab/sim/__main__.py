@@ -38,6 +38,9 @@ and, in token mode, with up to one deviation and one fault:
 16. ``small-effect-amo``: the same with a service that honours no key, declared at-most-once
     (EffectsAppliedAtMostOnce), with up to one deviation and no fault, then no deviation and
     one fault;
+17. ``small-budget``: the shared event with a body budget that holds one payload: the
+    subscriber that finds no room postpones its message (sends it again, hidden), with up
+    to one deviation and no fault, then no deviation and one fault;
 and then seeded random search over larger configurations in every mode for the rest of the
 time budget. With two cores the phases are dealt to two processes (``DEFAULT_PLAN``), each
 then searching its own random seeds. ``--mode`` keeps the phases and random runs of one mode.
@@ -115,6 +118,8 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-effect", 1, 1),
         ("small-effect-amo", 1, 0),
         ("small-effect-amo", 0, 1),
+        ("small-budget", 1, 0),
+        ("small-budget", 0, 1),
     ),
 )
 """The phases explored exhaustively before the random search, dealt to two processes so

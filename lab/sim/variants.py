@@ -755,6 +755,42 @@ GIVE_BACK_MISREADS = Variant(
     old_version="old-misreading",
 )
 
+held_text: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+    "held_text", default=None
+)
+"""(queue, content) of the message the current invocation received."""
+
+
+class _PostponedUnsent(_Queue):
+    """A postponed message is acknowledged without its signal sent again: a queue on which
+    sending, to the queue it came from, the very text of the message the invocation holds
+    does nothing (only a postponement sends a signal back unchanged)."""
+
+    async def receive(
+        self, max_messages: int = 1, *, visibility_timeout: float = 30.0
+    ) -> list[QueueMessage]:
+        batch = await super().receive(max_messages, visibility_timeout=visibility_timeout)
+        for message in batch:
+            held_text.set((self.name, message.content))
+        return batch
+
+    async def send(
+        self, content: str, *, visibility_delay: float = 0.0, time_to_live: float | None = None
+    ) -> str:
+        if held_text.get() == (self.name, content):
+            return "dropped"
+        return await super().send(
+            content, visibility_delay=visibility_delay, time_to_live=time_to_live
+        )
+
+
+POSTPONED_UNSENT = Variant(
+    "postponed-unsent",
+    "body budget: a postponed message's signal is sent again before its copy is acknowledged",
+    wrap=lambda account: _Account(account, queue=_PostponedUnsent),
+    modes=("token", "processed_messages", "state_based", "entity_outbox"),
+)
+
 EFFECT_ATTEMPT_KEY = Variant(
     "effect-attempt-key",
     "an effect's idempotency key is the same on every call (derived from the message and the "
@@ -825,6 +861,7 @@ VARIANTS = {
         PAYLOAD_REMOVED_WITH_TOKENS,
         PAYLOAD_REMOVED_YOUNG,
         PAYLOAD_READ_EARLY,
+        POSTPONED_UNSENT,
         GIVE_BACK_ACKNOWLEDGED_FIRST,
         GIVE_BACK_PARKS_AT_ONCE,
         GIVE_BACK_MISREADS,

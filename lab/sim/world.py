@@ -219,6 +219,10 @@ class SimConfig:
     invocation on its queue runs either (the old one is never the default choice). The old
     one gives back what it cannot read (``shared.bus.giveback``), within its give-back
     window (``World.old_window``)."""
+    body_budget: int = 0
+    """The bus's body budget in bytes (0: its default, which these small bodies never fill).
+    A small one makes overlapping invocations postpone their messages (``shared.bus.budget``):
+    each sends its signal again, hidden, and acknowledges its copy."""
     claim_by_delete: ClaimByDelete | None = None
     """Token mode claims by the token's conditional delete instead of its metadata, by these
     rules (``lab.sim.claim_by_delete``, issue 33): a protocol explored beside production's."""
@@ -443,6 +447,10 @@ class World:
             # The scheduler decides one storage operation of a process at a time: one token
             # create or signal send in flight, in the deliveries' order, as before the limit.
             "send_concurrency": 1,
+            # The simulator's time is its own: a receiver that finds no room in the body
+            # budget postpones its message at once instead of waiting for it.
+            "body_budget_bytes": config.body_budget,
+            "body_budget_wait_seconds": 0.0,
         }
         if self.clock is not None:
             settings["clock"] = self.clock  # one clock for the stores and the bus
