@@ -433,7 +433,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "pipeline-missing-payload-acknowledged",
         "shared/bus/pipeline.py",
-        """            if await self._read_token(signal, delivery) is None:
+        """            if not await self._token_exists(signal):
                 return Outcome.DUPLICATE
             raise""",
         """            return Outcome.DUPLICATE""",

@@ -282,8 +282,9 @@ class Pipeline(abc.ABC):
             return Outcome.DEFERRED
         except PayloadMissing:
             # The payload goes only once no token refers to it: if the token is gone too, an
-            # earlier copy processed the message. If not, give the message back.
-            if await self._read_token(signal, delivery) is None:
+            # earlier copy processed the message. If not, give the message back. Only its
+            # existence is asked: no body is read, so no budget is taken.
+            if not await self._token_exists(signal):
                 return Outcome.DUPLICATE
             raise
         finally:
@@ -514,6 +515,13 @@ class Pipeline(abc.ABC):
             return None
         await delivery.holding.resize("token", len(blob.data))
         return IncomingToken.of(blob)
+
+    async def _token_exists(self, signal: Signal) -> bool:
+        try:
+            await self.tokens.get_properties(signal.token)
+        except NotFound:
+            return False
+        return True
 
     @property
     def _largest_token(self) -> int:
