@@ -94,6 +94,7 @@ payload-bench: deps
 	$(PY) -m lab.bench.payload_shared
 	$(PY) -m lab.bench.payload_large
 	$(PY) -m lab.bench.payload_fanout
+	$(PY) -m lab.bench.payload_concurrent
 
 # The test kit (docs/testing-your-app.md): 100 messages through a three-endpoint flow in
 # memory, best of five runs, with the machine's load. Prints figures; not a timed test.

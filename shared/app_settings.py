@@ -336,6 +336,37 @@ MAX_PAYLOAD = whole(
     low=1,
     high=MAX_PAYLOAD_CEILING,
 )
+BODY_BUDGET = whole(
+    "BUS_BODY_BUDGET_BYTES",
+    0,
+    "bytes of message bodies one worker holds at once, counted before a body is downloaded "
+    "or parsed (a receiver's token and shared payload, an HTTP request) and released when its "
+    "invocation ends; 0: four bodies of BUS_MAX_PAYLOAD_BYTES. At least BUS_MAX_PAYLOAD_BYTES. "
+    "A worker holds a few times this in memory (docs/benchmarks.md, working set)",
+    group=BUS,
+    low=0,
+    high=64 * 1024 * MIB,
+)
+BODY_BUDGET_WAIT = seconds(
+    "BUS_BODY_BUDGET_WAIT_SECONDS",
+    10.0,
+    "how long a receiver waits for room in BUS_BODY_BUDGET_BYTES before it gives its message "
+    "back to the queue, hidden for as long (not a failure: no try is counted, nothing is "
+    "parked)",
+    group=BUS,
+    open_low=False,
+    high=300.0,
+)
+HTTP_CONCURRENCY = whole(
+    "BUS_HTTP_CONCURRENCY",
+    16,
+    "most `POST /api/messages` requests one instance works on at once; beyond it, and when "
+    "BUS_BODY_BUDGET_BYTES has no room for a request's body, the answer is 503 with "
+    "Retry-After",
+    group=BUS,
+    low=1,
+    high=1000,
+)
 SHARED_PAYLOAD_MIN_CHARS = whole(
     "BUS_SHARED_PAYLOAD_MIN_CHARS",
     8192,
@@ -640,6 +671,9 @@ SETTINGS: tuple[Setting[Any], ...] = (
     DISCARD_RETENTION,
     GIVE_BACK,
     MAX_PAYLOAD,
+    BODY_BUDGET,
+    BODY_BUDGET_WAIT,
+    HTTP_CONCURRENCY,
     SHARED_PAYLOAD_MIN_CHARS,
     MAX_OUTPUTS,
     MAX_DELIVERIES,

@@ -156,12 +156,29 @@ def _bus(settings: Settings, queues: QueueSettings) -> BusConfig:
         state_stream_retention_seconds=_value(settings, s.STATE_STREAM_RETENTION),
         entity_outbox_retention_seconds=_value(settings, s.ENTITY_OUTBOX_RETENTION),
         max_payload_bytes=_value(settings, s.MAX_PAYLOAD),
+        body_budget_bytes=_body_budget(settings),
+        body_budget_wait_seconds=_value(settings, s.BODY_BUDGET_WAIT),
+        http_concurrency=_value(settings, s.HTTP_CONCURRENCY),
         max_outputs=_value(settings, s.MAX_OUTPUTS),
         max_deliveries=_value(settings, s.MAX_DELIVERIES),
         send_concurrency=_value(settings, s.SEND_CONCURRENCY),
         max_conflict_rounds=_value(settings, s.MAX_CONFLICT_ROUNDS),
         give_back_seconds=_value(settings, s.GIVE_BACK),
     )
+
+
+def _body_budget(settings: Settings) -> int:
+    """BUS_BODY_BUDGET_BYTES, refused below BUS_MAX_PAYLOAD_BYTES: a budget without room for
+    one body of the largest size would give such a message back for ever."""
+    budget = _value(settings, s.BODY_BUDGET)
+    largest = _value(settings, s.MAX_PAYLOAD)
+    if budget and budget < largest:
+        raise ConfigurationError(
+            f"app setting {s.BODY_BUDGET.name}={budget} is below {s.MAX_PAYLOAD.name}="
+            f"{largest}: the budget must hold at least one body of the largest size (0 "
+            "takes four)"
+        )
+    return budget
 
 
 def _effects(

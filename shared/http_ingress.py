@@ -16,7 +16,9 @@ comma included); 401 with the Entra option on when no Entra caller the platform 
 is named (``http_scope``); 413 for a body over the payload limit; 503 with ``Retry-After``
 when storage could not be reached, or when the key's record was written by a newer version
 of the bus during a rolling deploy (retry with the same key: the retry reaches an upgraded
-instance). A W3C ``traceparent`` header puts the messages sent into the caller's trace
+instance), and when the instance is busy: ``BUS_HTTP_CONCURRENCY`` requests in progress, or
+no room for the body in the worker's body budget (``shared.bus.budget``), checked before the
+body is parsed. A W3C ``traceparent`` header puts the messages sent into the caller's trace
 (``shared.bus.telemetry``).
 """
 
@@ -32,6 +34,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.bus import Bus, BusApp, BusConfig, Command, Event, Message
+from shared.bus.budget import Holding
 from shared.bus.effects import EffectAnswered, EffectRequest
 from shared.bus.ingress import check_idempotency_key, request_digest
 from shared.bus.messages import check_payload_size, declared_type
@@ -330,6 +333,11 @@ async def handle(
     of which ``spent_seconds`` were used before (the worker's start-up subscription): a
     request stopped midway is a crash the protocol recovers from, the retry answers once."""
     seconds = ingress_seconds
+    gate = bus.ingress_requests
+    if not gate.try_enter():
+        return busy(
+            f"{gate.limit} requests are in progress on this instance (BUS_HTTP_CONCURRENCY)"
+        )
     try:
         # A W3C traceparent header (untrusted: a malformed one starts a new trace) is the
         # parent of the ingress span, so the messages sent join the caller's trace.
@@ -341,6 +349,15 @@ async def handle(
             f"storage did not answer within {seconds:g} s, retry with the same {IDEMPOTENCY_HEADER}"
         )
         return Answer(503, {"error": error})
+    finally:
+        gate.leave()
+
+
+def busy(why: str) -> Answer:
+    """The 503 of an instance with no room for the request now (``response_headers`` adds
+    its ``Retry-After``): nothing was read or sent, the same request may come again."""
+    error = f"busy: {why}; retry after {RETRY_AFTER_SECONDS} s with the same {IDEMPOTENCY_HEADER}"
+    return Answer(503, {"error": error})
 
 
 async def _handle(
@@ -353,6 +370,24 @@ async def _handle(
             f"(BUS_MAX_PAYLOAD_BYTES and {ENVELOPE_SLACK_BYTES:,} for the request's own fields)"
         )
         return Answer(413, {"error": error})
+    # The host hands the body over whole (its Content-Length, at most the 100 MB it accepts):
+    # its size is counted against the worker's body budget before it is parsed, the parse
+    # and what is built from it being what multiplies it (shared.bus.budget).
+    holding = Holding(bus.budget)
+    if not await holding.take("request", len(raw), 0.0):
+        return busy(
+            f"the worker's body budget has no room for {len(raw):,} bytes now "
+            "(BUS_BODY_BUDGET_BYTES)"
+        )
+    try:
+        return await _accept(bus, headers, raw, platform)
+    finally:
+        await holding.release_all()
+
+
+async def _accept(
+    bus: Bus, headers: Mapping[str, str], raw: bytes, platform: PlatformAuth
+) -> Answer:
     key = _header(headers, IDEMPOTENCY_HEADER)
     if key is None or not key.strip():
         return Answer(400, {"error": f"the {IDEMPOTENCY_HEADER} header is required"})

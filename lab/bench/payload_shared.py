@@ -19,8 +19,9 @@ import argparse
 import asyncio
 import statistics
 import time
+from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from pydantic import BaseModel
 
@@ -79,6 +80,8 @@ class Counts:
     """Bytes of blob content written (creates and uploads)."""
     read: int = 0
     """Bytes of blob content read."""
+    read_from: Counter[str] = field(default_factory=Counter)
+    """Bytes of blob content read, by container (tokens and payloads apart)."""
 
 
 class CountingBytes(DelegatingAccount):
@@ -118,6 +121,7 @@ class _CountingBlobs(DelegatingBlobContainer):
     async def read(self, name: str) -> Blob:
         blob = await super().read(name)
         self.counts.read += len(blob.data)
+        self.counts.read_from[self.inner.name] += len(blob.data)
         return blob
 
 

@@ -487,11 +487,43 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "pipeline-missing-payload-acknowledged",
         "shared/bus/pipeline.py",
-        """            if await self._read_token(signal) is None:
+        """            if not await self._token_exists(signal):
                 return Outcome.DUPLICATE
             raise""",
         """            return Outcome.DUPLICATE""",
         "a missing payload is taken for a duplicate without checking that the token is gone",
+    ),
+    Mutant(
+        "pipeline-payload-read-before-claim",
+        "shared/bus/pipeline.py",
+        "        incoming = Incoming(signal.token, envelope, found[0], delivery)\n",
+        "        incoming = Incoming(signal.token, envelope, found[0], delivery)\n"
+        "        await self._body(incoming)\n",
+        "a shared payload is read with its token, before token mode's claim and a window "
+        "mode's duplicate check: every copy of a processed message downloads the body",
+    ),
+    Mutant(
+        "pipeline-postpone-unsent",
+        "shared/bus/pipeline.py",
+        "        await send_hidden(self.account.queue(self.endpoint.name), delivery.raw, delay)\n",
+        "",
+        "a message postponed for want of body budget is acknowledged without its signal being "
+        "sent again: it is lost",
+    ),
+    Mutant(
+        "pipeline-budget-never-released",
+        "shared/bus/pipeline.py",
+        "            await delivery.holding.release_all()\n",
+        "            pass\n",
+        "a receive never gives back the body budget it took: the worker postpones everything "
+        "once the budget has been used up",
+    ),
+    Mutant(
+        "ingress-budget-ignored",
+        "shared/http_ingress.py",
+        '    if not await holding.take("request", len(raw), 0.0):',
+        '    if not await holding.take("request", 0, 0.0):',
+        "the ingress parses every body whatever the worker's body budget holds",
     ),
     Mutant(
         "cleanup-payload-young-removed",

@@ -43,6 +43,9 @@ and, in token mode, with up to one deviation and one fault:
     a receiver in another, for every pairing of two different modes (a mode paired with
     itself is 1-5), two copies and a cleanup pass at any point, with up to one deviation
     and no fault, then no deviation and one fault;
+18. ``small-budget``: the shared event with a body budget that holds one payload: the
+    subscriber that finds no room postpones its message (sends it again, hidden), with up
+    to one deviation and no fault, then no deviation and one fault;
 and then seeded random search over larger configurations in every mode for the rest of the
 time budget. With two cores the phases are dealt to two processes (``DEFAULT_PLAN``), each
 then searching its own random seeds. ``--mode`` keeps the phases and random runs of one mode.
@@ -136,6 +139,8 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-effect-amo", 1, 0),
         ("small-effect-amo", 0, 1),
         *_pairing_phases(PAIRINGS[_HALF:]),
+        ("small-budget", 1, 0),
+        ("small-budget", 0, 1),
     ),
 )
 """The phases explored exhaustively before the random search, dealt to two processes so

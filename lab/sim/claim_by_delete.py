@@ -37,10 +37,9 @@ from shared.bus import BusApp
 from shared.bus.app import Endpoint
 from shared.bus.bus import Bus
 from shared.bus.config import BusConfig
-from shared.bus.envelope import Envelope, Signal
-from shared.bus.messages import Message
+from shared.bus.envelope import Signal
 from shared.bus.outgoing import Hints, send_signals
-from shared.bus.pipeline import Delivery, IncomingToken, Outcome, Pipeline
+from shared.bus.pipeline import Delivery, Incoming, IncomingToken, Outcome, Pipeline
 from shared.bus.receiver import Receiver
 from shared.bus.records import OutboxRecord
 from shared.bus.rounds import Conflict, conflict_rounds
@@ -76,8 +75,7 @@ KeptEnvelopes = dict[str, bytes]
 @dataclass
 class _Claiming:
     token: IncomingToken
-    envelope: Envelope
-    message: Message
+    incoming: Incoming
     seen: bool
     """token(a) was read, present, by this invocation (``read_first`` inserts only then)."""
     gone: bool = False
@@ -110,9 +108,9 @@ class ClaimByDeleteReceiver(Receiver):
         hinted = None if self.protocol.read_first else await self._from_hints(signal, delivery)
         seen = gone = False
         if hinted is not None:
-            token, envelope, message = hinted
+            token, incoming = hinted
         else:
-            read = await self._read_token(signal)  # R1
+            read = await self._read_token(signal, delivery)  # R1
             if read is None:
                 kept = await self._kept_token(signal)
                 if kept is None:
@@ -120,8 +118,8 @@ class ClaimByDeleteReceiver(Receiver):
                 token, gone = kept, True
             else:
                 token, seen = read, True
-            envelope, message = await self._decode(signal, token, delivery)
-        progress = _Claiming(token, envelope, message, seen=seen, gone=gone)
+            incoming = await self._decode(signal, token, delivery)
+        progress = _Claiming(token, incoming, seen=seen, gone=gone)
         return await conflict_rounds(
             self.config,
             lambda: self._claiming_round(signal, delivery, progress),
@@ -157,9 +155,10 @@ class ClaimByDeleteReceiver(Receiver):
                 await self._drop_unused_outbox(drop)
                 return Outcome.DUPLICATE
             progress.claimed = True
+            envelope, message = await self._body(progress.incoming)
             outbox = await self._run_and_commit(
-                progress.envelope,
-                progress.message,
+                envelope,
+                message,
                 outbox,
                 snapshot.state,
                 progress.abandoned,
@@ -194,12 +193,12 @@ class ClaimByDeleteReceiver(Receiver):
         try:
             await self.tokens.delete(signal.token, etag=progress.token.etag)
         except (PreconditionFailed, NotFound) as e:
-            reread = await self._read_token(signal)
+            reread = await self._read_token(signal, delivery)
             if reread is None:
                 progress.gone = True
                 return False
             progress.token, progress.seen = reread, True
-            progress.envelope, progress.message = await self._decode(signal, reread, delivery)
+            progress.incoming = await self._decode(signal, reread, delivery)
             raise Conflict from e
         return True
 

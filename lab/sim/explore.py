@@ -157,6 +157,18 @@ CONFIGS: dict[str, SimConfig] = {
             waits=1,
             duplicates=1,
         ),
+        # The body budget (shared/bus/budget.py) with room for one shared payload: the two
+        # subscribers' invocations overlap, and the one that finds no room postpones its
+        # message (sends its signal again, hidden, and acknowledges its copy).
+        SimConfig(
+            name="small-budget",
+            shape="shared",
+            copies=1,
+            concurrency=2,
+            waits=1,
+            duplicates=1,
+            body_budget=12_000,
+        ),
         # The same outside the timing assumptions, as small-unbounded-sweep: a round may
         # stall for longer than the grace period while cleanup passes run, and the payload
         # task must still never remove a payload a committed token refers to.

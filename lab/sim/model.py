@@ -49,6 +49,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from lab.sim.invocation import handler_ran
 from shared.bus import BusApp, Command, Event, HandlerContext, RetryPolicy
 from shared.bus.app import Endpoint, Mode, NoState
 from shared.bus.effects import (
@@ -306,6 +307,7 @@ def _on_happened(ctx: HandlerContext[Journal], event: Happened) -> None:
 
 
 def _on_announced(ctx: HandlerContext[Journal], event: Announced) -> None:
+    handler_ran()  # its body is the shared payload (NoPayloadReadByCopies)
     record(ctx, event.path)
 
 

@@ -1,5 +1,7 @@
 """NoMissingPayload: no receiver meets a missing shared payload for a token it may still
-process (``shared.bus.payloads``, ``shared.cleanup.payloads``).
+process (``shared.bus.payloads``, ``shared.cleanup.payloads``). NoPayloadReadByCopies: an
+invocation reads a shared payload only to run its handler; a copy of a message already
+processed (a duplicate, or a signal copied by anyone with queue send) reads nothing of it.
 
 The simulator wraps the account the bus uses with ``PayloadWatch``: when a read of the
 payloads container finds nothing while the token of the signal being processed
@@ -12,14 +14,21 @@ acknowledges it, and that is no violation.)
 
 from __future__ import annotations
 
-from lab.sim.invariants import NO_MISSING_PAYLOAD
+from lab.sim.invariants import NO_MISSING_PAYLOAD, NO_PAYLOAD_READ_BY_COPIES
+from lab.sim.invocation import payload_read
 from lab.sim.variants import incoming_token
 from shared.errors import NotFound
 from shared.stores.account import StorageAccount
 from shared.stores.blob import Blob, BlobContainer
 from shared.stores.delegating import DelegatingAccount, DelegatingBlobContainer
 
-__all__ = ["NO_MISSING_PAYLOAD", "PayloadWatch", "payload_names"]
+__all__ = [
+    "NO_MISSING_PAYLOAD",
+    "NO_PAYLOAD_READ_BY_COPIES",
+    "PayloadReads",
+    "PayloadWatch",
+    "payload_names",
+]
 
 
 class PayloadWatch(DelegatingAccount):
@@ -59,6 +68,27 @@ class _Watched(DelegatingBlobContainer):
         except NotFound:
             return  # the token is gone too: a duplicate, acknowledged
         self.watch.missing.append(f"payload {name} is gone while token {token} exists")
+
+
+class PayloadReads(DelegatingAccount):
+    """Notes each read of the payloads container in the current invocation's record
+    (``lab.sim.invocation``). Below any variant's wrapper, so that a variant's own reads
+    count too."""
+
+    def __init__(self, inner: StorageAccount, payloads: str) -> None:
+        super().__init__(inner)
+        self.payloads = payloads
+
+    def blob_container(self, name: str) -> BlobContainer:
+        container = self.inner.blob_container(name)
+        return _Noted(container) if name == self.payloads else container
+
+
+class _Noted(DelegatingBlobContainer):
+    async def read(self, name: str) -> Blob:
+        blob = await super().read(name)
+        payload_read(name)
+        return blob
 
 
 async def payload_names(account: StorageAccount, container: str) -> list[str]:

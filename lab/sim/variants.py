@@ -25,18 +25,19 @@ from datetime import UTC, datetime
 
 from lab.sim.model import Version
 from shared.bus.app import Mode
-from shared.bus.envelope import TOKEN_NAME
+from shared.bus.envelope import TOKEN_NAME, Envelope
 from shared.bus.ingress import INGRESS_ROW, SCOPE_SEPARATOR
 from shared.bus.modes.entity_outbox import StateEntity
 from shared.bus.modes.processed_table import PROCESSED_PREFIX
 from shared.bus.modes.state_based import INDEX_PREFIX, VERSION_PREFIX
+from shared.bus.payloads import payload_name
 from shared.bus.poison import NEVER_EXPIRES
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
 from shared.effects.markers import MARKER_ROW
-from shared.errors import AlreadyExists, NotFound, OutcomeUnknown, TooLarge
+from shared.errors import AlreadyExists, InvalidName, NotFound, OutcomeUnknown, TooLarge
 from shared.resources import POISON_SUFFIX
 from shared.stores.account import StorageAccount
-from shared.stores.blob import ANY_ETAG, BlobContainer, BlobPage, BlobProperties
+from shared.stores.blob import ANY_ETAG, Blob, BlobContainer, BlobPage, BlobProperties
 from shared.stores.delegating import (
     DelegatingAccount,
     DelegatingBlobContainer,
@@ -518,6 +519,42 @@ PAYLOAD_REMOVED_YOUNG = Variant(
 )
 
 
+class _PayloadReadEarly(_Blobs):
+    """Reading a token reads its shared payload too, as receivers did before issue 42: before
+    token mode's claim and before a window mode's duplicate check, so every copy reads it."""
+
+    def __init__(self, inner: BlobContainer, payloads: BlobContainer) -> None:
+        super().__init__(inner)
+        self.payloads = payloads
+
+    async def read(self, name: str) -> Blob:
+        blob = await super().read(name)
+        with contextlib.suppress(ValueError, InvalidName):  # not an envelope: the bus says so
+            reference = Envelope.from_bytes(blob.data).payload
+            if reference is not None:
+                with contextlib.suppress(NotFound):
+                    await self.payloads.read(payload_name(name, reference.digest))
+        return blob
+
+
+class _PayloadReadEarlyAccount(_Account):
+    def blob_container(self, name: str) -> BlobContainer:
+        container = self.inner.blob_container(name)
+        if not name.startswith("tokens"):
+            return container
+        payloads = self.inner.blob_container(name.replace("tokens", "payloads", 1))
+        return _PayloadReadEarly(container, payloads)
+
+
+PAYLOAD_READ_EARLY = Variant(
+    "payload-read-early",
+    "receive: a shared payload is read only when the handler is about to run (after the "
+    "claim, after a window mode's duplicate check)",
+    wrap=_PayloadReadEarlyAccount,
+    modes=("token", "processed_messages", "state_based", "entity_outbox"),
+)
+
+
 # -- the cleanup's poison task (the parked phase) ---------------------------------------------
 
 
@@ -749,6 +786,42 @@ GIVE_BACK_MISREADS = Variant(
     old_version="old-misreading",
 )
 
+held_text: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+    "held_text", default=None
+)
+"""(queue, content) of the message the current invocation received."""
+
+
+class _PostponedUnsent(_Queue):
+    """A postponed message is acknowledged without its signal sent again: a queue on which
+    sending, to the queue it came from, the very text of the message the invocation holds
+    does nothing (only a postponement sends a signal back unchanged)."""
+
+    async def receive(
+        self, max_messages: int = 1, *, visibility_timeout: float = 30.0
+    ) -> list[QueueMessage]:
+        batch = await super().receive(max_messages, visibility_timeout=visibility_timeout)
+        for message in batch:
+            held_text.set((self.name, message.content))
+        return batch
+
+    async def send(
+        self, content: str, *, visibility_delay: float = 0.0, time_to_live: float | None = None
+    ) -> str:
+        if held_text.get() == (self.name, content):
+            return "dropped"
+        return await super().send(
+            content, visibility_delay=visibility_delay, time_to_live=time_to_live
+        )
+
+
+POSTPONED_UNSENT = Variant(
+    "postponed-unsent",
+    "body budget: a postponed message's signal is sent again before its copy is acknowledged",
+    wrap=lambda account: _Account(account, queue=_PostponedUnsent),
+    modes=("token", "processed_messages", "state_based", "entity_outbox"),
+)
+
 EFFECT_ATTEMPT_KEY = Variant(
     "effect-attempt-key",
     "an effect's idempotency key is the same on every call (derived from the message and the "
@@ -819,6 +892,8 @@ VARIANTS = {
         MARGIN_IGNORED,
         PAYLOAD_REMOVED_WITH_TOKENS,
         PAYLOAD_REMOVED_YOUNG,
+        PAYLOAD_READ_EARLY,
+        POSTPONED_UNSENT,
         GIVE_BACK_ACKNOWLEDGED_FIRST,
         GIVE_BACK_PARKS_AT_ONCE,
         GIVE_BACK_MISREADS,

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
 from lab.host.queue_worker import QueueWorker
+from lab.sim import invocation
 from lab.sim.choices import Chooser, Replay
 from lab.sim.claim_by_delete import (
     ClaimByDelete,
@@ -63,7 +64,12 @@ from lab.sim.invariants import (
     observe,
 )
 from lab.sim.model import ENDPOINTS, AtMostOnce, Shape, SimApp, Start, Version, build_app
-from lab.sim.payloads import NO_MISSING_PAYLOAD, PayloadWatch
+from lab.sim.payloads import (
+    NO_MISSING_PAYLOAD,
+    NO_PAYLOAD_READ_BY_COPIES,
+    PayloadReads,
+    PayloadWatch,
+)
 from lab.sim.provider import ScheduledProvider
 from lab.sim.readings import WINDOW_MODES
 from lab.sim.scheduler import REAL_STORE_TIMEOUT, Process, Scheduler
@@ -218,6 +224,10 @@ class SimConfig:
     invocation on its queue runs either (the old one is never the default choice). The old
     one gives back what it cannot read (``shared.bus.giveback``), within its give-back
     window (``World.old_window``)."""
+    body_budget: int = 0
+    """The bus's body budget in bytes (0: its default, which these small bodies never fill).
+    A small one makes overlapping invocations postpone their messages (``shared.bus.budget``):
+    each sends its signal again, hidden, and acknowledges its copy."""
     claim_by_delete: ClaimByDelete | None = None
     """Token mode claims by the token's conditional delete instead of its metadata, by these
     rules (``lab.sim.claim_by_delete``, issue 33): a protocol explored beside production's."""
@@ -410,7 +420,9 @@ class World:
         )
         self.scheduler = Scheduler(None if self.clock is not None else REAL_STORE_TIMEOUT)
         self.instrumentation.on_operation = self.scheduler.gate
-        instrumented: StorageAccount = InstrumentedAccount(self.account, self.instrumentation)
+        instrumented: StorageAccount = PayloadReads(
+            InstrumentedAccount(self.account, self.instrumentation), f"payloads{self.suffix}"
+        )
         if self.wrap is not None:
             instrumented = self.wrap(instrumented)
         self.instrumented = instrumented
@@ -445,6 +457,10 @@ class World:
             # The scheduler decides one storage operation of a process at a time: one token
             # create or signal send in flight, in the deliveries' order, as before the limit.
             "send_concurrency": 1,
+            # The simulator's time is its own: a receiver that finds no room in the body
+            # budget postpones its message at once instead of waiting for it.
+            "body_budget_bytes": config.body_budget,
+            "body_budget_wait_seconds": 0.0,
         }
         if self.clock is not None:
             settings["clock"] = self.clock  # one clock for the stores and the bus
@@ -492,6 +508,8 @@ class World:
         self.client = self.bus.client(CLIENT)
         self.past_window = False
         """A stalled process woke up after the dedup window (window modes only)."""
+        self.copy_reads: list[str] = []
+        """Payload reads by copies that ran no handler (NoPayloadReadByCopies)."""
 
     def _bus(self) -> Bus:
         """The bus the invocations run: production's, or one whose token mode claims by
@@ -543,7 +561,10 @@ class World:
         receiving = bus or self.bus
 
         async def handle(raw: str, dequeue_count: int) -> None:
-            await receiving.receive(endpoint, raw, dequeue_count)
+            outcome = await receiving.receive(endpoint, raw, dequeue_count)
+            record = invocation.current.get()
+            if record is not None:
+                record.outcome = outcome
 
         return handle
 
@@ -1000,8 +1021,16 @@ class World:
         with contextlib.suppress(MalformedSignal):
             token = Signal.parse(message.content).token
             incoming_token.set((self.bus_config.tokens_container, token))
+        record = invocation.Invocation()
+        invocation.current.set(record)
         workers = self.workers if version == "new" else self.old_workers
         acknowledged = await workers[queue_name].run_one(message)
+        if record.copy_read_payload and record.outcome is not None:
+            self.copy_reads.extend(
+                f"a copy at {queue_name} ({record.outcome.value}) read payload {name} "
+                "without running its handler"
+                for name in record.payload_reads
+            )
         return "acknowledged" if acknowledged else "released"
 
     async def _client_send(self, number: int) -> str:
@@ -1059,6 +1088,8 @@ class World:
         ]
         missing = dict.fromkeys(self.watch.missing)  # one per payload and token, in order
         violations += [Violation(NO_MISSING_PAYLOAD, m) for m in missing]
+        copies = dict.fromkeys(self.copy_reads)
+        violations += [Violation(NO_PAYLOAD_READ_BY_COPIES, c) for c in copies]
         if reference is not None:
             violations += await self._check(seen, reference)
         return RunResult(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from shared.bus.app import BusApp, Mode
+from shared.bus.budget import BodyBudget, RequestGate
 from shared.bus.config import BusConfig
 from shared.bus.ingress import IngressClient
 from shared.bus.modes.entity_outbox import EntityOutboxPipeline
@@ -46,6 +47,11 @@ class Bus:
             self.config.topic_cache_seconds,
         )
         self._receivers: dict[str, Pipeline] = {}
+        self.budget = BodyBudget(self.config.body_budget)
+        """The worker's body budget: every receiver's and the HTTP ingress's
+        (``shared.bus.budget``)."""
+        self.ingress_requests = RequestGate(self.config.http_concurrency)
+        """The HTTP ingress requests in progress (``shared.http_ingress``)."""
 
     def receiver(self, endpoint: str) -> Pipeline:
         """The receive pipeline of ``endpoint``, of the kind its mode asks for (``Receiver``
@@ -60,6 +66,7 @@ class Bus:
                 self.topics,
                 self.config,
                 state=self.endpoint_state(endpoint),
+                budget=self.budget,
             )
             self._receivers[endpoint] = receiver
         return receiver

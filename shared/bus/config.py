@@ -17,10 +17,21 @@ from functools import cached_property
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
-from shared.app_settings import GIVE_BACK, MAX_PAYLOAD, WIRE_FORMAT
+from shared.app_settings import (
+    BODY_BUDGET,
+    BODY_BUDGET_WAIT,
+    GIVE_BACK,
+    HTTP_CONCURRENCY,
+    MAX_PAYLOAD,
+    WIRE_FORMAT,
+)
 from shared.bus.ids import fresh_id
 from shared.bus.telemetry import BusTelemetry
 from shared.clock import Clock, system_clock
+
+BODY_BUDGETS = 4
+"""Bodies of the largest size the default body budget holds: a few large messages run at
+once, each with its few copies in memory, well inside a worker's 1.5-2 GB."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,14 @@ class BusConfig:
     max_payload_bytes: int = MAX_PAYLOAD.default
     """Largest serialised body sent (BUS_MAX_PAYLOAD_BYTES); the setting's default, so code
     that builds a config gets what a deployed app gets."""
+    body_budget_bytes: int = BODY_BUDGET.default
+    """BUS_BODY_BUDGET_BYTES: bytes of bodies one worker holds at once (``shared.bus.budget``);
+    0 means ``BODY_BUDGETS`` bodies of ``max_payload_bytes`` (``body_budget``)."""
+    body_budget_wait_seconds: float = BODY_BUDGET_WAIT.default
+    """BUS_BODY_BUDGET_WAIT_SECONDS: how long a receiver waits for room before giving its
+    message back, hidden for as long."""
+    http_concurrency: int = HTTP_CONCURRENCY.default
+    """BUS_HTTP_CONCURRENCY: ingress requests one instance works on at once."""
     max_outputs: int = 100
     """Messages one handler run (or one client send) may send or publish, as sent."""
     max_deliveries: int = 3000
@@ -104,6 +123,12 @@ class BusConfig:
     meter_provider: MeterProvider | None = None
     """Where the bus's spans and metrics go (``shared.bus.telemetry``); None: the global
     providers, which the app's edge configures (``shared.observability``) or leaves no-op."""
+
+    @property
+    def body_budget(self) -> int:
+        """The worker's body budget in bytes: ``body_budget_bytes``, or by default
+        ``BODY_BUDGETS`` bodies of the largest size."""
+        return self.body_budget_bytes or BODY_BUDGETS * self.max_payload_bytes
 
     @cached_property
     def telemetry(self) -> BusTelemetry:

@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from shared.bus.app import Endpoint, call_handler
+from shared.bus.budget import BodyBudget, BodyBudgetExhausted, Holding
 from shared.bus.config import BusConfig
 from shared.bus.context import HandlerContext
 from shared.bus.envelope import Envelope, Signal, bus_message_id
@@ -41,7 +42,7 @@ from shared.bus.origin import Origin
 from shared.bus.outgoing import CreatedTokens, create_tokens, plan_deliveries
 from shared.bus.payloads import resolve
 from shared.bus.poison import Reason, error_reason, park, utc_time
-from shared.bus.reading import read_body
+from shared.bus.reading import check_readable, read_body
 from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal, caused_by
 from shared.bus.retries import RetryPolicy
 from shared.bus.schedule import NotYetDue, not_due, reschedule, send_hidden
@@ -70,6 +71,12 @@ from shared.stores.table import Entity
 
 log = logging.getLogger("shared.bus.receiver")
 
+ENVELOPE_FIELDS_BYTES = 64 * 1024
+"""Room for a token's envelope fields beside its body (ids, type, headers, times), in the
+reservation made before a token of unknown size is read."""
+MIN_POSTPONE_SECONDS = 1.0
+"""The shortest a postponed message is hidden: long enough for a worker to finish something."""
+
 
 class Outcome(enum.Enum):
     PROCESSED = "processed"
@@ -91,6 +98,11 @@ class Outcome(enum.Enum):
     """The message was written by a newer version than this instance (``NewerVersion``): its
     signal was sent again, hidden for a while, for an upgraded instance, and nothing else was
     written (``shared.bus.giveback``)."""
+    POSTPONED = "postponed"
+    """The worker's body budget had no room for the message's body within
+    ``BusConfig.body_budget_wait_seconds``: its signal was sent again, hidden for as long,
+    and this copy may be acknowledged. Not a failure: no try is counted, nothing is parked
+    (``shared.bus.budget``)."""
     NONDETERMINISTIC = "nondeterministic"
     """State-based mode: replaying a duplicate on the restored state produced other outputs
     or another state than the committed run. The committed effects stand (they were sent,
@@ -124,6 +136,22 @@ def queue_text(body: bytes) -> str:
 
 
 @dataclass
+class Incoming:
+    """A message as its token holds it, decoded and checked. Its body is inline (``message``
+    read already) or a shared payload, read by ``Pipeline._body`` only when the handler is
+    about to run (docs/design.md, shared payloads)."""
+
+    token: str
+    """The token's name, which the payload's name derives from."""
+    envelope: Envelope
+    model: type[Message]
+    delivery: Delivery
+    """The delivery it came with, whose budget holding its payload joins."""
+    message: Message | None = None
+    """None until the body is read: a shared payload's before ``Pipeline._body``."""
+
+
+@dataclass
 class Delivery:
     """One queue message being received, passed through the pipeline: its text as given, which
     try this is, when its queue message was inserted (when the caller knows) and when this try
@@ -137,6 +165,8 @@ class Delivery:
     """``time.monotonic()`` when this try began, for its log line's duration."""
     trace: Receiving
     """Its receive span, which ``_decode`` starts in the trace of the envelope."""
+    holding: Holding
+    """What it holds of the worker's body budget, released when its try ends."""
     signal: Signal | None = None
     message_id: str | None = None
     message_type: str | None = None
@@ -155,8 +185,11 @@ class Pipeline(abc.ABC):
         config: BusConfig,
         *,
         state: EndpointState | None = None,
+        budget: BodyBudget | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self.budget = budget or BodyBudget(config.body_budget)
+        """The worker's body budget, shared by all its pipelines and its ingress (``Bus``)."""
         self.account = account
         self.config = config
         self.topics = topics
@@ -179,7 +212,7 @@ class Pipeline(abc.ABC):
         trace = self.config.telemetry.receiving(
             self.endpoint.name, self.mode, dequeue_count, self.config.clock
         )
-        delivery = Delivery(raw, dequeue_count, enqueued_at, started, trace)
+        delivery = Delivery(raw, dequeue_count, enqueued_at, started, trace, Holding(self.budget))
         with trace:
             try:
                 outcome = await self._receive_retrying(delivery)
@@ -236,6 +269,8 @@ class Pipeline(abc.ABC):
         delivery.signal = signal
         try:
             return await self._process(signal, delivery)
+        except BodyBudgetExhausted as e:
+            return await self._postpone(delivery, e)
         except NewerVersion as e:  # before parking: a newer version's message is not hostile
             return await self._give_back(delivery, e, signal, signal.given_back or 0)
         except (MalformedSignal, MessageSchemaError) as e:
@@ -247,10 +282,29 @@ class Pipeline(abc.ABC):
             return Outcome.DEFERRED
         except PayloadMissing:
             # The payload goes only once no token refers to it: if the token is gone too, an
-            # earlier copy processed the message. If not, give the message back.
-            if await self._read_token(signal) is None:
+            # earlier copy processed the message. If not, give the message back. Only its
+            # existence is asked: no body is read, so no budget is taken.
+            if not await self._token_exists(signal):
                 return Outcome.DUPLICATE
             raise
+        finally:
+            await delivery.holding.release_all()
+
+    async def _postpone(self, delivery: Delivery, error: BodyBudgetExhausted) -> Outcome:
+        """Give the message back for later, as it is: the budget frees up as the invocations
+        holding it end. Its text is sent again unchanged (no try counted, no give-back count:
+        a busy worker is no fault of the message's), hidden for the wait, and this copy may
+        be acknowledged; a send that fails raises, and the host delivers it again."""
+        delay = max(self.config.body_budget_wait_seconds, MIN_POSTPONE_SECONDS)
+        await send_hidden(self.account.queue(self.endpoint.name), delivery.raw, delay)
+        log.warning(
+            "endpoint %s: message %s postponed for %.0f s: %s",
+            self.endpoint.name,
+            shown(delivery.message_id or "-", 100),
+            delay,
+            error,
+        )
+        return Outcome.POSTPONED
 
     async def _give_back_unparsed(self, delivery: Delivery, error: NewerVersion) -> Outcome:
         """Give back a signal too new to parse: its text, with only its count set."""
@@ -449,17 +503,46 @@ class Pipeline(abc.ABC):
                 message,
             )
 
-    async def _read_token(self, signal: Signal) -> IncomingToken | None:
+    async def _read_token(self, signal: Signal, delivery: Delivery) -> IncomingToken | None:
+        """token(a), read within the body budget: its size is unknown until it is read, so
+        room for the largest token is taken first, and the token holds its real size once
+        read (nothing once found gone)."""
+        await self._hold(delivery, "token", self._largest_token)
         try:
-            return IncomingToken.of(await self.tokens.read(signal.token))
+            blob = await self.tokens.read(signal.token)
         except NotFound:
+            await delivery.holding.resize("token", 0)
             return None
+        await delivery.holding.resize("token", len(blob.data))
+        return IncomingToken.of(blob)
 
-    async def _decode(
-        self, signal: Signal, token: IncomingToken, delivery: Delivery
-    ) -> tuple[Envelope, Message]:
-        """The token's envelope, its shared payload read and checked if it has one
-        (``shared.bus.payloads.resolve``), and its message."""
+    async def _token_exists(self, signal: Signal) -> bool:
+        try:
+            await self.tokens.get_properties(signal.token)
+        except NotFound:
+            return False
+        return True
+
+    @property
+    def _largest_token(self) -> int:
+        return self.config.max_payload_bytes + ENVELOPE_FIELDS_BYTES
+
+    async def _hold(self, delivery: Delivery, slot: str, size: int) -> None:
+        """Hold ``size`` bytes of the body budget for ``slot`` of ``delivery``, waiting for
+        room at most ``BusConfig.body_budget_wait_seconds``; BodyBudgetExhausted if none
+        came (the message is then postponed)."""
+        wait = self.config.body_budget_wait_seconds
+        if not await delivery.holding.take(slot, size, wait):
+            raise BodyBudgetExhausted(
+                f"no room for {size:,} bytes of its {slot} in the worker's body budget "
+                f"({self.budget.held:,} of {self.budget.capacity:,} bytes held) within "
+                f"{wait:g} s"
+            )
+
+    async def _decode(self, signal: Signal, token: IncomingToken, delivery: Delivery) -> Incoming:
+        """The token's envelope, checked against the signal and this endpoint, and its message
+        when the body is inline. A shared payload is not read here: ``_body`` reads it once the
+        handler is about to run, so that a duplicate or a forged copy reads nothing of it."""
         try:
             envelope = Envelope.from_bytes(token.envelope_bytes)
         except ValidationError as e:
@@ -491,12 +574,33 @@ class Pipeline(abc.ABC):
                 f"{shown(envelope.type)!r} (message {shown(envelope.id)}); it handles "
                 f"{sorted(self.endpoint.handlers)}"
             )
-        model, _ = found
-        # Read only for a message this token names and this endpoint handles (checked above).
-        envelope = await resolve(self.payloads, signal.token, envelope)
+        incoming = Incoming(signal.token, envelope, found[0], delivery)
+        if envelope.payload is None:
+            incoming.message = self._read_message(incoming)
+        else:
+            # A newer version's body waits for an upgraded instance before its payload is
+            # read, as an inline one does.
+            check_readable(incoming.model, envelope.body_version)
+        return incoming
+
+    async def _body(self, incoming: Incoming) -> tuple[Envelope, Message]:
+        """``incoming``'s envelope with its body inline, and its message: its shared payload
+        read and checked (``shared.bus.payloads.resolve``) on the first call only. Called
+        when the handler is about to run: after token mode's claim (R4), after a window
+        mode's duplicate check."""
+        if incoming.message is None:
+            reference = incoming.envelope.payload
+            if reference is not None:  # its size, from the token's own envelope
+                await self._hold(incoming.delivery, "payload", reference.size)
+            incoming.envelope = await resolve(self.payloads, incoming.token, incoming.envelope)
+            incoming.message = self._read_message(incoming)
+        return incoming.envelope, incoming.message
+
+    def _read_message(self, incoming: Incoming) -> Message:
+        envelope = incoming.envelope
         try:
-            message = read_body(
-                model,
+            return read_body(
+                incoming.model,
                 envelope.body or {},
                 type_version=envelope.body_version,
                 reader=self.endpoint.name,
@@ -507,7 +611,6 @@ class Pipeline(abc.ABC):
                 f"message {shown(envelope.id)} of type {shown(envelope.type)} does not match "
                 f"its schema: {e}"
             ) from None
-        return envelope, message
 
     async def _run_handler(
         self,

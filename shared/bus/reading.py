@@ -57,16 +57,7 @@ def read_body(
     that does not validate (the text says why, escaped)."""
     if type_version is None:
         type_version = model.version
-    if type_version > model.version:
-        raise NewerTypeVersion(
-            f"{model.type_name()} version {type_version} is newer than the version this "
-            f"instance reads ({model.version})"
-        )
-    if type_version < model.oldest_version:
-        raise MessageSchemaError(
-            f"{model.type_name()} version {type_version} is older than the oldest version this "
-            f"instance reads ({model.oldest_version}): its upcaster was retired"
-        )
+    check_readable(model, type_version)
     chain = _chain_down_to(model, type_version)
     oldest = chain[-1]
     known = _known_fields(oldest)
@@ -87,6 +78,24 @@ def read_body(
             f"{type(value).__name__}, not {model.type_name()}"
         )
     return value
+
+
+def check_readable(model: type[Message], type_version: int | None) -> None:
+    """Whether a body of ``type_version`` (None: ``model``'s own) can be read as ``model``,
+    decided before the body itself is read: NewerTypeVersion for a newer version,
+    MessageSchemaError for one older than ``model`` still reads."""
+    if type_version is None:
+        return
+    if type_version > model.version:
+        raise NewerTypeVersion(
+            f"{model.type_name()} version {type_version} is newer than the version this "
+            f"instance reads ({model.version})"
+        )
+    if type_version < model.oldest_version:
+        raise MessageSchemaError(
+            f"{model.type_name()} version {type_version} is older than the oldest version this "
+            f"instance reads ({model.oldest_version}): its upcaster was retired"
+        )
 
 
 def _chain_down_to(model: type[Message], version: int) -> list[type[BaseModel]]:

@@ -34,7 +34,7 @@ from shared.bus.envelope import Envelope, Signal
 from shared.bus.formats import metadata_fields
 from shared.bus.messages import Message
 from shared.bus.outgoing import Hints, discard_tokens, send_signals
-from shared.bus.pipeline import Delivery, IncomingToken, Outcome, Pipeline
+from shared.bus.pipeline import Delivery, Incoming, IncomingToken, Outcome, Pipeline
 from shared.bus.records import OutboxRecord, outbox_row
 from shared.bus.rounds import Conflict, conflict_rounds
 from shared.bus.state.base import StateRow, StateTransaction, StateWrite
@@ -47,7 +47,6 @@ from shared.errors import (
     NewerVersion,
     NotFound,
     OutcomeUnknown,
-    PayloadAltered,
     PermanentFailure,
     PreconditionFailed,
     TransactionFailed,
@@ -63,8 +62,8 @@ class _Progress:
 
     token: IncomingToken
     """token(a) as last read or claimed."""
-    envelope: Envelope
-    message: Message
+    incoming: Incoming
+    """Its message; a shared payload is read only once the claim is made (``_body``)."""
     inserted: OutboxRecord | None = None
     """An O(m) this invocation created, if any."""
     abandoned: list[str] = field(default_factory=list)
@@ -85,19 +84,19 @@ class Receiver(Pipeline):
             # and addressed here; the claim below is conditional on the ETag the token was
             # created with, so it fails (and we read the token after all) unless the token
             # still exists unclaimed, exactly as created.
-            token, envelope, message = hinted
+            token, incoming = hinted
         else:
-            read = await self._read_token(signal)  # R1
+            read = await self._read_token(signal, delivery)  # R1
             if read is None:
                 return Outcome.DUPLICATE
             token = read
             try:
-                envelope, message = await self._decode(signal, token, delivery)
+                incoming = await self._decode(signal, token, delivery)
             except NewerVersion:
                 if token.claim and await self._resumed_unread(signal, token):
                     return Outcome.RESUMED
                 raise  # given back for an instance that reads it
-        progress = _Progress(token, envelope, message)
+        progress = _Progress(token, incoming)
         return await conflict_rounds(
             self.config,
             lambda: self._round(signal, delivery, progress),
@@ -134,12 +133,12 @@ class Receiver(Pipeline):
             try:
                 new_etag = await self.tokens.set_metadata(signal.token, claimed, etag=token.etag)
             except (PreconditionFailed, NotFound) as e:
-                reread = await self._read_token(signal)  # back to R1
+                reread = await self._read_token(signal, delivery)  # back to R1
                 if reread is None:
                     await self._drop_unused_outbox(progress.inserted)
                     return Outcome.DUPLICATE
                 progress.token = reread
-                progress.envelope, progress.message = await self._decode(signal, reread, delivery)
+                progress.incoming = await self._decode(signal, reread, delivery)
                 raise Conflict from e
             progress.token = replace(token, etag=new_etag, claim=outbox.claim)
         elif token.claim != outbox.claim:
@@ -156,9 +155,11 @@ class Receiver(Pipeline):
         # R5
         outcome = Outcome.RESUMED
         if not outbox.committed:
+            # Claimed by O(m) and not yet committed: the handler runs, so its body is read now.
+            envelope, message = await self._body(progress.incoming)
             outbox = await self._run_and_commit(
-                progress.envelope,
-                progress.message,
+                envelope,
+                message,
                 outbox,
                 snapshot.state,
                 progress.abandoned,
@@ -191,7 +192,7 @@ class Receiver(Pipeline):
 
     async def _from_hints(
         self, signal: Signal, delivery: Delivery
-    ) -> tuple[IncomingToken, Envelope, Message] | None:
+    ) -> tuple[IncomingToken, Incoming] | None:
         """The token as the signal's hints describe it, or None to read it: no hints, a copy
         the token's name does not vouch for, or one that does not decode into this signal's
         message for this endpoint (the token decides then)."""
@@ -209,9 +210,7 @@ class Receiver(Pipeline):
             return None
         token = IncomingToken(signal.token, signal.etag, "", copy.encode("utf-8"))
         try:
-            envelope, message = await self._decode(signal, token, delivery)
-        except PayloadAltered:
-            raise  # the copy is the token's: its shared payload is what was altered
+            incoming = await self._decode(signal, token, delivery)
         except NewerVersion:
             # Read the token (R1) before giving the message back: a copy of a message already
             # processed is a duplicate, acknowledged, not one to give back for an hour.
@@ -225,7 +224,7 @@ class Receiver(Pipeline):
                 shown(e),
             )
             return None
-        return token, envelope, message
+        return token, incoming
 
     async def _drop_unused_outbox(self, inserted: OutboxRecord | None) -> None:
         """An O(m) we inserted whose token turned out to be gone claims nothing: remove it

@@ -261,7 +261,7 @@ async def test_the_cleanup_removes_the_payload_only_after_the_last_token(
     await shouting.deliver(shouting.ears[2])
     assert await shouting.heard() == {ear: [EXPECTED] for ear in shouting.ears}
     # Consumed, the last token stays claimed until the cleanup's R7, and the payload with it:
-    # a copy of its signal arriving meanwhile resumes, and reads the payload to do so.
+    # a copy of its signal arriving meanwhile resumes (without reading it: test_payload_reads).
     assert (await shouting.cleanup(grace_seconds=1)).kept == {"tokens_waiting": 1}
     assert await sweep_counted(shouting.harness) == Swept(2, 0, 2)  # the hub's and the ear's
     gone = await shouting.cleanup(grace_seconds=1)

@@ -6,8 +6,19 @@ cleanup is caught, by the invariant it breaks."""
 from __future__ import annotations
 
 from lab.sim.explore import CONFIGS, Summary, exhaustive, replay
-from lab.sim.invariants import BOUNDED_RESIDUE, NO_MISSING_PAYLOAD, Observation, check
-from lab.sim.variants import PAYLOAD_REMOVED_WITH_TOKENS, PAYLOAD_REMOVED_YOUNG, Variant
+from lab.sim.invariants import (
+    BOUNDED_RESIDUE,
+    NO_MISSING_PAYLOAD,
+    NO_PAYLOAD_READ_BY_COPIES,
+    Observation,
+    check,
+)
+from lab.sim.variants import (
+    PAYLOAD_READ_EARLY,
+    PAYLOAD_REMOVED_WITH_TOKENS,
+    PAYLOAD_REMOVED_YOUNG,
+    Variant,
+)
 
 
 def broken(summary: Summary) -> set[str]:
@@ -84,3 +95,16 @@ async def test_a_payload_left_behind_is_residue() -> None:
     found = check(seen, Observation(), client="client", residue=True)
 
     assert [v.invariant for v in found] == [BOUNDED_RESIDUE]
+
+
+async def test_a_copy_reading_the_payload_before_its_dedup_check_is_caught() -> None:
+    """Reading the payload with the token (before the claim) makes every copy of a processed
+    message download the body: in token mode a copy that comes after the processing; in a
+    window mode the redelivery after a crash between the commit and the token's delete."""
+    token = await caught("small-shared", PAYLOAD_READ_EARLY, deviations=1, faults=0)
+    window = await caught(
+        "small-shared-processed_messages", PAYLOAD_READ_EARLY, deviations=0, faults=1
+    )
+
+    assert (token.violations, window.violations) == (1, 1)
+    assert broken(token) == broken(window) == {NO_PAYLOAD_READ_BY_COPIES}

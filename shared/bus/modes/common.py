@@ -20,10 +20,9 @@ from datetime import datetime
 from typing import Any
 
 from shared.bus.deliveries import decode_signals, encode_signals
-from shared.bus.envelope import TOKEN_NAME, Envelope, Signal, token_prefix
-from shared.bus.messages import Message
+from shared.bus.envelope import TOKEN_NAME, Signal, token_prefix
 from shared.bus.outgoing import CreatedTokens, Hints, discard_tokens, send_signals
-from shared.bus.pipeline import Delivery, Outcome, Pipeline
+from shared.bus.pipeline import Delivery, Incoming, Outcome, Pipeline
 from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal, json_property
 from shared.bus.rounds import Conflict, conflict_rounds
 from shared.bus.state.rows import EndpointRows, RowsTransaction
@@ -104,25 +103,25 @@ class ModePipeline(Pipeline):
         """The mode's rows, in the endpoint's store (its table, or PostgreSQL)."""
 
     async def _process(self, signal: Signal, delivery: Delivery) -> Outcome:
-        token = await self._read_token(signal)
+        token = await self._read_token(signal, delivery)
         if token is None:
             # The incoming token is deleted only after the commit and the signals: whatever
             # this copy is, an earlier one finished it.
             return Outcome.DUPLICATE
-        envelope, message = await self._decode(signal, token, delivery)
+        incoming = await self._decode(signal, token, delivery)
         abandoned: list[str] = []  # unknown-outcome creates of rounds that did not commit
         return await conflict_rounds(
             self.config,
-            lambda: self._round(signal, envelope, message, abandoned),
+            lambda: self._round(signal, incoming, abandoned),
             f"message {signal.message_id} at {self.endpoint.name}: still conflicting after "
             f"{self.config.max_conflict_rounds} rounds; the host will redeliver it",
         )
 
     @abc.abstractmethod
-    async def _round(
-        self, signal: Signal, envelope: Envelope, message: Message, abandoned: list[str]
-    ) -> Outcome:
-        """One read-run-commit-signal round; raises Conflict to start again."""
+    async def _round(self, signal: Signal, incoming: Incoming, abandoned: list[str]) -> Outcome:
+        """One read-run-commit-signal round; raises Conflict to start again. A shared
+        payload is read (``_body``) only after the round's duplicate check, when the handler
+        is about to run."""
 
     async def _commit(
         self,

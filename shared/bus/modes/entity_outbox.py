@@ -29,8 +29,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.bus.deliveries import signals_of, signals_value
-from shared.bus.envelope import Envelope, Signal
-from shared.bus.messages import Message
+from shared.bus.envelope import Signal
 from shared.bus.modes.common import (
     ModePipeline,
     check_page_size,
@@ -39,7 +38,7 @@ from shared.bus.modes.common import (
 )
 from shared.bus.modes.errors import EntityOutboxFull
 from shared.bus.outgoing import Hints, send_signals
-from shared.bus.pipeline import Outcome
+from shared.bus.pipeline import Incoming, Outcome
 from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal
 from shared.bus.state.damaged import ROW_ERRORS, OnDamaged, pass_over
 from shared.bus.state.rows import EndpointRows, mode_rows
@@ -168,9 +167,7 @@ class EntityOutboxPipeline(ModePipeline):
         retention = timedelta(seconds=self.config.entity_outbox_retention_seconds)
         return to_datetime(self.config.clock()) - retention
 
-    async def _round(
-        self, signal: Signal, envelope: Envelope, message: Message, abandoned: list[str]
-    ) -> Outcome:
+    async def _round(self, signal: Signal, incoming: Incoming, abandoned: list[str]) -> Outcome:
         m, p = signal.message_id, signal.partition_key
         existing, stored = await self._read(p)
         entry = stored.entries.get(m)
@@ -179,6 +176,7 @@ class EntityOutboxPipeline(ModePipeline):
                 await self._dispatch(p, m, entry.out, stored)
             await self._delete_incoming(signal)
             return Outcome.RESUMED
+        envelope, message = await self._body(incoming)
         state = self._load_state(stored.data)
         now = to_datetime(self.config.clock())
         async with self.rows.begin() as transaction:

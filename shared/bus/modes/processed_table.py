@@ -17,8 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from shared.bus.envelope import Envelope, Signal
-from shared.bus.messages import Message
+from shared.bus.envelope import Signal
 from shared.bus.modes.common import (
     CommitRow,
     ModePipeline,
@@ -26,7 +25,7 @@ from shared.bus.modes.common import (
     drop_abandoned_tokens,
     state_operation,
 )
-from shared.bus.pipeline import Outcome
+from shared.bus.pipeline import Incoming, Outcome
 from shared.bus.records import STATE_ROW, AuditRecord
 from shared.bus.state.damaged import ROW_ERRORS, OnDamaged, pass_over
 from shared.bus.state.rows import EndpointRows, mode_rows
@@ -64,15 +63,14 @@ class ProcessedRecord(CommitRow):
 class ProcessedMessagesPipeline(ModePipeline):
     mode = "processed_messages"
 
-    async def _round(
-        self, signal: Signal, envelope: Envelope, message: Message, abandoned: list[str]
-    ) -> Outcome:
+    async def _round(self, signal: Signal, incoming: Incoming, abandoned: list[str]) -> Outcome:
         m, p = signal.message_id, signal.partition_key
         rows = await self._read_partition_rows(p, processed_row(m))
         done = rows.get(processed_row(m))
         if done is not None:
             await self._finish(ProcessedRecord.from_entity(done).outgoing, signal)
             return Outcome.RESUMED
+        envelope, message = await self._body(incoming)
         existing = rows.get(STATE_ROW)
         state = self._load_state(None if existing is None else str(existing["data"]))
         now = to_datetime(self.config.clock())

@@ -34,7 +34,7 @@ from typing import Any, cast
 from pydantic import BaseModel
 
 from shared.bus.context import HandlerContext, PendingOutput
-from shared.bus.envelope import Envelope, Signal
+from shared.bus.envelope import Signal
 from shared.bus.ids import json_sha256, stable_seed
 from shared.bus.messages import Event, Message, body_of
 from shared.bus.modes.common import (
@@ -45,7 +45,7 @@ from shared.bus.modes.common import (
     state_operation,
 )
 from shared.bus.modes.errors import NondeterministicHandler
-from shared.bus.pipeline import Outcome
+from shared.bus.pipeline import Incoming, Outcome
 from shared.bus.records import STATE_ROW, AuditRecord, json_property
 from shared.bus.state.damaged import ROW_ERRORS, DamagedRow, OnDamaged, pass_over
 from shared.bus.state.rows import EndpointRows, mode_rows
@@ -171,14 +171,13 @@ class IndexEntry(CommitRow):
 class StateBasedPipeline(ModePipeline):
     mode = "state_based"
 
-    async def _round(
-        self, signal: Signal, envelope: Envelope, message: Message, abandoned: list[str]
-    ) -> Outcome:
+    async def _round(self, signal: Signal, incoming: Incoming, abandoned: list[str]) -> Outcome:
         m, p = signal.message_id, signal.partition_key
         rows = await self._read_partition_rows(p, index_row(m))
         indexed = rows.get(index_row(m))
         if indexed is not None:
-            return await self._replay(signal, envelope, message, IndexEntry.from_entity(indexed))
+            return await self._replay(signal, incoming, IndexEntry.from_entity(indexed))
+        envelope, message = await self._body(incoming)
         head = rows.get(STATE_ROW)
         current = 0 if head is None else int(str(head["version"]))
         state = self._load_state(None if head is None else str(head["data"]))
@@ -215,11 +214,23 @@ class StateBasedPipeline(ModePipeline):
         await self._finish(entry.outgoing, signal, created.hints)
         return Outcome.PROCESSED
 
-    async def _replay(
-        self, signal: Signal, envelope: Envelope, message: Message, entry: IndexEntry
-    ) -> Outcome:
+    async def _replay(self, signal: Signal, incoming: Incoming, entry: IndexEntry) -> Outcome:
         """A copy of a processed message: re-run the handler on the version before it and
-        check that it reproduces the committed run, then re-send the committed signals."""
+        check that it reproduces the committed run, then re-send the committed signals.
+
+        A copy whose body is a shared payload not read yet re-sends without the check: a
+        duplicate reads nothing of its payload (anyone with queue send can make copies, and
+        each would download the whole body for a check that changes nothing committed)."""
+        if incoming.message is None:
+            log.debug(
+                "endpoint %s: copy of message %s re-sends its committed outputs without the "
+                "replay check (its body is a shared payload, not read for a duplicate)",
+                self.endpoint.name,
+                entry.message_id,
+            )
+            await self._finish(entry.outgoing, signal)
+            return Outcome.RESUMED
+        envelope, message = incoming.envelope, incoming.message
         n = entry.version
         wanted = [version_row(n)] + ([version_row(n - 1)] if n > 1 else [])
         rows = await self.rows.read(entry.partition_key, wanted)
