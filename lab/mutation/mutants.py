@@ -631,9 +631,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "effect-marker-unconditional",
         "shared/effects/markers.py",
-        "await self.table.insert(marker)",
-        "await self.table.upsert(marker)",
-        "an at-most-once marker is written whether or not it is there: every copy calls",
+        """            await self.rows.insert(marker)
+        except AlreadyExists:
+            return False""",
+        """            await self.rows.insert(marker)
+        except AlreadyExists:
+            return True""",
+        "an at-most-once marker found already there counts as this copy's own: every copy calls",
     ),
     Mutant(
         "effect-marker-after-call",

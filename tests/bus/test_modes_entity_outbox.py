@@ -16,6 +16,7 @@ from shared.bus.modes.entity_outbox import (
 )
 from shared.bus.modes.errors import EntityOutboxFull
 from shared.bus.modes.processed_table import PROCESSED_PREFIX, expire_processed
+from shared.bus.state.rows import TableRows
 from shared.clock import ManualClock, to_datetime
 from shared.errors import TooLarge
 from shared.stores.memory import MemoryStorageAccount
@@ -125,7 +126,9 @@ async def test_retention_removes_dedup_data_past_the_window_only(mode: str) -> N
     horizon = to_datetime(backend.clock()) - timedelta(hours=1)
 
     expire = expire_entity_outboxes if mode == "entity_outbox" else expire_processed
-    removed, continuation = await expire(table, tokens=tokens, older_than=horizon, page_size=10)
+    removed, continuation = await expire(
+        TableRows(table), tokens=tokens, older_than=horizon, page_size=10
+    )
 
     assert (removed, continuation) == (1, None)
     if mode == "entity_outbox":

@@ -18,6 +18,7 @@ from shared.bus.modes.state_based import (
     truncate_state_streams,
     version_row,
 )
+from shared.bus.state.rows import TableRows
 from shared.clock import ManualClock, to_datetime
 from shared.stores.instrumented import Fault, fault_at
 from shared.stores.memory import MemoryStorageAccount
@@ -201,7 +202,7 @@ async def test_truncation_resumes_from_a_checkpoint_written_before_the_upgrade()
     tokens = harness.raw.blob_container(harness.config.tokens_container)
 
     removed, continuation = await truncate_state_streams(
-        table,
+        TableRows(table),
         tokens=tokens,
         older_than=to_datetime(backend.clock()),
         continuation=encode_continuation("g", version_row(2)),

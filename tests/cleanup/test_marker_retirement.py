@@ -10,6 +10,7 @@ from collections import Counter
 
 from shared.bus.effects import PERFORMER_ENDPOINT
 from shared.bus.poison import replay
+from shared.bus.state.rows import TableRows
 from shared.cleanup.job import endpoint_modes, run_cleanup
 from shared.cleanup.report import CleanupReport
 from shared.cleanup.settings import CleanupSettings
@@ -43,7 +44,7 @@ def counted(report: CleanupReport, kind: str) -> Counter[str]:
 
 
 def markers(harness: Harness) -> EffectMarkers:
-    return EffectMarkers(harness.raw.table(PERFORMER_ENDPOINT))
+    return EffectMarkers(TableRows(harness.raw.table(PERFORMER_ENDPOINT)))
 
 
 def test_the_task_runs_for_an_app_with_a_performer_only() -> None:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from shared.bus.outgoing import DUE_METADATA
 from shared.bus.records import AUDIT_PREFIX
-from shared.bus.state.rows import mode_rows
+from shared.bus.state.rows import TableRows
 from shared.cleanup.backlog import NEXT_DUE, tokens_in_flight
 from shared.console.throughput import WINDOW_MINUTES, throughput
 from shared.stores.memory import MemoryStorageAccount
@@ -39,7 +39,7 @@ async def test_throughput_counts_the_last_minutes_and_latency_their_percentiles(
     recent = [(5, 100), (10, 300), (65, 200), (70, 400)]  # this minute: 2, the one before: 2
     await audit_rows(account, [*recent, (WINDOW_MINUTES * 60 + 30, 9999)])  # one too old
 
-    done = await throughput(mode_rows(account.table("orders")), NOW, scan_limit=1000)
+    done = await throughput(TableRows(account.table("orders")), NOW, scan_limit=1000)
 
     assert len(done.per_minute) == WINDOW_MINUTES
     assert done.per_minute[-1] == (datetime(2026, 11, 23, 15, 30, tzinfo=UTC), 2)
@@ -55,7 +55,7 @@ async def test_a_scan_that_stops_at_its_limit_says_its_figures_are_partial() -> 
     account = MemoryStorageAccount()
     await audit_rows(account, [(i, 10) for i in range(150)])
 
-    done = await throughput(mode_rows(account.table("orders")), NOW, scan_limit=100)
+    done = await throughput(TableRows(account.table("orders")), NOW, scan_limit=100)
 
     assert (done.scanned, done.complete) == (100, False)
     assert sum(count for _, count in done.per_minute) == 100

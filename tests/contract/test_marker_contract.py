@@ -1,6 +1,6 @@
-"""The at-most-once markers' contract (shared/effects/markers.py), run against every backend:
-one insert wins per key, whoever races, and a key the table cannot hold is refused with the
-project's error."""
+"""The at-most-once markers' contract (shared/effects/markers.py), run against every backend
+through the performer's endpoint rows: one insert wins per key, whoever races, and a key the
+table cannot hold is refused with the project's error."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from shared.bus.state.rows import TableRows
 from shared.effects.markers import MARKER_ROW, EffectMarkers
 from shared.errors import InvalidName
 from tests.conftest import Backend, unique_name
@@ -21,7 +22,7 @@ AT = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)
 async def markers(backend: Backend) -> AsyncIterator[EffectMarkers]:
     table = backend.account.table(unique_name("m"))
     await table.create_if_missing()
-    yield EffectMarkers(table)
+    yield EffectMarkers(TableRows(table))
     await table.delete_table()
 
 
@@ -33,7 +34,7 @@ async def test_the_first_mark_wins_and_every_later_one_finds_it(markers: EffectM
     assert not await markers.mark("k1", request_id="r2", at=AT)
 
     assert await markers.marked("k1")
-    row = await markers.table.get("k1", MARKER_ROW)
+    row = await markers.rows.get("k1", MARKER_ROW)
     assert row["request_id"] == "r1"
     assert row["marked_at"] == AT
 

@@ -41,13 +41,13 @@ from shared.bus.outgoing import Hints, send_signals
 from shared.bus.pipeline import Incoming, Outcome
 from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal
 from shared.bus.state.damaged import ROW_ERRORS, OnDamaged, pass_over
-from shared.bus.state.rows import EndpointRows, mode_rows
+from shared.bus.state.rows import EndpointRows
 from shared.clock import to_datetime
 from shared.errors import NotFound, PreconditionFailed, TooLarge
 from shared.stores.blob import BlobContainer
 from shared.stores.names import MAX_CUSTOM_PROPERTIES, MAX_PROPERTY_BYTES, utf16_size
 from shared.stores.spread import spread
-from shared.stores.table import Entity, Table, TableOperation
+from shared.stores.table import Entity, TableOperation
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +238,7 @@ class EntityOutboxPipeline(ModePipeline):
 
 
 async def expire_entity_outboxes(
-    store: Table | EndpointRows,
+    rows: EndpointRows,
     *,
     tokens: BlobContainer,
     older_than: datetime,
@@ -265,7 +265,6 @@ async def expire_entity_outboxes(
     (``shared.bus.state.damaged``).
     """
     check_page_size(page_size)
-    rows = mode_rows(store)
     entities, following = await rows.page(
         row_key=STATE_ROW, page_size=page_size, continuation=continuation, on_damaged=on_damaged
     )

@@ -28,11 +28,11 @@ from shared.bus.modes.common import (
 from shared.bus.pipeline import Incoming, Outcome
 from shared.bus.records import STATE_ROW, AuditRecord
 from shared.bus.state.damaged import ROW_ERRORS, OnDamaged, pass_over
-from shared.bus.state.rows import EndpointRows, mode_rows
+from shared.bus.state.rows import EndpointRows
 from shared.clock import to_datetime
 from shared.errors import PreconditionFailed
 from shared.stores.blob import BlobContainer
-from shared.stores.table import Entity, Insert, Table, TableOperation
+from shared.stores.table import Entity, Insert, TableOperation
 
 PROCESSED_PREFIX = "processed|"
 
@@ -101,7 +101,7 @@ class ProcessedMessagesPipeline(ModePipeline):
 
 
 async def expire_processed(
-    store: Table | EndpointRows,
+    rows: EndpointRows,
     *,
     tokens: BlobContainer,
     older_than: datetime,
@@ -127,7 +127,6 @@ async def expire_processed(
     time, and only once its audit row (same commit, kept for the audit retention) is gone too.
     """
     check_page_size(page_size)
-    rows = mode_rows(store)
     entities, following = await rows.page(
         row_key_prefix=PROCESSED_PREFIX,
         page_size=page_size,

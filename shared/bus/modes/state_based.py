@@ -48,11 +48,11 @@ from shared.bus.modes.errors import NondeterministicHandler
 from shared.bus.pipeline import Incoming, Outcome
 from shared.bus.records import STATE_ROW, AuditRecord, json_property
 from shared.bus.state.damaged import ROW_ERRORS, DamagedRow, OnDamaged, pass_over
-from shared.bus.state.rows import EndpointRows, mode_rows
+from shared.bus.state.rows import EndpointRows
 from shared.clock import to_datetime
 from shared.errors import CorruptRecord, InvalidValue, PreconditionFailed
 from shared.stores.blob import BlobContainer
-from shared.stores.table import Entity, Insert, Table, TableOperation
+from shared.stores.table import Entity, Insert, TableOperation
 
 log = logging.getLogger(__name__)
 
@@ -288,7 +288,7 @@ def compare_replay(committed: Version, replay: HandlerContext[Any]) -> list[str]
 
 
 async def truncate_state_streams(
-    store: Table | EndpointRows,
+    rows: EndpointRows,
     *,
     tokens: BlobContainer,
     older_than: datetime,
@@ -319,7 +319,6 @@ async def truncate_state_streams(
     well as the damaged one whether the version before may go.
     """
     check_page_size(page_size, minimum=2)
-    rows = mode_rows(store)
     removed = 0
     seen = 0
 

@@ -362,8 +362,3 @@ def spread_write(write: RowsWrite) -> RowsWrite:
     if isinstance(write, Insert):
         return Insert(spread(write.entity))
     return Update(spread(write.entity), write.etag)
-
-
-def mode_rows(store: Table | EndpointRows) -> EndpointRows:
-    """``store`` as endpoint rows: a table is taken as the endpoint's."""
-    return TableRows(store) if isinstance(store, Table) else store
