@@ -87,8 +87,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "receiver-unknown-commit-tokens-not-abandoned",
-        "shared/bus/receiver.py",
-        "abandoned.extend(o.token for o in created.committed_candidates)\n            raise",
+        "shared/bus/round_commit.py",
+        "abandoned.extend(o.token for o in created.committed_candidates)\n        raise",
         "raise",
         "after a commit with an unknown outcome, its tokens are not recorded as abandoned",
         equivalent="nothing reads O(m)'s abandoned list: the cleanup lists the message's "
@@ -97,10 +97,10 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "receiver-conflict-tokens-kept",
-        "shared/bus/receiver.py",
-        """            await discard_tokens(self.tokens, created.committed_candidates)
-            raise Conflict from e""",
-        """            raise Conflict from e""",
+        "shared/bus/round_commit.py",
+        """        await discard_tokens(tokens, created.committed_candidates)
+        raise Conflict from e""",
+        """        raise Conflict from e""",
         "a round that lost the commit race leaves its tokens for the cleanup",
         equivalent="the tokens are unclaimed and uncommitted: the cleanup removes them after "
         "the grace period (they are never signalled); only how long they stay changes",

@@ -33,9 +33,10 @@ from dataclasses import dataclass, field, replace
 from shared.bus.envelope import Envelope, Signal
 from shared.bus.formats import metadata_fields
 from shared.bus.messages import Message
-from shared.bus.outgoing import Hints, discard_tokens, send_signals
+from shared.bus.outgoing import Hints, send_signals
 from shared.bus.pipeline import Delivery, Incoming, IncomingToken, Outcome, Pipeline
 from shared.bus.records import OutboxRecord, outbox_row
+from shared.bus.round_commit import commit_round
 from shared.bus.rounds import Conflict, conflict_rounds
 from shared.bus.state.base import StateRow, StateTransaction, StateWrite
 from shared.bus.telemetry import within
@@ -47,9 +48,7 @@ from shared.errors import (
     NewerVersion,
     NotFound,
     OutcomeUnknown,
-    PermanentFailure,
     PreconditionFailed,
-    TransactionFailed,
 )
 from shared.logsafe import shown
 
@@ -267,7 +266,8 @@ class Receiver(Pipeline):
         )
         created = await self._create_outputs(context, envelope, outbox_row(envelope.id), abandoned)
         now = to_datetime(self.config.clock())
-        try:
+
+        async def commit() -> OutboxRecord:
             committed = outbox.committing(created.committed_candidates, abandoned, now)
             audit = self._audit(envelope, committed.outgoing, now)
             write = StateWrite(
@@ -281,20 +281,8 @@ class Receiver(Pipeline):
             )
             with within(span), self._within_limits():
                 version = await transaction.commit(write, committed, audit)
-        except PermanentFailure:
-            # Refused before or by the commit, which wrote nothing: the message parks, and
-            # these tokens are never committed.
-            await discard_tokens(self.tokens, created.committed_candidates)
-            raise
-        except TransactionFailed as e:
-            # Someone else committed O(m) or changed the partition's state first. Our tokens
-            # were created successfully and will never be committed: discard them now.
-            await discard_tokens(self.tokens, created.committed_candidates)
-            raise Conflict from e
-        except OutcomeUnknown as e:
-            # The commit may still land: its tokens must stay. If it did land, the next round
-            # finds O(m) committed with exactly these tokens; if not, the cleanup removes them.
-            abandoned.extend(o.token for o in created.committed_candidates)
-            raise Conflict from e
+            return replace(committed, etag=version)
+
+        committed = await commit_round(self.tokens, created, abandoned, commit)
         hints.update(created.hints)
-        return replace(committed, etag=version)
+        return committed

@@ -21,20 +21,18 @@ from typing import Any
 
 from shared.bus.deliveries import decode_signals, encode_signals
 from shared.bus.envelope import TOKEN_NAME, Signal, token_prefix
-from shared.bus.outgoing import CreatedTokens, Hints, discard_tokens, send_signals
+from shared.bus.outgoing import CreatedTokens, Hints, send_signals
 from shared.bus.pipeline import Delivery, Incoming, Outcome, Pipeline
 from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal, json_property
-from shared.bus.rounds import Conflict, conflict_rounds
+from shared.bus.round_commit import commit_round
+from shared.bus.rounds import conflict_rounds
 from shared.bus.state.rows import EndpointRows, RowsTransaction
 from shared.bus.telemetry import within
 from shared.errors import (
     CorruptRecord,
     InvalidValue,
-    LimitExceeded,
     NotFound,
-    OutcomeUnknown,
     PreconditionFailed,
-    TransactionFailed,
 )
 from shared.stores.blob import BlobContainer
 from shared.stores.table import Entity, Insert, TableOperation, TableValue, Update
@@ -130,34 +128,19 @@ class ModePipeline(Pipeline):
         created: CreatedTokens,
         abandoned: list[str],
     ) -> list[str | None]:
-        """Commit the round's rows and audit row, or clean up after it and raise Conflict."""
-        try:
+        """Commit the round's rows and audit row, or clean up after it and raise Conflict, as
+        every mode does (``shared.bus.round_commit``)."""
+
+        async def commit() -> list[str | None]:
             with self._within_limits():
                 operations, audit = build()
                 audit.to_entity()  # the audit row's limits, the same in every store
-        except Exception:
-            # Refused before anything was written (a limit): these tokens never commit.
-            await discard_tokens(self.tokens, created.committed_candidates)
-            raise
-        outputs = len(created.committed_candidates)
-        span = self.config.telemetry.committing(self.endpoint.name, self.mode, outputs)
-        try:
+            outputs = len(created.committed_candidates)
+            span = self.config.telemetry.committing(self.endpoint.name, self.mode, outputs)
             with within(span), self._within_limits():
                 return await transaction.commit(operations, audit)
-        except LimitExceeded:
-            # Refused whole, nothing written: these tokens never commit (the message parks).
-            await discard_tokens(self.tokens, created.committed_candidates)
-            raise
-        except TransactionFailed as e:
-            # Another copy or another message changed the partition first: our tokens were
-            # created successfully and will never be committed, so no late copy can appear.
-            await discard_tokens(self.tokens, created.committed_candidates)
-            raise Conflict from e
-        except OutcomeUnknown as e:
-            # The commit may still land, so its tokens must stay. If it landed, the next round
-            # finds the dedup record listing exactly these tokens; if not, they are abandoned.
-            abandoned.extend(o.token for o in created.committed_candidates)
-            raise Conflict from e
+
+        return await commit_round(self.tokens, created, abandoned, commit)
 
     async def _read_partition_rows(self, partition_key: str, dedup_row: str) -> dict[str, Entity]:
         """The partition's state row and the mode's dedup row for this message, in one query
