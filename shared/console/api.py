@@ -217,6 +217,7 @@ class Console:
                 "replayed": done.replayed,
                 "skipped": len(done.skipped),
                 "skipped_why": done.skipped,
+                "complete": done.complete,
             },
         )
 
@@ -225,7 +226,10 @@ class Console:
         reason = text_field(body, "reason", limit=MAX_REASON_CHARS)
         selection = parse_selection(body, self.endpoints, extra=("reason",))
         done = await discard_selected(self.worker, self.parked, selection, who, reason)
-        return json_response(200, {"action": done.action.id, "discarded": done.discarded})
+        return json_response(
+            200,
+            {"action": done.action.id, "discarded": done.discarded, "complete": done.complete},
+        )
 
     async def _actions(self, request: Request, who: str) -> Response:
         size = number(request, "size", 50, 1, 500)

@@ -312,7 +312,7 @@ async def test_a_discard_through_the_function_is_taken_from_its_own_origin_only(
     )
 
     assert foreign[0] == 403
-    assert own == (200, {"action": own[1]["action"], "discarded": 1})
+    assert own == (200, {"action": own[1]["action"], "discarded": 1, "complete": True})
     [action] = (await answer(function, "GET", "api/actions"))[1]["actions"]
     assert (action["who"], action["reason"]) == ("console secret", "charged by hand")
 

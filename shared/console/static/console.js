@@ -274,7 +274,7 @@ async function replay(selector, count, { confirm = true, after } = {}) {
     const skipped = done.skipped
       ? `; ${done.skipped} could not be replayed and stay parked${why}` : "";
     showNotice(`Replayed ${done.replayed} of ${describe(selector)}${skipped}. ` +
-      `Action ${done.action}.`);
+      `Action ${done.action}.${unfinished(done)}`);
   }, after);
 }
 
@@ -285,8 +285,15 @@ async function discard(selector, count, { after } = {}) {
   return act(async () => {
     const done = await api("discard", { method: "POST", body: { ...selector, reason } });
     showNotice(`Discarded ${done.discarded} of ${describe(selector)} into the archive. ` +
-      `Action ${done.action}.`);
+      `Action ${done.action}.${unfinished(done)}`);
   }, after);
+}
+
+/** What an action says when its pass stopped before the end of the queue. */
+function unfinished(done) {
+  return done.complete === false
+    ? " The pass stopped before the end of the queue (BUS_CONSOLE_LIST_LIMIT, or its time): " +
+      "run it again for the rest." : "";
 }
 
 /** Runs one action; then ``after`` (by default, the view drawn again with what is left). */
