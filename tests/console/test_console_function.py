@@ -19,6 +19,7 @@ from shared import runtime
 from shared.bindings import CONSOLE_FUNCTION, FIXED_FUNCTIONS, blueprint
 from shared.bus import BusApp
 from shared.bus.poison import Reason, poison_body
+from shared.console.function import DEPLOYED_DOWNLOAD_BYTES
 from shared.console.headers import CONTENT_SECURITY_POLICY
 from shared.errors import ConfigurationError
 from shared.provisioning import provision
@@ -26,6 +27,7 @@ from shared.resources import poison_queue
 from shared.sample.app import app as sample_app
 from shared.settings import resolve_settings
 from shared.stores.memory import MemoryStorageAccount
+from tests.bus.test_parked_body_stream import order, parked
 from tests.conftest import sample_settings
 
 ORIGIN = "https://shop-bus.azurewebsites.net"
@@ -369,3 +371,20 @@ async def test_a_signed_in_name_however_long_leaves_the_object_id_in_the_journal
     [action] = (await answer(function, "GET", "api/actions", headers=ADA))[1]["actions"]
     assert action["who"].startswith("ada@contoso.example")
     assert action["who"].endswith(f"(object id {ADA_ID})")
+
+
+async def test_a_body_is_downloaded_whole_up_to_the_deployed_bound_and_refused_above() -> None:
+    """The host's Python worker answers whole: a body above the bound is refused with where
+    to read it, not collected in memory."""
+    function, account = await deployed()
+    small = await parked(account, order(1000), shared=False, endpoint="payments")
+    large = await parked(account, order(DEPLOYED_DOWNLOAD_BYTES), shared=True, endpoint="payments")
+
+    whole = await function(request("GET", f"api/failed/payments/{small.message.id}/body"))
+    refused = await answer(function, "GET", f"api/failed/payments/{large.message.id}/body")
+
+    assert whole.status_code == 200
+    assert json.loads(whole.get_body()) == order(1000)
+    assert whole.headers["Content-Disposition"].startswith("attachment;")
+    assert refused[0] == 413
+    assert "bus poison show" in refused[1]["error"]

@@ -104,6 +104,18 @@ async function api(path, { method = "GET", body, query } = {}) {
   return data;
 }
 
+/** Why the server refused a download (an altered or missing body, one too large for the
+ * deployed console), as its JSON error says, else its status. */
+async function refusal(response) {
+  try {
+    const answer = await response.json();
+    if (answer && typeof answer.error === "string") return `${response.status}: ${answer.error}`;
+  } catch (e) {
+    // not JSON: the status says it
+  }
+  return `${response.status}: no body to save`;
+}
+
 /** Save the whole body of a parked message (the view shows only its beginning): fetched
  * with the tab's credentials, then handed to the browser as a file, never shown. */
 async function downloadBody(endpoint, id) {
@@ -116,10 +128,15 @@ async function downloadBody(endpoint, id) {
   } catch (e) {
     throw new ApiError(0, `the console's server cannot be reached (${e.message})`);
   }
-  if (!response.ok) throw new ApiError(response.status, `${response.status}: no body to save`);
-  const link = el("a", {
-    href: URL.createObjectURL(await response.blob()), download: `${endpoint}-${id}.json`,
-  });
+  if (!response.ok) throw new ApiError(response.status, await refusal(response));
+  let saved;
+  try {
+    saved = await response.blob();
+  } catch (e) {
+    // The server checked the body, then streams it: one changed meanwhile is cut short.
+    throw new ApiError(0, `the download stopped before its end (${e.message}); try again`);
+  }
+  const link = el("a", { href: URL.createObjectURL(saved), download: `${endpoint}-${id}.json` });
   document.body.append(link);
   link.click();
   link.remove();
