@@ -388,3 +388,25 @@ async def test_a_body_is_downloaded_whole_up_to_the_deployed_bound_and_refused_a
     assert whole.headers["Content-Disposition"].startswith("attachment;")
     assert refused[0] == 413
     assert "bus poison show" in refused[1]["error"]
+
+
+async def test_a_discard_capped_by_the_list_limit_says_it_did_not_reach_the_end() -> None:
+    function, account = await deployed(BUS_CONSOLE_LIST_LIMIT="32")
+    poison = account.queue(poison_queue("payments"))
+    for i in range(40):
+        why = Reason("payments", "failed", 5, message_id=f"m-{i}", message_type="ChargePayment")
+        await poison.send(poison_body("{}", why))
+    csrf = (await answer(function, "GET", "api/session"))[1]["csrf"]
+    headers = {**SIGNED_IN, "Content-Type": "application/json", "X-Console-CSRF": csrf}
+    body = {"endpoint": "payments", "type": "ChargePayment", "reason": "charged by hand"}
+
+    first = await answer(
+        function, "POST", "api/discard", headers={**headers, "Origin": ORIGIN}, body=body
+    )
+    rest = await answer(
+        function, "POST", "api/discard", headers={**headers, "Origin": ORIGIN}, body=body
+    )
+
+    assert (first[1]["discarded"], first[1]["complete"]) == (32, False)
+    assert (rest[1]["discarded"], rest[1]["complete"]) == (8, True)
+    assert await poison.approximate_count() == 0
