@@ -627,9 +627,9 @@ CONSOLE_AUDIT_SCAN_ROWS = whole(
 CONSOLE_LIST_LIMIT = whole(
     "BUS_CONSOLE_LIST_LIMIT",
     1000,
-    "parked messages one listing pass reads per poison queue, in the console and in `bus "
-    "poison list` (beyond it the listing says it is incomplete: `complete` false; "
-    "docs/console.md)",
+    "parked messages one pass reads per poison queue, listing, replaying or discarding, in "
+    "the console and in `bus poison list`, `bus replay` and `bus poison discard` (beyond it "
+    "the pass says it is incomplete: `complete` false; docs/console.md)",
     group=CONSOLE,
     low=32,
     high=100_000,

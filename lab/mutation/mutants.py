@@ -463,6 +463,31 @@ MUTANTS: tuple[Mutant, ...] = (
         "a discard archives and deletes the poison message but leaves its token for ever (the "
         "oldest-token alert never clears; the origin record never retires)",
     ),
+    # -- one pass over a poison queue; a parked body downloaded --------------------------------
+    Mutant(
+        "parked-pass-ends-on-seen-batch",
+        "shared/bus/parked_pass.py",
+        "            if not batch:\n                return True\n",
+        "            if not batch or all(m.id in passed.seen for m in batch):\n"
+        "                return True\n",
+        "a listing, replay or discard pass ends on a batch of messages it has seen (their hold "
+        "ran out) and leaves every message behind them, saying it saw them all",
+    ),
+    Mutant(
+        "parked-body-digest-unchecked",
+        "shared/bus/parked_body.py",
+        "    if digest is not None and hashed != digest:",
+        "    if False:",
+        "a parked body is downloaded without checking the token against the digest in its name",
+    ),
+    Mutant(
+        "parked-body-stream-unpinned",
+        "shared/bus/parked_body.py",
+        "            piece = await self.blobs.read_range(self.name, at, length, etag=self.etag)",
+        "            current = (await self.blobs.get_properties(self.name)).etag\n"
+        "            piece = await self.blobs.read_range(self.name, at, length, etag=current)",
+        "a parked body is streamed from whatever the blob holds by then, not the version checked",
+    ),
     # -- shared payloads (one payload per publish) ----------------------------------------------
     Mutant(
         "payloads-digest-unchecked",

@@ -198,7 +198,7 @@ class ParkedWorld(World):
             ARCHIVE_KEPT,
         )
         chosen = DiscardFilter(message_id=self._discarded.message_id)
-        done = await discard_parked(poison, self.sim.entry, chosen, places, why)
+        done = (await discard_parked(poison, self.sim.entry, chosen, places, why)).discarded
         return f"discarded {len(done)}, token removed {sum(d.token_removed for d in done)}"
 
     # -- the cleanup and time ------------------------------------------------------------------

@@ -74,7 +74,10 @@ async def _replay_endpoint(
     uncertain = "; ".join(report.skipped)
     outcomes: list[Outcome] = []
     for message_id in ids:
-        if message_id not in chosen:
+        if message_id not in chosen and not report.complete:
+            why = "the pass stopped before the end of the poison queue: run the job again"
+            outcomes.append((_name(endpoint, message_id), None, "uncertain", why, [], None))
+        elif message_id not in chosen:
             outcomes.append((_name(endpoint, message_id), None, "not_waiting", None, [], None))
         elif report.skipped:
             # replay_report says how many it could not send, not which: every one taken is

@@ -22,8 +22,8 @@ from datetime import UTC, datetime, timedelta
 
 from shared.bus.config import BusConfig
 from shared.bus.discard_token import parked_token, remove_token
-from shared.bus.parked_pass import LOOK_SECONDS, PEEK_LIMIT
-from shared.bus.poison import PassedOver, read_poison
+from shared.bus.parked_pass import walk
+from shared.bus.poison import read_poison
 from shared.errors import AlreadyExists, NotFound
 from shared.stores.account import StorageAccount
 from shared.stores.blob import BlobContainer
@@ -108,30 +108,39 @@ class DiscardPlaces:
         )
 
 
+@dataclass(frozen=True)
+class DiscardReport:
+    discarded: list[Discarded]
+    complete: bool
+    """The pass looked at every message of the queue; false when it stopped before the end
+    (its look limit or its time: ``shared.bus.parked_pass``), and a discard again takes
+    what it did not reach."""
+
+
 async def discard_parked(
     poison: MessageQueue,
     endpoint: str,
     select: Callable[[QueueMessage], bool],
     places: DiscardPlaces,
     discard: Discard,
-) -> list[Discarded]:
+    *,
+    look_limit: int | None = None,
+) -> DiscardReport:
     """Archive every poison message of ``endpoint`` that ``select`` takes (a
     ``DiscardFilter``, or the console's selection), then delete its token and it; the rest
-    of the queue is looked at and left visible."""
-    passed = PassedOver()
+    of the queue is looked at and left visible. One pass (``shared.bus.parked_pass.walk``)
+    looks at each message once, at most ``look_limit`` of them (None: as many as its time
+    allows), and ends on an exhausted queue."""
     done: list[Discarded] = []
-    try:
-        while batch := passed.unseen(
-            await poison.receive(PEEK_LIMIT, visibility_timeout=LOOK_SECONDS)
-        ):
-            for message in batch:
-                if select(message):
-                    done.append(await _discard_one(poison, endpoint, message, places, discard))
-                else:
-                    passed.hold(message)
-    finally:
-        await passed.release(poison)
-    return done
+
+    async def visit(message: QueueMessage) -> bool:
+        if not select(message):
+            return False
+        done.append(await _discard_one(poison, endpoint, message, places, discard))
+        return True
+
+    complete = await walk(poison, visit, limit=look_limit)
+    return DiscardReport(done, complete)
 
 
 async def _discard_one(

@@ -20,12 +20,13 @@ message again (its hold ran out) while others it has never shown wait behind it.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from shared.bus.poison import PassedOver
+from shared.errors import NotFound
 from shared.stores.queue import MessageQueue, QueueMessage
 
 T = TypeVar("T")
@@ -55,25 +56,88 @@ async def look_through(
     peeked = await queue.peek(PEEK_LIMIT)
     if len(peeked) < PEEK_LIMIT and (limit is None or len(peeked) <= limit):
         return Looked(_kept(peeked, keep), complete=True)  # all of them: none is hidden
-    passed = PassedOver()
     kept: list[T] = []
+
+    async def look(message: QueueMessage) -> bool:
+        nonlocal kept
+        kept += _kept([message], keep)
+        return False
+
+    complete = await walk(queue, look, limit=limit)
+    return Looked(kept, complete)
+
+
+async def walk(
+    queue: MessageQueue,
+    visit: Callable[[QueueMessage], Awaitable[bool]],
+    *,
+    limit: int | None,
+    enough: Callable[[], bool] | None = None,
+) -> bool:
+    """Hand each message of ``queue`` to ``visit`` once, received and hidden for
+    ``LOOK_SECONDS``: ``visit`` returns True when it took the message (deleted it), and every
+    other is made visible again at the end of the pass. At most ``limit`` messages are
+    visited (None: as many as the time allows); ``enough`` ends the pass early once it says
+    so (a replay that moved as many as it was asked to). Returns whether every message of
+    the queue was visited (``complete``)."""
+    passed = PassedOver()
     deadline = time.monotonic() + PASS_SECONDS
+    visited = 0
+    left_over = False
+    """A message received but not visited: the pass stopped within its batch."""
     try:
         while True:
-            if limit is not None and len(passed.seen) >= limit:
-                return Looked(kept, complete=not await queue.peek(1))
             if time.monotonic() > deadline:
-                return Looked(kept, complete=False)
-            wanted = PEEK_LIMIT if limit is None else min(PEEK_LIMIT, limit - len(passed.seen))
+                return False
+            if _stop(visited, limit, enough):
+                return not left_over and not await queue.peek(1)
+            wanted = PEEK_LIMIT if limit is None else min(PEEK_LIMIT, limit - visited)
             batch = await queue.receive(wanted, visibility_timeout=LOOK_SECONDS)
             if not batch:
-                return Looked(kept, complete=True)
+                return True
             for message in passed.unseen(batch):  # a message seen before: its new receipt
-                passed.hold(message)
-                kept += _kept([message], keep)
+                if _stop(visited, limit, enough) or time.monotonic() > deadline:
+                    left_over = True
+                    passed.hold(message)
+                    continue
+                visited += 1
+                if not await visit(message):
+                    passed.hold(message)
     finally:
         await passed.release(queue)
 
 
+def _stop(visited: int, limit: int | None, enough: Callable[[], bool] | None) -> bool:
+    return (limit is not None and visited >= limit) or (enough is not None and enough())
+
+
 def _kept(messages: list[QueueMessage], keep: Callable[[QueueMessage], T | None]) -> list[T]:
     return [found for found in map(keep, messages) if found is not None]
+
+
+class PassedOver:
+    """The poison messages a pass receives and leaves where they are (not selected, only
+    counted by a dry run, or skipped): remembered so that the pass does not take them twice,
+    and made visible again at its end. Only each one's id and pop receipt are kept, never its
+    content: a pass over a queue of large entries holds one batch of them at a time."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, str] = {}
+        """Queue message id -> its latest pop receipt."""
+        self.seen: set[str] = set()
+
+    def unseen(self, batch: list[QueueMessage]) -> list[QueueMessage]:
+        for message in batch:
+            if message.id in self.held:
+                self.held[message.id] = message.pop_receipt  # received again: its new receipt
+        fresh = [m for m in batch if m.id not in self.seen]
+        self.seen.update(m.id for m in batch)
+        return fresh
+
+    def hold(self, message: QueueMessage) -> None:
+        self.held[message.id] = message.pop_receipt
+
+    async def release(self, poison: MessageQueue) -> None:
+        for message_id, pop_receipt in self.held.items():
+            with contextlib.suppress(NotFound):
+                await poison.update(message_id, pop_receipt, visibility_timeout=0)

@@ -46,6 +46,7 @@ from typing import Any
 
 from shared.bus.envelope import Signal
 from shared.bus.formats import JSON_FIELD, NEWEST, json_version, stated
+from shared.bus.parked_pass import walk
 from shared.errors import CorruptRecord, MalformedSignal, NewerVersion, NotFound, TooLarge
 from shared.resources import poison_queue
 from shared.stores.account import StorageAccount
@@ -411,6 +412,10 @@ class ReplayReport:
     """Messages sent back to the endpoint's queue (in a dry run: that would be)."""
     skipped: list[str] = field(default_factory=list)
     """One line per poison message left where it is, saying why."""
+    complete: bool = True
+    """The pass looked at every message of the queue; false when it stopped with some not
+    looked at (its look limit, its time: ``shared.bus.parked_pass``, or ``limit`` moved while
+    more wait)."""
 
 
 async def replay(
@@ -440,6 +445,7 @@ async def replay_report(
     select: Callable[[str], bool] | None = None,
     ids: Collection[str] | None = None,
     dry_run: bool = False,
+    look_limit: int | None = None,
 ) -> ReplayReport:
     """Move up to ``limit`` poison messages of ``endpoint`` back to its queue. Each is re-sent
     before it is deleted, so a crash can only duplicate a signal, which the pipeline ignores.
@@ -447,37 +453,35 @@ async def replay_report(
     ``select`` (given a poison message's content) chooses which to move, and ``ids`` (queue
     message ids), when given, limits the choice to those; ``dry_run`` moves
     none and counts those it would move. What cannot be replayed is skipped and reported,
-    and stays in the poison queue (a dry run reports what it cannot unwrap). Each message is
-    received once per pass (hidden for a minute); what the pass leaves is made visible again
-    at its end, so one pass never reports a message twice. ``step`` is called per message
+    and stays in the poison queue (a dry run reports what it cannot unwrap). One pass
+    (``shared.bus.parked_pass.walk``) looks at each message once, at most ``look_limit`` of
+    them (None: as many as its time allows), and ends on an exhausted queue; what it leaves is
+    made visible again at its end, so one pass never reports a message twice, and the
+    report's ``complete`` says whether it looked at them all. ``step`` is called per message
     looked at."""
     poison = account.queue(poison_queue(endpoint))
     report = ReplayReport()
-    left = PassedOver()
-    while report.replayed < limit:
-        wanted = min(32, limit - report.replayed)
-        batch = left.unseen(await poison.receive(wanted, visibility_timeout=60))
-        if not batch:
-            break
-        for message in batch:
-            if step is not None:
-                step()
-            if (ids is not None and message.id not in ids) or (
-                select is not None and not select(message.content)
-            ):
-                left.hold(message)
-                continue
-            problem, original = await _try(account, endpoint, message.content, container, dry_run)
-            if problem is not None:
-                report.skipped.append(f"{endpoint}: skipped poison message {message.id}: {problem}")
-                left.hold(message)
-                continue
-            if dry_run:
-                left.hold(message)
-            else:
-                await discard(poison, message, account.blob_container(container), original)
-            report.replayed += 1
-    await left.release(poison)
+
+    async def visit(message: QueueMessage) -> bool:
+        if step is not None:
+            step()
+        if (ids is not None and message.id not in ids) or (
+            select is not None and not select(message.content)
+        ):
+            return False
+        problem, original = await _try(account, endpoint, message.content, container, dry_run)
+        if problem is not None:
+            report.skipped.append(f"{endpoint}: skipped poison message {message.id}: {problem}")
+            return False
+        report.replayed += 1
+        if dry_run:
+            return False
+        await discard(poison, message, account.blob_container(container), original)
+        return True
+
+    report.complete = await walk(
+        poison, visit, limit=look_limit, enough=lambda: report.replayed >= limit
+    )
     return report
 
 
@@ -552,31 +556,3 @@ async def _replay_one(
     except TooLarge as e:
         return f"its original {original} cannot be sent on a queue: {e}", None
     return None, original
-
-
-class PassedOver:
-    """The poison messages a pass receives and leaves where they are (not selected, only
-    counted by a dry run, or skipped): remembered so that the pass does not take them twice,
-    and made visible again at its end. Only each one's id and pop receipt are kept, never its
-    content: a pass over a queue of large entries holds one batch of them at a time."""
-
-    def __init__(self) -> None:
-        self.held: dict[str, str] = {}
-        """Queue message id -> its latest pop receipt."""
-        self.seen: set[str] = set()
-
-    def unseen(self, batch: list[QueueMessage]) -> list[QueueMessage]:
-        for message in batch:
-            if message.id in self.held:
-                self.held[message.id] = message.pop_receipt  # received again: its new receipt
-        fresh = [m for m in batch if m.id not in self.seen]
-        self.seen.update(m.id for m in batch)
-        return fresh
-
-    def hold(self, message: QueueMessage) -> None:
-        self.held[message.id] = message.pop_receipt
-
-    async def release(self, poison: MessageQueue) -> None:
-        for message_id, pop_receipt in self.held.items():
-            with contextlib.suppress(NotFound):
-                await poison.update(message_id, pop_receipt, visibility_timeout=0)

@@ -19,7 +19,7 @@ from shared.bus.discard import (
 )
 from shared.bus.journal import Journal, new_action
 from shared.cli.commands import EXIT_FAILED, EXIT_OK, say
-from shared.cli.poison_commands import check_endpoints
+from shared.cli.poison_commands import check_endpoints, incomplete_pass
 from shared.logsafe import shown
 from shared.resources import poison_queue
 from shared.runtime import Worker
@@ -59,20 +59,23 @@ async def discard_command(
         at=discard.at,
     )
     await journal.begin(action)
-    done = await discard_parked(
+    limit = worker.app_config.console.list_limit
+    report = await discard_parked(
         account.queue(poison_queue(endpoint)),
         endpoint,
         select,
         DiscardPlaces.of(account, config),
         discard,
+        look_limit=limit,
     )
-    await journal.finish(action, len(done))
-    if not done:
-        say(f"no poison message {_described(select)} in {endpoint}")
-        return EXIT_FAILED
-    for discarded in done:
+    await journal.finish(action, len(report.discarded))
+    for discarded in report.discarded:
         say(audit_line(discarded, discard))
-    return EXIT_OK
+    if not report.complete:
+        say(incomplete_pass(endpoint, limit, "discard"))
+    elif not report.discarded:
+        say(f"no poison message {_described(select)} in {endpoint}")
+    return EXIT_OK if report.discarded else EXIT_FAILED
 
 
 def selector_text(select: DiscardFilter) -> str:

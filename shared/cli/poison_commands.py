@@ -95,12 +95,21 @@ async def replay_command(
             await journal.begin(action)
         with ProgressBar(f"replay {endpoint}", looked_at, enabled=progress) as bar:
             report = await replay_report(
-                account, endpoint, limit, container, bar.advance, select=only, dry_run=dry_run
+                account,
+                endpoint,
+                limit,
+                container,
+                bar.advance,
+                select=only,
+                dry_run=dry_run,
+                look_limit=worker.app_config.console.list_limit,
             )
         if action is not None:
             await journal.finish(action, report.replayed)
         for line in report.skipped:
             say(line)
+        if not report.complete:
+            say(incomplete_pass(endpoint, worker.app_config.console.list_limit, "replay"))
         if report.replayed or report.skipped:
             say(
                 f"{endpoint}: {verb} {report.replayed} poison messages"
@@ -162,7 +171,7 @@ async def poison_list_command(
         )
         listed += found.entries
         if not found.complete:
-            notes.append(_incomplete(endpoint, limit))
+            notes.append(incomplete_pass(endpoint, limit, "list"))
         if found.more and page.size is not None:
             notes.append(_next_page(endpoint, page, page.skip + page.size))
     if grouped:
@@ -174,10 +183,12 @@ async def poison_list_command(
     return EXIT_OK
 
 
-def _incomplete(endpoint: str, limit: int) -> str:
+def incomplete_pass(endpoint: str, limit: int, verb: str) -> str:
+    """What a pass that stopped before the end of ``endpoint``'s poison queue says."""
     return (
         f"{endpoint}: incomplete: the pass stopped after {limit} messages "
-        "(BUS_CONSOLE_LIST_LIMIT) or its time; more are parked than listed"
+        f"(BUS_CONSOLE_LIST_LIMIT) or its time; more are parked than it could {verb} "
+        "(run it again for the rest)"
     )
 
 

@@ -27,12 +27,15 @@ class Replayed:
     action: Action
     replayed: int
     skipped: list[str]
+    complete: bool
+    """The pass looked at every parked message (``BUS_CONSOLE_LIST_LIMIT``, 15 s)."""
 
 
 @dataclass(frozen=True)
 class Discarded:
     action: Action
     discarded: int
+    complete: bool
 
 
 def journal_of(worker: Worker) -> Journal:
@@ -60,9 +63,10 @@ async def replay_selected(
             worker.config.parked_container,
             select=selection.matches_content,
             ids=selection.ids,
+            look_limit=worker.app_config.console.list_limit,
         )
     done = await journal.finish(action, report.replayed)
-    return Replayed(done, report.replayed, report.skipped)
+    return Replayed(done, report.replayed, report.skipped, report.complete)
 
 
 async def discard_selected(
@@ -87,12 +91,14 @@ async def discard_selected(
     await journal.begin(action)
     account = worker.account()
     async with parked.changing(selection.endpoint):
-        done = await discard_parked(
+        report = await discard_parked(
             account.queue(poison_queue(selection.endpoint)),
             selection.endpoint,
             selection.matches,
             DiscardPlaces.of(account, worker.config),
             discard,
+            look_limit=worker.app_config.console.list_limit,
         )
-    finished = await journal.finish(action, len(done))
-    return Discarded(finished, len(done))
+    count = len(report.discarded)
+    finished = await journal.finish(action, count)
+    return Discarded(finished, count, report.complete)

@@ -20,11 +20,12 @@ from typing import Any
 
 from shared.app_loader import APP_SETTING, DEFAULT_APP
 from shared.bus.discard import MAX_REASON_CHARS
+from shared.bus.parked_body import BodyWithheld
 from shared.console import failed
 from shared.console.actions import discard_selected, journal_of, replay_selected
 from shared.console.guard import Guard, Refused
 from shared.console.headers import secured
-from shared.console.http import Request, Response, error_response, json_response
+from shared.console.http import Request, Response, Streamed, error_response, json_response
 from shared.console.overview import overview
 from shared.console.parked import ParkedQueues
 from shared.console.selection import QUEUE_MESSAGE_ID, parse_selection, text_field
@@ -200,12 +201,16 @@ class Console:
     async def _body(self, endpoint: str, queue_message_id: str) -> Response:
         """The whole body, as a file to save: never shown by the browser (an attachment of
         an opaque type, and ``nosniff`` on every answer)."""
-        body = await failed.parked_body(self.worker, self.parked, endpoint, queue_message_id)
+        try:
+            body = await failed.parked_body(self.worker, self.parked, endpoint, queue_message_id)
+        except BodyWithheld as e:
+            raise Refused(409, f"its body is not served: {e.state}: {e}") from None
         if body is None:
             raise Refused(404, "no such parked message (replayed or discarded since?)")
         name = f"{endpoint}-{queue_message_id}.json"
         disposition = {"Content-Disposition": f'attachment; filename="{name}"'}
-        return Response(200, body.encode("utf-8"), "application/octet-stream", disposition)
+        download = Streamed(body.size, body.chunks)
+        return Response(200, b"", "application/octet-stream", disposition, download)
 
     async def _replay(self, request: Request, who: str) -> Response:
         selection = parse_selection(json_body(request), self.endpoints)
@@ -217,6 +222,7 @@ class Console:
                 "replayed": done.replayed,
                 "skipped": len(done.skipped),
                 "skipped_why": done.skipped,
+                "complete": done.complete,
             },
         )
 
@@ -225,7 +231,10 @@ class Console:
         reason = text_field(body, "reason", limit=MAX_REASON_CHARS)
         selection = parse_selection(body, self.endpoints, extra=("reason",))
         done = await discard_selected(self.worker, self.parked, selection, who, reason)
-        return json_response(200, {"action": done.action.id, "discarded": done.discarded})
+        return json_response(
+            200,
+            {"action": done.action.id, "discarded": done.discarded, "complete": done.complete},
+        )
 
     async def _actions(self, request: Request, who: str) -> Response:
         size = number(request, "size", 50, 1, 500)

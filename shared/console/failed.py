@@ -7,10 +7,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from shared.bus.parked_body import BodyDownload, body_download
 from shared.bus.parked_groups import poison_groups
 from shared.bus.poison_view import ParkedView, find_parked, view
 from shared.console.parked import Entries, ParkedQueues
 from shared.runtime import Worker
+from shared.stores.account import StorageAccount
+from shared.stores.queue import QueueMessage
 
 MAX_PAGE = 500
 DEFAULT_PAGE = 50
@@ -82,11 +85,30 @@ async def parked_message(
 
 async def parked_body(
     worker: Worker, parked: ParkedQueues, endpoint: str, queue_message_id: str
-) -> str | None:
-    """One parked message's body whole, as its view reads it (None when it is no longer
-    parked; empty when its body is missing or altered: the view says why)."""
-    seen = await parked_view(worker, parked, endpoint, queue_message_id)
-    return None if seen is None else seen.body.text or ""
+) -> BodyDownload | None:
+    """One parked message's body whole, checked and ready to stream
+    (``shared.bus.parked_body``); None when it is no longer parked. Raises BodyWithheld when
+    its body is missing or altered."""
+    account, config = worker.account(), worker.config
+    async with parked.passing(endpoint):
+        found = await _found(account, endpoint, queue_message_id)
+        if found is None:
+            return None
+        return await body_download(
+            account,
+            endpoint,
+            found,
+            tokens=config.tokens_container,
+            parked=config.parked_container,
+            payloads=config.payloads_container,
+        )
+
+
+async def _found(
+    account: StorageAccount, endpoint: str, queue_message_id: str
+) -> QueueMessage | None:
+    found = await find_parked(account, endpoint, queue_message_id)
+    return next((m for m in found if m.id == queue_message_id), None)
 
 
 async def parked_view(
@@ -94,17 +116,13 @@ async def parked_view(
 ) -> ParkedView | None:
     account, config = worker.account(), worker.config
     async with parked.passing(endpoint):
-        found = [
-            m
-            for m in await find_parked(account, endpoint, queue_message_id)
-            if m.id == queue_message_id
-        ]
-        if not found:
+        message = await _found(account, endpoint, queue_message_id)
+        if message is None:
             return None
         seen = await view(
             account,
             endpoint,
-            found[0],
+            message,
             tokens=config.tokens_container,
             parked=config.parked_container,
             payloads=config.payloads_container,

@@ -14,19 +14,23 @@ the address without the trailing slash is redirected to it, keeping its query.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from urllib.parse import urlsplit, urlunsplit
 
 import azure.functions as func
 
+from shared.bus.parked_body import BodyWithheld
 from shared.console.api import Console
 from shared.console.csrf_key import shared_csrf_key
 from shared.console.guard import Guard, deployed_identity
 from shared.console.headers import secured
-from shared.console.http import Request, Response, error_response, lower_headers
+from shared.console.http import Request, Response, Streamed, error_response, lower_headers
 from shared.errors import OutcomeUnknown, StorageError
 from shared.runtime import Worker
 
 PATH_PARAMETER = "path"
+DEPLOYED_DOWNLOAD_BYTES = 1024 * 1024
+"""The largest body the deployed console hands out as a download: it answers whole."""
 
 
 class DeployedConsole:
@@ -61,6 +65,8 @@ class DeployedConsole:
                 body=request.get_body() or b"",
             )
         )
+        if answer.stream is not None:
+            answer = secured(await _collected(answer, answer.stream), "/api/")
         return _response(answer)
 
     async def _ready(self) -> Console:
@@ -75,6 +81,24 @@ class DeployedConsole:
                 )
                 self._console = Console(self.worker, guard)
             return self._console
+
+
+async def _collected(answer: Response, stream: Streamed) -> Response:
+    """A download as one answer: the host's Python worker answers HTTP whole (streaming needs
+    its FastAPI extension, which switches every HTTP function of the app to it), so a body
+    above ``DEPLOYED_DOWNLOAD_BYTES`` is refused, pointing at what reads it whole."""
+    if stream.length > DEPLOYED_DOWNLOAD_BYTES:
+        return error_response(
+            413,
+            f"this body is {stream.length} bytes; the deployed console hands out at most "
+            f"{DEPLOYED_DOWNLOAD_BYTES} at once: read it with `bus poison show` or "
+            "`bus console` (the local console streams it)",
+        )
+    try:
+        body = b"".join([chunk async for chunk in stream.chunks()])
+    except (StorageError, OutcomeUnknown, BodyWithheld) as e:
+        return error_response(503, f"the body changed or could not be read while sent: {e}")
+    return replace(answer, body=body, stream=None)
 
 
 def _redirect(location: str) -> func.HttpResponse:

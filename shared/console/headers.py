@@ -4,6 +4,8 @@ API's answers are never cached (they hold message contents)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from shared.console.http import Response
 
 CONTENT_SECURITY_POLICY = (
@@ -25,9 +27,4 @@ def secured(response: Response, path: str) -> Response:
     """``response`` with the security headers (``no-store`` for the API, ``no-cache`` for the
     page's files, so a new version is fetched)."""
     caching = "no-store" if path.startswith("/api/") else "no-cache"
-    return Response(
-        response.status,
-        response.body,
-        response.content_type,
-        {**response.headers, **ALWAYS, "Cache-Control": caching},
-    )
+    return replace(response, headers={**response.headers, **ALWAYS, "Cache-Control": caching})

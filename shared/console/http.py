@@ -8,7 +8,7 @@ framework reaches the handlers. Header names are kept in lower case.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,11 +35,23 @@ class Request:
 
 
 @dataclass(frozen=True)
+class Streamed:
+    """An answer's body handed out in chunks rather than held: ``length`` bytes in all,
+    which ``chunks()`` yields in order. An error while it streams ends the answer short of
+    its length (its headers are gone already), which every client reports as incomplete."""
+
+    length: int
+    chunks: Callable[[], AsyncIterator[bytes]]
+
+
+@dataclass(frozen=True)
 class Response:
     status: int
     body: bytes
     content_type: str
     headers: dict[str, str] = field(default_factory=dict)
+    stream: Streamed | None = None
+    """In place of ``body``: a large download."""
 
 
 def lower_headers(pairs: Mapping[str, str]) -> dict[str, str]:

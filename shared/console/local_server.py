@@ -21,7 +21,7 @@ from aiohttp import web
 
 from shared.console.api import MAX_BODY_BYTES, Console
 from shared.console.headers import secured
-from shared.console.http import Request, Response, error_response, lower_headers
+from shared.console.http import Request, Response, Streamed, error_response, lower_headers
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 
@@ -83,6 +83,8 @@ def _handler(
             answer = secured(refused, request.path)
         else:
             answer = await console.handle(await _request(request))
+        if answer.stream is not None:
+            return await _streamed(request, answer, answer.stream)
         return _response(answer)
 
     return handle
@@ -124,6 +126,22 @@ async def _request(request: web.BaseRequest) -> Request:
         headers=lower_headers(dict(request.headers)),
         body=body,
     )
+
+
+async def _streamed(
+    request: web.BaseRequest, answer: Response, stream: Streamed
+) -> web.StreamResponse:
+    """A download written chunk by chunk as it is read, its length announced: one that fails
+    half-way (the blob changed since it was checked) is cut short, which the browser reports
+    as a failed download, never as a whole file."""
+    response = web.StreamResponse(status=answer.status, headers=answer.headers)
+    response.content_type = answer.content_type.split(";")[0]
+    response.content_length = stream.length
+    await response.prepare(request)
+    async for chunk in stream.chunks():
+        await response.write(chunk)
+    await response.write_eof()
+    return response
 
 
 def _response(answer: Response) -> web.Response:

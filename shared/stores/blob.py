@@ -86,6 +86,12 @@ class BlobContainer(abc.ABC):
         """Return content, metadata and ETag in one request. Raises NotFound."""
 
     @abc.abstractmethod
+    async def read_range(self, name: str, offset: int, length: int, *, etag: str) -> bytes:
+        """At most ``length`` bytes of the blob from ``offset`` (fewer at its end, none past
+        it), only while it still has ``etag`` (``If-Match``): a large blob read in chunks,
+        each one of the same version. Raises PreconditionFailed if it changed or is gone."""
+
+    @abc.abstractmethod
     async def get_properties(self, name: str) -> BlobProperties:
         """Return metadata and ETag without the content. Raises NotFound."""
 
@@ -170,6 +176,14 @@ class BlobContainer(abc.ABC):
                 return BlobPage(items, items[-1].name)
             items.append(properties)
         return BlobPage(items, None)
+
+
+def check_range(offset: int, length: int) -> None:
+    """Refuse a range no service reads: before the start, or of no byte."""
+    if offset < 0 or length < 1:
+        raise InvalidValue(
+            f"a range starts at 0 or later and holds a byte at least: {offset}+{length}"
+        )
 
 
 def check_batch(blobs: Sequence[tuple[str, str]]) -> None:

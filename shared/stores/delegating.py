@@ -52,6 +52,13 @@ class DelegatingBlobContainer(_Forwarding, BlobContainer):
     async def read(self, name: str) -> Blob:
         return await self._call("blob.read", self._target(name), lambda: self.inner.read(name))
 
+    async def read_range(self, name: str, offset: int, length: int, *, etag: str) -> bytes:
+        return await self._call(
+            "blob.read",
+            self._target(name),
+            lambda: self.inner.read_range(name, offset, length, etag=etag),
+        )
+
     async def get_properties(self, name: str) -> BlobProperties:
         return await self._call(
             "blob.get_properties", self._target(name), lambda: self.inner.get_properties(name)

@@ -39,17 +39,19 @@ async def discard_one(backend: Backend, config: BusConfig, i: int, *, days_ago: 
     archive = backend.account.blob_container(config.discarded_container)
     await archive.create_if_missing()
     at = to_datetime(config.clock()) - timedelta(days=days_ago)
-    [done] = await discard_parked(
-        poison,
-        endpoint,
-        DiscardFilter(message_id=f"m-{i}"),
-        DiscardPlaces(
-            archive,
-            tokens=backend.account.blob_container(config.tokens_container),
-            parked=backend.account.blob_container(config.parked_container),
-        ),
-        Discard(reason="duplicate of a refunded order", by="ops", at=at, retention=RETENTION),
-    )
+    [done] = (
+        await discard_parked(
+            poison,
+            endpoint,
+            DiscardFilter(message_id=f"m-{i}"),
+            DiscardPlaces(
+                archive,
+                tokens=backend.account.blob_container(config.tokens_container),
+                parked=backend.account.blob_container(config.parked_container),
+            ),
+            Discard(reason="duplicate of a refunded order", by="ops", at=at, retention=RETENTION),
+        )
+    ).discarded
     return done.archived_as
 
 

@@ -329,7 +329,8 @@ async def test_a_crash_between_archive_and_delete_loses_nothing_and_the_next_dis
     assert len(names) == 1  # ...and archived
     await backend.elapse(LOOK_SECONDS + 1)  # the crashed pass's hold runs out
     second = Discard("second try", "ops", _now(), _days(90))
-    [done] = await discard_parked(poison, endpoint, DiscardFilter("m-39"), places, second)
+    report = await discard_parked(poison, endpoint, DiscardFilter("m-39"), places, second)
+    [done] = report.discarded
     assert done.already_archived
     assert done.archived_as == names[0]
     assert archive_name(endpoint, done.queue_message_id) == names[0]

@@ -19,6 +19,7 @@ from shared import runtime
 from shared.bindings import CONSOLE_FUNCTION, FIXED_FUNCTIONS, blueprint
 from shared.bus import BusApp
 from shared.bus.poison import Reason, poison_body
+from shared.console.function import DEPLOYED_DOWNLOAD_BYTES
 from shared.console.headers import CONTENT_SECURITY_POLICY
 from shared.errors import ConfigurationError
 from shared.provisioning import provision
@@ -26,6 +27,7 @@ from shared.resources import poison_queue
 from shared.sample.app import app as sample_app
 from shared.settings import resolve_settings
 from shared.stores.memory import MemoryStorageAccount
+from tests.bus.test_parked_body_stream import order, parked
 from tests.conftest import sample_settings
 
 ORIGIN = "https://shop-bus.azurewebsites.net"
@@ -312,7 +314,7 @@ async def test_a_discard_through_the_function_is_taken_from_its_own_origin_only(
     )
 
     assert foreign[0] == 403
-    assert own == (200, {"action": own[1]["action"], "discarded": 1})
+    assert own == (200, {"action": own[1]["action"], "discarded": 1, "complete": True})
     [action] = (await answer(function, "GET", "api/actions"))[1]["actions"]
     assert (action["who"], action["reason"]) == ("console secret", "charged by hand")
 
@@ -369,3 +371,42 @@ async def test_a_signed_in_name_however_long_leaves_the_object_id_in_the_journal
     [action] = (await answer(function, "GET", "api/actions", headers=ADA))[1]["actions"]
     assert action["who"].startswith("ada@contoso.example")
     assert action["who"].endswith(f"(object id {ADA_ID})")
+
+
+async def test_a_body_is_downloaded_whole_up_to_the_deployed_bound_and_refused_above() -> None:
+    """The host's Python worker answers whole: a body above the bound is refused with where
+    to read it, not collected in memory."""
+    function, account = await deployed()
+    small = await parked(account, order(1000), shared=False, endpoint="payments")
+    large = await parked(account, order(DEPLOYED_DOWNLOAD_BYTES), shared=True, endpoint="payments")
+
+    whole = await function(request("GET", f"api/failed/payments/{small.message.id}/body"))
+    refused = await answer(function, "GET", f"api/failed/payments/{large.message.id}/body")
+
+    assert whole.status_code == 200
+    assert json.loads(whole.get_body()) == order(1000)
+    assert whole.headers["Content-Disposition"].startswith("attachment;")
+    assert refused[0] == 413
+    assert "bus poison show" in refused[1]["error"]
+
+
+async def test_a_discard_capped_by_the_list_limit_says_it_did_not_reach_the_end() -> None:
+    function, account = await deployed(BUS_CONSOLE_LIST_LIMIT="32")
+    poison = account.queue(poison_queue("payments"))
+    for i in range(40):
+        why = Reason("payments", "failed", 5, message_id=f"m-{i}", message_type="ChargePayment")
+        await poison.send(poison_body("{}", why))
+    csrf = (await answer(function, "GET", "api/session"))[1]["csrf"]
+    headers = {**SIGNED_IN, "Content-Type": "application/json", "X-Console-CSRF": csrf}
+    body = {"endpoint": "payments", "type": "ChargePayment", "reason": "charged by hand"}
+
+    first = await answer(
+        function, "POST", "api/discard", headers={**headers, "Origin": ORIGIN}, body=body
+    )
+    rest = await answer(
+        function, "POST", "api/discard", headers={**headers, "Origin": ORIGIN}, body=body
+    )
+
+    assert (first[1]["discarded"], first[1]["complete"]) == (32, False)
+    assert (rest[1]["discarded"], rest[1]["complete"]) == (8, True)
+    assert await poison.approximate_count() == 0

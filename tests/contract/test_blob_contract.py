@@ -314,3 +314,25 @@ async def test_delete_unchanged_in_a_missing_container_is_not_found(
 
     with pytest.raises(NotFound):
         await missing.delete_unchanged([("x", etag)])
+
+
+async def test_read_range_reads_a_slice_of_the_version_it_names(container: BlobContainer) -> None:
+    data = bytes(range(256)) * 40
+    etag = await container.create("big", data)
+
+    chunks = [await container.read_range("big", i, 1000, etag=etag) for i in range(0, 11000, 1000)]
+
+    assert b"".join(chunks) == data
+    assert chunks[10] == data[10000:]  # fewer at its end
+    assert await container.read_range("big", len(data), 10, etag=etag) == b""  # none past it
+    assert await container.read_range("big", 5, 3, etag=etag) == data[5:8]
+    changed = await container.upload("big", b"other", etag=etag)
+    with pytest.raises(PreconditionFailed):  # another version: no byte of it
+        await container.read_range("big", 0, 1000, etag=etag)
+    assert await container.read_range("big", 0, 1000, etag=changed) == b"other"
+    with pytest.raises(PreconditionFailed):
+        await container.read_range("absent", 0, 10, etag=changed)
+    with pytest.raises(InvalidValue):
+        await container.read_range("big", -1, 10, etag=changed)
+    with pytest.raises(InvalidValue):
+        await container.read_range("big", 0, 0, etag=changed)

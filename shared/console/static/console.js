@@ -104,6 +104,18 @@ async function api(path, { method = "GET", body, query } = {}) {
   return data;
 }
 
+/** Why the server refused a download (an altered or missing body, one too large for the
+ * deployed console), as its JSON error says, else its status. */
+async function refusal(response) {
+  try {
+    const answer = await response.json();
+    if (answer && typeof answer.error === "string") return `${response.status}: ${answer.error}`;
+  } catch (e) {
+    // not JSON: the status says it
+  }
+  return `${response.status}: no body to save`;
+}
+
 /** Save the whole body of a parked message (the view shows only its beginning): fetched
  * with the tab's credentials, then handed to the browser as a file, never shown. */
 async function downloadBody(endpoint, id) {
@@ -116,10 +128,15 @@ async function downloadBody(endpoint, id) {
   } catch (e) {
     throw new ApiError(0, `the console's server cannot be reached (${e.message})`);
   }
-  if (!response.ok) throw new ApiError(response.status, `${response.status}: no body to save`);
-  const link = el("a", {
-    href: URL.createObjectURL(await response.blob()), download: `${endpoint}-${id}.json`,
-  });
+  if (!response.ok) throw new ApiError(response.status, await refusal(response));
+  let saved;
+  try {
+    saved = await response.blob();
+  } catch (e) {
+    // The server checked the body, then streams it: one changed meanwhile is cut short.
+    throw new ApiError(0, `the download stopped before its end (${e.message}); try again`);
+  }
+  const link = el("a", { href: URL.createObjectURL(saved), download: `${endpoint}-${id}.json` });
   document.body.append(link);
   link.click();
   link.remove();
@@ -274,7 +291,7 @@ async function replay(selector, count, { confirm = true, after } = {}) {
     const skipped = done.skipped
       ? `; ${done.skipped} could not be replayed and stay parked${why}` : "";
     showNotice(`Replayed ${done.replayed} of ${describe(selector)}${skipped}. ` +
-      `Action ${done.action}.`);
+      `Action ${done.action}.${unfinished(done)}`);
   }, after);
 }
 
@@ -285,8 +302,15 @@ async function discard(selector, count, { after } = {}) {
   return act(async () => {
     const done = await api("discard", { method: "POST", body: { ...selector, reason } });
     showNotice(`Discarded ${done.discarded} of ${describe(selector)} into the archive. ` +
-      `Action ${done.action}.`);
+      `Action ${done.action}.${unfinished(done)}`);
   }, after);
+}
+
+/** What an action says when its pass stopped before the end of the queue. */
+function unfinished(done) {
+  return done.complete === false
+    ? " The pass stopped before the end of the queue (BUS_CONSOLE_LIST_LIMIT, or its time): " +
+      "run it again for the rest." : "";
 }
 
 /** Runs one action; then ``after`` (by default, the view drawn again with what is left). */

@@ -25,10 +25,20 @@ from shared.stores.azure.blob_batch import (
 from shared.stores.azure.direct import DirectResponse, send
 from shared.stores.azure.errors import bounded, from_status, translated
 from shared.stores.azure.sdk_internals import blob_credential_policy, blob_pipeline
-from shared.stores.blob import Blob, BlobContainer, BlobPage, BlobProperties, check_batch
+from shared.stores.blob import (
+    Blob,
+    BlobContainer,
+    BlobPage,
+    BlobProperties,
+    check_batch,
+    check_range,
+)
 from shared.stores.names import check_blob_name, check_metadata
 
 _DELETED = 202
+_PAST_THE_END = 416
+"""A range that starts at or after the blob's end (the blob unchanged: its ETag is checked
+first, 412)."""
 _GONE_OR_CHANGED = (404, 412)
 """A blob deleted or replaced since it was listed: not ours to delete any more."""
 
@@ -171,6 +181,17 @@ class AzureBlobContainer(BlobContainer):
             _metadata(headers),
         )
         return Blob(properties, response.body)
+
+    async def read_range(self, name: str, offset: int, length: int, *, etag: str) -> bytes:
+        check_blob_name(name)
+        check_range(offset, length)
+        response = await self._send(
+            "GET",
+            name,
+            (206, _PAST_THE_END),
+            {"x-ms-range": f"bytes={offset}-{offset + length - 1}", "If-Match": etag},
+        )
+        return b"" if response.status == _PAST_THE_END else response.body
 
     async def get_properties(self, name: str) -> BlobProperties:
         check_blob_name(name)

@@ -15,6 +15,7 @@ from shared.stores.blob import (
     BlobPage,
     BlobProperties,
     check_batch,
+    check_range,
 )
 from shared.stores.memory.state import MemoryState
 from shared.stores.names import check_blob_name, check_metadata
@@ -106,6 +107,12 @@ class MemoryBlobContainer(BlobContainer):
         with self._state.lock:
             stored = self._existing(name, None)
             return Blob(self._properties(name, stored), stored.data)
+
+    async def read_range(self, name: str, offset: int, length: int, *, etag: str) -> bytes:
+        check_blob_name(name)
+        check_range(offset, length)
+        with self._state.lock:
+            return self._existing(name, etag).data[offset : offset + length]
 
     async def get_properties(self, name: str) -> BlobProperties:
         return (await self.read(name)).properties
