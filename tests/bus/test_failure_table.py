@@ -18,6 +18,7 @@ import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -235,6 +236,12 @@ SENT_AGAIN: dict[Action, Outcome] = {
 
 def test_every_row_has_its_scenario() -> None:
     assert sorted(SCENARIOS) == sorted(rule.condition for rule in RULES)
+
+
+def test_the_docs_list_the_rows_in_their_order() -> None:
+    text = (Path(__file__).parents[2] / "docs" / "retries.md").read_text(encoding="utf-8")
+    listed = [line.split(" | ")[0].removeprefix("| ") for line in text.splitlines()]
+    assert [c for c in listed if c in SCENARIOS] == [rule.condition for rule in RULES]
 
 
 @in_memory
