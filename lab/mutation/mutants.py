@@ -315,7 +315,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "pipeline-retry-acknowledged-unsent",
-        "shared/bus/pipeline.py",
+        "shared/bus/failures.py",
         "await send_hidden(self.account.queue(self.endpoint.name), again, delay)",
         "pass",
         "a delayed retry acknowledges the failed copy without sending its next signal",
@@ -323,28 +323,28 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- giving back a newer version's message -------------------------------------------------
     Mutant(
         "pipeline-give-back-unsent",
-        "shared/bus/pipeline.py",
+        "shared/bus/failures.py",
         "await send_hidden(queue, given_back_text(signal, count + 1), step.delay)",
         "pass",
         "a give-back acknowledges the copy it holds without sending the signal again",
     ),
     Mutant(
         "pipeline-give-back-window-ignored",
-        "shared/bus/pipeline.py",
+        "shared/bus/failures.py",
         "step = next_step(count, self.config.give_back_seconds)",
         "step = next_step(count, 0.0)",
         "a newer version's message is parked at once, whatever BUS_GIVE_BACK_SECONDS says",
     ),
     Mutant(
         "pipeline-give-back-uncounted",
-        "shared/bus/pipeline.py",
+        "shared/bus/failures.py",
         "given_back_text(signal, count + 1)",
         "given_back_text(signal, count)",
         "a give-back does not count itself: the message is given back for ever, never parked",
     ),
     Mutant(
         "pipeline-give-back-parked-with-count",
-        "shared/bus/pipeline.py",
+        "shared/bus/failures.py",
         "raw = afresh_text(delivery.raw, signal)",
         "raw = delivery.raw",
         "a message parked after its window keeps its count: its replay gets no window again",
@@ -511,11 +511,11 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "pipeline-missing-payload-acknowledged",
-        "shared/bus/pipeline.py",
-        """            if not await self._token_exists(signal):
-                return Outcome.DUPLICATE
-            raise""",
-        """            return Outcome.DUPLICATE""",
+        "shared/bus/failures.py",
+        """            return Outcome.DUPLICATE
+        raise error""",
+        """            pass
+        return Outcome.DUPLICATE""",
         "a missing payload is taken for a duplicate without checking that the token is gone",
     ),
     Mutant(
@@ -529,7 +529,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "pipeline-postpone-unsent",
-        "shared/bus/pipeline.py",
+        "shared/bus/failures.py",
         "        await send_hidden(self.account.queue(self.endpoint.name), delivery.raw, delay)\n",
         "",
         "a message postponed for want of body budget is acknowledged without its signal being "

@@ -20,8 +20,8 @@ same message id, which only a second sender of that id or a forged signal makes)
 here after R6, as R7 always was: the cleanup deletes only O(m)'s own token, and a claimed
 token nobody deletes would stay for ever.
 
-What all modes share (signal parsing, poison parking, decoding, the handler call, the audit
-row) lives in ``shared.bus.pipeline``.
+What all modes share (signal parsing, decoding, the handler call, the audit row) lives in
+``shared.bus.pipeline``; what happens to a failing message, in ``shared.bus.failures``.
 """
 
 from __future__ import annotations
