@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import pytest
 
 from lab.local.azurite import AzuriteEndpoints
+from shared.bus import parked_pass
 from shared.bus.parked_pages import parked_page
 from shared.bus.parked_pass import LOOK_SECONDS, PEEK_LIMIT
 from shared.bus.poison import Reason, poison_body
@@ -75,8 +76,14 @@ async def traced_peak(look: Awaitable[T]) -> tuple[T, int]:
 
 @pytest.mark.azurite
 async def test_a_queue_of_large_entries_is_listed_whole_holding_a_batch_of_them_at_most(
-    azurite: AzuriteEndpoints,
+    azurite: AzuriteEndpoints, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The pass's time bound keeps it within its messages' hold in production; here it would
+    # make the outcome depend on how loaded the machine is (a loaded CI run took longer than
+    # the 15 s to receive 400 entries of 40,000 characters from Azurite and said incomplete).
+    # What this test counts is what the pass holds, so the bound is lifted for it; the pass
+    # still makes sure of every message once however long it runs (PassedOver).
+    monkeypatch.setattr(parked_pass, "PASS_SECONDS", 3600.0)
     entries = 400
     azure = AzureStorageAccount(StorageSettings(connection_string=azurite.connection_string))
     _, endpoint = await filled(azure, entries)
