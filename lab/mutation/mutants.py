@@ -62,20 +62,20 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "receiver-outbox-commit-without-etag",
-        "shared/bus/state/base.py",
-        "Update(outbox.to_entity(), etag=outbox.etag)",
+        "shared/bus/receiver.py",
+        "version = await transaction.commit(write, committed, audit)",
         # The rows' commit refuses an unguarded update, so the guard is dropped by guarding
         # with whatever version is current at the commit: a second round commits over the first.
-        "Update(outbox.to_entity(), etag=(await self._endpoint.read(outbox.partition_key, "
-        "[outbox_row(outbox.message_id)]))[outbox_row(outbox.message_id)].etag)",
+        "version = await transaction.commit(write, replace(committed, etag=(await "
+        "self.state_store.read(envelope.partition_key, envelope.id)).outbox.etag), audit)",
         "R5 commits O(m) without its ETag: a second round commits over the first",
     ),
     Mutant(
         "receiver-state-without-etag",
-        "shared/bus/state/base.py",
-        "Insert(entity) if state.expected is None else Update(entity, state.expected)",
-        "Insert(entity) if state.expected is None else Update(entity, (await "
-        "self._endpoint.read(state.partition_key, [STATE_ROW]))[STATE_ROW].etag)",
+        "shared/bus/receiver.py",
+        "None if stored is None else stored.version,",
+        "None if stored is None else (await self.state_store.read(envelope.partition_key, "
+        "envelope.id)).state.version,",
         "R5 writes the state without its ETag (lost update between messages of a partition)",
     ),
     Mutant(

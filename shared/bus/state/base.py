@@ -80,11 +80,8 @@ class StateWrite:
 class StateTransaction:
     """One open unit of work, from before the handler runs to the commit."""
 
-    def __init__(self, rows: RowsTransaction, endpoint: EndpointRows) -> None:
+    def __init__(self, rows: RowsTransaction) -> None:
         self._rows = rows
-        self._endpoint = endpoint
-        """The endpoint's rows outside the transaction (the mutants of ``lab.mutation`` that
-        commit over whatever version is current read it there)."""
 
     @property
     def sql(self) -> Any:
@@ -167,7 +164,7 @@ class EndpointState:
     async def begin(self) -> AsyncIterator[StateTransaction]:
         """Open a unit of work. Leaving it without ``commit`` rolls everything back."""
         async with self._rows.begin() as transaction:
-            yield StateTransaction(transaction, self._rows)
+            yield StateTransaction(transaction)
 
     def rows(self) -> EndpointRows:
         """The endpoint's rows, every mode's (``shared.bus.state.rows``)."""
