@@ -1,6 +1,6 @@
 """host.json's queue settings (``extensions.queues``), with the Functions queue trigger's
 defaults: what the app reads of host.json (``maxDequeueCount``, in ``shared.runtime``) and the
-local host's queue polling (``lab.host.queue_worker``) runs by."""
+local host's queue polling (``shared.queue_trigger``) runs by."""
 
 from __future__ import annotations
 

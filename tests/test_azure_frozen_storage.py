@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from lab.host.queue_worker import QueueWorker
 from shared import http_ingress, runtime
 from shared.config import build_config
 from shared.errors import OutcomeUnknown
 from shared.host_json import QueueSettings
 from shared.provisioning import provision
+from shared.queue_trigger import QueueWorker
 from shared.settings import StorageSettings, StorageTimeouts, resolve_settings
 from shared.stores.azure import AzureStorageAccount
 from shared.stores.table import Entity, Insert
@@ -139,7 +139,7 @@ async def test_a_queue_worker_backs_off_while_storage_is_frozen_and_recovers(
     settings = QueueSettings(max_polling_interval=0.5, lease_seconds=10)
     worker = QueueWorker(stores.account, stores.queue, handler, settings)
     failed = Seen("receive failed")
-    worker_log = logging.getLogger("lab.host.queue_worker")
+    worker_log = logging.getLogger("shared.queue_trigger")
     worker_log.addHandler(failed)
     stopping = asyncio.Event()
     running = asyncio.create_task(worker.run(stopping))

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 
 from lab.bench.workload import Done, Names, Tally, Work, plain_body
-from lab.host.queue_worker import Handler
 from shared.bus.records import STATE_ROW
 from shared.errors import InvalidValue, NotFound
+from shared.queue_trigger import Handler
 from shared.stores.account import StorageAccount
 from shared.stores.table import Entity
 

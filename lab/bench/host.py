@@ -28,7 +28,6 @@ from lab.bench.floor import floor_handlers
 from lab.bench.modes import as_mode
 from lab.bench.timing import TimedInstrumentation
 from lab.bench.workload import Names, build_app
-from lab.host.queue_worker import Handler, QueueWorker
 from lab.local.azurite import REPO_ROOT
 from shared.bus import Bus, BusConfig
 from shared.bus.state.connection import PostgresSettings
@@ -36,6 +35,7 @@ from shared.bus.state.instrumented import InstrumentedSql
 from shared.bus.state.stores import PostgresDatabase
 from shared.errors import InvalidValue
 from shared.host_json import QueueSettings
+from shared.queue_trigger import Handler, QueueWorker
 from shared.settings import StorageSettings
 from shared.stores.account import StorageAccount
 from shared.stores.instrumented import InstrumentedAccount

@@ -25,11 +25,11 @@ from azure.functions.queue import QueueMessage
 
 from lab.host.functions import LoadedApp, QueueFunction, invoke
 from lab.host.http import MAX_CONNECTIONS, MAX_REQUEST_BYTES, ROUTE_PREFIX, HttpFrontEnd, Keys
-from lab.host.queue_worker import MessageHandler, QueueWorker
 from lab.host.timers import run_timer
 from shared import health
 from shared.errors import ConfigurationError
 from shared.host_json import DEFAULT_FUNCTION_TIMEOUT, QueueSettings, function_timeout
+from shared.queue_trigger import MessageHandler, QueueWorker
 from shared.settings import load_storage_settings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount

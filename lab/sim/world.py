@@ -44,7 +44,6 @@ from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
-from lab.host.queue_worker import QueueWorker
 from lab.sim import invocation
 from lab.sim.choices import Chooser, Replay
 from lab.sim.claim_by_delete import (
@@ -95,6 +94,7 @@ from shared.effects.memory import InMemoryProvider
 from shared.errors import ConfigurationError, MalformedSignal
 from shared.host_json import QueueSettings
 from shared.provisioning import provision
+from shared.queue_trigger import QueueWorker
 from shared.resources import Resources
 from shared.stores.account import StorageAccount
 from shared.stores.instrumented import (

@@ -1,14 +1,26 @@
-"""``bus verify``'s options, and its run: the engine is the simulator's (``lab.verify``),
-imported only when this command runs, so no other command and never the deployed app loads
-the lab (the package ships it; ``tests/test_deployed_app.py``)."""
+"""``bus verify``'s options, and its run.
+
+The engine is the simulator's, which belongs to the lab (``lab.verify``), not to the product:
+the product finds it through the entry point ``verify`` of the group ``ENGINES``, which the
+package registers (pyproject.toml), and loads it only when this command runs. So no other
+command and never the deployed app loads the lab (``tests/test_deployed_app.py``), the
+library imports nothing of it, and an installation without the lab says what is missing
+instead of failing on an import (``tests/test_installed_package.py``)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Any, TextIO
 
 from shared.bus import BusApp
+from shared.errors import ConfigurationError
+
+ENGINES = "exactly_once_bus.engines"
+"""The entry-point group where an installed package offers the engine of a command."""
+Engine = Callable[[argparse.Namespace, BusApp, str | None, TextIO], int]
 
 DEFAULT_BUDGET = 30.0
 
@@ -65,6 +77,21 @@ def check_verify_usage(args: argparse.Namespace, usage: Any) -> None:
 
 
 def verify_command(args: argparse.Namespace, app: BusApp, app_reference: str | None) -> int:
-    from lab.verify.command import run  # the lab, for this command only
+    return verify_engine()(args, app, app_reference, sys.stdout)
 
-    return run(args, app, app_reference, sys.stdout)
+
+def verify_engine() -> Engine:
+    """The simulator's run of ``bus verify``, from the installed package's entry point."""
+    missing = (
+        "bus verify runs the simulator, which ships with the package's lab (the `lab` "
+        "package beside `shared`): install the package with it (`pip install -e .` in the "
+        "repository), see docs/verify.md"
+    )
+    found = entry_points(group=ENGINES, name="verify")
+    if not found:
+        raise ConfigurationError(f"{missing}; no engine is registered")
+    try:
+        engine: Engine = next(iter(found)).load()
+    except ImportError as e:
+        raise ConfigurationError(f"{missing}; the registered engine cannot be loaded: {e}") from e
+    return engine

@@ -1,7 +1,7 @@
 """The test kit: a user's app run through the real receive pipeline over the in-memory
 stores, on a manual clock, with the faults the simulator injects at hand.
 
-Every delivery goes through the local host's queue worker (``lab.host.queue_worker``: the
+Every delivery goes through the local host's queue worker (``shared.queue_trigger``: the
 queue trigger's acknowledgement, retries and poison moves) and the bus's pipeline over an
 instrumented account (``shared.stores.instrumented``), so a test can crash a delivery before
 or after any storage operation. What the test reads (state, audit rows, tokens) is read
@@ -19,7 +19,6 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel
 
-from lab.host.queue_worker import QueueWorker
 from shared.bus import Bus, BusApp, BusConfig, Command, Event, Message, Outcome
 from shared.bus.effects import EffectRequest
 from shared.bus.envelope import TOKEN_NAME
@@ -32,6 +31,7 @@ from shared.effects.memory import InMemoryProvider
 from shared.errors import KitError, NotFound
 from shared.host_json import QueueSettings
 from shared.provisioning import provision
+from shared.queue_trigger import QueueWorker
 from shared.resources import Resources, poison_queue
 from shared.stores.instrumented import (
     Fault,

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, replace
 import pytest
 from pydantic import BaseModel
 
-from lab.host.queue_worker import QueueWorker
 from shared.bus import Bus, BusApp, BusConfig, Outcome
 from shared.bus.app import Mode
 from shared.bus.envelope import TOKEN_NAME
@@ -30,6 +29,7 @@ from shared.clock import ManualClock
 from shared.errors import NotFound
 from shared.host_json import QueueSettings
 from shared.provisioning import provision
+from shared.queue_trigger import QueueWorker
 from shared.resources import Resources, poison_queue
 from shared.settings import StorageSettings
 from shared.stores.account import StorageAccount

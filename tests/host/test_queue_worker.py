@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from azure.storage.queue.aio import QueueClient
 
-from lab.host.queue_worker import QueueWorker
 from lab.local.azurite import AzuriteEndpoints
 from shared.bus.poison import unwrap
 from shared.errors import ConfigurationError
 from shared.host_json import QueueSettings
+from shared.queue_trigger import QueueWorker
 from shared.resources import poison_queue
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
@@ -113,7 +113,7 @@ async def test_a_failure_is_logged_with_its_type_and_traceback_and_the_worker_ca
             done.set()
 
     settings = QueueSettings(visibility_timeout=0)
-    with caplog.at_level(logging.WARNING, "lab.host.queue_worker"):
+    with caplog.at_level(logging.WARNING, "shared.queue_trigger"):
         await run_until(QueueWorker(backend.account, name, handler, settings), done)
     assert sorted(handled) == sorted([boom, "fine"])
     [failure] = [r for r in caplog.records if "failed (try" in r.getMessage()]
