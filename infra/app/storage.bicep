@@ -5,6 +5,9 @@
 // (roles.bicep). Queue, table and container names are not written here: they
 // come from ../resources.json, the same file the Python provisioner reads, so
 // adding an endpoint to that file provisions its queue, poison queue and table.
+// A system of services (../system.bicep) creates its accounts here without that
+// file (resourcesFromFile false) and each app's names per storage role with
+// messaging-names.bicep and state-names.bicep.
 
 @description('Required. Globally unique storage account name (3-24 lowercase letters and digits).')
 @minLength(3)
@@ -46,8 +49,17 @@ param isHnsEnabled bool = false
 @maxValue(365)
 param softDeleteRetentionDays int = 7
 
+@description('Optional. Create the queues, poison queues, tables and containers that ../resources.json lists (one app on one account, main.bicep). False: only the account, its services and the deployments container; the system template creates the names of each app itself.')
+param resourcesFromFile bool = true
+
 // Single source of truth for names (see infra/resources.json).
-var names = loadJsonContent('../resources.json')
+var fileNames = loadJsonContent('../resources.json')
+var noNames = {
+  containers: {}
+  tables: {}
+  endpoints: []
+}
+var names = resourcesFromFile ? fileNames : noNames
 
 // Blob container that holds the Flex Consumption deployment package.
 var deploymentContainerName = 'deployments'

@@ -8,6 +8,7 @@ expressions that resource *names* are built from:
 * identifiers bound to ``var`` values, ``param`` defaults or loop items,
 * ``loadJsonContent('<path>')`` (resolved relative to the file that calls it),
 * property access (``names.endpoints``, ``item.value``) and ``items(object)``,
+* ``condition ? a : b`` over a bool parameter or variable,
 * ``[for x in <array>: {...}]`` resource loops.
 
 Anything else in a name raises :class:`UnsupportedExpression`, so a template
@@ -171,6 +172,12 @@ def evaluate(node: Any, env: Mapping[str, Any]) -> Any:
                 if path is None:
                     raise UnsupportedExpression(f"unsupported accessor {node!r}")
                 return _lookup(path, env)
+            if op.get("type") == "conditional":
+                operands = op["operands"]
+                condition = evaluate(operands["condition"], env)
+                if not isinstance(condition, bool):
+                    raise UnsupportedExpression(f"condition {operands['condition']!r} is no bool")
+                return evaluate(operands["true_value" if condition else "false_value"], env)
             raise UnsupportedExpression(f"unsupported operator {op.get('type')!r}")
         if "function" in node:
             fn = node["function"]

@@ -1,0 +1,67 @@
+"""The sample's order flow as a system of three services, one bus app each.
+
+The handlers and messages are the sample app's (``shared.sample.app``); here they are split
+the way ``infra/system.bicep`` deploys them (``infra/system.parameters.json``), each app its
+own Function App with its own state and identity, the three sharing one messaging account:
+
+* ``orders`` (``shared.sample.system:orders``): the endpoints ``orders`` and ``loyalty``; sends
+  ChargePayment and RefundPayment to ``payments`` and ShipOrder to ``shipping``, and publishes
+  OrderPlaced, which ``shipping`` subscribes to.
+* ``payments`` (``shared.sample.system:payments``): the endpoint ``payments``, its state in
+  PostgreSQL, charging through the service ``provider`` (so the bus adds its performer); tells
+  ``orders`` of a declined payment and sends ShipOrder to ``shipping``.
+* ``shipping`` (``shared.sample.system:shipping``): the endpoint ``shipping``; sends nothing.
+
+Every endpoint of another app that an app sends to, or that subscribes to its events, is
+declared with ``external_endpoint``: that list is also the queues of other apps the app's
+identity may send to (``sendsTo`` in the parameters file).
+"""
+
+from __future__ import annotations
+
+from shared.bus import BusApp
+from shared.sample import app as sample
+from shared.sample.charges import PROVIDER
+
+
+def orders_app() -> BusApp:
+    """Orders and the loyalty points each order earns."""
+    app = BusApp()
+    orders = app.endpoint("orders", state=sample.Order)
+    orders.handles(sample.PlaceOrder)(sample.place_order)
+    orders.handles(sample.PaymentDue)(sample.payment_due)
+    orders.handles(sample.PaymentReceived)(sample.payment_received)
+    orders.handles(sample.PaymentDeclined)(sample.payment_declined)
+    loyalty = app.endpoint("loyalty", state=sample.Customer)
+    loyalty.handles(sample.OrderPlaced)(sample.reward)
+    app.external_endpoint("payments", accepts=[sample.ChargePayment, sample.RefundPayment])
+    app.external_endpoint("shipping", accepts=[sample.ShipOrder, sample.OrderPlaced])
+    return app
+
+
+def payments_app() -> BusApp:
+    """Charges and refunds at the payment provider, the state in PostgreSQL."""
+    app = BusApp()
+    payments = app.endpoint("payments", state=sample.Payment, store="postgres")
+    payments.handles(sample.ChargePayment)(sample.charge)
+    payments.handles(sample.ChargeAnswered)(sample.charge_answered)
+    payments.handles(sample.RefundPayment)(sample.refund)
+    payments.handles(sample.RefundAnswered)(sample.refund_answered)
+    app.service(PROVIDER, operations={"charge": "/v1/charges", "refund": "/v1/refunds"})
+    app.external_endpoint("orders", accepts=[sample.PaymentDeclined])
+    app.external_endpoint("shipping", accepts=[sample.ShipOrder])
+    return app
+
+
+def shipping_app() -> BusApp:
+    """Pick lists and shipments."""
+    app = BusApp()
+    shipping = app.endpoint("shipping", state=sample.Shipping)
+    shipping.handles(sample.OrderPlaced)(sample.prepare)
+    shipping.handles(sample.ShipOrder)(sample.ship)
+    return app
+
+
+orders = orders_app()
+payments = payments_app()
+shipping = shipping_app()
