@@ -639,7 +639,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "effect-request-dropped",
         "shared/bus/context.py",
-        "self._add(PendingOutput(request, PERFORMER_ENDPOINT, {}, trace_headers()))",
+        "self._add(PendingOutput(request, self._performer, {}, trace_headers()))",
         "pass",
         "the request is not an output of the requester's round: nothing is committed, "
         "nothing performed",

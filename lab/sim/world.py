@@ -95,7 +95,7 @@ from shared.effects.memory import InMemoryProvider
 from shared.errors import ConfigurationError, MalformedSignal
 from shared.host_json import QueueSettings
 from shared.provisioning import provision
-from shared.resources import Resources
+from shared.resources import resources_of
 from shared.stores.account import StorageAccount
 from shared.stores.instrumented import (
     Fault,
@@ -595,15 +595,7 @@ class World:
     async def setup(self) -> None:
         await provision(
             self.account,
-            Resources(
-                containers={
-                    "tokens": self.bus_config.tokens_container,
-                    "topics": self.bus_config.topics_container,
-                    "payloads": self.bus_config.payloads_container,
-                },
-                tables={"ingress": self.bus_config.ingress_table},
-                endpoints=tuple(self.endpoints),
-            ),
+            resources_of(self.bus_config, tuple(self.endpoints)),
         )
         setup_bus = Bus(self.sim.app, self.account, self.bus_config, sql=self.sql)
         await setup_bus.subscribe_all()
