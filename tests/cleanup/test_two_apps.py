@@ -216,6 +216,8 @@ async def test_two_apps_send_and_publish_to_each_other_and_both_cleanups_leave_n
         tasks = {e.row_key async for e in table.query_all(partition_key=TASK_PARTITION)}
         outbox_tasks = {t.removeprefix("outbox.") for t in tasks if t.startswith("outbox.")}
         assert outbox_tasks == set(harness.app.endpoints)
+        poison_tasks = {t.removeprefix("poison.") for t in tasks if t.startswith("poison.")}
+        assert poison_tasks == set(harness.app.endpoints)  # its own poison queues only
 
 
 async def test_each_apps_cleanup_keeps_to_its_own_parked_originals(backend: Backend) -> None:
