@@ -9,6 +9,7 @@ name (``BusApp(name=...)`` or ``BUS_APP_NAME``), so that two apps on one messagi
 never collide. An app without a name keeps the unprefixed names of a single app per account
 (``CONTAINERS``, ``TABLES``): an app deployed before names existed finds its records where
 it left them.
+
 ``infra/resources.json`` is produced from the app by ``bus resources > infra/resources.json``
 so that Bicep (which cannot run Python) provisions the same names in Azure; ``bus provision``
 and the tests refuse a file that no longer matches the app (``check_resources_file``).
