@@ -13,6 +13,7 @@ the storage timeouts with these declarations too.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -179,6 +180,33 @@ BUS_APP = text(
     "the app every process runs (docs/writing-endpoints.md); unset: the sample app, "
     "shared.sample.app:app",
     group=APP,
+)
+APP_NAME_MAX_CHARS = 33
+"""The longest app name: the app's effects performer is the endpoint ``<name>effects``, and
+an endpoint name has at most 40 characters (``shared.resources.check_endpoint_name``); every
+other name derived from it is shorter (``<name>operatoractions``, ``<name>-discarded``)."""
+_APP_NAME = re.compile(rf"[a-z][a-z0-9]{{0,{APP_NAME_MAX_CHARS - 1}}}")
+
+
+def _app_name(value: str) -> str:
+    if not _APP_NAME.fullmatch(value):
+        raise ValueError(value)
+    return value
+
+
+APP_NAME_ACCEPTS = f"1-{APP_NAME_MAX_CHARS} lowercase letters and digits, starting with a letter"
+APP_NAME: Setting[str | None] = Setting(
+    "BUS_APP_NAME",
+    None,
+    APP_NAME_ACCEPTS,
+    "the app's name among the apps of a system sharing one messaging account, over "
+    "`BusApp(name=...)`: it prefixes the app's own tables and containers (ingress, cleanup, "
+    "journal, discarded archive, audits) and its effects performer, so that no two apps "
+    "collide (docs/adopting.md); unset and undeclared: today's unprefixed names, one app "
+    "per account",
+    APP,
+    _app_name,
+    "unset",
 )
 STORAGE_SETTING = text(
     "BUS_STORAGE_SETTING",
@@ -654,6 +682,7 @@ AUTH_DEFAULT_PROVIDER = text(
 
 SETTINGS: tuple[Setting[Any], ...] = (
     BUS_APP,
+    APP_NAME,
     STORAGE_SETTING,
     CONNECTION,
     CONNECT_TIMEOUT,

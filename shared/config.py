@@ -36,7 +36,13 @@ from shared.effects.addresses import (
 from shared.errors import ConfigurationError
 from shared.host_json import QueueSettings, function_timeout
 from shared.platform_identity import PlatformAuth
-from shared.resources import CONTAINERS, TABLES
+from shared.resources import (
+    SHARED_CONTAINERS,
+    app_containers,
+    app_name_of,
+    app_tables,
+    performer_endpoint,
+)
 from shared.settings import (
     Settings,
     StorageSettings,
@@ -66,6 +72,9 @@ class AppConfig:
     says so to a command that needs it)."""
     timeouts: StorageTimeouts
     postgres: PostgresSettings
+    app_name: str | None
+    """The app's name (``BUS_APP_NAME``, else ``BusApp.name``; None: an unnamed app), after
+    which its own tables, containers and performer are named (``shared.resources``)."""
     cleanup: CleanupSettings
     queues: QueueSettings
     """host.json's ``extensions.queues``: maxDequeueCount, batch sizes, visibility timeout."""
@@ -122,7 +131,7 @@ def _postgres(settings: Settings) -> PostgresSettings:
     )
 
 
-def _cleanup(settings: Settings) -> CleanupSettings:
+def _cleanup(settings: Settings, app_name: str | None) -> CleanupSettings:
     return CleanupSettings(
         grace_seconds=_value(settings, s.CLEANUP_GRACE),
         budget_seconds=_value(settings, s.CLEANUP_BUDGET),
@@ -132,20 +141,23 @@ def _cleanup(settings: Settings) -> CleanupSettings:
         audit_retention_seconds=_value(settings, s.CLEANUP_AUDIT_RETENTION),
         poison_expiry_margin_seconds=_value(settings, s.CLEANUP_POISON_EXPIRY_MARGIN),
         backlog_max_tokens=_value(settings, s.CLEANUP_BACKLOG_MAX_TOKENS),
-        checkpoint_table=TABLES["cleanup"],
+        checkpoint_table=app_tables(app_name)["cleanup"],
     )
 
 
-def _bus(settings: Settings, queues: QueueSettings) -> BusConfig:
+def _bus(settings: Settings, queues: QueueSettings, app_name: str | None) -> BusConfig:
+    tables, containers = app_tables(app_name), app_containers(app_name)
     return BusConfig(
-        tokens_container=CONTAINERS["tokens"],
-        topics_container=CONTAINERS["topics"],
-        ingress_table=TABLES["ingress"],
-        parked_container=CONTAINERS["parked"],
-        payloads_container=CONTAINERS["payloads"],
-        discarded_container=CONTAINERS["discarded"],
+        tokens_container=SHARED_CONTAINERS["tokens"],
+        topics_container=SHARED_CONTAINERS["topics"],
+        parked_container=SHARED_CONTAINERS["parked"],
+        payloads_container=SHARED_CONTAINERS["payloads"],
+        ingress_table=tables["ingress"],
+        actions_table=tables["actions"],
+        discarded_container=containers["discarded"],
+        audits_container=containers["audits"],
+        performer_endpoint=performer_endpoint(app_name),
         discard_retention_seconds=_value(settings, s.DISCARD_RETENTION),
-        actions_table=TABLES["actions"],
         shared_payload_min_chars=_value(settings, s.SHARED_PAYLOAD_MIN_CHARS),
         max_dequeue_count=queues.max_dequeue_count,
         ingress_window_seconds=_value(settings, s.INGRESS_WINDOW),
@@ -231,11 +243,15 @@ def _platform(settings: Settings) -> PlatformAuth:
     )
 
 
-def build_config(settings: Settings | None = None, *, root: Path | None = None) -> AppConfig:
+def build_config(
+    settings: Settings | None = None, *, root: Path | None = None, app_name: str | None = None
+) -> AppConfig:
     """The app's configuration from ``settings`` (default: ``resolve_settings()``) and the
-    host.json in ``root`` (default: the current folder). Raises ConfigurationError on the
-    first bad value, naming it."""
+    host.json in ``root`` (default: the current folder), for an app that declares
+    ``app_name`` (``BusApp.name``; ``BUS_APP_NAME`` wins over it). Raises ConfigurationError
+    on the first bad value, naming it."""
     settings = settings or resolve_settings()
+    name = app_name_of(settings.values, app_name, settings.origin(s.APP_NAME.name))
     timeouts = load_storage_timeouts(settings.values, settings.origins)
     storage = None
     if settings.configures(settings.storage_setting):
@@ -248,11 +264,12 @@ def build_config(settings: Settings | None = None, *, root: Path | None = None) 
         storage=storage,
         timeouts=timeouts,
         postgres=_postgres(settings),
-        cleanup=_cleanup(settings),
+        app_name=name,
+        cleanup=_cleanup(settings, name),
         queues=queues,
         host_json=path if found else None,
         auto_subscribe=_value(settings, s.AUTO_SUBSCRIBE),
-        bus=_bus(settings, queues),
+        bus=_bus(settings, queues, name),
         effects=_effects(settings, timeouts, path if found else None),
         console=_console(settings),
         platform=_platform(settings),
@@ -262,7 +279,7 @@ def build_config(settings: Settings | None = None, *, root: Path | None = None) 
 def default_bus_config() -> BusConfig:
     """The bus configuration of an app with no settings and no host.json: the defaults, with
     the shared containers' and tables' names (for tools that only need those names)."""
-    return _bus(resolve_settings(environ={}, local_file=None), QueueSettings())
+    return _bus(resolve_settings(environ={}, local_file=None), QueueSettings(), None)
 
 
 if __name__ == "__main__":

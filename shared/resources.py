@@ -1,7 +1,15 @@
 """The storage resource names an app uses, and ``infra/resources.json`` that lists them.
 
-The app is the source of truth: its endpoints name the queues, poison queues and tables, and
-the shared containers and tables have fixed names (``CONTAINERS``, ``TABLES``).
+The app is the source of truth: its endpoints name the queues, poison queues and tables; the
+containers every app of a system shares (its signalling and payload storage) have fixed names
+(``SHARED_CONTAINERS``); the app's own containers and tables (``APP_CONTAINERS``,
+``APP_TABLES``: ingress records, cleanup leases and checkpoints, the operators' journal, the
+discarded archive, the audit's verdict) and its effects performer are named after the app's
+name (``BusApp(name=...)`` or ``BUS_APP_NAME``), so that two apps on one messaging account
+never collide. An app without a name keeps the unprefixed names of a single app per account
+(``CONTAINERS``, ``TABLES``): an app deployed before names existed finds its records where
+it left them.
+
 ``infra/resources.json`` is produced from the app by ``bus resources > infra/resources.json``
 so that Bicep (which cannot run Python) provisions the same names in Azure; ``bus provision``
 and the tests refuse a file that no longer matches the app (``check_resources_file``).
@@ -14,10 +22,12 @@ an installed library; ``bus provision --resources-file`` names another.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
+from shared.app_settings import APP_NAME, APP_NAME_ACCEPTS, read
 from shared.errors import ConfigurationError, InvalidName
 from shared.stores.names import check_container_name, check_queue_name, check_table_name
 
@@ -25,21 +35,30 @@ RESOURCES_FILE = Path("infra") / "resources.json"
 """Relative: the function app's folder is the current one, as ``local.settings.json``."""
 POISON_SUFFIX = "-poison"
 GENERATE_COMMAND = "bus resources > infra/resources.json"
-CONTAINERS = {
+SHARED_CONTAINERS = {
     "tokens": "tokens",
     "topics": "topics",
     "parked": "parked",
     "payloads": "payloads",
-    "discarded": "discarded",
-    "audits": "audits",
 }
-"""Blob containers every app shares: outgoing tokens, topics' recipient lists, parked
-originals, the bodies a message's tokens share (``shared.bus.payloads``), the poison
-messages an operator discarded, kept for their retention (docs/console.md), and the last
-audit's verdict and report (``shared.audit.published``)."""
-TABLES = {"ingress": "ingress", "cleanup": "cleanup", "actions": "operatoractions"}
-"""Tables every app shares: ingress records, the cleanup job's checkpoints, and the journal of
-operators' replays and discards (``shared.bus.journal``)."""
+"""Blob containers every app of a system shares, under fixed names: outgoing tokens, topics'
+recipient lists, parked originals, and the bodies a message's tokens share
+(``shared.bus.payloads``)."""
+APP_CONTAINERS = {"discarded": "discarded", "audits": "audits"}
+"""Blob containers of one app: the poison messages its operators discarded, kept for their
+retention (docs/console.md), and its last audit's verdict and report
+(``shared.audit.published``). Named ``<app>-<name>`` for a named app."""
+APP_TABLES = {"ingress": "ingress", "cleanup": "cleanup", "actions": "operatoractions"}
+"""Tables of one app: its ingress records, its cleanup's leases and checkpoints, and the
+journal of its operators' replays and discards (``shared.bus.journal``). Named
+``<app><name>`` for a named app."""
+CONTAINERS = {**SHARED_CONTAINERS, **APP_CONTAINERS}
+"""Every container of an app without a name."""
+TABLES = dict(APP_TABLES)
+"""Every table but the endpoints' of an app without a name."""
+PERFORMER = "effects"
+"""The effects performer's endpoint (queue, poison queue and table) of an app without a
+name; ``<app>effects`` for a named app (``performer_endpoint``)."""
 FILE_COMMENT = (
     f"Generated from the app by `{GENERATE_COMMAND}`; do not edit by hand. Bicep loads it "
     "with loadJsonContent to provision Azure; bus provision creates the same resources in "
@@ -108,10 +127,91 @@ def load_resources(path: Path = RESOURCES_FILE) -> Resources:
     return Resources(containers, tables, endpoints)
 
 
-def resources_for(endpoints: Iterable[str]) -> Resources:
-    """The resources of an app with these endpoint names (``BusApp.endpoints``)."""
+def check_app_name(name: str | None) -> str | None:
+    """An app name as ``BusApp(name=...)`` declares it (None: no name), by the rule of
+    ``BUS_APP_NAME``: it becomes part of table, container, queue and endpoint names."""
+    if name is None:
+        return None
+    try:
+        return APP_NAME.parse(str(name))
+    except ValueError:
+        raise InvalidName(f"invalid app name {name!r}: use {APP_NAME_ACCEPTS}") from None
+
+
+def app_name_of(
+    settings: Mapping[str, str], declared: str | None, origin: str | None = None
+) -> str | None:
+    """The app's name: the ``BUS_APP_NAME`` setting when set (it wins; ``origin`` says where
+    it came from in an error), else the name the app declares (``BusApp(name=...)``), else
+    None."""
+    return read(APP_NAME, settings, origin) or check_app_name(declared)
+
+
+def app_containers(app_name: str | None) -> dict[str, str]:
+    """The app's own containers (``APP_CONTAINERS``), named after the app."""
+    prefix = "" if app_name is None else f"{check_app_name(app_name)}-"
+    return {key: check_container_name(prefix + name) for key, name in APP_CONTAINERS.items()}
+
+
+def app_tables(app_name: str | None) -> dict[str, str]:
+    """The app's own tables (``APP_TABLES``), named after the app."""
+    prefix = check_app_name(app_name) or ""
+    return {key: check_table_name(prefix + name) for key, name in APP_TABLES.items()}
+
+
+def performer_endpoint(app_name: str | None) -> str:
+    """The endpoint of the app's effects performer: its queue, poison queue and table."""
+    return check_endpoint_name((check_app_name(app_name) or "") + PERFORMER)
+
+
+def resources_for(endpoints: Iterable[str], app_name: str | None = None) -> Resources:
+    """The resources of an app with these endpoint names (``BusApp.endpoints``) and this name
+    (``app_name_of``): the shared containers, and the app's own containers and tables."""
     names = tuple(check_endpoint_name(e) for e in endpoints)
-    return Resources(dict(CONTAINERS), dict(TABLES), names)
+    tables = app_tables(app_name)
+    clashing = sorted(set(names) & set(tables.values()))
+    if clashing:
+        raise ConfigurationError(
+            f"endpoints {clashing} have the names of the app's own tables: rename them"
+        )
+    return Resources({**SHARED_CONTAINERS, **app_containers(app_name)}, tables, names)
+
+
+class NamedResources(Protocol):
+    """The names a bus runs on (``shared.bus.config.BusConfig``, which this layer below the
+    bus does not import)."""
+
+    @property
+    def tokens_container(self) -> str: ...
+    @property
+    def topics_container(self) -> str: ...
+    @property
+    def parked_container(self) -> str: ...
+    @property
+    def payloads_container(self) -> str: ...
+    @property
+    def discarded_container(self) -> str: ...
+    @property
+    def audits_container(self) -> str: ...
+    @property
+    def ingress_table(self) -> str: ...
+    @property
+    def actions_table(self) -> str: ...
+
+
+def resources_of(config: NamedResources, endpoints: Iterable[str]) -> Resources:
+    """The resources of a bus running on ``config``'s names with these endpoints' queues and
+    tables: what a test, a bench or the simulator provisions for the bus it builds."""
+    containers = {
+        "tokens": config.tokens_container,
+        "topics": config.topics_container,
+        "parked": config.parked_container,
+        "payloads": config.payloads_container,
+        "discarded": config.discarded_container,
+        "audits": config.audits_container,
+    }
+    tables = {"ingress": config.ingress_table, "actions": config.actions_table}
+    return Resources(containers, tables, tuple(endpoints))
 
 
 def resources_json(resources: Resources) -> str:

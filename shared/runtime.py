@@ -31,7 +31,7 @@ from shared.config import AppConfig, build_config, default_bus_config
 from shared.effects.wiring import wire_performer
 from shared.errors import ConfigurationError
 from shared.health import check, check_subscriptions
-from shared.resources import Resources, resources_for
+from shared.resources import Resources, app_name_of, resources_for
 from shared.settings import Settings, resolve_settings
 from shared.startup_subscription import StartupSubscription
 from shared.stores.account import StorageAccount
@@ -82,16 +82,16 @@ class Worker:
         *,
         wrappers: Wrappers | None = None,
     ) -> None:
-        """``config``: the app's configuration, or the settings to build it from (with the
-        host.json of the current folder)."""
+        """``config``: the app's configuration, built for this app's name, or the settings to
+        build it from (with the host.json of the current folder)."""
         self.app = app
-        self.app_config = config if isinstance(config, AppConfig) else build_config(config)
+        self.app_config = _configured_for(app, config)
         self.settings = self.app_config.settings
         self.config = self.app_config.bus
         self.http = wire_performer(app, self.app_config, self.account)
         """The session of the performer's calls to the app's services (None: it declares
         none); added before the resources, so its queue and table are provisioned too."""
-        self.resources: Resources = resources_for(app.endpoints)
+        self.resources: Resources = resources_for(app.endpoints, self.app_config.app_name)
         self.wrappers = wrappers or Wrappers()
         self._given_account = account
         self._account: StorageAccount | None = None
@@ -111,14 +111,17 @@ class Worker:
     ) -> Worker:
         """The configured app (``BUS_APP``) on the configured storage; host.json from ``root``
         (default: the current folder)."""
-        config = build_config(settings or resolve_settings(), root=root)
-        return cls(configured_app(config.settings), config, wrappers=wrappers)
+        settings = settings or resolve_settings()
+        app = configured_app(settings)
+        config = build_config(settings, root=root, app_name=app.name)
+        return cls(app, config, wrappers=wrappers)
 
     @classmethod
     def for_account(cls, account: StorageAccount, settings: Settings | None = None) -> Worker:
         """The configured app on an account the caller opened (and closes)."""
-        config = build_config(settings or resolve_settings())
-        return cls(configured_app(config.settings), config, account)
+        settings = settings or resolve_settings()
+        app = configured_app(settings)
+        return cls(app, build_config(settings, app_name=app.name), account)
 
     def account(self) -> StorageAccount:
         if self._account is None:
@@ -239,6 +242,21 @@ class Worker:
             await self.http.close()
         if account is not None and self._given_account is None:
             await account.close()
+
+
+def _configured_for(app: BusApp, config: AppConfig | Settings) -> AppConfig:
+    """``config``, or the configuration built from these settings, for ``app``: one built
+    for another name (without the app's ``BusApp.name``, say) would put this app's records
+    in another app's tables."""
+    if not isinstance(config, AppConfig):
+        return build_config(config, app_name=app.name)
+    expected = app_name_of(config.settings.values, app.name)
+    if config.app_name != expected:
+        raise ConfigurationError(
+            f"the configuration was built for app name {config.app_name!r}, the app is named "
+            f"{expected!r}: build it with build_config(..., app_name=app.name)"
+        )
+    return config
 
 
 _worker: Worker | None = None

@@ -36,7 +36,7 @@ from shared import http_ingress
 from shared.bus import Bus, BusConfig
 from shared.bus.config import BODY_BUDGETS
 from shared.provisioning import provision
-from shared.resources import Resources
+from shared.resources import resources_of
 from shared.settings import StorageSettings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
@@ -83,15 +83,7 @@ def config(suffix: str, body_bytes: int, budget: int) -> BusConfig:
 async def provisioned(account: StorageAccount, bus_config: BusConfig) -> None:
     await provision(
         account,
-        Resources(
-            containers={
-                "tokens": bus_config.tokens_container,
-                "payloads": bus_config.payloads_container,
-                "topics": bus_config.topics_container,
-            },
-            tables={"ingress": bus_config.ingress_table},
-            endpoints=tuple(app.endpoints),
-        ),
+        resources_of(bus_config, tuple(app.endpoints)),
     )
 
 

@@ -29,7 +29,7 @@ from pydantic import BaseModel
 from lab.local.azurite import Azurite
 from shared.bus import Bus, BusApp, BusConfig, Command, Event, HandlerContext, Outcome
 from shared.provisioning import provision
-from shared.resources import Resources
+from shared.resources import resources_of
 from shared.settings import StorageSettings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
@@ -109,11 +109,7 @@ async def timed_publish(
     )
     await provision(
         setup,
-        Resources(
-            containers={"tokens": config.tokens_container, "topics": config.topics_container},
-            tables={"ingress": config.ingress_table},
-            endpoints=tuple(app.endpoints),
-        ),
+        resources_of(config, tuple(app.endpoints)),
     )
     await Bus(app, setup, config).subscribe_all()
     bus = Bus(app, measured, config)

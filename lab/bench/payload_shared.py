@@ -28,7 +28,7 @@ from pydantic import BaseModel
 from lab.local.azurite import Azurite
 from shared.bus import Bus, BusApp, BusConfig, Command, Event, HandlerContext
 from shared.provisioning import provision
-from shared.resources import Resources
+from shared.resources import resources_of
 from shared.settings import StorageSettings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
@@ -172,15 +172,7 @@ async def one_run(
     )
     await provision(
         account,
-        Resources(
-            containers={
-                "tokens": config.tokens_container,
-                "payloads": config.payloads_container,
-                "topics": config.topics_container,
-            },
-            tables={"ingress": config.ingress_table},
-            endpoints=tuple(app.endpoints),
-        ),
+        resources_of(config, tuple(app.endpoints)),
     )
     setup = Bus(app, account, config)
     await setup.subscribe_all()

@@ -436,6 +436,15 @@ MUTANTS: tuple[Mutant, ...] = (
                 continue""",
         "tokens younger than the grace period are judged (and deleted) too",
     ),
+    Mutant(
+        "cleanup-foreign-origin-judged",
+        "shared/cleanup/abandoned_tokens.py",
+        "        return OTHER_APP\n",
+        '        return "abandoned"\n',
+        "a token or shared payload whose origin is another app's (a table that is none of this "
+        "app's endpoints nor its ingress table) is judged abandoned: one app's cleanup deletes "
+        "the other app's tokens in flight, on the shared messaging account",
+    ),
     # -- cleanup: parked messages (the poison task) -------------------------------------------
     Mutant(
         "cleanup-repark-deletes-first",
@@ -639,7 +648,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "effect-request-dropped",
         "shared/bus/context.py",
-        "self._add(PendingOutput(request, PERFORMER_ENDPOINT, {}, trace_headers()))",
+        "self._add(PendingOutput(request, self._performer, {}, trace_headers()))",
         "pass",
         "the request is not an output of the requester's round: nothing is committed, "
         "nothing performed",

@@ -46,6 +46,11 @@ and, in token mode, with up to one deviation and one fault:
 18. ``small-budget``: the shared event with a body budget that holds one payload: the
     subscriber that finds no room postpones its message (sends it again, hidden), with up
     to one deviation and no fault, then no deviation and one fault;
+19. ``small-two-apps``: a system of two apps over one messaging store, each with its rows in
+    its own store and its own cleanup (which may run at once, and each lists the other's
+    tokens in the shared container), one sending a command and publishing an event to the
+    other's endpoints, with up to one deviation and no fault, then no deviation and one
+    fault;
 and then seeded random search over larger configurations in every mode for the rest of the
 time budget. With two cores the phases are dealt to two processes (``DEFAULT_PLAN``), each
 then searching its own random seeds. ``--mode`` keeps the phases and random runs of one mode.
@@ -119,6 +124,7 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-rolling", 1, 1),
         ("small-rolling", 2, 0),
         *_pairing_phases(PAIRINGS[:_HALF]),
+        ("small-two-apps", 1, 0),
     ),
     (
         ("small-sweep", 1, 1),
@@ -141,6 +147,7 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         *_pairing_phases(PAIRINGS[_HALF:]),
         ("small-budget", 1, 0),
         ("small-budget", 0, 1),
+        ("small-two-apps", 0, 1),
     ),
 )
 """The phases explored exhaustively before the random search, dealt to two processes so

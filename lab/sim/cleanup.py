@@ -10,9 +10,11 @@ Per endpoint, by its mode:
   records outlive every run (their window is days) and audit rows are the audit's.
 
 Then, for every sender, the shared payloads (``SharedPayloads``), after the tokens that refer
-to them. The parked phase (``lab.sim.parked``) also runs the endpoint's poison task
-(``PoisonQueue``: entries that will expire re-parked, orphan parked originals removed),
-``clean_parked``.
+to them. An app of a system (``SimConfig.apps``) also runs production's token task over the
+whole shared container (``whole_container``), where it meets the other app's tokens, judged
+with only its own endpoints' rows and ingress table (``shared.cleanup.abandoned_tokens``).
+The parked phase (``lab.sim.parked``) also runs the endpoint's poison task (``PoisonQueue``:
+entries that will expire re-parked, orphan parked originals removed), ``clean_parked``.
 """
 
 from __future__ import annotations
@@ -48,13 +50,15 @@ async def cleanup_to_completion(
     senders: tuple[str, ...] = (),
     payloads_container: str = "payloads",
     outbox_task: Callable[[str], CleanupTask] | None = None,
+    whole_container: bool = False,
 ) -> None:
     """One cleanup pass over every endpoint, then over the tokens of each client ``senders``
     names (judged by their ingress records); ``window_seconds`` is the retention of every
     window mode's dedup records (its dedup window). ``rows``: each endpoint's rows, in
     whichever store and through whichever wrapper the caller chose; the tokens and the
     ingress table are in ``account``. ``outbox_task``: the O(m) task a token-mode endpoint
-    runs instead of production's (a protocol explored beside it, ``lab.sim.claim_by_delete``)."""
+    runs instead of production's (a protocol explored beside it, ``lab.sim.claim_by_delete``).
+    ``whole_container``: the token task over the whole container too, as the job runs it."""
     for endpoint, mode in endpoints.items():
         if mode == "token" and outbox_task is not None:
             config = BusConfig(
@@ -107,6 +111,8 @@ async def cleanup_to_completion(
         entity_outbox_retention_seconds=window_seconds,
     )
     every_rows = {endpoint: rows[endpoint] for endpoint in endpoints}
+    if whole_container:
+        await _run(AbandonedTokens(), account, every_rows, grace_seconds, clock, everyone)
     for sender in senders:
         await _run(
             AbandonedTokens(f"{sender}/"), account, every_rows, grace_seconds, clock, everyone

@@ -123,6 +123,13 @@ CONFIGS: dict[str, SimConfig] = {
             concurrency=2,
             at_most_once=True,
         ),
+        # A system of two apps (issue 44) over one messaging store, each with its rows in its
+        # own store and its own cleanup: A (first) sends a Step to B's second and publishes
+        # Happened to B's third and fourth. Both apps' cleanups may run at any point, at the
+        # same time, and time may pass beyond the grace period with a pass of each while a
+        # message of B's is hidden: each cleanup lists the other's tokens in the shared
+        # container and must leave them to their own app.
+        SimConfig(name="small-two-apps", shape="mixed", copies=1, sweeps=2, waits=1, apps=2),
         # Outside the timing assumptions: a process may also stall before any operation for
         # longer than the grace period (a paused machine) while a cleanup pass runs. Not
         # part of the default exploration: the cleanup's safety rests on those assumptions
@@ -475,6 +482,7 @@ async def simulate(
         effect_before_commit=variant is not None and variant.effect_before_commit,
         answer_outside=variant is not None and variant.answer_outside,
         amo_retried=variant is not None and variant.amo_retried,
+        foreign_origins_own=variant is not None and variant.foreign_origins_own,
         covered=covered,
         prepared=prepared,
     )

@@ -203,8 +203,10 @@ class ParkedWorld(World):
 
     # -- the cleanup and time ------------------------------------------------------------------
 
-    async def _cleanup(self, account: StorageAccount, grace: float, window: float) -> None:
-        await super()._cleanup(account, grace, window)
+    async def _cleanup(
+        self, account: StorageAccount, grace: float, window: float, app: str | None = None
+    ) -> None:
+        await super()._cleanup(account, grace, window, app)
         await clean_parked(
             account,
             self.sim.entry,

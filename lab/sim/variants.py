@@ -96,6 +96,9 @@ class Variant:
     amo_retried: bool = False
     """The effect shape's at-most-once service is declared idempotent: retried after an
     unknown outcome, without a marker."""
+    foreign_origins_own: bool = False
+    """A system of two apps: each app's cleanup takes the other's tokens for its own, judging
+    them by rows looked up in its own state store, where they are not."""
 
 
 class _Blobs(DelegatingBlobContainer):
@@ -862,6 +865,15 @@ AMO_BLIND_MARKER = Variant(
     wrap=lambda account: _Account(account, table=_BlindMarker),
 )
 
+# -- a system of two apps (small-two-apps) ---------------------------------------------------
+
+FOREIGN_ORIGINS_JUDGED = Variant(
+    "foreign-origins-judged",
+    "cleanup: an app's cleanup judges only the tokens whose origin is its own endpoints' or "
+    "its ingress table's; another app's are kept for that app's cleanup",
+    foreign_origins_own=True,
+)
+
 VARIANTS = {
     v.name: v
     for v in (
@@ -902,5 +914,6 @@ VARIANTS = {
         ANSWER_OUTSIDE_OUTBOX,
         AMO_RETRIED,
         AMO_BLIND_MARKER,
+        FOREIGN_ORIGINS_JUDGED,
     )
 }

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import logging
 import random
 import uuid
@@ -95,7 +96,7 @@ from shared.errors import ConfigurationError, MalformedSignal
 from shared.host_json import QueueSettings
 from shared.provisioning import provision
 from shared.queue_trigger import QueueWorker
-from shared.resources import Resources
+from shared.resources import resources_of
 from shared.stores.account import StorageAccount
 from shared.stores.instrumented import (
     Fault,
@@ -147,6 +148,15 @@ class SimConfig:
     """Where the endpoints keep state, O(m) and audit rows: their tables, or PostgreSQL
     through its in-memory model (token mode), whose operations are scheduled and faulted
     like storage operations."""
+    apps: Literal[1, 2] = 1
+    """2: a system of two apps over one messaging store (queues, tokens, topics, payloads;
+    ``docs/adopting.md``). The first endpoint and the client are app ``A``'s, with its rows
+    in its tables; the others app ``B``'s, with their rows in B's own store (PostgreSQL's
+    in-memory model), out of A's reach. Each app has its own cleanup, which may run at the
+    same time as the other's: production's token task over the whole shared container,
+    judged with its own endpoints' rows and ingress table only, and its endpoints' tasks.
+    The bus that processes is one, its routes the whole system's: what each app may send
+    the other is ``BusApp.external_endpoint``'s concern, not the cleanup's."""
     messages: int = 1
     partitions: int = 2
     """Message n goes to partition k{n % partitions}: with one partition, every message
@@ -242,6 +252,8 @@ class SimConfig:
     row is there a second commit of the message fails whatever else expired."""
 
     def __post_init__(self) -> None:
+        if self.apps not in (1, 2) or (self.apps == 2 and self.store != "table"):
+            raise ConfigurationError("apps is 1, or 2 with store='table' (B's rows are in SQL)")
         if min(self.messages, self.copies, self.concurrency, self.partitions) < 1:
             raise ConfigurationError(
                 "messages, partitions, copies and concurrency must be at least 1"
@@ -322,6 +334,10 @@ class Action:
 
 TICK = Action("tick", 0.3)
 SWEEP = Action("sweep", 0.2)
+APPS = ("A", "B")
+"""The apps of a system of two (``SimConfig.apps``)."""
+SWEEPS = {app: Action("sweep", 0.2, queue=app) for app in APPS}
+"""A cleanup pass of one app of a system of two (the action's ``queue`` names the app)."""
 
 AccountWrapper = Callable[[StorageAccount], StorageAccount]
 
@@ -406,6 +422,9 @@ class World:
     amo_retried: bool = False
     """The effect shape's at-most-once service is declared idempotent: called again after an
     unknown outcome, without a marker (a variant)."""
+    foreign_origins_own: bool = False
+    """A system of two apps: each app's cleanup takes the other app's endpoints for its own,
+    looking their rows up in its own state store, where they are not (a variant)."""
     trace: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -428,11 +447,15 @@ class World:
         self.instrumented = instrumented
         self.sim = self._build_app(instrumented)
         self.sql = self._sql_database()
-        if config.store == "postgres":
-            declared = self.sim.app.endpoints
-            for name, endpoint in declared.items():
+        declared = self.sim.app.endpoints
+        for number, (name, endpoint) in enumerate(declared.items()):
+            if config.store == "postgres" or (config.apps == 2 and number > 0):
                 declared[name] = replace(endpoint, store="postgres")
         self.endpoints = list(self.sim.app.endpoints)
+        self.app_of = {
+            name: APPS[config.apps == 2 and number > 0] for number, name in enumerate(declared)
+        }
+        """Each endpoint's app: all ``A``'s, or in a system of two the first's alone."""
         self.modes = {name: e.mode for name, e in self.sim.app.endpoints.items()}
         self.quiet_account = self.account if self.wrap is None else self.wrap(self.account)
         """For the cleanup passes run while nothing else runs: neither scheduled nor faulted,
@@ -546,7 +569,8 @@ class World:
 
     def _sql_database(self) -> MemorySqlDatabase | None:
         """The in-memory model of PostgreSQL the endpoints' rows are kept in, if any."""
-        return MemorySqlDatabase() if self.config.store == "postgres" else None
+        wanted = self.config.store == "postgres" or self.config.apps == 2
+        return MemorySqlDatabase() if wanted else None
 
     # -- the bus as the Functions host would run it ------------------------------------------
 
@@ -595,15 +619,7 @@ class World:
     async def setup(self) -> None:
         await provision(
             self.account,
-            Resources(
-                containers={
-                    "tokens": self.bus_config.tokens_container,
-                    "topics": self.bus_config.topics_container,
-                    "payloads": self.bus_config.payloads_container,
-                },
-                tables={"ingress": self.bus_config.ingress_table},
-                endpoints=tuple(self.endpoints),
-            ),
+            resources_of(self.bus_config, tuple(self.endpoints)),
         )
         setup_bus = Bus(self.sim.app, self.account, self.bus_config, sql=self.sql)
         await setup_bus.subscribe_all()
@@ -714,14 +730,14 @@ class World:
         current = self._current
         if current is not None and current.runnable:
             actions.append(self._step_action(current))
-        invocations, sweeping = 0, False
+        invocations, sweeping = 0, set()
         for process in live:
             if process.runnable and process is not current:
                 actions.append(self._step_action(process))
             if process.name.startswith("inv"):
                 invocations += 1
             elif process.name.startswith("sweep"):
-                sweeping = True
+                sweeping.add(process.name.removeprefix("sweep")[:1])
         if self.config.client_sends:
             actions += self._client_sends(live)
         queues = self._queues
@@ -744,8 +760,10 @@ class World:
         sweeps_left = self.sweeps_started < self.config.sweeps
         if (hidden or sweeps_left) and self._tick_allowed(live, unlanded):
             actions.append(TICK)
-        if sweeps_left and not sweeping:
+        if sweeps_left and self.config.apps == 1 and not sweeping:
             actions.append(SWEEP)
+        elif sweeps_left and self.config.apps == 2:
+            actions += [SWEEPS[app] for app in APPS if app not in sweeping]
         return actions + duplicates
 
     def _step_action(self, process: Process) -> Action:
@@ -863,8 +881,11 @@ class World:
             self.trace.append(f"{number:4} time passes {self.config.tick:.0f}s")
         elif action.kind == "sweep":
             self.sweeps_started += 1
+            app = action.queue  # one app's pass in a system of two, else every endpoint's
             self._current = await self.scheduler.spawn(
-                f"sweep{len(self.scheduler.processes)}", self._sweep, self.now()
+                f"sweep{app}{len(self.scheduler.processes)}",
+                functools.partial(self._sweep, app or None),
+                self.now(),
             )
             self._spawned(number, self._current)
         else:
@@ -956,20 +977,60 @@ class World:
         sql = self.counted_sql if account is self.instrumented else self.sql
         return endpoints_rows(self.sim.app.endpoints.values(), account, sql)
 
-    async def _cleanup(self, account: StorageAccount, grace: float, window: float) -> None:
-        await cleanup_to_completion(
-            account,
-            self.modes,
-            self._endpoint_rows(account),
-            tokens_container=self.bus_config.tokens_container,
-            payloads_container=self.bus_config.payloads_container,
-            ingress_table=self.bus_config.ingress_table,
-            grace_seconds=grace,
-            window_seconds=window if self.retention is None else self.retention,
-            clock=self.bus_config.clock,
-            senders=(CLIENT,),
-            outbox_task=self._outbox_task(),
-        )
+    async def _cleanup(
+        self, account: StorageAccount, grace: float, window: float, app: str | None = None
+    ) -> None:
+        """A cleanup pass of every app in turn, or of ``app`` alone."""
+        if self.config.apps == 1:
+            await cleanup_to_completion(
+                account,
+                self.modes,
+                self._endpoint_rows(account),
+                tokens_container=self.bus_config.tokens_container,
+                payloads_container=self.bus_config.payloads_container,
+                ingress_table=self.bus_config.ingress_table,
+                grace_seconds=grace,
+                window_seconds=window if self.retention is None else self.retention,
+                clock=self.bus_config.clock,
+                senders=(CLIENT,),
+                outbox_task=self._outbox_task(),
+            )
+            return
+        for each in APPS if app is None else (app,):
+            own = [name for name in self.endpoints if self.app_of[name] == each]
+            if self.foreign_origins_own:
+                own = list(self.endpoints)
+            await cleanup_to_completion(
+                account,
+                {name: self.modes[name] for name in own},
+                self._app_rows(account, each, own),
+                tokens_container=self.bus_config.tokens_container,
+                payloads_container=self.bus_config.payloads_container,
+                ingress_table=self._ingress_table(each),
+                grace_seconds=grace,
+                window_seconds=window if self.retention is None else self.retention,
+                clock=self.bus_config.clock,
+                senders=(CLIENT,) if each == APPS[0] else (),
+                whole_container=True,
+            )
+
+    def _ingress_table(self, app: str) -> str:
+        """A's ingress table is the client's; B's, named after B, holds no record."""
+        ingress = self.bus_config.ingress_table
+        return ingress if app == APPS[0] else f"{app.lower()}{ingress}"
+
+    def _app_rows(
+        self, account: StorageAccount, app: str, endpoints: list[str]
+    ) -> dict[str, EndpointRows]:
+        """The rows of ``endpoints`` as ``app``'s cleanup is given them: each in its own store,
+        or (``foreign_origins_own``) all in ``app``'s, where the other app's are not."""
+        declared = self.sim.app.endpoints
+        chosen = [declared[name] for name in endpoints]
+        if self.foreign_origins_own:
+            store: Store = "table" if app == APPS[0] else "postgres"
+            chosen = [replace(endpoint, store=store) for endpoint in chosen]
+        sql = self.counted_sql if account is self.instrumented else self.sql
+        return endpoints_rows(chosen, account, sql)
 
     def _outbox_task(self) -> Callable[[str], CleanupTask] | None:
         """The cleanup's O(m) task when token mode claims by delete and keeps an uncommitted
@@ -1041,8 +1102,8 @@ class World:
         self.receipts.add(number)
         return "deduplicated" if receipt.deduplicated else "sent"
 
-    async def _sweep(self) -> str:
-        await self._cleanup(self.instrumented, self.config.sweep_grace, self.config.window)
+    async def _sweep(self, app: str | None = None) -> str:
+        await self._cleanup(self.instrumented, self.config.sweep_grace, self.config.window, app)
         return "swept"
 
     # -- the whole run -------------------------------------------------------------------------

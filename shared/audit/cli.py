@@ -28,7 +28,7 @@ from shared.bus.state.base import EndpointState
 from shared.bus.state.stores import PostgresDatabase
 from shared.config import build_config
 from shared.errors import BusError, ConfigurationError
-from shared.resources import CONTAINERS, TABLES
+from shared.resources import CONTAINERS, app_containers, app_name_of, app_tables
 from shared.settings import (
     DEFAULT_SETTING,
     STORAGE_SETTING_NAME,
@@ -206,9 +206,17 @@ def _storage(args: argparse.Namespace) -> StorageSettings:
     return storage
 
 
+def _app_name(args: argparse.Namespace) -> str | None:
+    """The audited app's name (``BUS_APP_NAME``, else its ``BusApp.name``), after which its
+    ingress table, performer and audits container are named."""
+    settings = _settings(args)
+    return app_name_of(settings.values, configured_app(settings).name)
+
+
 def _tables(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    endpoints = args.endpoints or configured_app(_settings(args)).running_endpoints()
-    return list(endpoints), list(args.ingress_tables or [TABLES["ingress"]])
+    name = _app_name(args)
+    endpoints = args.endpoints or configured_app(_settings(args)).running_endpoints(name)
+    return list(endpoints), list(args.ingress_tables or [app_tables(name)["ingress"]])
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -237,6 +245,7 @@ def _run(args: argparse.Namespace) -> int:
         poison_cap=args.poison_cap,
         tokens_container=args.tokens_container,
         topics_container=args.topics_container,
+        audits_container=app_containers(None if args.input else _app_name(args))["audits"],
         takers=_takers(args),
     )
     summary = job.run()

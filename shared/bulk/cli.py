@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Sequence
 
 from shared.account_in_use import announce_account
-from shared.app_loader import APP_SETTING, DEFAULT_APP
+from shared.app_loader import APP_SETTING, DEFAULT_APP, configured_app
 from shared.bulk.inputs import FORMATS, input_format
 from shared.bulk.summary import BulkSummary
 from shared.config import build_config
@@ -128,10 +128,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> BulkSummary:
     from shared.bulk.job import JobOptions, SendOptions, run_replay, run_send
 
-    config = build_config(
-        resolve_settings({STORAGE_SETTING_NAME: args.connection_setting, APP_SETTING: args.app})
+    settings = resolve_settings(
+        {STORAGE_SETTING_NAME: args.connection_setting, APP_SETTING: args.app}
     )
-    settings = config.settings
+    # The app's name decides its ingress table, where the job's records go.
+    config = build_config(settings, app_name=configured_app(settings).name)
     storage = config.require_storage()
     announce_account(storage, "bulk")
     options = JobOptions(

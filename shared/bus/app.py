@@ -15,7 +15,6 @@ from shared.bus.effects import (
     DEFAULT_CALL_SECONDS,
     IN_PROGRESS_STATUSES,
     KEY_REUSED_STATUSES,
-    PERFORMER_ENDPOINT,
     ServiceDeclaration,
 )
 from shared.bus.messages import Event, Message, topics_of, type_names
@@ -23,7 +22,7 @@ from shared.bus.reading import check_versions
 from shared.bus.retries import RetryPolicy
 from shared.bus.routes import ExternalEndpoint, Routes
 from shared.errors import ConfigurationError
-from shared.resources import check_endpoint_name
+from shared.resources import check_app_name, check_endpoint_name, performer_endpoint
 
 S = TypeVar("S", bound=BaseModel)
 M = TypeVar("M", bound=Message)
@@ -136,7 +135,10 @@ async def call_handler(handler: Handler, context: HandlerContext[Any], message: 
 class BusApp:
     """All endpoints of one application, and the endpoints of other apps it sends to."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, name: str | None = None) -> None:
+        self.name = check_app_name(name)
+        """The app's name among the apps of a system (None: the only app of its account);
+        the app setting ``BUS_APP_NAME`` wins over it (``shared.resources.app_name_of``)."""
         self.endpoints: dict[str, Endpoint[Any]] = {}
         self.services: dict[str, ServiceDeclaration] = {}
         """The external services handlers may request effects of (``docs/effects.md``)."""
@@ -210,14 +212,16 @@ class BusApp:
         self.services[name] = declared
         return declared
 
-    def running_endpoints(self) -> list[str]:
+    def running_endpoints(self, app_name: str | None = None) -> list[str]:
         """Every endpoint the app runs: its own and, when it declares services, the bus's
         performer, which the runtime adds to the app when it builds a worker
-        (``shared.effects.wiring``). For tools that read the app without building one, such as
-        the audit, whose rows include the performer's."""
+        (``shared.effects.wiring``), named after ``app_name`` (default: the app's declared
+        name). For tools that read the app without building one, such as the audit, whose
+        rows include the performer's."""
         names = list(self.endpoints)
-        if self.services and PERFORMER_ENDPOINT not in self.endpoints:
-            names.append(PERFORMER_ENDPOINT)
+        performer = performer_endpoint(app_name or self.name)
+        if self.services and performer not in self.endpoints:
+            names.append(performer)
         return names
 
     def check(self) -> None:

@@ -1,5 +1,8 @@
 """Tunable settings of a bus runtime, with the defaults users get.
 
+The names of the containers and tables are an unnamed app's; ``shared.config.build_config``
+sets the names of the app's own ones from its name (``shared.resources``).
+
 A deployed app sets the ingress window, the retention windows, the payload and output limits
 and the conflict rounds through app settings (``BUS_INGRESS_WINDOW_SECONDS``... declared in
 ``shared.app_settings``, read once by ``shared.config.build_config``), host.json sets
@@ -47,6 +50,11 @@ class BusConfig:
     """BUS_DISCARD_RETENTION_SECONDS: how long a discarded message's archive entry is kept."""
     actions_table: str = "operatoractions"
     """The journal of operators' replays and discards (``shared.bus.journal``)."""
+    audits_container: str = "audits"
+    """Where the audit publishes the app's last verdict and report (``shared.audit.published``)."""
+    performer_endpoint: str = "effects"
+    """The endpoint of the app's effects performer (``shared.effects``), named after the app
+    (``shared.resources.performer_endpoint``)."""
     shared_payload_min_chars: int = 8192
     """BUS_SHARED_PAYLOAD_MIN_CHARS: a message for two or more destinations whose inline
     envelope is longer than this stores its body once, shared by its tokens. The default is

@@ -77,11 +77,13 @@ class HandlerContext(Generic[S]):
         max_payload_bytes: int,
         max_outputs: int,
         services: Mapping[str, ServiceDeclaration],
+        performer: str = PERFORMER_ENDPOINT,
         seed: int | None = None,
         sql: Any = None,
     ) -> None:
         self.endpoint = endpoint
         self._services = services
+        self._performer = performer
         self.sql = sql
         self.envelope = envelope
         self.state = state
@@ -184,7 +186,7 @@ class HandlerContext(Generic[S]):
             reply_to=check_endpoint_name(reply_to or self.endpoint),
             partition=self.partition_key,
         )
-        self._add(PendingOutput(request, PERFORMER_ENDPOINT, {}, trace_headers()))
+        self._add(PendingOutput(request, self._performer, {}, trace_headers()))
         return request.key
 
     def _add(self, output: PendingOutput) -> None:

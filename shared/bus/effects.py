@@ -19,9 +19,11 @@ from typing import Any, ClassVar, Literal
 from shared.bus.ids import derived_id
 from shared.bus.messages import Command
 from shared.errors import ConfigurationError, InvalidName, UndeclaredService
+from shared.resources import PERFORMER
 
-PERFORMER_ENDPOINT = "effects"
-"""The bus-owned endpoint that performs the effects of the app's handlers."""
+PERFORMER_ENDPOINT = PERFORMER
+"""The bus-owned endpoint that performs the effects of an unnamed app's handlers; a named
+app's is ``<name>effects`` (``shared.resources.performer_endpoint``, ``BusConfig``)."""
 
 Outcome = Literal["succeeded", "failed", "uncertain"]
 """``succeeded``: the provider applied it (2xx); ``failed``: it refused it for good (4xx);

@@ -334,6 +334,7 @@ class Pipeline(abc.ABC):
             max_payload_bytes=self.config.max_payload_bytes,
             max_outputs=self.config.max_outputs,
             services=self.endpoint.routes.services,
+            performer=self.config.performer_endpoint,
         )
         _, handler = self.endpoint.handlers[self.endpoint.current_name(envelope.type)]
         with self.config.telemetry.handling(self.endpoint.name, self.mode, envelope):

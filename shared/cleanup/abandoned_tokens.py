@@ -1,5 +1,19 @@
 """The tokens task: every token in the container (or under one sender's prefix), judged by
 its origin row (``shared.cleanup.origins``); an abandoned one goes after the grace period.
+
+The tokens container is shared by the apps of a system (``shared.resources``), so the listing
+holds other apps' tokens too. A token whose origin metadata is well formed but names a table
+that is neither one of this app's endpoints nor its ingress table was sent by another app: it
+is kept as ``other_app``, neither judged nor reported, since this app cannot read that row
+(it may be in another app's state account) and nothing about it is wrong. Its own app's
+cleanup judges it by its origin row, and its receiver consumes it (R7), so keeping it here
+loses nothing and leaves nothing behind. Judging it here instead would read a table this app
+does not own, and finding no row there, delete a committed token in flight: a lost message.
+Only metadata that does not decode to an origin of this bus stays ``bad_origin``, with a
+warning. What an attacker gains by writing a token with a made-up foreign origin: a blob that
+is kept, as before this distinction, when the same blob was kept as ``bad_origin``; never a
+read of the table it names, and nothing is processed, since a token is received only through
+a signal naming it.
 """
 
 from __future__ import annotations
@@ -30,12 +44,14 @@ from shared.cleanup.origins import OriginKind, kind_of
 from shared.cleanup.report import TaskReport
 from shared.concurrency import each
 from shared.errors import (
+    InvalidName,
     InvalidValue,
     NotFound,
     PreconditionFailed,
 )
 from shared.logsafe import shown
 from shared.stores.blob import BlobProperties
+from shared.stores.names import check_table_name
 from shared.stores.table import Entity
 
 # One logger for every task's lines, under the name they have always had, so that a log
@@ -45,6 +61,8 @@ log = logging.getLogger("shared.cleanup.tasks")
 
 Verdict = str
 """'abandoned', or why a token stays (a ``kept`` reason)."""
+OTHER_APP = "other_app"
+"""A token or payload another app of the system sent, kept for its own cleanup."""
 FENCE = "fence"
 """An abandoned token whose uncommitted origin row must be fenced before it goes."""
 
@@ -183,7 +201,8 @@ class AbandonedTokens(CleanupTask):
 
 def origin_of(context: CleanupContext, blob: BlobProperties) -> Verdict | tuple[Origin, OriginKind]:
     """The origin row a token's or a shared payload's metadata names and its kind, or the
-    verdict when the metadata alone decides (none recorded, or one outside this bus)."""
+    verdict when the metadata alone decides (none recorded, one of another app, or one
+    outside this bus)."""
     raw = blob.metadata.get(ORIGIN_METADATA)
     if not raw:
         return _without_origin(context, blob)
@@ -192,12 +211,23 @@ def origin_of(context: CleanupContext, blob: BlobProperties) -> Verdict | tuple[
     except InvalidValue:
         origin = None
     kind = None if origin is None else kind_of(origin.row_key)
-    known_tables = {*context.endpoints, context.config.ingress_table}
-    if origin is None or kind is None or origin.table not in known_tables:
-        # Never let a blob's metadata point the cleanup at an arbitrary table.
+    if origin is None or kind is None or not _names_a_table(origin):
         log.warning("blob %s has an origin outside this bus: %s", shown(blob.name), shown(raw))
         return "bad_origin"
+    if origin.table not in {*context.endpoints, context.config.ingress_table}:
+        # Another app's: its cleanup judges it (see the module). Never let a blob's metadata
+        # point this cleanup at a table it does not own.
+        return OTHER_APP
     return origin, kind
+
+
+def _names_a_table(origin: Origin) -> bool:
+    """Whether the origin's table is a name a table could have (another app's, say)."""
+    try:
+        check_table_name(origin.table)
+    except InvalidName:
+        return False
+    return True
 
 
 def _without_origin(context: CleanupContext, blob: BlobProperties) -> Verdict:

@@ -77,7 +77,9 @@ async def run_cleanup(
     config = config or BusConfig()
     settings = settings or CleanupSettings()
     owner = owner or f"cleanup-{uuid.uuid4().hex[:12]}"
-    chosen = list(tasks) if tasks is not None else standard_tasks(endpoints)
+    chosen = (
+        list(tasks) if tasks is not None else standard_tasks(endpoints, config.performer_endpoint)
+    )
     started = monotonic()
     report = CleanupReport(
         owner=owner,

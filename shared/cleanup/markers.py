@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from shared.bus.effects import PERFORMER_ENDPOINT
 from shared.bus.records import OUTBOX_PREFIX
 from shared.bus.state.rows import EndpointRows
 from shared.cleanup.base import (
@@ -49,7 +48,7 @@ class RetiredMarkers(CleanupTask):
     async def run_page(
         self, context: CleanupContext, continuation: str | None, report: TaskReport
     ) -> str | None:
-        rows = context.rows(PERFORMER_ENDPOINT)
+        rows = context.rows(context.config.performer_endpoint)
         page, following = await rows.page(
             row_key=MARKER_ROW,
             page_size=context.settings.page_size,

@@ -2,7 +2,9 @@
 outlives the poison message that refers to it (beyond a grace period).
 
 Per endpoint, one task (``poison.<endpoint>``) makes one pass over its poison queue and then
-over its parked originals (``<endpoint>/`` in the ``parked`` container):
+over its parked originals (``<endpoint>/`` in the ``parked`` container). The container is
+shared by the apps of a system, and each app's cleanup runs these tasks for its own endpoints
+only: another app's poison queues and parked originals are never read, let alone removed.
 
 - **Entries that will expire.** The bus parks with no expiry (``shared.bus.poison.park``),
   but the Functions host moves a message to ``<queue>-poison`` with the queue's default

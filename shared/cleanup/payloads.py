@@ -31,8 +31,11 @@ deleted only when all of these hold, checked in this order, each for the reason 
 (d) it is deleted ``If-Match`` the ETag it was judged by in (a): a round that rewrote it
     since then (it is about to create tokens referring to it) wins, and the payload stays.
 
-A payload whose name is outside the scheme, or whose origin names a table outside this bus,
-is kept and reported: the cleanup never deletes on the word of metadata it cannot judge.
+A payload whose name is outside the scheme, or whose origin metadata is not an origin of this
+bus, is kept and reported: the cleanup never deletes on the word of metadata it cannot judge.
+The payloads container is shared by the apps of a system: a payload whose origin is well formed
+but names a table that is not this app's (``other_app``, ``shared.cleanup.abandoned_tokens``)
+is another app's, kept without a word for that app's cleanup, which can read its origin row.
 """
 
 from __future__ import annotations

@@ -43,8 +43,11 @@ from shared.cleanup.payloads import SharedPayloads
 from shared.cleanup.retention import MODE_EXPIRY, ModeRetention
 
 
-def standard_tasks(endpoints: Mapping[str, str] | Collection[str]) -> list[CleanupTask]:
-    """Every task for these endpoints (a name-to-mode mapping; bare names are token mode).
+def standard_tasks(
+    endpoints: Mapping[str, str] | Collection[str], performer: str = PERFORMER_ENDPOINT
+) -> list[CleanupTask]:
+    """Every task for these endpoints (a name-to-mode mapping; bare names are token mode),
+    the markers' when ``performer`` (the app's performer endpoint, ``BusConfig``) is one.
 
     The job runs them side by side; none waits on another, since the outbox and ingress
     tasks delete the abandoned tokens under their own records' prefixes themselves. A sweep
@@ -59,6 +62,6 @@ def standard_tasks(endpoints: Mapping[str, str] | Collection[str]) -> list[Clean
     tasks.append(SharedPayloads())
     tasks += poison_tasks(names)
     tasks.append(ExpiredDiscards())
-    if PERFORMER_ENDPOINT in modes:
+    if performer in modes:
         tasks.append(RetiredMarkers())
     return tasks

@@ -531,8 +531,9 @@ def _command(args: argparse.Namespace, usage: Callable[[str], None]) -> Run:
 async def _run(args: argparse.Namespace, command: Run) -> int:
     # Every setting is read and checked here, once: a bad value stops the command before it
     # starts, naming the setting (``shared.config``).
-    config = build_config(settings_of(args))
-    app = configured_app(config.settings)
+    settings = settings_of(args)
+    app = configured_app(settings)
+    config = build_config(settings, app_name=app.name)
     if args.command in WITHOUT_STORAGE:
         return await command(Worker(app, config))
     storage = storage_of(args, config)

@@ -24,7 +24,7 @@ from shared.bus.unsubscribed import PREFIX as UNSUBSCRIBED_PREFIX
 from shared.cleanup.backlog import SenderTokens, tokens_in_flight
 from shared.console.throughput import Throughput, throughput
 from shared.errors import CorruptRecord, NotFound
-from shared.resources import CONTAINERS, poison_queue
+from shared.resources import poison_queue
 from shared.runtime import Worker
 from shared.stores.blob import BlobContainer
 
@@ -65,7 +65,7 @@ async def last_audit(worker: Worker) -> dict[str, Any] | None:
     (``shared.audit.published``); None when none did. One that cannot be read is shown as
     such, with why, rather than hidden."""
     try:
-        published = await latest(worker.account().blob_container(CONTAINERS["audits"]))
+        published = await latest(worker.account().blob_container(worker.config.audits_container))
     except CorruptRecord as e:
         log.warning("console: the last audit's verdict is unreadable: %s", e)
         return {"at": None, "verdict": "UNREADABLE", "summary": str(e)}

@@ -68,12 +68,14 @@ class EffectMarkers:
         return True
 
 
-def performer_markers(account: StorageAccount | Callable[[], StorageAccount]) -> EffectMarkers:
+def performer_markers(
+    account: StorageAccount | Callable[[], StorageAccount], performer: str = PERFORMER_ENDPOINT
+) -> EffectMarkers:
     """The markers of the app's performer: in its endpoint's rows, which are always in its
     table (the performer is the bus's own endpoint, on Table Storage), provisioned by every
     app that declares services; of ``account``, or of the account it gives when the first
     marker is needed."""
     if callable(account):
         opened = account
-        return EffectMarkers(lambda: TableRows(opened().table(PERFORMER_ENDPOINT)))
-    return EffectMarkers(TableRows(account.table(PERFORMER_ENDPOINT)))
+        return EffectMarkers(lambda: TableRows(opened().table(performer)))
+    return EffectMarkers(TableRows(account.table(performer)))

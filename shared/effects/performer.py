@@ -46,6 +46,7 @@ def add_performer(
     call_timeout: float,
     retry: RetryPolicy | None = None,
     markers: EffectMarkers | None = None,
+    name: str = PERFORMER_ENDPOINT,
 ) -> Endpoint[NoState]:
     """Declare the performer endpoint of ``app``, calling each service the app declares
     (``BusApp.service``) through its provider in ``providers``. ``call_timeout`` (seconds)
@@ -61,7 +62,7 @@ def add_performer(
         raise ConfigurationError(
             f"the at-most-once services {unmarked} need a marker table (add_performer markers=)"
         )
-    endpoint: Endpoint[NoState] = app.endpoint(PERFORMER_ENDPOINT, retry=retry)
+    endpoint: Endpoint[NoState] = app.endpoint(name, retry=retry)
     services = {name: providers[name] for name in app.services}
 
     @endpoint.handles(EffectRequest)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from weakref import WeakKeyDictionary
 
 from shared.bus.app import BusApp
-from shared.bus.effects import PERFORMER_ENDPOINT, EffectRequest
+from shared.bus.effects import EffectRequest
 from shared.config import AppConfig
 from shared.effects.addresses import setting_name, url_setting
 from shared.effects.http import HttpClient, HttpProvider
@@ -36,14 +36,20 @@ def wire_performer(
     ConfigurationError."""
     if not app.services:
         return None
+    performer = config.bus.performer_endpoint
     if app in _performers:
+        if performer not in app.endpoints:
+            raise ConfigurationError(
+                f"the app's performer was added under another app name than this worker's "
+                f"({performer}): one app object runs under one name"
+            )
         return _performers[app]
-    existing = app.endpoints.get(PERFORMER_ENDPOINT)
+    existing = app.endpoints.get(performer)
     if existing is not None:
         if EffectRequest.type_name() in existing.handlers:
             return None
         raise ConfigurationError(
-            f"the app declares services, and its endpoint {PERFORMER_ENDPOINT} is not the "
+            f"the app declares services, and its endpoint {performer} is not the "
             "performer: that name is the bus's own, rename the endpoint"
         )
     _check_setting_names(app)
@@ -67,7 +73,8 @@ def wire_performer(
         providers,
         call_timeout=cap,
         retry=effects.retry_policy(),
-        markers=performer_markers(account),
+        markers=performer_markers(account, performer),
+        name=performer,
     )
     _performers[app] = client
     return client

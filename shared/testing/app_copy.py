@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from shared.bus.app import BusApp
-from shared.bus.effects import PERFORMER_ENDPOINT
+from shared.bus.effects import EffectRequest
 from shared.effects.addresses import EffectSettings
 from shared.effects.markers import performer_markers
 from shared.effects.memory import InMemoryProvider
@@ -21,11 +21,11 @@ from shared.stores.account import StorageAccount
 def copied_app(app: BusApp) -> BusApp:
     """A new app with ``app``'s endpoints, external endpoints and services. A performer the
     app already holds is left out when it declares services: the kit adds its own."""
-    copy = BusApp()
+    copy = BusApp(name=app.name)
     copy.services.update(app.services)
     copy.routes.external.update(app.routes.external)
     for name, endpoint in app.endpoints.items():
-        if name == PERFORMER_ENDPOINT and app.services:
+        if EffectRequest.type_name() in endpoint.handlers and app.services:
             continue
         copy.endpoints[name] = replace(
             endpoint,

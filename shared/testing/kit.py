@@ -32,7 +32,7 @@ from shared.errors import KitError, NotFound
 from shared.host_json import QueueSettings
 from shared.provisioning import provision
 from shared.queue_trigger import QueueWorker
-from shared.resources import Resources, poison_queue
+from shared.resources import poison_queue, resources_of
 from shared.stores.instrumented import (
     Fault,
     Instrumentation,
@@ -111,16 +111,7 @@ class BusKit:
         config = self.config
         await provision(
             self.account,
-            Resources(
-                containers={
-                    "tokens": config.tokens_container,
-                    "payloads": config.payloads_container,
-                    "topics": config.topics_container,
-                    "parked": config.parked_container,
-                },
-                tables={"ingress": config.ingress_table},
-                endpoints=(*self.app.endpoints, *self.app.routes.external),
-            ),
+            resources_of(config, (*self.app.endpoints, *self.app.routes.external)),
         )
         await self._reader.subscribe_all()
 

@@ -30,7 +30,7 @@ from shared.errors import NotFound
 from shared.host_json import QueueSettings
 from shared.provisioning import provision
 from shared.queue_trigger import QueueWorker
-from shared.resources import Resources, poison_queue
+from shared.resources import poison_queue, resources_of
 from shared.settings import StorageSettings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
@@ -192,15 +192,7 @@ class Harness:
         harness = cls(backend, app, bus_config)
         await provision(
             harness.raw,
-            Resources(
-                containers={
-                    "tokens": bus_config.tokens_container,
-                    "payloads": bus_config.payloads_container,
-                    "topics": bus_config.topics_container,
-                },
-                tables={"ingress": bus_config.ingress_table},
-                endpoints=tuple(app.endpoints),
-            ),
+            resources_of(bus_config, tuple(app.endpoints)),
         )
         await harness.setup_bus.subscribe_all()
         return harness

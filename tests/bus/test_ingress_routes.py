@@ -16,7 +16,7 @@ from shared.bus.routes import UndeliverableMessage
 from shared.clock import ManualClock
 from shared.errors import InvalidName
 from shared.provisioning import provision
-from shared.resources import Resources
+from shared.resources import resources_of
 from shared.stores.memory import MemoryStorageAccount
 from tests.bus.flow import Ledger
 
@@ -99,11 +99,7 @@ async def ingress() -> Ingress:
     config = BusConfig(clock=clock)
     await provision(
         account,
-        Resources(
-            containers={"tokens": config.tokens_container, "topics": config.topics_container},
-            tables={"ingress": config.ingress_table},
-            endpoints=("stock", "billing"),  # billing's queue stands for the other app's
-        ),
+        resources_of(config, ("stock", "billing")),  # billing's queue stands for the other app's
     )
     bus = Bus(app, account, config)
     await bus.subscribe_all()

@@ -337,6 +337,31 @@ async def test_a_token_whose_origin_names_a_foreign_table_is_left_alone(
     assert await harness.tokens() == [name]
 
 
+async def test_a_token_of_another_app_is_kept_for_its_own_cleanup_without_a_warning(
+    backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The tokens container is shared by the apps of a system: a well-formed origin in a table
+    that is not this app's is another app's token, neither judged nor reported as bad; only
+    metadata that is no origin of this bus is."""
+    harness, _ = await new_flow(backend, publish=False, charge=False)
+    tokens = harness.raw.blob_container(harness.config.tokens_container)
+    theirs = token_name("shipping", fresh_id(), fresh_id(), fresh_id(), b"{}")
+    origin = Origin("shippingdispatch", "o1", outbox_row(fresh_id())).encode()
+    await tokens.create(theirs, b"{}", {"origin": origin})
+    forged = token_name("orders", fresh_id(), fresh_id(), fresh_id(), b"{}")
+    await tokens.create(forged, b"{}", {"origin": "no|origin"})
+
+    with caplog.at_level("WARNING"):
+        report = await clean(harness, settings(), owner="x")
+
+    assert report.kept()["other_app"] == 1
+    assert report.kept()["bad_origin"] == 1
+    assert sorted(await harness.tokens()) == sorted([theirs, forged])
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert [line for line in warned if "origin" in line and forged in line]
+    assert not [line for line in warned if theirs in line]
+
+
 async def test_one_failing_task_does_not_stop_the_others(backend: Backend) -> None:
     harness, names = await new_flow(backend, publish=False, charge=False)
     await place_order(harness, names)

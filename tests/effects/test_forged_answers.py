@@ -18,7 +18,7 @@ from shared.effects.memory import InMemoryProvider
 from shared.effects.performer import add_performer
 from shared.http_ingress import BadRequest
 from shared.provisioning import provision
-from shared.resources import Resources
+from shared.resources import resources_of
 from shared.sample.app import build_app
 from shared.stores.memory import MemoryStorageAccount
 
@@ -53,11 +53,7 @@ async def sample() -> Bus:
     config = BusConfig(clock=clock)
     await provision(
         account,
-        Resources(
-            containers={"tokens": config.tokens_container, "topics": config.topics_container},
-            tables={"ingress": config.ingress_table},
-            endpoints=tuple(app.endpoints),
-        ),
+        resources_of(config, tuple(app.endpoints)),
     )
     return Bus(app, account, config)
 
