@@ -21,13 +21,14 @@ ACCOUNT = "General Purpose v2, Standard, Hot access tier, LRS, East US, pay as y
 READ_ON = "2026-12-02"
 
 _BLOB_LIST = (
-    "api-evangelist/microsoft-azure-blob-storage, plans/microsoft-azure-blob-storage-plans-"
-    "pricing.yml (a third party's copy of azure.microsoft.com/pricing/details/storage/blobs, "
-    "LRS East US, modified 2026-05-05)"
+    "a third party's summary, not Azure's own page: github.com/api-evangelist/microsoft-azure-"
+    "blob-storage, plans/microsoft-azure-blob-storage-plans-pricing.yml (Hot, LRS East US list "
+    "prices, machine-generated 2026-05-05, citing azure.microsoft.com/pricing/details/storage/"
+    "blobs)"
 )
 _NOT_FOUND = (
-    "not found in a published source reachable from here: the figure recalled from "
-    "azure.microsoft.com/pricing/details/storage/{page}, unverified"
+    "no published figure found from here: as remembered from azure.microsoft.com/pricing/"
+    "details/storage/{page}, unverified"
 )
 _FREE = (
     "learn.microsoft.com/azure/storage/blobs/map-rest-apis-transaction-categories "
