@@ -31,8 +31,8 @@ _NOT_FOUND = (
     "details/storage/{page}, unverified"
 )
 _FREE = (
-    "learn.microsoft.com/azure/storage/blobs/map-rest-apis-transaction-categories "
-    "(Delete Blob: free on Standard general purpose v2)"
+    "Delete Blob is free on Standard general purpose v2: learn.microsoft.com/azure/storage/"
+    "blobs/map-rest-apis-transaction-categories (MicrosoftDocs/azure-docs, 2025-05-14)"
 )
 
 
@@ -85,17 +85,19 @@ PRICES: dict[str, BillingClass] = {
 }
 
 # Each operation kind the instrumented stores count (shared/stores/delegating.py,
-# shared/bus/state/instrumented.py) and the class of the REST call it makes.
+# shared/bus/state/instrumented.py) and the class of the REST call it makes; for blobs, the
+# column "Standard general purpose v2" of Microsoft's "Map each REST operation to a price"
+# (learn.microsoft.com/azure/storage/blobs/map-rest-apis-transaction-categories, 2025-05-14).
 BILLING: dict[str, str] = {
     "blob.create": "blob.write",  # Put Blob
     "blob.upload": "blob.write",  # Put Blob
-    "blob.set_metadata": "blob.write",  # Set Blob Metadata
+    "blob.set_metadata": "blob.other",  # Set Blob Metadata: "Other" on GPv2 (Write on v1)
     "blob.read": "blob.read",  # Get Blob (whole or a range)
     "blob.get_properties": "blob.other",  # Get Blob Properties
     "blob.list": "blob.list",  # List Blobs, one page
     "blob.delete": "blob.free",  # Delete Blob
-    # The Blob Batch request itself; its Delete Blob sub-requests are free. Which class the
-    # batch request is billed in is not in the mapping page: taken as "other".
+    # The Blob Batch request itself, taken as "Other" as the page has a batch of Set Blob Tier;
+    # its Delete Blob sub-requests are free.
     "blob.delete_batch": "blob.other",
     "queue.send": "queue.class1",  # Put Message
     "queue.update": "queue.class1",  # Update Message
