@@ -10,11 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from lab.bench.cleanup_pass import CleanupIncomplete, clean_round
+from lab.bench.host import HostSpec
 from lab.bench.modes import AT_LEAST_ONCE, TOKEN, bench_modes, select
 from lab.bench.prices import BILLING, PRICES, billing_class, usd_per_million
 from lab.bench.report import token_whole_verdict, whole_cost_table
 from lab.bench.runner import Measurement, Plan, measure_side_by_side
+from lab.bench.seed import provision_run
+from lab.bench.workload import Names
 from shared.errors import InvalidValue
+from shared.stores.instrumented import Fault, Instrumentation, InstrumentedAccount
 from shared.stores.memory import MemoryStorageAccount
 
 REPO = Path(__file__).resolve().parents[2]
@@ -133,3 +138,22 @@ def test_the_report_prints_and_judges_the_whole_cost(measured: dict[str, Measure
     assert verdict["lowest_other_mode"] in ("processed_messages", "entity_outbox")
     lowest = min(measured[m].whole_ops_per_message for m in ("processed_messages", "entity_outbox"))
     assert verdict["token_lowest"] == (measured[TOKEN].whole_ops_per_message <= lowest)
+
+
+async def test_a_cleanup_pass_that_does_not_finish_fails_the_round() -> None:
+    """Given a store whose every blob listing times out, when the bench's cleanup pass runs,
+    then it fails saying which tasks did not finish, rather than counting half a pass."""
+    memory = MemoryStorageAccount()
+    names = Names("unfinished")
+    await provision_run(memory, names)
+    listings_fail = Instrumentation(
+        plan=lambda op: Fault.ERROR_BEFORE if op.kind == "blob.list" else None
+    )
+
+    with pytest.raises(CleanupIncomplete, match="tokens"):
+        await clean_round(
+            InstrumentedAccount(memory, listings_fail),
+            names,
+            TOKEN,
+            HostSpec(TOKEN, TOKEN, names.tag, 4).bus_config(),
+        )
