@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 import pytest
 
+from lab.bench.prices import price_table
 from shared import app_settings
 from shared.app_settings import MAX_DELIVERIES_CEILING, MAX_PAYLOAD, MAX_PAYLOAD_CEILING, Setting
 from shared.bus.config import BusConfig
@@ -566,3 +567,10 @@ def test_architecture_names_every_module_of_shared_that_imports_the_lab() -> Non
     doors = [str(p.relative_to(REPO)) for p in sorted(SHARED.rglob("*.py")) if imports_lab(p)]
     unnamed = [door for door in doors if f"`{door}`" not in ARCHITECTURE]
     assert not unnamed, f"docs/architecture.md does not say that these import lab/: {unnamed}"
+
+
+def test_the_prices_benchmarks_md_states_are_the_bench_s() -> None:
+    """The whole-cost section's price table is the one the bench prices requests with
+    (``python -m lab.bench.prices`` prints it)."""
+    page = (REPO / "docs" / "benchmarks.md").read_text()
+    assert price_table() in page, "docs/benchmarks.md: paste `python -m lab.bench.prices`"

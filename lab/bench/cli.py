@@ -32,6 +32,9 @@ from lab.bench.report import (
     mode_table,
     results_document,
     scaling_table,
+    token_whole_verdict,
+    verdict_line,
+    whole_cost_table,
     write_results,
 )
 from lab.bench.runner import Measurement, Plan, Round, measure_side_by_side
@@ -230,6 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(mode_table(main_runs)))
     print()
     print("\n".join(detail_lines(main_runs)))
+    print()
+    print("storage requests per handled message, hot path and cleanup; USD per million messages")
+    print("\n".join(whole_cost_table(main_runs)))
+    print(verdict_line(token_whole_verdict(main_runs)))
     if scaling:
         print()
         print("\n".join(scaling_table(scaling)))

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lab.bench.modes import AT_LEAST_ONCE, TOKEN
+from lab.bench.modes import AT_LEAST_ONCE, TOKEN, TOKEN_POSTGRES
+from lab.bench.prices import ACCOUNT, PRICES, READ_ON
 from lab.bench.runner import Measurement
 from shared.terminal import table
 
@@ -88,7 +89,97 @@ def detail_lines(measurements: Sequence[Measurement]) -> list[str]:
             + ", ".join(f"{kind} {ms:.1f}" for kind, ms in m.operation_ms.items()),
             f"  rows and blobs after the run: {residue}; ingress rows {m.ingress_rows}",
         ]
+        if m.cleanup_operations:
+            cleanup = ", ".join(
+                f"{kind} {n / max(m.handled, 1):.3f}" for kind, n in m.cleanup_operations.items()
+            )
+            removed = ", ".join(f"{k} {n}" for k, n in m.cleanup_removed.items()) or "nothing"
+            lines += [
+                f"  cleanup ops per message: {cleanup}",
+                f"  the cleanup removed: {removed}",
+            ]
     return lines
+
+
+WHOLE_COLUMNS = (
+    "mode",
+    "hot ops/msg",
+    "cleanup",
+    "whole",
+    "hot $/M",
+    "cleanup $/M",
+    "whole $/M",
+    "left",
+)
+
+
+def whole_cost_table(measurements: Sequence[Measurement]) -> list[str]:
+    """Per mode: storage requests per handled message on the hot path, in the cleanup pass
+    that followed, and both, with what they cost per million messages; ``left`` is what the
+    cleanup left besides the business state rows."""
+    rows: list[tuple[object, ...]] = []
+    for m in measurements:
+        if not m.ok:
+            continue
+        usd = m.usd_per_million_messages
+        left = sum(n for kind, n in m.residue_after_cleanup.items() if kind != "state")
+        rows.append(
+            (
+                m.mode,
+                _num(m.ops_per_message, 3),
+                _num(m.cleanup_ops_per_message, 3),
+                _num(m.whole_ops_per_message, 3),
+                _num(usd.get("hot_path"), 2),
+                _num(usd.get("cleanup"), 2),
+                _num(usd.get("whole"), 2),
+                left,
+            )
+        )
+    return _table(WHOLE_COLUMNS, rows)
+
+
+COMPARED_APART = (AT_LEAST_ONCE, TOKEN, TOKEN_POSTGRES)
+"""Not among the modes token mode's whole cost is held against: the floor (no exactly-once)
+and token mode itself, over either store."""
+
+
+def token_whole_verdict(measurements: Sequence[Measurement]) -> dict[str, Any] | None:
+    """Token mode's whole cost against the lowest of the other exactly-once modes (None
+    unless token mode and at least one of them ran cleanly)."""
+    found = {m.mode: m for m in measurements if m.ok}
+    others = [m for m in found.values() if m.mode not in COMPARED_APART]
+    if TOKEN not in found or not others:
+        return None
+    token = found[TOKEN]
+    cheapest = min(others, key=lambda m: m.whole_ops_per_message)
+    cheapest_usd = min(others, key=lambda m: m.usd_per_million_messages["whole"])
+    return {
+        "token_whole_ops_per_message": round(token.whole_ops_per_message, 4),
+        "lowest_other_mode": cheapest.mode,
+        "lowest_other_whole_ops_per_message": round(cheapest.whole_ops_per_message, 4),
+        "token_lowest": token.whole_ops_per_message <= cheapest.whole_ops_per_message,
+        "token_whole_usd_per_million": token.usd_per_million_messages["whole"],
+        "lowest_other_usd_mode": cheapest_usd.mode,
+        "lowest_other_whole_usd_per_million": cheapest_usd.usd_per_million_messages["whole"],
+        "token_lowest_usd": token.usd_per_million_messages["whole"]
+        <= cheapest_usd.usd_per_million_messages["whole"],
+    }
+
+
+def verdict_line(verdict: dict[str, Any] | None) -> str:
+    if verdict is None:
+        return "whole cost: token mode or every other exactly-once mode missing from this run"
+    ops = verdict["token_whole_ops_per_message"]
+    other = verdict["lowest_other_whole_ops_per_message"]
+    usd = verdict["token_whole_usd_per_million"]
+    other_usd = verdict["lowest_other_whole_usd_per_million"]
+    return (
+        f"whole cost: token {ops:.3f} requests/msg "
+        f"{'<=' if verdict['token_lowest'] else '>'} {other:.3f} "
+        f"({verdict['lowest_other_mode']}, the lowest other exactly-once mode); "
+        f"${usd:.2f} {'<=' if verdict['token_lowest_usd'] else '>'} ${other_usd:.2f} "
+        f"per million messages ({verdict['lowest_other_usd_mode']})"
+    )
 
 
 SCALING_COLUMNS = ("mode", "in flight", "hosts", "msgs/s", "ops/msg", "p50 ms")
@@ -157,6 +248,14 @@ def results_document(
             **context,
             "modes": [m.to_json() for m in modes],
             "ratio_token_vs_at_least_once": ratio(modes, TOKEN),
+            "whole_cost": {
+                "prices": {
+                    "account": ACCOUNT,
+                    "read_on": READ_ON,
+                    "usd_per_10k": {k: c.usd_per_10k for k, c in PRICES.items()},
+                },
+                "token_vs_other_modes": token_whole_verdict(modes),
+            },
             "scaling": [m.to_json() for m in scaling],
             "scaling_ratio_token_vs_at_least_once": token_ratios,
         }

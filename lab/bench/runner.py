@@ -8,9 +8,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from lab.bench.cleanup_pass import CleanupCount, clean_round
 from lab.bench.host import HostResult, HostSpec
 from lab.bench.launch import in_process, in_processes
 from lab.bench.modes import BenchMode
+from lab.bench.prices import by_class, usd_per_million
 from lab.bench.residue import Residue, measure_residue
 from lab.bench.seed import provision_run, seed
 from lab.bench.timing import percentile
@@ -78,6 +80,18 @@ class Measurement:
     client_cpu_ms_per_message: float = 0.0
     emulator_cpu_ms_per_message: float | None = None
     outcomes: dict[str, int] = field(default_factory=dict)
+    cleanup_operations: dict[str, int] = field(default_factory=dict)
+    """Per kind, over the cleanup pass after each round (``lab.bench.cleanup_pass``)."""
+    cleanup_ops_per_message: float = 0.0
+    whole_ops_per_message: float = 0.0
+    """The hot path's and the cleanup's requests per handled message, together."""
+    usd_per_million_messages: dict[str, float] = field(default_factory=dict)
+    """``hot_path``, ``cleanup`` and ``whole`` at ``lab.bench.prices.PRICES``."""
+    requests_by_class: dict[str, dict[str, float]] = field(default_factory=dict)
+    """``hot_path`` and ``cleanup``: requests per handled message by billing class."""
+    cleanup_removed: dict[str, int] = field(default_factory=dict)
+    residue_after_cleanup: dict[str, int] = field(default_factory=dict)
+    """Rows and blobs left once the cleanup ran, by kind (business state rows included)."""
 
     @property
     def ok(self) -> bool:
@@ -97,6 +111,8 @@ class Round:
     residue: Residue
     seed_ops: int
     emulator_cpu_s: float | None
+    cleanup: CleanupCount | None = None
+    """The counted cleanup pass that followed the drain; None for the floor."""
 
     @property
     def elapsed_s(self) -> float:
@@ -157,6 +173,7 @@ def summarise(mode: BenchMode, plan: Plan, rounds: list[Round], isolated: bool) 
     m.residue_kinds = dict(sorted(kinds.items()))
     m.ingress_rows = sum(r.residue.ingress_rows for r in rounds)
     m.poisoned = sum(r.residue.poisoned for r in rounds)
+    _whole_cost(m, rounds, operations)
     left = sum(r.residue.left_in_queues for r in rounds)
     if m.handled != plan.messages or m.poisoned or left:
         m.error = (
@@ -164,6 +181,35 @@ def summarise(mode: BenchMode, plan: Plan, rounds: list[Round], isolated: bool) 
             f"{m.poisoned} poisoned, {left} left in the queues"
         )
     return m
+
+
+def _whole_cost(m: Measurement, rounds: list[Round], hot_path: dict[str, int]) -> None:
+    """The cleanup's requests beside the hot path's, per handled message and in money."""
+    cleanup: dict[str, int] = {}
+    removed: dict[str, int] = {}
+    after: dict[str, int] = {}
+    for r in rounds:
+        if r.cleanup is not None:
+            _add(cleanup, r.cleanup.operations)
+            _add(removed, r.cleanup.removed)
+            _add(after, dict(r.cleanup.residue_after.kinds))
+    handled = max(m.handled, 1)
+    m.cleanup_operations = dict(sorted(cleanup.items()))
+    m.cleanup_removed = dict(sorted(removed.items()))
+    m.residue_after_cleanup = dict(sorted(after.items()))
+    m.cleanup_ops_per_message = sum(cleanup.values()) / handled
+    m.whole_ops_per_message = m.ops_per_message + m.cleanup_ops_per_message
+    hot_usd = usd_per_million(hot_path, handled)
+    cleanup_usd = usd_per_million(cleanup, handled)
+    m.usd_per_million_messages = {
+        "hot_path": round(hot_usd, 4),
+        "cleanup": round(cleanup_usd, 4),
+        "whole": round(hot_usd + cleanup_usd, 4),
+    }
+    m.requests_by_class = {
+        part: {k: round(n / handled, 4) for k, n in by_class(ops).items()}
+        for part, ops in (("hot_path", hot_path), ("cleanup", cleanup))
+    }
 
 
 async def run_round(
@@ -202,15 +248,20 @@ async def run_round(
     emulator_cpu_s = (
         emulator_cpu() - cpu_before if emulator_cpu and cpu_before is not None else None
     )
-    if mode.store == "postgres":
-        database = PostgresDatabase(PostgresSettings(url=postgres_url))
-        try:
-            residue = await measure_residue(raw, names, database)
-        finally:
+    database = (
+        PostgresDatabase(PostgresSettings(url=postgres_url)) if mode.store == "postgres" else None
+    )
+    try:
+        residue = await measure_residue(raw, names, database)
+        cleanup = (
+            None
+            if mode.bus_mode is None
+            else await clean_round(raw, names, mode.bus_mode, specs[0].bus_config(), database)
+        )
+    finally:
+        if database is not None:
             await database.close()
-    else:
-        residue = await measure_residue(raw, names)
-    return Round(roots, go, hosts, residue, seed_ops, emulator_cpu_s)
+    return Round(roots, go, hosts, residue, seed_ops, emulator_cpu_s, cleanup)
 
 
 def split(total: int, parts: int) -> list[int]:
