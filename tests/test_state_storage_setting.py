@@ -4,19 +4,26 @@ unset, the messaging account itself."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from shared.bus import BusApp
+from shared.bus.effects import PERFORMER_ENDPOINT
 from shared.config import AppConfig, build_config
-from shared.errors import ConfigurationError
+from shared.effects.markers import performer_markers
+from shared.errors import ConfigurationError, NotFound
 from shared.health import check_storage
 from shared.provisioning import provision
 from shared.resources import resources_for
 from shared.runtime import Worker
 from shared.settings import DEV_CONNECTION_STRING, resolve_settings
 from shared.stores.memory import MemoryStorageAccount
+from tests.effects.http_servers import KeyedProvider, serving
+from tests.effects.test_performer import PlaceOrder
+from tests.effects.test_wired_at_most_once import keyless_shop
+from tests.effects.test_wiring import drain
 
 REPO = Path(__file__).resolve().parents[1]
 MESSAGING = "UseDevelopmentStorage=true"
@@ -124,3 +131,28 @@ async def test_health_names_the_account_a_resource_is_missing_from() -> None:
         "table billing in the state account",
         "table orders in the state account",
     ]
+
+
+async def test_the_performers_markers_are_in_the_state_account() -> None:
+    messaging, state = MemoryStorageAccount(), MemoryStorageAccount()
+    async with serving(KeyedProvider()) as server:
+        built = Worker(
+            keyless_shop(),
+            config(
+                BUS_STATE_STORAGE_SETTING="AppState",
+                AppState="UseDevelopmentStorage=true",
+                BUS_SERVICE_LEGACY_PAYMENTS_URL=server.url,
+            ),
+            messaging,
+            state_account=state,
+        )
+        await provision(messaging, built.resources, state=state)
+        client = built.bus().client()
+        await client.send(PlaceOrder(order="o1", amount=700), to="orders", idempotency_key="o1")
+        async with asyncio.timeout(30):
+            await drain(built)
+        await built.close()
+    [key] = server.ledger
+    assert await performer_markers(state).marked(key)
+    with pytest.raises(NotFound):
+        await messaging.table(PERFORMER_ENDPOINT).query(page_size=1)
