@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from shared.audit.cli import EXIT_ERROR
+from shared.audit.cli import main as audit_main
 from shared.bus import BusApp
 from shared.bus.effects import PERFORMER_ENDPOINT
 from shared.config import AppConfig, build_config
@@ -156,3 +158,19 @@ async def test_the_performers_markers_are_in_the_state_account() -> None:
     assert await performer_markers(state).marked(key)
     with pytest.raises(NotFound):
         await messaging.table(PERFORMER_ENDPOINT).query(page_size=1)
+
+
+def test_the_audit_refuses_an_app_whose_audit_rows_are_in_another_account(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no local.settings.json
+    for name, value in {
+        "AzureWebJobsStorage": MESSAGING,
+        "BUS_STATE_STORAGE_SETTING": "AppState",
+        "AppState": "UseDevelopmentStorage=true",
+    }.items():
+        monkeypatch.setenv(name, value)
+    assert audit_main(["export", "--out", str(tmp_path / "export")]) == EXIT_ERROR
+    error = capsys.readouterr().err
+    assert "BUS_STATE_STORAGE_SETTING names a state account of its own (AppState)" in error
+    assert not (tmp_path / "export").exists(), "nothing was read or written"
