@@ -212,7 +212,17 @@ STORAGE_SETTING = text(
     "BUS_STORAGE_SETTING",
     "AzureWebJobsStorage",
     "the name of a connection setting",
-    "which connection setting the bus, `bus`, the audit and the queue triggers use",
+    "which connection setting names the messaging account: the one the queue triggers, "
+    "`bus`, the audit and the bus's queues, tokens, payloads, topics and parked messages use",
+    group=APP,
+)
+STATE_STORAGE_SETTING = text(
+    "BUS_STATE_STORAGE_SETTING",
+    None,
+    "the name of a connection setting (the same forms as the messaging connection)",
+    "which connection setting names the app's state account: its endpoints' tables (state, "
+    'outbox records, audit rows, effect markers; docs/architecture.md, "Two storage '
+    'roles"); unset: the messaging connection (BUS_STORAGE_SETTING), one account as before',
     group=APP,
 )
 CONNECTION = text(
@@ -221,7 +231,8 @@ CONNECTION = text(
     "a connection string, UseDevelopmentStorage=true, or unset with identity-based "
     "AzureWebJobsStorage__accountName or __blobServiceUri, __queueServiceUri and "
     "__tableServiceUri (optionally __credential=managedidentity and __clientId)",
-    "the storage account (the connection setting BUS_STORAGE_SETTING names); required by every "
+    "the messaging account (the connection setting BUS_STORAGE_SETTING names), and the state "
+    "account too unless BUS_STATE_STORAGE_SETTING names another; required by every "
     "command that touches storage, never a silent fallback to the emulator",
     group=APP,
 )
@@ -684,6 +695,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     BUS_APP,
     APP_NAME,
     STORAGE_SETTING,
+    STATE_STORAGE_SETTING,
     CONNECTION,
     CONNECT_TIMEOUT,
     READ_TIMEOUT,

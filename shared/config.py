@@ -68,8 +68,11 @@ class AppConfig:
     """The resolved settings (the app reference and the connection's name are read from here
     by ``shared.app_loader`` and the bindings)."""
     storage: StorageSettings | None
-    """The storage account, None when no source sets the connection (``require_storage``
+    """The messaging account, None when no source sets the connection (``require_storage``
     says so to a command that needs it)."""
+    state_storage: StorageSettings | None
+    """The state account when ``BUS_STATE_STORAGE_SETTING`` names a connection of its own
+    (``settings.separate_state``), else the messaging account's settings."""
     timeouts: StorageTimeouts
     postgres: PostgresSettings
     app_name: str | None
@@ -100,6 +103,15 @@ class AppConfig:
         if self.storage is None:
             return self.settings.storage()  # raises, saying what is missing
         return self.storage
+
+    def require_state_storage(self) -> StorageSettings:
+        """The state account's settings (the messaging account's when it has no connection of
+        its own), refused as ``require_storage`` refuses."""
+        if not self.settings.separate_state:
+            return self.require_storage()
+        if self.state_storage is None:
+            return self.settings.state_storage()  # raises, saying what is missing
+        return self.state_storage
 
 
 def _value(settings: Settings, setting: s.Setting[s.T]) -> s.T:
@@ -256,12 +268,18 @@ def build_config(
     storage = None
     if settings.configures(settings.storage_setting):
         storage = settings.storage()
+    state_storage = storage
+    if settings.separate_state:
+        # Named explicitly, so a missing or ambiguous connection is refused now, by name,
+        # rather than on the first message.
+        state_storage = settings.state_storage()
     path = host_json_path(root)
     found = path.is_file()
     queues = QueueSettings.from_host_json(path) if found else QueueSettings()
     return AppConfig(
         settings=settings,
         storage=storage,
+        state_storage=state_storage,
         timeouts=timeouts,
         postgres=_postgres(settings),
         app_name=name,

@@ -16,7 +16,7 @@ from shared.bus.app import BusApp
 from shared.bus.subscriptions import MissingSubscription, missing_subscriptions
 from shared.bus.topics import RecipientLists
 from shared.errors import BusError, NotFound
-from shared.resources import Resources
+from shared.resources import MESSAGING, STATE, Resources, RoleResources
 from shared.stores.account import StorageAccount
 
 
@@ -69,9 +69,11 @@ def stopped_workers() -> list[str]:
     return [f"{worker}: {reason}" for worker, reason in sorted(_stopped_workers.items())]
 
 
-async def check(account: StorageAccount, resources: Resources) -> HealthReport:
+async def check(
+    account: StorageAccount, resources: Resources, *, state: StorageAccount | None = None
+) -> HealthReport:
     """Storage (``check_storage``) plus the trigger workers of this process."""
-    report = await check_storage(account, resources)
+    report = await check_storage(account, resources, state=state)
     report.stopped = stopped_workers()
     return report
 
@@ -84,26 +86,39 @@ async def check_subscriptions(report: HealthReport, app: BusApp, topics: Recipie
         report.errors.append(f"topic recipient lists: {e}")
 
 
-async def check_storage(account: StorageAccount, resources: Resources) -> HealthReport:
-    """Touch every queue, container and table with one cheap read each."""
+async def check_storage(
+    account: StorageAccount, resources: Resources, *, state: StorageAccount | None = None
+) -> HealthReport:
+    """Touch every queue, container and table with one cheap read each, each in the account
+    of its role (``Resources.by_role``): ``account`` the messaging one, ``state`` the app's
+    own (None: the messaging account holds both, and the report reads as it always has; given,
+    every line names the account it is about)."""
     report = HealthReport()
+    accounts = {MESSAGING: account, STATE: account if state is None else state}
+    for role, held in resources.by_role().items():
+        where = "" if state is None else f" in the {role} account"
+        await _probe_role(report, accounts[role], held, where)
+    return report
 
+
+async def _probe_role(
+    report: HealthReport, account: StorageAccount, held: RoleResources, where: str
+) -> None:
     async def probe(kind: str, name: str, read: Awaitable[object]) -> None:
         report.checked += 1
         try:
             await read
         except NotFound:
-            report.missing.append(f"{kind} {name}")
+            report.missing.append(f"{kind} {name}{where}")
         except BusError as e:
-            report.errors.append(f"{kind} {name}: {e}")
+            report.errors.append(f"{kind} {name}{where}: {e}")
 
-    for queue in resources.queue_names:
+    for queue in held.queues:
         await probe("queue", queue, account.queue(queue).approximate_count())
-    for container in resources.container_names:
+    for container in held.containers:
         await probe("container", container, _first_blob(account, container))
-    for table in resources.table_names:
+    for table in held.tables:
         await probe("table", table, account.table(table).query(page_size=1))
-    return report
 
 
 async def _first_blob(account: StorageAccount, container: str) -> None:

@@ -1,13 +1,15 @@
 """Create the app's queues, containers and tables where Bicep does not run (Azurite, tests).
 
-Idempotent: re-running creates only what is missing.
+Each in the account of its role (``shared.resources``): the queues, containers and app-wide
+tables in the messaging account, each endpoint's table in the state account. Idempotent:
+re-running creates only what is missing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.resources import Resources
+from shared.resources import MESSAGING, STATE, Resources
 from shared.stores.account import StorageAccount
 
 
@@ -24,11 +26,17 @@ class ProvisionReport:
         )
 
 
-async def provision(account: StorageAccount, resources: Resources) -> ProvisionReport:
-    for queue in resources.queue_names:
-        await account.queue(queue).create_if_missing()
-    for container in resources.container_names:
-        await account.blob_container(container).create_if_missing()
-    for table in resources.table_names:
-        await account.table(table).create_if_missing()
+async def provision(
+    account: StorageAccount, resources: Resources, *, state: StorageAccount | None = None
+) -> ProvisionReport:
+    """``account``: the messaging account; ``state``: the state account (None: the same)."""
+    roles = resources.by_role()
+    accounts = {MESSAGING: account, STATE: account if state is None else state}
+    for role, held in roles.items():
+        for queue in held.queues:
+            await accounts[role].queue(queue).create_if_missing()
+        for container in held.containers:
+            await accounts[role].blob_container(container).create_if_missing()
+        for table in held.tables:
+            await accounts[role].table(table).create_if_missing()
     return ProvisionReport(resources.queue_names, resources.container_names, resources.table_names)

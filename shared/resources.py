@@ -14,6 +14,17 @@ it left them.
 so that Bicep (which cannot run Python) provisions the same names in Azure; ``bus provision``
 and the tests refuse a file that no longer matches the app (``check_resources_file``).
 
+Each resource belongs to one of two storage roles (``MESSAGING``, ``STATE``; ``by_role``).
+The messaging account, which the apps of a system share, holds the queues and poison queues,
+every container and the app-wide tables (``TABLES``). The state account, the app's own
+(``BUS_STATE_STORAGE_SETTING``; by default the messaging account), holds each endpoint's
+table: its state rows, outbox records, audit rows and, for the performer, effect markers. The
+app-wide tables are messaging's: they hold no endpoint's rows, so no commit of the receive path
+spans them and an endpoint's table, and the operator's tools (journal, discard archive, audits,
+the cleanup's checkpoints) reach them where the parked messages and tokens they act on are.
+In ``infra/resources.json`` the split needs no field of its own: ``endpoints`` names the state
+tables, ``containers`` and ``tables`` are the messaging account's.
+
 The file is the one of the project being worked on: ``infra/resources.json`` in the current
 folder (the function app's folder, where ``bus resources`` writes it), never the copy beside
 an installed library; ``bus provision --resources-file`` names another.
@@ -66,6 +77,21 @@ FILE_COMMENT = (
 )
 
 
+MESSAGING = "messaging"
+"""The role of the account the apps of a system share (``BUS_STORAGE_SETTING``)."""
+STATE = "state"
+"""The role of an app's own account for its endpoints' rows (``BUS_STATE_STORAGE_SETTING``)."""
+
+
+@dataclass(frozen=True)
+class RoleResources:
+    """What one storage role's account holds."""
+
+    queues: list[str]
+    containers: list[str]
+    tables: list[str]
+
+
 @dataclass(frozen=True)
 class Resources:
     containers: dict[str, str]
@@ -80,6 +106,16 @@ class Resources:
     @property
     def table_names(self) -> list[str]:
         return [*self.tables.values(), *self.endpoints]
+
+    def by_role(self) -> dict[str, RoleResources]:
+        """Which account holds what: the queues, containers and app-wide tables the messaging
+        account, each endpoint's table the state account (see the module's docstring)."""
+        return {
+            MESSAGING: RoleResources(
+                self.queue_names, self.container_names, list(self.tables.values())
+            ),
+            STATE: RoleResources([], [], list(self.endpoints)),
+        }
 
     @property
     def container_names(self) -> list[str]:

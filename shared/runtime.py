@@ -45,13 +45,15 @@ class Wrappers:
     in a local run."""
 
     account: Callable[[StorageAccount], StorageAccount] | None = None
-    """Wraps the storage account once, for every use: the bus, health and cleanup."""
+    """Wraps each storage account once, for every use: the bus, health and cleanup (the
+    state account too when it is another account than the messaging one)."""
     bus: (
         Callable[[StorageAccount, SqlDatabase | None], tuple[StorageAccount, SqlDatabase | None]]
         | None
     ) = None
     """Wraps the account and the database the bus works on (queue-triggered and HTTP
-    invocations), not those of health and cleanup."""
+    invocations), not those of health and cleanup; a state account of its own is wrapped
+    with no database."""
     outcome: Callable[[str, Outcome], None] | None = None
     """Called with the endpoint and the outcome of every receive."""
 
@@ -66,8 +68,10 @@ def bus_config() -> BusConfig:
 
 
 class Worker:
-    """One app on one storage account: the account (opened from the settings unless given)
-    and one bus, for queue-triggered processing and HTTP ingress alike.
+    """One app on its storage accounts: the messaging account (opened from the settings
+    unless given), the state account of its endpoints' rows (the same object unless
+    ``BUS_STATE_STORAGE_SETTING`` names a connection of its own, opened from the settings
+    unless given), and one bus, for queue-triggered processing and HTTP ingress alike.
 
     ``wrappers`` wrap its stores and hear of its outcomes (``Wrappers``). A crash a wrapper
     injects between an ingress token's create and its ingress record leaves a token no record
@@ -80,21 +84,26 @@ class Worker:
         config: AppConfig | Settings,
         account: StorageAccount | None = None,
         *,
+        state_account: StorageAccount | None = None,
         wrappers: Wrappers | None = None,
     ) -> None:
         """``config``: the app's configuration, built for this app's name, or the settings to
-        build it from (with the host.json of the current folder)."""
+        build it from (with the host.json of the current folder). ``state_account``: the state
+        account, when the caller opened it (and closes it); ignored when the settings name no
+        state account of its own."""
         self.app = app
         self.app_config = _configured_for(app, config)
         self.settings = self.app_config.settings
         self.config = self.app_config.bus
-        self.http = wire_performer(app, self.app_config, self.account)
+        self.http = wire_performer(app, self.app_config, self.state_account)
         """The session of the performer's calls to the app's services (None: it declares
         none); added before the resources, so its queue and table are provisioned too."""
         self.resources: Resources = resources_for(app.endpoints, self.app_config.app_name)
         self.wrappers = wrappers or Wrappers()
         self._given_account = account
         self._account: StorageAccount | None = None
+        self._given_state = state_account
+        self._state: StorageAccount | None = None
         self._bus: Bus | None = None
         self._sql: PostgresDatabase | None = None
         self.subscription = StartupSubscription(self.app_config.auto_subscribe, self.config.clock)
@@ -124,11 +133,32 @@ class Worker:
         return cls(app, build_config(settings, app_name=app.name), account)
 
     def account(self) -> StorageAccount:
+        """The messaging account: queues, tokens, payloads, topics, parked messages, ingress
+        records and the app-wide tables (``shared.resources``)."""
         if self._account is None:
             raw = self._given_account or AzureStorageAccount(self.app_config.require_storage())
-            wrap = self.wrappers.account
-            self._account = raw if wrap is None else wrap(raw)
+            self._account = self._wrapped(raw)
         return self._account
+
+    @property
+    def separate_state(self) -> bool:
+        """Whether the endpoints' rows are in an account of their own."""
+        return self.settings.separate_state
+
+    def state_account(self) -> StorageAccount:
+        """The state account: every table endpoint's rows. The messaging account itself when
+        the settings name no state account of its own, so that a single app makes the same
+        requests as before."""
+        if not self.separate_state:
+            return self.account()
+        if self._state is None:
+            raw = self._given_state or AzureStorageAccount(self.app_config.require_state_storage())
+            self._state = self._wrapped(raw)
+        return self._state
+
+    def _wrapped(self, raw: StorageAccount) -> StorageAccount:
+        wrap = self.wrappers.account
+        return raw if wrap is None else wrap(raw)
 
     def sql(self) -> PostgresDatabase | None:
         """The database of the app's ``store="postgres"`` endpoints (None if it has none),
@@ -142,19 +172,24 @@ class Worker:
         return [e.name for e in self.app.endpoints.values() if e.store == "postgres"]
 
     def endpoint_rows(self) -> dict[str, EndpointRows]:
-        """Every endpoint's rows, by name, in the store it declares (its table, or the
-        database of ``sql``): what the cleanup is given. On the worker's account and database,
-        not the bus's: ``Wrappers.bus`` does not reach the cleanup."""
-        return endpoints_rows(self.app.endpoints.values(), self.account(), self.sql())
+        """Every endpoint's rows, by name, in the store it declares (its table in the state
+        account, or the database of ``sql``): what the cleanup is given. On the worker's
+        accounts and database, not the bus's: ``Wrappers.bus`` does not reach the cleanup."""
+        return endpoints_rows(self.app.endpoints.values(), self.state_account(), self.sql())
 
     def bus(self) -> Bus:
         """The bus of queue-triggered processing and HTTP ingress."""
         if self._bus is None:
             account: StorageAccount = self.account()
             sql: SqlDatabase | None = self.sql()
+            state: StorageAccount | None = None
             if self.wrappers.bus is not None:
                 account, sql = self.wrappers.bus(account, sql)
-            self._bus = Bus(self.app, account, self.config, sql=sql)
+            if self.separate_state:
+                state = self.state_account()
+                if self.wrappers.bus is not None:
+                    state, _ = self.wrappers.bus(state, None)
+            self._bus = Bus(self.app, account, self.config, sql=sql, state=state)
         return self._bus
 
     async def serving(self, within: float | None = None) -> None:
@@ -207,7 +242,7 @@ class Worker:
 
     async def health(self) -> tuple[int, str]:
         """Status and JSON body for the health endpoint (``shared.health.check``): 200 or 503."""
-        report = await check(self.account(), self.resources)
+        report = await check(self.account(), self.resources, state=self._state_if_separate())
         await check_subscriptions(report, self.app, self.recipient_lists())
         report.startup_subscription = self.subscription.state
         return (200 if report.healthy else 503), json.dumps(report.as_dict())
@@ -232,9 +267,15 @@ class Worker:
             wait=wait,
         )
 
+    def _state_if_separate(self) -> StorageAccount | None:
+        return self.state_account() if self.separate_state else None
+
     async def close(self) -> None:
         """Release the connections this worker opened; it reopens them on next use."""
         account, self._account, self._bus = self._account, None, None
+        state, self._state = self._state, None
+        if state is not None and self._given_state is None:
+            await state.close()
         sql, self._sql = self._sql, None
         if sql is not None:
             await sql.close()
@@ -273,6 +314,7 @@ def worker(root: Path | None = None) -> Worker:
         built = Worker.from_settings(root=root, wrappers=_wrappers)
         if built.app_config.storage is not None:
             built.account()  # the clients, with their options, now rather than on a message
+            built.state_account()
         _worker = built
     return _worker
 

@@ -188,6 +188,9 @@ def load_storage_settings(
 
 STORAGE_SETTING_NAME = "BUS_STORAGE_SETTING"
 """App setting naming the connection setting to use (default ``AzureWebJobsStorage``)."""
+STATE_STORAGE_SETTING_NAME = "BUS_STATE_STORAGE_SETTING"
+"""App setting naming the state account's connection setting (default: the messaging one,
+``BUS_STORAGE_SETTING``'s)."""
 LOCAL_SETTINGS_FILE = Path("local.settings.json")
 
 PRECEDENCE = (COMMAND_LINE, ENVIRONMENT, "local.settings.json Values", DEFAULTS)
@@ -249,14 +252,37 @@ class Settings:
             for name, value in self.values.items()
         )
 
+    @property
+    def state_storage_setting(self) -> str:
+        """The state account's connection setting (``BUS_STATE_STORAGE_SETTING``); unset, the
+        messaging one, so that a single app keeps one account."""
+        return self.get(STATE_STORAGE_SETTING_NAME) or self.storage_setting
+
+    @property
+    def separate_state(self) -> bool:
+        """Whether the state account has a connection of its own (not the messaging one)."""
+        return self.state_storage_setting != self.storage_setting
+
     def storage(self) -> StorageSettings:
-        """The storage account to use, from the connection setting ``storage_setting``, with
-        the source it came from. Nothing falls back to the emulator: a connection setting that
-        no source sets is an error naming it and where it was looked for; one whose settings
-        are ambiguous is refused (``shared.connection_sources``)."""
-        name = self.storage_setting
+        """The messaging account, from the connection setting ``storage_setting``."""
+        return self.connection(self.storage_setting, STORAGE_SETTING_NAME)
+
+    def state_storage(self) -> StorageSettings:
+        """The state account, from the connection setting ``state_storage_setting``."""
+        if not self.separate_state:
+            return self.storage()
+        return self.connection(self.state_storage_setting, STATE_STORAGE_SETTING_NAME)
+
+    def connection(self, name: str, named_by_setting: str) -> StorageSettings:
+        """A storage account from connection setting ``name`` (which the app setting
+        ``named_by_setting`` names), with the source it came from. Nothing falls back to the
+        emulator: a connection setting that no source sets is an error naming it and where it
+        was looked for; one whose settings are ambiguous is refused
+        (``shared.connection_sources``)."""
         if not self.configures(name):
-            named_by = self.origin(STORAGE_SETTING_NAME)
+            named_by = self.origin(named_by_setting)
+            if named_by_setting != STORAGE_SETTING_NAME:
+                named_by = f"{named_by_setting} from the {named_by}"
             searched = " or ".join(s for s in self.sources if s != DEFAULTS)
             raise ConfigurationError(
                 f"connection setting {name} (named by the {named_by}) is not set: neither "

@@ -32,18 +32,25 @@ async def check_storage_ready(
     describe: str,
     require_resources: bool = True,
     seconds: float = CHECK_SECONDS,
+    tables: Iterable[str] = (),
 ) -> None:
-    """Read the approximate depth of each of ``queues``. ``describe`` says which storage
-    (never with keys) for the message. ``require_resources`` False accepts missing queues
+    """Read the approximate depth of each of ``queues`` and the first row of each of
+    ``tables`` (a state account holds no queue). ``describe`` says which storage (never with
+    keys) for the message. ``require_resources`` False accepts missing queues and tables
     (``bus provision`` is about to create them)."""
-    missing: list[str] = []
+    missing: dict[str, list[str]] = {"queues": [], "tables": []}
     try:
         async with asyncio.timeout(seconds):
             for queue in queues:
                 try:
                     await account.queue(queue).approximate_count()
                 except NotFound:
-                    missing.append(queue)
+                    missing["queues"].append(queue)
+            for table in tables:
+                try:
+                    await account.table(table).query(page_size=1)
+                except NotFound:
+                    missing["tables"].append(table)
     except (TimeoutError, OutcomeUnknown) as e:
         detail = "" if isinstance(e, TimeoutError) else f" ({e})"
         raise StorageUnavailable(
@@ -56,7 +63,6 @@ async def check_storage_ready(
             f"storage refused the request: {describe}: {e}; check the account key in the "
             "connection string, or the identity's data roles"
         ) from None
-    if missing and require_resources:
-        raise ResourcesMissing(
-            f"resources missing in {describe}: queues {', '.join(missing)}; run `bus provision`"
-        )
+    listed = "; ".join(f"{kind} {', '.join(names)}" for kind, names in missing.items() if names)
+    if listed and require_resources:
+        raise ResourcesMissing(f"resources missing in {describe}: {listed}; run `bus provision`")

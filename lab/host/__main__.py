@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             # longer tell them apart: an ambiguous connection is refused here, saying which is
             # where (shared.connection_sources).
             settings.storage()
+            settings.state_storage()  # the state account's, when it has a connection of its own
         for name, value in settings.values.items():
             if settings.origin(name) != DEFAULTS:
                 os.environ.setdefault(name, value)

@@ -31,6 +31,7 @@ from shared.errors import BusError, ConfigurationError
 from shared.resources import CONTAINERS, app_containers, app_name_of, app_tables
 from shared.settings import (
     DEFAULT_SETTING,
+    STATE_STORAGE_SETTING_NAME,
     STORAGE_SETTING_NAME,
     Settings,
     StorageSettings,
@@ -200,8 +201,18 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _storage(args: argparse.Namespace) -> StorageSettings:
-    """The storage settings, named on stderr before the audit reads anything."""
-    storage = _settings(args).storage()
+    """The storage settings, named on stderr before the audit reads anything. An app whose
+    endpoint tables are in a state account of its own is refused: the audit reads one
+    account, and would find no audit row there for the messages the ingress records list."""
+    settings = _settings(args)
+    if settings.separate_state:
+        raise ConfigurationError(
+            f"the audit reads one storage account, and {STATE_STORAGE_SETTING_NAME} names a "
+            f"state account of its own ({settings.state_storage_setting}) for the endpoints' "
+            "audit rows, which the messaging account does not hold: auditing an app over two "
+            "accounts is not supported yet"
+        )
+    storage = settings.storage()
     announce_account(storage, "audit")
     return storage
 

@@ -1,4 +1,8 @@
-"""A running bus: one storage account, the app's endpoints, receivers and an ingress client."""
+"""A running bus: its storage accounts, the app's endpoints, receivers and an ingress client.
+
+Two roles (``shared.resources``): the messaging account holds the queues, tokens, payloads,
+topics, parked messages and ingress records; the state account each table endpoint's rows. A
+single app passes one account for both and makes the same requests as before."""
 
 from __future__ import annotations
 
@@ -35,9 +39,13 @@ class Bus:
         config: BusConfig | None = None,
         *,
         sql: SqlDatabase | None = None,
+        state: StorageAccount | None = None,
     ) -> None:
         self.app = app
         self.account = account
+        """The messaging account."""
+        self.state = account if state is None else state
+        """Where table endpoints keep their rows (default: the messaging account)."""
         self.sql = sql
         """Where ``store="postgres"`` endpoints keep their rows (None: no such endpoint)."""
         self.config = config or BusConfig()
@@ -74,7 +82,7 @@ class Bus:
     def endpoint_state(self, endpoint: str) -> EndpointState:
         """Where ``endpoint`` keeps its state, O(m) and audit rows."""
         declared = self.app.get(endpoint)
-        return endpoint_state(declared.name, declared.store, self.account, self.sql)
+        return endpoint_state(declared.name, declared.store, self.state, self.sql)
 
     async def receive(
         self,

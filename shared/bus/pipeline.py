@@ -39,7 +39,6 @@ from shared.bus.reading import check_readable, read_body
 from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal, caused_by
 from shared.bus.schedule import not_due
 from shared.bus.state.base import EndpointState
-from shared.bus.state.rows import TableRows
 from shared.bus.topics import RecipientLists
 from shared.errors import (
     LimitExceeded,
@@ -116,7 +115,7 @@ class Pipeline(abc.ABC):
         topics: RecipientLists,
         config: BusConfig,
         *,
-        state: EndpointState | None = None,
+        state: EndpointState,
         budget: BodyBudget | None = None,
     ) -> None:
         self.endpoint = endpoint
@@ -127,9 +126,10 @@ class Pipeline(abc.ABC):
         self.topics = topics
         self.tokens = account.blob_container(config.tokens_container)
         self.payloads = account.blob_container(config.payloads_container)
-        self.table = account.table(endpoint.name)
-        self.state_store = state or EndpointState(TableRows(self.table))
-        """Token mode's state, O(m) and audit rows, in whichever store the endpoint uses."""
+        self.state_store = state
+        """Token mode's state, O(m) and audit rows, in whichever store the endpoint uses: its
+        table in the state account, or PostgreSQL (``shared.bus.state.stores``); ``account``
+        is the messaging account."""
         self.failures = Failures(endpoint, account, config, self.tokens)
         """What happens to a delivery that fails: the one place that decides it."""
 

@@ -64,6 +64,14 @@ def account_json(worker: Worker) -> dict[str, str | None]:
     return AccountInUse.of(worker.app_config.require_storage()).as_json()
 
 
+def state_account_json(worker: Worker) -> dict[str, dict[str, str | None]]:
+    """``{"state_account": ...}`` when the endpoints' rows are in an account of their own,
+    else nothing: a single app's report is as before."""
+    if not worker.separate_state:
+        return {}
+    return {"state_account": AccountInUse.of(worker.app_config.require_state_storage()).as_json()}
+
+
 async def resources_command(worker: Worker) -> int:
     """Print ``infra/resources.json`` for the app: ``bus resources > infra/resources.json``."""
     print(resources_json(worker.resources), end="")
@@ -72,9 +80,11 @@ async def resources_command(worker: Worker) -> int:
 
 async def provision_command(worker: Worker, resources_file: Path = RESOURCES_FILE) -> int:
     """Create the app's resources, once ``infra/resources.json`` (what Bicep provisions in
-    Azure) matches the app."""
+    Azure) matches the app: each endpoint's table in the state account, the rest in the
+    messaging account (``shared.provisioning``)."""
     check_resources_file(worker.resources, resources_file)
-    say((await provision(worker.account(), worker.resources)).summary())
+    report = await provision(worker.account(), worker.resources, state=worker.state_account())
+    say(report.summary())
     sql = worker.sql()
     if sql is not None:  # the schema of endpoints that keep their state in PostgreSQL
         for line in await sql.migrate(worker.sql_endpoints()):
@@ -153,7 +163,8 @@ async def status_report(worker: Worker, progress: bool | None) -> dict[str, Any]
                 row.update(await count_records(endpoint, rows_of))
             except NotFound:
                 store = endpoint.store
-                missing.append(f"table {endpoint.name}" if store == "table" else "the bus schema")
+                table = f"table {endpoint.name}{_in_state(worker)}"
+                missing.append(table if store == "table" else "the bus schema")
             rows[endpoint.name] = row
             bar.advance(note=endpoint.name)
         now = to_datetime(worker.config.clock())
@@ -185,6 +196,11 @@ async def status_report(worker: Worker, progress: bool | None) -> dict[str, Any]
     }
 
 
+def _in_state(worker: Worker) -> str:
+    """Where an endpoint's table is, when it is not in the one account."""
+    return " in the state account" if worker.separate_state else ""
+
+
 def _records_of(row: dict[str, Any]) -> dict[str, int] | None:
     counts = {k: v for k, v in row.items() if k not in ("mode", "queue", "poison")}
     return counts or None
@@ -195,7 +211,7 @@ async def status_command(
 ) -> int:
     report = await status_report(worker, progress)
     if as_json:
-        print_json({"account": account_json(worker), **report})
+        print_json({"account": account_json(worker), **state_account_json(worker), **report})
     else:
         say(
             table(

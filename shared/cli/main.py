@@ -56,7 +56,7 @@ from shared.errors import (
 )
 from shared.http_ingress import BadRequest, message_types
 from shared.logsafe import shown
-from shared.resources import RESOURCES_FILE
+from shared.resources import RESOURCES_FILE, STATE
 from shared.runtime import Worker
 from shared.settings import (
     LOCAL_SETTINGS_FILE,
@@ -548,10 +548,26 @@ async def _run(args: argparse.Namespace, command: Run) -> int:
             describe=storage.describe(),
             require_resources=args.command not in BEFORE_PROVISIONING,
         )
+        if worker.separate_state:
+            await _check_state_ready(worker, args.command not in BEFORE_PROVISIONING)
         try:
             return await command(worker)
         finally:
             await worker.close()  # its database pool, if it opened one (the account is ours)
+
+
+async def _check_state_ready(worker: Worker, require_resources: bool) -> None:
+    """Name the app's state account and read it once, as the messaging account is read: an
+    operator hears at once which of the two is wrong."""
+    state = worker.app_config.require_state_storage()
+    announce_account(state, "bus (state)")
+    await check_storage_ready(
+        worker.state_account(),
+        (),
+        tables=worker.resources.by_role()[STATE].tables,
+        describe=f"the state account ({state.describe()})",
+        require_resources=require_resources,
+    )
 
 
 VERIFY_ERROR_CHARS = 2000

@@ -1,5 +1,9 @@
 """Which ``EndpointRows`` an endpoint gets: its table, or its rows in a SQL database; token
-mode reads them through ``EndpointState``."""
+mode reads them through ``EndpointState``.
+
+The one place an endpoint's table is opened: always in the app's *state* account (the
+account ``BUS_STATE_STORAGE_SETTING`` names, by default the messaging one), never in the
+messaging account the apps of a system share (``shared.resources``, the two roles)."""
 
 from __future__ import annotations
 
@@ -63,11 +67,12 @@ class PostgresDatabase:
 
 
 def endpoint_rows(
-    endpoint: str, store: str, account: StorageAccount, sql: SqlDatabase | None
+    endpoint: str, store: str, state: StorageAccount, sql: SqlDatabase | None
 ) -> EndpointRows:
-    """The endpoint's rows in the store it names (``store="table"|"postgres"``)."""
+    """The endpoint's rows in the store it names (``store="table"|"postgres"``): its table in
+    the ``state`` account, or its rows in ``sql``."""
     if store == "table":
-        return TableRows(account.table(endpoint))
+        return TableRows(state.table(endpoint))
     if sql is None:
         raise ConfigurationError(
             f"endpoint {endpoint} keeps its state in PostgreSQL but the bus has no database: "
@@ -77,15 +82,15 @@ def endpoint_rows(
 
 
 def endpoint_state(
-    endpoint: str, store: str, account: StorageAccount, sql: SqlDatabase | None
+    endpoint: str, store: str, state: StorageAccount, sql: SqlDatabase | None
 ) -> EndpointState:
     """Token mode's typed rows of the endpoint (``endpoint_rows``)."""
-    return EndpointState(endpoint_rows(endpoint, store, account, sql))
+    return EndpointState(endpoint_rows(endpoint, store, state, sql))
 
 
 def endpoints_rows(
-    endpoints: Iterable[Endpoint[Any]], account: StorageAccount, sql: SqlDatabase | None
+    endpoints: Iterable[Endpoint[Any]], state: StorageAccount, sql: SqlDatabase | None
 ) -> dict[str, EndpointRows]:
     """Each endpoint's rows in the store it declares (``endpoint_rows``), by name: what whoever
     composes the cleanup gives it (``shared.cleanup``), table and PostgreSQL endpoints alike."""
-    return {e.name: endpoint_rows(e.name, e.store, account, sql) for e in endpoints}
+    return {e.name: endpoint_rows(e.name, e.store, state, sql) for e in endpoints}
