@@ -300,12 +300,16 @@ def resolve_settings(
     *,
     environ: Mapping[str, str] | None = None,
     local_file: Path | None = LOCAL_SETTINGS_FILE,
+    system_app: Layer | None = None,
 ) -> Settings:
     """Merge the sources in the order of ``PRECEDENCE``. ``options`` are command-line values
     by setting name (None: the option was not given); ``local_file`` None reads no file. A value
-    from the file has the file's path as its origin."""
+    from the file has the file's path as its origin. ``system_app``: one app's settings from a
+    system file (``shared.system``), over the environment, so that a tool run over a system
+    sees each app as that app's own host would."""
     layers: list[Layer] = [
         (COMMAND_LINE, {k: v for k, v in (options or {}).items() if v is not None}),
+        *([system_app] if system_app is not None else []),
         (ENVIRONMENT, dict(os.environ if environ is None else environ)),
     ]
     if local_file is not None:

@@ -209,33 +209,50 @@ def _records_of(row: dict[str, Any]) -> dict[str, int] | None:
 async def status_command(
     worker: Worker, *, as_json: bool, check: bool, progress: bool | None
 ) -> int:
-    report = await status_report(worker, progress)
+    report = await app_status(worker, progress)
     if as_json:
-        print_json({"account": account_json(worker), **state_account_json(worker), **report})
+        print_json(report)
     else:
-        say(
-            table(
-                ("endpoint", "mode", "queue", "poison", "records"),
-                (
-                    (name, row["mode"], row["queue"], row["poison"], describe(_records_of(row)))
-                    for name, row in report["endpoints"].items()
-                ),
-                right=("queue", "poison"),
-            )
+        say_status(report)
+    return status_exit(report, check=check)
+
+
+async def app_status(worker: Worker, progress: bool | None) -> dict[str, Any]:
+    """The app's status as ``bus status --json`` reports it, the accounts it read named."""
+    report = await status_report(worker, progress)
+    return {"account": account_json(worker), **state_account_json(worker), **report}
+
+
+def say_status(report: dict[str, Any]) -> None:
+    """One app's status as text."""
+    say(
+        table(
+            ("endpoint", "mode", "queue", "poison", "records"),
+            (
+                (name, row["mode"], row["queue"], row["poison"], describe(_records_of(row)))
+                for name, row in report["endpoints"].items()
+            ),
+            right=("queue", "poison"),
         )
-        # Senders are the first segment of blob names: whatever may write there chose them.
-        by_sender = ", ".join(f"{shown(k, 60)} {v}" for k, v in report["tokens_by_sender"].items())
-        say(
-            f"tokens in flight: {report['tokens_in_flight']}"
-            + (f" ({by_sender})" * bool(by_sender))
-            + f"; claimed by their receivers: {report['tokens_received']}"
-        )
-        for topic, count in report["unsubscribed_events"].items():
-            say(f"events dropped, topic {topic} has no subscriber: {count}")
-        for gap in report["unsubscribed_handlers"]:
-            say(f"not subscribed: {MissingSubscription(gap['topic'], gap['endpoint'])}")
-        for item in report["missing"]:
-            say(f"missing: {item} (run `bus provision`)")
+    )
+    # Senders are the first segment of blob names: whatever may write there chose them.
+    by_sender = ", ".join(f"{shown(k, 60)} {v}" for k, v in report["tokens_by_sender"].items())
+    say(
+        f"tokens in flight: {report['tokens_in_flight']}"
+        + (f" ({by_sender})" * bool(by_sender))
+        + f"; claimed by their receivers: {report['tokens_received']}"
+    )
+    for topic, count in report["unsubscribed_events"].items():
+        say(f"events dropped, topic {topic} has no subscriber: {count}")
+    for gap in report["unsubscribed_handlers"]:
+        say(f"not subscribed: {MissingSubscription(gap['topic'], gap['endpoint'])}")
+    for item in report["missing"]:
+        say(f"missing: {item} (run `bus provision`)")
+
+
+def status_exit(report: dict[str, Any], *, check: bool) -> int:
+    """The exit code of one app's status: missing resources, then (with ``--check``) poison
+    messages or a handling endpoint not subscribed."""
     if report["missing"]:
         return EXIT_CONFIGURATION
     poisoned = sum(row["poison"] or 0 for row in report["endpoints"].values())

@@ -30,7 +30,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from shared.account_in_use import announce_account
 from shared.app_loader import APP_SETTING, DEFAULT_APP, configured_app
 from shared.bus import BusApp, Command, Event
 from shared.bus.discard import DiscardFilter
@@ -42,6 +41,8 @@ from shared.cli import (
     poison_show,
     state_command,
 )
+from shared.cli.opened import opened_worker
+from shared.cli.system_status import system_status_command
 from shared.cli.verify_command import add_verify_parser, check_verify_usage, verify_command
 from shared.config import AppConfig, build_config
 from shared.connection_sources import COMMAND_LINE, ConnectionSource
@@ -56,7 +57,7 @@ from shared.errors import (
 )
 from shared.http_ingress import BadRequest, message_types
 from shared.logsafe import shown
-from shared.resources import RESOURCES_FILE, STATE
+from shared.resources import RESOURCES_FILE
 from shared.runtime import Worker
 from shared.settings import (
     LOCAL_SETTINGS_FILE,
@@ -65,8 +66,6 @@ from shared.settings import (
     StorageSettings,
     resolve_settings,
 )
-from shared.storage_check import check_storage_ready
-from shared.stores.azure import AzureStorageAccount
 
 WITHOUT_STORAGE = ("resources",)
 """Commands that touch no storage."""
@@ -182,6 +181,13 @@ def parser(app: BusApp | None = None) -> argparse.ArgumentParser:
         "--check",
         action="store_true",
         help="exit 4 when poison messages wait or a handling endpoint is not subscribed",
+    )
+    s.add_argument(
+        "--system",
+        type=Path,
+        metavar="FILE",
+        help="every app the system file lists (infra/system.parameters.json, or "
+        '{"apps": [...]}), each with its own settings; the exit code is the worst app\'s',
     )
 
     s = sub.add_parser("poison", help="inspect poison messages")
@@ -536,37 +542,29 @@ async def _run(args: argparse.Namespace, command: Run) -> int:
     config = build_config(settings, app_name=app.name)
     if args.command in WITHOUT_STORAGE:
         return await command(Worker(app, config))
-    storage = storage_of(args, config)
-    announce_account(storage, "bus")
-    async with AzureStorageAccount(storage) as account:
-        worker = Worker(app, replace(config, storage=storage), account)
-        # One bounded read first: the SDK retries an unreachable endpoint for over a minute,
-        # and an operator should hear at once what is wrong.
-        await check_storage_ready(
-            account,
-            app.endpoints,
-            describe=storage.describe(),
-            require_resources=args.command not in BEFORE_PROVISIONING,
+    config = replace(config, storage=storage_of(args, config))
+    required = args.command not in BEFORE_PROVISIONING
+    async with opened_worker(app, config, require_resources=required) as worker:
+        return await command(worker)
+
+
+async def _system_status(args: argparse.Namespace, usage: Callable[[str], None]) -> int:
+    """``bus status --system FILE``: the system file names each app and its settings, so the
+    options that name one app or one account do not apply."""
+    given = [
+        option
+        for option, value in (
+            ("--app", args.app),
+            ("--setting", args.setting),
+            ("--connection-string", args.connection_string),
+            ("--connection-string-file", args.connection_string_file),
         )
-        if worker.separate_state:
-            await _check_state_ready(worker, args.command not in BEFORE_PROVISIONING)
-        try:
-            return await command(worker)
-        finally:
-            await worker.close()  # its database pool, if it opened one (the account is ours)
-
-
-async def _check_state_ready(worker: Worker, require_resources: bool) -> None:
-    """Name the app's state account and read it once, as the messaging account is read: an
-    operator hears at once which of the two is wrong."""
-    state = worker.app_config.require_state_storage()
-    announce_account(state, "bus (state)")
-    await check_storage_ready(
-        worker.state_account(),
-        (),
-        tables=worker.resources.by_role()[STATE].tables,
-        describe=f"the state account ({state.describe()})",
-        require_resources=require_resources,
+        if value is not None
+    ]
+    if given:
+        usage(f"status --system takes each app's settings from the system file, not {given[0]}")
+    return await system_status_command(
+        args.system, as_json=args.json, check=args.check, progress=args.progress
     )
 
 
@@ -610,6 +608,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "verify":
             check_verify_usage(args, p.error)
             code = _verify(args)
+        elif getattr(args, "system", None) is not None:
+            code = asyncio.run(_system_status(args, p.error))
         else:
             command = _command(args, p.error)
             code = asyncio.run(_run(args, command))
