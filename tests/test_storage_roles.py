@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from pydantic import BaseModel
@@ -362,6 +364,59 @@ async def test_an_app_whose_state_account_is_down_waits_while_the_other_app_work
         assert await state_row(down.state_account(), down_names[1], "o1") == {"billed": 40}
         for name in (*down_names, *up_names):
             assert await down.account().queue(poison_queue(name)).approximate_count() == 0
+    finally:
+        await down.close()
+        await up.close()
+
+
+def closed_port_url(url: str) -> str:
+    """``url`` with its port replaced by one nothing listens on: a database that is down."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    parts = urlsplit(url)
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.port}", f":{port}")).geturl()
+
+
+def ledger_app(endpoint: str) -> BusApp:
+    app = BusApp()
+
+    @app.endpoint(endpoint, Ledger, store="postgres").handles(Bill)
+    def bill(ctx: HandlerContext[Ledger], cmd: Bill) -> None:
+        ctx.state.billed += cmd.amount
+
+    return app
+
+
+async def test_an_app_whose_database_is_down_waits_for_it_too(
+    azurite: AzuriteEndpoints, postgres: str
+) -> None:
+    # PostgreSQL is the app's state store as its state account is: a refused connection
+    # gives the message back to wait, past the host's tries, never parked.
+    name = unique_name("ledger")
+    down_url = closed_port_url(postgres)
+    assert down_url != postgres
+    down = worker(
+        ledger_app(name),
+        settings_for(azurite.connection_string, None, BUS_POSTGRES_URL=down_url, **SHORT_WAITS),
+    )
+    up = worker(
+        ledger_app(name), settings_for(azurite.connection_string, None, BUS_POSTGRES_URL=postgres)
+    )
+    try:
+        await provision(down.account(), down.resources)
+        client = down.bus().client()
+        await client.send(Bill(order="o1", amount=9), to=name, idempotency_key=unique_name("key"))
+        waits = [await deliver_once(down, name) for _ in range(DOWN_DELIVERIES)]
+        assert waits == [(1, Outcome.POSTPONED)] * DOWN_DELIVERIES, waits
+        assert await down.account().queue(poison_queue(name)).approximate_count() == 0
+
+        # The same app on a database that answers: the message was kept, and is processed.
+        assert await deliver_once(up, name) == (1, Outcome.PROCESSED)
+        states = [row async for row in up.bus().endpoint_state(name).states()]
+        assert [(row.partition_key, json.loads(row.data)) for row in states] == [
+            ("o1", {"billed": 9})
+        ]
     finally:
         await down.close()
         await up.close()
