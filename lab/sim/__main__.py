@@ -125,6 +125,7 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-rolling", 2, 0),
         *_pairing_phases(PAIRINGS[:_HALF]),
         ("small-two-apps", 1, 0),
+        ("small-state-outage", 1, 0),
     ),
     (
         ("small-sweep", 1, 1),
@@ -148,6 +149,7 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-budget", 1, 0),
         ("small-budget", 0, 1),
         ("small-two-apps", 0, 1),
+        ("small-state-outage", 0, 1),
     ),
 )
 """The phases explored exhaustively before the random search, dealt to two processes so
