@@ -396,6 +396,18 @@ BODY_BUDGET_WAIT = seconds(
     open_low=False,
     high=300.0,
 )
+STATE_WAIT = seconds(
+    "BUS_STATE_WAIT_MAX_SECONDS",
+    300.0,
+    "longest a message waits, hidden in its queue, while the app's state store (its state "
+    "account or PostgreSQL) does not answer; the waits grow from 5 s (or this, if shorter) "
+    "to this cap, with jitter, and spend none of the message's tries, so an outage of any "
+    "length parks nothing (docs/retries.md)",
+    group=BUS,
+    low=1.0,
+    open_low=False,
+    high=float(DAY),
+)
 HTTP_CONCURRENCY = whole(
     "BUS_HTTP_CONCURRENCY",
     16,
@@ -714,6 +726,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     MAX_PAYLOAD,
     BODY_BUDGET,
     BODY_BUDGET_WAIT,
+    STATE_WAIT,
     HTTP_CONCURRENCY,
     SHARED_PAYLOAD_MIN_CHARS,
     MAX_OUTPUTS,

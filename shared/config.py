@@ -182,6 +182,7 @@ def _bus(settings: Settings, queues: QueueSettings, app_name: str | None) -> Bus
         max_payload_bytes=_value(settings, s.MAX_PAYLOAD),
         body_budget_bytes=_body_budget(settings),
         body_budget_wait_seconds=_value(settings, s.BODY_BUDGET_WAIT),
+        state_wait_max_seconds=_value(settings, s.STATE_WAIT),
         http_concurrency=_value(settings, s.HTTP_CONCURRENCY),
         max_outputs=_value(settings, s.MAX_OUTPUTS),
         max_deliveries=_value(settings, s.MAX_DELIVERIES),

@@ -60,6 +60,14 @@ class OutcomeUnknown(BusError):
     """
 
 
+class StateUnreachable(OutcomeUnknown):
+    """The app's state store (an endpoint's table in the state account, or its PostgreSQL
+    database) did not answer: a timeout, a lost connection, a 5xx. Raised at the edge of an
+    endpoint's rows (``shared.bus.state``) in place of ``OutcomeUnknown``, so that the failure
+    table can tell an outage of the state store from one of the messaging account: the message
+    waits for the store rather than spending its tries (``shared.bus.failures``)."""
+
+
 class InvalidValue(BusError, ValueError):
     """A value cannot be stored as given (unsupported type, out of range, naive datetime)."""
 

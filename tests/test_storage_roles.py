@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from pydantic import BaseModel
@@ -43,9 +45,13 @@ SHORT_TIMEOUTS = {
     "BUS_INGRESS_TIMEOUT": "6",
 }
 """A call to a frozen account gives up after 3 s rather than the default 8."""
-DOWN_TRIES = 2
-"""Deliveries of a message while its state account is down: fewer than host.json's
-maxDequeueCount (5), so the host would deliver it again."""
+HOST_TRIES = 5
+"""host.json's maxDequeueCount: the delivery on which the host would give a failing message up."""
+DOWN_DELIVERIES = HOST_TRIES + 2
+"""Deliveries of a message while its state account is down: more than the host's tries, so
+a message that spent one try on each would have been parked."""
+SHORT_WAITS = {"BUS_STATE_WAIT_MAX_SECONDS": "1"}
+"""A message waiting for the state store comes back after 1 s rather than 5 s and more."""
 
 
 class PlaceOrder(Command):
@@ -284,10 +290,11 @@ async def test_naming_the_messaging_connection_as_the_state_one_keeps_one_accoun
 # --- (c) One app's state account down --------------------------------------------------------
 
 
-async def deliver_once(built: Worker, endpoint: str) -> list[BaseException]:
+async def deliver_once(built: Worker, endpoint: str) -> tuple[int, Outcome | BaseException]:
     """One delivery of the endpoint's message, as the queue trigger makes it, waiting (by
-    count, not by clock) for it to be visible again; the errors its receive raised to the
-    host. A message whose receive raises is left in its queue, as the host leaves it."""
+    count, not by clock) for it to be visible again: its dequeue count, and the outcome of
+    its receive or the error raised to the host. A message whose receive raises is left in
+    its queue, as the host leaves it; otherwise it is acknowledged."""
     queue = built.account().queue(endpoint)
     for _ in range(200):
         [*signals] = await queue.receive(1, visibility_timeout=1)
@@ -298,11 +305,11 @@ async def deliver_once(built: Worker, endpoint: str) -> list[BaseException]:
         raise AssertionError(f"no message came back to {endpoint}")
     [signal] = signals
     try:
-        await built.receive(endpoint, signal.content.encode(), signal.dequeue_count)
+        outcome = await built.receive(endpoint, signal.content.encode(), signal.dequeue_count)
     except (OutcomeUnknown, StorageError) as e:
-        return [e]
+        return signal.dequeue_count, e
     await queue.delete(signal.id, signal.pop_receipt)
-    return []
+    return signal.dequeue_count, outcome
 
 
 async def test_an_app_whose_state_account_is_down_waits_while_the_other_app_works(
@@ -313,7 +320,12 @@ async def test_an_app_whose_state_account_is_down_waits_while_the_other_app_work
     down_names, up_names = shop_names(), shop_names()
     down = worker(
         shop(*down_names),
-        settings_for(azurite.connection_string, frozen_state.connection_string, **SHORT_TIMEOUTS),
+        settings_for(
+            azurite.connection_string,
+            frozen_state.connection_string,
+            **SHORT_TIMEOUTS,
+            **SHORT_WAITS,
+        ),
     )
     up = worker(
         shop(*up_names), settings_for(azurite.connection_string, state_azurite.connection_string)
@@ -328,8 +340,11 @@ async def test_an_app_whose_state_account_is_down_waits_while_the_other_app_work
                 await client.send(
                     PlaceOrder(order="o1", amount=40), to=to, idempotency_key=unique_name("key")
                 )
-            raised = [await deliver_once(down, down_names[0]) for _ in range(DOWN_TRIES)]
-            assert [len(errors) for errors in raised] == [1] * DOWN_TRIES, raised
+            assert down.config.max_dequeue_count == HOST_TRIES
+            # Each delivery finds the state store silent and gives the message back to wait:
+            # a new queue message, first try again, so no try is spent however long it lasts.
+            waits = [await deliver_once(down, down_names[0]) for _ in range(DOWN_DELIVERIES)]
+            assert waits == [(1, Outcome.POSTPONED)] * DOWN_DELIVERIES, waits
 
             assert await drain(up, up_names) == [Outcome.PROCESSED] * 2
             assert await state_row(up.state_account(), up_names[1], "o1") == {"billed": 40}
@@ -343,12 +358,65 @@ async def test_an_app_whose_state_account_is_down_waits_while_the_other_app_work
             assert await queues.queue(poison_queue(down_names[0])).approximate_count() == 0
             assert await queues.queue(down_names[0]).approximate_count() == 1, "it waits"
 
-        assert await deliver_once(down, down_names[0]) == [], "processed once it is back"
+        assert await deliver_once(down, down_names[0]) == (1, Outcome.PROCESSED), "once back"
         assert await drain(down, down_names) == [Outcome.PROCESSED], "and billed"
         assert await state_row(down.state_account(), down_names[0], "o1") == {"amount": 40}
         assert await state_row(down.state_account(), down_names[1], "o1") == {"billed": 40}
         for name in (*down_names, *up_names):
             assert await down.account().queue(poison_queue(name)).approximate_count() == 0
+    finally:
+        await down.close()
+        await up.close()
+
+
+def closed_port_url(url: str) -> str:
+    """``url`` with its port replaced by one nothing listens on: a database that is down."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    parts = urlsplit(url)
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.port}", f":{port}")).geturl()
+
+
+def ledger_app(endpoint: str) -> BusApp:
+    app = BusApp()
+
+    @app.endpoint(endpoint, Ledger, store="postgres").handles(Bill)
+    def bill(ctx: HandlerContext[Ledger], cmd: Bill) -> None:
+        ctx.state.billed += cmd.amount
+
+    return app
+
+
+async def test_an_app_whose_database_is_down_waits_for_it_too(
+    azurite: AzuriteEndpoints, postgres: str
+) -> None:
+    # PostgreSQL is the app's state store as its state account is: a refused connection
+    # gives the message back to wait, past the host's tries, never parked.
+    name = unique_name("ledger")
+    down_url = closed_port_url(postgres)
+    assert down_url != postgres
+    down = worker(
+        ledger_app(name),
+        settings_for(azurite.connection_string, None, BUS_POSTGRES_URL=down_url, **SHORT_WAITS),
+    )
+    up = worker(
+        ledger_app(name), settings_for(azurite.connection_string, None, BUS_POSTGRES_URL=postgres)
+    )
+    try:
+        await provision(down.account(), down.resources)
+        client = down.bus().client()
+        await client.send(Bill(order="o1", amount=9), to=name, idempotency_key=unique_name("key"))
+        waits = [await deliver_once(down, name) for _ in range(DOWN_DELIVERIES)]
+        assert waits == [(1, Outcome.POSTPONED)] * DOWN_DELIVERIES, waits
+        assert await down.account().queue(poison_queue(name)).approximate_count() == 0
+
+        # The same app on a database that answers: the message was kept, and is processed.
+        assert await deliver_once(up, name) == (1, Outcome.PROCESSED)
+        states = [row async for row in up.bus().endpoint_state(name).states()]
+        assert [(row.partition_key, json.loads(row.data)) for row in states] == [
+            ("o1", {"billed": 9})
+        ]
     finally:
         await down.close()
         await up.close()

@@ -545,6 +545,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "sent again: it is lost",
     ),
     Mutant(
+        "pipeline-state-wait-spends-tries",
+        "shared/bus/failures.py",
+        "        (StateUnreachable,),\n",
+        "        (),\n",
+        "a state store that does not answer is an ordinary failure: each delivery of a long "
+        "outage spends one of the host's tries, and the message is parked",
+    ),
+    Mutant(
+        "pipeline-state-wait-unsent",
+        "shared/bus/failures.py",
+        "            await send_hidden(queue, delivery.raw, delay)\n",
+        "            pass\n",
+        "a message waiting for the state store is acknowledged without its signal being sent "
+        "again: it is lost",
+    ),
+    Mutant(
         "pipeline-budget-never-released",
         "shared/bus/pipeline.py",
         "            await delivery.holding.release_all()\n",

@@ -51,6 +51,9 @@ and, in token mode, with up to one deviation and one fault:
     tokens in the shared container), one sending a command and publishing an event to the
     other's endpoints, with up to one deviation and no fault, then no deviation and one
     fault;
+20. ``small-state-outage``: the app's state store silent for its first three requests,
+    more deliveries than the host's tries: each message waits for it without spending a
+    try, with up to one deviation and no fault, then no deviation and one fault;
 and then seeded random search over larger configurations in every mode for the rest of the
 time budget. With two cores the phases are dealt to two processes (``DEFAULT_PLAN``), each
 then searching its own random seeds. ``--mode`` keeps the phases and random runs of one mode.
@@ -125,6 +128,7 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-rolling", 2, 0),
         *_pairing_phases(PAIRINGS[:_HALF]),
         ("small-two-apps", 1, 0),
+        ("small-state-outage", 1, 0),
     ),
     (
         ("small-sweep", 1, 1),
@@ -148,6 +152,7 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-budget", 1, 0),
         ("small-budget", 0, 1),
         ("small-two-apps", 0, 1),
+        ("small-state-outage", 0, 1),
     ),
 )
 """The phases explored exhaustively before the random search, dealt to two processes so

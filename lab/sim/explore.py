@@ -176,6 +176,16 @@ CONFIGS: dict[str, SimConfig] = {
             duplicates=1,
             body_budget=12_000,
         ),
+        # The app's state store down for a span of the run (issue 44): its first three
+        # requests time out, more deliveries than the host's two tries. Each delivery gives
+        # the message back to wait for the store, spending no try; none is parked.
+        SimConfig(
+            name="small-state-outage",
+            shape="single",
+            copies=1,
+            state_outage=3,
+            max_dequeue_count=2,
+        ),
         # The same outside the timing assumptions, as small-unbounded-sweep: a round may
         # stall for longer than the grace period while cleanup passes run, and the payload
         # task must still never remove a payload a committed token refers to.

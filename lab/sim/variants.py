@@ -19,9 +19,10 @@ import contextlib
 import contextvars
 import dataclasses
 import re
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from lab.sim.model import Version
 from shared.bus.app import Mode
@@ -34,7 +35,14 @@ from shared.bus.payloads import payload_name
 from shared.bus.poison import NEVER_EXPIRES
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
 from shared.effects.markers import MARKER_ROW
-from shared.errors import AlreadyExists, InvalidName, NotFound, OutcomeUnknown, TooLarge
+from shared.errors import (
+    AlreadyExists,
+    InvalidName,
+    NotFound,
+    OutcomeUnknown,
+    StorageError,
+    TooLarge,
+)
 from shared.resources import POISON_SUFFIX
 from shared.stores.account import StorageAccount
 from shared.stores.blob import ANY_ETAG, Blob, BlobContainer, BlobPage, BlobProperties
@@ -67,6 +75,9 @@ endpoint_modes: contextvars.ContextVar[Mapping[str, Mode] | None] = contextvars.
 )
 """Each endpoint's mode in the current run (a mixed-mode app's differ), set by the simulator
 for variants that need to know it."""
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -865,6 +876,28 @@ AMO_BLIND_MARKER = Variant(
     wrap=lambda account: _Account(account, table=_BlindMarker),
 )
 
+# -- the state store down (small-state-outage) -----------------------------------------------
+
+
+class _SilenceAsRefusal(_Table):
+    """A table request that got no answer is reported as one the service refused: the
+    failure table cannot tell the state store's outage from an ordinary failure, so each
+    delivery in the outage spends one of the host's tries."""
+
+    async def _call(self, kind: str, target: str, call: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await call()
+        except OutcomeUnknown as e:
+            raise StorageError(f"{target}: {e}") from e
+
+
+STATE_OUTAGE_SPENDS_TRIES = Variant(
+    "state-outage-spends-tries",
+    "a message waits while the state store does not answer, without spending its tries; it "
+    "is never parked for that alone",
+    wrap=lambda account: _Account(account, table=_SilenceAsRefusal),
+)
+
 # -- a system of two apps (small-two-apps) ---------------------------------------------------
 
 FOREIGN_ORIGINS_JUDGED = Variant(
@@ -906,6 +939,7 @@ VARIANTS = {
         PAYLOAD_REMOVED_YOUNG,
         PAYLOAD_READ_EARLY,
         POSTPONED_UNSENT,
+        STATE_OUTAGE_SPENDS_TRIES,
         GIVE_BACK_ACKNOWLEDGED_FIRST,
         GIVE_BACK_PARKS_AT_ONCE,
         GIVE_BACK_MISREADS,

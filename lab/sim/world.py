@@ -238,6 +238,13 @@ class SimConfig:
     """The bus's body budget in bytes (0: its default, which these small bodies never fill).
     A small one makes overlapping invocations postpone their messages (``shared.bus.budget``):
     each sends its signal again, hidden, and acknowledges its copy."""
+    state_outage: int = 0
+    """The app's state store does not answer for a span of the run: its first this many
+    requests (to an endpoint's table) fail as a timeout does, before they are applied, and
+    any fault the schedule chose there comes first. Counted in requests, not time: each
+    delivery in the span reads its state first and finds it silent, so the message waits
+    (``StateUnreachable``, ``shared.bus.failures``). With ``max_dequeue_count`` below it, a
+    message that spent a try on each would be parked (NoLostMessages)."""
     claim_by_delete: ClaimByDelete | None = None
     """Token mode claims by the token's conditional delete instead of its metadata, by these
     rules (``lab.sim.claim_by_delete``, issue 33): a protocol explored beside production's."""
@@ -252,6 +259,8 @@ class SimConfig:
     row is there a second commit of the message fails whatever else expired."""
 
     def __post_init__(self) -> None:
+        if self.state_outage and (self.store != "table" or self.apps != 1):
+            raise ConfigurationError("state_outage is of one app's tables: store='table', apps=1")
         if self.apps not in (1, 2) or (self.apps == 2 and self.store != "table"):
             raise ConfigurationError("apps is 1, or 2 with store='table' (B's rows are in SQL)")
         if min(self.messages, self.copies, self.concurrency, self.partitions) < 1:
@@ -504,6 +513,8 @@ class World:
         }
         self.old_workers = self._old_instances(queue_settings)
         self._planned: dict[int, Fault] = {}
+        self._outage_left = config.state_outage
+        """Requests of the state store's outage still to fail (``SimConfig.state_outage``)."""
         self._held_at: dict[int, float] = {}
         self._held_by: dict[int, tuple[str, int]] = {}
         """Operation index of a held request -> (process, its operation number there)."""
@@ -669,7 +680,16 @@ class World:
     # -- faults --------------------------------------------------------------------------------
 
     def _plan(self, operation: Operation) -> Fault | None:
-        return self._planned.pop(operation.index, None)
+        planned = self._planned.pop(operation.index, None)
+        if planned is None and self._outage_left and self._to_state_store(operation):
+            self._outage_left -= 1
+            return Fault.ERROR_BEFORE
+        return planned
+
+    def _to_state_store(self, operation: Operation) -> bool:
+        """Whether ``operation`` is a request to an endpoint's table: the app's state store."""
+        table = operation.target.split("/")[0]
+        return operation.kind.startswith("table.") and table in self.app_of
 
     def _fault_options(
         self, operation: Operation

@@ -26,6 +26,7 @@ from shared.app_settings import (
     GIVE_BACK,
     HTTP_CONCURRENCY,
     MAX_PAYLOAD,
+    STATE_WAIT,
     WIRE_FORMAT,
 )
 from shared.bus.ids import fresh_id
@@ -83,6 +84,9 @@ class BusConfig:
     body_budget_wait_seconds: float = BODY_BUDGET_WAIT.default
     """BUS_BODY_BUDGET_WAIT_SECONDS: how long a receiver waits for room before giving its
     message back, hidden for as long."""
+    state_wait_max_seconds: float = STATE_WAIT.default
+    """BUS_STATE_WAIT_MAX_SECONDS: the longest a message is hidden while the state store does
+    not answer (``shared.bus.failures``, ``Action.WAIT``)."""
     http_concurrency: int = HTTP_CONCURRENCY.default
     """BUS_HTTP_CONCURRENCY: ingress requests one instance works on at once."""
     max_outputs: int = 100

@@ -35,9 +35,10 @@ class Outcome(enum.Enum):
     written (``shared.bus.giveback``)."""
     POSTPONED = "postponed"
     """The worker's body budget had no room for the message's body within
-    ``BusConfig.body_budget_wait_seconds``: its signal was sent again, hidden for as long,
-    and this copy may be acknowledged. Not a failure: no try is counted, nothing is parked
-    (``shared.bus.budget``)."""
+    ``BusConfig.body_budget_wait_seconds`` (``shared.bus.budget``), or the app's state store
+    did not answer (``StateUnreachable``, ``shared.bus.failures``): its signal was sent again,
+    unchanged, hidden for a while, and this copy may be acknowledged. Not a failure of the
+    message's: no try is counted, nothing is parked."""
     NONDETERMINISTIC = "nondeterministic"
     """State-based mode: replaying a duplicate on the restored state produced other outputs
     or another state than the committed run. The committed effects stand (they were sent,

@@ -11,6 +11,21 @@ answers (a send that failed). A failure is parked at once when retrying cannot h
 (``shared.bus.retries``), else raised to the host, which delivers it again, and parked on the
 host's last try. A delayed retry that could not be sent falls on to the rows below it.
 
+The app's state store not answering (``StateUnreachable``: its table in the state account or
+its PostgreSQL database timed out, lost its connection or answered 5xx) is no failure of the
+message's: the message waits, sent again unchanged and hidden for a growing, capped, jittered
+wait (``BUS_STATE_WAIT_MAX_SECONDS``), and this copy is acknowledged, as a postponed one is.
+No try is spent, the retry policy is not used, and it is never parked for this, however long
+the outage: a separate state account leaves the queue trigger delivering while the state is
+down, and without this each delivery would spend one of the host's ``maxDequeueCount`` tries.
+The row applies whichever account holds the state: with one account for both roles, an
+account wholly down fails the re-send too, and the error then goes on to the rows below
+(raised to the host, as before; the trigger cannot fetch messages from that account either),
+while an account whose table service alone is down, or a single request lost, lets the
+message wait without spending a try. The waits grow with the outage this endpoint has seen
+(each wait doubles the next, from ``FIRST_STATE_WAIT_SECONDS``), and the first receive that
+ends without an error starts them afresh.
+
 The actions carry the rows out with the modules that know their part: ``shared.bus.giveback``,
 ``shared.bus.schedule``, ``shared.bus.retries``, ``shared.bus.poison``, ``shared.bus.budget``.
 """
@@ -48,6 +63,7 @@ from shared.errors import (
     NotFound,
     PayloadMissing,
     PermanentFailure,
+    StateUnreachable,
 )
 from shared.logsafe import REASON_CHARS, shown
 from shared.stores.account import StorageAccount
@@ -58,6 +74,13 @@ log = logging.getLogger("shared.bus.receiver")
 
 MIN_POSTPONE_SECONDS = 1.0
 """The shortest a postponed message is hidden: long enough for a worker to finish something."""
+
+
+FIRST_STATE_WAIT_SECONDS = 5.0
+"""The first wait for a state store that does not answer (or the cap, if that is shorter)."""
+STATE_WAIT_JITTER = 0.2
+"""Each wait is drawn from the last fifth below its nominal value, so that the messages of an
+outage do not all come back at once."""
 
 
 class Stage(enum.Enum):
@@ -80,6 +103,9 @@ class Action(enum.Enum):
     """Hide its signal again until its due time."""
     POSTPONE = "postpone"
     """Send its text again, unchanged, hidden for the body budget's wait."""
+    WAIT = "wait for the state store"
+    """Send its text again, unchanged, hidden for a growing wait: no try is spent and it is
+    never parked for this; a send that fails falls on to the rows below."""
     PARK = "park"
     """Park it in the poison queue with its reason."""
     DUPLICATE_IF_GONE = "duplicate if its token is gone"
@@ -172,6 +198,13 @@ RULES: tuple[Rule, ...] = (
         note="not retried",
     ),
     Rule(
+        "the app's state store not answering (a timeout, a lost connection, a 5xx)",
+        (StateUnreachable,),
+        None,
+        Given.ALWAYS,
+        Action.WAIT,
+    ),
+    Rule(
         "a failure with an immediate retry left",
         (Exception,),
         None,
@@ -216,6 +249,13 @@ class Failures:
         self.account = account
         self.config = config
         self.tokens = tokens
+        self.state_waits = 0
+        """Waits for the state store since a receive last ended without an error: each one
+        doubles the next (``_wait_for_state``)."""
+
+    def answered(self) -> None:
+        """A receive ended without an error: the next wait for the state store starts short."""
+        self.state_waits = 0
 
     async def settle(self, delivery: Delivery, error: Exception, retried: int) -> Outcome | None:
         """What becomes of ``delivery`` after ``error`` (``retried`` immediate retries done):
@@ -243,7 +283,10 @@ class Failures:
                 raise error
             if rule.action is Action.PARK:
                 return await self._park_failed(delivery, delivery.raw, error, rule.note)
-            outcome = await self._retry_later(delivery, error)
+            if rule.action is Action.WAIT:
+                outcome = await self._wait_for_state(delivery, error)
+            else:
+                outcome = await self._retry_later(delivery, error)
             if outcome is not None:
                 return outcome
         raise error  # unreachable: the last row takes every failure
@@ -314,6 +357,40 @@ class Failures:
             shown(delivery.message_id or "-", 100),
             delay,
             error,
+        )
+        return Outcome.POSTPONED
+
+    def _state_wait(self) -> float:
+        """The next wait for the state store: doubling from the first, capped, jittered."""
+        cap = self.config.state_wait_max_seconds
+        first = min(FIRST_STATE_WAIT_SECONDS, cap)
+        nominal = min(cap, first * 2.0 ** min(self.state_waits, 32))
+        drawn = nominal * (1 - STATE_WAIT_JITTER * self.config.jitter.random())
+        return max(drawn, MIN_POSTPONE_SECONDS)
+
+    async def _wait_for_state(self, delivery: Delivery, error: Exception) -> Outcome | None:
+        """Give the message back, unchanged, hidden while the state store does not answer,
+        as a postponed message is (no try counted, no count in the signal, never parked for
+        this). None when the re-send fails: the rows below decide, as for any failure."""
+        delay, queue = self._state_wait(), self.account.queue(self.endpoint.name)
+        try:
+            await send_hidden(queue, delivery.raw, delay)
+        except Exception as sending:
+            log.warning(
+                "endpoint %s: message %s not given back to wait for the state store (%s)",
+                self.endpoint.name,
+                shown(delivery.message_id or "-", 100),
+                shown(sending),
+            )
+            return None
+        self.state_waits += 1
+        log.warning(
+            "endpoint %s: message %s waits %.0f s for the state store (wait %d): %s",
+            self.endpoint.name,
+            shown(delivery.message_id or "-", 100),
+            delay,
+            self.state_waits,
+            shown(error),
         )
         return Outcome.POSTPONED
 

@@ -169,9 +169,12 @@ class Pipeline(abc.ABC):
         retried = 0
         while True:
             try:
-                return await self._receive(delivery)
+                outcome = await self._receive(delivery)
             except Exception as error:
                 settled = await self.failures.settle(delivery, error, retried)
+            else:
+                self.failures.answered()
+                return outcome
             if settled is not None:
                 return settled
             retried += 1

@@ -28,6 +28,7 @@ from shared.bus.budget import Holding
 from shared.bus.failures import RULES, Action, Rule
 from shared.clock import to_datetime
 from shared.errors import DoNotRetry, PayloadMissing
+from shared.stores.instrumented import Fault, Operation
 from shared.stores.queue import MAX_VISIBILITY_TIMEOUT
 from tests.bus.flow import Ledger
 from tests.bus.harness import (
@@ -184,6 +185,21 @@ async def refused(backend: Backend, mode: Mode) -> tuple[Case, Outcome | Excepti
     return case, await case.receive(await case.signal())
 
 
+async def state_store_down(backend: Backend, mode: Mode) -> tuple[Case, Outcome | Exception]:
+    # Under a retry policy and on the host's last try: the rows below would retry or park it.
+    case = await Case.create(backend, mode, retry=RetryPolicy(immediate=2, delays=(10.0,)))
+    raw = await case.signal()
+    endpoint_table = case.name
+
+    def state_times_out(operation: Operation) -> Fault | None:
+        table = operation.kind.startswith("table.")
+        ours = operation.target.split("/")[0] == endpoint_table
+        return Fault.ERROR_BEFORE if table and ours else None
+
+    case.harness.instrumentation.plan = state_times_out
+    return case, await case.receive(raw, dequeue_count=LAST_TRY)
+
+
 async def fails_once_retried_now(backend: Backend, mode: Mode) -> tuple[Case, Outcome | Exception]:
     case = await Case.create(backend, mode, retry=RetryPolicy(immediate=1))
     case.raising = [RuntimeError("provider unavailable")]
@@ -219,6 +235,7 @@ SCENARIOS: dict[str, Scenario] = {
     "a delayed message before its due time": not_due,
     "a shared payload missing": payload_gone_with_token,
     "a failure retrying cannot help (DoNotRetry, a limit)": refused,
+    "the app's state store not answering (a timeout, a lost connection, a 5xx)": (state_store_down),
     "a failure with an immediate retry left": fails_once_retried_now,
     "a failure under a retry policy": fails_retried_later,
     "a failure before the host's last try": fails_first_try,
@@ -230,6 +247,7 @@ SENT_AGAIN: dict[Action, Outcome] = {
     Action.DEFER: Outcome.DEFERRED,
     Action.POSTPONE: Outcome.POSTPONED,
     Action.RETRY_LATER: Outcome.RETRYING,
+    Action.WAIT: Outcome.POSTPONED,
 }
 """The actions that send the signal again, hidden, and let this copy go."""
 

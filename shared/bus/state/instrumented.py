@@ -3,22 +3,37 @@ for the storage account: every read, insert, update, delete, page and commit is 
 operation (``sql.query``, ``sql.get``, ``sql.insert``, ``sql.update``, ``sql.delete``,
 ``sql.transact``) of the same ``Instrumentation``, so the fault matrix and the simulator reach
 PostgreSQL endpoints too. Expiring audit rows (a tool's and the cleanup's) is passed through
-uncounted.
+uncounted. An injected timeout or lost response is ``StateUnreachable``, as the PostgreSQL
+adapter reports one (``shared.bus.state.postgres``): the database is the app's state store.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
+from typing import TypeVar
 
 from shared.bus.records import AuditRecord
 from shared.bus.state.base import EndpointState
 from shared.bus.state.damaged import OnDamaged
 from shared.bus.state.rows import EndpointRows, RowsTransaction
 from shared.bus.state.stores import SqlDatabase
+from shared.errors import OutcomeUnknown, StateUnreachable
 from shared.stores.instrumented import Instrumentation
 from shared.stores.table import Entity, TableOperation
+
+T = TypeVar("T")
+
+
+async def _run(i: Instrumentation, kind: str, target: str, call: Callable[[], Awaitable[T]]) -> T:
+    """One numbered operation; no answer from the database is ``StateUnreachable``."""
+    try:
+        return await i.run(kind, target, call)
+    except StateUnreachable:
+        raise
+    except OutcomeUnknown as e:
+        raise StateUnreachable(f"the database did not answer: {e}") from e
 
 
 class InstrumentedSql:
@@ -49,7 +64,8 @@ class _RowsTransaction(RowsTransaction):
     async def commit(
         self, operations: Sequence[TableOperation], audit: AuditRecord
     ) -> list[str | None]:
-        return await self._i.run(
+        return await _run(
+            self._i,
             "sql.transact",
             f"{self._name}/{audit.partition_key}",
             lambda: self._inner.commit(operations, audit),
@@ -71,35 +87,40 @@ class InstrumentedRows(EndpointRows):
     async def read(
         self, partition_key: str, row_keys: Sequence[str], on_damaged: OnDamaged | None = None
     ) -> dict[str, Entity]:
-        return await self._i.run(
+        return await _run(
+            self._i,
             "sql.query",
             f"{self.name}/{partition_key}",
             lambda: self.inner.read(partition_key, row_keys, on_damaged),
         )
 
     async def get(self, partition_key: str, row_key: str) -> Entity:
-        return await self._i.run(
+        return await _run(
+            self._i,
             "sql.get",
             f"{self.name}/{partition_key}/{row_key}",
             lambda: self.inner.get(partition_key, row_key),
         )
 
     async def insert(self, entity: Entity) -> str:
-        return await self._i.run(
+        return await _run(
+            self._i,
             "sql.insert",
             f"{self.name}/{entity.partition_key}/{entity.row_key}",
             lambda: self.inner.insert(entity),
         )
 
     async def update(self, entity: Entity, etag: str) -> str:
-        return await self._i.run(
+        return await _run(
+            self._i,
             "sql.update",
             f"{self.name}/{entity.partition_key}/{entity.row_key}",
             lambda: self.inner.update(entity, etag),
         )
 
     async def delete(self, partition_key: str, row_key: str, etag: str | None = None) -> None:
-        await self._i.run(
+        await _run(
+            self._i,
             "sql.delete",
             f"{self.name}/{partition_key}/{row_key}",
             lambda: self.inner.delete(partition_key, row_key, etag),
@@ -115,7 +136,8 @@ class InstrumentedRows(EndpointRows):
         on_damaged: OnDamaged | None = None,
         partition_key: str | None = None,
     ) -> tuple[list[Entity], str | None]:
-        return await self._i.run(
+        return await _run(
+            self._i,
             "sql.query",
             self.name,
             lambda: self.inner.page(

@@ -1,6 +1,10 @@
 """PostgreSQL (asyncpg) at the edge of endpoint rows (``shared.bus.state.postgres_rows``):
 asyncpg's errors as the project's, the commit's error rules, and the transaction a handler's
 own writes through ``ctx.sql`` join, opened before the handler runs.
+
+The database is always the app's state store, so a server that does not answer (a refused
+or lost connection, a timeout) is ``StateUnreachable``: the message waits for it without
+spending its tries (``shared.bus.failures``).
 """
 
 from __future__ import annotations
@@ -16,8 +20,8 @@ from shared.bus.state.connection import Pools
 from shared.errors import (
     AlreadyExists,
     NotFound,
-    OutcomeUnknown,
     PreconditionFailed,
+    StateUnreachable,
     StorageError,
     TransactionFailed,
 )
@@ -50,7 +54,7 @@ def _translating(what: str) -> Iterator[None]:
     except asyncpg.UndefinedTableError as e:
         raise _schema_missing(e) from e
     except _UNKNOWN as e:
-        raise OutcomeUnknown(f"{what}: PostgreSQL did not answer: {e}") from e
+        raise StateUnreachable(f"{what}: PostgreSQL did not answer: {e}") from e
     except asyncpg.PostgresError as e:
         raise StorageError(f"{what}: {type(e).__name__}: {e}") from e
 
@@ -58,7 +62,7 @@ def _translating(what: str) -> Iterator[None]:
 async def commit_on(connection: Connection, endpoint: str, write: Callable[[], Awaitable[T]]) -> T:
     """Run ``write`` (the transaction's statements) and COMMIT, with asyncpg's errors as the
     commit's: a lost race or a lost connection before COMMIT is TransactionFailed (nothing
-    landed), no answer to COMMIT itself is OutcomeUnknown."""
+    landed), no answer to COMMIT itself is OutcomeUnknown (``StateUnreachable``)."""
     try:
         result = await write()
     except _LOST_RACE as e:
@@ -71,7 +75,7 @@ async def commit_on(connection: Connection, endpoint: str, write: Callable[[], A
     try:
         await connection.execute("COMMIT")
     except _UNKNOWN as e:
-        raise OutcomeUnknown(f"COMMIT at {endpoint}: no answer: {e}") from e
+        raise StateUnreachable(f"COMMIT at {endpoint}: no answer: {e}") from e
     except _LOST_RACE as e:
         raise TransactionFailed(0, PreconditionFailed(f"concurrent commit: {e}")) from e
     return result

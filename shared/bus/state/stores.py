@@ -7,15 +7,18 @@ messaging account the apps of a system share (``shared.resources``, the two role
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from shared.bus.state.base import EndpointState
 from shared.bus.state.connection import Pools, PostgresSettings, described
 from shared.bus.state.rows import EndpointRows, TableRows
 from shared.bus.state.schema import migrate, schema_version
-from shared.errors import ConfigurationError
+from shared.errors import ConfigurationError, OutcomeUnknown, StateUnreachable
 from shared.stores.account import StorageAccount
+from shared.stores.delegating import DelegatingTable
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from shared.bus.app import Endpoint
@@ -66,13 +69,27 @@ class PostgresDatabase:
         return lines
 
 
+class StateTable(DelegatingTable):
+    """An endpoint's table in the state account, whose requests that get no answer (a
+    timeout, a lost connection, a 5xx: ``OutcomeUnknown`` from the adapter) raise
+    ``StateUnreachable``, so that the failure table knows the state store is what is down."""
+
+    async def _call(self, kind: str, target: str, call: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await call()
+        except StateUnreachable:
+            raise
+        except OutcomeUnknown as e:
+            raise StateUnreachable(f"the state store did not answer: {e}") from e
+
+
 def endpoint_rows(
     endpoint: str, store: str, state: StorageAccount, sql: SqlDatabase | None
 ) -> EndpointRows:
     """The endpoint's rows in the store it names (``store="table"|"postgres"``): its table in
     the ``state`` account, or its rows in ``sql``."""
     if store == "table":
-        return TableRows(state.table(endpoint))
+        return TableRows(StateTable(state.table(endpoint)))
     if sql is None:
         raise ConfigurationError(
             f"endpoint {endpoint} keeps its state in PostgreSQL but the bus has no database: "
