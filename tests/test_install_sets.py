@@ -16,6 +16,7 @@ TEST_ONLY = {
     "pytest",
     "pytest-asyncio",
     "pytest-xdist",
+    "wheel",
     "hypothesis",
     "ruff",
     "mypy",
