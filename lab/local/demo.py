@@ -390,6 +390,24 @@ async def charge_rows(sql: Mapping[str, EndpointState], url: str | None) -> Coun
     return Counter(str(r["order_id"]) for r in found)
 
 
+def check_orders(states: Mapping[str, Mapping[str, Any]], orders: Mapping[str, int]) -> list[str]:
+    """Each order charged its amount and shipped, each customer's loyalty and pick list
+    counting their orders."""
+    errors = []
+    for order_id, amount in orders.items():
+        if states["payments"].get(order_id, {}).get("amount_cents") != amount:
+            errors.append(f"payment of {order_id} is not exactly {amount}")
+        if not states["shipping"].get(order_id, {}).get("shipment_id"):
+            errors.append(f"order {order_id} was not shipped")
+    customers = Counter(f"cust{int(o[5:]) % 20}" for o in orders)
+    for customer, count in customers.items():
+        if states["loyalty"].get(customer, {}).get("orders") != count:
+            errors.append(f"loyalty of {customer} is not {count} orders")
+        if len(states["shipping"].get(customer, {}).get("pick_list", [])) != count:
+            errors.append(f"pick list of {customer} does not hold {count} orders")
+    return errors
+
+
 async def verify(
     account: StorageAccount,
     roots: set[str],
@@ -430,17 +448,7 @@ async def verify(
     if charges:
         errors += [f"order {o} has {charges[o]} charge rows" for o in orders if charges[o] != 1]
         errors += [f"charge row for unknown order {o}" for o in charges if o not in orders]
-    for order_id, amount in orders.items():
-        if states["payments"].get(order_id, {}).get("amount_cents") != amount:
-            errors.append(f"payment of {order_id} is not exactly {amount}")
-        if not states["shipping"].get(order_id, {}).get("shipment_id"):
-            errors.append(f"order {order_id} was not shipped")
-    customers = Counter(f"cust{int(o[5:]) % 20}" for o in orders)
-    for customer, count in customers.items():
-        if states["loyalty"].get(customer, {}).get("orders") != count:
-            errors.append(f"loyalty of {customer} is not {count} orders")
-        if len(states["shipping"].get(customer, {}).get("pick_list", [])) != count:
-            errors.append(f"pick list of {customer} does not hold {count} orders")
+    errors += check_orders(states, orders)
     for game, count in shots.items():
         score = states["leaderboard"].get(game, {})
         if score.get("hits", 0) + score.get("misses", 0) != count:
@@ -719,6 +727,18 @@ def parser() -> argparse.ArgumentParser:
         help="share of the payment provider's calls hit by each of its faults (late answer, "
         "503, dropped connection)",
     )
+    p.add_argument(
+        "--single",
+        action="store_true",
+        help="the sample app alone in one host, with the shots and the Spark audit (the "
+        "default is the sample system: three apps, lab.local.system_demo)",
+    )
+    p.add_argument(
+        "--down-seconds",
+        type=float,
+        help="system: how long payments' host stays down and shipping's state storage "
+        "stops answering, mid-run (default 10; 0: neither)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the work folder (host log)")
     p.add_argument("--no-audit", action="store_true", help="skip the Spark audit")
     p.add_argument(
@@ -731,6 +751,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if not args.single:
+        # Imported here, not above: the system demo builds on this module's pieces.
+        from lab.local import system_demo
+
+        return system_demo.run(system_demo.options_from(args), keep=args.keep)
     options = Options(
         orders=args.orders,
         shots=args.shots,
