@@ -35,7 +35,7 @@ import signal
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -269,41 +269,33 @@ async def endpoint_rows(app: SystemApp, prefix: str) -> dict[str, list[dict[str,
     return {e: await demo.rows(account, e, prefix, sql) for e in app.endpoints()}
 
 
-async def verify_system(
-    apps: Mapping[str, SystemApp],
+def count_audits(
+    audits: Mapping[str, Sequence[Mapping[str, object]]],
+    owner: Mapping[str, str],
     roots: set[str],
-    orders: dict[str, int],
-    pay_later: dict[str, int],
-    postgres_url: str | None,
-    provider: Provider,
-) -> SystemVerdict:
-    """Whole and per app, from each app's own store: one audit row per message sent, each
-    cross-app message sent once and processed once by its destination's app, the business
-    state and the provider's ledger exact, no outbox record left."""
-    verdict = SystemVerdict(apps={name: a.figures for name, a in apps.items()})
-    owner = {e: name for name, a in apps.items() for e in a.endpoints()}
+    verdict: SystemVerdict,
+) -> None:
+    """Each app's audit rows (``audits``, by app; ``owner``: each endpoint's app) against
+    what was sent: the clients' messages (``roots``) and every message a row says its
+    handler caused. A message with no row is lost, one with two rows or caused twice is
+    doubled, a row nobody sent is a ghost, and a message to another app's endpoint must
+    have its row in that app."""
     audited: Counter[str] = Counter()
     processed_by: dict[str, str] = {}
     caused: Counter[str] = Counter()
     crossing: dict[str, str] = {}
-    states: dict[str, dict[str, dict[str, object]]] = {}
-    for name, app in apps.items():
-        for found in (await endpoint_rows(app, AUDIT_PREFIX)).values():
-            verdict.apps[name].processed += len(found)
-            for row in found:
-                message = str(row["message_id"])
-                audited[message] += 1
-                processed_by[message] = name
-                for sent in json.loads(str(row["caused"])):
-                    caused[sent["id"]] += 1
-                    target = owner.get(str(sent.get("destination")), name)
-                    if target != name:
-                        crossing[sent["id"]] = target
-                        verdict.apps[name].sent_out += 1
-        outbox = await endpoint_rows(app, OUTBOX_PREFIX)
-        verdict.residue += sum(len(r) for r in outbox.values())
-        for endpoint, found in (await endpoint_rows(app, STATE_ROW)).items():
-            states[endpoint] = {str(r["pk"]): json.loads(str(r["data"])) for r in found}
+    for name, found in audits.items():
+        verdict.apps[name].processed += len(found)
+        for row in found:
+            message = str(row["message_id"])
+            audited[message] += 1
+            processed_by[message] = name
+            for sent in json.loads(str(row["caused"])):
+                caused[sent["id"]] += 1
+                target = owner.get(str(sent.get("destination")), name)
+                if target != name:
+                    crossing[sent["id"]] = target
+                    verdict.apps[name].sent_out += 1
     expected = roots | set(caused)
     verdict.sent, verdict.processed = len(expected), len(audited)
     verdict.lost = len(expected - set(audited))
@@ -312,10 +304,34 @@ async def verify_system(
     verdict.doubled += sum(1 for n in caused.values() if n > 1)
     verdict.cross_app = len(crossing)
     for message, target in crossing.items():
-        if processed_by.get(message) != target:
-            verdict.errors.append(f"{message} for {target} was not processed there")
+        if processed_by.get(message, target) != target:
+            verdict.errors.append(f"{message} for {target} was processed by another app")
         elif audited[message] == 1:
             verdict.apps[target].received += 1
+
+
+async def verify_system(
+    apps: Mapping[str, SystemApp],
+    roots: set[str],
+    orders: dict[str, int],
+    pay_later: dict[str, int],
+    postgres_url: str | None,
+    provider: Provider,
+) -> SystemVerdict:
+    """Whole and per app, from each app's own store: the audit rows (``count_audits``), no
+    outbox record left, the business state and the provider's ledger exact."""
+    verdict = SystemVerdict(apps={name: a.figures for name, a in apps.items()})
+    owner = {e: name for name, a in apps.items() for e in a.endpoints()}
+    audits: dict[str, list[dict[str, object]]] = {}
+    states: dict[str, dict[str, dict[str, object]]] = {}
+    for name, app in apps.items():
+        found = await endpoint_rows(app, AUDIT_PREFIX)
+        audits[name] = [row for rows in found.values() for row in rows]
+        outbox = await endpoint_rows(app, OUTBOX_PREFIX)
+        verdict.residue += sum(len(r) for r in outbox.values())
+        for endpoint, rows in (await endpoint_rows(app, STATE_ROW)).items():
+            states[endpoint] = {str(r["pk"]): json.loads(str(r["data"])) for r in rows}
+    count_audits(audits, owner, roots, verdict)
     verdict.errors += demo.check_orders(states, orders)
     charges = await demo.charge_rows(sql_states(apps["payments"].worker), postgres_url)
     verdict.errors += [f"order {o} has {charges[o]} charge rows" for o in orders if charges[o] != 1]
