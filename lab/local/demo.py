@@ -1,5 +1,8 @@
 """``make demo``: the main job, against an embedded Azurite and PostgreSQL.
 
+By default it runs the sample system, three apps in three hosts (``lab.local.system_demo``);
+``--single`` runs the sample app alone in one host, as described here.
+
 It starts the emulator on free ports and a private PostgreSQL server (``payments`` keeps its
 state, outbox records and audit rows there, and writes each charge to the app's own table in
 the same transaction, while the other endpoints use Table Storage and talk to it through the
@@ -708,12 +711,15 @@ async def provision_postgres(worker: Worker, url: str | None) -> None:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m lab.local.demo",
-        description="Exactly-once under duplicates and crashes, on an embedded Azurite.",
+        description="Exactly-once under duplicates and crashes, on an embedded Azurite: the "
+        "sample system's three apps by default, the sample app alone with --single.",
     )
     d = Options()
     per_order = f"orders placed ({DELIVERIES_PER_ORDER} deliveries each)"
     p.add_argument("--orders", type=int, default=d.orders, help=per_order)
-    p.add_argument("--shots", type=int, default=d.shots, help="shots fired (2 deliveries each)")
+    p.add_argument(
+        "--shots", type=int, default=d.shots, help="--single: shots fired (2 deliveries each)"
+    )
     p.add_argument("--duplicate-rate", type=float, default=d.duplicate_rate)
     p.add_argument("--crash-rate", type=float, default=d.crash_rate, help="per storage operation")
     p.add_argument(
@@ -740,11 +746,11 @@ def parser() -> argparse.ArgumentParser:
         "stops answering, mid-run (default 10; 0: neither)",
     )
     p.add_argument("--keep", action="store_true", help="keep the work folder (host log)")
-    p.add_argument("--no-audit", action="store_true", help="skip the Spark audit")
+    p.add_argument("--no-audit", action="store_true", help="--single: skip the Spark audit")
     p.add_argument(
         "--no-postgres",
         action="store_true",
-        help="keep payments on Table Storage too (no PostgreSQL server)",
+        help="--single: keep payments on Table Storage too (no PostgreSQL server)",
     )
     return p
 
