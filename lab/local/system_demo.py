@@ -400,8 +400,8 @@ its work for the next pass, as the timer's next run does in Azure."""
 
 async def cleanups(apps: Mapping[str, SystemApp], account: StorageAccount) -> int:
     """Every app's cleanup at once, again while a pass did not finish or tokens or payloads
-    are left (at most ``CLEANUP_ROUNDS``); returns the rounds run. Another app's tokens and payloads are kept
-    as ``other_app``, none may be ``bad_origin``."""
+    are left (at most ``CLEANUP_ROUNDS``); returns the rounds run. Another app's tokens and
+    payloads are kept as ``other_app``, none may be ``bad_origin``."""
     for round_number in range(1, CLEANUP_ROUNDS + 1):
         swept = await asyncio.gather(*(a.worker.cleanup(grace_seconds=0) for a in apps.values()))
         for app, report in zip(apps.values(), swept, strict=True):
