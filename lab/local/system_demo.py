@@ -84,6 +84,21 @@ class SystemOptions(demo.Options):
 
 
 @dataclass
+class Figures:
+    """One app's part of the outcome."""
+
+    processed: int = 0
+    """Messages with an audit row in the app's endpoints."""
+    sent_out: int = 0
+    """Messages its handlers sent or published to another app's endpoints."""
+    received: int = 0
+    """Messages from another app it processed."""
+    parked: int = 0
+    cleanup_bad_origin: int = 0
+    cleanup_other_app: int = 0
+
+
+@dataclass
 class SystemApp:
     """One app of the system as the demo runs it: its worker (provisioning, cleanup and the
     checks, on the same accounts as its host), its host process and what happened to it."""
@@ -98,7 +113,7 @@ class SystemApp:
     """Held while its host is down, so that its own kill does not restart it early."""
     host_down_seconds: float = 0.0
     state_down_seconds: float = 0.0
-    figures: Figures = field(default_factory=lambda: Figures())
+    figures: Figures = field(default_factory=Figures)
 
     def endpoints(self) -> list[str]:
         return list(self.worker.resources.endpoints)
@@ -213,21 +228,6 @@ async def quiescent(account: StorageAccount, queues: list[str], deadline: float)
             return True
         await asyncio.sleep(0.5)
     return False
-
-
-@dataclass
-class Figures:
-    """One app's part of the outcome."""
-
-    processed: int = 0
-    """Messages with an audit row in the app's endpoints."""
-    sent_out: int = 0
-    """Messages its handlers sent or published to another app's endpoints."""
-    received: int = 0
-    """Messages from another app it processed."""
-    parked: int = 0
-    cleanup_bad_origin: int = 0
-    cleanup_other_app: int = 0
 
 
 @dataclass
