@@ -1,5 +1,8 @@
 """``make demo``: the main job, against an embedded Azurite and PostgreSQL.
 
+By default it runs the sample system, three apps in three hosts (``lab.local.system_demo``);
+``--single`` runs the sample app alone in one host, as described here.
+
 It starts the emulator on free ports and a private PostgreSQL server (``payments`` keeps its
 state, outbox records and audit rows there, and writes each charge to the app's own table in
 the same transaction, while the other endpoints use Table Storage and talk to it through the
@@ -390,6 +393,24 @@ async def charge_rows(sql: Mapping[str, EndpointState], url: str | None) -> Coun
     return Counter(str(r["order_id"]) for r in found)
 
 
+def check_orders(states: Mapping[str, Mapping[str, Any]], orders: Mapping[str, int]) -> list[str]:
+    """Each order charged its amount and shipped, each customer's loyalty and pick list
+    counting their orders."""
+    errors = []
+    for order_id, amount in orders.items():
+        if states["payments"].get(order_id, {}).get("amount_cents") != amount:
+            errors.append(f"payment of {order_id} is not exactly {amount}")
+        if not states["shipping"].get(order_id, {}).get("shipment_id"):
+            errors.append(f"order {order_id} was not shipped")
+    customers = Counter(f"cust{int(o[5:]) % 20}" for o in orders)
+    for customer, count in customers.items():
+        if states["loyalty"].get(customer, {}).get("orders") != count:
+            errors.append(f"loyalty of {customer} is not {count} orders")
+        if len(states["shipping"].get(customer, {}).get("pick_list", [])) != count:
+            errors.append(f"pick list of {customer} does not hold {count} orders")
+    return errors
+
+
 async def verify(
     account: StorageAccount,
     roots: set[str],
@@ -430,17 +451,7 @@ async def verify(
     if charges:
         errors += [f"order {o} has {charges[o]} charge rows" for o in orders if charges[o] != 1]
         errors += [f"charge row for unknown order {o}" for o in charges if o not in orders]
-    for order_id, amount in orders.items():
-        if states["payments"].get(order_id, {}).get("amount_cents") != amount:
-            errors.append(f"payment of {order_id} is not exactly {amount}")
-        if not states["shipping"].get(order_id, {}).get("shipment_id"):
-            errors.append(f"order {order_id} was not shipped")
-    customers = Counter(f"cust{int(o[5:]) % 20}" for o in orders)
-    for customer, count in customers.items():
-        if states["loyalty"].get(customer, {}).get("orders") != count:
-            errors.append(f"loyalty of {customer} is not {count} orders")
-        if len(states["shipping"].get(customer, {}).get("pick_list", [])) != count:
-            errors.append(f"pick list of {customer} does not hold {count} orders")
+    errors += check_orders(states, orders)
     for game, count in shots.items():
         score = states["leaderboard"].get(game, {})
         if score.get("hits", 0) + score.get("misses", 0) != count:
@@ -700,12 +711,15 @@ async def provision_postgres(worker: Worker, url: str | None) -> None:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m lab.local.demo",
-        description="Exactly-once under duplicates and crashes, on an embedded Azurite.",
+        description="Exactly-once under duplicates and crashes, on an embedded Azurite: the "
+        "sample system's three apps by default, the sample app alone with --single.",
     )
     d = Options()
     per_order = f"orders placed ({DELIVERIES_PER_ORDER} deliveries each)"
     p.add_argument("--orders", type=int, default=d.orders, help=per_order)
-    p.add_argument("--shots", type=int, default=d.shots, help="shots fired (2 deliveries each)")
+    p.add_argument(
+        "--shots", type=int, default=d.shots, help="--single: shots fired (2 deliveries each)"
+    )
     p.add_argument("--duplicate-rate", type=float, default=d.duplicate_rate)
     p.add_argument("--crash-rate", type=float, default=d.crash_rate, help="per storage operation")
     p.add_argument(
@@ -719,18 +733,35 @@ def parser() -> argparse.ArgumentParser:
         help="share of the payment provider's calls hit by each of its faults (late answer, "
         "503, dropped connection)",
     )
+    p.add_argument(
+        "--single",
+        action="store_true",
+        help="the sample app alone in one host, with the shots and the Spark audit (the "
+        "default is the sample system: three apps, lab.local.system_demo)",
+    )
+    p.add_argument(
+        "--down-seconds",
+        type=float,
+        help="system: how long payments' host stays down and shipping's state storage "
+        "stops answering, mid-run (default 10; 0: neither)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the work folder (host log)")
-    p.add_argument("--no-audit", action="store_true", help="skip the Spark audit")
+    p.add_argument("--no-audit", action="store_true", help="--single: skip the Spark audit")
     p.add_argument(
         "--no-postgres",
         action="store_true",
-        help="keep payments on Table Storage too (no PostgreSQL server)",
+        help="--single: keep payments on Table Storage too (no PostgreSQL server)",
     )
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if not args.single:
+        # Imported here, not above: the system demo builds on this module's pieces.
+        from lab.local import system_demo
+
+        return system_demo.run(system_demo.options_from(args), keep=args.keep)
     options = Options(
         orders=args.orders,
         shots=args.shots,

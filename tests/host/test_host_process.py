@@ -150,5 +150,13 @@ async def test_the_host_process_runs_on_the_environment_given_not_a_settings_fil
 
 @pytest.mark.slow
 def test_the_full_demo_passes() -> None:
-    """``make demo`` itself: 1,000 deliveries, duplicates, crashes and a SIGKILL."""
+    """``make demo`` itself: the sample system's three apps in three hosts, duplicates,
+    crashes and a SIGKILL in each, one host down and one state account frozen mid-run."""
     assert demo.main([]) == 0
+
+
+@pytest.mark.slow
+def test_the_single_app_demo_passes() -> None:
+    """``--single``: the sample app alone in one host, 1,440 deliveries, duplicates, crashes
+    and a SIGKILL, then the Spark audit."""
+    assert demo.main(["--single"]) == 0
