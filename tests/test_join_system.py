@@ -18,11 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
 from lab.local.azurite import AzuriteEndpoints
 from shared.bus import BusApp, HandlerContext, Outcome
-from shared.bus.messages import Command
 from shared.bus.records import AUDIT_PREFIX
 from shared.config import build_config
 from shared.provisioning import provision
@@ -30,31 +28,11 @@ from shared.runtime import Worker
 from shared.settings import resolve_settings
 from shared.stores.account import StorageAccount
 from tests.conftest import started_azurite, unique_name
+from tests.test_storage_roles import STATE_SETTING, Bill, Ledger, Order, PlaceOrder
 
 pytestmark = pytest.mark.azurite
 
 REPO = Path(__file__).resolve().parents[1]
-STATE_SETTING = "StateStorage"
-
-
-class PlaceOrder(Command):
-    partition_by = "order"
-    order: str
-    amount: int
-
-
-class Bill(Command):
-    partition_by = "order"
-    order: str
-    amount: int
-
-
-class Order(BaseModel):
-    amount: int = 0
-
-
-class Ledger(BaseModel):
-    billed: int = 0
 
 
 def existing_app(orders: str, billing: str | None) -> BusApp:
