@@ -218,8 +218,8 @@ def _storage(args: argparse.Namespace) -> StorageSettings:
         raise ConfigurationError(
             f"the audit reads one storage account, and {STATE_STORAGE_SETTING_NAME} names a "
             f"state account of its own ({settings.state_storage_setting}) for the endpoints' "
-            "audit rows, which the messaging account does not hold: auditing an app over two "
-            "accounts is not supported yet"
+            "audit rows, which the messaging account does not hold: audit the app with its "
+            "system (`run --system FILE`, docs/audit.md), which reads each app's own store"
         )
     storage = settings.storage()
     announce_account(storage, "audit")
