@@ -746,7 +746,7 @@ def parser() -> argparse.ArgumentParser:
         "stops answering, mid-run (default 10; 0: neither)",
     )
     p.add_argument("--keep", action="store_true", help="keep the work folder (host log)")
-    p.add_argument("--no-audit", action="store_true", help="--single: skip the Spark audit")
+    p.add_argument("--no-audit", action="store_true", help="skip the Spark audit")
     p.add_argument(
         "--no-postgres",
         action="store_true",
@@ -761,7 +761,8 @@ def main(argv: list[str] | None = None) -> int:
         # Imported here, not above: the system demo builds on this module's pieces.
         from lab.local import system_demo
 
-        return system_demo.run(system_demo.options_from(args), keep=args.keep)
+        system = system_demo.options_from(args)
+        return system_demo.run(system, keep=args.keep, audit=not args.no_audit)
     options = Options(
         orders=args.orders,
         shots=args.shots,

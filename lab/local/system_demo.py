@@ -18,8 +18,10 @@ once: no token or payload may be left and none reported as ``bad_origin`` (anoth
 kept as ``other_app``). The outcome is checked whole and per app: every message sent, by the
 clients or a handler of any app, has exactly one audit row in the app that processed it,
 every message from one app to another is counted once sent and once processed, the business
-state is exact, and the provider's ledger holds each charge and refund once. The Spark audit
-reads one app's account and is not run here (``--single`` runs it).
+state is exact, and the provider's ledger holds each charge and refund once. Then the Spark
+audit reads the whole system (``python -m shared.audit run --system``, from a system file of
+the three apps written in the work folder), each app's rows from its own store, and must pass
+(``--no-audit`` skips it).
 """
 
 from __future__ import annotations
@@ -27,11 +29,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import secrets
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -534,7 +539,64 @@ def options_from(args: argparse.Namespace) -> SystemOptions:
     return options
 
 
-def run(options: SystemOptions, *, keep: bool = False) -> int:
+def system_file(
+    workdir: Path,
+    messaging: str,
+    states: Mapping[str, Azurite],
+    postgres_url: str | None,
+    provider: Provider,
+) -> Path:
+    """The system file of the demo's three apps (``shared.system``), each with the settings
+    that reach its accounts, for the Spark audit."""
+    apps = []
+    for name in DELIVERIES:
+        settings = {DEFAULT_SETTING: messaging}
+        state = states.get(name)
+        if state is not None and state.endpoints is not None:
+            settings |= {
+                STATE_STORAGE_SETTING_NAME: STATE_CONNECTION,
+                STATE_CONNECTION: state.endpoints.connection_string,
+            }
+        if name == "payments" and postgres_url is not None:
+            settings |= {URL_SETTING: postgres_url, **provider.app_settings()}
+        store = "postgres" if name == "payments" and postgres_url is not None else "table"
+        bus_app = f"{SYSTEM_MODULE}:{name}"
+        apps.append({"name": name, "busApp": bus_app, "store": store, "settings": settings})
+    path = workdir / "system.json"
+    path.write_text(json.dumps({"apps": apps}))
+    return path
+
+
+def run_system_audit(path: Path, workdir: Path) -> int | None:
+    """The Spark audit over the whole system (``python -m shared.audit run --system``), in
+    its own process (it starts a JVM); None when PySpark is not installed."""
+    if importlib.util.find_spec("pyspark") is None:
+        return None
+    started = time.monotonic()
+    env = {
+        **demo.inherited_environ(),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,  # Spark's workers need this venv's packages
+        # Run from the work folder (no checkout's local.settings.json), imported from here.
+        "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO_ROOT), os.environ.get("PYTHONPATH")))),
+    }
+    command = [sys.executable, "-m", "shared.audit", "run", "--system", str(path)]
+    command += ["--out", str(workdir / "audit"), "--master", "local[2]", "--splits", "2"]
+    result = subprocess.run(
+        command, cwd=workdir, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    said = [x for x in result.stderr.splitlines() if ": read " in x]  # each app's rows read
+    for line in [*said, *result.stdout.strip().splitlines()[-12:]]:
+        if line.strip():
+            print(f"  audit: {line.strip()}")
+    if result.returncode != 0:
+        for line in result.stderr.strip().splitlines()[-12:]:
+            print(f"  audit: {line}")
+    print(f"  spark audit: exit code {result.returncode} in {time.monotonic() - started:.0f}s")
+    return result.returncode
+
+
+def run(options: SystemOptions, *, keep: bool = False, audit: bool = True) -> int:
     """The whole system demo: its emulators, database and provider, then ``drive_system``."""
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="bus-system-demo-"))
@@ -559,6 +621,11 @@ def run(options: SystemOptions, *, keep: bool = False) -> int:
                 messaging.connection_string, states, postgres_url, provider, options, workdir
             )
         )
+        if verdict.passed and audit:
+            path = system_file(workdir, messaging.connection_string, states, postgres_url, provider)
+            code = run_system_audit(path, workdir)
+            if code is not None and code != 0:
+                verdict.errors.append(f"the Spark audit of the system failed (exit code {code})")
     print(f"  total {time.monotonic() - started:.0f}s")
     if not keep and verdict.passed:
         shutil.rmtree(workdir, ignore_errors=True)

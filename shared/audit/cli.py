@@ -37,6 +37,7 @@ from shared.settings import (
     StorageSettings,
     resolve_settings,
 )
+from shared.system import load_system
 from shared.terminal import Counters
 
 EXIT_OK, EXIT_VIOLATED, EXIT_ERROR, EXIT_DROPPED = 0, 1, 2, 3
@@ -132,6 +133,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="read an export (PATH/audit and PATH/ingress) instead of Table Storage",
     )
     run.add_argument("--format", choices=("parquet", "json"), default="parquet")
+    run.add_argument(
+        "--system",
+        type=Path,
+        metavar="FILE",
+        help="audit every app of a system file (docs/adopting.md): each app's audit rows from "
+        "its own state store, its ingress records from the messaging account; not with "
+        "--input or the storage options, which name one app",
+    )
     _add_storage_options(run)
     run.add_argument(
         "--splits",
@@ -209,8 +218,8 @@ def _storage(args: argparse.Namespace) -> StorageSettings:
         raise ConfigurationError(
             f"the audit reads one storage account, and {STATE_STORAGE_SETTING_NAME} names a "
             f"state account of its own ({settings.state_storage_setting}) for the endpoints' "
-            "audit rows, which the messaging account does not hold: auditing an app over two "
-            "accounts is not supported yet"
+            "audit rows, which the messaging account does not hold: audit the app with its "
+            "system (`run --system FILE`, docs/audit.md), which reads each app's own store"
         )
     storage = settings.storage()
     announce_account(storage, "audit")
@@ -233,6 +242,8 @@ def _tables(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 def _run(args: argparse.Namespace) -> int:
     from shared.audit.job import AuditJob
 
+    if args.system is not None:
+        return _run_system(args)
     if not args.input and (in_postgres := _in_postgres(args, _tables(args)[0])):
         # Spark reads tables through the storage SDK; these rows are not in any table.
         raise ConfigurationError(
@@ -258,6 +269,46 @@ def _run(args: argparse.Namespace) -> int:
         topics_container=args.topics_container,
         audits_container=app_containers(None if args.input else _app_name(args))["audits"],
         takers=_takers(args),
+    )
+    summary = job.run()
+    return {FAIL: EXIT_VIOLATED, WARN: EXIT_DROPPED}.get(summary.verdict, EXIT_OK)
+
+
+ONE_APP_OPTIONS = ("input", "connection_setting", "app", "endpoints", "ingress_tables")
+
+
+def _run_system(args: argparse.Namespace) -> int:
+    """The audit of every app of the system file: the union of their rows through the same
+    checks. Nothing is published for a console: each app's console shows its own audit."""
+    from shared.audit.job import AuditJob
+    from shared.audit.system_source import app_source
+
+    given = [f"--{o.replace('_', '-')}" for o in ONE_APP_OPTIONS if getattr(args, o)]
+    if given:
+        raise ConfigurationError(
+            f"--system reads every app of the file where it keeps its rows, not {given[0]}, "
+            "which names one app's storage or tables"
+        )
+    apps = load_system(args.system).load()
+    for app in apps:
+        announce_account(app.entry.settings.storage(), f"audit (app {app.name})")
+        if app.entry.settings.separate_state:
+            announce_account(app.entry.settings.state_storage(), f"audit (app {app.name}) (state)")
+    takers = [app.app.routes.takers_of for app in apps]
+    job = AuditJob(
+        system=[app_source(app) for app in apps],
+        splits=args.splits,
+        split_points=args.split_points,
+        small_table_rows=args.small_table_rows,
+        master=args.master,
+        as_of=args.as_of or datetime.now(UTC),
+        lost_after=timedelta(seconds=args.lost_after),
+        out=args.out,
+        quiet=args.quiet,
+        poison_cap=args.poison_cap,
+        tokens_container=args.tokens_container,
+        topics_container=args.topics_container,
+        takers=lambda topic: sorted({e for of in takers for e in of(topic)}),
     )
     summary = job.run()
     return {FAIL: EXIT_VIOLATED, WARN: EXIT_DROPPED}.get(summary.verdict, EXIT_OK)

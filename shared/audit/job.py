@@ -23,6 +23,7 @@ if __package__ in (None, ""):  # run as a file: make the repository's package im
 
 from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
 
 from shared.audit.compute import AuditOptions, run_audit
 from shared.audit.console import render_console
@@ -39,12 +40,16 @@ from shared.audit.session import (
     ship_package,
 )
 from shared.audit.summary import AuditSummary
+from shared.audit.system_source import AppSource, read_system
 from shared.audit.table_source import read_dropped, read_poisoned, read_tables
 from shared.errors import ConfigurationError, OutcomeUnknown, StorageError
 from shared.resources import CONTAINERS
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
 from shared.terminal import StageLog
+
+Frames = tuple[DataFrame, DataFrame, DataFrame, DataFrame]
+"""(audit, ingress, poisoned, dropped)."""
 
 
 def under_spark_submit() -> bool:
@@ -72,6 +77,8 @@ class AuditJob:
     audits_container: str = CONTAINERS["audits"]
     takers: Takers | None = None
     """Topic -> the audited app's endpoints that take its events (None: app not known)."""
+    system: list[AppSource] | None = None
+    """The apps of a system, each read where it keeps its rows (instead of ``settings``)."""
 
     def run(self) -> AuditSummary:
         progress = StageLog(enabled=not self.quiet)
@@ -80,38 +87,7 @@ class AuditJob:
         spark = get_session(master)
         shipped = None if is_local(spark) else ship_package(spark)
         try:
-            if self.input_path is not None:
-                progress(f"reading {self.file_format} export at {self.input_path}")
-                audit, ingress, poisoned = read_files(spark, self.input_path, self.file_format)
-                dropped = read_dropped_files(spark, self.input_path, self.file_format)
-            else:
-                if self.settings is None or self.tables is None:
-                    raise ConfigurationError("reading Table Storage needs settings and tables")
-                endpoint_tables, ingress_tables = self.tables
-                progress(
-                    f"reading Table Storage ({self.settings.describe()}): "
-                    f"{len(endpoint_tables)} endpoint tables, {self.splits} ranges each "
-                    "where a table holds more than a page"
-                )
-                poisoned = asyncio.run(
-                    read_poisoned(
-                        spark,
-                        self.settings,
-                        endpoint_tables,
-                        self.poison_cap,
-                        self.tokens_container,
-                    )
-                )
-                dropped = asyncio.run(read_dropped(spark, self.settings, self.topics_container))
-                audit, ingress = read_tables(
-                    spark,
-                    self.settings,
-                    endpoint_tables=endpoint_tables,
-                    ingress_tables=ingress_tables,
-                    splits=self.splits,
-                    boundaries=self.split_points,
-                    small_table_rows=self.small_table_rows,
-                )
+            audit, ingress, poisoned, dropped = self._read(spark, progress)
             summary = run_audit(
                 audit,
                 ingress,
@@ -131,6 +107,70 @@ class AuditJob:
             self._publish(summary, html, progress)
         print(render_console(summary), flush=True)
         return summary
+
+    def _read(self, spark: SparkSession, progress: StageLog) -> Frames:
+        """(audit, ingress, poisoned, dropped): from an export, a system's apps, or one
+        account."""
+        if self.input_path is not None:
+            progress(f"reading {self.file_format} export at {self.input_path}")
+            audit, ingress, poisoned = read_files(spark, self.input_path, self.file_format)
+            return (
+                audit,
+                ingress,
+                poisoned,
+                read_dropped_files(spark, self.input_path, self.file_format),
+            )
+        if self.system:
+            return self._read_system(spark, self.system, progress)
+        if self.settings is None or self.tables is None:
+            raise ConfigurationError("reading Table Storage needs settings and tables")
+        endpoint_tables, ingress_tables = self.tables
+        progress(
+            f"reading Table Storage ({self.settings.describe()}): "
+            f"{len(endpoint_tables)} endpoint tables, {self.splits} ranges each "
+            "where a table holds more than a page"
+        )
+        poisoned = asyncio.run(
+            read_poisoned(
+                spark, self.settings, endpoint_tables, self.poison_cap, self.tokens_container
+            )
+        )
+        dropped = asyncio.run(read_dropped(spark, self.settings, self.topics_container))
+        audit, ingress = read_tables(
+            spark,
+            self.settings,
+            endpoint_tables=endpoint_tables,
+            ingress_tables=ingress_tables,
+            splits=self.splits,
+            boundaries=self.split_points,
+            small_table_rows=self.small_table_rows,
+        )
+        return audit, ingress, poisoned, dropped
+
+    def _read_system(
+        self, spark: SparkSession, apps: list[AppSource], progress: StageLog
+    ) -> Frames:
+        """Every app's rows from where it keeps them, and the dropped events' records from
+        the messaging account the apps share; what was read, said per app."""
+        for app in apps:
+            progress(f"reading {app.describe()}")
+        frames = read_system(
+            spark,
+            apps,
+            splits=self.splits,
+            boundaries=self.split_points,
+            small_table_rows=self.small_table_rows,
+            poison_cap=self.poison_cap,
+            tokens_container=self.tokens_container,
+        )
+        dropped = asyncio.run(read_dropped(spark, apps[0].messaging, self.topics_container))
+        audit_counts = _counts(frames.audit)
+        ingress_counts = _counts(frames.ingress)
+        for app in apps:
+            audited = sum(audit_counts.get(t, 0) for t in app.endpoints)
+            received = sum(ingress_counts.get(t, 0) for t in app.ingress_tables)
+            progress(f"app {app.name}: read {audited} audit rows, {received} ingress records")
+        return frames.audit, frames.ingress, frames.poisoned, dropped
 
     def _publish(self, summary: AuditSummary, html: str, progress: StageLog) -> None:
         """The verdict and report for the operator console (``shared.audit.published``). A
@@ -153,6 +193,11 @@ async def _publish(
 ) -> None:
     async with AzureStorageAccount(settings) as account:
         await publish(account.blob_container(container), audit, html)
+
+
+def _counts(frame: DataFrame) -> dict[str, int]:
+    """Rows per table."""
+    return {str(r["table"]): int(r["count"]) for r in frame.groupBy("table").count().collect()}
 
 
 def _first_line(error: BaseException) -> str:

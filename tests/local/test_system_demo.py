@@ -84,6 +84,10 @@ def test_a_small_system_demo_passes_with_one_host_down_and_one_state_account_fro
     printed = capsys.readouterr().out
     assert "payments: host killed with SIGKILL, down for 4s" in printed
     assert "shipping: state storage stopped (SIGSTOP) for 4s" in printed
+    # The Spark audit of the whole system read every app and matched its messages.
+    for app in ("orders", "payments", "shipping"):
+        assert f"app {app}: read " in printed
+    assert "spark audit: exit code 0" in printed
     last = printed.strip().splitlines()[-1]
     assert last.startswith("demo: apps=3 ")
     assert last.endswith("verdict=PASS")
