@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -46,10 +47,17 @@ def system(
     ``bus provision`` run on the system's settings."""
     folder = tmp_path_factory.mktemp("system")
     path = system_file(folder, messaging.connection_string, orders_state.connection_string)
-    provision_each(path)
+    off_the_loop(provision_each, path)
     environ = console_environ(messaging.connection_string)
     with running_console(folder, environ, "--system", str(path), "--by", "ada") as running:
         yield running
+
+
+def off_the_loop(work: Callable[..., None], *args: object) -> None:
+    """``work(*args)`` on a thread of its own: it runs an event loop, which a thread that
+    drives a browser (Playwright's) already has."""
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(work, *args).result()
 
 
 def provision_each(path: Path) -> None:
@@ -63,7 +71,7 @@ def provision_each(path: Path) -> None:
 
 @pytest.fixture
 def emptied(system: RunningConsole, messaging: AzuriteEndpoints) -> RunningConsole:
-    clear(messaging, "orders", "loyalty", "shipping")
+    off_the_loop(clear, messaging, "orders", "loyalty", "shipping")
     return system
 
 
