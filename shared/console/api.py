@@ -141,7 +141,8 @@ class Console:
 
     @property
     def endpoints(self) -> list[str]:
-        return self.worker.app.running_endpoints()
+        # Named as the worker names them: its performer carries the app's configured name.
+        return self.worker.app.running_endpoints(self.worker.app_config.app_name)
 
     async def _session(self, request: Request, who: str) -> Response:
         app = self.worker.settings.get(APP_SETTING) or DEFAULT_APP

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,9 +18,10 @@ import pytest
 from lab.local.azurite import AzuriteEndpoints
 from shared.cli.opened import opened_worker
 from shared.provisioning import provision
+from shared.resources import RESOURCES_FILE
 from shared.system import load_system
 from tests.cli.test_cli_system_status import system_file
-from tests.conftest import started_azurite
+from tests.conftest import SAMPLE_APP, sample_provider_settings, started_azurite
 from tests.console.parking import clear, park, parked_content
 from tests.console.running import RunningConsole, console_environ, running_console
 
@@ -157,3 +160,46 @@ def test_a_stranger_learns_no_app_name(system: RunningConsole) -> None:
         answer = system.get(f"/api/overview?app={app}", token="wrong")
         assert answer.status == 401
     assert system.get("/api/session", token=None).status == 401
+
+
+@pytest.fixture(scope="module")
+def shop(
+    tmp_path_factory: pytest.TempPathFactory, messaging: AzuriteEndpoints
+) -> Iterator[RunningConsole]:
+    """``bus console --system`` over one app that declares services (the sample's), named
+    ``shop`` by the system file: its performer runs as ``shopeffects``."""
+    folder = tmp_path_factory.mktemp("shop")
+    path = folder / "system.json"
+    settings = {"AzureWebJobsStorage": messaging.connection_string, **sample_provider_settings()}
+    app = {"name": "shop", "busApp": SAMPLE_APP, "store": "table", "settings": settings}
+    path.write_text(json.dumps({"apps": [app]}))
+    environ = console_environ(messaging.connection_string)
+    # In processes of their own: this one may have run the sample's app object under no name.
+    resources = bus(folder, {**environ, "BUS_APP_NAME": "shop"}, "resources")
+    (folder / RESOURCES_FILE).parent.mkdir(parents=True)
+    (folder / RESOURCES_FILE).write_text(resources)
+    bus(folder, {**environ, "BUS_APP_NAME": "shop"}, "provision")
+    with running_console(folder, environ, "--system", str(path)) as running:
+        yield running
+
+
+def bus(folder: Path, environ: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "shared.cli", *args],
+        cwd=folder,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_an_apps_performer_is_the_one_named_after_the_app(shop: RunningConsole) -> None:
+    answer = shop.get("/api/overview?app=shop")
+    assert answer.status == 200, answer.body
+    names = {e["name"] for e in answer.json()["endpoints"]}
+    assert "shopeffects" in names, names
+    assert "effects" not in names  # no queue of that name was provisioned, nor should be
+    assert shop.get("/api/failed?app=shop&endpoint=effects").status == 404
