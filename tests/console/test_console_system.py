@@ -20,7 +20,8 @@ from shared.cli.opened import opened_worker
 from shared.provisioning import provision
 from shared.resources import RESOURCES_FILE
 from shared.system import load_system
-from tests.cli.test_cli_system_status import system_file
+from tests.cli.test_cli_account import run
+from tests.cli.test_cli_system_status import EXIT_CONFIGURATION, EXIT_USAGE, system_file
 from tests.conftest import SAMPLE_APP, sample_provider_settings, started_azurite
 from tests.console.parking import clear, park, parked_content
 from tests.console.running import RunningConsole, console_environ, running_console
@@ -203,3 +204,21 @@ def test_an_apps_performer_is_the_one_named_after_the_app(shop: RunningConsole) 
     assert "shopeffects" in names, names
     assert "effects" not in names  # no queue of that name was provisioned, nor should be
     assert shop.get("/api/failed?app=shop&endpoint=effects").status == 404
+
+
+def test_options_naming_one_app_are_refused_with_a_system(tmp_path: Path) -> None:
+    path = system_file(tmp_path, "UseDevelopmentStorage=true", "UseDevelopmentStorage=true")
+    result = run(tmp_path, "--app", SAMPLE_APP, "console", "--system", str(path))
+    assert result.returncode == EXIT_USAGE
+    assert "console --system takes each app's settings from the system file, not --app" in (
+        result.stderr
+    )
+
+
+def test_a_faulty_system_file_stops_the_console_before_it_listens(tmp_path: Path) -> None:
+    path = tmp_path / "system.json"
+    path.write_text(json.dumps({"apps": [{"name": "orders", "busApp": "no.such:app"}]}))
+    result = run(tmp_path, "console", "--port", "0", "--system", str(path))
+    assert result.returncode == EXIT_CONFIGURATION
+    assert "console:" not in result.stdout
+    assert f"system file {path}, app orders: store must be a non-empty string" in result.stderr
