@@ -319,6 +319,13 @@ def _console_parser(sub: Any) -> None:
         help="show everything, change nothing (also BUS_CONSOLE_READ_ONLY=true)",
     )
     s.add_argument("--by", help="who acts, in the action journal (default: the user signed in)")
+    s.add_argument(
+        "--system",
+        type=Path,
+        metavar="FILE",
+        help="serve every app the system file lists, each with its own settings, chosen "
+        "in the page",
+    )
 
 
 def _state_parser(sub: Any) -> None:
@@ -548,9 +555,10 @@ async def _run(args: argparse.Namespace, command: Run) -> int:
         return await command(worker)
 
 
-async def _system_status(args: argparse.Namespace, usage: Callable[[str], None]) -> int:
-    """``bus status --system FILE``: the system file names each app and its settings, so the
-    options that name one app or one account do not apply."""
+async def _system_command(args: argparse.Namespace, usage: Callable[[str], None]) -> int:
+    """``bus status --system FILE`` and ``bus console --system FILE``: the system file names
+    each app and its settings, so the options that name one app or one account do not
+    apply."""
     given = [
         option
         for option, value in (
@@ -562,7 +570,16 @@ async def _system_status(args: argparse.Namespace, usage: Callable[[str], None])
         if value is not None
     ]
     if given:
-        usage(f"status --system takes each app's settings from the system file, not {given[0]}")
+        usage(
+            f"{args.command} --system takes each app's settings from the system file, "
+            f"not {given[0]}"
+        )
+    if args.command == "console":
+        if not 0 <= args.port <= 65535:
+            usage("--port must be from 0 to 65535")
+        return await console_command.system_console_command(
+            args.system, host=args.host, port=args.port, read_only=args.read_only, by=args.by
+        )
     return await system_status_command(
         args.system, as_json=args.json, check=args.check, progress=args.progress
     )
@@ -609,7 +626,7 @@ def main(argv: list[str] | None = None) -> int:
             check_verify_usage(args, p.error)
             code = _verify(args)
         elif getattr(args, "system", None) is not None:
-            code = asyncio.run(_system_status(args, p.error))
+            code = asyncio.run(_system_command(args, p.error))
         else:
             command = _command(args, p.error)
             code = asyncio.run(_run(args, command))

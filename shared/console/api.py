@@ -15,6 +15,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -69,12 +70,23 @@ def json_body(request: Request) -> dict[str, Any]:
     return value
 
 
-class Console:
-    """The console of ``worker``'s app, guarded by ``guard``."""
+@dataclass(frozen=True)
+class SystemPlace:
+    """Where a console serving a system (``bus console --system``) stands: its app's name
+    and every app's, which its session answer lists for the page's selector."""
 
-    def __init__(self, worker: Worker, guard: Guard) -> None:
+    name: str
+    apps: tuple[str, ...]
+
+
+class Console:
+    """The console of ``worker``'s app, guarded by ``guard``; ``place``: the app's place in
+    the system this console is one of (``shared.console.system``), if any."""
+
+    def __init__(self, worker: Worker, guard: Guard, place: SystemPlace | None = None) -> None:
         self.worker = worker
         self.guard = guard
+        self.place = place
         self._overview: tuple[float, dict[str, Any]] | None = None
         self._overview_lock = asyncio.Lock()
         self.parked = ParkedQueues(worker.account(), worker.app_config.console.list_limit)
@@ -129,19 +141,20 @@ class Console:
 
     @property
     def endpoints(self) -> list[str]:
-        return self.worker.app.running_endpoints()
+        # Named as the worker names them: its performer carries the app's configured name.
+        return self.worker.app.running_endpoints(self.worker.app_config.app_name)
 
     async def _session(self, request: Request, who: str) -> Response:
         app = self.worker.settings.get(APP_SETTING) or DEFAULT_APP
-        return json_response(
-            200,
-            {
-                "who": who,
-                "read_only": self.guard.read_only,
-                "csrf": self.guard.csrf(who),
-                "app": app,
-            },
-        )
+        answer: dict[str, Any] = {
+            "who": who,
+            "read_only": self.guard.read_only,
+            "csrf": self.guard.csrf(who),
+            "app": app,
+        }
+        if self.place is not None:
+            answer["system"] = {"app": self.place.name, "apps": list(self.place.apps)}
+        return json_response(200, answer)
 
     async def _overview_answer(self, request: Request, who: str) -> Response:
         async with self._overview_lock:  # tabs asking at once share one look at storage

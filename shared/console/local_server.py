@@ -16,14 +16,21 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from aiohttp import web
 
-from shared.console.api import MAX_BODY_BYTES, Console
+from shared.console.api import MAX_BODY_BYTES
 from shared.console.headers import secured
 from shared.console.http import Request, Response, Streamed, error_response, lower_headers
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+
+
+class Served(Protocol):
+    """What the server serves: one app's console, or a system's (``shared.console.system``)."""
+
+    async def handle(self, request: Request) -> Response: ...
 
 
 def new_token() -> str:
@@ -41,7 +48,7 @@ class Listening:
         return f"http://{host}:{self.port}/?token={token}"
 
 
-async def serve(console: Console, host: str, port: int, token: str) -> None:
+async def serve(console: Served, host: str, port: int, token: str) -> None:
     """Serve ``console`` on ``host``:``port`` (0: a free port) until SIGINT or SIGTERM,
     printing ``console: ADDRESS`` on stdout once it listens."""
     server = web.Server(_handler(console, host), access_log=None)
@@ -71,7 +78,7 @@ async def _until_stopped() -> None:
 
 
 def _handler(
-    console: Console, host: str
+    console: Served, host: str
 ) -> Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]:
     """Every request, whatever its path, to the console: no router in between, so no path
     is answered by anything else."""

@@ -46,7 +46,7 @@ async def overview(worker: Worker, now: datetime, scan_limit: int) -> dict[str, 
         senders = (await tokens_in_flight(tokens, now)).senders
     except NotFound:
         senders = {}
-    names = worker.app.running_endpoints()
+    names = worker.app.running_endpoints(worker.app_config.app_name)
     endpoints = await asyncio.gather(
         *(_endpoint(worker, name, senders.get(name), now, scan_limit) for name in names)
     )

@@ -48,7 +48,15 @@ function consoleRoot() {
 }
 
 const apiBase = new URL("api/", consoleRoot());
-const state = { session: null, refreshTimer: null, renderId: 0 };
+/** `app`: the app of a system this tab looks at (`bus console --system`), null for one app's
+ * console; every API request then names it. */
+const state = { session: null, refreshTimer: null, renderId: 0, app: null };
+
+/** `url` with the app of the system this tab looks at, when it looks at one. */
+function forApp(url) {
+  if (state.app !== null) url.searchParams.set("app", state.app);
+  return url;
+}
 
 class ApiError extends Error {
   /** `signIn`: the server asks for the console's secret (absent or wrong). */
@@ -74,7 +82,7 @@ function headers(method) {
 /** One request to the console's API: its JSON answer, or an ApiError with the server's
  * {"error": ...} text. */
 async function api(path, { method = "GET", body, query } = {}) {
-  const url = new URL(path, apiBase);
+  const url = forApp(new URL(path, apiBase));
   for (const [name, value] of Object.entries(query || {})) {
     if (value !== null && value !== undefined) url.searchParams.set(name, value);
   }
@@ -122,7 +130,7 @@ async function downloadBody(endpoint, id) {
   const path = `failed/${encodeURIComponent(endpoint)}/${encodeURIComponent(id)}/body`;
   let response;
   try {
-    response = await fetch(new URL(path, apiBase), {
+    response = await fetch(forApp(new URL(path, apiBase)), {
       headers: headers("GET"), credentials: "same-origin", cache: "no-store",
     });
   } catch (e) {
@@ -771,12 +779,33 @@ async function startSession() {
   const session = await api("session");
   state.session = session;
   document.getElementById("app-name").textContent = session.app;
+  if (session.system) showSystem(session.system);
   document.getElementById("who").textContent = `signed in as ${session.who}`;
   document.getElementById("read-only").hidden = !session.read_only;
   document.body.classList.toggle("is-read-only", session.read_only);
 }
 
+/** The selector of a system's apps: choosing one starts a session for it, at its overview
+ * (a view of the app left would name its endpoints and messages). */
+function showSystem(system) {
+  state.app = system.app;
+  const select = document.getElementById("app-select");
+  select.replaceChildren(...system.apps.map((name) =>
+    el("option", { value: name, selected: name === system.app }, name)));
+  document.getElementById("app-choice").hidden = false;
+  document.getElementById("app-name").textContent = `${system.app} (${state.session.app})`;
+}
+
+function chooseApp(event) {
+  state.app = event.target.value;
+  state.session = null;
+  clearError();
+  if (window.location.hash === "#/overview") render();
+  else window.location.hash = "#/overview";
+}
+
 function start() {
+  document.getElementById("app-select").addEventListener("change", chooseApp);
   document.getElementById("banner-close").addEventListener("click", clearError);
   document.getElementById("notice-close").addEventListener("click", () => {
     document.getElementById("notice").hidden = true;
