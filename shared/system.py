@@ -80,7 +80,7 @@ class System:
                 config = build_config(entry.settings, app_name=app.name)
             except ConfigurationError as e:
                 raise ConfigurationError(f"{where}: {e}") from e
-            _check_store(entry, app, where)
+            _check_store(entry, app, config.bus.performer_endpoint, where)
             for endpoint in app.running_endpoints(config.app_name):
                 if endpoint in owners:
                     raise ConfigurationError(
@@ -92,10 +92,13 @@ class System:
         return loaded
 
 
-def _check_store(entry: SystemApp, app: BusApp, where: str) -> None:
+def _check_store(entry: SystemApp, app: BusApp, performer: str, where: str) -> None:
     """The store the file deploys for the app (a state account or a database) is the one its
-    endpoints keep their rows in."""
-    elsewhere = sorted(name for name, e in app.endpoints.items() if e.store != entry.store)
+    endpoints keep their rows in. The effects performer, which the runtime adds to an app that
+    declares services, is left out: its markers are table rows wherever the app's state is."""
+    elsewhere = sorted(
+        name for name, e in app.endpoints.items() if e.store != entry.store and name != performer
+    )
     if elsewhere:
         raise ConfigurationError(
             f"{where}: store is {entry.store}, but endpoint(s) {', '.join(elsewhere)} of "

@@ -28,19 +28,27 @@ ROOTS = 6
 
 
 def kinds_the_stores_count() -> set[str]:
-    """Every operation kind named where a request is counted: the first argument of a
-    ``_call(kind, ...)`` or ``run(kind, ...)`` anywhere in the library."""
+    """Every operation kind named where a request is counted: the kind argument of a
+    ``_call(kind, ...)`` or ``run(kind, ...)`` method call, or of a module's
+    ``_run(instrumentation, kind, ...)``, anywhere in the library."""
     kinds: set[str] = set()
     for path in (REPO / "shared").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
-                continue
-            if node.func.attr not in ("_call", "run") or not node.args:
-                continue
-            first = node.args[0]
-            if isinstance(first, ast.Constant) and KIND.fullmatch(str(first.value)):
-                kinds.add(str(first.value))
+            if isinstance(node, ast.Call):
+                kinds.update(_kind_of(node))
     return kinds
+
+
+def _kind_of(call: ast.Call) -> list[str]:
+    if isinstance(call.func, ast.Attribute) and call.func.attr in ("_call", "run"):
+        named = call.args[:1]
+    elif isinstance(call.func, ast.Name) and call.func.id == "_run":
+        named = call.args[1:2]
+    else:
+        return []
+    return [
+        str(a.value) for a in named if isinstance(a, ast.Constant) and KIND.fullmatch(str(a.value))
+    ]
 
 
 def test_every_kind_the_instrumented_stores_count_has_a_billing_class() -> None:

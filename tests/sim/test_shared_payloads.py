@@ -54,7 +54,9 @@ async def test_every_schedule_with_one_deviation_or_one_fault_keeps_every_invari
     assert (interleaved.violations, faulted.violations) == (0, 0), [
         str(v) for _, r in interleaved.failures + faulted.failures for v in r.violations
     ]
-    assert (interleaved.schedules, faulted.schedules) == (90, 176)
+    # A fault at a state-table request makes the message wait (re-sent hidden, the failure
+    # table's WAIT row): the re-send is one more operation a fault can hit, 191 points, not 176.
+    assert (interleaved.schedules, faulted.schedules) == (90, 191)
 
 
 async def test_a_window_mode_and_a_stalled_round_keep_every_invariant() -> None:
