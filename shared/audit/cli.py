@@ -18,6 +18,7 @@ import traceback
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from shared.account_in_use import announce_account
 from shared.app_loader import APP_SETTING, configured_app
@@ -256,22 +257,32 @@ def _run(args: argparse.Namespace) -> int:
         file_format=args.format,
         settings=None if args.input else _storage(args),
         tables=None if args.input else _tables(args),
-        splits=args.splits,
-        split_points=args.split_points,
-        small_table_rows=args.small_table_rows,
-        master=args.master,
-        as_of=args.as_of or datetime.now(UTC),
-        lost_after=timedelta(seconds=args.lost_after),
-        out=args.out,
-        quiet=args.quiet,
-        poison_cap=args.poison_cap,
-        tokens_container=args.tokens_container,
-        topics_container=args.topics_container,
+        **_run_options(args),
         audits_container=app_containers(None if args.input else _app_name(args))["audits"],
         takers=_takers(args),
     )
-    summary = job.run()
-    return {FAIL: EXIT_VIOLATED, WARN: EXIT_DROPPED}.get(summary.verdict, EXIT_OK)
+    return _exit_code(job.run().verdict)
+
+
+def _run_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The options of ``run`` that an audit of one app and of a system take alike."""
+    return {
+        "splits": args.splits,
+        "split_points": args.split_points,
+        "small_table_rows": args.small_table_rows,
+        "master": args.master,
+        "as_of": args.as_of or datetime.now(UTC),
+        "lost_after": timedelta(seconds=args.lost_after),
+        "out": args.out,
+        "quiet": args.quiet,
+        "poison_cap": args.poison_cap,
+        "tokens_container": args.tokens_container,
+        "topics_container": args.topics_container,
+    }
+
+
+def _exit_code(verdict: str) -> int:
+    return {FAIL: EXIT_VIOLATED, WARN: EXIT_DROPPED}.get(verdict, EXIT_OK)
 
 
 ONE_APP_OPTIONS = ("input", "connection_setting", "app", "endpoints", "ingress_tables")
@@ -297,21 +308,10 @@ def _run_system(args: argparse.Namespace) -> int:
     takers = [app.app.routes.takers_of for app in apps]
     job = AuditJob(
         system=[app_source(app) for app in apps],
-        splits=args.splits,
-        split_points=args.split_points,
-        small_table_rows=args.small_table_rows,
-        master=args.master,
-        as_of=args.as_of or datetime.now(UTC),
-        lost_after=timedelta(seconds=args.lost_after),
-        out=args.out,
-        quiet=args.quiet,
-        poison_cap=args.poison_cap,
-        tokens_container=args.tokens_container,
-        topics_container=args.topics_container,
+        **_run_options(args),
         takers=lambda topic: sorted({e for of in takers for e in of(topic)}),
     )
-    summary = job.run()
-    return {FAIL: EXIT_VIOLATED, WARN: EXIT_DROPPED}.get(summary.verdict, EXIT_OK)
+    return _exit_code(job.run().verdict)
 
 
 def _takers(args: argparse.Namespace) -> Takers | None:

@@ -19,7 +19,6 @@ from pydantic import BaseModel
 from lab.local.azurite import AzuriteEndpoints
 from shared.audit.cli import EXIT_ERROR, EXIT_OK, EXIT_VIOLATED, main
 from shared.bus import BusApp, HandlerContext, Outcome
-from shared.bus.messages import Command
 from shared.bus.records import AUDIT_PREFIX
 from shared.cli.opened import opened_worker
 from shared.provisioning import provision
@@ -27,22 +26,11 @@ from shared.runtime import Worker
 from shared.stores.table import Entity
 from shared.system import load_system
 from tests.conftest import started_azurite
+from tests.test_storage_roles import Bill, PlaceOrder
 
 pytestmark = [pytest.mark.azurite, pytest.mark.spark]
 
 DESK, BILLING = "auditdesk", "auditbilling"
-
-
-class PlaceOrder(Command):
-    partition_by = "order"
-    order: str
-    amount: int
-
-
-class Bill(Command):
-    partition_by = "order"
-    order: str
-    amount: int
 
 
 class Total(BaseModel):
