@@ -277,6 +277,15 @@ INGRESS_WINDOW = seconds(
     group=BUS,
 )
 
+SESSION_RESEND = seconds(
+    "BUS_SESSION_RESEND_SECONDS",
+    60.0,
+    "how long after its commit a transactional session whose request stopped before "
+    "signalling its messages waits for the cleanup to signal them (`shared.cleanup.sessions`)",
+    group=BUS,
+    high=WEEK,
+)
+
 
 def _switch(text: str) -> bool:
     if text.lower() in ("on", "off"):
@@ -714,6 +723,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     CALL_TIMEOUT,
     INGRESS_TIMEOUT,
     INGRESS_WINDOW,
+    SESSION_RESEND,
     INGRESS_KEY_SCOPES,
     WIRE_FORMAT,
     INGRESS_ENTRA_CALLERS,

@@ -65,6 +65,10 @@ class Endpoint(Generic[S]):
     """What to do when a handler raises (``shared.bus.retries``); None: the host's retries."""
     retry_for: dict[str, RetryPolicy] = field(default_factory=dict, kw_only=True)
     """Policies of single message types (by type name), over ``retry``."""
+    sessions: bool = field(default=False, kw_only=True)
+    """Whether web requests may send as this endpoint through transactional sessions
+    (``Bus.session``, ``docs/sessions.md``): its rows then hold their records, which its
+    cleanup finishes and retires."""
 
     def __post_init__(self) -> None:
         check_endpoint_name(self.name)
@@ -153,11 +157,13 @@ class BusApp:
         *,
         retry: RetryPolicy | None = None,
         retry_for: Mapping[type[Message], RetryPolicy] | None = None,
+        sessions: bool = False,
     ) -> Endpoint[S]:
         """Declare an endpoint. ``retry`` is its policy for handler errors and ``retry_for``
         the policies of single message types (``shared.bus.retries``); without either, a
         failing message goes back to the host (host.json's visibilityTimeout and
-        maxDequeueCount)."""
+        maxDequeueCount). ``sessions``: web requests may send as this endpoint, atomically
+        with their own writes to its store (``Bus.session``)."""
         if name in self.endpoints or name in self.routes.external:
             raise ValueError(f"endpoint {name} is declared twice")
         endpoint: Endpoint[S] = Endpoint(
@@ -168,6 +174,7 @@ class BusApp:
             routes=self.routes,
             retry=retry,
             retry_for={m.type_name(): p for m, p in (retry_for or {}).items()},
+            sessions=sessions,
         )
         self.endpoints[name] = endpoint
         return endpoint
