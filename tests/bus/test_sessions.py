@@ -20,6 +20,7 @@ from shared.bus.state.stores import PostgresDatabase
 from shared.cleanup.job import endpoint_modes, run_cleanup
 from shared.cleanup.report import CleanupReport, TaskReport
 from shared.cleanup.settings import CleanupSettings
+from shared.cli.records import count_records, count_sessions, describe
 from shared.errors import ConfigurationError, InvalidName, InvalidValue, SessionConflict
 from shared.stores.instrumented import Fault, SimulatedCrash, fault_at_first
 from shared.stores.table import Entity
@@ -181,6 +182,11 @@ async def test_a_request_that_stops_after_its_commit_has_its_messages_sent_by_th
     await harness.run_until_quiet()
     assert await taken(harness, "o5") == []  # committed, not yet signalled
     assert "order-o5" in await user_rows(harness, "o5")
+    web = harness.setup_bus.endpoint_state("web")
+    waiting = {"sessions_waiting": 1, "sessions_open": 0, "sessions_finished": 0}
+    assert await count_sessions(web.rows()) == waiting
+    counts = await count_records(harness.app.get("web"), web)
+    assert "1 waiting to be signalled" in describe(counts)
     report = await cleanup(harness)
     assert session_task(report).kept["signalling"] == 1
     await elapse(harness, RESEND + 1)
@@ -188,6 +194,7 @@ async def test_a_request_that_stops_after_its_commit_has_its_messages_sent_by_th
     assert session_task(report).changed["sessions_signalled"] == 1
     await harness.run_until_quiet()
     assert await taken(harness, "o5") == ["o5"]
+    assert (await count_sessions(web.rows()))["sessions_finished"] == 1
     again = await place(harness, "o5", key="k5")  # the retry only learns what was sent
     assert again.deduplicated
     await harness.run_until_quiet()
