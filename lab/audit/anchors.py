@@ -17,7 +17,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from shared.audit.checks import HISTOGRAM_STEPS_PER_DOUBLING, SESSION_MODE
+from shared.audit.checks import HISTOGRAM_STEPS_PER_DOUBLING
+from shared.bus.session_records import SESSION_MODE
 
 THREADS = 2
 """As many as Spark's local[2]: the same cores for every engine."""

@@ -25,7 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from shared.audit.checks import HISTOGRAM_STEPS_PER_DOUBLING, SESSION_MODE
+from shared.audit.checks import HISTOGRAM_STEPS_PER_DOUBLING
+from shared.bus.session_records import SESSION_MODE
 
 _COUNT_BITS = 20
 _COUNT_MASK = (1 << _COUNT_BITS) - 1

@@ -31,6 +31,8 @@ from datetime import UTC, datetime, timedelta
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from shared.bus.session_records import SESSION_MODE
+
 DEFAULT_PERCENTILES = (0.5, 0.9, 0.99)
 HISTOGRAM_STEPS_PER_DOUBLING = 4
 """Latency histogram buckets grow by 2**(1/4) (about 19%): fine enough to read p50 and p99
@@ -43,8 +45,6 @@ AUDIT_REQUIRED = ("endpoint", "message_id", "sent_at", "processed_at")
 """Audit columns a row is invalid without."""
 INGRESS_REQUIRED = ("sender", "created_at")
 """Ingress columns a record is invalid without."""
-SESSION_MODE = "session"
-"""The ``mode`` of a transactional session's audit row (``shared.bus.session_records``)."""
 
 
 def is_session(mode: Column) -> Column:

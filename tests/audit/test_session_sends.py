@@ -7,18 +7,16 @@ sent to ``billing``, whose processing names the session as its causation."""
 
 from __future__ import annotations
 
-import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from shared.bus.deliveries import decode_signals
-from shared.bus.records import AuditRecord, caused_by
 from tests.audit.conftest import at, audit, utc
 from tests.audit.orders import DELIVERIES_PER_ORDER, ORDERS, run_orders
 from tests.audit.test_bus_audit import audit_now, read
 from tests.audit.test_checks import frames, spoiled
+from tests.bus.flow import PlaceOrder
 from tests.conftest import Backend
 
 pytestmark = pytest.mark.spark
@@ -185,40 +183,24 @@ def test_the_reconciliation_counts_a_session_delivery_sent_once_and_processed_on
     assert not any(r["ghost"] or r["duplicate"] for r in reconciled)
 
 
-async def test_a_session_row_in_an_endpoint_table_sends_like_the_client_it_replaces(
+async def test_a_real_session_is_audited_as_its_endpoint_sending(
     spark: Any, backend: Backend, request: pytest.FixtureRequest
 ) -> None:
-    """Real orders through the bus, one of them then credited to a session instead of its
-    client: its ingress record deleted, a session's audit row naming the same PlaceOrder
-    written into the orders table as a session of that endpoint commits it."""
+    """Real orders through the bus, and one more placed by a web request's session on the
+    orders endpoint: its audit row sends the PlaceOrder, which is processed once; the audit
+    passes with every delivery sent once and processed once."""
     harness, names = await run_orders(backend)
-    ingress_table = harness.raw.table(harness.config.ingress_table)
-    [record, *_] = [r async for r in ingress_table.query_all()]
-    await ingress_table.delete(record.partition_key, record.row_key)
-    now = datetime.now(UTC)
-    row = AuditRecord(
-        partition_key="web-orders",
-        endpoint=names.orders,
-        message_id=str(uuid.uuid4()),
-        message_type="Session",
-        source="web",
-        correlation_id="request-1",
-        causation_id=None,
-        sent_at=now,
-        processed_at=now,
-        mode="session",
-        caused=caused_by(decode_signals(str(record["outgoing"]))),
-    )
-    await harness.raw.table(names.orders).insert(row.to_entity())
+    harness.app.get(names.orders).sessions = True
+    async with harness.bus.session(names.orders, partition="web-1", key="request-1") as s:
+        s.send(PlaceOrder(order_id="web-1", amount=10), to=names.orders)
+    await harness.run_until_quiet()
 
     summary = audit_now(*await read(spark, request, harness, names))
 
     assert summary.verdict == "PASS"
     assert (summary.invariants.ghosts, summary.invariants.duplicates) == (0, 0)
-    assert (summary.audit_rows, summary.ingress_rows) == (
-        ORDERS * DELIVERIES_PER_ORDER + 1,
-        ORDERS - 1,
-    )
-    assert summary.sent == summary.processed == ORDERS * DELIVERIES_PER_ORDER
+    orders = ORDERS + 1
+    assert (summary.audit_rows, summary.ingress_rows) == (orders * DELIVERIES_PER_ORDER + 1, ORDERS)
+    assert summary.sent == summary.processed == orders * DELIVERIES_PER_ORDER
     placed = {e.sender: e.processed for e in summary.flow if e.message_type == "PlaceOrder"}
-    assert placed == {"ingress": ORDERS - 1, names.orders: 1}
+    assert placed == {"ingress": ORDERS, names.orders: 1}
