@@ -64,6 +64,10 @@ async def test_the_overview_counts_each_session_endpoints_sessions_by_state() ->
     assert counts(kiosk) == NONE
     assert kiosk["oldest_waiting_seconds"] is None
     assert endpoint(seen, ORDERS)["sessions"] is None  # takes no sessions
+    # A session's audit row is no processed message (the audit counts none either).
+    storefront = endpoint(seen, STOREFRONT)
+    assert sum(m["count"] for m in storefront["processed_last_minutes"]) == 0
+    assert storefront["latency_ms"] == {"p50": None, "p95": None}
 
 
 async def test_a_look_stopped_at_its_scan_limit_says_so() -> None:
