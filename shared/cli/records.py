@@ -4,7 +4,8 @@ Each mode keeps its own records (``docs/modes.md``): token mode an outbox row pe
 (claimed, then committed), entity-outbox mode an outbox map inside each state row, the
 processed-messages mode one row per processed message, the state-based mode a message-id
 index. Only what the endpoint's mode keeps is counted and shown, and for an endpoint that takes
-transactional sessions, its sessions' records.
+transactional sessions, its sessions' records (``shared.bus.session_counts``, which the console
+shares).
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ from shared.bus.modes.entity_outbox import StateEntity
 from shared.bus.modes.processed_table import PROCESSED_PREFIX
 from shared.bus.modes.state_based import INDEX_PREFIX
 from shared.bus.records import STATE_ROW
-from shared.bus.session_records import SESSION_PREFIX, SessionRecord
+from shared.bus.session_counts import count_sessions
 from shared.bus.state.base import EndpointState
-from shared.bus.state.rows import EndpointRows
 
 
 async def count_records(endpoint: Endpoint[Any], state: EndpointState) -> dict[str, int]:
@@ -27,24 +27,7 @@ async def count_records(endpoint: Endpoint[Any], state: EndpointState) -> dict[s
     Raises NotFound when the table (or the bus schema) is missing."""
     counts = await _mode_records(endpoint, state)
     if endpoint.sessions:
-        counts.update(await count_sessions(state.rows()))
-    return counts
-
-
-async def count_sessions(rows: EndpointRows) -> dict[str, int]:
-    """An endpoint's transactional sessions (``shared.bus.session``): committed ones whose
-    messages wait to be signalled (their request stopped after its commit; the cleanup
-    signals them), open ones (a request in progress, or one that never committed, which the
-    cleanup retires after the grace period), and finished ones kept for their key's window."""
-    counts = dict.fromkeys(("sessions_waiting", "sessions_open", "sessions_finished"), 0)
-    async for entity in rows.every(row_key_prefix=SESSION_PREFIX):
-        record = SessionRecord.from_entity(entity)
-        if not record.committed:
-            counts["sessions_open"] += 1
-        elif record.signalled:
-            counts["sessions_finished"] += 1
-        else:
-            counts["sessions_waiting"] += 1
+        counts.update((await count_sessions(state.rows())).as_status())
     return counts
 
 
@@ -82,6 +65,8 @@ def describe(counts: dict[str, int] | None) -> str:
             f"sessions: {counts['sessions_waiting']} waiting to be signalled, "
             f"{counts['sessions_open']} open, {counts['sessions_finished']} finished"
         )
+        if counts.get("sessions_unreadable"):
+            sessions += f", {counts['sessions_unreadable']} unreadable"
         rest = {k: v for k, v in counts.items() if not k.startswith("sessions_")}
         return f"{_describe_mode(rest)}; {sessions}"
     return _describe_mode(counts)

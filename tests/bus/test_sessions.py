@@ -15,13 +15,14 @@ from pydantic import BaseModel
 from shared.bus import BusApp, Command
 from shared.bus.records import AUDIT_PREFIX
 from shared.bus.session import Session
+from shared.bus.session_counts import count_sessions
 from shared.bus.session_records import SESSION_PREFIX, SessionRecord, session_row
 from shared.bus.state.schema import migrate
 from shared.bus.state.stores import PostgresDatabase
 from shared.cleanup.job import endpoint_modes, run_cleanup
 from shared.cleanup.report import CleanupReport, TaskReport
 from shared.cleanup.settings import CleanupSettings
-from shared.cli.records import count_records, count_sessions, describe
+from shared.cli.records import count_records, describe
 from shared.errors import ConfigurationError, InvalidName, InvalidValue, SessionConflict
 from shared.stores.instrumented import Fault, SimulatedCrash, fault_at_first
 from shared.stores.table import Entity
@@ -186,10 +187,10 @@ async def test_a_request_that_stops_after_its_commit_has_its_messages_sent_by_th
     assert await taken(harness, "o5") == []  # committed, not yet signalled
     assert "order-o5" in await user_rows(harness, "o5")
     after = await count_sessions(web.rows())
-    assert after["sessions_waiting"] == before["sessions_waiting"] + 1
-    assert after["sessions_open"] == before["sessions_open"]
+    assert after.waiting == before.waiting + 1
+    assert after.open == before.open
     counts = await count_records(harness.app.get("web"), web)
-    assert f"{after['sessions_waiting']} waiting to be signalled" in describe(counts)
+    assert f"{after.waiting} waiting to be signalled" in describe(counts)
     report = await cleanup(harness)
     assert session_task(report).kept["signalling"] == 1
     await elapse(harness, RESEND + 1)
@@ -197,8 +198,8 @@ async def test_a_request_that_stops_after_its_commit_has_its_messages_sent_by_th
     assert session_task(report).changed["sessions_signalled"] == 1
     await harness.run_until_quiet()
     assert await taken(harness, "o5") == ["o5"]
-    finished = (await count_sessions(web.rows()))["sessions_finished"]
-    assert finished == before["sessions_finished"] + 1
+    finished = (await count_sessions(web.rows())).finished
+    assert finished == before.finished + 1
     again = await place(harness, "o5", key="k5")  # the retry only learns what was sent
     assert again.deduplicated
     await harness.run_until_quiet()
