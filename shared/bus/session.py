@@ -122,6 +122,8 @@ class Session:
         self.deduplicated = False
         """True when this request was made before under the same key and committed: the
         session writes and sends nothing new (``message_ids`` are the first request's)."""
+        self.round_id = ""
+        """The id the session's messages derive from (its record's round), once entered."""
         self.message_ids: tuple[str, ...] = ()
         """The messages the session sent (or, deduplicated, the first request sent)."""
         self._rows = rows
@@ -196,6 +198,7 @@ class Session:
     async def __aenter__(self) -> Session:
         record = await self._open()  # S1
         self._record = record
+        self.round_id = record.round_id
         if record.committed:
             self.deduplicated = True
             self.message_ids = tuple(o.message_id for o in record.outgoing)
@@ -233,6 +236,7 @@ class Session:
             record = SessionRecord(
                 self.partition_key,
                 self.session_id,
+                self._config.new_id(),
                 started_at=to_datetime(self._config.clock()),
                 format=self._config.wire_format,
             )
@@ -248,7 +252,7 @@ class Session:
         if record is None or transaction is None:
             raise InvalidValue("the session was not entered")
         abandoned = list(record.abandoned)
-        created = await self._create_tokens(abandoned)  # S3
+        created = await self._create_tokens(record.round_id, abandoned)  # S3
         committed = record.committing(
             created.committed_candidates, abandoned, to_datetime(self._config.clock())
         )
@@ -258,6 +262,7 @@ class Session:
         except (PermanentFailure, TransactionFailed) as e:
             await discard_tokens(self._tokens, created.committed_candidates)
             if isinstance(e, TransactionFailed):
+                await self._check_database(e, record)
                 raise SessionConflict(self._lost(e)) from e
             raise
         # OutcomeUnknown goes on: the tokens stay, O(s) decides them (the module's S4).
@@ -266,13 +271,13 @@ class Session:
         self.message_ids = tuple(o.message_id for o in committed.outgoing)
         await self._signal(committed, created.hints)
 
-    async def _create_tokens(self, abandoned: list[str]) -> CreatedTokens:
+    async def _create_tokens(self, round_id: str, abandoned: list[str]) -> CreatedTokens:
         name = self.endpoint.name
         deliveries = await plan_deliveries(
             self._outputs,
             sender=name,
-            incoming_id=self.session_id,
-            correlation_id=self.session_id,
+            incoming_id=round_id,
+            correlation_id=round_id,
             topics=self._topics,
             routes=self.endpoint.routes,
             config=self._config,
@@ -282,7 +287,7 @@ class Session:
             deliveries,
             payloads=self._payloads,
             sender=name,
-            incoming_id=self.session_id,
+            incoming_id=round_id,
             config=self._config,
             origin=Origin(name, self.partition_key, session_row(self.session_id)).encode(),
         )
@@ -309,16 +314,30 @@ class Session:
         return AuditRecord(
             partition_key=self.partition_key,
             endpoint=self.endpoint.name,
-            message_id=self.session_id,
+            message_id=committed.round_id,
             message_type=SESSION_MODE,
             source=self.scope,
-            correlation_id=self.session_id,
+            correlation_id=committed.round_id,
             causation_id=None,
             sent_at=committed.started_at,
             processed_at=at,
             mode=SESSION_MODE,
             caused=caused_by(committed.outgoing),
         )
+
+    async def _check_database(self, error: TransactionFailed, record: SessionRecord) -> None:
+        """A commit on the user's own connection that found no O(s) to update, while O(s) is
+        unchanged where the bus reads it: the connection is to another database."""
+        if self._connection is None or error.index != len(self._writes):
+            return
+        found = await self._rows.read(self.partition_key, [session_row(self.session_id)])
+        current = found.get(session_row(self.session_id))
+        if current is not None and current.etag == record.etag:
+            raise ConfigurationError(
+                f"the connection given to the session of {self.endpoint.name} is not to the "
+                "database its rows are in (BUS_POSTGRES_URL or its endpoint's own URL): "
+                "nothing was written or sent"
+            )
 
     def _lost(self, error: TransactionFailed) -> str:
         where = (

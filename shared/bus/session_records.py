@@ -67,6 +67,11 @@ class SessionRecord:
 
     partition_key: str
     session_id: str
+    round_id: str
+    """Drawn fresh when O(s) is inserted: the session's messages, tokens and audit row are
+    named by it (as an incoming message's id names a handler's), so that a request made
+    again under its key after O(s) was retired (past the key's window) is a new round with
+    new message ids, never a second processing of the first round's."""
     started_at: datetime
     status: SessionStatus = "open"
     committed_at: datetime | None = None
@@ -99,6 +104,7 @@ class SessionRecord:
         properties: dict[str, str | int | bool | datetime] = {
             **property_fields(self.format),
             "status": self.status,
+            "round": self.round_id,
             "started_at": self.started_at,
             "signalled": self.signalled,
             "outgoing": json_property("outgoing", encode_signals(self.outgoing)),
@@ -117,6 +123,9 @@ class SessionRecord:
         if status not in ("open", "committed"):
             raise CorruptRecord(f"{where}: status {status!r}")
         started_at, committed_at = p.get("started_at"), p.get("committed_at")
+        round_id = p.get("round")
+        if not isinstance(round_id, str) or not round_id:
+            raise CorruptRecord(f"{where}: round {round_id!r}")
         if not isinstance(started_at, datetime):
             raise CorruptRecord(f"{where}: started_at {started_at!r}")
         if status == "committed" and not isinstance(committed_at, datetime):
@@ -128,6 +137,7 @@ class SessionRecord:
         return cls(
             partition_key=entity.partition_key,
             session_id=entity.row_key[len(SESSION_PREFIX) :],
+            round_id=round_id,
             started_at=started_at,
             status="committed" if status == "committed" else "open",
             committed_at=committed_at if isinstance(committed_at, datetime) else None,

@@ -73,6 +73,8 @@ async def _fence_session(rows: EndpointRows, entity: Entity) -> Entity:
 
 def _session(entity: Entity, incoming_id: str) -> frozenset[str] | None:
     record = SessionRecord.from_entity(entity)
+    if record.round_id != incoming_id:
+        return None  # a token of an earlier round of the key: this record says nothing of it
     return frozenset(o.attempt_id for o in record.outgoing) if record.committed else frozenset()
 
 

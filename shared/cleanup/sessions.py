@@ -98,7 +98,7 @@ class SessionRecords(CleanupTask):
         if committed_at + window > context.now:
             report.kept["dedup_window"] += 1
             return None
-        prefix = token_prefix(self.endpoint, record.session_id)
+        prefix = token_prefix(self.endpoint, record.round_id)
         if await clear_prefix(context, prefix, record.token_names, report):
             report.kept["outputs_in_flight"] += 1
             return None

@@ -3,7 +3,8 @@
 Each mode keeps its own records (``docs/modes.md``): token mode an outbox row per message
 (claimed, then committed), entity-outbox mode an outbox map inside each state row, the
 processed-messages mode one row per processed message, the state-based mode a message-id
-index. Only what the endpoint's mode keeps is counted and shown.
+index. Only what the endpoint's mode keeps is counted and shown, and for an endpoint that takes
+transactional sessions, its sessions' records.
 """
 
 from __future__ import annotations
@@ -15,13 +16,39 @@ from shared.bus.modes.entity_outbox import StateEntity
 from shared.bus.modes.processed_table import PROCESSED_PREFIX
 from shared.bus.modes.state_based import INDEX_PREFIX
 from shared.bus.records import STATE_ROW
+from shared.bus.session_records import SESSION_PREFIX, SessionRecord
 from shared.bus.state.base import EndpointState
+from shared.bus.state.rows import EndpointRows
 
 
 async def count_records(endpoint: Endpoint[Any], state: EndpointState) -> dict[str, int]:
     """The endpoint's record counts, keyed as ``bus status --json`` reports them. ``state`` is
     where the endpoint keeps its rows: its table, or PostgreSQL (``store="postgres"``).
     Raises NotFound when the table (or the bus schema) is missing."""
+    counts = await _mode_records(endpoint, state)
+    if endpoint.sessions:
+        counts.update(await count_sessions(state.rows()))
+    return counts
+
+
+async def count_sessions(rows: EndpointRows) -> dict[str, int]:
+    """An endpoint's transactional sessions (``shared.bus.session``): committed ones whose
+    messages wait to be signalled (their request stopped after its commit; the cleanup
+    signals them), open ones (a request in progress, or one that never committed, which the
+    cleanup retires after the grace period), and finished ones kept for their key's window."""
+    counts = dict.fromkeys(("sessions_waiting", "sessions_open", "sessions_finished"), 0)
+    async for entity in rows.every(row_key_prefix=SESSION_PREFIX):
+        record = SessionRecord.from_entity(entity)
+        if not record.committed:
+            counts["sessions_open"] += 1
+        elif record.signalled:
+            counts["sessions_finished"] += 1
+        else:
+            counts["sessions_waiting"] += 1
+    return counts
+
+
+async def _mode_records(endpoint: Endpoint[Any], state: EndpointState) -> dict[str, int]:
     if endpoint.mode == "token":
         claimed = committed = 0
         async for record in state.outbox_records():
@@ -50,6 +77,17 @@ def describe(counts: dict[str, int] | None) -> str:
     """One cell of the status table: the counts in words (``-`` when the table is missing)."""
     if counts is None:
         return "-"
+    if "sessions_waiting" in counts:
+        sessions = (
+            f"sessions: {counts['sessions_waiting']} waiting to be signalled, "
+            f"{counts['sessions_open']} open, {counts['sessions_finished']} finished"
+        )
+        rest = {k: v for k, v in counts.items() if not k.startswith("sessions_")}
+        return f"{_describe_mode(rest)}; {sessions}"
+    return _describe_mode(counts)
+
+
+def _describe_mode(counts: dict[str, int]) -> str:
     if "outbox_claimed" in counts:
         return f"outbox: {counts['outbox_claimed']} open, {counts['outbox_committed']} committed"
     if "outbox_entries" in counts:

@@ -16,10 +16,12 @@ from shared.bus import BusApp, Command
 from shared.bus.records import AUDIT_PREFIX
 from shared.bus.session import Session
 from shared.bus.session_records import SESSION_PREFIX, SessionRecord, session_row
+from shared.bus.state.schema import migrate
 from shared.bus.state.stores import PostgresDatabase
 from shared.cleanup.job import endpoint_modes, run_cleanup
 from shared.cleanup.report import CleanupReport, TaskReport
 from shared.cleanup.settings import CleanupSettings
+from shared.cli.records import count_records, count_sessions, describe
 from shared.errors import ConfigurationError, InvalidName, InvalidValue, SessionConflict
 from shared.stores.instrumented import Fault, SimulatedCrash, fault_at_first
 from shared.stores.table import Entity
@@ -119,11 +121,11 @@ async def test_the_row_and_the_message_commit_together(harness: Harness) -> None
     assert len(session.message_ids) == 1
     rows = harness.setup_bus.endpoint_state("web").rows()
     found = await rows.read(
-        "o1", [session_row(session.session_id), AUDIT_PREFIX + session.session_id]
+        "o1", [session_row(session.session_id), AUDIT_PREFIX + session.round_id]
     )
     record = SessionRecord.from_entity(found[session_row(session.session_id)])
     assert (record.committed, record.signalled) == (True, True)
-    audit = found[AUDIT_PREFIX + session.session_id]
+    audit = found[AUDIT_PREFIX + session.round_id]
     assert audit["mode"] == "session"
     assert session.message_ids[0] in str(audit["caused"])
 
@@ -174,6 +176,8 @@ async def test_a_concurrent_request_under_the_same_key_loses_and_writes_nothing(
 async def test_a_request_that_stops_after_its_commit_has_its_messages_sent_by_the_cleanup(
     harness: Harness,
 ) -> None:
+    web = harness.setup_bus.endpoint_state("web")
+    before = await count_sessions(web.rows())  # a table on Azurite holds other tests' too
     harness.instrumentation.plan = fault_at_first("queue.send", Fault.CRASH_BEFORE)
     with pytest.raises(SimulatedCrash):
         await place(harness, "o5", key="k5")
@@ -181,6 +185,11 @@ async def test_a_request_that_stops_after_its_commit_has_its_messages_sent_by_th
     await harness.run_until_quiet()
     assert await taken(harness, "o5") == []  # committed, not yet signalled
     assert "order-o5" in await user_rows(harness, "o5")
+    after = await count_sessions(web.rows())
+    assert after["sessions_waiting"] == before["sessions_waiting"] + 1
+    assert after["sessions_open"] == before["sessions_open"]
+    counts = await count_records(harness.app.get("web"), web)
+    assert f"{after['sessions_waiting']} waiting to be signalled" in describe(counts)
     report = await cleanup(harness)
     assert session_task(report).kept["signalling"] == 1
     await elapse(harness, RESEND + 1)
@@ -188,6 +197,8 @@ async def test_a_request_that_stops_after_its_commit_has_its_messages_sent_by_th
     assert session_task(report).changed["sessions_signalled"] == 1
     await harness.run_until_quiet()
     assert await taken(harness, "o5") == ["o5"]
+    finished = (await count_sessions(web.rows()))["sessions_finished"]
+    assert finished == before["sessions_finished"] + 1
     again = await place(harness, "o5", key="k5")  # the retry only learns what was sent
     assert again.deduplicated
     await harness.run_until_quiet()
@@ -223,6 +234,12 @@ async def test_records_are_retired_after_the_keys_window_and_their_messages(
     rows = harness.setup_bus.endpoint_state("web").rows()
     assert [e async for e in rows.every(row_key_prefix=SESSION_PREFIX)] == []
     assert "order-o7" in await user_rows(harness, "o7")  # the user's rows are the user's
+    # Past its window, the key names a new request: a new round, new message ids, its own
+    # audit row.
+    again = await place(harness, "o7-again", key="k7")
+    assert not again.deduplicated
+    await harness.run_until_quiet()
+    assert await taken(harness, "o7-again") == ["o7-again"]
 
 
 @pytest.mark.parametrize("row_key", ["state", "outbox|m", "session|x", "audit|forged", "", "a|b"])
@@ -318,3 +335,23 @@ async def test_a_connection_inside_a_transaction_is_refused(
         with pytest.raises(InvalidValue, match="not inside a transaction"):
             async with harness.bus.session("web", partition="p", connection=own_connection):
                 pass
+
+
+async def test_a_connection_to_another_database_is_named_as_such(
+    harness: Harness, own_connection: asyncpg.Connection
+) -> None:
+    other = unique_name("otherdb")
+    await own_connection.execute(f"CREATE DATABASE {other}")
+    database = harness.backend.sql
+    assert isinstance(database, PostgresDatabase)
+    url = str(database.settings.url).rsplit("/", 1)[0] + f"/{other}"
+    elsewhere = await asyncpg.connect(url)
+    try:
+        await migrate(elsewhere)  # a database with a bus schema of its own
+        with pytest.raises(ConfigurationError, match="not to the database its rows are in"):
+            async with harness.bus.session("web", partition="p9", connection=elsewhere) as s:
+                s.send(PlaceOrder(order_id="p9", amount=1), to="orders")
+    finally:
+        await elsewhere.close()
+    await harness.run_until_quiet()
+    assert await taken(harness, "p9") == []
