@@ -227,3 +227,41 @@ async def test_forged_identity_headers_do_not_make_a_retry_a_new_order(
     status, again = await place(on_tables, order, {**key, **FORGED})
     assert (status, again["message_ids"]) == (200, first["message_ids"])
     assert await deliver_all(on_tables) == 7
+
+
+@pytest.fixture
+async def entra_callers(
+    azurite: AzuriteEndpoints, sample_provider: Provider
+) -> AsyncIterator[runtime.Worker]:
+    """The sample behind App Service authentication, each Entra caller's keys its own."""
+    settings = sample_settings(
+        AzureWebJobsStorage=azurite.connection_string,
+        BUS_INGRESS_ENTRA_CALLERS="true",
+        WEBSITE_AUTH_ENABLED="True",
+    )
+    worker = await started(runtime.Worker(build_app(), settings))
+    yield worker
+    await worker.close()
+
+
+def caller(object_id: str) -> dict[str, str]:
+    """The principal headers the platform sets for a caller it signed in."""
+    return {PRINCIPAL_ID: object_id, PRINCIPAL_IDP: "aad"}
+
+
+async def test_one_callers_key_never_answers_another(entra_callers: runtime.Worker) -> None:
+    """As at the ingress: the same key from another caller is another request, which must not
+    learn the first one's message ids; here its order exists, so it is a conflict."""
+    order, key = new_order(), {"Idempotency-Key": unique_name("key-")}
+    first_caller = caller("00000000-0000-0000-0000-00000000000a")
+    status, first = await place(entra_callers, order, {**key, **first_caller})
+    assert status == 202
+    status, again = await place(entra_callers, order, {**key, **first_caller})
+    assert (status, again["message_ids"]) == (200, first["message_ids"])
+    second = caller("00000000-0000-0000-0000-00000000000b")
+    status, other = await place(entra_callers, order, {**key, **second})
+    assert status == 409
+    assert first["message_ids"][0] not in json.dumps(other)
+    status, unsigned = await place(entra_callers, order, key)
+    assert status == 401, unsigned
+    assert await deliver_all(entra_callers) == 7
