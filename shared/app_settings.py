@@ -263,8 +263,8 @@ CALL_TIMEOUT = seconds(
 INGRESS_TIMEOUT = seconds(
     "BUS_INGRESS_TIMEOUT",
     12.0,
-    "one `POST /api/messages`, all its storage calls included; then 503 (retry with the same "
-    "key). At least the call timeout",
+    "one `POST /api/messages` or request to one of the app's own web routes, all its storage "
+    "calls included; then 503 (retry with the same key). At least the call timeout",
     group=TIMEOUTS,
     high=3600,
 )
@@ -420,9 +420,9 @@ STATE_WAIT = seconds(
 HTTP_CONCURRENCY = whole(
     "BUS_HTTP_CONCURRENCY",
     16,
-    "most `POST /api/messages` requests one instance works on at once; beyond it, and when "
-    "BUS_BODY_BUDGET_BYTES has no room for a request's body, the answer is 503 with "
-    "Retry-After",
+    "most `POST /api/messages` and app web route requests one instance works on at once; "
+    "beyond it, and when BUS_BODY_BUDGET_BYTES has no room for a request's body, the answer "
+    "is 503 with Retry-After",
     group=BUS,
     low=1,
     high=1000,

@@ -17,6 +17,7 @@ from shared.bus.effects import (
     KEY_REUSED_STATUSES,
     ServiceDeclaration,
 )
+from shared.bus.http_routes import DEFAULT_MAX_BODY_BYTES, HttpRoute, RouteHandler
 from shared.bus.messages import Event, Message, topics_of, type_names
 from shared.bus.reading import check_versions
 from shared.bus.retries import RetryPolicy
@@ -147,6 +148,8 @@ class BusApp:
         self.services: dict[str, ServiceDeclaration] = {}
         """The external services handlers may request effects of (``docs/effects.md``)."""
         self.routes = Routes(self.endpoints, self.services)
+        self.http_routes: dict[str, HttpRoute] = {}
+        """The app's own web routes by function name (``route``)."""
 
     def endpoint(
         self,
@@ -218,6 +221,37 @@ class BusApp:
         )
         self.services[name] = declared
         return declared
+
+    def route(
+        self,
+        path: str,
+        *,
+        methods: Collection[str] = ("POST",),
+        name: str | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    ) -> Callable[[RouteHandler], RouteHandler]:
+        """Decorator: ``@app.route("orders", methods=["POST"])`` on ``async def f(request,
+        bus)`` declares the web route ``/api/orders`` (``shared.bus.http_routes``), bound as
+        an HTTP function named ``name`` (default: the handler's name) that takes a function
+        key. A body over ``max_body_bytes`` is refused (413) before the handler runs."""
+
+        def register(handler: RouteHandler) -> RouteHandler:
+            function = name or str(getattr(handler, "__name__", ""))
+            route = HttpRoute.declared(function, path, methods, handler, max_body_bytes)
+            if route.name in self.http_routes:
+                raise ConfigurationError(f"route function {route.name} is declared twice")
+            # The host matches paths whatever their case.
+            same = [
+                r.name
+                for r in self.http_routes.values()
+                if r.path.lower() == route.path.lower() and set(r.methods) & set(route.methods)
+            ]
+            if same:
+                raise ConfigurationError(f"route {route.path!r} is declared twice ({same[0]})")
+            self.http_routes[route.name] = route
+            return handler
+
+        return register
 
     def running_endpoints(self, app_name: str | None = None) -> list[str]:
         """Every endpoint the app runs: its own and, when it declares services, the bus's
