@@ -6,7 +6,7 @@ point; and the known-bad sessions are caught."""
 from __future__ import annotations
 
 from lab.sim.__main__ import DEFAULT_PLAN
-from lab.sim.explore import CONFIGS, exhaustive
+from lab.sim.explore import CONFIGS, exhaustive, replay
 from lab.sim.invariants import (
     NO_DUPLICATED_PROCESSING,
     NO_GHOST_MESSAGES,
@@ -52,6 +52,20 @@ async def test_every_schedule_with_one_deviation_keeps_every_invariant() -> None
     assert summary.violations == 0, summary.failures[:1]
     assert summary.schedules >= 1000
     assert fenced == []
+
+
+async def test_a_retry_after_the_commit_is_answered_as_a_repeat() -> None:
+    """In the default schedule m0's second send comes after the first committed: it finds
+    the committed O(s), writes and sends nothing and is answered (not refused as a
+    conflict, which would leave its client without an answer for good)."""
+    result = await replay("small-session:-")
+
+    assert result.ok, result.violations
+    assert result.observation.requests == {
+        "m0": ["committed", "deduplicated"],
+        "m1": ["committed"],
+        "m2": ["rolled back"],
+    }
 
 
 async def test_every_single_fault_keeps_every_invariant() -> None:
