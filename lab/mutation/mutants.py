@@ -148,6 +148,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if type_version > model.version and False:",
         "a body of a newer type version is read by the older model instead of waiting for an "
         "upgraded instance (its new fields dropped)",
+        first=("tests/bus/test_evolution.py",),
     ),
     Mutant(
         "reading-upcast-step-skipped",
@@ -155,6 +156,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        for newer in reversed(chain[:-1]):",
         "        for newer in reversed(chain[:-2]):",
         "an old body is upcast one version short of the receiver's model",
+        first=("tests/bus/test_evolution.py",),
     ),
     Mutant(
         "reading-strict-ignored",
@@ -162,6 +164,7 @@ MUTANTS: tuple[Mutant, ...] = (
         """    if unknown and not getattr(oldest, "strict_reading", False):""",
         "    if unknown:",
         "a strictly read type drops unknown fields like any other",
+        first=("tests/bus/test_evolution.py",),
     ),
     Mutant(
         "publish-former-topics-ignored",
@@ -170,6 +173,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    for topic in (event.topic(),):",
         "a renamed event is published to its topic only: endpoints subscribed under its former "
         "topic by the previous version miss it",
+        first=("tests/bus/test_evolution.py",),
     ),
     Mutant(
         "subscriptions-former-topics-ignored",
@@ -178,6 +182,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        return sorted({model.topic() for model in events})",
         "a renamed event's handlers subscribe to its topic only: publishers of the previous "
         "version, which publish under the former topic, miss them",
+        first=("tests/bus/test_evolution.py",),
     ),
     # -- client sends (ingress) -----------------------------------------------------------------
     Mutant(
@@ -220,6 +225,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "",
         "a key repeated with another message (type, destination, body, due time) is answered "
         "with the first message's receipt, and the new message is dropped",
+        first=("tests/bus/test_ingress_scopes.py", "tests/bus/test_ingress_rollout.py"),
     ),
     Mutant(
         "ingress-request-fingerprint-ignored",
@@ -228,6 +234,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        return False\n",
         "a client's retry whose record another version of the app wrote (its model reads the "
         "message differently) is refused as a reused key",
+        first=("tests/bus/test_ingress_request_fingerprint.py",),
     ),
     Mutant(
         "ingress-request-fingerprint-any",
@@ -235,6 +242,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        return self.request is not None and recorded == self.request\n",
         "        return self.request is not None\n",
         "a key reused for a different client request is answered with the first receipt",
+        first=("tests/bus/test_ingress_request_fingerprint.py",),
     ),
     Mutant(
         "ingress-one-namespace",
@@ -243,6 +251,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "return key if check_scope(scope) else key",
         "every sender's records share one namespace: a key one sender took first answers, or "
         "refuses, another sender's message",
+        first=("tests/bus/test_ingress_scopes.py", "tests/bus/test_ingress_rollout.py"),
     ),
     Mutant(
         "ingress-scoped-while-off",
@@ -251,6 +260,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            partition = record_key(self.scope, key)\n",
         "with BUS_INGRESS_KEY_SCOPES off the record goes under the scoped key, where instances "
         "of the previous version do not look: a retry they answer during a deploy is sent again",
+        first=("tests/bus/test_ingress_scopes.py", "tests/bus/test_ingress_rollout.py"),
     ),
     Mutant(
         "ingress-legacy-any-sender",
@@ -259,6 +269,7 @@ MUTANTS: tuple[Mutant, ...] = (
         'if record.get("type") not in names:',
         "a record of the previous version answers a sender of another kind than the one that "
         "wrote it (an HTTP caller's record answers `bus send`)",
+        first=("tests/bus/test_ingress_scopes.py", "tests/bus/test_ingress_rollout.py"),
     ),
     # -- trust edge: the console's credential and the platform's principal headers ------------
     Mutant(
@@ -279,6 +290,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if provider != ENTRA_IDP:\n",
         "    if False:\n",
         "a caller signed in by another identity provider than Entra ID is taken as an Entra caller",
+        first=("tests/test_config.py", "tests/console/test_console_function.py"),
     ),
     Mutant(
         "console-secret-unchecked",
@@ -287,6 +299,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        if False and not _same_secret(",
         "the deployed console serves every API request without its secret: whoever reaches "
         "it (an ingress client with a host key) reads parked bodies and acts",
+        first=("tests/test_config.py", "tests/console/test_console_function.py"),
     ),
     Mutant(
         "console-binds-without-credential",
@@ -295,6 +308,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    elif False:\n",
         "the console is bound with no credential of its own configured, open to everyone "
         "who reaches it",
+        first=("tests/test_config.py", "tests/console/test_console_function.py"),
     ),
     # -- window modes -------------------------------------------------------------------------
     Mutant(
@@ -672,6 +686,7 @@ MUTANTS: tuple[Mutant, ...] = (
         'return derived_id("effect", "effect", position)',
         "the key leaves out the incoming message's id: the first effect of every message "
         "shares one key",
+        first=("tests/effects/test_requests.py",),
     ),
     Mutant(
         "effect-key-fresh-per-call",
@@ -816,6 +831,7 @@ MUTANTS: tuple[Mutant, ...] = (
         report.kept["request_pending"] += 1""",
         "an at-most-once marker is retired while its request may still run (parked, say): "
         "its replay calls again",
+        first=("tests/cleanup/test_marker_retirement.py",),
     ),
     Mutant(
         "cleanup-marker-grace-ignored",
@@ -824,6 +840,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "if False:",
         "an at-most-once marker is retired on the pass after its request was seen gone, "
         "without waiting the grace period for a copy still in the handler",
+        first=("tests/cleanup/test_marker_retirement.py",),
     ),
     # -- in-memory stores ---------------------------------------------------------------------
     Mutant(
