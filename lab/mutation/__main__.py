@@ -51,6 +51,12 @@ class Commands:
     def pytest(self) -> tuple[str, ...]:
         return (*PYTEST, "-m", PROTOCOL_MARKS, *self.tests)
 
+    def first(self, mutant: Mutant) -> tuple[str, ...] | None:
+        """Pytest over the tests known to kill ``mutant``, or None when none are named."""
+        if not mutant.first:
+            return None
+        return (*PYTEST, "-m", PROTOCOL_MARKS, *mutant.first)
+
     @property
     def simulator(self) -> tuple[str, ...] | None:
         if self.seconds <= 0:
@@ -99,8 +105,10 @@ def judge(mutant: Mutant, commands: Commands, timeout: float) -> Verdict:
         apply(mutant, root)
         killed_by = ""
         try:
-            simulator = commands.simulator
-            if not passes(commands.pytest, root, timeout):
+            simulator, first = commands.simulator, commands.first(mutant)
+            # The known killers first only bring the verdict sooner; the whole command decides.
+            killed_first = first is not None and not passes(first, root, timeout)
+            if killed_first or not passes(commands.pytest, root, timeout):
                 killed_by = "tests"
             elif simulator is not None and not passes(simulator, root, timeout):
                 killed_by = "simulator"

@@ -15,6 +15,9 @@ class Mutant:
     replacement: str
     bug: str
     equivalent: str = ""
+    first: tuple[str, ...] = ()
+    """Test files known to kill it, run before the whole test command: they only bring the
+    verdict sooner (a mutant they do not kill runs the whole command, as any other)."""
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -31,6 +34,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "writes the id already there. small-unbounded and small-unbounded-sweep with one "
         "deviation and one fault find no violation with it. The compare-and-swap is defence "
         "in depth should O(m) ever go first",
+        first=("tests/sim",),
     ),
     Mutant(
         "receiver-delete-before-send",
@@ -42,6 +46,7 @@ MUTANTS: tuple[Mutant, ...] = (
         await send_signals(self.account, outbox.outgoing, hints, config=self.config)
         if signal.token != outbox.incoming_token:""",
         "R7 before R6: the incoming token is deleted before the outputs are signalled",
+        first=("tests/sim",),
     ),
     Mutant(
         "receiver-processed-copy-given-back",
@@ -51,6 +56,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "an instance that cannot read a message gives back a copy of it although its O(m) is "
         "committed: with R7 the cleanup's, the token is still there, and the copy is parked "
         "once its give-back window runs out",
+        first=("tests/bus/test_give_back.py",),
     ),
     Mutant(
         "receiver-other-token-kept",
@@ -59,6 +65,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        if False:",
         "a second token of a message already claimed for O(m) (another sender of the same id) "
         "is claimed and never deleted: the cleanup deletes only O(m)'s own",
+        first=("tests/bus/test_r7_by_cleanup.py",),
     ),
     Mutant(
         "receiver-outbox-commit-without-etag",
@@ -69,6 +76,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "version = await transaction.commit(write, replace(committed, etag=(await "
         "self.state_store.read(envelope.partition_key, envelope.id)).outbox.etag), audit)",
         "R5 commits O(m) without its ETag: a second round commits over the first",
+        first=("tests/sim",),
     ),
     Mutant(
         "receiver-state-without-etag",
@@ -77,6 +85,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "None if stored is None else (await self.state_store.read(envelope.partition_key, "
         "envelope.id)).state.version,",
         "R5 writes the state without its ETag (lost update between messages of a partition)",
+        first=("tests/sim/test_races.py",),
     ),
     Mutant(
         "receiver-claim-mismatch-processed",
@@ -84,6 +93,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "elif token.claim != outbox.claim:",
         "elif False:",
         "a token claimed by another O(m) claim is processed instead of reported",
+        first=("tests/sim",),
     ),
     Mutant(
         "receiver-unknown-commit-tokens-not-abandoned",
@@ -94,6 +104,7 @@ MUTANTS: tuple[Mutant, ...] = (
         equivalent="nothing reads O(m)'s abandoned list: the cleanup lists the message's "
         "sender-scoped token prefix and judges every token by its origin row, so tokens of a "
         "round that did not commit are removed after the grace period either way",
+        first=("tests/bus/test_round_commit.py",),
     ),
     Mutant(
         "receiver-conflict-tokens-kept",
@@ -104,6 +115,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "a round that lost the commit race leaves its tokens for the cleanup",
         equivalent="the tokens are unclaimed and uncommitted: the cleanup removes them after "
         "the grace period (they are never signalled); only how long they stay changes",
+        first=("tests/bus/test_round_commit.py",),
     ),
     # -- outgoing dispatch --------------------------------------------------------------------
     Mutant(
@@ -114,6 +126,7 @@ MUTANTS: tuple[Mutant, ...] = (
         """    attempt_id = config.new_id()
     for _ in range(config.max_create_attempts):""",
         "a create with an unknown outcome is retried under the same attempt id",
+        first=("tests/sim",),
     ),
     Mutant(
         "outgoing-unknown-create-committed",
@@ -125,6 +138,7 @@ MUTANTS: tuple[Mutant, ...] = (
             etag = ""
             abandoned.append(name)""",
         "a token whose create had an unknown outcome is committed and signalled",
+        first=("tests/sim",),
     ),
     # -- messages that evolve (issue 29) --------------------------------------------------------
     Mutant(
@@ -134,6 +148,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if type_version > model.version and False:",
         "a body of a newer type version is read by the older model instead of waiting for an "
         "upgraded instance (its new fields dropped)",
+        first=("tests/bus/test_evolution.py",),
     ),
     Mutant(
         "reading-upcast-step-skipped",
@@ -141,6 +156,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        for newer in reversed(chain[:-1]):",
         "        for newer in reversed(chain[:-2]):",
         "an old body is upcast one version short of the receiver's model",
+        first=("tests/bus/test_evolution.py",),
     ),
     Mutant(
         "reading-strict-ignored",
@@ -148,6 +164,7 @@ MUTANTS: tuple[Mutant, ...] = (
         """    if unknown and not getattr(oldest, "strict_reading", False):""",
         "    if unknown:",
         "a strictly read type drops unknown fields like any other",
+        first=("tests/bus/test_evolution.py",),
     ),
     Mutant(
         "publish-former-topics-ignored",
@@ -156,6 +173,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    for topic in (event.topic(),):",
         "a renamed event is published to its topic only: endpoints subscribed under its former "
         "topic by the previous version miss it",
+        first=("tests/bus/test_evolution.py",),
     ),
     Mutant(
         "subscriptions-former-topics-ignored",
@@ -164,6 +182,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        return sorted({model.topic() for model in events})",
         "a renamed event's handlers subscribe to its topic only: publishers of the previous "
         "version, which publish under the former topic, miss them",
+        first=("tests/bus/test_evolution.py",),
     ),
     # -- client sends (ingress) -----------------------------------------------------------------
     Mutant(
@@ -175,6 +194,7 @@ MUTANTS: tuple[Mutant, ...] = (
         """        except (AlreadyExists, PreconditionFailed) as e:
             pass""",
         "a send whose record insert lost the race to a concurrent send of its key still sends",
+        first=("tests/sim/test_races.py",),
     ),
     Mutant(
         "ingress-unknown-insert-sends",
@@ -184,6 +204,7 @@ MUTANTS: tuple[Mutant, ...] = (
         """        except OutcomeUnknown as e:
             pass  # may have landed""",
         "a record insert with an unknown outcome is taken as committed",
+        first=("tests/sim",),
     ),
     Mutant(
         "ingress-record-ignored",
@@ -193,6 +214,7 @@ MUTANTS: tuple[Mutant, ...] = (
         """if existing is not None and _expires(existing) < now:
                 if existing.get("fingerprint") is None:""",
         "a retry inside the window does not find its key's record and sends anew",
+        first=("tests/sim",),
     ),
     Mutant(
         "ingress-foreign-receipt",
@@ -203,6 +225,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "",
         "a key repeated with another message (type, destination, body, due time) is answered "
         "with the first message's receipt, and the new message is dropped",
+        first=("tests/bus/test_ingress_scopes.py", "tests/bus/test_ingress_rollout.py"),
     ),
     Mutant(
         "ingress-request-fingerprint-ignored",
@@ -211,6 +234,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        return False\n",
         "a client's retry whose record another version of the app wrote (its model reads the "
         "message differently) is refused as a reused key",
+        first=("tests/bus/test_ingress_request_fingerprint.py",),
     ),
     Mutant(
         "ingress-request-fingerprint-any",
@@ -218,6 +242,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        return self.request is not None and recorded == self.request\n",
         "        return self.request is not None\n",
         "a key reused for a different client request is answered with the first receipt",
+        first=("tests/bus/test_ingress_request_fingerprint.py",),
     ),
     Mutant(
         "ingress-one-namespace",
@@ -226,6 +251,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "return key if check_scope(scope) else key",
         "every sender's records share one namespace: a key one sender took first answers, or "
         "refuses, another sender's message",
+        first=("tests/bus/test_ingress_scopes.py", "tests/bus/test_ingress_rollout.py"),
     ),
     Mutant(
         "ingress-scoped-while-off",
@@ -234,6 +260,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            partition = record_key(self.scope, key)\n",
         "with BUS_INGRESS_KEY_SCOPES off the record goes under the scoped key, where instances "
         "of the previous version do not look: a retry they answer during a deploy is sent again",
+        first=("tests/bus/test_ingress_scopes.py", "tests/bus/test_ingress_rollout.py"),
     ),
     Mutant(
         "ingress-legacy-any-sender",
@@ -242,6 +269,7 @@ MUTANTS: tuple[Mutant, ...] = (
         'if record.get("type") not in names:',
         "a record of the previous version answers a sender of another kind than the one that "
         "wrote it (an HTTP caller's record answers `bus send`)",
+        first=("tests/bus/test_ingress_scopes.py", "tests/bus/test_ingress_rollout.py"),
     ),
     # -- trust edge: the console's credential and the platform's principal headers ------------
     Mutant(
@@ -254,6 +282,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "X-MS-CLIENT-PRINCIPAL-* are believed with App Service authentication off: any key "
         "holder names itself another caller (takes its idempotency keys, acts in the console "
         "under its name)",
+        first=("tests/test_config.py", "tests/console/test_console_function.py"),
     ),
     Mutant(
         "platform-any-identity-provider",
@@ -261,6 +290,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if provider != ENTRA_IDP:\n",
         "    if False:\n",
         "a caller signed in by another identity provider than Entra ID is taken as an Entra caller",
+        first=("tests/test_config.py", "tests/console/test_console_function.py"),
     ),
     Mutant(
         "console-secret-unchecked",
@@ -269,6 +299,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        if False and not _same_secret(",
         "the deployed console serves every API request without its secret: whoever reaches "
         "it (an ingress client with a host key) reads parked bodies and acts",
+        first=("tests/test_config.py", "tests/console/test_console_function.py"),
     ),
     Mutant(
         "console-binds-without-credential",
@@ -277,6 +308,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    elif False:\n",
         "the console is bound with no credential of its own configured, open to everyone "
         "who reaches it",
+        first=("tests/test_config.py", "tests/console/test_console_function.py"),
     ),
     # -- window modes -------------------------------------------------------------------------
     Mutant(
@@ -285,6 +317,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "return Insert(row) if existing is None else Update(row, existing.etag)",
         "return Insert(row) if existing is None else Update(row)",
         "a window mode writes the state without its ETag",
+        first=("tests/sim",),
     ),
     Mutant(
         "modes-delete-before-send",
@@ -294,6 +327,7 @@ MUTANTS: tuple[Mutant, ...] = (
         """        await self._delete_incoming(signal)
         await send_signals(self.account, tuple(outgoing), hints, config=self.config)""",
         "a window mode deletes the incoming token before signalling its outputs",
+        first=("tests/sim",),
     ),
     Mutant(
         "modes-incoming-token-kept",
@@ -304,6 +338,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "a window-mode receiver leaves its incoming token as a token-mode one does, but no R7 "
         "of the cleanup deletes it: a token-mode sender's O(m) waits for it for ever (issue 42's "
         "pairings)",
+        first=("tests/sim/test_pairings.py",),
     ),
     # -- delayed messages and retry policies ----------------------------------------------------
     Mutant(
@@ -312,6 +347,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "if (early := not_due(envelope.deliver_at, self.config.clock)) is not None:",
         "if (early := not_due(None, self.config.clock)) is not None:",
         "the receiver trusts the queue's delay: an early signal is processed before its time",
+        first=("tests/sim/test_delays_retries.py",),
     ),
     Mutant(
         "pipeline-retry-acknowledged-unsent",
@@ -319,6 +355,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "await send_hidden(self.account.queue(self.endpoint.name), again, delay)",
         "pass",
         "a delayed retry acknowledges the failed copy without sending its next signal",
+        first=("tests/sim/test_delays_retries.py",),
     ),
     # -- giving back a newer version's message -------------------------------------------------
     Mutant(
@@ -327,6 +364,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "await send_hidden(queue, given_back_text(signal, count + 1), step.delay)",
         "pass",
         "a give-back acknowledges the copy it holds without sending the signal again",
+        first=("tests/sim/test_rolling.py", "tests/bus/test_give_back.py"),
     ),
     Mutant(
         "pipeline-give-back-window-ignored",
@@ -334,6 +372,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "step = next_step(count, self.config.give_back_seconds)",
         "step = next_step(count, 0.0)",
         "a newer version's message is parked at once, whatever BUS_GIVE_BACK_SECONDS says",
+        first=("tests/sim/test_rolling.py", "tests/bus/test_give_back.py"),
     ),
     Mutant(
         "pipeline-give-back-uncounted",
@@ -341,6 +380,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "given_back_text(signal, count + 1)",
         "given_back_text(signal, count)",
         "a give-back does not count itself: the message is given back for ever, never parked",
+        first=("tests/sim/test_rolling.py", "tests/bus/test_give_back.py"),
     ),
     Mutant(
         "pipeline-give-back-parked-with-count",
@@ -348,6 +388,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "raw = afresh_text(delivery.raw, signal)",
         "raw = delivery.raw",
         "a message parked after its window keeps its count: its replay gets no window again",
+        first=("tests/bus/test_give_back.py", "tests/sim"),
     ),
     Mutant(
         "receiver-newer-copy-given-back-unread",
@@ -356,6 +397,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            raise\n        except (MalformedSignal, MessageSchemaError) as e:",
         "a hinted copy of a newer version's message is given back without reading its token: "
         "a copy of a message already processed is given back for the whole window, then parked",
+        first=("tests/bus/test_give_back.py", "tests/sim"),
     ),
     Mutant(
         "giveback-delay-uncapped",
@@ -363,6 +405,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "min(FIRST_DELAY * 2 ** min(done, 16), MAX_DELAY, left)",
         "min(FIRST_DELAY * 2 ** min(done, 16), left)",
         "the give-back delays keep doubling: an upgraded instance waits up to half the window",
+        first=("tests/bus/test_give_back.py", "tests/sim"),
     ),
     # -- cleanup --------------------------------------------------------------------------------
     Mutant(
@@ -373,6 +416,7 @@ MUTANTS: tuple[Mutant, ...] = (
         """            elif False:
                 report.kept["incoming_pending"] += 1""",
         "an uncommitted O(m) is retired while its incoming token (claimed, or parked) exists",
+        first=("tests/sim/test_races.py",),
     ),
     Mutant(
         "cleanup-r7-before-outputs",
@@ -410,6 +454,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "if row is not None and kind.fence is not None:",
         "if False:",
         "an uncommitted O(m)'s tokens are deleted without fencing the row first",
+        first=("tests/sim/test_races.py",),
     ),
     Mutant(
         "cleanup-claimed-token-deleted",
@@ -435,6 +480,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 report.kept["young"] += 1
                 continue""",
         "tokens younger than the grace period are judged (and deleted) too",
+        first=("tests/sim",),
     ),
     Mutant(
         "cleanup-foreign-origin-judged",
@@ -444,6 +490,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "a token or shared payload whose origin is another app's (a table that is none of this "
         "app's endpoints nor its ingress table) is judged abandoned: one app's cleanup deletes "
         "the other app's tokens in flight, on the shared messaging account",
+        first=("tests/sim/test_two_apps.py", "tests/cleanup/test_two_apps.py"),
     ),
     # -- cleanup: parked messages (the poison task) -------------------------------------------
     Mutant(
@@ -455,6 +502,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            form = await repark(context.account, self.endpoint, message.content, "
         "version=wire)",
         "an entry that will expire is deleted before its copy is sent (a crash between loses it)",
+        first=("tests/sim/test_parked.py",),
     ),
     Mutant(
         "cleanup-orphans-unchecked",
@@ -462,6 +510,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            elif not self._complete:",
         "            elif self._complete is None:",
         "parked originals are deleted by a pass that did not hold every poison entry",
+        first=("tests/sim/test_parked.py",),
     ),
     # -- discarding a parked message ----------------------------------------------------------
     Mutant(
@@ -471,6 +520,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    removed = False",
         "a discard archives and deletes the poison message but leaves its token for ever (the "
         "oldest-token alert never clears; the origin record never retires)",
+        first=("tests/sim/test_parked.py",),
     ),
     # -- one pass over a poison queue; a parked body downloaded --------------------------------
     Mutant(
@@ -481,6 +531,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "                return True\n",
         "a listing, replay or discard pass ends on a batch of messages it has seen (their hold "
         "ran out) and leaves every message behind them, saying it saw them all",
+        first=("tests/bus/test_parked_action_passes.py", "tests/bus/test_parked_listing_bounds.py"),
     ),
     Mutant(
         "parked-body-digest-unchecked",
@@ -488,6 +539,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if digest is not None and hashed != digest:",
         "    if False:",
         "a parked body is downloaded without checking the token against the digest in its name",
+        first=("tests/bus/test_parked_body_stream.py",),
     ),
     Mutant(
         "parked-body-stream-unpinned",
@@ -496,6 +548,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            current = (await self.blobs.get_properties(self.name)).etag\n"
         "            piece = await self.blobs.read_range(self.name, at, length, etag=current)",
         "a parked body is streamed from whatever the blob holds by then, not the version checked",
+        first=("tests/bus/test_parked_body_stream.py",),
     ),
     # -- shared payloads (one payload per publish) ----------------------------------------------
     Mutant(
@@ -504,6 +557,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "if len(data) != reference.size or envelope_digest(data) != reference.digest:",
         "if False:",
         "the receiver processes a shared payload without checking its size and SHA-256",
+        first=("tests/bus/test_shared_payloads.py", "tests/sim"),
     ),
     Mutant(
         "payloads-created-once",
@@ -517,6 +571,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            pass",
         "a round writes its payload only if absent (If-None-Match): a later round that refers "
         "to it does not refresh its age or ETag",
+        first=("tests/sim/test_shared_payloads.py", "tests/cleanup/test_shared_payload_cleanup.py"),
     ),
     Mutant(
         "pipeline-missing-payload-acknowledged",
@@ -526,6 +581,7 @@ MUTANTS: tuple[Mutant, ...] = (
         """            pass
         return Outcome.DUPLICATE""",
         "a missing payload is taken for a duplicate without checking that the token is gone",
+        first=("tests/bus/test_shared_payloads.py", "tests/sim"),
     ),
     Mutant(
         "pipeline-payload-read-before-claim",
@@ -535,6 +591,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        await self._body(incoming)\n",
         "a shared payload is read with its token, before token mode's claim and a window "
         "mode's duplicate check: every copy of a processed message downloads the body",
+        first=("tests/bus/test_payload_reads.py", "tests/sim/test_shared_payloads.py"),
     ),
     Mutant(
         "pipeline-postpone-unsent",
@@ -543,6 +600,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "",
         "a message postponed for want of body budget is acknowledged without its signal being "
         "sent again: it is lost",
+        first=("tests/bus/test_body_budget.py",),
     ),
     Mutant(
         "pipeline-state-wait-spends-tries",
@@ -551,6 +609,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        (),\n",
         "a state store that does not answer is an ordinary failure: each delivery of a long "
         "outage spends one of the host's tries, and the message is parked",
+        first=("tests/bus/test_failure_table.py", "tests/sim/test_state_outage.py"),
     ),
     Mutant(
         "pipeline-state-wait-unsent",
@@ -559,6 +618,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            pass\n",
         "a message waiting for the state store is acknowledged without its signal being sent "
         "again: it is lost",
+        first=("tests/bus/test_failure_table.py", "tests/sim/test_state_outage.py"),
     ),
     Mutant(
         "pipeline-budget-never-released",
@@ -567,6 +627,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            pass\n",
         "a receive never gives back the body budget it took: the worker postpones everything "
         "once the budget has been used up",
+        first=("tests/bus/test_body_budget.py",),
     ),
     Mutant(
         "ingress-budget-ignored",
@@ -574,6 +635,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '    if not await holding.take("request", len(raw), 0.0):',
         '    if not await holding.take("request", 0, 0.0):',
         "the ingress parses every body whatever the worker's body budget holds",
+        first=("tests/bus/test_body_budget.py",),
     ),
     Mutant(
         "cleanup-payload-young-removed",
@@ -581,6 +643,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "if not context.is_old(blob.last_modified):  # (a)",
         "if False:  # (a)",
         "payloads younger than the grace period are judged (and deleted) too",
+        first=("tests/sim/test_shared_payloads.py",),
     ),
     Mutant(
         "cleanup-payload-tokens-unchecked",
@@ -588,6 +651,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "if (await context.tokens.list_page(prefix, page_size=1)).items:  # (b)",
         "if False:  # (b)",
         "a payload is removed while tokens under its prefix still refer to it",
+        first=("tests/sim/test_shared_payloads.py",),
     ),
     Mutant(
         "cleanup-payload-unfenced",
@@ -595,6 +659,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            kept = await _fence(context, *found, blob)",
         "            kept = None",
         "a payload whose O(m) is uncommitted is removed without fencing O(m) first",
+        first=("tests/cleanup/test_shared_payload_cleanup.py", "tests/sim"),
     ),
     Mutant(
         "cleanup-payload-delete-unconditional",
@@ -602,6 +667,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "await context.payloads.delete(blob.name, etag=blob.etag)  # (d)",
         "await context.payloads.delete(blob.name)  # (d)",
         "a payload is deleted without If-Match: a round's rewrite since the judgement is lost",
+        first=("tests/cleanup/test_shared_payload_cleanup.py", "tests/sim"),
     ),
     # -- effects (docs/effects.md) -------------------------------------------------------------
     Mutant(
@@ -611,6 +677,7 @@ MUTANTS: tuple[Mutant, ...] = (
         'return derived_id(incoming_id, "effect", 1)',
         "the key leaves out the effect's position: two effects of one run share a key, and "
         "the provider answers the second with the first's answer",
+        first=("tests/effects/test_requests.py",),
     ),
     Mutant(
         "effect-key-incoming-dropped",
@@ -619,6 +686,7 @@ MUTANTS: tuple[Mutant, ...] = (
         'return derived_id("effect", "effect", position)',
         "the key leaves out the incoming message's id: the first effect of every message "
         "shares one key",
+        first=("tests/effects/test_requests.py",),
     ),
     Mutant(
         "effect-key-fresh-per-call",
@@ -628,6 +696,11 @@ MUTANTS: tuple[Mutant, ...] = (
         'f"{request.key}-{id(request)}")',
         "the performer sends a key of its own on every call instead of the committed one: a "
         "retry after an unknown outcome applies the effect again",
+        first=(
+            "tests/effects/test_performer.py",
+            "tests/effects/test_at_most_once.py",
+            "tests/sim/test_effects.py",
+        ),
     ),
     Mutant(
         "effect-4xx-retried",
@@ -635,6 +708,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "if 400 <= answer.status < 500 and answer.status != TOO_MANY_REQUESTS:",
         "if False:",
         "a refusal for good (4xx) is taken for an unknown outcome and retried until parked",
+        first=("tests/effects/test_memory_provider.py", "tests/effects/test_at_most_once.py"),
     ),
     Mutant(
         "effect-5xx-failed",
@@ -643,6 +717,11 @@ MUTANTS: tuple[Mutant, ...] = (
         'return "failed"',
         "a 5xx or 429 is answered failed: the bus claims a refusal for a call whose outcome "
         "it does not know",
+        first=(
+            "tests/effects/test_memory_provider.py",
+            "tests/effects/test_performer.py",
+            "tests/effects/test_at_most_once.py",
+        ),
     ),
     Mutant(
         "effect-key-reused-failed",
@@ -651,6 +730,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if False:",
         "a key used with another body (a declared key-reused status, 422 by default) is "
         "answered failed instead of parked as a defect",
+        first=("tests/effects/test_memory_provider.py", "tests/effects/test_at_most_once.py"),
     ),
     Mutant(
         "effect-409-parked",
@@ -660,6 +740,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "a provider's 'in progress' (409 by default: a call under the same key still running) "
         "is taken for a key reused with another body and parks the request, which then is "
         "never answered (issue 42)",
+        first=(
+            "tests/effects/test_http_performer.py",
+            "tests/effects/test_memory_provider.py",
+            "tests/effects/test_at_most_once.py",
+            "tests/sim/test_effects.py",
+        ),
     ),
     Mutant(
         "effect-request-dropped",
@@ -668,6 +754,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "pass",
         "the request is not an output of the requester's round: nothing is committed, "
         "nothing performed",
+        first=("tests/effects/test_requests.py",),
     ),
     Mutant(
         "effect-answer-not-sent",
@@ -677,6 +764,11 @@ MUTANTS: tuple[Mutant, ...] = (
         """        (lambda *_, **__: None)(
             answer_model(""",
         "the performer calls the provider but sends no answer in its commit",
+        first=(
+            "tests/effects/test_performer.py",
+            "tests/effects/test_at_most_once.py",
+            "tests/sim/test_effects.py",
+        ),
     ),
     Mutant(
         "effect-marker-unconditional",
@@ -688,6 +780,11 @@ MUTANTS: tuple[Mutant, ...] = (
         except AlreadyExists:
             return True""",
         "an at-most-once marker found already there counts as this copy's own: every copy calls",
+        first=(
+            "tests/contract/test_marker_contract.py",
+            "tests/effects/test_at_most_once.py",
+            "tests/sim/test_effects.py",
+        ),
     ),
     Mutant(
         "effect-marker-after-call",
@@ -711,6 +808,7 @@ MUTANTS: tuple[Mutant, ...] = (
             return _uncertain(request, NO_ANSWER, "its marker was already there")
 """,
         "the at-most-once marker is inserted after the call: a run after a crash calls again",
+        first=("tests/sim/test_effects.py",),
     ),
     Mutant(
         "effect-uncertain-retried",
@@ -722,6 +820,7 @@ MUTANTS: tuple[Mutant, ...] = (
             raise""",
         "an at-most-once call whose outcome is unknown raises for a retry instead of answering "
         "uncertain (the retry finds the marker, so the answer is uncertain anyway, a retry later)",
+        first=("tests/effects/test_at_most_once.py",),
     ),
     Mutant(
         "cleanup-marker-request-unchecked",
@@ -732,6 +831,7 @@ MUTANTS: tuple[Mutant, ...] = (
         report.kept["request_pending"] += 1""",
         "an at-most-once marker is retired while its request may still run (parked, say): "
         "its replay calls again",
+        first=("tests/cleanup/test_marker_retirement.py",),
     ),
     Mutant(
         "cleanup-marker-grace-ignored",
@@ -740,6 +840,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "if False:",
         "an at-most-once marker is retired on the pass after its request was seen gone, "
         "without waiting the grace period for a copy still in the handler",
+        first=("tests/cleanup/test_marker_retirement.py",),
     ),
     # -- transactional sessions (S1-S6, shared/bus/session.py) and their cleanup ---------------
     Mutant(
@@ -821,6 +922,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "if op.etag is not None and current.etag != op.etag:",
         "if False:",
         "the in-memory table ignores If-Match",
+        first=("tests/sim",),
     ),
     Mutant(
         "memory-blob-etag-ignored",
@@ -828,6 +930,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "if etag is not None and stored.etag != etag:",
         "if False:",
         "the in-memory blob container ignores If-Match",
+        first=("tests/contract", "tests/sim"),
     ),
     Mutant(
         "memory-queue-no-lease",
@@ -835,5 +938,6 @@ MUTANTS: tuple[Mutant, ...] = (
         "visible_at=now + visibility_timeout,\n                    dequeue_count=",
         "visible_at=now,\n                    dequeue_count=",
         "a received message stays visible (no lease)",
+        first=("tests/sim",),
     ),
 )
