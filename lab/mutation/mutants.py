@@ -854,6 +854,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ".etag)]",
         "S4 commits O(s) without the ETag it was read at: a request commits over another "
         "request of its key",
+        first=("tests/bus/test_sessions.py", "tests/sim/test_sessions.py"),
     ),
     Mutant(
         "session-signals-before-commit",
@@ -866,6 +867,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        try:\n"
         "            versions = await transaction.commit(operations, self._audit(committed))",
         "S5 before S4: the session's signals are sent before its commit",
+        first=("tests/bus/test_sessions.py", "tests/sim/test_sessions.py"),
     ),
     Mutant(
         "session-marked-before-signals",
@@ -879,6 +881,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            await send_signals(self._account, committed.outgoing, hints, "
         "config=self._config)",
         "S6 before S5: O(s) is marked signalled before its signals are sent",
+        first=("tests/bus/test_sessions.py", "tests/sim/test_sessions.py"),
     ),
     Mutant(
         "session-dedup-skipped",
@@ -889,6 +892,7 @@ MUTANTS: tuple[Mutant, ...] = (
             self.deduplicated = True""",
         "S1 takes a committed O(s) for an open one: a retry under the same key writes and "
         "sends again",
+        first=("tests/bus/test_sessions.py", "tests/sim/test_sessions.py"),
     ),
     Mutant(
         "cleanup-session-resend-skipped",
@@ -898,6 +902,7 @@ MUTANTS: tuple[Mutant, ...] = (
         """        # Marked""",
         "the sessions task marks a committed O(s) left unsignalled as signalled without "
         "sending its signals",
+        first=("tests/bus/test_sessions.py", "tests/sim/test_sessions.py"),
     ),
     Mutant(
         "cleanup-session-resend-early",
@@ -906,6 +911,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        if False:",
         "the sessions task signals a committed O(s) at once, without the resend delay that "
         "leaves its request the time to do it",
+        first=("tests/bus/test_sessions.py", "tests/sim/test_sessions.py"),
     ),
     Mutant(
         "cleanup-session-open-retired-young",
@@ -914,6 +920,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            if False:",
         "the sessions task retires an open O(s) before the grace period: a request still in "
         "its block is fenced",
+        first=("tests/bus/test_sessions.py", "tests/sim/test_sessions.py"),
     ),
     # -- in-memory stores ---------------------------------------------------------------------
     Mutant(
