@@ -12,6 +12,7 @@ no ``bad_origin``."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 
@@ -74,6 +75,54 @@ def test_a_message_caused_twice_is_doubled_and_one_nobody_sent_is_a_ghost() -> N
     verdict = verdict_of(audits, {"root", "again"})
     assert (verdict.doubled, verdict.ghosts) == (1, 1)
     assert not verdict.passed
+
+
+def session_row(round_id: str, *caused: tuple[str, str]) -> dict[str, object]:
+    """A transactional session's audit row: what its request sent, no processing."""
+    return {**row(round_id, *caused), "mode": "session"}
+
+
+def test_a_session_row_counts_what_it_sent_and_is_no_processing() -> None:
+    audits = {"a": [session_row("round", ("placed", "orders")), row("placed")], "b": []}
+    verdict = verdict_of(audits, {"placed"})
+    assert verdict.passed
+    assert (verdict.sent, verdict.processed, verdict.apps["a"].processed) == (1, 1, 1)
+
+
+def test_a_session_message_never_processed_is_lost() -> None:
+    verdict = verdict_of({"a": [session_row("round", ("placed", "orders"))], "b": []}, set())
+    assert (verdict.lost, verdict.ghosts) == (1, 0)
+    assert not verdict.passed
+
+
+def clients_with(web_orders: dict[str, list[str]], refused: dict[str, int]) -> demo.Clients:
+    return demo.Clients(web_orders=web_orders, refused=refused)
+
+
+def test_each_web_order_has_one_row_and_its_message_processed_once() -> None:
+    clients = clients_with({"order0": ["m0"]}, {"refused0": 400, "again-order0": 409})
+    errors = demo.web_order_errors(Counter({"order0": 1}), clients, {"m0": 1})
+    assert errors == []
+
+
+@pytest.mark.parametrize(
+    ("rows", "audited", "refused", "says"),
+    [
+        ({}, {"m0": 1}, {}, "order order0 accepted at /api/orders has 0 rows"),
+        ({"order0": 1}, {}, {}, "PlaceOrder m0 of order0 processed 0 times"),
+        ({"order0": 1}, {"m0": 2}, {}, "PlaceOrder m0 of order0 processed 2 times"),
+        ({"order0": 1, "order1": 1}, {"m0": 1}, {}, "order order1 has a row but was never"),
+        ({"order0": 1}, {"m0": 1}, {"refused0": 202}, "refused0 was answered 202, not 400"),
+        ({"order0": 1}, {"m0": 1}, {"again-order0": 202}, "answered 202, not 409"),
+    ],
+)
+def test_a_web_order_lost_doubled_or_made_up_or_a_refusal_accepted_is_an_error(
+    rows: dict[str, int], audited: dict[str, int], refused: dict[str, int], says: str
+) -> None:
+    clients = clients_with({"order0": ["m0"]}, refused)
+    errors = demo.web_order_errors(Counter(rows), clients, audited)
+    assert len(errors) == 1
+    assert says in errors[0]
 
 
 @pytest.mark.slow
