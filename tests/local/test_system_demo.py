@@ -4,10 +4,12 @@ Its verdict over the apps' audit rows (``count_audits``): a message lost, proces
 caused twice, made up or processed by another app than its destination's fails it. And the
 demo itself at a small size: the sample system's three apps in three host processes over one
 messaging emulator, each app's rows in its own store, with duplicates, crashes and a SIGKILL
-in every host, ``payments``' host down and ``shipping``'s state emulator frozen mid-run; it
-passes only when nothing is lost or doubled in any app, every cross-app message is processed
-once by its destination's app, and the three cleanups, run at once, leave nothing and report
-no ``bad_origin``."""
+in every host, ``payments``' host down and ``shipping``'s state emulator frozen mid-run, half
+of its orders placed through ``POST /api/orders``' sessions; it passes only when nothing is
+lost or doubled in any app, every cross-app message is processed once by its destination's
+app, each web order has one row, and the three cleanups, run at once, leave nothing (no
+session waiting or open) and report no ``bad_origin``. The verdict's own checks of a
+session's audit row and of the web orders are tested apart."""
 
 from __future__ import annotations
 
@@ -137,7 +139,13 @@ def test_a_small_system_demo_passes_with_one_host_down_and_one_state_account_fro
     for app in ("orders", "payments", "shipping"):
         assert f"app {app}: read " in printed
     assert "spark audit: exit code 0" in printed
+    # Half of the orders went through POST /api/orders' sessions; the audit read the
+    # storefront's rows in orders' database and matched their PlaceOrder with its processing.
+    assert "/api/orders: 6 orders placed in transactional sessions" in printed
+    assert "audit: storefront -> orders: PlaceOrder 6/6" in printed
+    assert "after the cleanups 0 waiting, 0 open, 6 finished" in printed
     last = printed.strip().splitlines()[-1]
     assert last.startswith("demo: apps=3 ")
     assert last.endswith("verdict=PASS")
     assert " lost=0 doubled=0 ghosts=0 residue=0 " in last
+    assert " web_orders=6 " in last
