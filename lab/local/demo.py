@@ -550,10 +550,12 @@ class SessionWatch:
     queue shows yet. ``waiting`` counts them and, once one has waited past
     ``BUS_SESSION_RESEND_SECONDS``, runs the app's cleanup as its timer would (its sessions
     task sends their signals); ``signalled`` sums what those passes and the final cleanups
-    signalled."""
+    signalled, ``retired_open`` the open sessions they deleted (requests that never
+    committed: refused, or crashed and not retried under their key)."""
 
     worker: Worker
     signalled: int = 0
+    retired_open: int = 0
 
     def endpoints(self) -> list[str]:
         return [name for name, e in self.worker.app.endpoints.items() if e.sessions]
@@ -585,6 +587,7 @@ class SessionWatch:
 
     def add(self, report: Mapping[str, Any]) -> None:
         self.signalled += int(report["changed"].get("sessions_signalled", 0))
+        self.retired_open += int(report["removed"].get("open_sessions", 0))
 
 
 def web_line(clients: Clients) -> str:
@@ -601,8 +604,8 @@ def web_line(clients: Clients) -> str:
 def sessions_line(watch: SessionWatch, left: SessionCounts) -> str:
     return (
         f"  sessions: {watch.signalled} signalled by the cleanup (their request stopped before "
-        f"its signals); after the cleanups {left.waiting} waiting, {left.open} open, "
-        f"{left.finished} finished"
+        f"its signals), {watch.retired_open} open ones retired by it (never committed); after "
+        f"the cleanups {left.waiting} waiting, {left.open} open, {left.finished} finished"
     )
 
 
