@@ -597,7 +597,7 @@ def web_line(clients: Clients) -> str:
     return (
         f"  {ORDERS_PATH}: {len(clients.web_orders)} orders placed in transactional sessions, "
         f"in {web['requests']} requests ({web['repeats']} repeated on purpose, "
-        f"{web['retries']} retried after errors); {len(clients.refused)} requests refused"
+        f"{web['retries']} retried after errors, {len(clients.refused)} to be refused)"
     )
 
 
