@@ -55,7 +55,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -126,6 +126,11 @@ class Options:
     """Every n-th order is placed through ``POST /api/orders`` (a session of ``storefront``)
     instead of the ingress (0: none)."""
     refused_orders: int = 5
+    give_up_rate: float = 0.5
+    """Share of the failed ``POST /api/orders`` requests (a 5xx or no answer) whose client gives
+    up instead of retrying: its order must then exist wholly (its row, its PlaceOrder
+    processed once, sent by the cleanup if the request stopped after its commit) or not at
+    all."""
     """Requests to ``POST /api/orders`` that must be refused and write nothing, of each kind:
     a bad body, and an order placed again under another key."""
     pay_later_orders: int = 20
@@ -165,6 +170,8 @@ class Clients:
     """``POST /api/orders``'s share: its requests, repeats and retries."""
     refused: dict[str, int] = field(default_factory=dict)
     """Requests meant to be refused, by key: the status each was answered."""
+    abandoned: set[str] = field(default_factory=set)
+    """Orders whose client gave up at ``POST /api/orders`` after a failure, never answered."""
 
     def count(self, request: Request, what: str) -> None:
         """One more request, repeat or retry (``what``), in the totals and by its path."""
@@ -252,10 +259,13 @@ async def answer(
     request: Request,
     clients: Clients,
     deadline: float,
+    gives_up: Callable[[], bool] | None = None,
 ) -> tuple[int, Any] | None:
     """POST until the host answers below 500: a dead or restarting host, a crash inside the
-    function (500) or storage trouble (503) are retried with the same Idempotency-Key.
-    Returns the status and the JSON body (None: the deadline passed first)."""
+    function (500) or storage trouble (503) are retried with the same Idempotency-Key,
+    unless ``gives_up`` says the client leaves it there (the key then in
+    ``clients.abandoned``). Returns the status and the JSON body (None: the deadline passed
+    first, or the client gave up)."""
     delay = 0.1
     while time.monotonic() < deadline:
         clients.count(request, "requests")
@@ -269,6 +279,9 @@ async def answer(
                     return response.status, await response.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError, ValueError):
             pass
+        if gives_up is not None and gives_up():
+            clients.abandoned.add(request.key)
+            return None
         clients.count(request, "retries")
         await asyncio.sleep(delay)
         delay = min(2.0, delay * 2)
@@ -281,9 +294,10 @@ async def post(
     request: Request,
     clients: Clients,
     deadline: float,
+    gives_up: Callable[[], bool] | None = None,
 ) -> list[str] | None:
     """The message ids the ingress (or ``POST /api/orders``) answers with 200/202."""
-    answered = await answer(session, host, request, clients, deadline)
+    answered = await answer(session, host, request, clients, deadline, gives_up)
     if answered is None:
         return None
     status, body = answered
@@ -389,12 +403,17 @@ async def send_all(
     for request in requests:
         pending.put_nowait(request)
 
+    def gives_up() -> bool:
+        return chooser.random() < options.give_up_rate
+
     async def client(session: aiohttp.ClientSession) -> None:
         while not pending.empty():
             request = pending.get_nowait()
-            ids = await post(session, host, request, clients, deadline)
+            web = request.path == ORDERS_PATH
+            ids = await post(session, host, request, clients, deadline, gives_up if web else None)
             if ids is None:
-                clients.unsent.append(request.key)
+                if request.key not in clients.abandoned:
+                    clients.unsent.append(request.key)
                 continue
             clients.receipts[request.key] = ids
             if request.path == ORDERS_PATH:
@@ -517,7 +536,9 @@ def web_order_errors(
     committed: Counter[str], clients: Clients, audited: Mapping[str, int]
 ) -> list[str]:
     """Every order ``POST /api/orders`` accepted has one row and its PlaceOrder processed
-    once; no other order has a row (one placed through the ingress, or refused)."""
+    once; no other order has a row (one placed through the ingress, or refused), but one
+    whose client gave up may (its session committed: ``placed_orders`` then holds it to the
+    whole flow)."""
     errors = []
     for order_id, ids in clients.web_orders.items():
         if committed[order_id] != 1:
@@ -532,9 +553,40 @@ def web_order_errors(
     errors += [
         f"order {o} has a row but was never accepted at {ORDERS_PATH}"
         for o in committed
-        if o not in clients.web_orders
+        if o not in clients.web_orders and o not in clients.abandoned
     ]
     return errors + refused_errors(clients)
+
+
+def placed_orders(
+    orders: Mapping[str, int], clients: Clients, committed: Counter[str]
+) -> dict[str, int]:
+    """The orders the flow must have carried through: all but those whose client gave up at
+    ``POST /api/orders`` before their session committed (no row: nothing may be sent,
+    charged or shipped for them, which the checks of the placed orders then catch)."""
+    return {o: a for o, a in orders.items() if o not in clients.abandoned or committed[o]}
+
+
+def abandoned_line(clients: Clients, committed: Counter[str]) -> str:
+    done = sum(1 for o in clients.abandoned if committed[o])
+    return (
+        f"  {ORDERS_PATH}: {len(clients.abandoned)} orders given up by their client after a "
+        f"failure: {done} had committed (row and PlaceOrder, carried through), "
+        f"{len(clients.abandoned) - done} had not (nothing of them anywhere)"
+    )
+
+
+def abandoned_errors(
+    states: Mapping[str, Mapping[str, Any]], placed: Mapping[str, int], clients: Clients
+) -> list[str]:
+    """An order given up before its commit has no state in any endpoint."""
+    gone = clients.abandoned - set(placed)
+    return [
+        f"order {o} never committed but {e} has its state"
+        for o in sorted(gone)
+        for e, found in states.items()
+        if o in found
+    ]
 
 
 def processing(row: Mapping[str, object]) -> bool:
@@ -679,14 +731,17 @@ async def verify(
         for e in endpoints
     }
     errors = []
+    if clients is not None:
+        committed = await order_rows(account, sql, postgres_url)
+        errors += web_order_errors(committed, clients, audited)
+        orders = placed_orders(orders, clients, committed)
+        errors += abandoned_errors(states, orders, clients)
+        print(abandoned_line(clients, committed))
     charges = await charge_rows(sql, postgres_url)
     if charges:
         errors += [f"order {o} has {charges[o]} charge rows" for o in orders if charges[o] != 1]
         errors += [f"charge row for unknown order {o}" for o in charges if o not in orders]
     errors += check_orders(states, orders)
-    if clients is not None:
-        committed = await order_rows(account, sql, postgres_url)
-        errors += web_order_errors(committed, clients, audited)
     for game, count in shots.items():
         score = states["leaderboard"].get(game, {})
         if score.get("hits", 0) + score.get("misses", 0) != count:

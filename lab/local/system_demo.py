@@ -372,12 +372,15 @@ async def verify_system(
         for endpoint, rows in (await endpoint_rows(app, STATE_ROW)).items():
             states[endpoint] = {str(r["pk"]): json.loads(str(r["data"])) for r in rows}
     audited = count_audits(audits, owner, roots, verdict)
-    verdict.errors += demo.check_orders(states, orders)
     front = apps["orders"].worker
     committed = await demo.order_rows(
         front.state_account(), sql_states(front), databases.get("orders")
     )
     verdict.errors += demo.web_order_errors(committed, clients, audited)
+    orders = demo.placed_orders(orders, clients, committed)
+    verdict.errors += demo.abandoned_errors(states, orders, clients)
+    print(demo.abandoned_line(clients, committed))
+    verdict.errors += demo.check_orders(states, orders)
     verdict.web_orders = len(clients.web_orders)
     postgres_url = databases.get("payments")
     charges = await demo.charge_rows(sql_states(apps["payments"].worker), postgres_url)

@@ -149,3 +149,20 @@ def test_a_small_system_demo_passes_with_one_host_down_and_one_state_account_fro
     assert last.endswith("verdict=PASS")
     assert " lost=0 doubled=0 ghosts=0 residue=0 " in last
     assert " web_orders=6 " in last
+
+
+def test_an_order_given_up_is_carried_through_if_committed_and_found_nowhere_if_not() -> None:
+    clients = demo.Clients(web_orders={"order0": ["m0"]}, abandoned={"order2", "order4"})
+    committed = Counter({"order0": 1, "order2": 1})
+    # The one that committed may have its row, and must then go through the whole flow.
+    assert demo.web_order_errors(committed, clients, {"m0": 1}) == []
+    orders = {"order0": 100, "order1": 200, "order2": 300, "order4": 500}
+    placed = demo.placed_orders(orders, clients, committed)
+    assert placed == {"order0": 100, "order1": 200, "order2": 300}
+    # The one that did not commit has nothing anywhere; a state of it is an error.
+    states: dict[str, dict[str, object]] = {
+        "orders": {"order0": {}, "order2": {}},
+        "payments": {"order4": {}},
+    }
+    errors = demo.abandoned_errors(states, placed, clients)
+    assert errors == ["order order4 never committed but payments has its state"]
