@@ -13,8 +13,10 @@ an Idempotency-Key; about 30% of requests are repeated, and every failed request
 with its key) which make about 1,000 deliveries through the sample app; every second order
 paid at once goes to the sample's ``POST /api/orders`` instead, whose transactional session
 commits the order's row (in ``sample_orders`` beside payments' rows in PostgreSQL, or an
-entity of ``storefront``'s table with ``--no-postgres``) with its PlaceOrder, and a few
-requests there must be refused (a bad body, an order placed again under another key). The
+entity of ``storefront``'s table with ``--no-postgres``) with its PlaceOrder; half of the
+failed requests there are given up by their client (such an order must exist wholly or not at
+all), and a few requests must be refused (a bad body, an order placed again under another
+key). The
 host
 misbehaves on purpose: about 30% of its signals are sent twice, 1% of its storage and SQL
 operations crash the invocation (queue-triggered and HTTP alike), and once 40% of the

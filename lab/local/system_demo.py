@@ -11,8 +11,10 @@ in the single-app demo, except every second order paid at once, which they place
 ``orders``' own route ``POST /api/orders`` instead: the order's row in the sample's
 ``sample_orders`` table and its PlaceOrder commit in one transactional session of
 ``storefront`` (``SAMPLE_STOREFRONT_STORE=postgres``), under an Idempotency-Key, with the same
-repeats and retries. A few more requests there must be refused and write nothing: bad bodies
-(400) and orders placed again under another key (409). Every host has today's faults: its
+repeats and retries, except that half of the failed requests there are given up by their
+client, as a closed browser would: such an order must exist wholly or not at all. A few more
+requests there must be refused and write nothing: bad bodies (400) and orders placed again
+under another key (409). Every host has today's faults: its
 signals sent twice at random, crashes at random storage and SQL operations (HTTP invocations
 included: a session may stop anywhere between its first read and its signals), and its own
 SIGKILL and restart once 40% of its deliveries are processed. Mid-run, two outages on top:
@@ -32,7 +34,9 @@ exactly one audit row in the app that processed it (a session's own row records 
 and is no processing), every message from one app to another is counted once sent and once
 processed, the business state is exact, the provider's ledger holds each charge and refund
 once, each order accepted at ``POST /api/orders`` has exactly one row in ``sample_orders`` and
-its PlaceOrder processed once, and no other order has a row. Then the Spark audit reads the
+its PlaceOrder processed once, and no other order has a row; an order given up by its client
+is carried through the whole flow if its session committed (its row exists), and has no state
+anywhere if not. Then the Spark audit reads the
 whole system (``python -m shared.audit run --system``, from a system file of the three apps
 written in the work folder, ``orders`` and ``payments`` as postgres apps), each app's rows
 from its own store, and must pass (``--no-audit`` skips it).
