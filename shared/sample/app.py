@@ -416,10 +416,18 @@ def build_app() -> BusApp:
     shipping.handles(ShipOrder)(ship)
     loyalty = app.endpoint("loyalty", state=Customer)
     loyalty.handles(OrderPlaced)(reward)
+    add_storefront(app)
+    return app
+
+
+def add_storefront(app: BusApp) -> None:
+    """The endpoint ``storefront`` (sessions only, its rows where ``SAMPLE_STOREFRONT_STORE``
+    says) and the route ``POST /api/orders`` that places orders in its sessions: one
+    declaration for the sample app and the sample system's ``orders`` app, which also runs the
+    endpoint ``orders`` the sessions send PlaceOrder to."""
     storefront_store = cast(Store, os.environ.get(STOREFRONT_STORE, "table"))
     app.endpoint(STOREFRONT, store=storefront_store, sessions=True)
     app.route("orders", methods=["POST"])(accept_order)
-    return app
 
 
 app = build_app()
