@@ -149,7 +149,8 @@ class SessionWorld(World):
                     outcome = "deduplicated"
                 else:
                     row = f"{ORDER_PREFIX}{name}-{self.tries[number]}"
-                    s.insert(Entity(partition, row, {"request": name, "session": s.session_id}))
+                    fields = {"request": name, "session": s.session_id, "round": s.round_id}
+                    s.insert(Entity(partition, row, fields))
                     s.send(Step(key=partition, hop=1, path=f"{name}>step"), to=self.endpoints[1])
                     if fails:
                         raise RequestFailed(f"request {name} failed after its writes")
@@ -209,17 +210,19 @@ class SessionWorld(World):
         seen = await super()._observe()
         entry = self.sim.entry
         orders: dict[str, Applied] = {}
+        rounds: dict[str, str] = {}
         audited: set[str] = set()
         async for entity in self._endpoint_rows(self.account)[entry].every():
             if entity.row_key.startswith(ORDER_PREFIX):
                 request = str(entity["request"])
                 orders[entity.row_key] = Applied(
-                    id=str(entity["session"]),
+                    id=str(entity["round"]),
                     name=request,
                     source=CLIENT,
                     causation=None,
                     digest=order_digest(request),
                 )
+                rounds[entity.row_key] = str(entity["round"])
             elif entity.row_key.startswith(AUDIT_PREFIX):
                 audited.add(entity.row_key.removeprefix(AUDIT_PREFIX))
         seen.applied[entry] = list(orders.values())
@@ -233,7 +236,7 @@ class SessionWorld(World):
                 "never committed",
             )
             for row, order in sorted(orders.items())
-            if kept and order.id not in audited
+            if kept and rounds[row] not in audited
         ]
         await self._beyond_the_window()
         return seen

@@ -936,16 +936,16 @@ class _SignalsFirst(Session):
         traceback: TracebackType | None,
     ) -> None:
         if self._outputs and not self.deduplicated and self._opened is not None:
-            self._early = await super()._create_tokens([])
+            self._early = await super()._create_tokens(self.round_id, [])
             early = self._early
             await send_signals(
                 self._account, tuple(early.committed_candidates), early.hints, config=self._config
             )
         await super().__aexit__(kind, error, traceback)
 
-    async def _create_tokens(self, abandoned: list[str]) -> CreatedTokens:
+    async def _create_tokens(self, round_id: str, abandoned: list[str]) -> CreatedTokens:
         if self._early is None:
-            return await super()._create_tokens(abandoned)
+            return await super()._create_tokens(round_id, abandoned)
         abandoned.extend(self._early.abandoned)
         return self._early
 
@@ -1007,7 +1007,7 @@ class _TokensBeforeRecord(SessionRecords):
     ) -> str | None:
         if record.committed or not context.is_old(record.started_at):
             return await super()._judge(context, rows, record, report)
-        prefix = token_prefix(self.endpoint, record.session_id)
+        prefix = token_prefix(self.endpoint, record.round_id)
         await clear_prefix(context, prefix, frozenset(), report)
         return None
 
