@@ -102,6 +102,14 @@ payload-bench: deps
 kit-bench: deps
 	$(PY) -m lab.bench.kit_flow
 
+# What a web request that writes one row and sends one message costs: a transactional
+# session against a plain write plus the ingress's send or a raw queue message, on Table
+# Storage and PostgreSQL, side by side in one run (docs/sessions.md). Prints requests per
+# request and latencies; not a timed test.
+.PHONY: session-bench
+session-bench: deps
+	$(PY) -m lab.bench.session_cost $(if $(REQUESTS),--requests $(REQUESTS))
+
 # One cleanup pass over N abandoned tokens, N retired outbox records and N expired ingress
 # and audit rows, N = 5,000 and 20,000, on Azurite and on the in-memory store with 10 ms per
 # request (docs/cleanup.md). Prints items/s and requests per item; not a timed test.

@@ -263,8 +263,8 @@ CALL_TIMEOUT = seconds(
 INGRESS_TIMEOUT = seconds(
     "BUS_INGRESS_TIMEOUT",
     12.0,
-    "one `POST /api/messages`, all its storage calls included; then 503 (retry with the same "
-    "key). At least the call timeout",
+    "one `POST /api/messages` or request to one of the app's own web routes, all its storage "
+    "calls included; then 503 (retry with the same key). At least the call timeout",
     group=TIMEOUTS,
     high=3600,
 )
@@ -275,6 +275,15 @@ INGRESS_WINDOW = seconds(
     "how long client retries with one Idempotency-Key are deduplicated (the ingress record's "
     "window, `shared.bus.ingress`)",
     group=BUS,
+)
+
+SESSION_RESEND = seconds(
+    "BUS_SESSION_RESEND_SECONDS",
+    60.0,
+    "how long after its commit a transactional session whose request stopped before "
+    "signalling its messages waits for the cleanup to signal them (`shared.cleanup.sessions`)",
+    group=BUS,
+    high=WEEK,
 )
 
 
@@ -411,9 +420,9 @@ STATE_WAIT = seconds(
 HTTP_CONCURRENCY = whole(
     "BUS_HTTP_CONCURRENCY",
     16,
-    "most `POST /api/messages` requests one instance works on at once; beyond it, and when "
-    "BUS_BODY_BUDGET_BYTES has no room for a request's body, the answer is 503 with "
-    "Retry-After",
+    "most `POST /api/messages` and app web route requests one instance works on at once; "
+    "beyond it, and when BUS_BODY_BUDGET_BYTES has no room for a request's body, the answer "
+    "is 503 with Retry-After",
     group=BUS,
     low=1,
     high=1000,
@@ -670,7 +679,8 @@ CONSOLE_AUDIT_SCAN_ROWS = whole(
     "BUS_CONSOLE_AUDIT_SCAN_ROWS",
     20000,
     "audit rows the console's overview reads per endpoint for its throughput and latency of "
-    "the last minutes (beyond it the figures say they are partial; docs/console.md)",
+    "the last minutes, and session records per endpoint that takes transactional sessions "
+    "(beyond it the figures say they are partial; docs/console.md)",
     group=CONSOLE,
     low=100,
     high=1_000_000,
@@ -714,6 +724,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     CALL_TIMEOUT,
     INGRESS_TIMEOUT,
     INGRESS_WINDOW,
+    SESSION_RESEND,
     INGRESS_KEY_SCOPES,
     WIRE_FORMAT,
     INGRESS_ENTRA_CALLERS,

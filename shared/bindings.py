@@ -2,9 +2,11 @@
 
 ``function_app.py`` registers ``blueprint(worker())``: one queue trigger per endpoint
 (function name and queue both the endpoint's name), the HTTP ingress (``POST
-/api/messages``), the health route (``GET /api/health``), the cleanup timer and, when
-``BUS_CONSOLE_ENABLED`` is set, the operator console (``/api/console/``, refused at start-up
-without a credential of its own: ``shared.console.guard.deployed_identity``). The Functions
+/api/messages``), the health route (``GET /api/health``), the cleanup timer, one HTTP
+function per web route the app declares (``BusApp.route``, ``shared.web``; function key
+required, as for the ingress) and, when ``BUS_CONSOLE_ENABLED`` is set, the operator console
+(``/api/console/``, refused at start-up without a credential of its own:
+``shared.console.guard.deployed_identity``). The Functions
 host indexes them when it imports ``function_app.py``, so the endpoint list lives in the
 ``BusApp`` only.
 
@@ -17,10 +19,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit
 
 import azure.functions as func
 
 from shared.bus.envelope import bus_message_id
+from shared.bus.http_routes import HttpRoute
 from shared.bus.pipeline import queue_text
 from shared.cleanup.summary import cleanup_summary
 from shared.console.function import DeployedConsole
@@ -28,6 +32,7 @@ from shared.errors import ConfigurationError
 from shared.http_ingress import check_platform, response_headers
 from shared.logsafe import shown
 from shared.runtime import Worker
+from shared.web import WebRequest
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +41,8 @@ CONSOLE_FUNCTION = "console"
 """Bound too when BUS_CONSOLE_ENABLED is set (``shared.console.function``)."""
 CLEANUP_SCHEDULE = "%CLEANUP_SCHEDULE%"
 """The cleanup timer's NCRONTAB schedule, read from the app setting of that name."""
+RESERVED_PATHS = ("messages", "health", "console", "admin")
+"""First path segments a web route may not take: the bus's own routes, and the host's."""
 
 
 def blueprint(worker: Worker) -> func.Blueprint:
@@ -48,6 +55,7 @@ def blueprint(worker: Worker) -> func.Blueprint:
             f"endpoints {clashes} would share a function name with the bus's own functions "
             f"{own}: rename them"
         )
+    _check_routes(worker, [*own, *worker.app.endpoints])
     # Before anything is bound: an ingress that would believe principal headers nobody
     # vouches for is refused here, as the console is (DeployedConsole) without a credential.
     check_platform(worker.config, worker.app_config.platform)
@@ -57,6 +65,8 @@ def blueprint(worker: Worker) -> func.Blueprint:
         register = bp.queue_trigger(arg_name="msg", queue_name=endpoint, connection=connection)
         bp.function_name(endpoint)(register(_queue_function(worker, endpoint)))
     _http_functions(bp, worker)
+    for route in worker.app.http_routes.values():
+        _route_function(bp, worker, route)
     _cleanup_timer(bp, worker)
     if console:
         _console_function(bp, DeployedConsole(worker))
@@ -109,6 +119,54 @@ def _http_functions(bp: func.Blueprint, worker: Worker) -> None:
             headers=response_headers(status),
             mimetype="application/json",
         )
+
+
+def _check_routes(worker: Worker, taken: list[str]) -> None:
+    """The app's web routes take function names and paths of their own."""
+    routes = worker.app.http_routes.values()
+    names = sorted({r.name.lower() for r in routes} & {t.lower() for t in taken})
+    if names:
+        raise ConfigurationError(
+            f"web routes named {names} would share a function name with an endpoint or the "
+            f"bus's own functions {taken}: name them otherwise (route(..., name=...))"
+        )
+    paths = sorted(r.path for r in routes if r.path.split("/")[0].lower() in RESERVED_PATHS)
+    if paths:
+        raise ConfigurationError(
+            f"web routes {paths} start with a path the bus or the host serves "
+            f"({', '.join(RESERVED_PATHS)}): move them"
+        )
+
+
+def _route_function(bp: func.Blueprint, worker: Worker, route: HttpRoute) -> None:
+    async def serve(req: func.HttpRequest) -> func.HttpResponse:
+        # worker.route runs worker.serving() itself, within the request's timeout.
+        response = await worker.route(route.name, web_request(req))
+        return func.HttpResponse(
+            response.body,
+            status_code=response.status,
+            headers=dict(response.headers),
+            mimetype=response.content_type,
+        )
+
+    serve.__name__ = serve.__qualname__ = route.name
+    bind = bp.route(
+        route=route.path, methods=list(route.methods), auth_level=func.AuthLevel.FUNCTION
+    )
+    bp.function_name(route.name)(bind(serve))
+
+
+def web_request(req: func.HttpRequest) -> WebRequest:
+    """The host's request as the project's own: nothing of ``azure.functions`` reaches a
+    route handler."""
+    return WebRequest(
+        method=req.method,
+        path=urlsplit(req.url).path,
+        headers=dict(req.headers),
+        body=req.get_body(),
+        query=dict(req.params),
+        route_params=dict(req.route_params),
+    )
 
 
 def _console_function(bp: func.Blueprint, console: DeployedConsole) -> None:

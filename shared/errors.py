@@ -157,6 +157,13 @@ class IdempotencyKeyReused(BusError, ValueError):
     message's content (HTTP 409, ``bus send`` exit 2, a rejected bulk row)."""
 
 
+class SessionConflict(BusError):
+    """A transactional session's commit lost to another writer: another request under the
+    same key committed the session first, or a row the session wrote changed since it was
+    read (``shared.bus.session``). Nothing of this request was written or sent; a retry of
+    the request finds out which (HTTP 409 for a web request)."""
+
+
 class ProviderUnavailable(BusError):
     """An external service's call did not give a usable answer: refused connection, timeout,
     dropped connection, 429 or 5xx. Its outcome is unknown, so the performer retries it under

@@ -254,15 +254,25 @@ class IngressRequest:
 FIELDS = ("type", "to", "body", "delay_seconds", "deliver_at")
 
 
-def parse_request(app: BusApp, raw: bytes, config: BusConfig) -> IngressRequest:
+def read_json(
+    raw: bytes, shape: str = '{"type": ..., "body": {...}}', what: str = "a message"
+) -> object:
+    """A request body's JSON value; BadRequest for text that is not JSON (``shape`` says what
+    was expected), nested too deeply to be ``what``, or holding text no storage request can
+    carry. The ingress's rule, and the app's own routes' (``shared.web``)."""
     try:
         data = json.loads(raw)
     except ValueError:
-        raise BadRequest('the body must be JSON: {"type": ..., "body": {...}}') from None
+        raise BadRequest(f"the body must be JSON: {shape}") from None
     except RecursionError:
         # The parser recurses once per level: a few thousand '[' exhaust the stack.
-        raise BadRequest("the body is nested too deeply to be a message") from None
+        raise BadRequest(f"the body is nested too deeply to be {what}") from None
     _check_unicode(data)
+    return data
+
+
+def parse_request(app: BusApp, raw: bytes, config: BusConfig) -> IngressRequest:
+    data = read_json(raw)
     if not isinstance(data, dict):
         raise BadRequest("the body must be a JSON object")
     extra = set(data) - set(FIELDS)
@@ -385,19 +395,26 @@ async def _handle(
         await holding.release_all()
 
 
-async def _accept(
-    bus: Bus, headers: Mapping[str, str], raw: bytes, platform: PlatformAuth
-) -> Answer:
+def idempotency_key(headers: Mapping[str, str]) -> str:
+    """The request's ``Idempotency-Key`` as it was sent; BadRequest when there is none or it
+    may be two. The ingress's rule, and the app's own routes' (``shared.web``)."""
     key = _header(headers, IDEMPOTENCY_HEADER)
     if key is None or not key.strip():
-        return Answer(400, {"error": f"the {IDEMPOTENCY_HEADER} header is required"})
+        raise BadRequest(f"the {IDEMPOTENCY_HEADER} header is required")
     if "," in key:
         # Repeated headers reach a function joined by commas, so "a, b" may be two keys:
         # taking either (or both as one) could send a message the client sent under the other.
-        return Answer(
-            400,
-            {"error": f"send one {IDEMPOTENCY_HEADER} header, without commas in the key"},
-        )
+        raise BadRequest(f"send one {IDEMPOTENCY_HEADER} header, without commas in the key")
+    return key
+
+
+async def _accept(
+    bus: Bus, headers: Mapping[str, str], raw: bytes, platform: PlatformAuth
+) -> Answer:
+    try:
+        key = idempotency_key(headers)
+    except BadRequest as e:
+        return Answer(400, {"error": str(e)})
     try:
         scope = http_scope(bus.config, platform, headers)
     except NotSignedIn as e:

@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from shared import http_ingress, observability
+from shared import http_ingress, observability, web_serving
 from shared.app_loader import configured_app
 from shared.bus import Bus, BusApp, BusConfig, Outcome
 from shared.bus.pipeline import queue_text
@@ -36,6 +36,7 @@ from shared.settings import Settings, resolve_settings
 from shared.startup_subscription import StartupSubscription
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
+from shared.web import WebRequest, WebResponse
 
 
 @dataclass(frozen=True)
@@ -239,6 +240,21 @@ class Worker:
             platform=self.app_config.platform,
         )
         return answer.status, answer.json()
+
+    async def route(self, name: str, request: WebRequest) -> WebResponse:
+        """The answer of the app's web route ``name`` (``shared.web_serving``), within the
+        ingress timeout as ``ingress`` is, the start-up subscription included; the request
+        learns whether the platform's principal headers are to be believed."""
+        budget = self.app_config.timeouts.ingress
+        started = time.monotonic()
+        await self.serving(within=budget)
+        return await web_serving.serve(
+            self.bus(),
+            self.app.http_routes[name],
+            replace(request, platform=self.app_config.platform),
+            seconds=budget,
+            spent_seconds=time.monotonic() - started,
+        )
 
     async def health(self) -> tuple[int, str]:
         """Status and JSON body for the health endpoint (``shared.health.check``): 200 or 503."""

@@ -93,16 +93,25 @@ class System:
 
 
 def _check_store(entry: SystemApp, app: BusApp, performer: str, where: str) -> None:
-    """The store the file deploys for the app (a state account or a database) is the one its
-    endpoints keep their rows in. The effects performer, which the runtime adds to an app that
-    declares services, is left out: its markers are table rows wherever the app's state is."""
-    elsewhere = sorted(
-        name for name, e in app.endpoints.items() if e.store != entry.store and name != performer
-    )
-    if elsewhere:
+    """The store the file deploys for the app is where its endpoints keep their rows. Every
+    app has a state account of its own; ``postgres`` adds a database. So a ``table`` app may
+    have no endpoint in PostgreSQL (it would have no database), and a ``postgres`` app needs one
+    endpoint there at least (else the database is for nothing), its others keeping their rows
+    in its state account (an app of a team's tables beside a web request's sessions in its own
+    database, as the sample's ``orders`` with ``SAMPLE_STOREFRONT_STORE=postgres``). The
+    effects performer, which the runtime adds to an app that declares services, is left out:
+    its markers are table rows wherever the app's state is."""
+    stores = {name: e.store for name, e in app.endpoints.items() if name != performer}
+    in_postgres = sorted(name for name, store in stores.items() if store == "postgres")
+    if entry.store == "table" and in_postgres:
         raise ConfigurationError(
-            f"{where}: store is {entry.store}, but endpoint(s) {', '.join(elsewhere)} of "
-            f"{entry.bus_app} keep their rows in another store"
+            f"{where}: store is table, but endpoint(s) {', '.join(in_postgres)} of "
+            f"{entry.bus_app} keep their rows in PostgreSQL (give the app store postgres)"
+        )
+    if entry.store == "postgres" and not in_postgres:
+        raise ConfigurationError(
+            f"{where}: store is postgres, but endpoint(s) {', '.join(sorted(stores))} of "
+            f"{entry.bus_app} keep their rows in another store (none in PostgreSQL)"
         )
 
 

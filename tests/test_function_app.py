@@ -145,7 +145,8 @@ def test_function_app_indexes_exactly_the_functions_of_the_app_named_by_bus_app(
 def test_with_bus_app_unset_function_app_indexes_the_sample_app(tmp_path: Path) -> None:
     result = index_function_app(tmp_path, **sample_provider_settings())
     assert result.returncode == 0, result.stderr
-    assert sorted(json.loads(result.stdout)) == sorted([*sample_app.endpoints, *FIXED_FUNCTIONS])
+    functions = [*sample_app.endpoints, *FIXED_FUNCTIONS, *sample_app.http_routes]
+    assert sorted(json.loads(result.stdout)) == sorted(functions)
 
 
 def test_bus_app_is_read_from_local_settings_json_when_the_environment_has_none(

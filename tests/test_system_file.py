@@ -10,10 +10,26 @@ from typing import Any
 
 import pytest
 
+from shared.bus import BusApp
 from shared.errors import ConfigurationError
+from shared.sample import app as sample
 from shared.system import load_system
 
 PARAMETERS = Path(__file__).resolve().parents[1] / "infra" / "system.parameters.json"
+
+
+def mixed_app() -> BusApp:
+    """The sample system's orders with its storefront's sessions in PostgreSQL, as
+    ``SAMPLE_STOREFRONT_STORE=postgres`` declares it (read when the module is imported)."""
+    app = BusApp()
+    app.endpoint("orders", state=sample.Order).handles(sample.PlaceOrder)(sample.place_order)
+    app.endpoint("loyalty", state=sample.Customer).handles(sample.OrderPlaced)(sample.reward)
+    app.endpoint("storefront", store="postgres", sessions=True)
+    return app
+
+
+mixed = mixed_app()
+MIXED = "tests.test_system_file:mixed"
 
 
 def orders(**extra: Any) -> dict[str, Any]:
@@ -114,6 +130,8 @@ def test_a_file_that_is_not_json_is_refused(tmp_path: Path) -> None:
         ([orders(), orders(name="orders2")], "app orders2: endpoint orders is also app orders'"),
         ([orders(busApp="shared.sample.system:nothing")], "app orders: BUS_APP="),
         ([shipping(store="postgres")], "store is postgres, but endpoint(s) shipping"),
+        # A database none was deployed for.
+        ([orders(busApp=MIXED)], "store is table, but endpoint(s) storefront of "),
         ([orders(settings={"CLEANUP_GRACE_SECONDS": "soon"})], "app orders: "),
     ],
 )
@@ -124,3 +142,12 @@ def test_apps_that_cannot_run_side_by_side_are_refused_when_loaded(
     with pytest.raises(ConfigurationError) as refused:
         system.load()
     assert says in str(refused.value)
+
+
+def test_a_postgres_app_may_keep_some_endpoints_in_its_state_account(tmp_path: Path) -> None:
+    """Every app has a state account; store postgres adds a database for the endpoints that
+    keep their rows there (here the storefront's sessions), the others stay in the account."""
+    entry = orders(busApp=MIXED, store="postgres")
+    (loaded,) = load_system(written(tmp_path, {"apps": [entry]}), environ={}).load()
+    stores = {name: e.store for name, e in loaded.app.endpoints.items()}
+    assert stores == {"orders": "table", "loyalty": "table", "storefront": "postgres"}

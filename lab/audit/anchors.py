@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.audit.checks import HISTOGRAM_STEPS_PER_DOUBLING
+from shared.bus.session_records import SESSION_MODE
 
 THREADS = 2
 """As many as Spark's local[2]: the same cores for every engine."""
@@ -51,8 +52,10 @@ def _cutoff_us(as_of: datetime, lost_after: timedelta) -> int:
     return int((as_of - lost_after).timestamp() * 1_000_000)
 
 
+# A session's audit row sends what it caused and is no processing: ``p`` leaves it out.
 _DUCKDB_FLOW = """
 WITH a AS (SELECT * FROM read_parquet('{audit}')),
+p AS (SELECT * FROM a WHERE mode IS DISTINCT FROM '{session}'),
 i AS (SELECT * FROM read_parquet('{ingress}')),
 sends AS (
     SELECT endpoint AS sender, epoch_us(processed_at) AS sent_us, unnest(caused) AS m FROM a
@@ -63,7 +66,7 @@ sides AS (
     SELECT m.destination AS destination, m.id AS message_id, hash(sender, m.type) AS edge,
            1 AS is_send, sent_us FROM sends
     UNION ALL
-    SELECT endpoint, message_id, hash(source, message_type), 0, NULL FROM a
+    SELECT endpoint, message_id, hash(source, message_type), 0, NULL FROM p
 ),
 d AS (
     SELECT destination, message_id, sum(is_send) AS sends, count(*) - sum(is_send) AS done,
@@ -88,7 +91,8 @@ _DUCKDB_LATENCY = """
 WITH l AS (
     SELECT endpoint, processed_at,
            (epoch_us(processed_at) - epoch_us(sent_at)) / 1000.0 AS ms
-    FROM read_parquet('{audit}') WHERE sent_at IS NOT NULL AND processed_at IS NOT NULL
+    FROM read_parquet('{audit}')
+    WHERE sent_at IS NOT NULL AND processed_at IS NOT NULL AND mode IS DISTINCT FROM '{session}'
 )
 SELECT endpoint, count(*) AS n, avg(ms) AS mean_ms,
        approx_quantile(ms, [0.5, 0.9, 0.99]) AS ranks, max(ms) AS max_ms,
@@ -99,20 +103,26 @@ FROM l GROUP BY endpoint
 _DUCKDB_HISTOGRAM = """
 SELECT endpoint, floor(log2(greatest((epoch_us(processed_at) - epoch_us(sent_at)) / 1000.0, 1))
        * {steps}) AS bucket, count(*)
-FROM read_parquet('{audit}') WHERE sent_at IS NOT NULL AND processed_at IS NOT NULL
+FROM read_parquet('{audit}')
+WHERE sent_at IS NOT NULL AND processed_at IS NOT NULL AND mode IS DISTINCT FROM '{session}'
 GROUP BY ALL
 """
 
 _DUCKDB_THROUGHPUT = """
 SELECT endpoint, epoch(processed_at)::BIGINT AS second, count(*)
-FROM read_parquet('{audit}') WHERE processed_at IS NOT NULL GROUP BY ALL
+FROM read_parquet('{audit}')
+WHERE processed_at IS NOT NULL AND mode IS DISTINCT FROM '{session}' GROUP BY ALL
 """
 
 
 def duckdb_audit(path: Path, *, as_of: datetime, lost_after: timedelta) -> AnchorResult:
     import duckdb
 
-    files = {"audit": f"{path}/audit/*.parquet", "ingress": f"{path}/ingress/*.parquet"}
+    files = {
+        "audit": f"{path}/audit/*.parquet",
+        "ingress": f"{path}/ingress/*.parquet",
+        "session": SESSION_MODE,
+    }
     with duckdb.connect(config={"threads": THREADS}) as db:
         flow = db.sql(_DUCKDB_FLOW.format(**files, cutoff=_cutoff_us(as_of, lost_after))).fetchall()
         latency = db.sql(_DUCKDB_LATENCY.format(**files)).fetchall()
@@ -162,7 +172,9 @@ def polars_audit(path: Path, *, as_of: datetime, lost_after: timedelta) -> Ancho
             )
         )
 
-    processed = audit.select(
+    # A session's audit row sends what it caused and is no processing.
+    processings = audit.filter(pl.col("mode").ne_missing(SESSION_MODE))
+    processed = processings.select(
         pl.col("endpoint").alias("destination"),
         "message_id",
         pl.struct("source", "message_type").hash().alias("edge"),
@@ -198,7 +210,9 @@ def polars_audit(path: Path, *, as_of: datetime, lost_after: timedelta) -> Ancho
         )
         .collect(engine="streaming")
     )
-    timed = audit.filter(pl.col("sent_at").is_not_null() & pl.col("processed_at").is_not_null())
+    timed = processings.filter(
+        pl.col("sent_at").is_not_null() & pl.col("processed_at").is_not_null()
+    )
     ms = ((us("processed_at") - us("sent_at")) / 1000.0).alias("ms")
     latency = (
         timed.select("endpoint", ms)
@@ -216,7 +230,7 @@ def polars_audit(path: Path, *, as_of: datetime, lost_after: timedelta) -> Ancho
     bucket = (ms.clip(lower_bound=1.0).log(2) * HISTOGRAM_STEPS_PER_DOUBLING).floor()
     histogram = timed.group_by("endpoint", bucket.alias("bucket")).len().collect(engine="streaming")
     throughput = (
-        audit.filter(pl.col("processed_at").is_not_null())
+        processings.filter(pl.col("processed_at").is_not_null())
         .group_by("endpoint", pl.col("processed_at").dt.epoch("s").alias("second"))
         .len()
         .collect(engine="streaming")

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from shared.audit.checks import HISTOGRAM_STEPS_PER_DOUBLING
+from shared.bus.session_records import SESSION_MODE
 
 _COUNT_BITS = 20
 _COUNT_MASK = (1 << _COUNT_BITS) - 1
@@ -112,12 +113,28 @@ def audit_files(path: Path, *, as_of: datetime, lost_after: timedelta) -> Baseli
 
     audit_columns = [
         "endpoint", "message_id", "message_type", "source", "sent_at", "processed_at", "caused",
+        "mode",
     ]  # fmt: skip
-    for endpoint_col, id_col, type_col, source_col, sent_col, done_col, caused_col in _batches(
-        path / "audit", audit_columns
-    ):
-        for endpoint, message_id, message_type, source, sent_at, done_at, caused in zip(
-            endpoint_col, id_col, type_col, source_col, sent_col, done_col, caused_col, strict=True
+    for (
+        endpoint_col,
+        id_col,
+        type_col,
+        source_col,
+        sent_col,
+        done_col,
+        caused_col,
+        mode_col,
+    ) in _batches(path / "audit", audit_columns):
+        for endpoint, message_id, message_type, source, sent_at, done_at, caused, mode in zip(
+            endpoint_col,
+            id_col,
+            type_col,
+            source_col,
+            sent_col,
+            done_col,
+            caused_col,
+            mode_col,
+            strict=True,
         ):
             result.audit_rows += 1
             messages = parse(caused)
@@ -126,6 +143,10 @@ def audit_files(path: Path, *, as_of: datetime, lost_after: timedelta) -> Baseli
                 continue
             if messages is None:
                 result.invalid_rows += 1
+            if mode == SESSION_MODE:  # a session's commit: it sends, it is no processing
+                for message in messages or ():
+                    send(endpoint, message, done_at)
+                continue
             at_endpoint = deliveries[endpoint]
             value = at_endpoint.get(message_id)
             if value is None:

@@ -9,7 +9,9 @@ drawn from a skewed distribution (most a few ms, a tail to about two seconds).
 
 ``planted`` anomalies of each kind are added so that both implementations must find them:
 duplicates (a second payments row in another partition), losses (shipping rows removed) and
-ghosts (shipping rows nobody sent).
+ghosts (shipping rows nobody sent). As many chains start from a transactional session of
+endpoint ``web`` instead of a client send: the session's audit row (mode ``session``) sends
+their PlaceOrder, and neither implementation may count that row as a processing.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ class SyntheticSpec:
     rows: int
     planted: int = 3
     seed: int = 7
+
+    def __post_init__(self) -> None:
+        # Duplicates, losses and sessions each take chains of their own.
+        if self.chains < 3 * self.planted:
+            raise ValueError(f"{self.rows} rows are too few for {self.planted} planted of each")
 
     @property
     def chains(self) -> int:
@@ -122,6 +129,25 @@ def _audit_rows(
     ]
 
 
+def _session_rows(chain: Column, seed: int) -> list[Column]:
+    """The audit row of a session that sent the chain's PlaceOrder when it committed."""
+    t0 = _chain_times(chain, seed)["t0"]
+    return [
+        F.lit("web").alias("table"),
+        F.concat(F.lit("order"), (chain % 100_003).cast("string")).alias("partition_key"),
+        F.lit("web").alias("endpoint"),
+        _message_id(chain, -2, seed).alias("message_id"),
+        F.lit("Session").alias("message_type"),
+        F.lit("web").alias("source"),
+        _message_id(chain, 0, seed).alias("correlation_id"),
+        F.lit(None).cast("string").alias("causation_id"),
+        F.lit("session").alias("mode"),
+        F.timestamp_micros(t0 - 1000).alias("sent_at"),
+        F.timestamp_micros(t0).alias("processed_at"),
+        _deliveries(_delivery(_message_id(chain, 0, seed), "PlaceOrder", "orders")).alias("caused"),
+    ]
+
+
 def synthetic_frames(spark: SparkSession, spec: SyntheticSpec) -> tuple[DataFrame, DataFrame]:
     """(audit, ingress) for ``spec``; rows of one position are generated together."""
     seed, planted, chains = spec.seed, spec.planted, spec.chains
@@ -140,11 +166,15 @@ def synthetic_frames(spark: SparkSession, spec: SyntheticSpec) -> tuple[DataFram
     ghosts = spark.range(chains, chains + planted, numPartitions=1).select(
         *_audit_rows(chain, 3, seed)
     )
+    sessions = spark.range(2 * planted, 3 * planted, numPartitions=1).select(
+        *_session_rows(chain, seed)
+    )
     audit = parts[0]
-    for part in [*parts[1:], duplicates, ghosts]:
+    for part in [*parts[1:], duplicates, ghosts, sessions]:
         audit = audit.unionByName(part)
     t0 = _chain_times(chain, seed)["t0"]
-    ingress = base.select(
+    by_clients = base.where((chain < 2 * planted) | (chain >= 3 * planted))
+    ingress = by_clients.select(
         F.lit("ingress").alias("table"),
         F.concat(F.lit("order-"), chain.cast("string")).alias("idempotency_key"),
         F.lit("web").alias("sender"),
@@ -161,7 +191,8 @@ def synthetic_frames(spark: SparkSession, spec: SyntheticSpec) -> tuple[DataFram
 def expected_counts(spec: SyntheticSpec) -> dict[str, int]:
     """What a correct audit finds in the synthetic data."""
     return {
-        "audit_rows": spec.chains * ROWS_PER_CHAIN + spec.planted,
+        # duplicates and ghosts add rows, losses take some away, sessions add theirs
+        "audit_rows": spec.chains * ROWS_PER_CHAIN + 2 * spec.planted,
         "duplicates": spec.planted,
         "lost": spec.planted,
         "ghosts": spec.planted,

@@ -10,13 +10,23 @@ same queues and blobs), provisions every resource of the sample app, and starts 
 Functions host (``python -m lab.host``, reading ``function_app.py``) as a separate process.
 Clients then post about 275 orders and shots to the HTTP ingress (``POST /api/messages`` with
 an Idempotency-Key; about 30% of requests are repeated, and every failed request is retried
-with its key) which make about 1,000 deliveries through the sample app, while the host
+with its key) which make about 1,000 deliveries through the sample app; every second order
+paid at once goes to the sample's ``POST /api/orders`` instead, whose transactional session
+commits the order's row (in ``sample_orders`` beside payments' rows in PostgreSQL, or an
+entity of ``storefront``'s table with ``--no-postgres``) with its PlaceOrder; half of the
+failed requests there are given up by their client (such an order must exist wholly or not at
+all), and a few requests must be refused (a bad body, an order placed again under another
+key). The
+host
 misbehaves on purpose: about 30% of its signals are sent twice, 1% of its storage and SQL
 operations crash the invocation (queue-triggered and HTTP alike), and once 40% of the
 deliveries are processed the whole host is killed with SIGKILL and started again, whether or
-not the clients are still sending. Once every queue is empty the host is stopped gracefully,
-one cleanup pass runs, and the outcome is checked from the business state, the charge rows
-and the audit rows. ``--no-postgres`` keeps every endpoint on Table Storage.
+not the clients are still sending. Once every queue is empty and no session waits for its
+signals (``SessionWatch``: with ``BUS_SESSION_RESEND_SECONDS`` at 5 s the demo runs the
+cleanup, as the timer would, to send a stopped request's), the host is stopped gracefully,
+one cleanup pass runs, and the outcome is checked from the business state, the charge rows,
+the order rows and the audit rows, with no session left waiting or open. ``--no-postgres``
+keeps every endpoint on Table Storage.
 
 ``payments`` charges and refunds through the local payment provider (``python -m
 lab.provider``), run as its own process with its books in the work folder's ``ledger.json``
@@ -47,8 +57,9 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -65,28 +76,40 @@ from lab.local.postgres import PostgresServer
 from lab.provider.book import Ledger
 from lab.provider.process import provider_process
 from shared.app_loader import APP_SETTING, load_app
+from shared.app_settings import SESSION_RESEND
 from shared.bus import BusApp, Outcome
 from shared.bus.config import BusConfig
 from shared.bus.effects import PERFORMER_ENDPOINT
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
+from shared.bus.session_counts import SessionCounts, count_sessions
+from shared.bus.session_records import SESSION_MODE
 from shared.bus.state.base import EndpointState
 from shared.bus.state.connection import URL_SETTING
+from shared.clock import to_datetime
 from shared.provisioning import provision
 from shared.resources import poison_queue
 from shared.runtime import Worker
 from shared.sample.charges import PAYMENTS_STORE, SAMPLE_SCHEMA
+from shared.sample.storefront import ORDER_ROW, STOREFRONT, STOREFRONT_STORE
 from shared.settings import DEFAULT_SETTING, StorageSettings, resolve_settings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
 
 FUNCTION_KEY = "demo-function-key"
 DEMO_APP = "shared.sample.app:app"
+ORDERS_SELECT = "SELECT order_id FROM sample_orders"
+RESEND_SECONDS = "5"
+"""``BUS_SESSION_RESEND_SECONDS`` in the demo: a session left unsignalled is finished by the
+cleanup within the run."""
 """The demo checks the sample app's business state, so it runs the sample whatever
 ``BUS_APP`` says."""
 DELIVERIES_PER_ORDER = 7
 """PlaceOrder, OrderPlaced to loyalty and shipping, ChargePayment, its EffectRequest to the
 performer, ChargeAnswered, ShipOrder."""
 DELIVERIES_PER_SHOT = 2  # FireAt, then Hit or Missed to the leaderboard
+INGRESS_PATH = "/api/messages"
+ORDERS_PATH = "/api/orders"
+"""The sample's own route: the order row and its PlaceOrder in one transactional session."""
 
 
 @dataclass
@@ -101,6 +124,17 @@ class Options:
     concurrency: int = 8
     seed: int = 2026
     timeout: float = 600.0
+    web_every: int = 2
+    """Every n-th order is placed through ``POST /api/orders`` (a session of ``storefront``)
+    instead of the ingress (0: none)."""
+    refused_orders: int = 5
+    give_up_rate: float = 0.5
+    """Share of the failed ``POST /api/orders`` requests (a 5xx or no answer) whose client gives
+    up instead of retrying: its order must then exist wholly (its row, its PlaceOrder
+    processed once, sent by the cleanup if the request stopped after its commit) or not at
+    all."""
+    """Requests to ``POST /api/orders`` that must be refused and write nothing, of each kind:
+    a bad body, and an order placed again under another key."""
     pay_later_orders: int = 20
     """Orders paid later (the sample's payment timeout): half get their payment right after
     the other requests, half only once the queues are empty (every timeout fired)."""
@@ -117,6 +151,9 @@ class Options:
 class Request:
     key: str
     payload: dict[str, Any]
+    path: str = INGRESS_PATH
+    """The ingress, or the sample's ``POST /api/orders`` (``ORDERS_PATH``), whose body is the
+    order itself."""
 
 
 @dataclass
@@ -129,6 +166,20 @@ class Clients:
     repeats: int = 0
     inconsistent: list[str] = field(default_factory=list)
     unsent: list[str] = field(default_factory=list)
+    web_orders: dict[str, list[str]] = field(default_factory=dict)
+    """Orders accepted at ``POST /api/orders``, by order id: the message ids answered."""
+    web: Counter[str] = field(default_factory=Counter)
+    """``POST /api/orders``'s share: its requests, repeats and retries."""
+    refused: dict[str, int] = field(default_factory=dict)
+    """Requests meant to be refused, by key: the status each was answered."""
+    abandoned: set[str] = field(default_factory=set)
+    """Orders whose client gave up at ``POST /api/orders`` after a failure, never answered."""
+
+    def count(self, request: Request, what: str) -> None:
+        """One more request, repeat or retry (``what``), in the totals and by its path."""
+        setattr(self, what, getattr(self, what) + 1)
+        if request.path == ORDERS_PATH:
+            self.web[what] += 1
 
 
 @dataclass
@@ -188,6 +239,9 @@ def plan_requests(options: Options) -> tuple[list[Request], dict[str, int], Coun
         order_id, amount = f"order{i}", 100 * chooser.randint(1, 50)
         orders[order_id] = amount
         body = {"order_id": order_id, "customer": f"cust{i % 20}", "amount_cents": amount}
+        if options.web_every and i % options.web_every == 0:
+            order_requests.append(Request(order_id, body, ORDERS_PATH))
+            continue
         order_requests.append(
             Request(order_id, {"type": "PlaceOrder", "to": "orders", "body": body})
         )
@@ -201,36 +255,95 @@ def plan_requests(options: Options) -> tuple[list[Request], dict[str, int], Coun
     return mixed, orders, shots
 
 
+async def answer(
+    session: aiohttp.ClientSession,
+    host: HostProcess,
+    request: Request,
+    clients: Clients,
+    deadline: float,
+    gives_up: Callable[[], bool] | None = None,
+) -> tuple[int, Any] | None:
+    """POST until the host answers below 500: a dead or restarting host, a crash inside the
+    function (500) or storage trouble (503) are retried with the same Idempotency-Key,
+    unless ``gives_up`` says the client leaves it there (the key then in
+    ``clients.abandoned``). Returns the status and the JSON body (None: the deadline passed
+    first, or the client gave up)."""
+    delay = 0.1
+    while time.monotonic() < deadline:
+        clients.count(request, "requests")
+        try:
+            async with session.post(
+                f"{host.url}{request.path}",
+                json=request.payload,
+                headers={"Idempotency-Key": request.key, "x-functions-key": FUNCTION_KEY},
+            ) as response:
+                if response.status < 500:
+                    return response.status, await response.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            pass
+        if gives_up is not None and gives_up():
+            clients.abandoned.add(request.key)
+            return None
+        clients.count(request, "retries")
+        await asyncio.sleep(delay)
+        delay = min(2.0, delay * 2)
+    return None
+
+
 async def post(
     session: aiohttp.ClientSession,
     host: HostProcess,
     request: Request,
     clients: Clients,
     deadline: float,
+    gives_up: Callable[[], bool] | None = None,
 ) -> list[str] | None:
-    """POST until the ingress answers 200/202; a dead or restarting host, a crash inside the
-    function (500) or storage trouble (503) are retried with the same Idempotency-Key."""
-    delay = 0.1
-    while time.monotonic() < deadline:
-        clients.requests += 1
-        try:
-            async with session.post(
-                f"{host.url}/api/messages",
-                json=request.payload,
-                headers={"Idempotency-Key": request.key, "x-functions-key": FUNCTION_KEY},
-            ) as response:
-                if response.status in (200, 202):
-                    return [str(i) for i in (await response.json())["message_ids"]]
-                if response.status < 500:
-                    raise RuntimeError(
-                        f"{request.key}: HTTP {response.status} {await response.text()}"
-                    )
-        except (aiohttp.ClientError, TimeoutError):
-            pass
-        clients.retries += 1
-        await asyncio.sleep(delay)
-        delay = min(2.0, delay * 2)
-    return None
+    """The message ids the ingress (or ``POST /api/orders``) answers with 200/202."""
+    answered = await answer(session, host, request, clients, deadline, gives_up)
+    if answered is None:
+        return None
+    status, body = answered
+    if status not in (200, 202):
+        raise RuntimeError(f"{request.key}: HTTP {status} {body}")
+    return [str(i) for i in body["message_ids"]]
+
+
+def plan_refused(options: Options, orders: Mapping[str, int]) -> list[Request]:
+    """Requests to ``POST /api/orders`` that must write and send nothing: bodies the route
+    refuses (400) for orders never placed, and orders placed through it already, sent again
+    under another key (409: a client that lost its key, or an attacker)."""
+    web = [o for i, o in enumerate(orders) if options.web_every and i % options.web_every == 0]
+    refused = []
+    for i in range(min(options.refused_orders, len(web))):
+        bad = {"order_id": f"refused{i}", "customer": f"cust{i}", "amount_cents": -100 * i}
+        bad |= [{}, {"amount_cents": "100"}, {"coupon": "FREE"}][i % 3]
+        refused.append(Request(f"refused{i}", bad, ORDERS_PATH))
+        order_id = web[i]
+        again = {"order_id": order_id, "customer": "mallory", "amount_cents": 1}
+        refused.append(Request(f"again-{order_id}", again, ORDERS_PATH))
+    return refused
+
+
+async def send_refused(
+    host: HostProcess, requests: list[Request], options: Options, clients: Clients
+) -> None:
+    """Each request of ``plan_refused``, once answered below 500: its status recorded."""
+    deadline = time.monotonic() + options.timeout
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        for request in requests:
+            answered = await answer(session, host, request, clients, deadline)
+            clients.refused[request.key] = 0 if answered is None else answered[0]
+
+
+def refused_errors(clients: Clients) -> list[str]:
+    """A refused request's expected answer: 400 for a bad body, 409 for an order placed
+    under another key."""
+    errors = []
+    for key, status in clients.refused.items():
+        wanted = 409 if key.startswith("again-") else 400
+        if status != wanted:
+            errors.append(f"POST {ORDERS_PATH} {key} was answered {status}, not {wanted}")
+    return errors
 
 
 def plan_pay_later(options: Options) -> tuple[list[Request], list[Request], dict[str, int]]:
@@ -292,17 +405,24 @@ async def send_all(
     for request in requests:
         pending.put_nowait(request)
 
+    def gives_up() -> bool:
+        return chooser.random() < options.give_up_rate
+
     async def client(session: aiohttp.ClientSession) -> None:
         while not pending.empty():
             request = pending.get_nowait()
-            ids = await post(session, host, request, clients, deadline)
+            web = request.path == ORDERS_PATH
+            ids = await post(session, host, request, clients, deadline, gives_up if web else None)
             if ids is None:
-                clients.unsent.append(request.key)
+                if request.key not in clients.abandoned:
+                    clients.unsent.append(request.key)
                 continue
             clients.receipts[request.key] = ids
+            if request.path == ORDERS_PATH:
+                clients.web_orders[str(request.payload["order_id"])] = ids
             if chooser.random() < options.duplicate_rate:
                 # The client did not see the answer and sends again: same key, same ids.
-                clients.repeats += 1
+                clients.count(request, "repeats")
                 again = await post(session, host, request, clients, deadline)
                 if again is not None and again != ids:
                     clients.inconsistent.append(request.key)
@@ -352,11 +472,16 @@ async def kill_midway(
     return killed_at
 
 
-async def quiescent(account: StorageAccount, deadline: float) -> bool:
-    """Every endpoint queue empty, twice in a row (counts include leased messages)."""
+async def quiescent(
+    account: StorageAccount, deadline: float, sessions: SessionWatch | None = None
+) -> bool:
+    """Every endpoint queue empty and no session of ``sessions`` waiting for its signals,
+    twice in a row (counts include leased messages)."""
     calm = 0
     while time.monotonic() < deadline:
         waiting = sum([await account.queue(e).approximate_count() for e in demo_endpoints()])
+        if sessions is not None:
+            waiting = waiting or await sessions.waiting()
         calm = calm + 1 if waiting == 0 else 0
         if calm == 2:
             return True
@@ -393,6 +518,164 @@ async def charge_rows(sql: Mapping[str, EndpointState], url: str | None) -> Coun
     return Counter(str(r["order_id"]) for r in found)
 
 
+async def order_rows(
+    account: StorageAccount, sql: Mapping[str, EndpointState], url: str | None
+) -> Counter[str]:
+    """Rows per order that ``POST /api/orders`` committed: the sample's own ``sample_orders``
+    table when ``storefront`` keeps its rows in PostgreSQL (``url``: that database), else the
+    order entities of its table."""
+    if STOREFRONT not in sql or url is None:
+        found = await rows(account, STOREFRONT, ORDER_ROW, {})
+        return Counter(str(r["pk"]) for r in found)
+    connection = await asyncpg.connect(url)
+    try:
+        return Counter(str(r["order_id"]) for r in await connection.fetch(ORDERS_SELECT))
+    finally:
+        await connection.close()
+
+
+def web_order_errors(
+    committed: Counter[str], clients: Clients, audited: Mapping[str, int]
+) -> list[str]:
+    """Every order ``POST /api/orders`` accepted has one row and its PlaceOrder processed
+    once; no other order has a row (one placed through the ingress, or refused), but one
+    whose client gave up may (its session committed: ``placed_orders`` then holds it to the
+    whole flow)."""
+    errors = []
+    for order_id, ids in clients.web_orders.items():
+        if committed[order_id] != 1:
+            errors.append(
+                f"order {order_id} accepted at {ORDERS_PATH} has {committed[order_id]} rows"
+            )
+        errors += [
+            f"PlaceOrder {i} of {order_id} processed {audited.get(i, 0)} times"
+            for i in ids
+            if audited.get(i, 0) != 1
+        ]
+    errors += [
+        f"order {o} has a row but was never accepted at {ORDERS_PATH}"
+        for o in committed
+        if o not in clients.web_orders and o not in clients.abandoned
+    ]
+    return errors + refused_errors(clients)
+
+
+def placed_orders(
+    orders: Mapping[str, int], clients: Clients, committed: Counter[str]
+) -> dict[str, int]:
+    """The orders the flow must have carried through: all but those whose client gave up at
+    ``POST /api/orders`` before their session committed (no row: nothing may be sent,
+    charged or shipped for them, which the checks of the placed orders then catch)."""
+    return {o: a for o, a in orders.items() if o not in clients.abandoned or committed[o]}
+
+
+def abandoned_line(clients: Clients, committed: Counter[str]) -> str:
+    done = sum(1 for o in clients.abandoned if committed[o])
+    return (
+        f"  {ORDERS_PATH}: {len(clients.abandoned)} orders given up by their client after a "
+        f"failure: {done} had committed (row and PlaceOrder, carried through), "
+        f"{len(clients.abandoned) - done} had not (nothing of them anywhere)"
+    )
+
+
+def abandoned_errors(
+    states: Mapping[str, Mapping[str, Any]], placed: Mapping[str, int], clients: Clients
+) -> list[str]:
+    """An order given up before its commit has no state in any endpoint."""
+    gone = clients.abandoned - set(placed)
+    return [
+        f"order {o} never committed but {e} has its state"
+        for o in sorted(gone)
+        for e, found in states.items()
+        if o in found
+    ]
+
+
+def processing(row: Mapping[str, object]) -> bool:
+    """Whether an audit row records a message processed: a session's row (mode ``session``)
+    records what a request sent, its ``caused``, and nobody sent the session itself."""
+    return row.get("mode") != SESSION_MODE
+
+
+@dataclass
+class SessionWatch:
+    """The app's transactional sessions while the demo waits for the queues: a session its
+    request left unsignalled (stopped between its commit and its signals) holds messages no
+    queue shows yet. ``waiting`` counts them and, once one has waited past
+    ``BUS_SESSION_RESEND_SECONDS``, runs the app's cleanup as its timer would (its sessions
+    task sends their signals); ``signalled`` sums what those passes and the final cleanups
+    signalled, ``retired_open`` the open sessions they deleted (requests that never
+    committed: refused, or crashed and not retried under their key)."""
+
+    worker: Worker
+    signalled: int = 0
+    retired_open: int = 0
+
+    def endpoints(self) -> list[str]:
+        return [name for name, e in self.worker.app.endpoints.items() if e.sessions]
+
+    async def counts(self) -> SessionCounts:
+        """Every session endpoint's sessions, summed."""
+        total = SessionCounts()
+        for endpoint in self.endpoints():
+            found = await count_sessions(self.worker.endpoint_rows()[endpoint])
+            total = SessionCounts(
+                waiting=total.waiting + found.waiting,
+                open=total.open + found.open,
+                finished=total.finished + found.finished,
+                unreadable=total.unreadable + found.unreadable,
+                oldest_waiting_since=min(
+                    filter(None, (total.oldest_waiting_since, found.oldest_waiting_since)),
+                    default=None,
+                ),
+            )
+        return total
+
+    async def waiting(self) -> int:
+        counts = await self.counts()
+        since = counts.oldest_waiting_since
+        resend = timedelta(seconds=self.worker.config.session_resend_seconds)
+        if since is not None and since + resend < to_datetime(self.worker.config.clock()):
+            self.add(await self.worker.cleanup())
+        return counts.waiting
+
+    def add(self, report: Mapping[str, Any]) -> None:
+        self.signalled += int(report["changed"].get("sessions_signalled", 0))
+        self.retired_open += int(report["removed"].get("open_sessions", 0))
+
+
+def web_line(clients: Clients) -> str:
+    """What went through ``POST /api/orders``: the orders placed in sessions and the
+    requests it took."""
+    web = clients.web
+    return (
+        f"  {ORDERS_PATH}: {len(clients.web_orders)} orders placed in transactional sessions, "
+        f"in {web['requests']} requests ({web['repeats']} repeated on purpose, "
+        f"{web['retries']} retried after errors, {len(clients.refused)} to be refused)"
+    )
+
+
+def sessions_line(watch: SessionWatch, left: SessionCounts) -> str:
+    return (
+        f"  sessions: {watch.signalled} signalled by the cleanup (their request stopped before "
+        f"its signals), {watch.retired_open} open ones retired by it (never committed); after "
+        f"the cleanups {left.waiting} waiting, {left.open} open, {left.finished} finished"
+    )
+
+
+def sessions_left_errors(left: SessionCounts) -> list[str]:
+    """After the cleanups, every session finished: none waits for its signals, none is open
+    (the cleanup with no grace retired those never committed), none unreadable."""
+    errors = []
+    if left.waiting:
+        errors.append(f"{left.waiting} sessions still wait for their signals")
+    if left.open:
+        errors.append(f"{left.open} sessions are still open")
+    if left.unreadable:
+        errors.append(f"{left.unreadable} session records are unreadable")
+    return errors
+
+
 def check_orders(states: Mapping[str, Mapping[str, Any]], orders: Mapping[str, int]) -> list[str]:
     """Each order charged its amount and shipped, each customer's loyalty and pick list
     counting their orders."""
@@ -422,12 +705,14 @@ async def verify(
     postgres_url: str | None = None,
     pay_later: Mapping[str, int] | None = None,
     ledger: Ledger | None = None,
+    clients: Clients | None = None,
 ) -> Verdict:
     """The invariants, from storage alone: every message sent (the clients' and every one a
     handler caused) has exactly one audit row, the business state is exact, nothing is left.
     ``sql``: the rows of the endpoints that keep them in PostgreSQL (``postgres_url``).
     ``pay_later``: the amounts of the orders paid later (``check_pay_later``). ``ledger``:
-    the payment provider's, checked against the orders (``check_ledger``)."""
+    the payment provider's, checked against the orders (``check_ledger``). ``clients``: what
+    they placed through ``POST /api/orders`` (``web_order_errors``)."""
     sql = sql or {}
     pay_later = pay_later or {}
     endpoints = demo_endpoints()
@@ -436,7 +721,8 @@ async def verify(
     outbox_left = 0
     for endpoint in endpoints:
         for row in await rows(account, endpoint, AUDIT_PREFIX, sql):
-            audited[str(row["message_id"])] += 1
+            if processing(row):
+                audited[str(row["message_id"])] += 1
             expected |= {c["id"] for c in json.loads(str(row["caused"]))}
         outbox_left += len(await rows(account, endpoint, OUTBOX_PREFIX, sql))
 
@@ -447,6 +733,12 @@ async def verify(
         for e in endpoints
     }
     errors = []
+    if clients is not None:
+        committed = await order_rows(account, sql, postgres_url)
+        errors += web_order_errors(committed, clients, audited)
+        orders = placed_orders(orders, clients, committed)
+        errors += abandoned_errors(states, orders, clients)
+        print(abandoned_line(clients, committed))
     charges = await charge_rows(sql, postgres_url)
     if charges:
         errors += [f"order {o} has {charges[o]} charge rows" for o in orders if charges[o] != 1]
@@ -595,21 +887,26 @@ async def drive(
             DUPLICATE_RATE: str(options.duplicate_rate),
             CRASH_RATE: str(options.crash_rate),
             SEED: str(options.seed),
+            SESSION_RESEND.name: RESEND_SECONDS,
         },
         workdir / "host.log",
         args=["--lease-seconds", str(options.lease_seconds)],
     )
     async with AzureStorageAccount(StorageSettings(connection_string)) as raw:
+        resend = {SESSION_RESEND.name: RESEND_SECONDS}
         settings = resolve_settings(
-            {APP_SETTING: DEMO_APP, **database, **provider.app_settings()}, local_file=None
+            {APP_SETTING: DEMO_APP, **database, **provider.app_settings(), **resend},
+            local_file=None,
         )
         worker = Worker(demo_app(), settings, raw)
         print(f"  {(await provision(raw, worker.resources)).summary()}")
         await provision_postgres(worker, postgres_url)
         await worker.bus().subscribe_all()
         requests, orders, shots = plan_requests(options)
+        refused = plan_refused(options, orders)
         placements, payments, pay_later = plan_pay_later(options)
         half = len(payments) // 2
+        sessions = SessionWatch(worker)
         started = time.monotonic()
         await asyncio.to_thread(host.start)
         print(
@@ -622,19 +919,21 @@ async def drive(
         await send_all(host, requests + placements, options, clients)
         await pay_all(provider, payments[:half], options)
         await send_all(host, payments[:half], options, clients)  # most in time
+        await send_refused(host, refused, options, clients)
         sent.set()
         print(
             f"  clients: {len(clients.receipts)} messages accepted in {clients.requests} requests "
             f"({clients.repeats} repeated on purpose, {clients.retries} retried after errors)"
         )
+        print(web_line(clients))
         deadline = time.monotonic() + options.timeout
         await killer
-        calm = await quiescent(raw, deadline)
+        calm = await quiescent(raw, deadline, sessions)
         # A hidden delayed signal counts as queued, so every timeout has fired by now: the
         # other half of the payments comes after the cancellations, to be refunded.
         await pay_all(provider, payments[half:], options)
         await send_all(host, payments[half:], options, clients)
-        calm = calm and await quiescent(raw, deadline)
+        calm = calm and await quiescent(raw, deadline, sessions)
         elapsed = time.monotonic() - started
         stop_code = await asyncio.to_thread(host.stop)
         print(
@@ -642,6 +941,8 @@ async def drive(
             f"gracefully with exit code {stop_code} after {host.starts} starts"
         )
         swept = await worker.cleanup(grace_seconds=0)
+        sessions.add(swept)
+        left = await sessions.counts()
         poisoned = {
             e: await raw.queue(poison_queue(e)).approximate_count() for e in demo_endpoints()
         }
@@ -663,6 +964,7 @@ async def drive(
             postgres_url,
             pay_later,
             ledger,
+            clients,
         )
         await worker.close()
 
@@ -675,6 +977,8 @@ async def drive(
         verdict.state_errors.append("queues did not drain before the timeout")
     if stop_code != 0:
         verdict.state_errors.append(f"host did not stop gracefully (exit code {stop_code})")
+    verdict.state_errors += sessions_left_errors(left)
+    print(sessions_line(sessions, left))
 
     print()
     print(f"  {'host deliveries':<34}{'count':>8}")
@@ -776,6 +1080,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bus-demo-"))
     # Read when the sample app is imported, here and in the host and audit processes.
     os.environ[PAYMENTS_STORE] = "table" if args.no_postgres else "postgres"
+    os.environ[STOREFRONT_STORE] = os.environ[PAYMENTS_STORE]
     print("demo: starting Azurite on free ports")
     with contextlib.ExitStack() as running:
         endpoints = running.enter_context(Azurite(location=str(workdir / "azurite")))

@@ -1,27 +1,45 @@
 """``make demo`` as a system of services: the sample system (``shared.sample.system``) in three
 local hosts over one messaging emulator.
 
-``orders`` (orders and loyalty, their rows in an Azurite of its own), ``payments`` (its rows
-in PostgreSQL, charging through the payment provider) and ``shipping`` (its rows in another
-Azurite of its own) each run in their own ``python -m lab.host`` process, with their app name
-(``BUS_APP_NAME``) and their state connection (``BUS_STATE_STORAGE_SETTING``), over one
-messaging Azurite where every queue, token, payload and topic lives. Clients post the orders
-to ``orders``' HTTP ingress as in the single-app demo, and every host has today's faults: its
-signals sent twice at random, crashes at random storage and SQL operations, and its own
+``orders`` (orders and loyalty, their rows in an Azurite of its own; the storefront's
+sessions in a PostgreSQL database of its own), ``payments`` (its rows in PostgreSQL, charging
+through the payment provider) and ``shipping`` (its rows in another Azurite of its own) each
+run in their own ``python -m lab.host`` process, with their app name (``BUS_APP_NAME``) and
+their state connection (``BUS_STATE_STORAGE_SETTING``), over one messaging Azurite where every
+queue, token, payload and topic lives. Clients post the orders to ``orders``' HTTP ingress as
+in the single-app demo, except every second order paid at once, which they place through
+``orders``' own route ``POST /api/orders`` instead: the order's row in the sample's
+``sample_orders`` table and its PlaceOrder commit in one transactional session of
+``storefront`` (``SAMPLE_STOREFRONT_STORE=postgres``), under an Idempotency-Key, with the same
+repeats and retries, except that half of the failed requests there are given up by their
+client, as a closed browser would: such an order must exist wholly or not at all. A few more
+requests there must be refused and write nothing: bad bodies (400) and orders placed again
+under another key (409). Every host has today's faults: its
+signals sent twice at random, crashes at random storage and SQL operations (HTTP invocations
+included: a session may stop anywhere between its first read and its signals), and its own
 SIGKILL and restart once 40% of its deliveries are processed. Mid-run, two outages on top:
 ``payments``' host is killed and stays down for a while, and ``shipping``'s state emulator is
 frozen (SIGSTOP, an account that stops answering) for a while, then resumed; the other apps
 keep going and the waiting messages are processed once it is back.
 
-Once every queue is empty the hosts stop gracefully and each app's cleanup runs, the three at
+The hosts run with ``BUS_SESSION_RESEND_SECONDS`` at 5 s. A session whose request stopped
+after its commit and before its signals holds messages no queue shows yet: while one waits,
+the demo does not call the queues empty, and once it has waited 5 s it runs ``orders``'
+cleanup as its timer would, whose sessions task sends its signals. Once every queue is empty
+and no session waits, the hosts stop gracefully and each app's cleanup runs, the three at
 once: no token or payload may be left and none reported as ``bad_origin`` (another app's are
-kept as ``other_app``). The outcome is checked whole and per app: every message sent, by the
-clients or a handler of any app, has exactly one audit row in the app that processed it,
-every message from one app to another is counted once sent and once processed, the business
-state is exact, and the provider's ledger holds each charge and refund once. Then the Spark
-audit reads the whole system (``python -m shared.audit run --system``, from a system file of
-the three apps written in the work folder), each app's rows from its own store, and must pass
-(``--no-audit`` skips it).
+kept as ``other_app``), and no session may be left waiting or open. The outcome is checked
+whole and per app: every message sent, by the clients, a handler or a session of any app, has
+exactly one audit row in the app that processed it (a session's own row records what it sent
+and is no processing), every message from one app to another is counted once sent and once
+processed, the business state is exact, the provider's ledger holds each charge and refund
+once, each order accepted at ``POST /api/orders`` has exactly one row in ``sample_orders`` and
+its PlaceOrder processed once, and no other order has a row; an order given up by its client
+is carried through the whole flow if its session committed (its row exists), and has no state
+anywhere if not. Then the Spark audit reads the
+whole system (``python -m shared.audit run --system``, from a system file of the three apps
+written in the work folder, ``orders`` and ``payments`` as postgres apps), each app's rows
+from its own store, and must pass (``--no-audit`` skips it).
 """
 
 from __future__ import annotations
@@ -45,6 +63,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import aiohttp
+import asyncpg
 
 from lab.host.chaos import CRASH_RATE, DUPLICATE_RATE, SEED
 from lab.host.process import HostProcess
@@ -55,7 +74,7 @@ from lab.local.payments import Provider, provider_args
 from lab.local.postgres import PostgresServer
 from lab.provider.process import provider_process
 from shared.app_loader import APP_SETTING
-from shared.app_settings import APP_NAME
+from shared.app_settings import APP_NAME, SESSION_RESEND
 from shared.bus import Outcome
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
 from shared.bus.state.base import EndpointState
@@ -64,6 +83,7 @@ from shared.provisioning import provision
 from shared.resources import poison_queue
 from shared.runtime import Worker
 from shared.sample.charges import PAYMENTS_STORE
+from shared.sample.storefront import STOREFRONT_STORE
 from shared.settings import DEFAULT_SETTING, STATE_STORAGE_SETTING_NAME, resolve_settings
 from shared.stores.account import StorageAccount
 
@@ -78,6 +98,9 @@ HOST_DOWN = "payments"
 """The app whose host is killed mid-run and kept down for ``SystemOptions.down_seconds``."""
 STATE_DOWN = "shipping"
 """The app whose state emulator stops answering mid-run for ``down_seconds``."""
+DATABASES = {"payments": "postgres", "orders": "orders"}
+"""The apps with a PostgreSQL database, each its own on the demo's server: ``payments``' rows,
+and ``orders``' storefront's sessions beside the sample's ``sample_orders``."""
 
 
 @dataclass
@@ -148,11 +171,14 @@ def app_environ(
         DUPLICATE_RATE: str(options.duplicate_rate),
         CRASH_RATE: str(options.crash_rate),
         SEED: str(options.seed + sorted(DELIVERIES).index(name)),
+        SESSION_RESEND.name: demo.RESEND_SECONDS,
     }
     if state is not None:
         environ |= {STATE_STORAGE_SETTING_NAME: STATE_CONNECTION, STATE_CONNECTION: state}
     if postgres_url is not None:
-        environ |= {URL_SETTING: postgres_url, **provider.app_settings()}
+        environ |= {URL_SETTING: postgres_url}
+    if name == "payments":
+        environ |= provider.app_settings()
     return environ
 
 
@@ -223,11 +249,15 @@ async def state_outage(app: SystemApp, options: SystemOptions) -> None:
     print(f"  {app.name}: state storage answering again")
 
 
-async def quiescent(account: StorageAccount, queues: list[str], deadline: float) -> bool:
-    """Every endpoint queue of every app empty, twice in a row."""
+async def quiescent(
+    account: StorageAccount, queues: list[str], sessions: demo.SessionWatch, deadline: float
+) -> bool:
+    """Every endpoint queue of every app empty and no session of ``orders`` waiting for its
+    signals, twice in a row."""
     calm = 0
     while time.monotonic() < deadline:
         waiting = sum([await account.queue(q).approximate_count() for q in queues])
+        waiting = waiting or await sessions.waiting()
         calm = calm + 1 if waiting == 0 else 0
         if calm == 2:
             return True
@@ -246,6 +276,8 @@ class SystemVerdict:
     cross_app: int = 0
     charges: int = 0
     refunds: int = 0
+    web_orders: int = 0
+    """Orders accepted at ``POST /api/orders``, each in one transactional session."""
     errors: list[str] = field(default_factory=list)
     apps: dict[str, Figures] = field(default_factory=dict)
 
@@ -258,7 +290,8 @@ class SystemVerdict:
             f"demo: apps={len(self.apps)} sent={self.sent} processed={self.processed} "
             f"cross_app={self.cross_app} lost={self.lost} doubled={self.doubled} "
             f"ghosts={self.ghosts} residue={self.residue} charges={self.charges} "
-            f"refunds={self.refunds} verdict={'PASS' if self.passed else 'FAIL'}"
+            f"refunds={self.refunds} web_orders={self.web_orders} "
+            f"verdict={'PASS' if self.passed else 'FAIL'}"
         )
 
 
@@ -279,22 +312,24 @@ def count_audits(
     owner: Mapping[str, str],
     roots: set[str],
     verdict: SystemVerdict,
-) -> None:
+) -> Counter[str]:
     """Each app's audit rows (``audits``, by app; ``owner``: each endpoint's app) against
     what was sent: the clients' messages (``roots``) and every message a row says its
-    handler caused. A message with no row is lost, one with two rows or caused twice is
-    doubled, a row nobody sent is a ghost, and a message to another app's endpoint must
-    have its row in that app."""
+    handler or its session caused. A message with no row is lost, one with two rows or
+    caused twice is doubled, a row nobody sent is a ghost, and a message to another app's
+    endpoint must have its row in that app. A session's row is no processing (nobody sent
+    it): only what it caused counts. Returns the rows per message processed."""
     audited: Counter[str] = Counter()
     processed_by: dict[str, str] = {}
     caused: Counter[str] = Counter()
     crossing: dict[str, str] = {}
     for name, found in audits.items():
-        verdict.apps[name].processed += len(found)
         for row in found:
             message = str(row["message_id"])
-            audited[message] += 1
-            processed_by[message] = name
+            if demo.processing(row):
+                verdict.apps[name].processed += 1
+                audited[message] += 1
+                processed_by[message] = name
             for sent in json.loads(str(row["caused"])):
                 caused[sent["id"]] += 1
                 target = owner.get(str(sent.get("destination")), name)
@@ -313,18 +348,22 @@ def count_audits(
             verdict.errors.append(f"{message} for {target} was processed by another app")
         elif audited[message] == 1:
             verdict.apps[target].received += 1
+    return audited
 
 
 async def verify_system(
     apps: Mapping[str, SystemApp],
-    roots: set[str],
+    clients: demo.Clients,
     orders: dict[str, int],
     pay_later: dict[str, int],
-    postgres_url: str | None,
+    databases: Mapping[str, str],
     provider: Provider,
 ) -> SystemVerdict:
     """Whole and per app, from each app's own store: the audit rows (``count_audits``), no
-    outbox record left, the business state and the provider's ledger exact."""
+    outbox record left, the business state and the provider's ledger exact, and each order
+    ``POST /api/orders`` accepted one row in ``orders``' ``sample_orders`` (no row for any
+    other order) and its PlaceOrder processed once."""
+    roots = {i for ids in clients.receipts.values() for i in ids}
     verdict = SystemVerdict(apps={name: a.figures for name, a in apps.items()})
     owner = {e: name for name, a in apps.items() for e in a.endpoints()}
     audits: dict[str, list[dict[str, object]]] = {}
@@ -336,8 +375,18 @@ async def verify_system(
         verdict.residue += sum(len(r) for r in outbox.values())
         for endpoint, rows in (await endpoint_rows(app, STATE_ROW)).items():
             states[endpoint] = {str(r["pk"]): json.loads(str(r["data"])) for r in rows}
-    count_audits(audits, owner, roots, verdict)
+    audited = count_audits(audits, owner, roots, verdict)
+    front = apps["orders"].worker
+    committed = await demo.order_rows(
+        front.state_account(), sql_states(front), databases.get("orders")
+    )
+    verdict.errors += demo.web_order_errors(committed, clients, audited)
+    orders = demo.placed_orders(orders, clients, committed)
+    verdict.errors += demo.abandoned_errors(states, orders, clients)
+    print(demo.abandoned_line(clients, committed))
     verdict.errors += demo.check_orders(states, orders)
+    verdict.web_orders = len(clients.web_orders)
+    postgres_url = databases.get("payments")
     charges = await demo.charge_rows(sql_states(apps["payments"].worker), postgres_url)
     verdict.errors += [f"order {o} has {charges[o]} charge rows" for o in orders if charges[o] != 1]
     late_errors, ends = demo.check_pay_later(states, pay_later)
@@ -357,7 +406,7 @@ async def verify_system(
 async def start_apps(
     messaging: str,
     states: Mapping[str, Azurite],
-    postgres_url: str | None,
+    databases: Mapping[str, str],
     provider: Provider,
     options: SystemOptions,
     workdir: Path,
@@ -373,7 +422,7 @@ async def start_apps(
             name,
             messaging,
             None if connection is None else connection.connection_string,
-            postgres_url if name == "payments" else None,
+            databases.get(name),
             provider,
             log,
             options,
@@ -383,7 +432,7 @@ async def start_apps(
         separate = worker.state_account() if worker.separate_state else None
         report = await provision(worker.account(), worker.resources, state=separate)
         print(f"  {name}: {report.summary()}")
-        await demo.provision_postgres(worker, postgres_url if name == "payments" else None)
+        await demo.provision_postgres(worker, databases.get(name))
         await worker.bus().subscribe_all()
         host = HostProcess(
             REPO_ROOT / "function_app.py",
@@ -403,13 +452,16 @@ CLEANUP_ROUNDS = 3
 its work for the next pass, as the timer's next run does in Azure."""
 
 
-async def cleanups(apps: Mapping[str, SystemApp], account: StorageAccount) -> int:
+async def cleanups(
+    apps: Mapping[str, SystemApp], account: StorageAccount, sessions: demo.SessionWatch
+) -> int:
     """Every app's cleanup at once, again while a pass did not finish or tokens or payloads
     are left (at most ``CLEANUP_ROUNDS``); returns the rounds run. Another app's tokens and
     payloads are kept as ``other_app``, none may be ``bad_origin``."""
     for round_number in range(1, CLEANUP_ROUNDS + 1):
         swept = await asyncio.gather(*(a.worker.cleanup(grace_seconds=0) for a in apps.values()))
         for app, report in zip(apps.values(), swept, strict=True):
+            sessions.add(report)
             kept: dict[str, int] = report["kept"]
             figures = app.figures
             figures.cleanup_bad_origin += sum(
@@ -434,17 +486,19 @@ async def blobs_left(apps: Mapping[str, SystemApp], account: StorageAccount) -> 
 async def drive_system(
     messaging: str,
     states: Mapping[str, Azurite],
-    postgres_url: str | None,
+    databases: Mapping[str, str],
     provider: Provider,
     options: SystemOptions,
     workdir: Path,
 ) -> SystemVerdict:
-    apps = await start_apps(messaging, states, postgres_url, provider, options, workdir)
+    apps = await start_apps(messaging, states, databases, provider, options, workdir)
     orders_host = apps["orders"].host
     queues = [e for a in apps.values() for e in a.endpoints()]
     account = apps["orders"].worker.account()
+    sessions = demo.SessionWatch(apps["orders"].worker)
     try:
         requests, orders, _ = demo.plan_requests(replace(options, shots=0))
+        refused = demo.plan_refused(options, orders)
         placements, payments, pay_later = demo.plan_pay_later(options)
         half = len(payments) // 2
         started = time.monotonic()
@@ -454,25 +508,27 @@ async def drive_system(
         await demo.send_all(orders_host, requests + placements, options, clients)
         await demo.pay_all(provider, payments[:half], options)
         await demo.send_all(orders_host, payments[:half], options, clients)
+        await demo.send_refused(orders_host, refused, options, clients)
         print(
             f"  clients: {len(clients.receipts)} messages accepted by orders in "
             f"{clients.requests} requests ({clients.repeats} repeated on purpose, "
             f"{clients.retries} retried after errors)"
         )
+        print(demo.web_line(clients))
         deadline = time.monotonic() + options.timeout
         await asyncio.gather(*faults)
-        calm = await quiescent(account, queues, deadline)
+        calm = await quiescent(account, queues, sessions, deadline)
         await demo.pay_all(provider, payments[half:], options)
         await demo.send_all(orders_host, payments[half:], options, clients)
-        calm = calm and await quiescent(account, queues, deadline)
+        calm = calm and await quiescent(account, queues, sessions, deadline)
         elapsed = time.monotonic() - started
         stopped = {a.name: await asyncio.to_thread(a.host.stop) for a in apps.values()}
         print(f"  queues {'empty' if calm else 'NOT EMPTY'} after {elapsed:.1f}s; hosts stopped")
-        rounds = await cleanups(apps, account)
+        rounds = await cleanups(apps, account, sessions)
         print(f"  cleanups: {rounds} round(s) of the three apps' passes at once")
-        roots = {i for ids in clients.receipts.values() for i in ids}
-        verdict = await verify_system(apps, roots, orders, pay_later, postgres_url, provider)
+        verdict = await verify_system(apps, clients, orders, pay_later, databases, provider)
         await settle(apps, verdict, account)
+        left = await sessions.counts()
     finally:
         for app in apps.values():
             app.host.kill()
@@ -482,6 +538,8 @@ async def drive_system(
     if not calm:
         verdict.errors.append("queues did not drain before the timeout")
     verdict.errors += [f"{n}: host stopped with exit code {c}" for n, c in stopped.items() if c]
+    verdict.errors += demo.sessions_left_errors(left)
+    print(demo.sessions_line(sessions, left))
     print_figures(apps, verdict)
     return verdict
 
@@ -543,11 +601,12 @@ def system_file(
     workdir: Path,
     messaging: str,
     states: Mapping[str, Azurite],
-    postgres_url: str | None,
+    databases: Mapping[str, str],
     provider: Provider,
 ) -> Path:
     """The system file of the demo's three apps (``shared.system``), each with the settings
-    that reach its accounts, for the Spark audit."""
+    that reach its accounts, for the Spark audit: ``orders`` and ``payments`` are postgres
+    apps (their database holds the storefront's sessions and payments' rows)."""
     apps = []
     for name in DELIVERIES:
         settings = {DEFAULT_SETTING: messaging}
@@ -557,9 +616,11 @@ def system_file(
                 STATE_STORAGE_SETTING_NAME: STATE_CONNECTION,
                 STATE_CONNECTION: state.endpoints.connection_string,
             }
-        if name == "payments" and postgres_url is not None:
-            settings |= {URL_SETTING: postgres_url, **provider.app_settings()}
-        store = "postgres" if name == "payments" and postgres_url is not None else "table"
+        if name in databases:
+            settings |= {URL_SETTING: databases[name]}
+        if name == "payments":
+            settings |= provider.app_settings()
+        store = "postgres" if name in databases else "table"
         bus_app = f"{SYSTEM_MODULE}:{name}"
         apps.append({"name": name, "busApp": bus_app, "store": store, "settings": settings})
     path = workdir / "system.json"
@@ -596,11 +657,26 @@ def run_system_audit(path: Path, workdir: Path) -> int | None:
     return result.returncode
 
 
+async def demo_databases(url: str) -> dict[str, str]:
+    """Each app's database on the demo's server (``DATABASES``), created where it is not the
+    server's own, by app."""
+    server, _ = url.rsplit("/", 1)
+    connection = await asyncpg.connect(url)
+    try:
+        for name in set(DATABASES.values()) - {"postgres"}:
+            await connection.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await connection.close()
+    return {app: f"{server}/{name}" for app, name in DATABASES.items()}
+
+
 def run(options: SystemOptions, *, keep: bool = False, audit: bool = True) -> int:
     """The whole system demo: its emulators, database and provider, then ``drive_system``."""
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="bus-system-demo-"))
     os.environ[PAYMENTS_STORE] = "postgres"
+    # Read when the sample system is imported, here and in the hosts and the audit.
+    os.environ[STOREFRONT_STORE] = "postgres"
     print("demo: a system of three apps (orders, payments, shipping) over one messaging Azurite")
     with contextlib.ExitStack() as running:
         messaging = running.enter_context(Azurite(location=str(workdir / "messaging")))
@@ -609,20 +685,20 @@ def run(options: SystemOptions, *, keep: bool = False, audit: bool = True) -> in
             states[name] = Azurite(location=str(workdir / f"{name}-state"))
             running.enter_context(states[name])
         print(
-            "demo: orders and shipping keep their rows in an Azurite each; payments in PostgreSQL"
+            "demo: orders and shipping keep their rows in an Azurite each; payments in "
+            "PostgreSQL, and orders' storefront its sessions and orders in a database of its own"
         )
-        postgres_url = running.enter_context(PostgresServer())
+        server = running.enter_context(PostgresServer())
+        databases = asyncio.run(demo_databases(server))
         credential = secrets.token_urlsafe(24)
         faults = provider_args(options.provider_faults, options.provider_late_seconds, options.seed)
         url = running.enter_context(provider_process(workdir, credential=credential, args=faults))
         provider = Provider(url, credential)
         verdict = asyncio.run(
-            drive_system(
-                messaging.connection_string, states, postgres_url, provider, options, workdir
-            )
+            drive_system(messaging.connection_string, states, databases, provider, options, workdir)
         )
         if verdict.passed and audit:
-            path = system_file(workdir, messaging.connection_string, states, postgres_url, provider)
+            path = system_file(workdir, messaging.connection_string, states, databases, provider)
             code = run_system_audit(path, workdir)
             if code is not None and code != 0:
                 verdict.errors.append(f"the Spark audit of the system failed (exit code {code})")

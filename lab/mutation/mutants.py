@@ -842,6 +842,86 @@ MUTANTS: tuple[Mutant, ...] = (
         "without waiting the grace period for a copy still in the handler",
         first=("tests/cleanup/test_marker_retirement.py",),
     ),
+    # -- transactional sessions (S1-S6, shared/bus/session.py) and their cleanup ---------------
+    Mutant(
+        "session-commit-without-etag",
+        "shared/bus/session.py",
+        "operations = [*self._writes, Update(committed.to_entity(), record.etag)]",
+        # The rows' commit refuses an unguarded update, so the guard is dropped by guarding
+        # with whatever version O(s) has at the commit (as receiver-outbox-commit-without-etag).
+        "operations = [*self._writes, Update(committed.to_entity(), (await self._rows.read("
+        "self.partition_key, [session_row(self.session_id)]))[session_row(self.session_id)]"
+        ".etag)]",
+        "S4 commits O(s) without the ETag it was read at: a request commits over another "
+        "request of its key",
+        first=("tests/bus/test_sessions.py", "tests/sim/test_sessions.py"),
+    ),
+    Mutant(
+        "session-signals-before-commit",
+        "shared/bus/session.py",
+        "        try:\n"
+        "            versions = await transaction.commit(operations, self._audit(committed))",
+        "        await send_signals(\n"
+        "            self._account, committed.outgoing, created.hints, config=self._config\n"
+        "        )\n"
+        "        try:\n"
+        "            versions = await transaction.commit(operations, self._audit(committed))",
+        "S5 before S4: the session's signals are sent before its commit",
+        first=("tests/bus/test_sessions.py", "tests/sim/test_sessions.py"),
+    ),
+    Mutant(
+        "session-marked-before-signals",
+        "shared/bus/session.py",
+        "            await send_signals(self._account, committed.outgoing, hints, "
+        "config=self._config)\n"
+        "            signalled = replace(committed, signalled=True)\n"
+        "            await self._rows.update(signalled.to_entity(), committed.etag)",
+        "            signalled = replace(committed, signalled=True)\n"
+        "            await self._rows.update(signalled.to_entity(), committed.etag)\n"
+        "            await send_signals(self._account, committed.outgoing, hints, "
+        "config=self._config)",
+        "S6 before S5: O(s) is marked signalled before its signals are sent",
+        first=("tests/bus/test_sessions.py", "tests/sim/test_sessions.py"),
+    ),
+    Mutant(
+        "session-dedup-skipped",
+        "shared/bus/session.py",
+        """        if record.committed:
+            self.deduplicated = True""",
+        """        if False:
+            self.deduplicated = True""",
+        "S1 takes a committed O(s) for an open one: a retry under the same key writes and "
+        "sends again",
+        first=("tests/bus/test_sessions.py", "tests/sim/test_sessions.py"),
+    ),
+    Mutant(
+        "cleanup-session-resend-skipped",
+        "shared/cleanup/sessions.py",
+        """        await send_signals(context.account, record.outgoing, config=context.config)
+        # Marked""",
+        """        # Marked""",
+        "the sessions task marks a committed O(s) left unsignalled as signalled without "
+        "sending its signals",
+        first=("tests/bus/test_sessions.py", "tests/sim/test_sessions.py"),
+    ),
+    Mutant(
+        "cleanup-session-resend-early",
+        "shared/cleanup/sessions.py",
+        "        if committed_at + wait > context.now:",
+        "        if False:",
+        "the sessions task signals a committed O(s) at once, without the resend delay that "
+        "leaves its request the time to do it",
+        first=("tests/bus/test_sessions.py", "tests/sim/test_sessions.py"),
+    ),
+    Mutant(
+        "cleanup-session-open-retired-young",
+        "shared/cleanup/sessions.py",
+        "            if not context.is_old(record.started_at):",
+        "            if False:",
+        "the sessions task retires an open O(s) before the grace period: a request still in "
+        "its block is fenced",
+        first=("tests/bus/test_sessions.py", "tests/sim/test_sessions.py"),
+    ),
     # -- in-memory stores ---------------------------------------------------------------------
     Mutant(
         "memory-table-etag-ignored",

@@ -54,6 +54,11 @@ and, in token mode, with up to one deviation and one fault:
 20. ``small-state-outage``: the app's state store silent for its first three requests,
     more deliveries than the host's tries: each message waits for it without spending a
     try, with up to one deviation and no fault, then no deviation and one fault;
+21. ``small-session`` and ``small-session-postgres``: web requests in transactional sessions
+    (``lab.sim.sessions``), one racing its retry under its key, one its client gives up on
+    (the cleanup's resend finishes it), one rolling back, beside a cleanup pass with the
+    sessions task, on Table Storage and PostgreSQL, with up to one deviation and no fault,
+    then no deviation and one fault;
 and then seeded random search over larger configurations in every mode for the rest of the
 time budget. With two cores the phases are dealt to two processes (``DEFAULT_PLAN``), each
 then searching its own random seeds. ``--mode`` keeps the phases and random runs of one mode.
@@ -129,6 +134,8 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         *_pairing_phases(PAIRINGS[:_HALF]),
         ("small-two-apps", 1, 0),
         ("small-state-outage", 1, 0),
+        ("small-session", 1, 0),
+        ("small-session-postgres", 0, 1),
     ),
     (
         ("small-sweep", 1, 1),
@@ -153,6 +160,8 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-budget", 0, 1),
         ("small-two-apps", 0, 1),
         ("small-state-outage", 0, 1),
+        ("small-session", 0, 1),
+        ("small-session-postgres", 1, 0),
     ),
 )
 """The phases explored exhaustively before the random search, dealt to two processes so

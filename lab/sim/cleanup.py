@@ -14,7 +14,8 @@ to them. An app of a system (``SimConfig.apps``) also runs production's token ta
 whole shared container (``whole_container``), where it meets the other app's tokens, judged
 with only its own endpoints' rows and ingress table (``shared.cleanup.abandoned_tokens``).
 The parked phase (``lab.sim.parked``) also runs the endpoint's poison task (``PoisonQueue``:
-entries that will expire re-parked, orphan parked originals removed), ``clean_parked``.
+entries that will expire re-parked, orphan parked originals removed), ``clean_parked``; the
+session phase (``lab.sim.sessions``) the sessions task of its endpoint, ``clean_sessions``.
 """
 
 from __future__ import annotations
@@ -175,3 +176,17 @@ async def expire_audit_rows(rows: Iterable[EndpointRows]) -> int:
     for endpoint in rows:
         removed += await endpoint.expire_audit(datetime.max.replace(tzinfo=UTC))
     return removed
+
+
+async def clean_sessions(
+    account: StorageAccount,
+    task: CleanupTask,
+    rows: Mapping[str, EndpointRows],
+    config: BusConfig,
+    *,
+    grace_seconds: float,
+) -> None:
+    """One pass of a sessions task (``shared.cleanup.sessions.SessionRecords``, or a
+    variant's), run to the end: its endpoint's unsignalled sessions signalled and its records
+    retired, with the resend delay and the key's window of ``config``."""
+    await _run(task, account, rows, grace_seconds, config.clock, config)

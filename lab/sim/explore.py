@@ -16,6 +16,7 @@ import random
 import time
 from collections.abc import Callable, Collection, Hashable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from lab.sim.choices import Chooser, DepthFirst, Replay, Seeded
 from lab.sim.claim_by_delete import ClaimByDelete
@@ -23,6 +24,7 @@ from lab.sim.invariants import Observation
 from lab.sim.model import SHAPES
 from lab.sim.parked import ParkedWorld
 from lab.sim.readings import WINDOW_MODES
+from lab.sim.sessions import SessionWorld
 from lab.sim.variants import Variant
 from lab.sim.world import (
     ALL_FAULTS,
@@ -222,6 +224,43 @@ CONFIGS: dict[str, SimConfig] = {
         ),
     )
 }
+
+# Transactional sessions (issue 45, lab.sim.sessions): three web requests of the session
+# endpoint ``first``. m0 is sent twice under its key (a request racing its retry, or a retry
+# after the first failed) and commits its order row with a Step and a Happened for token-mode
+# receivers; m1 does the same, sent once (its client gives up: the cleanup's resend is what
+# finishes it); m2 fails inside its block and rolls back. A cleanup pass (with the sessions
+# task) at any point, time passing the resend delay, and a late retry after the grace period.
+CONFIGS["small-session"] = SimConfig(
+    name="small-session",
+    shape="single",
+    messages=3,
+    partitions=3,
+    copies=1,
+    client_sends=2,
+    client_retries=0,
+    sweeps=1,
+    waits=1,
+    session=True,
+    session_rollbacks=1,
+)
+# The same with the endpoints' rows, the session's included, in PostgreSQL (its model).
+CONFIGS["small-session-postgres"] = replace(
+    CONFIGS["small-session"], name="small-session-postgres", store="postgres"
+)
+# Outside the timing assumptions: a request may stall before any operation (its commit, say)
+# for longer than the grace period while a cleanup pass runs; it must then fail to commit.
+# Not in the default plan; it shows what retiring an open O(s) first protects.
+CONFIGS["small-session-unbounded"] = SimConfig(
+    name="small-session-unbounded",
+    shape="single",
+    copies=1,
+    client_sends=1,
+    sweep_grace=30.0,
+    faults=ALL_FAULTS,
+    timing="unbounded",
+    session=True,
+)
 
 # The same small configurations for every window mode (``small-processed_messages``, ...):
 # bounded timing keeps the whole run inside the dedup window (``SimConfig.window``). The
@@ -423,6 +462,8 @@ class Reduction:
 
 
 def _world_type(config: SimConfig) -> type[World]:
+    if config.session:
+        return SessionWorld
     return ParkedWorld if config.parked else World
 
 
@@ -439,10 +480,15 @@ async def reference_for(config: SimConfig) -> Observation:
         config.messages,
         config.partitions,
         config.at_most_once,
+        config.session,
+        config.session_rollbacks,
     )
     if key not in _references:
         clock = ManualClock()
-        _references[key] = await reference_run(config, MemoryStorageAccount(clock=clock), clock)
+        world_type = SessionWorld if config.session else None
+        _references[key] = await reference_run(
+            config, MemoryStorageAccount(clock=clock), clock, world_type=world_type
+        )
     return _references[key]
 
 
@@ -494,12 +540,25 @@ async def simulate(
         amo_retried=variant is not None and variant.amo_retried,
         foreign_origins_own=variant is not None and variant.foreign_origins_own,
         covered=covered,
+        **_session_parts(variant),
         prepared=prepared,
     )
     if isinstance(world, ParkedWorld) and variant is not None and variant.poison_margin is not None:
         world.poison_margin = variant.poison_margin
     with quiet_logs():
         return await world.run(reference)
+
+
+def _session_parts(variant: Variant | None) -> dict[str, Any]:
+    """The session phase's session and sessions task a variant replaces, if any."""
+    if variant is None:
+        return {}
+    parts: dict[str, Any] = {}
+    if variant.session is not None:
+        parts["session_class"] = variant.session
+    if variant.session_task is not None:
+        parts["session_task"] = variant.session_task
+    return parts
 
 
 def exhaustive_seed(config: SimConfig, decisions: list[int]) -> str:

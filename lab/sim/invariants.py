@@ -167,6 +167,8 @@ class Observation:
     """What every audit row says its message caused, delivery by delivery."""
     states: dict[str, dict[str, str]] = field(default_factory=dict)
     """endpoint -> partition -> its state's data, for apps without journals (``observe``)."""
+    requests: dict[str, list[str]] = field(default_factory=dict)
+    """The session phase: how each send of each request ended (``lab.sim.sessions``)."""
 
     def expected(self) -> dict[tuple[str, str], Applied]:
         """(endpoint, logical name) -> what the handler applied."""

@@ -22,18 +22,26 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TypeVar
+from types import TracebackType
+from typing import Any, TypeVar
 
 from lab.sim.model import Version
 from shared.bus.app import Mode
-from shared.bus.envelope import TOKEN_NAME, Envelope
+from shared.bus.envelope import TOKEN_NAME, Envelope, token_prefix
 from shared.bus.ingress import INGRESS_ROW, SCOPE_SEPARATOR
 from shared.bus.modes.entity_outbox import StateEntity
 from shared.bus.modes.processed_table import PROCESSED_PREFIX
 from shared.bus.modes.state_based import INDEX_PREFIX, VERSION_PREFIX
+from shared.bus.outgoing import CreatedTokens, send_signals
 from shared.bus.payloads import payload_name
 from shared.bus.poison import NEVER_EXPIRES
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
+from shared.bus.session import Session
+from shared.bus.session_records import SESSION_PREFIX, SessionRecord
+from shared.bus.state.rows import EndpointRows
+from shared.cleanup.base import CleanupContext, CleanupTask, clear_prefix
+from shared.cleanup.report import TaskReport
+from shared.cleanup.sessions import SessionRecords
 from shared.effects.markers import MARKER_ROW
 from shared.errors import (
     AlreadyExists,
@@ -110,6 +118,11 @@ class Variant:
     foreign_origins_own: bool = False
     """A system of two apps: each app's cleanup takes the other's tokens for its own, judging
     them by rows looked up in its own state store, where they are not."""
+    session: type[Session] | None = None
+    """The session phase: the transactional session its requests open instead of
+    production's (a subclass in the lab)."""
+    session_task: Callable[[str], CleanupTask] | None = None
+    """The session phase: the cleanup's sessions task instead of production's."""
 
 
 class _Blobs(DelegatingBlobContainer):
@@ -907,6 +920,117 @@ FOREIGN_ORIGINS_JUDGED = Variant(
     foreign_origins_own=True,
 )
 
+# -- transactional sessions (the session phase, lab.sim.sessions) ------------------------------
+
+
+class _SignalsFirst(Session):
+    """Signals its messages as its block ends, before its commit, and so whether or not the
+    commit comes: the commit then names the tokens already signalled."""
+
+    _early: CreatedTokens | None = None
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._outputs and not self.deduplicated and self._opened is not None:
+            self._early = await super()._create_tokens(self.round_id, [])
+            early = self._early
+            await send_signals(
+                self._account, tuple(early.committed_candidates), early.hints, config=self._config
+            )
+        await super().__aexit__(kind, error, traceback)
+
+    async def _create_tokens(self, round_id: str, abandoned: list[str]) -> CreatedTokens:
+        if self._early is None:
+            return await super()._create_tokens(round_id, abandoned)
+        abandoned.extend(self._early.abandoned)
+        return self._early
+
+
+SESSION_SIGNALS_FIRST = Variant(
+    "session-signals-first",
+    "session: the signals are sent only after the commit (S5 after S4)",
+    session=_SignalsFirst,
+)
+
+
+class _KeyIgnored(Session):
+    """A session whose identity leaves its key out: every request, a retry too, gets a
+    record of its own, so a retry never finds the first one's committed O(s)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.session_id = self._config.new_id()
+
+
+SESSION_KEY_IGNORED = Variant(
+    "session-key-ignored",
+    "session: a retry under the same key finds the first request's O(s) (S1) and, committed, "
+    "writes and sends nothing new",
+    session=_KeyIgnored,
+)
+
+
+class _NotResent(SessionRecords):
+    """The sessions task never signals a committed O(s) its request left unsignalled."""
+
+    async def _finish(
+        self,
+        context: CleanupContext,
+        rows: EndpointRows,
+        record: SessionRecord,
+        report: TaskReport,
+    ) -> None:
+        report.kept["signalling"] += 1
+
+
+SESSION_NOT_RESENT = Variant(
+    "session-not-resent",
+    "cleanup: a committed O(s) left unsignalled has its signals sent after the resend delay",
+    session_task=_NotResent,
+)
+
+
+class _TokensBeforeRecord(SessionRecords):
+    """An open O(s) older than the grace period has its tokens deleted and is itself kept
+    (for a later pass), instead of being deleted first."""
+
+    async def _judge(
+        self,
+        context: CleanupContext,
+        rows: EndpointRows,
+        record: SessionRecord,
+        report: TaskReport,
+    ) -> str | None:
+        if record.committed or not context.is_old(record.started_at):
+            return await super()._judge(context, rows, record, report)
+        prefix = token_prefix(self.endpoint, record.round_id)
+        await clear_prefix(context, prefix, frozenset(), report)
+        return None
+
+
+class _SessionFenceSkipped(_Table):
+    """The abandoned-tokens task's fence of an open O(s) (an unchanged rewrite, for a new
+    ETag) reports success with the old ETag and writes nothing."""
+
+    async def update(self, entity: Entity, *, etag: str | None = None) -> str:
+        opened = entity.row_key.startswith(SESSION_PREFIX) and entity.get("status") == "open"
+        if opened and etag is not None:
+            return etag
+        return await super().update(entity, etag=etag)
+
+
+SESSION_TOKENS_BEFORE_RECORD = Variant(
+    "session-tokens-before-record",
+    "cleanup: an open O(s) is deleted (or fenced) before its tokens are, so that a commit "
+    "stalled past the grace period fails",
+    wrap=lambda account: _Account(account, table=_SessionFenceSkipped),
+    session_task=_TokensBeforeRecord,
+)
+
 VARIANTS = {
     v.name: v
     for v in (
@@ -949,5 +1073,9 @@ VARIANTS = {
         AMO_RETRIED,
         AMO_BLIND_MARKER,
         FOREIGN_ORIGINS_JUDGED,
+        SESSION_SIGNALS_FIRST,
+        SESSION_KEY_IGNORED,
+        SESSION_NOT_RESENT,
+        SESSION_TOKENS_BEFORE_RECORD,
     )
 }

@@ -83,12 +83,14 @@ from shared.bus.ingress import INGRESS_ROW, record_key
 from shared.bus.origin import Origin
 from shared.bus.outgoing import ORIGIN_METADATA
 from shared.bus.poison import replay
+from shared.bus.session import Session
 from shared.bus.state.base import EndpointState
 from shared.bus.state.instrumented import InstrumentedSql
 from shared.bus.state.memory_sql import MemorySqlDatabase
 from shared.bus.state.rows import EndpointRows
 from shared.bus.state.stores import endpoints_rows
 from shared.cleanup.base import CleanupTask
+from shared.cleanup.sessions import SessionRecords
 from shared.clock import ManualClock
 from shared.effects.markers import performer_markers
 from shared.effects.memory import InMemoryProvider
@@ -248,6 +250,17 @@ class SimConfig:
     claim_by_delete: ClaimByDelete | None = None
     """Token mode claims by the token's conditional delete instead of its metadata, by these
     rules (``lab.sim.claim_by_delete``, issue 33): a protocol explored beside production's."""
+    session: bool = False
+    """The session phase (``lab.sim.sessions.SessionWorld``): the scheduled client sends are
+    web requests, each committing a row of its own and the messages it sends through a
+    transactional session of the first endpoint (``shared.bus.session``), under its
+    idempotency key; the others are token-mode receivers."""
+    session_rollbacks: int = 0
+    """The session phase: this many of the last requests fail inside their session's block
+    (the request raises after its writes and sends), so it rolls back and sends nothing."""
+    session_resend: float = 30.0
+    """The session phase: ``BUS_SESSION_RESEND_SECONDS`` of the cleanup's sessions task, below
+    one tick, so that a pass after one tick may signal a session its request still signals."""
     stall_outlasts_audit: bool = True
     wait_outlasts_audit: bool = False
     """``waits``: the time that passes also outlasts the audit retention (the audit rows are
@@ -269,6 +282,8 @@ class SimConfig:
             )
         if self.client_sends and self.copies != 1:
             raise ConfigurationError("scheduled client sends queue no extra copies: copies=1")
+        if self.session and (not self.client_sends or self.apps != 1):
+            raise ConfigurationError("the session phase's requests are client sends: client_sends")
         if (self.shared_key or self.legacy_record) and not self.client_sends:
             raise ConfigurationError(
                 "shared_key and legacy_record are about scheduled client sends: client_sends"
@@ -434,6 +449,10 @@ class World:
     foreign_origins_own: bool = False
     """A system of two apps: each app's cleanup takes the other app's endpoints for its own,
     looking their rows up in its own state store, where they are not (a variant)."""
+    session_class: type[Session] = Session
+    """The session phase: the transactional session the requests open (a variant's)."""
+    session_task: Callable[[str], CleanupTask] = SessionRecords
+    """The session phase: the cleanup's sessions task (a variant's)."""
     trace: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -834,6 +853,10 @@ class World:
             f"{len(self.trace):4} time passes beyond the grace period{audit} (the redelivery "
             "is late); a cleanup pass runs"
         )
+
+    async def _when_quiet(self) -> bool:
+        """The run is quiet: what the world does before it ends (True: the run goes on)."""
+        return await self._replay_parked()
 
     async def _replay_parked(self) -> bool:
         """With ``SimConfig.oversized``: the run is quiet and messages are parked; the
@@ -1241,7 +1264,7 @@ class World:
                 await self._wait()
                 continue
             if not actions and not self._stalled():
-                if await self._replay_parked():
+                if await self._when_quiet():
                     continue
                 return []
             if not actions:
@@ -1260,9 +1283,14 @@ class World:
 
 
 async def reference_run(
-    config: SimConfig, account: StorageAccount, clock: ManualClock | None, suffix: str = ""
+    config: SimConfig,
+    account: StorageAccount,
+    clock: ManualClock | None,
+    suffix: str = "",
+    world_type: type[World] | None = None,
 ) -> Observation:
-    """The same messages processed one at a time, once each, without faults."""
+    """The same messages processed one at a time, once each, without faults (the session
+    phase's requests: each sent once, ``world_type`` its world)."""
     plain = SimConfig(
         name=f"{config.name}-reference",
         shape=config.shape,
@@ -1276,8 +1304,11 @@ async def reference_run(
         sweep_grace=config.sweep_grace,
         window=config.window,
         at_most_once=config.at_most_once,
+        session=config.session,
+        client_sends=1 if config.session else 0,
+        session_rollbacks=config.session_rollbacks,
     )
-    world = World(plain, Replay([]), account, clock, suffix)
+    world = (world_type or World)(plain, Replay([]), account, clock, suffix)
     return (await world.run(None)).observation
 
 

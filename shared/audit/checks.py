@@ -10,8 +10,11 @@ future id scheme that reuses an id across destinations; the audit never relies o
 globally unique.
 
 - *sent*: every delivery in an ingress record's ``outgoing`` plus every entry of an audit row's
-  ``caused`` list (what a handler sent, committed with its state change);
-- *processed*: every audit row, keyed ``(endpoint, message_id)``.
+  ``caused`` list (what a handler sent, committed with its state change, or what a
+  transactional session sent, committed with the user's writes);
+- *processed*: every audit row but a session's, keyed ``(endpoint, message_id)``. A session's
+  row (mode ``session``) records a commit made outside any handler: nobody sent the session,
+  so it is no processing, hence never a ghost, a duplicate or a latency.
 
 Inside one table partition the RowKey ``audit|{m}`` is unique, so a second processing of a
 delivery can only show up as a second audit row elsewhere: in another partition (the message's
@@ -28,6 +31,8 @@ from datetime import UTC, datetime, timedelta
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from shared.bus.session_records import SESSION_MODE
+
 DEFAULT_PERCENTILES = (0.5, 0.9, 0.99)
 HISTOGRAM_STEPS_PER_DOUBLING = 4
 """Latency histogram buckets grow by 2**(1/4) (about 19%): fine enough to read p50 and p99
@@ -42,19 +47,30 @@ INGRESS_REQUIRED = ("sender", "created_at")
 """Ingress columns a record is invalid without."""
 
 
+def is_session(mode: Column) -> Column:
+    """True for a session's audit row; false for every other row, one without a mode too."""
+    return mode.eqNullSafe(F.lit(SESSION_MODE))
+
+
+def processing_rows(audit: DataFrame) -> DataFrame:
+    """The audit rows that record a processing of a delivery: all but the sessions' rows."""
+    return audit.where(~is_session(F.col("mode")))
+
+
 def sent_deliveries(audit: DataFrame, ingress: DataFrame) -> DataFrame:
     """One row per delivery sent: ``sender, destination, message_id, message_type, sent_at,
-    origin`` (``client`` for ingress sends, ``handler`` for messages a handler sent) and
-    ``incoming_id``, the message whose processing (or the client send) sent it: the second
-    segment of its token's name. A message sent twice (its sender was processed twice)
-    appears twice. ``caused`` and ``outgoing`` are typed lists already
+    origin`` (``client`` for ingress sends, ``handler`` for messages a handler sent,
+    ``session`` for those a transactional session sent: its sender is its endpoint) and
+    ``incoming_id``, the message whose processing (or the client send, or the session) sent
+    it: the second segment of its token's name. A message sent twice (its sender was
+    processed twice) appears twice. ``caused`` and ``outgoing`` are typed lists already
     (``shared.audit.schema.DELIVERIES_SCHEMA``): nothing is parsed."""
     by_handlers = audit.select(
         F.col("endpoint").alias("sender"),
         F.col("message_id").alias("incoming_id"),
         F.col("processed_at").alias("sent_at"),
         F.explode("caused").alias("m"),
-        F.lit("handler").alias("origin"),
+        F.when(is_session(F.col("mode")), F.lit("session")).otherwise("handler").alias("origin"),
     )
     by_clients = ingress.select(
         F.col("sender"),
@@ -121,12 +137,16 @@ def verify_poisoned(sent: DataFrame, poisoned: DataFrame) -> DataFrame:
 def processed_deliveries(audit: DataFrame) -> DataFrame:
     """One row per delivery processed at least once: ``endpoint, message_id, processings``,
     the sender and type the envelope named, and the first and last processing times."""
-    return audit.groupBy("endpoint", "message_id").agg(
-        F.count(F.lit(1)).alias("processings"),
-        F.min("source").alias("source"),
-        F.min("message_type").alias("message_type"),
-        F.min("processed_at").alias("first_processed_at"),
-        F.max("processed_at").alias("last_processed_at"),
+    return (
+        processing_rows(audit)
+        .groupBy("endpoint", "message_id")
+        .agg(
+            F.count(F.lit(1)).alias("processings"),
+            F.min("source").alias("source"),
+            F.min("message_type").alias("message_type"),
+            F.min("processed_at").alias("first_processed_at"),
+            F.max("processed_at").alias("last_processed_at"),
+        )
     )
 
 
@@ -134,7 +154,8 @@ def duplicate_processings(audit: DataFrame) -> DataFrame:
     """Deliveries with more than one audit row (NoDuplicatedProcessing: must be empty), with
     the tables and partitions their rows came from."""
     return (
-        audit.groupBy("endpoint", "message_id")
+        processing_rows(audit)
+        .groupBy("endpoint", "message_id")
         .agg(
             F.count(F.lit(1)).alias("processings"),
             F.sort_array(F.collect_set(F.concat_ws("/", "table", "partition_key"))).alias(
@@ -185,7 +206,7 @@ def reconcile(
         F.lit(0).alias("is_parked"),
         F.unix_micros("sent_at").alias("sent_us"),
     )
-    processed = audit.select(
+    processed = processing_rows(audit).select(
         F.col("endpoint").alias("destination"),
         "message_id",
         edge_code(F.col("source"), F.col("message_type")).alias("edge"),
@@ -250,7 +271,8 @@ def edge_names(audit: DataFrame, ingress: DataFrame) -> DataFrame:
     client send, from columns that need no JSON parsing (so this costs a cheap scan). An edge
     whose every delivery was lost is missing here; ``sent_edge_names`` names those."""
     return (
-        audit.select(
+        processing_rows(audit)
+        .select(
             edge_code(F.col("source"), F.col("message_type")).alias("edge"),
             F.col("source").alias("sender"),
             "message_type",
@@ -369,8 +391,11 @@ def latencies(audit: DataFrame) -> DataFrame:
     to the commit of its processing. Clocks of different hosts may disagree a little, so
     small negative values are possible and are kept."""
     micros = F.unix_micros(F.col("processed_at")) - F.unix_micros(F.col("sent_at"))
-    return audit.where(F.col("sent_at").isNotNull() & F.col("processed_at").isNotNull()).select(
-        "endpoint", (micros / 1000.0).alias("latency_ms"), "processed_at"
+    timed = F.col("sent_at").isNotNull() & F.col("processed_at").isNotNull()
+    return (
+        processing_rows(audit)
+        .where(timed)
+        .select("endpoint", (micros / 1000.0).alias("latency_ms"), "processed_at")
     )
 
 
@@ -446,7 +471,8 @@ def throughput(audit: DataFrame, bucket_seconds: int) -> DataFrame:
     seconds = F.unix_seconds(F.col("processed_at"))
     start = F.timestamp_seconds(F.floor(seconds / bucket_seconds) * bucket_seconds)
     return (
-        audit.where(F.col("processed_at").isNotNull())
+        processing_rows(audit)
+        .where(F.col("processed_at").isNotNull())
         .groupBy(start.alias("bucket_start"), "endpoint")
         .agg(F.count(F.lit(1)).alias("count"))
     )
@@ -463,7 +489,8 @@ def histogram_and_throughput(audit: DataFrame, bucket_seconds: int) -> DataFrame
     seconds = F.unix_seconds(F.col("processed_at"))
     start = F.timestamp_seconds(F.floor(seconds / bucket_seconds) * bucket_seconds)
     return (
-        audit.where(F.col("processed_at").isNotNull())
+        processing_rows(audit)
+        .where(F.col("processed_at").isNotNull())
         .groupBy(
             "endpoint",
             # greatest() skips nulls: without a send time there is no latency, no bucket 0.

@@ -17,6 +17,7 @@ from shared.bus.effects import (
     KEY_REUSED_STATUSES,
     ServiceDeclaration,
 )
+from shared.bus.http_routes import DEFAULT_MAX_BODY_BYTES, HttpRoute, RouteHandler
 from shared.bus.messages import Event, Message, topics_of, type_names
 from shared.bus.reading import check_versions
 from shared.bus.retries import RetryPolicy
@@ -65,6 +66,10 @@ class Endpoint(Generic[S]):
     """What to do when a handler raises (``shared.bus.retries``); None: the host's retries."""
     retry_for: dict[str, RetryPolicy] = field(default_factory=dict, kw_only=True)
     """Policies of single message types (by type name), over ``retry``."""
+    sessions: bool = field(default=False, kw_only=True)
+    """Whether web requests may send as this endpoint through transactional sessions
+    (``Bus.session``, ``docs/sessions.md``): its rows then hold their records, which its
+    cleanup finishes and retires."""
 
     def __post_init__(self) -> None:
         check_endpoint_name(self.name)
@@ -143,6 +148,8 @@ class BusApp:
         self.services: dict[str, ServiceDeclaration] = {}
         """The external services handlers may request effects of (``docs/effects.md``)."""
         self.routes = Routes(self.endpoints, self.services)
+        self.http_routes: dict[str, HttpRoute] = {}
+        """The app's own web routes by function name (``route``)."""
 
     def endpoint(
         self,
@@ -153,11 +160,13 @@ class BusApp:
         *,
         retry: RetryPolicy | None = None,
         retry_for: Mapping[type[Message], RetryPolicy] | None = None,
+        sessions: bool = False,
     ) -> Endpoint[S]:
         """Declare an endpoint. ``retry`` is its policy for handler errors and ``retry_for``
         the policies of single message types (``shared.bus.retries``); without either, a
         failing message goes back to the host (host.json's visibilityTimeout and
-        maxDequeueCount)."""
+        maxDequeueCount). ``sessions``: web requests may send as this endpoint, atomically
+        with their own writes to its store (``Bus.session``)."""
         if name in self.endpoints or name in self.routes.external:
             raise ValueError(f"endpoint {name} is declared twice")
         endpoint: Endpoint[S] = Endpoint(
@@ -168,6 +177,7 @@ class BusApp:
             routes=self.routes,
             retry=retry,
             retry_for={m.type_name(): p for m, p in (retry_for or {}).items()},
+            sessions=sessions,
         )
         self.endpoints[name] = endpoint
         return endpoint
@@ -211,6 +221,37 @@ class BusApp:
         )
         self.services[name] = declared
         return declared
+
+    def route(
+        self,
+        path: str,
+        *,
+        methods: Collection[str] = ("POST",),
+        name: str | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    ) -> Callable[[RouteHandler], RouteHandler]:
+        """Decorator: ``@app.route("orders", methods=["POST"])`` on ``async def f(request,
+        bus)`` declares the web route ``/api/orders`` (``shared.bus.http_routes``), bound as
+        an HTTP function named ``name`` (default: the handler's name) that takes a function
+        key. A body over ``max_body_bytes`` is refused (413) before the handler runs."""
+
+        def register(handler: RouteHandler) -> RouteHandler:
+            function = name or str(getattr(handler, "__name__", ""))
+            route = HttpRoute.declared(function, path, methods, handler, max_body_bytes)
+            if route.name in self.http_routes:
+                raise ConfigurationError(f"route function {route.name} is declared twice")
+            # The host matches paths whatever their case.
+            same = [
+                r.name
+                for r in self.http_routes.values()
+                if r.path.lower() == route.path.lower() and set(r.methods) & set(route.methods)
+            ]
+            if same:
+                raise ConfigurationError(f"route {route.path!r} is declared twice ({same[0]})")
+            self.http_routes[route.name] = route
+            return handler
+
+        return register
 
     def running_endpoints(self, app_name: str | None = None) -> list[str]:
         """Every endpoint the app runs: its own and, when it declares services, the bus's

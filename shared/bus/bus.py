@@ -7,6 +7,7 @@ single app passes one account for both and makes the same requests as before."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from shared.bus.app import BusApp, Mode
 from shared.bus.budget import BodyBudget, RequestGate
@@ -17,6 +18,7 @@ from shared.bus.modes.processed_table import ProcessedMessagesPipeline
 from shared.bus.modes.state_based import StateBasedPipeline
 from shared.bus.pipeline import Outcome, Pipeline
 from shared.bus.receiver import Receiver
+from shared.bus.session import Session
 from shared.bus.state.base import EndpointState
 from shared.bus.state.stores import SqlDatabase, endpoint_state
 from shared.bus.subscriptions import handled_topics
@@ -110,6 +112,34 @@ class Bus:
             routes=self.app.routes,
             scope=scope,
             legacy=legacy,
+        )
+
+    def session(
+        self,
+        endpoint: str,
+        *,
+        partition: str,
+        key: str | None = None,
+        scope: str | None = None,
+        connection: Any = None,
+    ) -> Session:
+        """A transactional session sending as ``endpoint`` (declared ``sessions=True``): the
+        user's writes to ``partition`` of its store and the messages sent commit together
+        (``shared.bus.session``). ``key``, the request's idempotency key, makes a retry of
+        the request within the ingress window write and send nothing new; ``scope`` (default:
+        the endpoint) says whose keys it is among, as the ingress's sender scopes do;
+        ``connection``, on PostgreSQL, the user's own asyncpg connection to commit on."""
+        declared = self.app.get(endpoint)
+        return Session(
+            declared,
+            self.endpoint_state(endpoint).rows(),
+            self.account,
+            self.topics,
+            self.config,
+            partition=partition,
+            key=key,
+            scope=declared.name if scope is None else scope,
+            connection=connection,
         )
 
     async def subscribe_all(self) -> list[tuple[str, str]]:

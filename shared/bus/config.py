@@ -101,6 +101,9 @@ class BusConfig:
     ingress_window_seconds: float = 7 * 24 * 3600.0
     """The only time window in the system: client retries with one idempotency key are
     deduplicated for this long."""
+    session_resend_seconds: float = 60.0
+    """BUS_SESSION_RESEND_SECONDS: how long after its commit a transactional session left
+    unsignalled (its request stopped) waits before the cleanup signals its messages."""
     ingress_key_scopes: bool = False
     """BUS_INGRESS_KEY_SCOPES: idempotency keys scoped by sender (records at ``scope|key``).
     Off: records at the raw key, where the previous version reads them, with a fingerprint

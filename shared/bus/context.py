@@ -190,10 +190,21 @@ class HandlerContext(Generic[S]):
         return request.key
 
     def _add(self, output: PendingOutput) -> None:
-        if len(self.outputs) >= self._max_outputs:
-            raise MessageTooLarge(
-                f"a handler may send at most {self._max_outputs} messages per incoming message"
-            )
-        check_payload_size(output.message, self._max_payload)
-        checked_partition_key(output.message)
-        self.outputs.append(output)
+        add_output(
+            self.outputs, output, max_outputs=self._max_outputs, max_payload=self._max_payload
+        )
+
+
+def add_output(
+    outputs: list[PendingOutput], output: PendingOutput, *, max_outputs: int, max_payload: int
+) -> None:
+    """Append ``output`` to ``outputs`` (a handler's, or a session's) once it is within the
+    limits: at most ``max_outputs`` messages, each body within ``max_payload`` bytes, each
+    with a valid partition key. Refused before anything is written."""
+    if len(outputs) >= max_outputs:
+        raise MessageTooLarge(
+            f"a handler or session may send at most {max_outputs} messages at once"
+        )
+    check_payload_size(output.message, max_payload)
+    checked_partition_key(output.message)
+    outputs.append(output)

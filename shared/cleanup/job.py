@@ -45,6 +45,11 @@ def endpoint_modes(app: BusApp) -> dict[str, str]:
     return {endpoint.name: endpoint.mode for endpoint in app.endpoints.values()}
 
 
+def session_endpoints(app: BusApp) -> list[str]:
+    """The ``sessions`` argument of ``run_cleanup``: the endpoints that take sessions."""
+    return [endpoint.name for endpoint in app.endpoints.values() if endpoint.sessions]
+
+
 async def run_cleanup(
     account: StorageAccount,
     endpoints: Mapping[str, str] | Collection[str],
@@ -57,11 +62,13 @@ async def run_cleanup(
     monotonic: Callable[[], float] = time.monotonic,
     progress: Progress | None = None,
     wait: bool = False,
+    sessions: Collection[str] = (),
 ) -> CleanupReport:
     """Run every cleanup task once (or until the budget is spent) and report what happened.
 
     ``endpoints`` maps each endpoint to its mode (``{e.name: e.mode}`` of a BusApp); bare
-    names are taken as token mode. ``rows`` holds each endpoint's rows, in whichever store
+    names are taken as token mode; ``sessions`` names those that take transactional sessions
+    (``session_endpoints``). ``rows`` holds each endpoint's rows, in whichever store
     keeps them, chosen by the caller (``Worker.endpoint_rows``): the tasks reach them only
     there. The ingress table, the tokens and the checkpoints are in ``account``.
 
@@ -78,7 +85,9 @@ async def run_cleanup(
     settings = settings or CleanupSettings()
     owner = owner or f"cleanup-{uuid.uuid4().hex[:12]}"
     chosen = (
-        list(tasks) if tasks is not None else standard_tasks(endpoints, config.performer_endpoint)
+        list(tasks)
+        if tasks is not None
+        else standard_tasks(endpoints, config.performer_endpoint, sessions)
     )
     started = monotonic()
     report = CleanupReport(

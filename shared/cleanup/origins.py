@@ -8,8 +8,9 @@ has ended, so it is in flight if and only if its origin row lists its attempt.
 
 When the origin row (or its entry for the message) is absent, what that proves depends on
 the kind of row:
-- O(m) and ingress records are removed only after every token they committed is gone (see
-  the outbox and ingress tasks), so their absence proves the token was never committed;
+- O(m), a session's O(s) and ingress records are removed only after every token they
+  committed is gone (see the outbox, sessions and ingress tasks), so their absence proves
+  the token was never committed;
 - the rows of the window-based modes expire after a retention period whether or not their
   tokens were consumed, so their absence proves nothing about a token older than that
   period: such a token is kept (and reported) rather than risk deleting one in flight.
@@ -27,6 +28,7 @@ from shared.bus.modes.entity_outbox import StateEntity
 from shared.bus.modes.processed_table import PROCESSED_PREFIX, ProcessedRecord
 from shared.bus.modes.state_based import INDEX_PREFIX, IndexEntry
 from shared.bus.records import OUTBOX_PREFIX, STATE_ROW, OutboxRecord
+from shared.bus.session_records import SESSION_PREFIX, SessionRecord
 from shared.bus.state.rows import EndpointRows
 from shared.stores.table import Entity
 
@@ -62,6 +64,20 @@ def _outbox(entity: Entity, incoming_id: str) -> frozenset[str] | None:
     return frozenset(o.attempt_id for o in record.outgoing)
 
 
+async def _fence_session(rows: EndpointRows, entity: Entity) -> Entity:
+    if SessionRecord.from_entity(entity).committed:
+        return entity  # committed: no stalled request can commit it again
+    etag = await rows.update(entity, entity.etag)
+    return Entity(entity.partition_key, entity.row_key, entity.properties, etag)
+
+
+def _session(entity: Entity, incoming_id: str) -> frozenset[str] | None:
+    record = SessionRecord.from_entity(entity)
+    if record.round_id != incoming_id:
+        return None  # a token of an earlier round of the key: this record says nothing of it
+    return frozenset(o.attempt_id for o in record.outgoing) if record.committed else frozenset()
+
+
 def _ingress(entity: Entity, incoming_id: str) -> frozenset[str] | None:
     # A record is written only by the round that commits it, and each round of one key has
     # its own incoming id: a token from another round of the key is not in this record.
@@ -89,6 +105,7 @@ def _entity_outbox(entity: Entity, incoming_id: str) -> frozenset[str] | None:
 
 KINDS: list[OriginKind] = [
     OriginKind("outbox", lambda rk: rk.startswith(OUTBOX_PREFIX), _outbox, fence=_fence_outbox),
+    OriginKind("session", lambda rk: rk.startswith(SESSION_PREFIX), _session, fence=_fence_session),
     OriginKind(
         "ingress", lambda rk: rk == INGRESS_ROW, _ingress, lambda c: c.ingress_window_seconds
     ),

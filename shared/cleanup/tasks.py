@@ -12,6 +12,9 @@ signalled is deleted (design notes section 3):
   ``shared.bus.receiver``). An uncommitted O(m) is retired only once its incoming token is
   gone;
 - an ingress record is removed only after its window, and only once its tokens are gone;
+  so is a transactional session's record O(s), once the cleanup has signalled what its
+  request left unsignalled; an open one is removed after the grace period
+  (``shared.cleanup.sessions``);
 - audit rows are removed after their retention period;
 - a shared payload is removed once no token can still need it (``shared.cleanup.payloads``);
 - a discarded message's archive entry is removed once its retention has passed
@@ -41,13 +44,17 @@ from shared.cleanup.outbox_records import OutboxRecords
 from shared.cleanup.parked import poison_tasks
 from shared.cleanup.payloads import SharedPayloads
 from shared.cleanup.retention import MODE_EXPIRY, ModeRetention
+from shared.cleanup.sessions import SessionRecords
 
 
 def standard_tasks(
-    endpoints: Mapping[str, str] | Collection[str], performer: str = PERFORMER_ENDPOINT
+    endpoints: Mapping[str, str] | Collection[str],
+    performer: str = PERFORMER_ENDPOINT,
+    sessions: Collection[str] = (),
 ) -> list[CleanupTask]:
     """Every task for these endpoints (a name-to-mode mapping; bare names are token mode),
-    the markers' when ``performer`` (the app's performer endpoint, ``BusConfig``) is one.
+    the markers' when ``performer`` (the app's performer endpoint, ``BusConfig``) is one, and
+    the sessions' of the endpoints in ``sessions`` (declared ``sessions=True``).
 
     The job runs them side by side; none waits on another, since the outbox and ingress
     tasks delete the abandoned tokens under their own records' prefixes themselves. A sweep
@@ -56,6 +63,7 @@ def standard_tasks(
     names = sorted(modes)
     tasks: list[CleanupTask] = [AbandonedTokens()]
     tasks += [OutboxRecords(e) for e in names]
+    tasks += [SessionRecords(e) for e in names if e in sessions]
     tasks.append(IngressRecords())
     tasks += [AuditRows(e) for e in names]
     tasks += [ModeRetention(e, modes[e]) for e in names if modes[e] in MODE_EXPIRY]

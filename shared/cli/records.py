@@ -3,7 +3,9 @@
 Each mode keeps its own records (``docs/modes.md``): token mode an outbox row per message
 (claimed, then committed), entity-outbox mode an outbox map inside each state row, the
 processed-messages mode one row per processed message, the state-based mode a message-id
-index. Only what the endpoint's mode keeps is counted and shown.
+index. Only what the endpoint's mode keeps is counted and shown, and for an endpoint that takes
+transactional sessions, its sessions' records (``shared.bus.session_counts``, which the console
+shares).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from shared.bus.modes.entity_outbox import StateEntity
 from shared.bus.modes.processed_table import PROCESSED_PREFIX
 from shared.bus.modes.state_based import INDEX_PREFIX
 from shared.bus.records import STATE_ROW
+from shared.bus.session_counts import count_sessions
 from shared.bus.state.base import EndpointState
 
 
@@ -22,6 +25,13 @@ async def count_records(endpoint: Endpoint[Any], state: EndpointState) -> dict[s
     """The endpoint's record counts, keyed as ``bus status --json`` reports them. ``state`` is
     where the endpoint keeps its rows: its table, or PostgreSQL (``store="postgres"``).
     Raises NotFound when the table (or the bus schema) is missing."""
+    counts = await _mode_records(endpoint, state)
+    if endpoint.sessions:
+        counts.update((await count_sessions(state.rows())).as_status())
+    return counts
+
+
+async def _mode_records(endpoint: Endpoint[Any], state: EndpointState) -> dict[str, int]:
     if endpoint.mode == "token":
         claimed = committed = 0
         async for record in state.outbox_records():
@@ -50,6 +60,19 @@ def describe(counts: dict[str, int] | None) -> str:
     """One cell of the status table: the counts in words (``-`` when the table is missing)."""
     if counts is None:
         return "-"
+    if "sessions_waiting" in counts:
+        sessions = (
+            f"sessions: {counts['sessions_waiting']} waiting to be signalled, "
+            f"{counts['sessions_open']} open, {counts['sessions_finished']} finished"
+        )
+        if counts.get("sessions_unreadable"):
+            sessions += f", {counts['sessions_unreadable']} unreadable"
+        rest = {k: v for k, v in counts.items() if not k.startswith("sessions_")}
+        return f"{_describe_mode(rest)}; {sessions}"
+    return _describe_mode(counts)
+
+
+def _describe_mode(counts: dict[str, int]) -> str:
     if "outbox_claimed" in counts:
         return f"outbox: {counts['outbox_claimed']} open, {counts['outbox_committed']} committed"
     if "outbox_entries" in counts:

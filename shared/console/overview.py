@@ -4,10 +4,11 @@ Depths and poison counts are the queues' approximate counts, as ``bus status`` g
 tokens and delayed messages come from one listing of the tokens container, tallied by sender
 as the cleanup's backlog tallies them (``shared.cleanup.backlog``), no token read (a token
 names its sender, not its destination; a delayed one's metadata names its type and
-destination); throughput and latency
-from the audit rows (``shared.console.throughput``); recipient lists from the topics
-container; the last audit's verdict from what an audit of the account's tables publishes
-(``shared.audit.published``).
+destination); throughput and latency from the audit rows (``shared.console.throughput``); the
+transactional sessions of each endpoint that takes them by state, from their records
+(``shared.bus.session_counts``), bounded as the audit rows' look is; recipient lists from the
+topics container; the last audit's verdict from what an audit of the account's tables
+publishes (``shared.audit.published``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shared.audit.published import latest
+from shared.bus.session_counts import SessionCounts, count_sessions
 from shared.bus.subscriptions import handled_topics
 from shared.bus.topics import recipients_in
 from shared.bus.unsubscribed import PREFIX as UNSUBSCRIBED_PREFIX
@@ -78,7 +80,10 @@ async def _endpoint(
     worker: Worker, name: str, sent: SenderTokens | None, now: datetime, scan_limit: int
 ) -> dict[str, Any]:
     depth, poisoned = await asyncio.gather(_count(worker, name), _count(worker, poison_queue(name)))
-    done = await throughput(worker.endpoint_rows()[name], now, scan_limit)
+    rows = worker.endpoint_rows()[name]
+    done = await throughput(rows, now, scan_limit)
+    takes_sessions = worker.app.endpoints[name].sessions
+    sessions = await count_sessions(rows, scan_limit) if takes_sessions else None
     return {
         "name": name,
         "mode": worker.app.endpoints[name].mode,
@@ -86,7 +91,28 @@ async def _endpoint(
         "poison_count": poisoned,
         **_sent(name, sent or SenderTokens(), now),
         **_throughput(done),
+        "sessions": None if sessions is None else _sessions(worker, sessions, now),
     }
+
+
+def _sessions(worker: Worker, counts: SessionCounts, now: datetime) -> dict[str, Any]:
+    """An endpoint's transactional sessions by state (``shared.bus.session_counts``), and how
+    long after its commit the cleanup signals a waiting one."""
+    since = counts.oldest_waiting_since
+    return {
+        "waiting": counts.waiting,
+        "open": counts.open,
+        "finished": counts.finished,
+        "unreadable": counts.unreadable,
+        "oldest_waiting_seconds": None if since is None else _age(now, since),
+        "resend_after_seconds": worker.config.session_resend_seconds,
+        "records_scanned": counts.scanned,
+        "complete": counts.complete,
+    }
+
+
+def _age(now: datetime, since: datetime) -> float:
+    return round(max((now - since).total_seconds(), 0.0), 1)
 
 
 async def _count(worker: Worker, queue: str) -> int:
@@ -100,13 +126,12 @@ def _sent(sender: str, figures: SenderTokens, now: datetime) -> dict[str, Any]:
     """What ``sender`` has in flight: its tokens, the oldest's age, its delayed messages and
     the next few due, with the type and destination their tokens' metadata names (no token
     is read: a body may be megabytes, and the overview is refreshed every few seconds)."""
-    oldest = None if figures.oldest is None else (now - figures.oldest).total_seconds()
     due = figures.next_due()
     return {
         "sender": sender,
         "tokens_in_flight": figures.count,
         "tokens_received": figures.received,
-        "oldest_token_age_seconds": None if oldest is None else round(max(oldest, 0.0), 1),
+        "oldest_token_age_seconds": None if figures.oldest is None else _age(now, figures.oldest),
         "delayed_count": figures.delayed,
         "next_due": [
             {

@@ -25,7 +25,8 @@ class ConsoleSettings:
     secret: str | None = field(default=None, repr=False)
     """BUS_CONSOLE_SECRET: required from every operator of the deployed console when set."""
     audit_scan_rows: int = 20000
-    """Audit rows read per endpoint for the overview's throughput and latency."""
+    """Audit rows read per endpoint for the overview's throughput and latency, and session
+    records for its counts of transactional sessions."""
     list_limit: int = 1000
     """Parked messages one listing pass reads per poison queue (console and ``bus poison
     list``)."""

@@ -6,7 +6,9 @@ transaction as the message's effects, with ``sent_at`` (when the message was cre
 processed in each of the last ``WINDOW_MINUTES`` minutes, and gives the 50th and 95th
 percentile of ``processed_at - sent_at`` over them: the time from sending to the committed
 effect, queue wait and retries included (a delayed message counts from when it was sent, so
-its delay is in it). Nothing is written on the message path for this.
+its delay is in it). Nothing is written on the message path for this. A transactional
+session's audit row (mode ``session``) is no processed message: nobody sent the session, and
+the messages it sent are counted where they are processed, as the audit counts them.
 
 Audit row keys are not in time order, so finding the last minutes' rows means reading the
 endpoint's audit rows, at most ``scan_limit`` of them a look (the cleanup removes rows older
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from shared.bus.records import AUDIT_PREFIX
+from shared.bus.session_records import SESSION_MODE
 from shared.bus.state.rows import EndpointRows
 from shared.stores.table import Entity
 
@@ -75,6 +78,8 @@ def _minute(moment: datetime) -> datetime:
 def _count(
     entity: Entity, start: datetime, counts: Counter[datetime], latencies: list[float]
 ) -> None:
+    if entity.get("mode") == SESSION_MODE:
+        return  # a session's commit: what it sent is counted where it is processed
     processed, sent = entity.get("processed_at"), entity.get("sent_at")
     if not isinstance(processed, datetime) or processed.tzinfo is None or processed < start:
         return

@@ -29,6 +29,13 @@ the loaded app. ``make demo`` points them at the local provider (``python -m lab
 ``build_app()`` builds a fresh app (tests add a performer with a provider of their own);
 ``app`` is the one the product loads.
 
+Orders from the web: ``POST /api/orders`` (the app's own route, ``accept_order``) records the
+order row and sends PlaceOrder to ``orders`` in one transactional session of the endpoint
+``storefront``, both or neither; a client's retry under the same ``Idempotency-Key`` writes
+and sends nothing new (``shared.sample.storefront``, ``docs/sessions.md``). Its rows are in
+Table Storage, or in PostgreSQL with the order in the app's own ``sample_orders`` table when
+``SAMPLE_STOREFRONT_STORE`` is ``postgres``.
+
 ``payments`` keeps its state in Table Storage, or in PostgreSQL when the environment variable
 ``SAMPLE_PAYMENTS_STORE`` is ``postgres`` (``make demo`` runs it so, with ``BUS_POSTGRES_URL``
 naming its server). There each charge is also a row of the app's own ``sample_charges``
@@ -45,10 +52,19 @@ from typing import cast
 
 from pydantic import BaseModel, Field
 
-from shared.bus import BusApp, Command, Event, HandlerContext
+from shared.bus import Bus, BusApp, Command, Event, HandlerContext
 from shared.bus.app import Store
 from shared.bus.effects import EffectAnswered
+from shared.clock import to_datetime
 from shared.sample.charges import PAYMENTS_STORE, PROVIDER
+from shared.sample.storefront import (
+    STOREFRONT,
+    STOREFRONT_STORE,
+    NewOrder,
+    order_answer,
+    record_order,
+)
+from shared.web import WebRequest, WebResponse
 
 CURRENCY = "eur"
 MAX_PROVIDER_ID_CHARS = 255
@@ -358,6 +374,20 @@ def reward(ctx: HandlerContext[Customer], event: OrderPlaced) -> None:
     ctx.state.points += event.amount_cents // 100
 
 
+async def accept_order(request: WebRequest, bus: Bus) -> WebResponse:
+    """``POST /api/orders``: the order row and its PlaceOrder in one session, once per key."""
+    key, scope = request.idempotency_key(), request.scope(bus.config)
+    order = request.model(NewOrder)
+    async with bus.session(STOREFRONT, partition=order.order_id, key=key, scope=scope) as s:
+        if not s.deduplicated:
+            await record_order(s, order, to_datetime(bus.config.clock()))
+            placed = PlaceOrder(
+                order_id=order.order_id, customer=order.customer, amount_cents=order.amount_cents
+            )
+            s.send(placed, to="orders")
+    return order_answer(order, s)
+
+
 def build_app() -> BusApp:
     """The sample app: its endpoints, their handlers and the payment provider it calls."""
     app = BusApp()
@@ -386,7 +416,18 @@ def build_app() -> BusApp:
     shipping.handles(ShipOrder)(ship)
     loyalty = app.endpoint("loyalty", state=Customer)
     loyalty.handles(OrderPlaced)(reward)
+    add_storefront(app)
     return app
+
+
+def add_storefront(app: BusApp) -> None:
+    """The endpoint ``storefront`` (sessions only, its rows where ``SAMPLE_STOREFRONT_STORE``
+    says) and the route ``POST /api/orders`` that places orders in its sessions: one
+    declaration for the sample app and the sample system's ``orders`` app, which also runs the
+    endpoint ``orders`` the sessions send PlaceOrder to."""
+    storefront_store = cast(Store, os.environ.get(STOREFRONT_STORE, "table"))
+    app.endpoint(STOREFRONT, store=storefront_store, sessions=True)
+    app.route("orders", methods=["POST"])(accept_order)
 
 
 app = build_app()

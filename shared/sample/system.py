@@ -6,7 +6,10 @@ own Function App with its own state and identity, the three sharing one messagin
 
 * ``orders`` (``shared.sample.system:orders``): the endpoints ``orders`` and ``loyalty``; sends
   ChargePayment and RefundPayment to ``payments`` and ShipOrder to ``shipping``, and publishes
-  OrderPlaced, which ``shipping`` subscribes to.
+  OrderPlaced, which ``shipping`` subscribes to. It also serves the web's ``POST /api/orders``
+  as the sample app does (the same declaration, ``add_storefront``): the order row and its
+  PlaceOrder in one transactional session of the endpoint ``storefront``, in Table Storage or,
+  with ``SAMPLE_STOREFRONT_STORE=postgres``, in PostgreSQL (``shared.sample.storefront``).
 * ``payments`` (``shared.sample.system:payments``): the endpoint ``payments``, its state in
   PostgreSQL, charging through the service ``provider`` (so the bus adds its performer); tells
   ``orders`` of a declined payment and sends ShipOrder to ``shipping``.
@@ -34,6 +37,7 @@ def orders_app() -> BusApp:
     orders.handles(sample.PaymentDeclined)(sample.payment_declined)
     loyalty = app.endpoint("loyalty", state=sample.Customer)
     loyalty.handles(sample.OrderPlaced)(sample.reward)
+    sample.add_storefront(app)
     app.external_endpoint("payments", accepts=[sample.ChargePayment, sample.RefundPayment])
     app.external_endpoint("shipping", accepts=[sample.ShipOrder, sample.OrderPlaced])
     return app

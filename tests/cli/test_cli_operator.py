@@ -160,7 +160,7 @@ def test_progress_options_are_accepted_after_the_command(
 ) -> None:
     code, _, err = bus("--no-progress", "status", "--progress")
     assert code == 0
-    assert "8/8" in err  # the bar was drawn, to the end (one step is the performer's)
+    assert "9/9" in err  # the bar was drawn, to the end (one step is the performer's)
     code, _, err = bus("status", "--no-progress")
     assert (code, err) == (0, account_line(emulator))
 

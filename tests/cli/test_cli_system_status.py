@@ -102,7 +102,7 @@ async def test_every_app_is_reported_against_its_own_state_account(
     code, report, stderr = status(system.parent, "--system", str(system))
     assert code == 0, stderr
     orders, shipping = report["apps"]["orders"], report["apps"]["shipping"]
-    assert set(orders["endpoints"]) == {"orders", "loyalty"}
+    assert set(orders["endpoints"]) == {"orders", "loyalty", "storefront"}
     assert set(shipping["endpoints"]) == {"shipping"}
     assert orders["state_account"]["endpoint"] == emulator_endpoint(orders_state)
     assert "state_account" not in shipping  # its rows are in the messaging account

@@ -96,7 +96,8 @@ def test_the_console_function_is_bound_only_when_the_setting_enables_it() -> Non
     on = functions(runtime.Worker(sample_app, sample_settings(**console_settings())))
 
     assert CONSOLE_FUNCTION not in off
-    assert sorted(on) == sorted([*sample_app.endpoints, *FIXED_FUNCTIONS, CONSOLE_FUNCTION])
+    bound = [*sample_app.endpoints, *sample_app.http_routes, *FIXED_FUNCTIONS, CONSOLE_FUNCTION]
+    assert sorted(on) == sorted(bound)
     trigger = on[CONSOLE_FUNCTION].get_trigger()
     assert trigger.get_binding_name() == "httpTrigger"
     assert trigger.route == "console/{*path}"

@@ -28,7 +28,7 @@ from tests.console.running import RunningConsole, console_environ, running_conso
 
 pytestmark = pytest.mark.azurite
 
-APPS = {"orders": {"orders", "loyalty"}, "shipping": {"shipping"}}
+APPS = {"orders": {"orders", "loyalty", "storefront"}, "shipping": {"shipping"}}
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from shared.bus.records import AuditRecord
 from shared.bus.state.base import EndpointState
@@ -151,8 +151,8 @@ class InstrumentedRows(EndpointRows):
         )
 
     @contextlib.asynccontextmanager
-    async def begin(self) -> AsyncIterator[RowsTransaction]:
-        async with self.inner.begin() as transaction:
+    async def begin(self, connection: Any = None) -> AsyncIterator[RowsTransaction]:
+        async with self.inner.begin(connection) as transaction:
             yield _RowsTransaction(transaction, self.name, self._i)
 
     async def expire_audit(self, before: datetime, on_damaged: OnDamaged | None = None) -> int:

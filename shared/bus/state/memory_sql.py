@@ -14,6 +14,7 @@ import contextlib
 import itertools
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from shared.bus.records import AuditRecord
 from shared.bus.state.base import EndpointState
@@ -179,7 +180,7 @@ class MemorySqlRows(EndpointRows):
         return page, (None if following is None else sql_resume_at(*following))
 
     @contextlib.asynccontextmanager
-    async def begin(self) -> AsyncIterator[RowsTransaction]:
+    async def begin(self, connection: Any = None) -> AsyncIterator[RowsTransaction]:
         transaction = MemorySqlRowsTransaction(self)
         try:
             yield transaction

@@ -19,6 +19,7 @@ from asyncpg.pool import PoolConnectionProxy
 from shared.bus.state.connection import Pools
 from shared.errors import (
     AlreadyExists,
+    InvalidValue,
     NotFound,
     PreconditionFailed,
     StateUnreachable,
@@ -98,3 +99,26 @@ async def open_transaction(
             with contextlib.suppress(*_UNKNOWN, asyncpg.PostgresError):
                 await connection.execute("ROLLBACK")
         await pool.release(connection)
+
+
+@contextlib.asynccontextmanager
+async def transaction_on(
+    connection: Connection, endpoint: str
+) -> AsyncIterator[tuple[Connection, list[bool]]]:
+    """``open_transaction`` on a caller's own connection (a transactional session's): BEGIN
+    there, ROLLBACK on leaving uncommitted, and the connection left open for its owner. One
+    already inside a transaction is refused: the session must own the transaction it
+    commits, or it could not know whether its rows landed."""
+    if connection.is_in_transaction():
+        raise InvalidValue(
+            f"the session of {endpoint} opens its own transaction on the connection it is "
+            "given: pass one that is not inside a transaction"
+        )
+    committed = [False]
+    await translated(f"BEGIN at {endpoint}", lambda: connection.execute("BEGIN"))
+    try:
+        yield connection, committed
+    finally:
+        if not committed[0]:
+            with contextlib.suppress(*_UNKNOWN, asyncpg.PostgresError):
+                await connection.execute("ROLLBACK")

@@ -25,6 +25,7 @@ from shared.bus.state.postgres import (
     Connection,
     commit_on,
     open_transaction,
+    transaction_on,
     translated,
 )
 from shared.bus.state.rows import (
@@ -318,6 +319,11 @@ class PostgresRows(EndpointRows):
         return await translated(f"listing rows of {self.name}", page)
 
     @contextlib.asynccontextmanager
-    async def begin(self) -> AsyncIterator[RowsTransaction]:
-        async with open_transaction(self._pools, self.url, self.name) as (connection, committed):
-            yield PostgresRowsTransaction(self.name, connection, committed)
+    async def begin(self, connection: Any = None) -> AsyncIterator[RowsTransaction]:
+        opened = (
+            open_transaction(self._pools, self.url, self.name)
+            if connection is None
+            else transaction_on(connection, self.name)
+        )
+        async with opened as (on, committed):
+            yield PostgresRowsTransaction(self.name, on, committed)

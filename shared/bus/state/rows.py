@@ -223,8 +223,10 @@ class EndpointRows(abc.ABC):
                 return
 
     @abc.abstractmethod
-    def begin(self) -> AbstractAsyncContextManager[RowsTransaction]:
-        """Open a unit of work. Leaving it without ``commit`` rolls everything back."""
+    def begin(self, connection: Any = None) -> AbstractAsyncContextManager[RowsTransaction]:
+        """Open a unit of work. Leaving it without ``commit`` rolls everything back.
+        ``connection``: a caller's own database connection to open it on (a transactional
+        session's, PostgreSQL only), left open afterwards; None: the store's own."""
 
     async def delete_unchanged(self, entities: Sequence[Entity]) -> list[Entity]:
         """Delete rows of one partition (at most ``MAX_TRANSACTION_OPERATIONS``), each while
@@ -353,7 +355,11 @@ class TableRows(EndpointRows):
         )
 
     @contextlib.asynccontextmanager
-    async def begin(self) -> AsyncIterator[RowsTransaction]:
+    async def begin(self, connection: Any = None) -> AsyncIterator[RowsTransaction]:
+        if connection is not None:
+            raise InvalidValue(
+                f"{self.name} is in Table Storage: a session there takes no connection"
+            )
         yield TableRowsTransaction(self.table)
 
 

@@ -441,8 +441,67 @@ function audit(report) {
   return section;
 }
 
+/** A count of a look that read only part of the records: a lower bound, said as such. */
+function atLeast(count, complete) {
+  return complete ? String(count) : `at least ${count}`;
+}
+
+function sessionRow(endpoint) {
+  const sessions = endpoint.sessions;
+  const counted = (figure, count, { warn = false } = {}) => el("td", {
+    class: warn && count > 0 ? "num warn" : "num", "data-figure": figure,
+  }, atLeast(count, sessions.complete));
+  return el("tr", { "data-sessions": endpoint.name },
+    el("th", { scope: "row" }, endpoint.name),
+    counted("sessions_waiting", sessions.waiting, { warn: true }),
+    el("td", { class: "num", "data-figure": "sessions_oldest_waiting" },
+      age(sessions.oldest_waiting_seconds)),
+    counted("sessions_open", sessions.open),
+    counted("sessions_finished", sessions.finished),
+    counted("sessions_unreadable", sessions.unreadable, { warn: true }),
+    el("td", { class: "num", "data-figure": "sessions_scanned" },
+      sessions.complete ? String(sessions.records_scanned)
+        : `${sessions.records_scanned}, more not read`));
+}
+
+/** Said when committed sessions wait for their signals: their requests stopped after the
+ * commit (or are signalling right now), and the cleanup sends their messages a while after.
+ * Where a look stopped early, more may wait than it saw. */
+function sessionsWaiting(withSessions) {
+  const waiting = withSessions.filter((e) => e.sessions.waiting > 0);
+  if (waiting.length === 0) return null;
+  const total = waiting.reduce((sum, e) => sum + e.sessions.waiting, 0);
+  const complete = withSessions.every((e) => e.sessions.complete);
+  const oldest = Math.max(...waiting.map((e) => e.sessions.oldest_waiting_seconds || 0));
+  const after = Math.max(...waiting.map((e) => e.sessions.resend_after_seconds));
+  const one = total === 1;
+  return el("p", { class: "warning", id: "sessions-waiting" },
+    `${complete ? "" : "At least "}${total} ${one ? "session" : "sessions"} committed and ` +
+    `not signalled yet (${waiting.map((e) => e.name).join(", ")}): ` +
+    `${one ? "its request" : "their requests"} stopped after the commit, or ` +
+    `${one ? "is" : "are"} signalling now. The cleanup sends ${one ? "its" : "their"} ` +
+    `messages ${age(after)} after the commit (BUS_SESSION_RESEND_SECONDS); ` +
+    `the oldest has waited ${age(oldest)}.`);
+}
+
+/** The endpoints that take transactional sessions, their sessions by state (none: nothing). */
+function sessionsTable(withSessions) {
+  if (withSessions.length === 0) return null;
+  const partial = withSessions.some((e) => !e.sessions.complete);
+  return el("div", { id: "sessions" },
+    el("h3", {}, "Transactional sessions"),
+    partial ? el("p", { class: "muted", id: "sessions-partial" },
+      "A look reads at most BUS_CONSOLE_AUDIT_SCAN_ROWS records per endpoint: " +
+      "where it stopped, the counts are lower bounds.") : null,
+    el("div", { class: "scroll" },
+      table(["Endpoint", "Waiting to be signalled", "Oldest waiting", "Open", "Finished",
+        "Unreadable", "Records read"], withSessions.map(sessionRow),
+      { id: "sessions-table" })));
+}
+
 async function overviewView(view) {
   const overview = await api("overview");
+  const withSessions = overview.endpoints.filter((e) => e.sessions);
   const columns = ["Endpoint", "Mode", "Queue", "Parked", "In flight", "Oldest token",
     "Delayed", "Next due", "Processed / min", "p50", "p95"];
   view.append(
@@ -451,10 +510,12 @@ async function overviewView(view) {
       el("p", { class: "muted" }, "As of ", time(overview.generated_at),
         "; refreshed every 15 s. ",
         button("Refresh now", () => render(), { kind: "link" })),
+      sessionsWaiting(withSessions),
       el("div", { class: "scroll" },
         table(columns, overview.endpoints.map(endpointRow),
           { empty: "No endpoint.", id: "endpoint-table" })),
-      otherSenders(overview.other_senders)),
+      otherSenders(overview.other_senders),
+      sessionsTable(withSessions)),
     recipients(overview.recipients),
     audit(overview.audit));
 }

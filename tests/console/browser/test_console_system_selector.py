@@ -35,7 +35,7 @@ def test_the_selector_switches_the_page_to_the_chosen_app(
     expect(select).to_be_visible()
     expect(select.locator("option")).to_have_text(["orders", "shipping"])
     expect(select).to_have_value("orders")
-    expect(table.locator("tbody tr")).to_have_count(2)
+    expect(table.locator("tbody tr")).to_have_count(3)  # orders, loyalty, storefront
     expect(table.locator('tr[data-endpoint="orders"]')).to_be_visible()
     expect(table.locator('tr[data-endpoint="shipping"]')).to_have_count(0)
 

@@ -137,6 +137,7 @@ def test_the_overview_shows_every_endpoint_with_its_figures(
     topic = tab.page.locator("#recipients tbody tr")
     expect(topic.locator("th, td")).to_have_text(["booked", TALLY])  # Booked's topic
     expect(tab.page.locator("#audit")).to_contain_text("No audit report.")
+    expect(tab.page.locator("#sessions, #sessions-waiting")).to_have_count(0)  # none taken
     expect(tab.page.locator("#who")).to_have_text(f"signed in as {OPERATOR}")
 
 
