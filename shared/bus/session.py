@@ -75,7 +75,6 @@ from shared.errors import (
     LimitExceeded,
     OutcomeUnknown,
     PermanentFailure,
-    PreconditionFailed,
     SessionConflict,
     StorageError,
     TransactionFailed,
@@ -301,7 +300,7 @@ class Session:
             await send_signals(self._account, committed.outgoing, hints, config=self._config)
             signalled = replace(committed, signalled=True)
             await self._rows.update(signalled.to_entity(), committed.etag)
-        except (StorageError, OutcomeUnknown, PreconditionFailed) as e:
+        except (StorageError, OutcomeUnknown) as e:  # PreconditionFailed included
             log.warning(
                 "session %s at %s committed; its signals are left to the cleanup: %s",
                 self.session_id,
