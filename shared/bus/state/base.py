@@ -89,18 +89,23 @@ class StateTransaction:
         None where the store has no such transaction (Table Storage)."""
         return self._rows.sql
 
-    async def commit(self, state: StateWrite, outbox: OutboxRecord, audit: AuditRecord) -> str:
+    async def commit(
+        self, state: StateWrite | None, outbox: OutboxRecord, audit: AuditRecord
+    ) -> str:
         """Write state, the committed O(m) (guarded by ``outbox.etag``) and the audit row in
-        one transaction and end it. Returns O(m)'s new version. Raises TransactionFailed
-        (nothing written; index 0 the state, 1 O(m), 2 the audit row) or OutcomeUnknown."""
-        entity = Entity(state.partition_key, STATE_ROW, {"type": state.type, "data": state.data})
-        state_op: TableOperation = (
-            Insert(entity) if state.expected is None else Update(entity, state.expected)
-        )
-        etags = await self._rows.commit(
-            [state_op, Update(outbox.to_entity(), etag=outbox.etag)], audit
-        )
-        return etags[1] or ""
+        one transaction and end it; ``state`` None leaves the state row as it is (a message
+        that changes nothing of it, such as a cancellation). Returns O(m)'s new version.
+        Raises TransactionFailed (nothing written; index 0 the state, 1 O(m), 2 the audit
+        row; without a state write, 0 O(m) and 1 the audit row) or OutcomeUnknown."""
+        operations: list[TableOperation] = [] if state is None else [_state_operation(state)]
+        operations.append(Update(outbox.to_entity(), etag=outbox.etag))
+        etags = await self._rows.commit(operations, audit)
+        return etags[-1] or ""
+
+
+def _state_operation(state: StateWrite) -> TableOperation:
+    entity = Entity(state.partition_key, STATE_ROW, {"type": state.type, "data": state.data})
+    return Insert(entity) if state.expected is None else Update(entity, state.expected)
 
 
 class EndpointState:
