@@ -7,6 +7,7 @@ of incoming message m) and ``audit|{m}`` (what processing m did; feeds the Spark
 from __future__ import annotations
 
 import json
+import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -122,6 +123,10 @@ class OutboxRecord:
         )
 
 
+AuditOutcome = Literal["cancelled", "saga_not_found"]
+AUDIT_OUTCOMES: tuple[AuditOutcome, ...] = typing.get_args(AuditOutcome)
+
+
 def caused_by(outgoing: Iterable[OutgoingSignal]) -> list[dict[str, str]]:
     """What an audit row says a message caused: each delivery's id, type and destination."""
     return [{"id": o.message_id, "type": o.type, "destination": o.destination} for o in outgoing]
@@ -142,12 +147,19 @@ class AuditRecord:
     processed_at: datetime
     mode: str
     caused: list[dict[str, str]] = field(default_factory=list)
+    outcome: AuditOutcome | None = None
+    """What became of the message when its handler did not simply run: ``cancelled`` (a
+    scheduled message cancelled before it was delivered) or ``saga_not_found`` (a saga's
+    message for an instance that does not exist, acknowledged without its handler). None,
+    and no property, for a message processed as usual, whose row stays as it always was."""
 
     def to_entity(self) -> Entity:
+        extra: dict[str, str] = {} if self.outcome is None else {"outcome": self.outcome}
         return Entity(
             self.partition_key,
             audit_row(self.message_id),
             {
+                **extra,
                 "endpoint": self.endpoint,
                 "message_id": self.message_id,
                 "message_type": self.message_type,
