@@ -196,6 +196,16 @@ class UndeclaredService(PermanentFailure):
     Parked with this reason."""
 
 
+class NoReplyAddress(PermanentFailure):
+    """``ctx.reply`` for a message whose sender is no endpoint (a client through the HTTP
+    ingress or the CLI): nothing can take the reply. Parked with this reason."""
+
+
+class NotASaga(PermanentFailure):
+    """A saga's operation (``ctx.complete``) where no saga instance is being handled: at an
+    ordinary endpoint, or in a saga's not-found handler. Parked with this reason."""
+
+
 class EffectKeyConflict(PermanentFailure):
     """The provider refused an idempotency key as already used with another body. The bus
     sends one body per key, so this is a defect (or a key shared with another client), never

@@ -22,6 +22,7 @@ from shared.bus.messages import Event, Message, topics_of, type_names
 from shared.bus.reading import check_versions
 from shared.bus.retries import RetryPolicy
 from shared.bus.routes import ExternalEndpoint, Routes
+from shared.bus.saga import SagaSpec
 from shared.errors import ConfigurationError
 from shared.resources import check_app_name, check_endpoint_name, performer_endpoint
 
@@ -70,6 +71,9 @@ class Endpoint(Generic[S]):
     """Whether web requests may send as this endpoint through transactional sessions
     (``Bus.session``, ``docs/sessions.md``): its rows then hold their records, which its
     cleanup finishes and retires."""
+    saga: SagaSpec | None = field(default=None, kw_only=True)
+    """How it runs as a saga (``BusApp.saga``, ``shared.bus.saga``); None: an ordinary
+    endpoint, whose partitions are created by any message."""
 
     def __post_init__(self) -> None:
         check_endpoint_name(self.name)
@@ -103,6 +107,29 @@ class Endpoint(Generic[S]):
 
         return register
 
+    def not_found(self, model: type[M]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator on a saga: ``@checkout.not_found(PaymentReceived)`` on ``def f(ctx,
+        message)`` runs for a ``PaymentReceived`` that finds no instance (never started, or
+        completed). It may send and reply; it has no state (``ctx.state`` is a fresh default
+        that is not saved) and cannot complete. Without one, such a message is acknowledged
+        with outcome ``saga_not_found``."""
+        saga = self.saga
+        if saga is None:
+            raise ConfigurationError(
+                f"endpoint {self.name} is not a saga: only a saga's messages can find no instance"
+            )
+
+        def register(function: Callable[..., Any]) -> Callable[..., Any]:
+            name = model.type_name()
+            if name in saga.not_found:
+                raise ConfigurationError(
+                    f"saga {self.name} already has a not-found handler for {name}"
+                )
+            saga.not_found[name] = function
+            return function
+
+        return register
+
     def current_name(self, type_name: str) -> str:
         """The handled type's current name for ``type_name`` (itself, or a former name's)."""
         return self.former_names.get(type_name, type_name)
@@ -129,6 +156,17 @@ class Endpoint(Generic[S]):
         current and former names (so that publishers of an older version reach it)."""
         events = [model for model, _ in self.handlers.values() if issubclass(model, Event)]
         return sorted({topic for model in events for topic in topics_of(model)})
+
+
+def _check_saga(endpoint: Endpoint[Any], saga: SagaSpec) -> None:
+    """A saga's starting types and not-found handlers must be of types it handles."""
+    for what, names in (("started_by", saga.started_by), ("not_found", set(saga.not_found))):
+        unhandled = sorted(set(names) - set(endpoint.handlers))
+        if unhandled:
+            raise ConfigurationError(
+                f"saga {endpoint.name}: {what} names {unhandled}, which it does not handle "
+                f"(it handles {sorted(endpoint.handlers)})"
+            )
 
 
 async def call_handler(handler: Handler, context: HandlerContext[Any], message: Message) -> None:
@@ -180,6 +218,48 @@ class BusApp:
             sessions=sessions,
         )
         self.endpoints[name] = endpoint
+        return endpoint
+
+    def saga(
+        self,
+        name: str,
+        state: type[S],
+        *,
+        started_by: Collection[type[Message]],
+        correlate: Mapping[type[Message], str] | None = None,
+        mode: Mode = "token",
+        store: Store = "table",
+        retry: RetryPolicy | None = None,
+        retry_for: Mapping[type[Message], RetryPolicy] | None = None,
+    ) -> Endpoint[S]:
+        """Declare a saga (``docs/sagas.md``): an endpoint whose partitions are instances of a
+        long-running process with state ``state``. A message reaches the instance its
+        correlation property names (its type's ``partition_by``; ``correlate`` states it per
+        type, and is checked against it), or, for a reply, the instance that asked. Only the
+        ``started_by`` types create an instance; handlers end one with ``ctx.complete()``.
+        Handlers are declared with ``handles`` as for any endpoint, and not-found handlers
+        with ``not_found``. Sagas run in token mode, on either store."""
+        starters = list(started_by)
+        if not starters:
+            raise ConfigurationError(f"saga {name}: started_by names no message type")
+        if mode != "token":
+            raise ConfigurationError(
+                f"saga {name}: mode {mode!r} cannot run a saga; sagas run in token mode. A "
+                "saga decides per message whether its instance exists, which needs each "
+                "message's claim (token mode) to be decided in the same commit as the "
+                "instance: the window modes decide duplicates by records kept for a time "
+                "window, state_based by replaying them against the instance's history, which "
+                "a completed instance no longer has"
+            )
+        for model, attribute in (correlate or {}).items():
+            if model.partition_by != attribute:
+                raise ConfigurationError(
+                    f"saga {name}: {model.type_name()} is correlated by {attribute!r}, but its "
+                    f"partition_by is {model.partition_by!r}: set {model.type_name()}."
+                    f"partition_by = {attribute!r}, which is what its senders route it by"
+                )
+        endpoint = self.endpoint(name, state, "token", store, retry=retry, retry_for=retry_for)
+        endpoint.saga = SagaSpec(frozenset(m.type_name() for m in starters))
         return endpoint
 
     def external_endpoint(
@@ -273,6 +353,8 @@ class BusApp:
         for endpoint in self.endpoints.values():
             for model, _ in endpoint.handlers.values():
                 check_versions(model)
+            if endpoint.saga is not None:
+                _check_saga(endpoint, endpoint.saga)
             unhandled = sorted(set(endpoint.retry_for) - set(endpoint.handlers))
             if unhandled:
                 raise ConfigurationError(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random as _random
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel
 
@@ -27,12 +27,25 @@ from shared.bus.messages import (
     check_payload_size,
     checked_partition_key,
 )
+from shared.bus.routes import Routes
+from shared.bus.saga import REPLY_PARTITION_HEADER
 from shared.bus.schedule import due_time
 from shared.bus.telemetry import trace_headers
-from shared.errors import MessageTooLarge, UndeclaredService
+from shared.errors import (
+    InvalidName,
+    MessageTooLarge,
+    NoReplyAddress,
+    NotASaga,
+    UndeclaredService,
+)
+from shared.logsafe import shown
 from shared.resources import check_endpoint_name
+from shared.stores.names import check_key
 
 S = TypeVar("S", bound=BaseModel)
+SagaRole = Literal["instance", "not_found"] | None
+"""How a handler runs at a saga: for an instance, or for a message that found none; None at
+an ordinary endpoint."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,9 @@ class PendingOutput:
     trace: dict[str, str] | None = None
     deliver_at: datetime | None = None
     """Not to be processed before this time (``shared.bus.schedule``); None: at once."""
+    partition_key: str | None = None
+    """The partition it goes to when not its type's own (a reply to a saga instance:
+    ``HandlerContext.reply``); None: ``Message.partition_key()``."""
 
 
 class HandlerContext(Generic[S]):
@@ -80,8 +96,14 @@ class HandlerContext(Generic[S]):
         performer: str = PERFORMER_ENDPOINT,
         seed: int | None = None,
         sql: Any = None,
+        saga: SagaRole = None,
+        routes: Routes | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self._routes = routes
+        self._saga = saga
+        self.completed = False
+        """Whether the handler ended its saga instance (``complete``)."""
         self._services = services
         self._performer = performer
         self.sql = sql
@@ -138,6 +160,54 @@ class HandlerContext(Generic[S]):
         to = check_endpoint_name(to)
         self._add(PendingOutput(command, to, dict(headers or {}), trace_headers(), due))
 
+    def reply(self, message: Message, *, headers: dict[str, str] | None = None) -> None:
+        """Send ``message`` to the endpoint that sent the message being handled, once this
+        message's processing commits, checked like any send. When that sender is a saga, the
+        reply goes to the instance that sent it (``REPLY_PARTITION_HEADER``), whatever the
+        reply's own correlation property says; otherwise to its type's partition."""
+        source = self.envelope.source
+        if self._routes is not None and self._routes.accepted_by(source) is None:
+            raise NoReplyAddress(
+                f"message {shown(self.envelope.id)} came from {shown(source)!r}, which is no "
+                "endpoint to reply to (a client's message, or an endpoint of another app this "
+                "app does not declare)"
+            )
+        try:
+            to = check_endpoint_name(source)
+        except InvalidName:
+            raise NoReplyAddress(
+                f"message {shown(self.envelope.id)} came from {shown(source)!r}, which is no "
+                "endpoint to reply to"
+            ) from None
+        partition = self.envelope.headers.get(REPLY_PARTITION_HEADER)
+        if partition is not None:
+            partition = check_key("PartitionKey", partition)
+        self._add(
+            PendingOutput(
+                message,
+                to,
+                dict(headers or {}),
+                trace_headers(),
+                None,
+                partition,
+            )
+        )
+
+    def complete(self) -> None:
+        """End this saga instance: once this message's processing commits, together with its
+        outputs, the instance's state is gone and every later message for it is
+        ``saga_not_found`` (``docs/sagas.md``). Its pending timeouts are cancelled."""
+        if self._saga != "instance":
+            raise NotASaga(
+                "complete() ends a saga instance: this handler runs "
+                + (
+                    "for a message that found no instance"
+                    if self._saga == "not_found"
+                    else f"at endpoint {self.endpoint}, which is not a saga"
+                )
+            )
+        self.completed = True
+
     def publish(
         self,
         event: Event,
@@ -190,6 +260,10 @@ class HandlerContext(Generic[S]):
         return request.key
 
     def _add(self, output: PendingOutput) -> None:
+        if self._saga is not None:
+            # A saga's messages name the instance that sent them, for the replies.
+            headers = {**output.headers, REPLY_PARTITION_HEADER: self.partition_key}
+            output = replace(output, headers=headers)
         add_output(
             self.outputs, output, max_outputs=self._max_outputs, max_payload=self._max_payload
         )

@@ -19,6 +19,10 @@ class Outcome(enum.Enum):
     RESUMED = "resumed"
     """The effects were already committed (by an earlier or concurrent copy); this
     invocation finished sending and deleting. Nothing was committed again."""
+    SAGA_NOT_FOUND = "saga_not_found"
+    """A saga's message for an instance that does not exist (never started, or completed):
+    its not-found handler ran, or nothing did; the instance was not written
+    (``shared.bus.saga``)."""
     DUPLICATE = "duplicate"
     """The token was already gone: an earlier copy finished everything."""
     POISONED = "poisoned"

@@ -91,7 +91,7 @@ async def plan_deliveries(
             kind=message.kind,
             source=sender,
             destination=destinations[0],
-            partition_key=checked_partition_key(message),
+            partition_key=output.partition_key or checked_partition_key(message),
             correlation_id=correlation_id,
             causation_id=incoming_id,
             created_at=created_at,

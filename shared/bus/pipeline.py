@@ -22,10 +22,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from shared.bus.app import Endpoint, call_handler
+from shared.bus.app import Endpoint, Handler, call_handler
 from shared.bus.budget import BodyBudget, BodyBudgetExhausted, Holding
 from shared.bus.config import BusConfig
-from shared.bus.context import HandlerContext
+from shared.bus.context import HandlerContext, SagaRole
 from shared.bus.delivery import Delivery as Delivery
 from shared.bus.delivery import Outcome as Outcome
 from shared.bus.envelope import Envelope, Signal
@@ -36,7 +36,13 @@ from shared.bus.origin import Origin
 from shared.bus.outgoing import CreatedTokens, create_tokens, plan_deliveries
 from shared.bus.payloads import resolve
 from shared.bus.reading import check_readable, read_body
-from shared.bus.records import STATE_ROW, AuditRecord, OutgoingSignal, caused_by
+from shared.bus.records import (
+    STATE_ROW,
+    AuditOutcome,
+    AuditRecord,
+    OutgoingSignal,
+    caused_by,
+)
 from shared.bus.schedule import not_due
 from shared.bus.state.base import EndpointState
 from shared.bus.topics import RecipientLists
@@ -326,7 +332,11 @@ class Pipeline(abc.ABC):
         now: datetime,
         seed: int | None = None,
         sql: Any = None,
+        saga: SagaRole = None,
+        handler: Handler | None = None,
     ) -> HandlerContext[Any]:
+        """Run the handler of ``envelope``'s type (or ``handler``: a saga's not-found
+        handler) on ``state``; ``saga`` says how it runs at a saga."""
         context: HandlerContext[Any] = HandlerContext(
             endpoint=self.endpoint.name,
             envelope=envelope,
@@ -338,8 +348,11 @@ class Pipeline(abc.ABC):
             max_outputs=self.config.max_outputs,
             services=self.endpoint.routes.services,
             performer=self.config.performer_endpoint,
+            saga=saga,
+            routes=self.endpoint.routes,
         )
-        _, handler = self.endpoint.handlers[self.endpoint.current_name(envelope.type)]
+        if handler is None:
+            _, handler = self.endpoint.handlers[self.endpoint.current_name(envelope.type)]
         with self.config.telemetry.handling(self.endpoint.name, self.mode, envelope):
             await call_handler(handler, context, message)
         return context
@@ -376,7 +389,12 @@ class Pipeline(abc.ABC):
         return created
 
     def _audit(
-        self, envelope: Envelope, outgoing: Iterable[OutgoingSignal], processed_at: datetime
+        self,
+        envelope: Envelope,
+        outgoing: Iterable[OutgoingSignal],
+        processed_at: datetime,
+        *,
+        outcome: AuditOutcome | None = None,
     ) -> AuditRecord:
         return AuditRecord(
             partition_key=envelope.partition_key,
@@ -390,6 +408,7 @@ class Pipeline(abc.ABC):
             processed_at=processed_at,
             mode=self.mode,
             caused=caused_by(outgoing),
+            outcome=outcome,
         )
 
     def _load_state(self, data: str | None) -> BaseModel:

@@ -1,0 +1,258 @@
+"""Sagas (shared/bus/saga.py): only the starting types create an instance, any other message
+for a missing or completed instance is ``saga_not_found`` (its not-found handler runs if
+declared) and writes nothing of the instance, ``ctx.complete()`` ends the instance in the
+handler's commit, and ``ctx.reply`` reaches the instance that asked.
+
+Token mode, in memory, on Azurite, and with the rows in PostgreSQL (the model and a real
+server)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from shared.bus import BusApp, Command, HandlerContext, Outcome
+from shared.bus.app import Endpoint, NoState
+from shared.bus.saga import SAGA_ROW_TYPE, SagaRow
+from shared.errors import ConfigurationError
+from tests.bus.harness import (
+    SQL_BACKENDS,
+    Harness,
+    per_mode_backend,  # noqa: F401  (fixture "backend": one per store)
+)
+from tests.conftest import Backend, unique_name
+
+pytestmark = pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param(("memory", "token"), id="memory"),
+        pytest.param(("azurite", "token"), id="azurite", marks=pytest.mark.azurite),
+        *SQL_BACKENDS,
+    ],
+    indirect=True,
+)
+
+
+class StartCheckout(Command):
+    partition_by = "order_id"
+    order_id: str
+
+
+class PaymentReceived(Command):
+    partition_by = "order_id"
+    order_id: str
+
+
+class Shipped(Command):
+    partition_by = "order_id"
+    order_id: str
+
+
+class ChargeCard(Command):
+    """Routed by card: the payments endpoint's partition is not the saga's instance."""
+
+    partition_by = "card"
+    card: str
+
+
+class CardCharged(Command):
+    """A reply with no correlation property of its own: only the reply header can bring it
+    to the instance that asked."""
+
+    card: str
+
+
+class Orphaned(Command):
+    partition_by = "order_id"
+    order_id: str
+    type: str
+
+
+class Checkout(BaseModel):
+    seen: list[str] = []
+
+
+def checkout_app(saga: str, payments: str, *, not_found: bool = False) -> BusApp:
+    app = BusApp()
+    checkout = app.saga(saga, Checkout, started_by=[StartCheckout])
+    pay: Endpoint[NoState] = app.endpoint(payments)
+
+    @checkout.handles(StartCheckout)
+    def start(ctx: HandlerContext[Checkout], msg: StartCheckout) -> None:
+        ctx.state.seen.append("start")
+        ctx.send(ChargeCard(card=f"card-of-{msg.order_id}"), to=payments)
+
+    @checkout.handles(PaymentReceived)
+    def paid(ctx: HandlerContext[Checkout], msg: PaymentReceived) -> None:
+        ctx.state.seen.append("paid")
+
+    @checkout.handles(CardCharged)
+    def charged(ctx: HandlerContext[Checkout], msg: CardCharged) -> None:
+        ctx.state.seen.append(f"charged:{msg.card}")
+
+    @checkout.handles(Shipped)
+    def shipped(ctx: HandlerContext[Checkout], msg: Shipped) -> None:
+        ctx.complete()
+
+    @checkout.handles(Orphaned)
+    def orphaned(ctx: HandlerContext[Checkout], msg: Orphaned) -> None:
+        ctx.state.seen.append("orphaned")
+
+    if not_found:
+
+        @checkout.not_found(PaymentReceived)
+        def refund(ctx: HandlerContext[Checkout], msg: PaymentReceived) -> None:
+            ctx.send(Orphaned(order_id=msg.order_id, type="PaymentReceived"), to=saga)
+
+    @pay.handles(ChargeCard)
+    def charge(ctx: HandlerContext[Any], msg: ChargeCard) -> None:
+        ctx.reply(CardCharged(card=msg.card))
+
+    app.check()
+    return app
+
+
+async def started(backend: Backend, *, not_found: bool = False) -> tuple[Harness, str]:
+    saga = f"checkout{unique_name('')[:8]}"
+    harness = await Harness.create(
+        backend, checkout_app(saga, f"pay{saga[8:]}", not_found=not_found)
+    )
+    return harness, saga
+
+
+async def send(harness: Harness, saga: str, message: Command, key: str) -> None:
+    await harness.setup_bus.client().send(message, to=saga, idempotency_key=key)
+
+
+async def instance(harness: Harness, saga: str, order: str) -> SagaRow | None:
+    async for row in harness.rows(saga).states():
+        if row.partition_key == order:
+            assert row.type == SAGA_ROW_TYPE
+            return SagaRow.model_validate_json(row.data)
+    return None
+
+
+async def audit_outcomes(harness: Harness, saga: str) -> Counter[str]:
+    return Counter(
+        [str(e.get("outcome", "processed")) async for e in harness.rows(saga).audit_entities()]
+    )
+
+
+async def test_a_start_creates_the_instance_and_the_reply_reaches_it(backend: Backend) -> None:
+    harness, saga = await started(backend)
+    await send(harness, saga, StartCheckout(order_id="o1"), "start-o1")
+    await send(harness, saga, PaymentReceived(order_id="o1"), "paid-o1")
+    await harness.run_until_quiet()
+    row = await instance(harness, saga, "o1")
+    assert row is not None
+    assert not row.completed
+    assert row.state is not None
+    assert sorted(row.state["seen"]) == ["charged:card-of-o1", "paid", "start"]
+    # The reply carried no correlation of its own: the payments partition is the card's.
+    assert await instance(harness, saga, "card-of-o1") is None
+    assert await audit_outcomes(harness, saga) == Counter(processed=3)
+
+
+async def test_a_message_for_no_instance_is_saga_not_found_and_writes_nothing(
+    backend: Backend,
+) -> None:
+    harness, saga = await started(backend)
+    await send(harness, saga, PaymentReceived(order_id="never"), "paid-never")
+    await harness.run_until_quiet()
+    assert await instance(harness, saga, "never") is None
+    assert harness.outcomes[Outcome.SAGA_NOT_FOUND] == 1
+    assert await audit_outcomes(harness, saga) == Counter(saga_not_found=1)
+    assert await harness.poison_messages(saga) == []
+
+
+async def test_complete_ends_the_instance_and_nothing_starts_it_again(backend: Backend) -> None:
+    harness, saga = await started(backend)
+    await send(harness, saga, StartCheckout(order_id="o2"), "start-o2")
+    await harness.run_until_quiet()
+    await send(harness, saga, Shipped(order_id="o2"), "shipped-o2")
+    await harness.run_until_quiet()
+    row = await instance(harness, saga, "o2")
+    assert row is not None
+    assert row.completed
+    assert row.state is None
+    # A later message, and a later *starting* message under a new key, find it completed.
+    await send(harness, saga, PaymentReceived(order_id="o2"), "paid-o2")
+    await send(harness, saga, StartCheckout(order_id="o2"), "start-o2-again")
+    await harness.run_until_quiet()
+    after = await instance(harness, saga, "o2")
+    assert after == row
+    outcomes = await audit_outcomes(harness, saga)
+    assert outcomes["saga_not_found"] == 2
+
+
+async def test_a_redelivered_start_after_completion_is_a_duplicate(backend: Backend) -> None:
+    harness, saga = await started(backend)
+    await send(harness, saga, StartCheckout(order_id="o3"), "start-o3")
+    queue = harness.raw.queue(saga)
+    [first] = await queue.receive(1, visibility_timeout=30)
+    copy = first.content
+    await harness.deliver(saga, first)
+    await harness.run_until_quiet()  # the charge and its reply
+    await send(harness, saga, Shipped(order_id="o3"), "shipped-o3")
+    await harness.run_until_quiet()
+    await queue.send(copy)  # the starting message's signal again, as a redelivery would
+    await harness.run_until_quiet()
+    row = await instance(harness, saga, "o3")
+    assert row is not None
+    assert row.completed
+    assert (await audit_outcomes(harness, saga))["processed"] == 3  # start, reply, shipped
+
+
+async def test_a_not_found_handler_runs_and_sends_without_an_instance(backend: Backend) -> None:
+    harness, saga = await started(backend, not_found=True)
+    await send(harness, saga, PaymentReceived(order_id="lost"), "paid-lost")
+    await harness.run_until_quiet()
+    # The handler's Orphaned went out, and itself found no instance either.
+    assert await instance(harness, saga, "lost") is None
+    assert await audit_outcomes(harness, saga) == Counter(saga_not_found=2)
+
+
+async def test_complete_outside_an_instance_and_a_reply_to_a_client_are_parked(
+    backend: Backend,
+) -> None:
+    saga = f"checkout{unique_name('')[:8]}"
+    app = BusApp()
+    plain: Endpoint[NoState] = app.endpoint(saga)
+
+    @plain.handles(PaymentReceived)
+    def completes(ctx: HandlerContext[Any], msg: PaymentReceived) -> None:
+        ctx.complete()
+
+    @plain.handles(Shipped)
+    def replies(ctx: HandlerContext[Any], msg: Shipped) -> None:
+        ctx.reply(Shipped(order_id=msg.order_id))
+
+    harness = await Harness.create(backend, app)
+    await send(harness, saga, PaymentReceived(order_id="x"), "k1")
+    await send(harness, saga, Shipped(order_id="x"), "k2")
+    await harness.run_until_quiet()
+    parked = [p["poison"] for p in await harness.poison_messages(saga)]
+    reasons = {str(p["error_type"]): str(p["reason"]) for p in parked if isinstance(p, dict)}
+    assert sorted(reasons) == ["NoReplyAddress", "NotASaga"], parked
+    assert "which is not a saga" in reasons["NotASaga"]
+    assert "no endpoint to reply to" in reasons["NoReplyAddress"]
+
+
+def test_a_saga_refuses_another_mode_and_unhandled_or_miscorrelated_types(
+    backend: Backend,
+) -> None:
+    app = BusApp()
+    with pytest.raises(ConfigurationError, match="sagas run in token mode"):
+        app.saga("checkouta", Checkout, started_by=[StartCheckout], mode="processed_messages")
+    with pytest.raises(ConfigurationError, match="partition_by"):
+        app.saga(
+            "checkoutb", Checkout, started_by=[StartCheckout], correlate={ChargeCard: "order_id"}
+        )
+    app.saga("checkoutc", Checkout, started_by=[StartCheckout])
+    with pytest.raises(ConfigurationError, match="started_by names"):
+        app.check()
+    with pytest.raises(ConfigurationError, match="not a saga"):
+        app.endpoint("plainone").not_found(StartCheckout)
