@@ -287,6 +287,15 @@ SESSION_RESEND = seconds(
 )
 
 
+SAGA_RETENTION = seconds(
+    "BUS_SAGA_RETENTION_SECONDS",
+    float(WEEK),
+    "how long a completed saga instance's marker is kept: until then every message for it, a "
+    "starting one too, is saga_not_found (`shared.cleanup.saga_markers`)",
+    group=BUS,
+)
+
+
 def _switch(text: str) -> bool:
     if text.lower() in ("on", "off"):
         return text.lower() == "on"
@@ -725,6 +734,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     INGRESS_TIMEOUT,
     INGRESS_WINDOW,
     SESSION_RESEND,
+    SAGA_RETENTION,
     INGRESS_KEY_SCOPES,
     WIRE_FORMAT,
     INGRESS_ENTRA_CALLERS,

@@ -174,6 +174,7 @@ def _bus(settings: Settings, queues: QueueSettings, app_name: str | None) -> Bus
         max_dequeue_count=queues.max_dequeue_count,
         ingress_window_seconds=_value(settings, s.INGRESS_WINDOW),
         session_resend_seconds=_value(settings, s.SESSION_RESEND),
+        saga_retention_seconds=_value(settings, s.SAGA_RETENTION),
         ingress_key_scopes=_value(settings, s.INGRESS_KEY_SCOPES),
         wire_format=_value(settings, s.WIRE_FORMAT),
         ingress_entra_callers=_value(settings, s.INGRESS_ENTRA_CALLERS),

@@ -104,6 +104,9 @@ class BusConfig:
     session_resend_seconds: float = 60.0
     """BUS_SESSION_RESEND_SECONDS: how long after its commit a transactional session left
     unsignalled (its request stopped) waits before the cleanup signals its messages."""
+    saga_retention_seconds: float = 7 * 24 * 3600.0
+    """BUS_SAGA_RETENTION_SECONDS: how long a completed saga instance's marker stays, during
+    which a message for it (a starting one too) is ``saga_not_found``."""
     ingress_key_scopes: bool = False
     """BUS_INGRESS_KEY_SCOPES: idempotency keys scoped by sender (records at ``scope|key``).
     Off: records at the raw key, where the previous version reads them, with a fingerprint

@@ -50,6 +50,11 @@ def session_endpoints(app: BusApp) -> list[str]:
     return [endpoint.name for endpoint in app.endpoints.values() if endpoint.sessions]
 
 
+def saga_endpoints(app: BusApp) -> list[str]:
+    """The ``sagas`` argument of ``run_cleanup``: the app's sagas."""
+    return [endpoint.name for endpoint in app.endpoints.values() if endpoint.saga is not None]
+
+
 async def run_cleanup(
     account: StorageAccount,
     endpoints: Mapping[str, str] | Collection[str],
@@ -63,13 +68,14 @@ async def run_cleanup(
     progress: Progress | None = None,
     wait: bool = False,
     sessions: Collection[str] = (),
+    sagas: Collection[str] = (),
 ) -> CleanupReport:
     """Run every cleanup task once (or until the budget is spent) and report what happened.
 
     ``endpoints`` maps each endpoint to its mode (``{e.name: e.mode}`` of a BusApp); bare
     names are taken as token mode; ``sessions`` names those that take transactional sessions
-    (``session_endpoints``). ``rows`` holds each endpoint's rows, in whichever store
-    keeps them, chosen by the caller (``Worker.endpoint_rows``): the tasks reach them only
+    (``session_endpoints``), ``sagas`` the sagas (``saga_endpoints``). ``rows`` holds each
+    endpoint's rows, in whichever store keeps them, chosen by the caller (``Worker.endpoint_rows``): the tasks reach them only
     there. The ingress table, the tokens and the checkpoints are in ``account``.
 
     The tasks run side by side, sharing one limit on the records judged at once, so each gets
@@ -87,7 +93,7 @@ async def run_cleanup(
     chosen = (
         list(tasks)
         if tasks is not None
-        else standard_tasks(endpoints, config.performer_endpoint, sessions)
+        else standard_tasks(endpoints, config.performer_endpoint, sessions, sagas)
     )
     started = monotonic()
     report = CleanupReport(

@@ -14,7 +14,7 @@ from shared.bus.config import BusConfig
 from shared.bus.state.rows import EndpointRows
 from shared.cleanup.backlog import Backlog, measure_backlog, record
 from shared.cleanup.batching import STORAGE_ERRORS
-from shared.cleanup.job import endpoint_modes, run_cleanup, session_endpoints
+from shared.cleanup.job import endpoint_modes, run_cleanup, saga_endpoints, session_endpoints
 from shared.cleanup.settings import CleanupSettings
 from shared.clock import to_datetime
 from shared.stores.account import StorageAccount
@@ -51,6 +51,7 @@ async def cleanup_pass(
         progress=progress,
         wait=wait,
         sessions=session_endpoints(app),
+        sagas=saga_endpoints(app),
     )
     backlog = await _measured(account, app, config, cleanup)
     if backlog is not None:

@@ -44,6 +44,7 @@ from shared.cleanup.outbox_records import OutboxRecords
 from shared.cleanup.parked import poison_tasks
 from shared.cleanup.payloads import SharedPayloads
 from shared.cleanup.retention import MODE_EXPIRY, ModeRetention
+from shared.cleanup.saga_markers import SagaMarkers
 from shared.cleanup.sessions import SessionRecords
 
 
@@ -51,10 +52,12 @@ def standard_tasks(
     endpoints: Mapping[str, str] | Collection[str],
     performer: str = PERFORMER_ENDPOINT,
     sessions: Collection[str] = (),
+    sagas: Collection[str] = (),
 ) -> list[CleanupTask]:
     """Every task for these endpoints (a name-to-mode mapping; bare names are token mode),
     the markers' when ``performer`` (the app's performer endpoint, ``BusConfig``) is one, and
-    the sessions' of the endpoints in ``sessions`` (declared ``sessions=True``).
+    the sessions' of the endpoints in ``sessions`` (declared ``sessions=True``), and the
+    completed instances' of the sagas in ``sagas``.
 
     The job runs them side by side; none waits on another, since the outbox and ingress
     tasks delete the abandoned tokens under their own records' prefixes themselves. A sweep
@@ -64,6 +67,7 @@ def standard_tasks(
     tasks: list[CleanupTask] = [AbandonedTokens()]
     tasks += [OutboxRecords(e) for e in names]
     tasks += [SessionRecords(e) for e in names if e in sessions]
+    tasks += [SagaMarkers(e) for e in names if e in sagas]
     tasks.append(IngressRecords())
     tasks += [AuditRows(e) for e in names]
     tasks += [ModeRetention(e, modes[e]) for e in names if modes[e] in MODE_EXPIRY]

@@ -9,6 +9,7 @@ server)."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,6 +18,9 @@ from pydantic import BaseModel
 from shared.bus import BusApp, Command, HandlerContext, Outcome
 from shared.bus.app import Endpoint, NoState
 from shared.bus.saga import SAGA_ROW_TYPE, SagaRow
+from shared.cleanup.job import endpoint_modes, run_cleanup, saga_endpoints
+from shared.cleanup.report import CleanupReport, TaskReport
+from shared.cleanup.settings import CleanupSettings
 from shared.errors import ConfigurationError
 from tests.bus.harness import (
     SQL_BACKENDS,
@@ -256,3 +260,46 @@ def test_a_saga_refuses_another_mode_and_unhandled_or_miscorrelated_types(
         app.check()
     with pytest.raises(ConfigurationError, match="not a saga"):
         app.endpoint("plainone").not_found(StartCheckout)
+
+
+async def test_the_cleanup_retires_a_completed_marker_after_its_retention(
+    backend: Backend,
+) -> None:
+    harness, saga = await started(backend)
+    await send(harness, saga, StartCheckout(order_id="o4"), "start-o4")
+    await send(harness, saga, StartCheckout(order_id="o5"), "start-o5")
+    await harness.run_until_quiet()
+    await send(harness, saga, Shipped(order_id="o4"), "shipped-o4")
+    await harness.run_until_quiet()
+
+    async def cleanup() -> CleanupReport:
+        return await run_cleanup(
+            harness.raw,
+            endpoint_modes(harness.app),
+            rows=harness.cleanup_rows(),
+            config=harness.config,
+            settings=CleanupSettings(grace_seconds=0.0),
+            sagas=saga_endpoints(harness.app),
+        )
+
+    def task(report: CleanupReport) -> TaskReport:
+        [found] = [t for t in report.tasks if t.task == f"sagas.{saga}"]
+        return found
+
+    kept = task(await cleanup())
+    assert kept.kept["completed_in_retention"] == 1
+    assert kept.kept["live_instances"] == 1
+    assert (await instance(harness, saga, "o4")) is not None
+    harness.config = replace(harness.config, saga_retention_seconds=0.0)
+    removed = task(await cleanup())
+    assert removed.removed["completed_instances"] == 1
+    assert await instance(harness, saga, "o4") is None
+    live = await instance(harness, saga, "o5")
+    assert live is not None
+    assert not live.completed
+    # Past its retention the correlation value is free again: a start begins a new instance.
+    await send(harness, saga, StartCheckout(order_id="o4"), "start-o4-later")
+    await harness.run_until_quiet()
+    again = await instance(harness, saga, "o4")
+    assert again is not None
+    assert not again.completed
