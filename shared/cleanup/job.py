@@ -76,7 +76,8 @@ async def run_cleanup(
     names are taken as token mode; ``sessions`` names those that take transactional sessions
     (``session_endpoints``), ``sagas`` the sagas (``saga_endpoints``). ``rows`` holds each
     endpoint's rows, in whichever store keeps them, chosen by the caller
-    (``Worker.endpoint_rows``): the tasks reach them only there. The ingress table, the tokens and the checkpoints are in ``account``.
+    (``Worker.endpoint_rows``): the tasks reach them only there. The ingress table, the
+    tokens and the checkpoints are in ``account``.
 
     The tasks run side by side, sharing one limit on the records judged at once, so each gets
     a share of the budget in every run. Every task runs at least one page per call, so even a
