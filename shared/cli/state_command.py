@@ -4,7 +4,8 @@ Whatever the endpoint's mode and store, its rows are read through its ``Endpoint
 (``shared.bus.state.rows``), the one seam over Table Storage and PostgreSQL: token mode's
 state row, outbox records O(m) and audit rows; the entity-outbox mode's state row with its
 outbox map; the processed-messages mode's rows; the state-based mode's versions and message
-index (``docs/modes.md``). Properties holding JSON are shown as JSON; every line is escaped
+index (``docs/modes.md``). A saga's partition is an instance: its status, what started it and
+its pending timeouts are shown first. Properties holding JSON are shown as JSON; every line is escaped
 (``shown``), as the rows hold what senders wrote. A partition without rows exits 1.
 """
 
@@ -17,9 +18,11 @@ from typing import Any
 
 from shared.bus.modes.entity_outbox import StateEntity
 from shared.bus.records import STATE_ROW
+from shared.bus.saga import SAGA_ROW_TYPE, SagaRow
 from shared.bus.state.rows import EndpointRows
 from shared.cli.commands import EXIT_FAILED, EXIT_OK, account_json, print_json, say
 from shared.cli.poison_commands import check_endpoints
+from shared.errors import CorruptRecord
 from shared.logsafe import shown
 from shared.runtime import Worker
 from shared.stores.names import check_key
@@ -44,6 +47,7 @@ async def state_command(
         say(f"no rows in {where}")
         return EXIT_FAILED
     described = [_row(entity, declared.mode) for entity in found]
+    instance = _saga_instance(found, where) if declared.saga is not None else None
     if as_json:
         print_json(
             {
@@ -53,11 +57,14 @@ async def state_command(
                 "partition_key": partition_key,
                 "rows": described,
                 "more": more,
+                **({} if declared.saga is None else {"saga_instance": instance}),
                 "account": account_json(worker),
             }
         )
         return EXIT_OK
     lines = [f"{where}, mode {declared.mode}: {len(found)} rows" + (" (more: --limit)" * more)]
+    if declared.saga is not None:
+        lines += _instance_lines(instance)
     for row in described:
         lines.append(f"row {shown(row['row_key'], 1100)}  version {shown(row['version'], 100)}")
         for name, value in row["properties"].items():
@@ -81,6 +88,56 @@ async def _partition(
         found += page
         if continuation is None or len(found) > limit:
             return found[:limit], len(found) > limit or continuation is not None
+
+
+def _saga_instance(found: list[Entity], where: str) -> dict[str, Any] | None:
+    """The saga instance the partition holds, as JSON: live or completed, what started it,
+    its pending timeouts; None when it has no state row (never started, or retired)."""
+    state = next((e for e in found if e.row_key == STATE_ROW), None)
+    if state is None:
+        return None
+    try:
+        row = _saga_row(state, where)
+    except CorruptRecord as e:
+        return {"unreadable": shown(e, 1000)}
+    return {
+        "status": "completed" if row.completed else "live",
+        "completed_at": None if row.completed_at is None else row.completed_at.isoformat(),
+        "started_by": row.started_by,
+        "pending_timeouts": [
+            {
+                "message_id": t.message_id,
+                "type": t.type,
+                "due": None if t.due is None else t.due.isoformat(),
+            }
+            for t in row.timeouts
+        ],
+    }
+
+
+def _saga_row(state: Entity, where: str) -> SagaRow:
+    if state.get("type") != SAGA_ROW_TYPE:
+        # Written before the endpoint became a saga: a live instance with that state.
+        return SagaRow()
+    return SagaRow.decode(str(state.get("data", "")), where)
+
+
+def _instance_lines(instance: dict[str, Any] | None) -> list[str]:
+    if instance is None:
+        return ["saga instance: none (never started, or completed and retired)"]
+    if "unreadable" in instance:
+        return [f"saga instance: unreadable ({instance['unreadable']})"]
+    status = instance["status"]
+    if instance["completed_at"]:
+        status += f" at {instance['completed_at']}"
+    lines = [
+        f"saga instance: {status}, started by message {shown(instance['started_by'] or '-')}",
+        f"  pending timeouts: {len(instance['pending_timeouts'])}",
+    ]
+    for timeout in instance["pending_timeouts"]:
+        due = timeout["due"] or "at once"
+        lines.append(f"    {shown(timeout['type'], 200)} {timeout['message_id']} due {due}")
+    return lines
 
 
 def _row(entity: Entity, mode: str) -> dict[str, Any]:
