@@ -5,8 +5,9 @@ Whatever the endpoint's mode and store, its rows are read through its ``Endpoint
 state row, outbox records O(m) and audit rows; the entity-outbox mode's state row with its
 outbox map; the processed-messages mode's rows; the state-based mode's versions and message
 index (``docs/modes.md``). A saga's partition is an instance: its status, what started it
-and its pending timeouts are shown first. Properties holding JSON are shown as JSON; every line is escaped
-(``shown``), as the rows hold what senders wrote. A partition without rows exits 1.
+and its pending timeouts are shown first. Properties holding JSON are shown as JSON; every
+line is escaped (``shown``), as the rows hold what senders wrote. A partition without rows
+exits 1.
 """
 
 from __future__ import annotations
