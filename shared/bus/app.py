@@ -43,6 +43,19 @@ in one SQL transaction that a handler's own writes can join. Tokens, signals and
 lists stay in Blob and Queue storage either way, so endpoints of both stores talk to each other."""
 STORES: tuple[Store, ...] = typing.get_args(Store)
 Handler = Callable[[HandlerContext[Any], Any], Awaitable[None] | None]
+SAGA_REFUSED: dict[str, str] = {
+    "entity_outbox": (
+        "its duplicate evidence lives inside the partition's state row, so a message for an "
+        "instance that does not exist could only be deduplicated by creating that row, an "
+        "instance nobody started; use mode 'token' or 'processed_messages'"
+    ),
+    "state_based": (
+        "it recognises a duplicate by replaying it against the state version it first ran "
+        "on, and a message that found no instance ran on none, nor does a completed instance "
+        "keep its versions; use mode 'token' or 'processed_messages'"
+    ),
+}
+"""The modes a saga cannot run in, and why (``BusApp.saga``)."""
 
 
 class NoState(BaseModel):
@@ -238,18 +251,14 @@ class BusApp:
         type, and is checked against it), or, for a reply, the instance that asked. Only the
         ``started_by`` types create an instance; handlers end one with ``ctx.complete()``.
         Handlers are declared with ``handles`` as for any endpoint, and not-found handlers
-        with ``not_found``. Sagas run in token mode, on either store."""
+        with ``not_found``. Sagas run in token and processed_messages mode, on either store;
+        the other modes are refused (``SAGA_REFUSED`` says why)."""
         starters = list(started_by)
         if not starters:
             raise ConfigurationError(f"saga {name}: started_by names no message type")
-        if mode != "token":
+        if mode in SAGA_REFUSED:
             raise ConfigurationError(
-                f"saga {name}: mode {mode!r} cannot run a saga; sagas run in token mode. A "
-                "saga decides per message whether its instance exists, which needs each "
-                "message's claim (token mode) to be decided in the same commit as the "
-                "instance: the window modes decide duplicates by records kept for a time "
-                "window, state_based by replaying them against the instance's history, which "
-                "a completed instance no longer has"
+                f"saga {name}: mode {mode!r} cannot run a saga: {SAGA_REFUSED[mode]}"
             )
         for model, attribute in (correlate or {}).items():
             if model.partition_by != attribute:

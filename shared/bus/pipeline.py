@@ -43,9 +43,11 @@ from shared.bus.records import (
     OutgoingSignal,
     caused_by,
 )
+from shared.bus.saga import SAGA_ROW_TYPE, SagaTurn, saga_turn
 from shared.bus.schedule import not_due
-from shared.bus.state.base import EndpointState
+from shared.bus.state.base import EndpointState, StateRow, StateWrite
 from shared.bus.topics import RecipientLists
+from shared.clock import to_datetime
 from shared.errors import (
     LimitExceeded,
     MalformedSignal,
@@ -107,6 +109,23 @@ class Incoming:
     """The delivery it came with, whose budget holding its payload joins."""
     message: Message | None = None
     """None until the body is read: a shared payload's before ``Pipeline._body``."""
+
+
+@dataclass
+class Ran:
+    """What a round's run at the partition's state leaves to commit
+    (``Pipeline._run_at_state``)."""
+
+    context: HandlerContext[Any] | None
+    """The handler's context; None when no handler ran (a saga's message for no instance)."""
+    created: CreatedTokens
+    write: StateWrite | None
+    """The state row to commit; None: the partition's state is left as it is."""
+    outcome: Outcome
+
+    @property
+    def audit_outcome(self) -> AuditOutcome | None:
+        return "saga_not_found" if self.outcome is Outcome.SAGA_NOT_FOUND else None
 
 
 class Pipeline(abc.ABC):
@@ -387,6 +406,87 @@ class Pipeline(abc.ABC):
         )
         abandoned.extend(created.abandoned)
         return created
+
+    async def _run_at_state(
+        self,
+        envelope: Envelope,
+        message: Message,
+        stored: StateRow | None,
+        *,
+        now: datetime,
+        sql: Any,
+        origin_row: str,
+        abandoned: list[str],
+    ) -> Ran:
+        """Run what ``envelope``'s message does at the partition's state as read (``stored``)
+        and create its outputs' tokens (each naming ``origin_row``): the handler of an
+        ordinary endpoint; at a saga, the handler of its instance, its not-found handler, or
+        nothing (``shared.bus.saga``). Returns what the round commits."""
+        turn = self._turn(envelope, stored)
+        state: BaseModel
+        context: HandlerContext[Any] | None
+        if turn is None:
+            state = self._load_state(None if stored is None else stored.data)
+            context = await self._run_handler(envelope, message, state, now=now, sql=sql)
+        elif turn.runs:
+            state = turn.state
+            context = await self._run_handler(
+                envelope,
+                message,
+                state,
+                now=now,
+                sql=sql,
+                saga=turn.role,
+                handler=turn.handler,
+            )
+        else:
+            state, context = turn.state, None
+        if context is None:
+            created = CreatedTokens([], [])
+        else:
+            created = await self._create_outputs(context, envelope, origin_row, abandoned)
+        write, outcome = self._state_write(envelope, turn, state, context, stored)
+        return Ran(context, created, write, outcome)
+
+    def _turn(self, envelope: Envelope, stored: StateRow | None) -> SagaTurn | None:
+        """What the message does at a saga's instance; None at an ordinary endpoint."""
+        saga = self.endpoint.saga
+        if saga is None:
+            return None
+        return saga_turn(
+            saga,
+            self.endpoint.state_type,
+            self.endpoint.current_name(envelope.type),
+            stored,
+            f"saga {self.endpoint.name} instance {shown(envelope.partition_key)!r}",
+        )
+
+    def _state_write(
+        self,
+        envelope: Envelope,
+        turn: SagaTurn | None,
+        state: BaseModel,
+        context: HandlerContext[Any] | None,
+        stored: StateRow | None,
+    ) -> tuple[StateWrite | None, Outcome]:
+        """The state row this message commits, and its outcome: an ordinary endpoint's state;
+        a saga instance's new row (or its completed marker); nothing for a message that found
+        no instance."""
+        expected = None if stored is None else stored.version
+        if turn is None:
+            data = state.model_dump_json()
+            write = StateWrite(envelope.partition_key, type(state).__name__, data, expected)
+            return write, Outcome.PROCESSED
+        if turn.role == "not_found":
+            return None, Outcome.SAGA_NOT_FOUND
+        completed = context is not None and context.completed
+        row = turn.row_after(
+            state,
+            completed_at=to_datetime(self.config.clock()) if completed else None,
+            message_id=envelope.id,
+        )
+        write = StateWrite(envelope.partition_key, SAGA_ROW_TYPE, row.to_json(), expected)
+        return write, Outcome.PROCESSED
 
     def _audit(
         self,

@@ -29,21 +29,16 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass, field, replace
-from typing import Any
 
-from pydantic import BaseModel
-
-from shared.bus.context import HandlerContext
 from shared.bus.envelope import Envelope, Signal
 from shared.bus.formats import metadata_fields
 from shared.bus.messages import Message
-from shared.bus.outgoing import CreatedTokens, Hints, send_signals
+from shared.bus.outgoing import Hints, send_signals
 from shared.bus.pipeline import Delivery, Incoming, IncomingToken, Outcome, Pipeline
 from shared.bus.records import OutboxRecord, outbox_row
 from shared.bus.round_commit import commit_round
 from shared.bus.rounds import Conflict, conflict_rounds
-from shared.bus.saga import SAGA_ROW_TYPE, SagaTurn, saga_turn
-from shared.bus.state.base import StateRow, StateTransaction, StateWrite
+from shared.bus.state.base import StateRow, StateTransaction
 from shared.bus.telemetry import within
 from shared.clock import to_datetime
 from shared.errors import (
@@ -264,28 +259,17 @@ class Receiver(Pipeline):
         hints: Hints,
     ) -> tuple[OutboxRecord, Outcome]:
         endpoint = self.endpoint
-        turn = self._turn(envelope, stored)
-        if turn is None:
-            state = self._load_state(None if stored is None else stored.data)
-            context = await self._run_handler(
-                envelope, message, state, now=outbox.started_at, sql=transaction.sql
-            )
-        elif turn.runs:
-            state = turn.state
-            context = await self._run_handler(
-                envelope,
-                message,
-                state,
-                now=outbox.started_at,
-                sql=transaction.sql,
-                saga=turn.role,
-                handler=turn.handler,
-            )
-        else:
-            state, context = turn.state, None
-        created = await self._create_outputs_of(context, envelope, abandoned)
+        ran = await self._run_at_state(
+            envelope,
+            message,
+            stored,
+            now=outbox.started_at,
+            sql=transaction.sql,
+            origin_row=outbox_row(envelope.id),
+            abandoned=abandoned,
+        )
+        created, write, outcome = ran.created, ran.write, ran.outcome
         now = to_datetime(self.config.clock())
-        write, outcome = self._state_write(envelope, turn, state, context, stored)
 
         async def commit() -> OutboxRecord:
             committed = outbox.committing(created.committed_candidates, abandoned, now)
@@ -293,7 +277,7 @@ class Receiver(Pipeline):
                 envelope,
                 committed.outgoing,
                 now,
-                outcome="saga_not_found" if outcome is Outcome.SAGA_NOT_FOUND else None,
+                outcome=ran.audit_outcome,
             )
             span = self.config.telemetry.committing(
                 endpoint.name, self.mode, len(committed.outgoing)
@@ -305,51 +289,3 @@ class Receiver(Pipeline):
         committed = await commit_round(self.tokens, created, abandoned, commit)
         hints.update(created.hints)
         return committed, outcome
-
-    def _turn(self, envelope: Envelope, stored: StateRow | None) -> SagaTurn | None:
-        """What the message does at a saga's instance; None at an ordinary endpoint."""
-        saga = self.endpoint.saga
-        if saga is None:
-            return None
-        return saga_turn(
-            saga,
-            self.endpoint.state_type,
-            self.endpoint.current_name(envelope.type),
-            stored,
-            f"saga {self.endpoint.name} instance {shown(envelope.partition_key)!r}",
-        )
-
-    async def _create_outputs_of(
-        self, context: HandlerContext[Any] | None, envelope: Envelope, abandoned: list[str]
-    ) -> CreatedTokens:
-        if context is None:
-            return CreatedTokens([], [])
-        return await self._create_outputs(context, envelope, outbox_row(envelope.id), abandoned)
-
-    def _state_write(
-        self,
-        envelope: Envelope,
-        turn: SagaTurn | None,
-        state: BaseModel,
-        context: HandlerContext[Any] | None,
-        stored: StateRow | None,
-    ) -> tuple[StateWrite | None, Outcome]:
-        """The state row this message commits, and its outcome: an ordinary endpoint's state;
-        a saga instance's new row (or its completed marker); nothing for a message that found
-        no instance."""
-        expected = None if stored is None else stored.version
-        if turn is None:
-            data = state.model_dump_json()
-            return StateWrite(envelope.partition_key, type(state).__name__, data, expected), (
-                Outcome.PROCESSED
-            )
-        if turn.role == "not_found":
-            return None, Outcome.SAGA_NOT_FOUND
-        completed = context is not None and context.completed
-        row = turn.row_after(
-            state,
-            completed_at=to_datetime(self.config.clock()) if completed else None,
-            message_id=envelope.id,
-        )
-        write = StateWrite(envelope.partition_key, SAGA_ROW_TYPE, row.to_json(), expected)
-        return write, Outcome.PROCESSED

@@ -16,25 +16,30 @@ import pytest
 from pydantic import BaseModel
 
 from shared.bus import BusApp, Command, HandlerContext, Outcome
-from shared.bus.app import Endpoint, NoState
+from shared.bus.app import Endpoint, Mode, NoState
 from shared.bus.saga import SAGA_ROW_TYPE, SagaRow
 from shared.cleanup.job import endpoint_modes, run_cleanup, saga_endpoints
 from shared.cleanup.report import CleanupReport, TaskReport
 from shared.cleanup.settings import CleanupSettings
 from shared.errors import ConfigurationError
 from tests.bus.harness import (
-    SQL_BACKENDS,
     Harness,
-    per_mode_backend,  # noqa: F401  (fixture "backend": one per store)
+    endpoint_mode,  # noqa: F401  (fixture "mode")
+    per_mode_backend,  # noqa: F401  (fixture "backend": one per store and mode)
+    sql_backends,
 )
 from tests.conftest import Backend, unique_name
 
+SAGA_MODES: tuple[Mode, ...] = ("token", "processed_messages")
 pytestmark = pytest.mark.parametrize(
     "backend",
     [
-        pytest.param(("memory", "token"), id="memory"),
-        pytest.param(("azurite", "token"), id="azurite", marks=pytest.mark.azurite),
-        *SQL_BACKENDS,
+        *(pytest.param(("memory", m), id=f"memory-{m}") for m in SAGA_MODES),
+        *(
+            pytest.param(("azurite", m), id=f"azurite-{m}", marks=pytest.mark.azurite)
+            for m in SAGA_MODES
+        ),
+        *sql_backends(SAGA_MODES),
     ],
     indirect=True,
 )
@@ -79,9 +84,9 @@ class Checkout(BaseModel):
     seen: list[str] = []
 
 
-def checkout_app(saga: str, payments: str, *, not_found: bool = False) -> BusApp:
+def checkout_app(saga: str, payments: str, mode: Mode, *, not_found: bool = False) -> BusApp:
     app = BusApp()
-    checkout = app.saga(saga, Checkout, started_by=[StartCheckout])
+    checkout = app.saga(saga, Checkout, started_by=[StartCheckout], mode=mode)
     pay: Endpoint[NoState] = app.endpoint(payments)
 
     @checkout.handles(StartCheckout)
@@ -119,10 +124,10 @@ def checkout_app(saga: str, payments: str, *, not_found: bool = False) -> BusApp
     return app
 
 
-async def started(backend: Backend, *, not_found: bool = False) -> tuple[Harness, str]:
+async def started(backend: Backend, mode: Mode, *, not_found: bool = False) -> tuple[Harness, str]:
     saga = f"checkout{unique_name('')[:8]}"
     harness = await Harness.create(
-        backend, checkout_app(saga, f"pay{saga[8:]}", not_found=not_found)
+        backend, checkout_app(saga, f"pay{saga[8:]}", mode, not_found=not_found)
     )
     return harness, saga
 
@@ -145,8 +150,10 @@ async def audit_outcomes(harness: Harness, saga: str) -> Counter[str]:
     )
 
 
-async def test_a_start_creates_the_instance_and_the_reply_reaches_it(backend: Backend) -> None:
-    harness, saga = await started(backend)
+async def test_a_start_creates_the_instance_and_the_reply_reaches_it(
+    backend: Backend, mode: Mode
+) -> None:
+    harness, saga = await started(backend, mode)
     await send(harness, saga, StartCheckout(order_id="o1"), "start-o1")
     await send(harness, saga, PaymentReceived(order_id="o1"), "paid-o1")
     await harness.run_until_quiet()
@@ -162,8 +169,9 @@ async def test_a_start_creates_the_instance_and_the_reply_reaches_it(backend: Ba
 
 async def test_a_message_for_no_instance_is_saga_not_found_and_writes_nothing(
     backend: Backend,
+    mode: Mode,
 ) -> None:
-    harness, saga = await started(backend)
+    harness, saga = await started(backend, mode)
     await send(harness, saga, PaymentReceived(order_id="never"), "paid-never")
     await harness.run_until_quiet()
     assert await instance(harness, saga, "never") is None
@@ -172,8 +180,10 @@ async def test_a_message_for_no_instance_is_saga_not_found_and_writes_nothing(
     assert await harness.poison_messages(saga) == []
 
 
-async def test_complete_ends_the_instance_and_nothing_starts_it_again(backend: Backend) -> None:
-    harness, saga = await started(backend)
+async def test_complete_ends_the_instance_and_nothing_starts_it_again(
+    backend: Backend, mode: Mode
+) -> None:
+    harness, saga = await started(backend, mode)
     await send(harness, saga, StartCheckout(order_id="o2"), "start-o2")
     await harness.run_until_quiet()
     await send(harness, saga, Shipped(order_id="o2"), "shipped-o2")
@@ -192,8 +202,10 @@ async def test_complete_ends_the_instance_and_nothing_starts_it_again(backend: B
     assert outcomes["saga_not_found"] == 2
 
 
-async def test_a_redelivered_start_after_completion_is_a_duplicate(backend: Backend) -> None:
-    harness, saga = await started(backend)
+async def test_a_redelivered_start_after_completion_is_a_duplicate(
+    backend: Backend, mode: Mode
+) -> None:
+    harness, saga = await started(backend, mode)
     await send(harness, saga, StartCheckout(order_id="o3"), "start-o3")
     queue = harness.raw.queue(saga)
     [first] = await queue.receive(1, visibility_timeout=30)
@@ -210,8 +222,10 @@ async def test_a_redelivered_start_after_completion_is_a_duplicate(backend: Back
     assert (await audit_outcomes(harness, saga))["processed"] == 3  # start, reply, shipped
 
 
-async def test_a_not_found_handler_runs_and_sends_without_an_instance(backend: Backend) -> None:
-    harness, saga = await started(backend, not_found=True)
+async def test_a_not_found_handler_runs_and_sends_without_an_instance(
+    backend: Backend, mode: Mode
+) -> None:
+    harness, saga = await started(backend, mode, not_found=True)
     await send(harness, saga, PaymentReceived(order_id="lost"), "paid-lost")
     await harness.run_until_quiet()
     # The handler's Orphaned went out, and itself found no instance either.
@@ -221,10 +235,11 @@ async def test_a_not_found_handler_runs_and_sends_without_an_instance(backend: B
 
 async def test_complete_outside_an_instance_and_a_reply_to_a_client_are_parked(
     backend: Backend,
+    mode: Mode,
 ) -> None:
     saga = f"checkout{unique_name('')[:8]}"
     app = BusApp()
-    plain: Endpoint[NoState] = app.endpoint(saga)
+    plain: Endpoint[NoState] = app.endpoint(saga, mode=mode)
 
     @plain.handles(PaymentReceived)
     def completes(ctx: HandlerContext[Any], msg: PaymentReceived) -> None:
@@ -247,10 +262,13 @@ async def test_complete_outside_an_instance_and_a_reply_to_a_client_are_parked(
 
 def test_a_saga_refuses_another_mode_and_unhandled_or_miscorrelated_types(
     backend: Backend,
+    mode: Mode,
 ) -> None:
     app = BusApp()
-    with pytest.raises(ConfigurationError, match="sagas run in token mode"):
-        app.saga("checkouta", Checkout, started_by=[StartCheckout], mode="processed_messages")
+    refusals: tuple[Mode, ...] = ("state_based", "entity_outbox")
+    for refused in refusals:
+        with pytest.raises(ConfigurationError, match=f"mode '{refused}' cannot run a saga"):
+            app.saga("checkouta", Checkout, started_by=[StartCheckout], mode=refused)
     with pytest.raises(ConfigurationError, match="partition_by"):
         app.saga(
             "checkoutb", Checkout, started_by=[StartCheckout], correlate={ChargeCard: "order_id"}
@@ -264,8 +282,9 @@ def test_a_saga_refuses_another_mode_and_unhandled_or_miscorrelated_types(
 
 async def test_the_cleanup_retires_a_completed_marker_after_its_retention(
     backend: Backend,
+    mode: Mode,
 ) -> None:
-    harness, saga = await started(backend)
+    harness, saga = await started(backend, mode)
     await send(harness, saga, StartCheckout(order_id="o4"), "start-o4")
     await send(harness, saga, StartCheckout(order_id="o5"), "start-o5")
     await harness.run_until_quiet()

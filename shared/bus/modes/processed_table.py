@@ -27,6 +27,7 @@ from shared.bus.modes.common import (
 )
 from shared.bus.pipeline import Incoming, Outcome
 from shared.bus.records import STATE_ROW, AuditRecord
+from shared.bus.state.base import state_entity, state_row
 from shared.bus.state.damaged import ROW_ERRORS, OnDamaged, pass_over
 from shared.bus.state.rows import EndpointRows
 from shared.clock import to_datetime
@@ -72,13 +73,18 @@ class ProcessedMessagesPipeline(ModePipeline):
             return Outcome.RESUMED
         envelope, message = await self._body(incoming)
         existing = rows.get(STATE_ROW)
-        state = self._load_state(None if existing is None else str(existing["data"]))
         now = to_datetime(self.config.clock())
         async with self.rows.begin() as transaction:
-            context = await self._run_handler(
-                envelope, message, state, now=now, sql=transaction.sql
+            ran = await self._run_at_state(
+                envelope,
+                message,
+                None if existing is None else state_row(existing),
+                now=now,
+                sql=transaction.sql,
+                origin_row=processed_row(m),
+                abandoned=abandoned,
             )
-            created = await self._create_outputs(context, envelope, processed_row(m), abandoned)
+            created = ran.created
             record = ProcessedRecord(
                 partition_key=p,
                 message_id=m,
@@ -89,15 +95,18 @@ class ProcessedMessagesPipeline(ModePipeline):
             )
 
             def build() -> tuple[list[TableOperation], AuditRecord]:
-                operations = [
-                    state_operation(existing, self._state_entity(p, state)),
-                    Insert(record.to_entity()),
-                ]
-                return operations, self._audit(envelope, record.outgoing, record.committed_at)
+                operations: list[TableOperation] = []
+                if ran.write is not None:  # None: a saga's message that found no instance
+                    operations.append(state_operation(existing, state_entity(ran.write)))
+                operations.append(Insert(record.to_entity()))
+                audit = self._audit(
+                    envelope, record.outgoing, record.committed_at, outcome=ran.audit_outcome
+                )
+                return operations, audit
 
             await self._commit(transaction, build, created, abandoned)
         await self._finish(record.outgoing, signal, created.hints)
-        return Outcome.PROCESSED
+        return ran.outcome
 
 
 async def expire_processed(

@@ -103,8 +103,13 @@ class StateTransaction:
         return etags[-1] or ""
 
 
+def state_entity(state: StateWrite) -> Entity:
+    """The state row ``state`` writes."""
+    return Entity(state.partition_key, STATE_ROW, {"type": state.type, "data": state.data})
+
+
 def _state_operation(state: StateWrite) -> TableOperation:
-    entity = Entity(state.partition_key, STATE_ROW, {"type": state.type, "data": state.data})
+    entity = state_entity(state)
     return Insert(entity) if state.expected is None else Update(entity, state.expected)
 
 
