@@ -272,14 +272,14 @@ class Pipeline(abc.ABC):
         # starts.
         if (early := not_due(envelope.deliver_at, self.config.clock)) is not None:
             raise early
-        found = self.endpoint.handler_for(envelope.type)
-        if found is None:
+        model = self._received_model(envelope.type)
+        if model is None:
             raise UnknownMessageType(
                 f"endpoint {self.endpoint.name} has no handler for message type "
                 f"{shown(envelope.type)!r} (message {shown(envelope.id)}); it handles "
                 f"{sorted(self.endpoint.handlers)}"
             )
-        incoming = Incoming(signal.token, envelope, found[0], delivery)
+        incoming = Incoming(signal.token, envelope, model, delivery)
         if envelope.payload is None:
             incoming.message = self._read_message(incoming)
         else:
@@ -287,6 +287,12 @@ class Pipeline(abc.ABC):
             # read, as an inline one does.
             check_readable(incoming.model, envelope.body_version)
         return incoming
+
+    def _received_model(self, type_name: str) -> type[Message] | None:
+        """The model of a message received as ``type_name``: its handler's (None: no
+        handler). Token mode adds the bus's own cancel command."""
+        found = self.endpoint.handler_for(type_name)
+        return None if found is None else found[0]
 
     async def _body(self, incoming: Incoming) -> tuple[Envelope, Message]:
         """``incoming``'s envelope with its body inline, and its message: its shared payload
@@ -338,6 +344,7 @@ class Pipeline(abc.ABC):
             max_outputs=self.config.max_outputs,
             services=self.endpoint.routes.services,
             performer=self.config.performer_endpoint,
+            check_cancel=self.endpoint.routes.check_cancel,
         )
         _, handler = self.endpoint.handlers[self.endpoint.current_name(envelope.type)]
         with self.config.telemetry.handling(self.endpoint.name, self.mode, envelope):
