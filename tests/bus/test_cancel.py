@@ -227,7 +227,7 @@ def interleaving(seed: int) -> Callable[[Operation], Awaitable[None]]:
     rng = random.Random(seed)
 
     async def give_way(_: Operation) -> None:
-        for _ in range(rng.randint(0, 3)):
+        for _turn in range(rng.randint(0, 3)):
             await asyncio.sleep(0)
 
     return give_way
@@ -274,12 +274,15 @@ async def test_a_cancel_racing_a_delivery_ends_with_exactly_one_of_the_two(
         assert set(answers) == {"cancelled", "processed"}
 
 
-@pytest.mark.parametrize(("kind", "then_cancel_first"), [
-    ("insert", False),
-    ("insert", True),
-    ("blob.set_metadata", False),
-    ("blob.set_metadata", True),
-])
+@pytest.mark.parametrize(
+    ("kind", "then_cancel_first"),
+    [
+        ("insert", False),
+        ("insert", True),
+        ("blob.set_metadata", False),
+        ("blob.set_metadata", True),
+    ],
+)
 async def test_a_cancel_stopped_after_a_step_still_ends_with_exactly_one(
     backend: Backend, kind: str, then_cancel_first: bool
 ) -> None:
