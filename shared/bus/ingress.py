@@ -412,7 +412,7 @@ class IngressClient:
         """The record ``key`` names for this client's scope, whether or not its window has
         passed (a cancel goes by it: ``shared.bus.client_cancel``): this scope's own, else,
         where the previous version's records may answer (``legacy``), one under the raw key
-        with no scope written by this kind of sender or for this scope. None: no such key
+        with no scope written by the kind of sender the scope belongs to. None: no such key
         here (another scope's record never answers)."""
         check_idempotency_key(key)
         scoped = await self._record(record_key(self.scope, key))
@@ -423,7 +423,9 @@ class IngressClient:
         raw = await self._record(key)
         if raw is None or raw.get("scope") is not None:
             return None
-        return raw if raw.get("sender") in (self.sender, self.scope) else None
+        # The kind of sender a scope belongs to (``http`` for ``http:<caller>``) is all such
+        # a record names; with BUS_INGRESS_KEY_SCOPES off every record is one of these.
+        return raw if raw.get("sender") == self.scope.split(":")[0] else None
 
     def _signals_text(self, outgoing: list[OutgoingSignal]) -> str:
         """The record's signals: compact (``shared.bus.deliveries``), except while
