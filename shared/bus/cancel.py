@@ -118,6 +118,9 @@ class Canceller:
             f"cancel of {target.message_id} at {self.endpoint}: still conflicting after "
             f"{self.config.max_conflict_rounds} rounds",
         )
+        return self._logged(target, result)
+
+    def _logged(self, target: Target, result: CancelResult) -> CancelResult:
         log.info(
             "cancel endpoint=%s message_id=%s partition=%s outcome=%s",
             self.endpoint,
@@ -144,7 +147,7 @@ class Canceller:
             if (m := TOKEN_NAME.fullmatch(blob.name)) is not None and m["out"] == command.message_id
         ]
         if not names:
-            return await self._finished(target)
+            return self._logged(target, await self._finished(target))
         results = [await self.cancel(name, target) for name in names]
         # Every token of t is decided by the one O(t); one already gone answers by the audit.
         return next((r for r in results if r is not CancelResult.NOT_FOUND), results[0])

@@ -27,8 +27,9 @@ class CancelReceipt:
     @property
     def outcome(self) -> str:
         """``cancelled``, ``processed`` or ``not_found`` when every message answered so
-        (a command has one), else ``mixed``."""
-        answers = {r.value for r in self.results.values()}
+        (a command has one; a publish nobody subscribed to sent none: ``not_found``), else
+        ``mixed``."""
+        answers = {r.value for r in self.results.values()} or {CancelResult.NOT_FOUND.value}
         return answers.pop() if len(answers) == 1 else MIXED
 
     def as_json(self) -> dict[str, Any]:

@@ -6,6 +6,7 @@ across a stop at each step of the cancel."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -127,8 +128,11 @@ async def cleanup_pass(harness: Harness) -> None:
     )
 
 
-async def test_a_timeout_cancelled_before_it_is_due_is_never_processed(backend: Backend) -> None:
+async def test_a_timeout_cancelled_before_it_is_due_is_never_processed(
+    backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
     # Given a handler that set a delayed Remind and kept its handle
+    caplog.set_level(logging.INFO, logger="shared.bus.cancel")
     harness, name = await timers(backend)
     client = harness.setup_bus.client()
     await client.send(Start(key="k"), to=name, idempotency_key="start")
@@ -141,8 +145,12 @@ async def test_a_timeout_cancelled_before_it_is_due_is_never_processed(backend: 
     await client.send(Stop(key="k"), to=name, idempotency_key="stop")
     outcomes = await deliver_visible(harness, name)
 
-    # Then the cancel was carried out at once, its own message committed
+    # Then the cancel was carried out at once, its own message committed, with one log line
     assert outcomes == Counter({Outcome.PROCESSED: 1, Outcome.CANCEL: 1})
+    cancels = [r.getMessage() for r in caplog.records if r.name == "shared.bus.cancel"]
+    assert cancels == [
+        f"cancel endpoint={name} message_id={reminder.message_id} partition=k outcome=cancelled"
+    ]
     record = await record_of(harness, name, reminder.message_id)
     assert record is not None
     assert (record.committed, record.outcome, record.outgoing) == (True, "cancelled", ())

@@ -17,6 +17,8 @@ from lab.host.functions import load_functions
 from lab.host.http import HttpFrontEnd, Keys
 from shared import http_cancel, http_ingress, runtime
 from shared.bus import Bus
+from shared.bus.cancel import CancelResult
+from shared.bus.client_cancel import CancelReceipt
 from shared.bus.ingress import INGRESS_ROW
 from shared.platform_identity import PlatformAuth
 from shared.provisioning import provision
@@ -144,3 +146,30 @@ async def test_a_key_whose_record_a_newer_version_wrote_is_a_503_to_retry(
     assert response.headers["Retry-After"] == str(http_ingress.RETRY_AFTER_SECONDS)
     assert "format version 3" in (await response.json())["error"]
     assert (await table.get("http-newer", INGRESS_ROW)).properties == newer.properties
+
+
+async def test_a_delayed_publish_is_cancelled_for_every_subscriber(
+    served: TestClient[Any, Any], bus: Bus
+) -> None:
+    event = {
+        "type": "OrderPlaced",
+        "body": {"order_id": "o2", "customer": "bob", "amount_cents": 300},
+        "delay_seconds": 600,
+    }
+    sent = await served.post("/api/messages?code=fn", json=event, headers={"Idempotency-Key": "e"})
+    message_ids = (await sent.json())["message_ids"]
+    assert len(message_ids) == 2  # loyalty and shipping
+    status, body = await cancel(served, "e")
+    assert (status, body["outcome"]) == (200, "cancelled")
+    assert body["messages"] == dict.fromkeys(message_ids, "cancelled")
+
+
+def test_a_send_that_created_no_message_has_nothing_to_cancel() -> None:
+    """An event published while its topic had no subscriber sent nothing."""
+    assert CancelReceipt("k", {}).as_json() == {
+        "idempotency_key": "k",
+        "outcome": "not_found",
+        "messages": {},
+    }
+    mixed = CancelReceipt("k", {"a": CancelResult.CANCELLED, "b": CancelResult.PROCESSED})
+    assert mixed.outcome == "mixed"
