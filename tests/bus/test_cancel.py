@@ -44,6 +44,7 @@ time really passes."""
 class Start(Command):
     partition_by = "key"
     key: str
+    delay_seconds: float = DELAY
 
 
 class Remind(Command):
@@ -70,7 +71,7 @@ def timers_app(name: str) -> BusApp:
     @endpoint.handles(Start)
     def start(ctx: HandlerContext[Timers], cmd: Start) -> None:
         ctx.state.applied.append("start")
-        delay = timedelta(seconds=DELAY)
+        delay = timedelta(seconds=cmd.delay_seconds)
         ctx.state.reminder = ctx.send(Remind(key=cmd.key), to=name, delay=delay)
 
     @endpoint.handles(Remind)
@@ -280,6 +281,46 @@ async def test_a_cancel_racing_a_delivery_ends_with_exactly_one_of_the_two(
     assert sum(answers.values()) == races
     if backend.clock is not None:  # seeded interleavings: both ends occur among them
         assert set(answers) == {"cancelled", "processed"}
+
+
+async def test_a_handler_s_cancel_racing_the_delivery_ends_with_exactly_one(
+    backend: Backend,
+) -> None:
+    """As above, with the cancel a handler's: its command's own delivery races the message's."""
+    harness, name = await timers(backend)
+    client = harness.setup_bus.client()
+    races = RACES.get(backend.name, 4)
+    answers: Counter[bool] = Counter()
+    for race in range(races):
+        # Given a Remind due at once, and the cancel of it that Stop sent, both in the queue
+        key = f"race-{race}"
+        await client.send(Start(key=key, delay_seconds=0), to=name, idempotency_key=f"s{key}")
+        [start] = await harness.raw.queue(name).receive(1, visibility_timeout=30)
+        await harness.deliver(name, start)
+        [remind] = await harness.raw.queue(name).receive(1, visibility_timeout=30)
+        await client.send(Stop(key=key), to=name, idempotency_key=f"t{key}")
+        [stop] = await harness.raw.queue(name).receive(1, visibility_timeout=30)
+        await harness.deliver(name, stop)
+        [cancel] = await harness.raw.queue(name).receive(1, visibility_timeout=30)
+
+        # When the cancel command and the Remind are delivered at once
+        harness.instrumentation.on_operation = interleaving(race)
+        await asyncio.gather(harness.deliver(name, cancel), harness.deliver(name, remind))
+        harness.instrumentation.on_operation = None
+
+        # Then the Remind was processed or cancelled, and the audit row says which
+        reminder = (await state(harness, name, key)).reminder
+        assert reminder is not None
+        processed = "remind" in (await state(harness, name, key)).applied
+        audit = await audit_outcome(harness, name, reminder.message_id)
+        assert audit == (None if processed else "cancelled")
+        answers[processed] += 1
+
+    await harness.run_until_quiet()
+    for race in range(races):
+        assert (await state(harness, name, f"race-{race}")).applied.count("remind") <= 1
+    if backend.clock is not None:
+        assert set(answers) == {True, False}
 
 
 @pytest.mark.parametrize(
