@@ -31,6 +31,7 @@ from shared.bus.delivery import Outcome as Outcome
 from shared.bus.envelope import Envelope, Signal
 from shared.bus.failures import Failures
 from shared.bus.formats import metadata_version
+from shared.bus.handles import CANCEL_TYPE
 from shared.bus.messages import Message
 from shared.bus.origin import Origin
 from shared.bus.outgoing import CreatedTokens, create_tokens, plan_deliveries
@@ -41,6 +42,7 @@ from shared.bus.schedule import not_due
 from shared.bus.state.base import EndpointState
 from shared.bus.topics import RecipientLists
 from shared.errors import (
+    CancelRefused,
     LimitExceeded,
     MalformedSignal,
     MessageSchemaError,
@@ -290,7 +292,13 @@ class Pipeline(abc.ABC):
 
     def _received_model(self, type_name: str) -> type[Message] | None:
         """The model of a message received as ``type_name``: its handler's (None: no
-        handler). Token mode adds the bus's own cancel command."""
+        handler). Token mode adds the bus's own cancel command; the other modes refuse it
+        (no sender of this app sends them one: it is forged)."""
+        if type_name == CANCEL_TYPE:
+            raise CancelRefused(
+                f"endpoint {self.endpoint.name} is in mode {self.mode}: only a token-mode "
+                "endpoint carries out a cancel"
+            )
         found = self.endpoint.handler_for(type_name)
         return None if found is None else found[0]
 

@@ -13,8 +13,10 @@ from pydantic import BaseModel, ValidationError
 from shared.bus import BusApp, Command, HandlerContext
 from shared.bus.app import Endpoint, NoState
 from shared.bus.client_cancel import cancel_by_key
+from shared.bus.envelope import Envelope, Signal, token_name
 from shared.bus.handles import CancelScheduled, MessageHandle
 from shared.bus.ids import fresh_id
+from shared.clock import to_datetime
 from shared.errors import CancelRefused, ConfigurationError
 from shared.resources import poison_queue
 from tests.bus.harness import (
@@ -263,3 +265,39 @@ async def test_no_user_type_may_take_the_cancel_command_s_name(backend: Backend)
     endpoint: Endpoint[NoState] = BusApp().endpoint(f"sneaky{fresh_id()[:8]}")
     with pytest.raises(ConfigurationError, match="the bus's own cancel command"):
         endpoint.handles(Sneaky)(lambda ctx, cmd: None)
+
+
+async def test_a_cancel_forged_onto_a_window_mode_endpoint_s_queue_is_parked(
+    backend: Backend,
+) -> None:
+    # Given a cancel command written straight to storage (no sender of the app sends one
+    # to a window-mode endpoint: its routes refuse it)
+    harness, names, handle = await started(backend, "none")
+    incoming, attempt, out = fresh_id(), fresh_id(), fresh_id()
+    cancel = CancelScheduled.of(handle)
+    envelope = Envelope(
+        id=out,
+        type=cancel.type_name(),
+        kind="command",
+        source="ingress",
+        destination=names.window,
+        partition_key="k",
+        correlation_id=incoming,
+        causation_id=incoming,
+        created_at=to_datetime(harness.config.clock()),
+        body=cancel.model_dump(mode="json"),
+    )
+    data = envelope.to_bytes()
+    name = token_name("ingress", incoming, attempt, out, data)
+    await harness.raw.blob_container(harness.config.tokens_container).create(
+        name, data, {"claim": ""}
+    )
+    signal = Signal(message_id=out, attempt_id=attempt, token=name, partition_key="k")
+    await harness.raw.queue(names.window).send(signal.to_json())
+
+    # When the window-mode endpoint receives it, it is parked at once, with the reason
+    await deliver_visible(harness)
+    reason = await parked_reason(harness, names.window)
+    assert reason.startswith("CancelRefused| ")
+    assert "only a token-mode endpoint carries out a cancel" in reason
+    await still_pending(harness, names, handle)
