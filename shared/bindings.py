@@ -2,11 +2,11 @@
 
 ``function_app.py`` registers ``blueprint(worker())``: one queue trigger per endpoint
 (function name and queue both the endpoint's name), the HTTP ingress (``POST
-/api/messages``), the health route (``GET /api/health``), the cleanup timer, one HTTP
-function per web route the app declares (``BusApp.route``, ``shared.web``; function key
-required, as for the ingress) and, when ``BUS_CONSOLE_ENABLED`` is set, the operator console
-(``/api/console/``, refused at start-up without a credential of its own:
-``shared.console.guard.deployed_identity``). The Functions
+/api/messages``) and its cancel (``POST /api/messages/cancel``), the health route (``GET
+/api/health``), the cleanup timer, one HTTP function per web route the app declares
+(``BusApp.route``, ``shared.web``; function key required, as for the ingress) and, when
+``BUS_CONSOLE_ENABLED`` is set, the operator console (``/api/console/``, refused at start-up
+without a credential of its own: ``shared.console.guard.deployed_identity``). The Functions
 host indexes them when it imports ``function_app.py``, so the endpoint list lives in the
 ``BusApp`` only.
 
@@ -36,7 +36,7 @@ from shared.web import WebRequest
 
 log = logging.getLogger(__name__)
 
-FIXED_FUNCTIONS = ("health", "ingress", "cleanup")
+FIXED_FUNCTIONS = ("health", "ingress", "cancel", "cleanup")
 CONSOLE_FUNCTION = "console"
 """Bound too when BUS_CONSOLE_ENABLED is set (``shared.console.function``)."""
 CLEANUP_SCHEDULE = "%CLEANUP_SCHEDULE%"
@@ -113,6 +113,18 @@ def _http_functions(bp: func.Blueprint, worker: Worker) -> None:
     async def ingress(req: func.HttpRequest) -> func.HttpResponse:
         # worker.ingress runs worker.serving() itself, within the request's timeout.
         status, body = await worker.ingress(req.headers, req.get_body())
+        return func.HttpResponse(
+            body,
+            status_code=status,
+            headers=response_headers(status),
+            mimetype="application/json",
+        )
+
+    @bp.function_name("cancel")
+    @bp.route(route="messages/cancel", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
+    async def cancel(req: func.HttpRequest) -> func.HttpResponse:
+        # By the Idempotency-Key header alone: the body is not read (shared.http_cancel).
+        status, body = await worker.cancel(req.headers)
         return func.HttpResponse(
             body,
             status_code=status,

@@ -145,6 +145,14 @@ class DoNotRetry(PermanentFailure):
     ``bus replay`` can still run it again once the cause is fixed."""
 
 
+class CancelRefused(PermanentFailure):
+    """A cancellation that must not be carried out (``shared.bus.cancel``): the message is
+    not the canceller's to cancel (another sender's, another endpoint's or partition's), or
+    its endpoint is not one of this app's in token mode, the only mode with a token claim to
+    cancel by. In a handler (``ctx.cancel``) or at the endpoint that receives the cancel, the
+    message is parked with this reason; a client is answered 409."""
+
+
 class ConflictRetriesExhausted(BusError):
     """Optimistic-concurrency conflicts kept recurring within one invocation; the host will
     redeliver the message later."""

@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from shared import http_ingress, observability, web_serving
+from shared import http_cancel, http_ingress, observability, web_serving
 from shared.app_loader import configured_app
 from shared.bus import Bus, BusApp, BusConfig, Outcome
 from shared.bus.pipeline import queue_text
@@ -235,6 +235,21 @@ class Worker:
             self.bus(),
             headers,
             body,
+            ingress_seconds=budget,
+            spent_seconds=time.monotonic() - started,
+            platform=self.app_config.platform,
+        )
+        return answer.status, answer.json()
+
+    async def cancel(self, headers: Mapping[str, str]) -> tuple[int, str]:
+        """HTTP status and JSON body for ``POST /api/messages/cancel``
+        (``shared.http_cancel``), within the ingress timeout as ``ingress`` is."""
+        budget = self.app_config.timeouts.ingress
+        started = time.monotonic()
+        await self.serving(within=budget)
+        answer = await http_cancel.handle(
+            self.bus(),
+            headers,
             ingress_seconds=budget,
             spent_seconds=time.monotonic() - started,
             platform=self.app_config.platform,

@@ -138,6 +138,7 @@ def test_function_app_indexes_exactly_the_functions_of_the_app_named_by_bus_app(
         "billing": ["queueTrigger", "billing", "ShopStorage"],
         "health": ["httpTrigger", None, None],
         "ingress": ["httpTrigger", None, None],
+        "cancel": ["httpTrigger", None, None],
         "cleanup": ["timerTrigger", None, None],
     }
 
@@ -159,6 +160,7 @@ def test_bus_app_is_read_from_local_settings_json_when_the_environment_has_none(
     assert result.returncode == 0, result.stderr
     assert sorted(json.loads(result.stdout)) == [
         "billing",
+        "cancel",
         "cleanup",
         "health",
         "ingress",

@@ -17,6 +17,7 @@ from shared.bus.effects import (
     KEY_REUSED_STATUSES,
     ServiceDeclaration,
 )
+from shared.bus.handles import CANCEL_TYPE
 from shared.bus.http_routes import DEFAULT_MAX_BODY_BYTES, HttpRoute, RouteHandler
 from shared.bus.messages import Event, Message, topics_of, type_names
 from shared.bus.reading import check_versions
@@ -105,6 +106,11 @@ class Endpoint(Generic[S]):
 
         def register(function: Callable[..., Any]) -> Callable[..., Any]:
             name = model.type_name()
+            if CANCEL_TYPE in type_names(model):
+                raise ConfigurationError(
+                    f"endpoint {self.name}: {CANCEL_TYPE} is the bus's own cancel command; "
+                    "name the type otherwise"
+                )
             if name in self.handlers:
                 raise ValueError(f"endpoint {self.name} already handles {name}")
             taken = [n for n in type_names(model) if n in self.accepted]

@@ -19,6 +19,7 @@ from shared.bus.effects import (
     effect_key,
 )
 from shared.bus.envelope import Envelope
+from shared.bus.handles import CancelScheduled, MessageHandle
 from shared.bus.ids import derived_id, stable_seed
 from shared.bus.messages import (
     Command,
@@ -32,6 +33,7 @@ from shared.bus.saga import REPLY_PARTITION_HEADER
 from shared.bus.schedule import due_time
 from shared.bus.telemetry import trace_headers
 from shared.errors import (
+    CancelRefused,
     InvalidName,
     MessageTooLarge,
     NoReplyAddress,
@@ -150,15 +152,43 @@ class HandlerContext(Generic[S]):
         headers: dict[str, str] | None = None,
         delay: timedelta | None = None,
         deliver_at: datetime | None = None,
-    ) -> None:
+    ) -> MessageHandle:
         """Send a command to endpoint ``to`` once this message's processing commits; with
         ``delay`` (from ``now()``) or ``deliver_at``, it is not processed before then. A
-        delayed command to the handler's own endpoint is how a handler sets a timeout."""
+        delayed command to the handler's own endpoint is how a handler sets a timeout.
+        Returns its handle, which ``cancel`` takes (keep it in the state to cancel later)."""
         if not isinstance(command, Command):
             raise TypeError(f"send() takes a Command; publish() events ({type(command)!r})")
         due = due_time(self._now, delay, deliver_at)
         to = check_endpoint_name(to)
+        # Its position among the outputs fixes its message id, as the planner derives it.
+        index = len(self.outputs)
         self._add(PendingOutput(command, to, dict(headers or {}), trace_headers(), due))
+        return MessageHandle(
+            destination=to,
+            partition_key=command.partition_key(),
+            message_id=derived_id(self.envelope.id, "out", index, to),
+            sender=self.endpoint,
+            incoming_id=self.envelope.id,
+        )
+
+    def cancel(self, handle: MessageHandle) -> None:
+        """Cancel the message ``handle`` names once this message's processing commits: it is
+        then never processed, unless it was already (``docs/writing-endpoints.md``,
+        "Cancelling a scheduled message"). Only the endpoint that sent it may, and only a
+        message to one of the app's token-mode endpoints can be cancelled (CancelRefused,
+        before anything is written: the incoming message is parked)."""
+        if not isinstance(handle, MessageHandle):
+            raise TypeError(f"cancel() takes a MessageHandle ({type(handle)!r})")
+        if handle.sender != self.endpoint:
+            raise CancelRefused(
+                f"{self.endpoint} cannot cancel message {handle.message_id}: {handle.sender} "
+                "sent it, and only the sender of a message may cancel it"
+            )
+        if self._routes is not None:
+            self._routes.check_cancel(self.endpoint, handle.destination)
+        cancel = CancelScheduled.of(handle)
+        self._add(PendingOutput(cancel, handle.destination, {}, trace_headers()))
 
     def reply(self, message: Message, *, headers: dict[str, str] | None = None) -> None:
         """Send ``message`` to the endpoint that sent the message being handled, once this

@@ -25,6 +25,10 @@ class Outcome(enum.Enum):
     (``shared.bus.saga``)."""
     DUPLICATE = "duplicate"
     """The token was already gone: an earlier copy finished everything."""
+    CANCEL = "cancel"
+    """A cancel (``ctx.cancel``) was carried out and committed at the message's endpoint:
+    the message it names is cancelled, was processed already, or was not found (the cancel's
+    own log line says which, ``shared.bus.cancel``)."""
     POISONED = "poisoned"
     ANOMALY = "anomaly"
     RETRYING = "retrying"

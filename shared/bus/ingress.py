@@ -408,6 +408,25 @@ class IngressClient:
         await send_signals(self.account, outgoing, created.hints, config=config)
         return SendReceipt(key, tuple(o.message_id for o in outgoing), False)
 
+    async def recorded(self, key: str) -> Entity | None:
+        """The record ``key`` names for this client's scope, whether or not its window has
+        passed (a cancel goes by it: ``shared.bus.client_cancel``): this scope's own, else,
+        where the previous version's records may answer (``legacy``), one under the raw key
+        with no scope written by the kind of sender the scope belongs to. None: no such key
+        here (another scope's record never answers)."""
+        check_idempotency_key(key)
+        scoped = await self._record(record_key(self.scope, key))
+        if scoped is not None and scoped.get("scope") == self.scope:
+            return scoped
+        if not self.legacy:
+            return None
+        raw = await self._record(key)
+        if raw is None or raw.get("scope") is not None:
+            return None
+        # The kind of sender a scope belongs to (``http`` for ``http:<caller>``) is all such
+        # a record names; with BUS_INGRESS_KEY_SCOPES off every record is one of these.
+        return raw if raw.get("sender") == self.scope.split(":")[0] else None
+
     def _signals_text(self, outgoing: list[OutgoingSignal]) -> str:
         """The record's signals: compact (``shared.bus.deliveries``), except while
         BUS_INGRESS_KEY_SCOPES is off, when instances of the previous version read this
@@ -505,6 +524,11 @@ def _expires(entity: Entity) -> datetime:
             f"ingress row {entity.partition_key!r}/{entity.row_key!r}: expires_at {value!r}"
         )
     return value
+
+
+def recorded_signals(entity: Entity) -> tuple[OutgoingSignal, ...]:
+    """The signals an ingress record lists: one per message its send created."""
+    return _outgoing(entity)
 
 
 def _outgoing(entity: Entity) -> tuple[OutgoingSignal, ...]:

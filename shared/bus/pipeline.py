@@ -31,6 +31,7 @@ from shared.bus.delivery import Outcome as Outcome
 from shared.bus.envelope import Envelope, Signal
 from shared.bus.failures import Failures
 from shared.bus.formats import metadata_version
+from shared.bus.handles import CANCEL_TYPE
 from shared.bus.messages import Message
 from shared.bus.origin import Origin
 from shared.bus.outgoing import CreatedTokens, create_tokens, plan_deliveries
@@ -49,6 +50,7 @@ from shared.bus.state.base import EndpointState, StateRow, StateWrite
 from shared.bus.topics import RecipientLists
 from shared.clock import to_datetime
 from shared.errors import (
+    CancelRefused,
     LimitExceeded,
     MalformedSignal,
     MessageSchemaError,
@@ -297,14 +299,14 @@ class Pipeline(abc.ABC):
         # starts.
         if (early := not_due(envelope.deliver_at, self.config.clock)) is not None:
             raise early
-        found = self.endpoint.handler_for(envelope.type)
-        if found is None:
+        model = self._received_model(envelope.type)
+        if model is None:
             raise UnknownMessageType(
                 f"endpoint {self.endpoint.name} has no handler for message type "
                 f"{shown(envelope.type)!r} (message {shown(envelope.id)}); it handles "
                 f"{sorted(self.endpoint.handlers)}"
             )
-        incoming = Incoming(signal.token, envelope, found[0], delivery)
+        incoming = Incoming(signal.token, envelope, model, delivery)
         if envelope.payload is None:
             incoming.message = self._read_message(incoming)
         else:
@@ -312,6 +314,18 @@ class Pipeline(abc.ABC):
             # read, as an inline one does.
             check_readable(incoming.model, envelope.body_version)
         return incoming
+
+    def _received_model(self, type_name: str) -> type[Message] | None:
+        """The model of a message received as ``type_name``: its handler's (None: no
+        handler). Token mode adds the bus's own cancel command; the other modes refuse it
+        (no sender of this app sends them one: it is forged)."""
+        if type_name == CANCEL_TYPE:
+            raise CancelRefused(
+                f"endpoint {self.endpoint.name} is in mode {self.mode}: only a token-mode "
+                "endpoint carries out a cancel"
+            )
+        found = self.endpoint.handler_for(type_name)
+        return None if found is None else found[0]
 
     async def _body(self, incoming: Incoming) -> tuple[Envelope, Message]:
         """``incoming``'s envelope with its body inline, and its message: its shared payload

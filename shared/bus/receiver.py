@@ -30,8 +30,10 @@ import contextlib
 import logging
 from dataclasses import dataclass, field, replace
 
+from shared.bus.cancel import Canceller
 from shared.bus.envelope import Envelope, Signal
 from shared.bus.formats import metadata_fields
+from shared.bus.handles import CANCEL_TYPE, CancelScheduled
 from shared.bus.messages import Message
 from shared.bus.outgoing import Hints, send_signals
 from shared.bus.pipeline import Delivery, Incoming, IncomingToken, Outcome, Pipeline
@@ -49,6 +51,7 @@ from shared.errors import (
     NotFound,
     OutcomeUnknown,
     PreconditionFailed,
+    TransactionFailed,
 )
 from shared.logsafe import shown
 
@@ -156,6 +159,10 @@ class Receiver(Pipeline):
         if not outbox.committed:
             # Claimed by O(m) and not yet committed: the handler runs, so its body is read now.
             envelope, message = await self._body(progress.incoming)
+            if isinstance(message, CancelScheduled):
+                committed = await self._cancel(envelope, message, outbox, progress.abandoned)
+                await self._signal(signal, committed, hints)
+                return Outcome.CANCEL
             outbox, outcome = await self._run_and_commit(
                 envelope,
                 message,
@@ -174,6 +181,34 @@ class Receiver(Pipeline):
         if signal.token != outbox.incoming_token:
             with contextlib.suppress(NotFound):
                 await self.tokens.delete(signal.token)
+
+    def _received_model(self, type_name: str) -> type[Message] | None:
+        """The app's types, and the bus's own cancel command, which token mode carries out
+        itself (``_cancel``)."""
+        if type_name == CANCEL_TYPE:
+            return CancelScheduled
+        return super()._received_model(type_name)
+
+    async def _cancel(
+        self,
+        envelope: Envelope,
+        command: CancelScheduled,
+        outbox: OutboxRecord,
+        abandoned: list[str],
+    ) -> OutboxRecord:
+        """R5 of a cancel k (``ctx.cancel``): cancel the message it names (its own R1-R5 on
+        that message's token, ``shared.bus.cancel``), then commit O(k) with no outputs and no
+        state write. Should k's commit be lost or interrupted, a copy of k cancels again,
+        which answers as the first did."""
+        await Canceller.of(self).cancel_sent(command, envelope.source)
+        now = to_datetime(self.config.clock())
+        committed = outbox.committing([], abandoned, now)
+        try:
+            async with self.state_store.begin() as transaction:
+                version = await transaction.commit(None, committed, self._audit(envelope, (), now))
+        except (TransactionFailed, OutcomeUnknown) as e:
+            raise Conflict from e
+        return replace(committed, etag=version)
 
     async def _resumed_unread(self, signal: Signal, token: IncomingToken) -> bool:
         """A claimed token this instance cannot read (a newer version wrote it, during a

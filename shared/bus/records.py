@@ -25,6 +25,8 @@ OUTBOX_PREFIX = "outbox|"
 AUDIT_PREFIX = "audit|"
 
 OutboxStatus = Literal["claimed", "committed"]
+AuditOutcome = Literal["cancelled", "saga_not_found"]
+AUDIT_OUTCOMES: tuple[AuditOutcome, ...] = typing.get_args(AuditOutcome)
 
 
 def outbox_row(message_id: str) -> str:
@@ -66,13 +68,21 @@ class OutboxRecord:
     format: int = NEWEST
     """The format version it is stored in (``shared.bus.formats``): BUS_WIRE_FORMAT when it
     is created, the one it was read in after that."""
+    outcome: AuditOutcome | None = None
+    """``cancelled`` for the record a cancellation committed (``shared.bus.cancel``): a
+    committed record with no outputs, which an instance that does not know the property
+    reads as a message processed with no outputs. None, and no property, otherwise."""
 
     @property
     def committed(self) -> bool:
         return self.status == "committed"
 
     def committing(
-        self, outgoing: list[OutgoingSignal], abandoned: list[str], at: datetime
+        self,
+        outgoing: list[OutgoingSignal],
+        abandoned: list[str],
+        at: datetime,
+        outcome: AuditOutcome | None = None,
     ) -> OutboxRecord:
         return replace(
             self,
@@ -80,6 +90,7 @@ class OutboxRecord:
             committed_at=at,
             outgoing=tuple(outgoing),
             abandoned=tuple(sorted({*self.abandoned, *abandoned})),
+            outcome=outcome,
         )
 
     def to_entity(self) -> Entity:
@@ -94,6 +105,8 @@ class OutboxRecord:
         }
         if self.committed_at is not None:
             properties["committed_at"] = self.committed_at
+        if self.outcome is not None:
+            properties["outcome"] = self.outcome
         return Entity(self.partition_key, outbox_row(self.message_id), properties)
 
     @classmethod
@@ -105,6 +118,9 @@ class OutboxRecord:
         if status not in ("claimed", "committed"):
             raise CorruptRecord(f"{where}: status {status!r}")
         committed_at = p.get("committed_at")
+        outcome = next((o for o in AUDIT_OUTCOMES if o == p.get("outcome")), None)
+        if outcome is None and p.get("outcome") is not None:
+            raise CorruptRecord(f"{where}: outcome {p.get('outcome')!r}")
         started_at = p["started_at"]
         if not isinstance(started_at, datetime):
             raise CorruptRecord(f"{where}: started_at {started_at!r}")
@@ -120,11 +136,8 @@ class OutboxRecord:
             abandoned=tuple(json.loads(str(p["abandoned"]))),
             etag=entity.etag,
             format=version,
+            outcome=outcome,
         )
-
-
-AuditOutcome = Literal["cancelled", "saga_not_found"]
-AUDIT_OUTCOMES: tuple[AuditOutcome, ...] = typing.get_args(AuditOutcome)
 
 
 def caused_by(outgoing: Iterable[OutgoingSignal]) -> list[dict[str, str]]:

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from shared.bus.effects import ServiceDeclaration
+from shared.bus.handles import CANCEL_TYPE
 from shared.bus.messages import Event, Message, topics_of, type_names
-from shared.errors import BusError
+from shared.errors import BusError, CancelRefused
 from shared.resources import check_endpoint_name
 
 
@@ -35,6 +36,9 @@ class HandlesTypes(Protocol):
 
     @property
     def topics(self) -> list[str]: ...
+
+    @property
+    def mode(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,9 @@ class Routes:
         return {topic for model in events for topic in topics_of(model)}
 
     def check_send(self, sender: str, destination: str, type_name: str) -> None:
+        if type_name == CANCEL_TYPE:
+            self.check_cancel(sender, destination)
+            return
         accepted = self.accepted_by(destination)
         if accepted is None:
             known = sorted([*self._endpoints, *self.external])
@@ -143,6 +150,21 @@ class Routes:
                 f"{sender} sends {type_name} to {destination}, which does not handle it "
                 f"(it takes {sorted(accepted)}; {type_name} is taken by "
                 f"{self.receivers_of(type_name) or 'no endpoint'})"
+            )
+
+    def check_cancel(self, sender: str, destination: str) -> None:
+        """A cancel (``ctx.cancel``) goes only to an endpoint of this app in token mode: the
+        others have no token claim to cancel a message by (``shared.bus.cancel``)."""
+        local = self._endpoints.get(destination)
+        if local is None:
+            raise CancelRefused(
+                f"{sender} cancels a message sent to {destination!r}, which is no endpoint of "
+                "this app: only a message to one of the app's own endpoints can be cancelled"
+            )
+        if local.mode != "token":
+            raise CancelRefused(
+                f"{sender} cancels a message sent to {destination}, whose mode is "
+                f"{local.mode}: only messages to token-mode endpoints can be cancelled"
             )
 
     def check_subscriber(self, sender: str, topic: str, subscriber: str, type_name: str) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from shared.account_in_use import AccountInUse
 from shared.bus import Command
+from shared.bus.client_cancel import cancel_by_key
 from shared.bus.subscriptions import MissingSubscription, missing_subscriptions
 from shared.bus.unsubscribed import unsubscribed_counts
 from shared.cleanup.backlog import TokensInFlight, tokens_in_flight
@@ -118,6 +119,17 @@ async def send_command(
         .client("cli")
         .submit(message, to=sent.to, idempotency_key=key, delay=delay, request=sent.request)
     )
+    print_json(receipt.as_json())
+    return EXIT_OK
+
+
+async def cancel_command(worker: Worker, key: str, *, scope: str) -> int:
+    """Cancel what was sent under ``key`` in ``scope`` (``shared.bus.client_cancel``); prints
+    the answer as JSON. Exit 1 when the scope sent nothing under the key."""
+    receipt = await cancel_by_key(worker.bus(), key, sender="cli", scope=scope)
+    if receipt is None:
+        say(f"nothing was sent under key {key!r} in scope {scope}")
+        return EXIT_FAILED
     print_json(receipt.as_json())
     return EXIT_OK
 

@@ -48,6 +48,7 @@ from shared.config import AppConfig, build_config
 from shared.connection_sources import COMMAND_LINE, ConnectionSource
 from shared.errors import (
     BusError,
+    CancelRefused,
     ConfigurationError,
     InvalidName,
     MessageTooLarge,
@@ -82,6 +83,7 @@ examples:
       --body '{"order_id": "order-1", "customer": "ada", "amount_cents": 1250}'
   bus publish OrderPlaced --key op-1 \\
       --body '{"order_id": "o1", "customer": "ada", "amount_cents": 100}'
+  bus cancel --key reminder-1
   bus status --check
   bus poison list payments
   bus poison show 0b0c2a9e-4a6b-5f63-9d1e-7c3f2b8e1a44
@@ -165,6 +167,19 @@ def parser(app: BusApp | None = None) -> argparse.ArgumentParser:
         if name == "send":
             s.add_argument("--to", help="destination endpoint (default: the one handling it)")
 
+    s = sub.add_parser(
+        "cancel",
+        help="cancel what was sent under --key, unless it was processed already",
+        description="Answers cancelled (it will never be processed), processed (it was "
+        "already: nothing undone) or not_found; exit 1 when the scope sent nothing under the key.",
+    )
+    s.add_argument("--key", required=True, help="the idempotency key it was sent with")
+    s.add_argument(
+        "--scope",
+        default="cli",
+        help="whose key it is: cli (bus send, the default), http (the HTTP ingress with "
+        "function keys), http:<caller> (an Entra caller), bulk:<job>",
+    )
     s = sub.add_parser("subscribe", help="subscribe an endpoint to a topic (idempotent)")
     s.add_argument("--all", action="store_true", help="every endpoint to its events' topics")
     s.add_argument("topic", nargs="?", help="e.g. orderplaced")
@@ -469,6 +484,8 @@ def _command(args: argparse.Namespace, usage: Callable[[str], None]) -> Run:
         return lambda a: c.send_command(
             a, args.type, body, to=to, key=args.key, publish=publish, delay=delay
         )
+    if args.command == "cancel":
+        return lambda w: c.cancel_command(w, args.key, scope=args.scope)
     if args.command in ("subscribe", "unsubscribe"):
         everything = getattr(args, "all", False)
         if everything == (args.topic is not None) or (args.topic is None) != (
@@ -633,8 +650,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         commands.reader_gone()
         return commands.EXIT_OK
-    except (BadRequest, InvalidName, ValueError, MessageTooLarge) as e:
-        # MessageTooLarge here is the input's: the ingress refused it before writing.
+    except (BadRequest, InvalidName, ValueError, MessageTooLarge, CancelRefused) as e:
+        # MessageTooLarge here is the input's: the ingress refused it before writing; a
+        # cancel refused names a message that cannot be cancelled.
         print(f"bus: {e}", file=sys.stderr)
         return commands.EXIT_USAGE
     except ConfigurationError as e:
