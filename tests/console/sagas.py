@@ -21,7 +21,7 @@ from shared.stores.account import StorageAccount
 from shared.stores.table import Entity
 from tests.console.saga_app import CHECKOUT, Finish, Poke, Start, app
 
-MARKUP = '<img src=x onerror="window.sagaPwned=1">'
+MARKUP = "<img src=x onerror=\"window.__pwned = 'saga'\">"
 """Markup as a correlation value, a timeout's type and a message id: allowed in a partition
 key, shown as text."""
 WAITING = "waiting-1"
