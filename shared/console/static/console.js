@@ -561,6 +561,7 @@ function sagasTable(withSagas) {
     el("div", { class: "scroll" },
       table(["Saga", "Live", "Completed", "Timeouts pending", "Next due", "saga_not_found",
         "Unreadable", "Rows read"], withSagas.map(sagaRow), { id: "sagas-table" })),
+    el("h4", {}, "One instance, by its correlation value"),
     sagaLookup(withSagas.map((e) => e.name)));
 }
 
