@@ -6,8 +6,8 @@ the cleanup's task ``sagas.<endpoint>`` deletes after ``BUS_SAGA_RETENTION_SECON
 timeouts pending are summed over the live instances, with the earliest due among them (a
 completed instance has none: completing cancels them). A row that cannot be read as an
 instance, whether damaged in storage or holding what no saga wrote, is counted as
-unreadable, never fatal to the count: the receiver refuses it too, and parks the messages
-that reach it.
+unreadable, never fatal to the count (messages that reach it fail on it, and are parked once
+their tries are spent).
 
 ``saga_not_found`` messages are counted from the endpoint's audit rows (the property
 ``outcome``): every one the audit rows still hold, that is those processed within the

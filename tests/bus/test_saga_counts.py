@@ -135,3 +135,20 @@ async def test_an_ordinary_endpoint_reports_no_saga_counts(backend: Backend) -> 
 
     assert not any(k.startswith("saga_") for k in found)
     assert "saga" not in describe(found)
+
+
+async def test_a_message_for_an_unreadable_instance_is_parked_with_why(backend: Backend) -> None:
+    """What the docs tell an operator of an unreadable instance: its messages fail on it and
+    are parked once their tries are spent, the row left as it was."""
+    harness, saga = await processed(backend)
+    damaged = Entity("bad1", STATE_ROW, {"type": SAGA_ROW_TYPE, "data": "{"})
+    await harness.rows(saga).rows().insert(damaged)
+
+    await send(harness, saga, PaymentReceived(order_id="bad1"), "paid-bad1")
+    await harness.run_until_quiet()
+
+    [parked] = [p["poison"] for p in await harness.poison_messages(saga)]
+    assert isinstance(parked, dict)
+    assert parked["error_type"] == "CorruptRecord"
+    assert "not a saga instance" in str(parked["reason"])
+    assert (await count_sagas(harness.rows(saga).rows())).unreadable == 1

@@ -600,7 +600,8 @@ function instanceFacts(instance) {
   if (instance.unreadable !== undefined) {
     return el("div", {},
       el("p", { class: "warning", id: "saga-status", "data-status": "unreadable" },
-        "The instance's row cannot be read; messages that reach it are parked."),
+        "The instance's row cannot be read: messages that reach it fail, and are parked once " +
+        "their tries are spent."),
       el("pre", { class: "reason", id: "saga-unreadable" }, instance.unreadable));
   }
   const timeouts = instance.pending_timeouts.map((t) => el("tr", { "data-timeout": t.message_id },
