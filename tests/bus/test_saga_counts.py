@@ -2,7 +2,8 @@
 live and completed, the timeouts its live instances wait for and the earliest due, its
 ``saga_not_found`` messages from the audit rows, and rows that are no instance counted as
 unreadable, never fatal; ``bus status``'s counts and words; a look bounded by a limit says
-so. In memory, on Azurite, and with the rows in PostgreSQL (the model and a real server)."""
+so. In each mode that runs a saga, in memory, on Azurite, and with the rows in PostgreSQL
+(the model and a real server)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from shared.bus.app import Mode
 from shared.bus.records import STATE_ROW
 from shared.bus.saga import SAGA_ROW_TYPE, PendingTimeout, SagaRow
 from shared.bus.saga_counts import SagaCounts, count_sagas
@@ -17,19 +19,30 @@ from shared.cli.records import count_records, describe
 from shared.errors import InvalidValue
 from shared.stores.table import Entity
 from tests.bus.harness import (
-    SQL_BACKENDS,
     Harness,
-    per_mode_backend,  # noqa: F401  (fixture "backend": one per store)
+    endpoint_mode,  # noqa: F401  (fixture "mode")
+    per_mode_backend,  # noqa: F401  (fixture "backend": one per store and mode)
+    sql_backends,
 )
-from tests.bus.test_sagas import PaymentReceived, Shipped, StartCheckout, send, started
+from tests.bus.test_sagas import (
+    SAGA_MODES,
+    PaymentReceived,
+    Shipped,
+    StartCheckout,
+    send,
+    started,
+)
 from tests.conftest import Backend
 
 pytestmark = pytest.mark.parametrize(
     "backend",
     [
-        pytest.param(("memory", "token"), id="memory"),
-        pytest.param(("azurite", "token"), id="azurite", marks=pytest.mark.azurite),
-        *SQL_BACKENDS,
+        *(pytest.param(("memory", m), id=f"memory-{m}") for m in SAGA_MODES),
+        *(
+            pytest.param(("azurite", m), id=f"azurite-{m}", marks=pytest.mark.azurite)
+            for m in SAGA_MODES
+        ),
+        *sql_backends(SAGA_MODES),
     ],
     indirect=True,
 )
@@ -46,10 +59,10 @@ def instance_entity(partition: str, row: SagaRow) -> Entity:
     return Entity(partition, STATE_ROW, {"type": SAGA_ROW_TYPE, "data": row.to_json()})
 
 
-async def processed(backend: Backend) -> tuple[Harness, str]:
+async def processed(backend: Backend, mode: Mode) -> tuple[Harness, str]:
     """Two live instances, one completed, and two messages that found none (one for an
     instance never started, one a start after completion)."""
-    harness, saga = await started(backend)
+    harness, saga = await started(backend, mode)
     for order in ("o1", "o2", "o3"):
         await send(harness, saga, StartCheckout(order_id=order), f"start-{order}")
     await harness.run_until_quiet()
@@ -61,8 +74,8 @@ async def processed(backend: Backend) -> tuple[Harness, str]:
     return harness, saga
 
 
-async def test_counts_follow_what_the_messages_did(backend: Backend) -> None:
-    harness, saga = await processed(backend)
+async def test_counts_follow_what_the_messages_did(backend: Backend, mode: Mode) -> None:
+    harness, saga = await processed(backend, mode)
 
     counts = await count_sagas(harness.rows(saga).rows())
 
@@ -76,8 +89,8 @@ async def test_counts_follow_what_the_messages_did(backend: Backend) -> None:
     )
 
 
-async def test_pending_timeouts_and_rows_that_are_no_instance(backend: Backend) -> None:
-    harness, saga = await processed(backend)
+async def test_pending_timeouts_and_rows_that_are_no_instance(backend: Backend, mode: Mode) -> None:
+    harness, saga = await processed(backend, mode)
     rows = harness.rows(saga).rows()
     waiting = SagaRow(
         state={"seen": []},
@@ -110,11 +123,11 @@ async def test_pending_timeouts_and_rows_that_are_no_instance(backend: Backend) 
         "; saga: 3 live, 1 completed, 3 timeouts pending (next due 2031-01-01T09:00:00+00:00), "
         "2 saga_not_found, 4 unreadable"
     )
-    assert describe(found).startswith("outbox: 0 open, ")
+    assert describe(found).startswith("outbox: 0 open, " if mode == "token" else "processed rows: ")
 
 
-async def test_a_look_stopped_at_its_limit_says_so(backend: Backend) -> None:
-    harness, saga = await processed(backend)
+async def test_a_look_stopped_at_its_limit_says_so(backend: Backend, mode: Mode) -> None:
+    harness, saga = await processed(backend, mode)
     rows = harness.rows(saga).rows()
 
     counts = await count_sagas(rows, limit=2)
@@ -127,8 +140,8 @@ async def test_a_look_stopped_at_its_limit_says_so(backend: Backend) -> None:
         await count_sagas(rows, limit=0)
 
 
-async def test_an_ordinary_endpoint_reports_no_saga_counts(backend: Backend) -> None:
-    harness, saga = await processed(backend)
+async def test_an_ordinary_endpoint_reports_no_saga_counts(backend: Backend, mode: Mode) -> None:
+    harness, saga = await processed(backend, mode)
     payments = f"pay{saga[8:]}"
 
     found = await count_records(harness.app.endpoints[payments], harness.rows(payments))
@@ -137,10 +150,12 @@ async def test_an_ordinary_endpoint_reports_no_saga_counts(backend: Backend) -> 
     assert "saga" not in describe(found)
 
 
-async def test_a_message_for_an_unreadable_instance_is_parked_with_why(backend: Backend) -> None:
+async def test_a_message_for_an_unreadable_instance_is_parked_with_why(
+    backend: Backend, mode: Mode
+) -> None:
     """What the docs tell an operator of an unreadable instance: its messages fail on it and
     are parked once their tries are spent, the row left as it was."""
-    harness, saga = await processed(backend)
+    harness, saga = await processed(backend, mode)
     damaged = Entity("bad1", STATE_ROW, {"type": SAGA_ROW_TYPE, "data": "{"})
     await harness.rows(saga).rows().insert(damaged)
 
