@@ -688,8 +688,9 @@ CONSOLE_AUDIT_SCAN_ROWS = whole(
     "BUS_CONSOLE_AUDIT_SCAN_ROWS",
     20000,
     "audit rows the console's overview reads per endpoint for its throughput and latency of "
-    "the last minutes, and session records per endpoint that takes transactional sessions "
-    "(beyond it the figures say they are partial; docs/console.md)",
+    "the last minutes, session records per endpoint that takes transactional sessions, and "
+    "a saga's instances and as many of its audit rows again, for its counts (beyond it the "
+    "figures say they are partial; docs/console.md)",
     group=CONSOLE,
     low=100,
     high=1_000_000,

@@ -273,7 +273,7 @@ class BusApp:
                     f"partition_by is {model.partition_by!r}: set {model.type_name()}."
                     f"partition_by = {attribute!r}, which is what its senders route it by"
                 )
-        endpoint = self.endpoint(name, state, "token", store, retry=retry, retry_for=retry_for)
+        endpoint = self.endpoint(name, state, mode, store, retry=retry, retry_for=retry_for)
         endpoint.saga = SagaSpec(frozenset(m.type_name() for m in starters))
         return endpoint
 

@@ -141,7 +141,7 @@ def saga_turn(
     """The turn a message of ``type_name`` (its current name) takes at the instance
     ``stored``. A state row written before the endpoint became a saga (its type is the state
     model's name) is a live instance with that state."""
-    row = None if stored is None else _row_of(stored, where)
+    row = None if stored is None else instance_row(stored, where)
     if row is not None and not row.completed:
         return SagaTurn("instance", row, state_type.model_validate(row.state or {}))
     if row is None and type_name in spec.started_by:
@@ -149,7 +149,10 @@ def saga_turn(
     return SagaTurn("not_found", row, state_type(), spec.not_found.get(type_name))
 
 
-def _row_of(stored: StateRow, where: str) -> SagaRow:
+def instance_row(stored: StateRow, where: str) -> SagaRow:
+    """The instance a saga's state row holds, as the receiver reads it: a ``SagaRow``, or a
+    live instance with that state for a row written before the endpoint became a saga.
+    CorruptRecord when it is neither (operators' views count it as unreadable)."""
     if stored.type == SAGA_ROW_TYPE:
         return SagaRow.decode(stored.data, where)
     try:

@@ -21,7 +21,7 @@ from shared.bus.subscriptions import MissingSubscription, missing_subscriptions
 from shared.bus.unsubscribed import unsubscribed_counts
 from shared.cleanup.backlog import TokensInFlight, tokens_in_flight
 from shared.cleanup.summary import cleanup_summary
-from shared.cli.records import count_records, describe
+from shared.cli.records import Counts, count_records, describe
 from shared.clock import to_datetime
 from shared.errors import NotFound
 from shared.http_ingress import BadRequest, build_message
@@ -213,7 +213,7 @@ def _in_state(worker: Worker) -> str:
     return " in the state account" if worker.separate_state else ""
 
 
-def _records_of(row: dict[str, Any]) -> dict[str, int] | None:
+def _records_of(row: dict[str, Any]) -> Counts | None:
     counts = {k: v for k, v in row.items() if k not in ("mode", "queue", "poison")}
     return counts or None
 

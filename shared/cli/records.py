@@ -5,7 +5,8 @@ Each mode keeps its own records (``docs/modes.md``): token mode an outbox row pe
 processed-messages mode one row per processed message, the state-based mode a message-id
 index. Only what the endpoint's mode keeps is counted and shown, and for an endpoint that takes
 transactional sessions, its sessions' records (``shared.bus.session_counts``, which the console
-shares).
+shares), and for a saga its instances and ``saga_not_found`` messages (``shared.bus.saga_counts``,
+shared the same way).
 """
 
 from __future__ import annotations
@@ -17,17 +18,24 @@ from shared.bus.modes.entity_outbox import StateEntity
 from shared.bus.modes.processed_table import PROCESSED_PREFIX
 from shared.bus.modes.state_based import INDEX_PREFIX
 from shared.bus.records import STATE_ROW
+from shared.bus.saga_counts import count_sagas
 from shared.bus.session_counts import count_sessions
 from shared.bus.state.base import EndpointState
+from shared.logsafe import shown
+
+Counts = dict[str, int | str | None]
+"""Record counts by name; a saga's earliest timeout due is an ISO time (None: none)."""
 
 
-async def count_records(endpoint: Endpoint[Any], state: EndpointState) -> dict[str, int]:
+async def count_records(endpoint: Endpoint[Any], state: EndpointState) -> Counts:
     """The endpoint's record counts, keyed as ``bus status --json`` reports them. ``state`` is
     where the endpoint keeps its rows: its table, or PostgreSQL (``store="postgres"``).
     Raises NotFound when the table (or the bus schema) is missing."""
-    counts = await _mode_records(endpoint, state)
+    counts: Counts = {**await _mode_records(endpoint, state)}
     if endpoint.sessions:
         counts.update((await count_sessions(state.rows())).as_status())
+    if endpoint.saga is not None:
+        counts.update((await count_sagas(state.rows())).as_status())
     return counts
 
 
@@ -56,10 +64,13 @@ async def _mode_records(endpoint: Endpoint[Any], state: EndpointState) -> dict[s
     return {key: count}
 
 
-def describe(counts: dict[str, int] | None) -> str:
+def describe(counts: Counts | None) -> str:
     """One cell of the status table: the counts in words (``-`` when the table is missing)."""
     if counts is None:
         return "-"
+    if "saga_instances_live" in counts:
+        rest = {k: v for k, v in counts.items() if not k.startswith("saga_")}
+        return f"{describe(rest)}; {_describe_saga(counts)}"
     if "sessions_waiting" in counts:
         sessions = (
             f"sessions: {counts['sessions_waiting']} waiting to be signalled, "
@@ -72,7 +83,22 @@ def describe(counts: dict[str, int] | None) -> str:
     return _describe_mode(counts)
 
 
-def _describe_mode(counts: dict[str, int]) -> str:
+def _describe_saga(counts: Counts) -> str:
+    text = (
+        f"saga: {counts['saga_instances_live']} live, "
+        f"{counts['saga_instances_completed']} completed, "
+        f"{counts['saga_timeouts_pending']} timeouts pending"
+    )
+    due = counts.get("saga_next_timeout_due")
+    if due is not None:
+        text += f" (next due {shown(due, 40)})"
+    text += f", {counts['saga_not_found']} saga_not_found"
+    if counts.get("saga_unreadable"):
+        text += f", {counts['saga_unreadable']} unreadable"
+    return text
+
+
+def _describe_mode(counts: Counts) -> str:
     if "outbox_claimed" in counts:
         return f"outbox: {counts['outbox_claimed']} open, {counts['outbox_committed']} committed"
     if "outbox_entries" in counts:

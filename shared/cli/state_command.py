@@ -19,11 +19,10 @@ from typing import Any
 
 from shared.bus.modes.entity_outbox import StateEntity
 from shared.bus.records import STATE_ROW
-from shared.bus.saga import SAGA_ROW_TYPE, SagaRow
+from shared.bus.saga_view import instance_view
 from shared.bus.state.rows import EndpointRows
 from shared.cli.commands import EXIT_FAILED, EXIT_OK, account_json, print_json, say
 from shared.cli.poison_commands import check_endpoints
-from shared.errors import CorruptRecord
 from shared.logsafe import shown
 from shared.runtime import Worker
 from shared.stores.names import check_key
@@ -92,35 +91,8 @@ async def _partition(
 
 
 def _saga_instance(found: list[Entity], where: str) -> dict[str, Any] | None:
-    """The saga instance the partition holds, as JSON: live or completed, what started it,
-    its pending timeouts; None when it has no state row (never started, or retired)."""
-    state = next((e for e in found if e.row_key == STATE_ROW), None)
-    if state is None:
-        return None
-    try:
-        row = _saga_row(state, where)
-    except CorruptRecord as e:
-        return {"unreadable": shown(e, 1000)}
-    return {
-        "status": "completed" if row.completed else "live",
-        "completed_at": None if row.completed_at is None else row.completed_at.isoformat(),
-        "started_by": row.started_by,
-        "pending_timeouts": [
-            {
-                "message_id": t.message_id,
-                "type": t.type,
-                "due": None if t.due is None else t.due.isoformat(),
-            }
-            for t in row.timeouts
-        ],
-    }
-
-
-def _saga_row(state: Entity, where: str) -> SagaRow:
-    if state.get("type") != SAGA_ROW_TYPE:
-        # Written before the endpoint became a saga: a live instance with that state.
-        return SagaRow()
-    return SagaRow.decode(str(state.get("data", "")), where)
+    """The saga instance the partition holds (``shared.bus.saga_view``)."""
+    return instance_view(next((e for e in found if e.row_key == STATE_ROW), None), where)
 
 
 def _instance_lines(instance: dict[str, Any] | None) -> list[str]:

@@ -29,6 +29,7 @@ from shared.console.headers import secured
 from shared.console.http import Request, Response, Streamed, error_response, json_response
 from shared.console.overview import overview
 from shared.console.parked import ParkedQueues
+from shared.console.sagas import correlation_value, look_up, saga_names
 from shared.console.selection import QUEUE_MESSAGE_ID, parse_selection, text_field
 from shared.console.static import static_file
 from shared.errors import NotFound, OutcomeUnknown, StorageError
@@ -96,6 +97,7 @@ class Console:
             ("GET", "/api/failed"): self._failed,
             ("GET", "/api/failed/groups"): self._groups,
             ("GET", "/api/actions"): self._actions,
+            ("GET", "/api/saga"): self._saga,
             ("POST", "/api/replay"): self._replay,
             ("POST", "/api/discard"): self._discard,
         }
@@ -248,6 +250,15 @@ class Console:
             200,
             {"action": done.action.id, "discarded": done.discarded, "complete": done.complete},
         )
+
+    async def _saga(self, request: Request, who: str) -> Response:
+        """One saga instance by its correlation value (``shared.console.sagas``)."""
+        endpoint = request.query.get("endpoint")
+        sagas = saga_names(self.worker, self.endpoints)
+        if endpoint is None or endpoint not in sagas:
+            raise Refused(404, "no such saga in this app")
+        value = correlation_value(request.query.get("instance"))
+        return json_response(200, await look_up(self.worker, endpoint, value, sagas))
 
     async def _actions(self, request: Request, who: str) -> Response:
         size = number(request, "size", 50, 1, 500)

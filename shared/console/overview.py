@@ -6,9 +6,10 @@ as the cleanup's backlog tallies them (``shared.cleanup.backlog``), no token rea
 names its sender, not its destination; a delayed one's metadata names its type and
 destination); throughput and latency from the audit rows (``shared.console.throughput``); the
 transactional sessions of each endpoint that takes them by state, from their records
-(``shared.bus.session_counts``), bounded as the audit rows' look is; recipient lists from the
-topics container; the last audit's verdict from what an audit of the account's tables
-publishes (``shared.audit.published``).
+(``shared.bus.session_counts``), bounded as the audit rows' look is, and each saga's instances
+and ``saga_not_found`` messages (``shared.console.sagas``), bounded the same way; recipient
+lists from the topics container; the last audit's verdict from what an audit of the account's
+tables publishes (``shared.audit.published``).
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shared.audit.published import latest
+from shared.bus.saga_counts import count_sagas
 from shared.bus.session_counts import SessionCounts, count_sessions
 from shared.bus.subscriptions import handled_topics
 from shared.bus.topics import recipients_in
 from shared.bus.unsubscribed import PREFIX as UNSUBSCRIBED_PREFIX
 from shared.cleanup.backlog import SenderTokens, tokens_in_flight
+from shared.console.sagas import saga_figures
 from shared.console.throughput import Throughput, throughput
 from shared.errors import CorruptRecord, NotFound
 from shared.resources import poison_queue
@@ -82,16 +85,18 @@ async def _endpoint(
     depth, poisoned = await asyncio.gather(_count(worker, name), _count(worker, poison_queue(name)))
     rows = worker.endpoint_rows()[name]
     done = await throughput(rows, now, scan_limit)
-    takes_sessions = worker.app.endpoints[name].sessions
-    sessions = await count_sessions(rows, scan_limit) if takes_sessions else None
+    declared = worker.app.endpoints[name]
+    sessions = await count_sessions(rows, scan_limit) if declared.sessions else None
+    saga = None if declared.saga is None else await count_sagas(rows, scan_limit)
     return {
         "name": name,
-        "mode": worker.app.endpoints[name].mode,
+        "mode": declared.mode,
         "queue_depth": depth,
         "poison_count": poisoned,
         **_sent(name, sent or SenderTokens(), now),
         **_throughput(done),
         "sessions": None if sessions is None else _sessions(worker, sessions, now),
+        "saga": None if saga is None else saga_figures(worker, saga, now),
     }
 
 

@@ -21,6 +21,7 @@ from shared.bus.saga import SAGA_ROW_TYPE, SagaRow
 from shared.cleanup.job import endpoint_modes, run_cleanup, saga_endpoints
 from shared.cleanup.report import CleanupReport, TaskReport
 from shared.cleanup.settings import CleanupSettings
+from shared.cli.records import count_records
 from shared.errors import ConfigurationError
 from tests.bus.harness import (
     Harness,
@@ -157,6 +158,10 @@ async def test_a_start_creates_the_instance_and_the_reply_reaches_it(
     await send(harness, saga, StartCheckout(order_id="o1"), "start-o1")
     await send(harness, saga, PaymentReceived(order_id="o1"), "paid-o1")
     await harness.run_until_quiet()
+    # The saga runs in the mode it declares: its own records are that mode's.
+    assert harness.app.endpoints[saga].mode == mode
+    records = await count_records(harness.app.endpoints[saga], harness.rows(saga))
+    assert ("processed_rows" in records) == (mode == "processed_messages")
     row = await instance(harness, saga, "o1")
     assert row is not None
     assert not row.completed

@@ -1,6 +1,7 @@
 """``bus state`` on a saga: the partition is an instance, shown by its correlation value with
-its status, what started it and its pending timeouts, live and completed, in text and JSON.
-Against Azurite, through ``main(argv)`` as the command line runs it."""
+its status, what started it and its pending timeouts, live and completed, in text and JSON;
+``bus status`` counts a saga's instances and its ``saga_not_found`` messages. Against
+Azurite, through ``main(argv)`` as the command line runs it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -76,7 +78,13 @@ def bus(
     return run
 
 
-def send_and_deliver(bus: Run, emulator: AzuriteEndpoints, type_name: str, ref: str) -> None:
+def send_and_deliver(
+    bus: Run,
+    emulator: AzuriteEndpoints,
+    type_name: str,
+    ref: str,
+    outcome: Outcome = Outcome.PROCESSED,
+) -> None:
     body = json.dumps({"ref": ref})
     key = str(uuid.uuid4())
     code, _, err = bus("send", type_name, "--to", "tickets", "--key", key, "--body", body)
@@ -93,7 +101,7 @@ def send_and_deliver(bus: Run, emulator: AzuriteEndpoints, type_name: str, ref: 
             finally:
                 await worker.close()
 
-    assert asyncio.run(go()) is Outcome.PROCESSED
+    assert asyncio.run(go()) is outcome
 
 
 def test_state_shows_a_saga_instance_live_then_completed(
@@ -116,3 +124,47 @@ def test_state_shows_a_saga_instance_live_then_completed(
 
     code, out, _ = bus("state", "tickets", "never-opened")
     assert code == 1
+
+
+def saga_status(bus: Run) -> dict[str, Any]:
+    code, out, err = bus("status", "--json")
+    assert code == 0, err
+    found: dict[str, Any] = json.loads(out)["endpoints"]["tickets"]
+    return found
+
+
+def test_status_counts_a_sagas_instances_and_its_messages_that_found_none(
+    bus: Run, emulator: AzuriteEndpoints
+) -> None:
+    before = saga_status(bus)
+    live, done = f"t-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    send_and_deliver(bus, emulator, "Open", live)
+    send_and_deliver(bus, emulator, "Open", done)
+    send_and_deliver(bus, emulator, "Close", done)
+    send_and_deliver(bus, emulator, "Close", done, Outcome.SAGA_NOT_FOUND)
+    send_and_deliver(bus, emulator, "Close", "never-opened", Outcome.SAGA_NOT_FOUND)
+
+    after = saga_status(bus)
+    grew = {
+        key: after[key] - before[key]
+        for key in (
+            "saga_instances_live",
+            "saga_instances_completed",
+            "saga_not_found",
+            "saga_timeouts_pending",
+            "saga_unreadable",
+        )
+    }
+    assert grew == {
+        "saga_instances_live": 1,
+        "saga_instances_completed": 1,
+        "saga_not_found": 2,
+        "saga_timeouts_pending": 0,
+        "saga_unreadable": 0,
+    }
+    assert after["saga_next_timeout_due"] is None
+    code, out, _ = bus("status")
+    assert code == 0
+    [line] = [line for line in out.splitlines() if line.startswith("tickets")]
+    assert f"saga: {after['saga_instances_live']} live, " in line
+    assert f"{after['saga_not_found']} saga_not_found" in line

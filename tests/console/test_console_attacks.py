@@ -22,7 +22,14 @@ from tests.console.running import Answer, RunningConsole, console_environ, runni
 
 pytestmark = pytest.mark.azurite
 
-API_GETS = ("/api/session", "/api/overview", "/api/failed", "/api/failed/groups", "/api/actions")
+API_GETS = (
+    "/api/session",
+    "/api/overview",
+    "/api/failed",
+    "/api/failed/groups",
+    "/api/actions",
+    "/api/saga?endpoint=orders&instance=o-1",
+)
 HOSTILE = '<script>alert("x")</script>\'\x1b[2J\r\nbus: forged\u2028\x00' + "é" * 5000
 
 

@@ -499,9 +499,76 @@ function sessionsTable(withSessions) {
       { id: "sessions-table" })));
 }
 
+/** A saga endpoint's instances and the messages that found none (docs/sagas.md). A look
+ * stopped at its limit gives lower bounds, as the sessions' does. */
+function sagaRow(endpoint) {
+  const saga = endpoint.saga;
+  const counted = (figure, count, { warn = false } = {}) => el("td", {
+    class: warn && count > 0 ? "num warn" : "num", "data-figure": figure,
+  }, atLeast(count, saga.complete));
+  const overdue = saga.next_timeout_overdue_seconds;
+  return el("tr", { "data-saga": endpoint.name },
+    el("th", { scope: "row" }, endpoint.name),
+    counted("saga_live", saga.live),
+    counted("saga_completed", saga.completed),
+    counted("saga_timeouts_pending", saga.timeouts_pending),
+    el("td", {
+      class: overdue !== null && overdue > AGE_WARNING_SECONDS ? "warn" : null,
+      "data-figure": "saga_next_timeout_due",
+      title: overdue ? `due ${age(overdue)} ago and not handled yet` : null,
+    }, time(saga.next_timeout_due)),
+    counted("saga_not_found", saga.not_found),
+    counted("saga_unreadable", saga.unreadable, { warn: true }),
+    el("td", { class: "num", "data-figure": "saga_scanned" },
+      `${saga.instances_scanned} instances, ${saga.audit_rows_scanned} audit rows` +
+      (saga.complete ? "" : ", more not read")));
+}
+
+/** Look an instance up by its correlation value: the saga view, at its own address. */
+function sagaLookup(names, chosen = {}) {
+  const select = el("select", { name: "endpoint", id: "saga-endpoint" }, names.map((name) =>
+    el("option", { value: name, selected: name === chosen.endpoint }, name)));
+  const form = el("form", { class: "filters", id: "saga-lookup" },
+    el("label", {}, "Saga", select),
+    el("label", {}, "Correlation value",
+      el("input", {
+        name: "instance", id: "saga-instance-value", type: "text", autocomplete: "off",
+        required: true, maxlength: 1024, value: chosen.instance ?? "",
+      })),
+    el("button", { type: "submit" }, "Look up"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const data = new FormData(form);
+    location.hash = routeWith("saga", {
+      endpoint: data.get("endpoint"), instance: data.get("instance"),
+    });
+  });
+  return form;
+}
+
+/** The saga endpoints, their instances and their messages that found none (none: nothing). */
+function sagasTable(withSagas) {
+  if (withSagas.length === 0) return null;
+  const partial = withSagas.some((e) => !e.saga.complete);
+  return el("div", { id: "sagas" },
+    el("h3", {}, "Sagas"),
+    el("p", { class: "muted" },
+      "saga_not_found: messages acknowledged without an instance to handle them, as long " +
+      "as their audit rows are kept (CLEANUP_AUDIT_RETENTION_SECONDS)."),
+    partial ? el("p", { class: "muted", id: "sagas-partial" },
+      "A look reads at most BUS_CONSOLE_AUDIT_SCAN_ROWS instances and as many audit rows " +
+      "per saga: where it stopped, the counts are lower bounds.") : null,
+    el("div", { class: "scroll" },
+      table(["Saga", "Live", "Completed", "Timeouts pending", "Next due", "saga_not_found",
+        "Unreadable", "Rows read"], withSagas.map(sagaRow), { id: "sagas-table" })),
+    el("h4", {}, "One instance, by its correlation value"),
+    sagaLookup(withSagas.map((e) => e.name)));
+}
+
 async function overviewView(view) {
   const overview = await api("overview");
   const withSessions = overview.endpoints.filter((e) => e.sessions);
+  const withSagas = overview.endpoints.filter((e) => e.saga);
   const columns = ["Endpoint", "Mode", "Queue", "Parked", "In flight", "Oldest token",
     "Delayed", "Next due", "Processed / min", "p50", "p95"];
   view.append(
@@ -515,9 +582,56 @@ async function overviewView(view) {
         table(columns, overview.endpoints.map(endpointRow),
           { empty: "No endpoint.", id: "endpoint-table" })),
       otherSenders(overview.other_senders),
-      sessionsTable(withSessions)),
+      sessionsTable(withSessions),
+      sagasTable(withSagas)),
     recipients(overview.recipients),
     audit(overview.audit));
+}
+
+// ---------------------------------------------------------------------------------------
+// One saga instance, by its correlation value
+
+function instanceFacts(instance) {
+  if (instance === null) {
+    return el("p", { id: "saga-status", "data-status": "none" },
+      "No instance: never started, or completed and retired after BUS_SAGA_RETENTION_SECONDS. " +
+      "A message for it is saga_not_found unless it is of a type that starts the saga.");
+  }
+  if (instance.unreadable !== undefined) {
+    return el("div", {},
+      el("p", { class: "warning", id: "saga-status", "data-status": "unreadable" },
+        "The instance's row cannot be read: messages that reach it fail, and are parked once " +
+        "their tries are spent."),
+      el("pre", { class: "reason", id: "saga-unreadable" }, instance.unreadable));
+  }
+  const timeouts = instance.pending_timeouts.map((t) => el("tr", { "data-timeout": t.message_id },
+    el("td", {}, t.due ? time(t.due) : muted("at once")),
+    el("td", {}, t.type),
+    el("td", { class: "id" }, t.message_id)));
+  return el("div", {},
+    el("dl", { class: "facts" },
+      el("dt", {}, "Status"),
+      el("dd", { id: "saga-status", "data-status": instance.status }, instance.status),
+      el("dt", {}, "Completed at"), el("dd", {}, time(instance.completed_at)),
+      el("dt", {}, "Started by message"),
+      el("dd", { class: "id", id: "saga-started-by" }, orUnknown(instance.started_by))),
+    el("h3", {}, `Pending timeouts (${timeouts.length})`),
+    table(["Due", "Type", "Message id"], timeouts,
+      { empty: "No timeout pending.", compact: true, id: "saga-timeouts" }));
+}
+
+async function sagaView(view, params) {
+  const endpoint = params.get("endpoint") || "";
+  const instance = params.get("instance") ?? "";
+  const found = await api("saga", { query: { endpoint, instance } });
+  view.append(el("section", { id: "saga" },
+    el("p", {}, el("a", { href: "#/overview" }, "‹ Overview")),
+    el("h2", {}, `${found.endpoint} / `, el("span", { class: "id", id: "saga-correlation" },
+      found.correlation)),
+    sagaLookup(found.sagas, { endpoint, instance }),
+    instanceFacts(found.instance),
+    el("p", { class: "muted" }, "bus state ", found.endpoint,
+      " <correlation value> shows the instance's rows, its state included.")));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -774,6 +888,7 @@ function viewOf(parts, params) {
     return { tab: "failed", draw: (view) => messageView(view, rest[0], rest[1]) };
   }
   if (name === "actions") return { tab: "actions", draw: (view) => actionsView(view, params) };
+  if (name === "saga") return { tab: "overview", draw: (view) => sagaView(view, params) };
   return { tab: "overview", draw: (view) => overviewView(view), refresh: true };
 }
 
