@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random as _random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Generic, Literal, TypeVar
@@ -29,7 +29,7 @@ from shared.bus.messages import (
     checked_partition_key,
 )
 from shared.bus.routes import Routes
-from shared.bus.saga import REPLY_PARTITION_HEADER
+from shared.bus.saga import REPLY_PARTITION_HEADER, PendingTimeout
 from shared.bus.schedule import due_time
 from shared.bus.telemetry import trace_headers
 from shared.errors import (
@@ -100,12 +100,18 @@ class HandlerContext(Generic[S]):
         sql: Any = None,
         saga: SagaRole = None,
         routes: Routes | None = None,
+        pending_timeouts: Sequence[PendingTimeout] = (),
     ) -> None:
         self.endpoint = endpoint
         self._routes = routes
         self._saga = saga
+        self._pending = tuple(pending_timeouts)
         self.completed = False
         """Whether the handler ended its saga instance (``complete``)."""
+        self.requested_timeouts: list[PendingTimeout] = []
+        """The timeouts this run requested (``request_timeout``), kept by the instance."""
+        self.cancelled: set[str] = set()
+        """Ids of the messages this run cancelled."""
         self._services = services
         self._performer = performer
         self.sql = sql
@@ -189,6 +195,41 @@ class HandlerContext(Generic[S]):
             self._routes.check_cancel(self.endpoint, handle.destination)
         cancel = CancelScheduled.of(handle)
         self._add(PendingOutput(cancel, handle.destination, {}, trace_headers()))
+        self.cancelled.add(handle.message_id)
+
+    def request_timeout(
+        self,
+        message: Command,
+        *,
+        delay: timedelta | None = None,
+        deliver_at: datetime | None = None,
+    ) -> MessageHandle:
+        """At a saga: send ``message`` to this instance, not processed before ``delay`` from
+        ``now()`` (or ``deliver_at``), once this message's processing commits. The instance
+        keeps its handle among its pending timeouts until it is handled or cancelled, and
+        completing the instance cancels it. Returns the handle, for ``cancel``."""
+        self._instance_only("request_timeout()")
+        if not isinstance(message, Command):
+            raise TypeError(f"request_timeout() takes a Command ({type(message)!r})")
+        due = due_time(self._now, delay, deliver_at)
+        index = len(self.outputs)
+        output = PendingOutput(message, self.endpoint, {}, trace_headers(), due, self.partition_key)
+        self._add(output)
+        handle = MessageHandle(
+            destination=self.endpoint,
+            partition_key=self.partition_key,
+            message_id=derived_id(self.envelope.id, "out", index, self.endpoint),
+            sender=self.endpoint,
+            incoming_id=self.envelope.id,
+        )
+        timeout = PendingTimeout(
+            message_id=handle.message_id,
+            type=message.type_name(),
+            due=due,
+            handle=handle.model_dump(),
+        )
+        self.requested_timeouts.append(timeout)
+        return handle
 
     def reply(self, message: Message, *, headers: dict[str, str] | None = None) -> None:
         """Send ``message`` to the endpoint that sent the message being handled, once this
@@ -227,16 +268,26 @@ class HandlerContext(Generic[S]):
         """End this saga instance: once this message's processing commits, together with its
         outputs, the instance's state is gone and every later message for it is
         ``saga_not_found`` (``docs/sagas.md``). Its pending timeouts are cancelled."""
+        self._instance_only("complete()")
+        if self.completed:
+            return
+        self.completed = True
+        if self._routes is not None and not self._routes.cancels_at(self.endpoint):
+            return  # a mode without cancellation: its timeouts fire and find no instance
+        for pending in (*self._pending, *self.requested_timeouts):
+            if pending.message_id not in self.cancelled and pending.message_id != self.message_id:
+                self.cancel(MessageHandle.model_validate(pending.handle))
+
+    def _instance_only(self, what: str) -> None:
         if self._saga != "instance":
             raise NotASaga(
-                "complete() ends a saga instance: this handler runs "
+                f"{what} is for a saga instance: this handler runs "
                 + (
                     "for a message that found no instance"
                     if self._saga == "not_found"
                     else f"at endpoint {self.endpoint}, which is not a saga"
                 )
             )
-        self.completed = True
 
     def publish(
         self,

@@ -15,7 +15,7 @@ import base64
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -44,7 +44,7 @@ from shared.bus.records import (
     OutgoingSignal,
     caused_by,
 )
-from shared.bus.saga import SAGA_ROW_TYPE, SagaTurn, saga_turn
+from shared.bus.saga import SAGA_ROW_TYPE, PendingTimeout, SagaTurn, saga_turn
 from shared.bus.schedule import not_due
 from shared.bus.state.base import EndpointState, StateRow, StateWrite
 from shared.bus.topics import RecipientLists
@@ -367,6 +367,7 @@ class Pipeline(abc.ABC):
         sql: Any = None,
         saga: SagaRole = None,
         handler: Handler | None = None,
+        pending_timeouts: Sequence[PendingTimeout] = (),
     ) -> HandlerContext[Any]:
         """Run the handler of ``envelope``'s type (or ``handler``: a saga's not-found
         handler) on ``state``; ``saga`` says how it runs at a saga."""
@@ -383,6 +384,7 @@ class Pipeline(abc.ABC):
             performer=self.config.performer_endpoint,
             saga=saga,
             routes=self.endpoint.routes,
+            pending_timeouts=pending_timeouts,
         )
         if handler is None:
             _, handler = self.endpoint.handlers[self.endpoint.current_name(envelope.type)]
@@ -452,6 +454,7 @@ class Pipeline(abc.ABC):
                 sql=sql,
                 saga=turn.role,
                 handler=turn.handler,
+                pending_timeouts=() if turn.row is None else turn.row.timeouts,
             )
         else:
             state, context = turn.state, None
@@ -498,6 +501,8 @@ class Pipeline(abc.ABC):
             state,
             completed_at=to_datetime(self.config.clock()) if completed else None,
             message_id=envelope.id,
+            requested=() if context is None else context.requested_timeouts,
+            cancelled=frozenset() if context is None else frozenset(context.cancelled),
         )
         write = StateWrite(envelope.partition_key, SAGA_ROW_TYPE, row.to_json(), expected)
         return write, Outcome.PROCESSED

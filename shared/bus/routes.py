@@ -167,6 +167,11 @@ class Routes:
                 f"{local.mode}: only messages to token-mode endpoints can be cancelled"
             )
 
+    def cancels_at(self, destination: str) -> bool:
+        """Whether a message to ``destination`` can be cancelled (``check_cancel`` passes)."""
+        local = self._endpoints.get(destination)
+        return local is not None and local.mode == "token"
+
     def check_subscriber(self, sender: str, topic: str, subscriber: str, type_name: str) -> None:
         """A recipient list is changed from outside the app (``bus subscribe``), so each of
         its entries is checked like a send before the event is committed."""

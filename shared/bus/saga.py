@@ -31,6 +31,7 @@ audit row alone, which serialises at the read of the instance, as any read does.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -118,12 +119,21 @@ class SagaTurn:
         return self.role == "instance" or self.handler is not None
 
     def row_after(
-        self, state: BaseModel, *, completed_at: datetime | None, message_id: str
+        self,
+        state: BaseModel,
+        *,
+        completed_at: datetime | None,
+        message_id: str,
+        requested: Sequence[PendingTimeout] = (),
+        cancelled: Collection[str] = frozenset(),
     ) -> SagaRow:
-        """The instance as this message leaves it: its new state and timeouts, or the
-        completed marker."""
+        """The instance as message ``message_id`` leaves it: its new state and its pending
+        timeouts (less the one it is, if it is one, and those it cancelled; plus those it
+        requested), or the completed marker."""
         started_by = self.row.started_by if self.row is not None else message_id
-        timeouts = () if self.row is None else self.row.timeouts
+        kept = () if self.row is None else self.row.timeouts
+        gone = {message_id, *cancelled}
+        timeouts = (*(t for t in kept if t.message_id not in gone), *requested)
         if completed_at is not None:
             return SagaRow(completed_at=completed_at, started_by=started_by)
         return SagaRow(

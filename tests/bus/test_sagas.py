@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from pydantic import BaseModel
 
 from shared.bus import BusApp, Command, HandlerContext, Outcome
 from shared.bus.app import Endpoint, Mode, NoState
+from shared.bus.handles import MessageHandle
 from shared.bus.saga import SAGA_ROW_TYPE, SagaRow
 from shared.cleanup.job import endpoint_modes, run_cleanup, saga_endpoints
 from shared.cleanup.report import CleanupReport, TaskReport
@@ -29,6 +31,7 @@ from tests.bus.harness import (
     per_mode_backend,  # noqa: F401  (fixture "backend": one per store and mode)
     sql_backends,
 )
+from tests.bus.waiting import wait_until
 from tests.conftest import Backend, unique_name
 
 SAGA_MODES: tuple[Mode, ...] = ("token", "processed_messages")
@@ -327,3 +330,164 @@ async def test_the_cleanup_retires_a_completed_marker_after_its_retention(
     again = await instance(harness, saga, "o4")
     assert again is not None
     assert not again.completed
+
+
+# --- timeouts ---------------------------------------------------------------------------------
+
+TIMEOUT_SECONDS = 2.0
+"""Whole seconds (the queue hides messages for whole seconds); real seconds on Azurite."""
+
+
+class Open(Command):
+    partition_by = "ref"
+    ref: str
+
+
+class Remind(Command):
+    """The instance's timeout; no correlation property: it reaches the instance that asked."""
+
+    note: str
+
+
+class Settle(Command):
+    partition_by = "ref"
+    ref: str
+    cancel_first: bool = False
+
+
+class Reminders(BaseModel):
+    reminded: list[str] = []
+    deadline: MessageHandle | None = None
+
+
+def reminder_app(saga: str, mode: Mode) -> BusApp:
+    """``Open`` asks for two timeouts; ``Settle`` cancels the first (when asked) and
+    completes the instance, which cancels whatever is still pending."""
+    app = BusApp()
+    reminders = app.saga(saga, Reminders, started_by=[Open], mode=mode)
+
+    @reminders.handles(Open)
+    def opened(ctx: HandlerContext[Reminders], msg: Open) -> None:
+        delay = timedelta(seconds=TIMEOUT_SECONDS)
+        ctx.state.deadline = ctx.request_timeout(Remind(note="first"), delay=delay)
+        ctx.request_timeout(Remind(note="second"), delay=delay)
+
+    @reminders.handles(Remind)
+    def reminded(ctx: HandlerContext[Reminders], msg: Remind) -> None:
+        ctx.state.reminded.append(msg.note)
+
+    @reminders.handles(Settle)
+    def settled(ctx: HandlerContext[Reminders], msg: Settle) -> None:
+        if msg.cancel_first and ctx.state.deadline is not None:
+            ctx.cancel(ctx.state.deadline)
+        else:
+            ctx.complete()
+
+    return app
+
+
+async def deliver_visible(harness: Harness, saga: str) -> None:
+    """Deliver what the queue shows now (and what that shows now), letting no time pass:
+    ``run_until_quiet`` would move a manual clock past the timeouts."""
+    while messages := await harness.raw.queue(saga).receive(32, visibility_timeout=30):
+        for message in messages:
+            await harness.deliver(saga, message)
+
+
+async def opened_reminders(backend: Backend, mode: Mode) -> tuple[Harness, str]:
+    saga = f"remind{unique_name('')[:8]}"
+    harness = await Harness.create(backend, reminder_app(saga, mode))
+    await send(harness, saga, Open(ref="r1"), "open-r1")
+    await deliver_visible(harness, saga)
+    return harness, saga
+
+
+async def drain_after_timeouts(harness: Harness, saga: str) -> None:
+    """Let the timeouts' due time pass, then deliver until every queue is empty."""
+    await harness.backend.elapse(TIMEOUT_SECONDS + 1)
+
+    async def quiet() -> bool:
+        await harness.run_until_quiet()
+        return await harness.raw.queue(saga).approximate_count() == 0
+
+    await wait_until(harness, quiet, within=TIMEOUT_SECONDS + 10)
+
+
+async def test_timeouts_are_pending_until_they_fire(backend: Backend, mode: Mode) -> None:
+    harness, saga = await opened_reminders(backend, mode)
+    row = await instance(harness, saga, "r1")
+    assert row is not None
+    assert sorted(t.type for t in row.timeouts) == ["Remind", "Remind"]
+
+    await drain_after_timeouts(harness, saga)
+
+    row = await instance(harness, saga, "r1")
+    assert row is not None
+    assert row.state is not None
+    assert sorted(row.state["reminded"]) == ["first", "second"]
+    assert row.timeouts == ()
+
+
+async def test_a_cancelled_timeout_never_fires(backend: Backend, mode: Mode) -> None:
+    harness, saga = await opened_reminders(backend, mode)
+    await send(harness, saga, Settle(ref="r1", cancel_first=True), "cancel-r1")
+    await deliver_visible(harness, saga)
+    if mode != "token":
+        # Cancelling needs a token claim: refused before anything is written, and parked.
+        [parked] = await harness.poison_messages(saga)
+        reason = parked["poison"]
+        assert isinstance(reason, dict)
+        assert reason["error_type"] == "CancelRefused"
+        return
+    row = await instance(harness, saga, "r1")
+    assert row is not None
+    assert [t.type for t in row.timeouts] == ["Remind"]  # the second, still pending
+
+    await drain_after_timeouts(harness, saga)
+
+    row = await instance(harness, saga, "r1")
+    assert row is not None
+    assert row.state is not None
+    assert row.state["reminded"] == ["second"]
+    assert (await audit_outcomes(harness, saga))["cancelled"] == 1
+
+
+async def test_completing_cancels_the_pending_timeouts(backend: Backend, mode: Mode) -> None:
+    harness, saga = await opened_reminders(backend, mode)
+    await send(harness, saga, Settle(ref="r1"), "settle-r1")
+    await deliver_visible(harness, saga)
+    row = await instance(harness, saga, "r1")
+    assert row is not None
+    assert row.completed
+    assert row.timeouts == ()
+
+    await drain_after_timeouts(harness, saga)
+
+    outcomes = await audit_outcomes(harness, saga)
+    if mode == "token":
+        # Both cancelled: neither was ever processed, not even as saga_not_found.
+        assert outcomes["cancelled"] == 2
+        assert outcomes["saga_not_found"] == 0
+    else:
+        # No cancellation in this mode: the timeouts fire and find the instance completed.
+        assert outcomes["cancelled"] == 0
+        assert outcomes["saga_not_found"] == 2
+    assert await harness.tokens_in_flight() == []
+
+
+async def test_request_timeout_outside_an_instance_is_parked(backend: Backend, mode: Mode) -> None:
+    saga = f"plain{unique_name('')[:8]}"
+    app = BusApp()
+    plain: Endpoint[NoState] = app.endpoint(saga, mode=mode)
+
+    @plain.handles(Open)
+    def asks(ctx: HandlerContext[Any], msg: Open) -> None:
+        ctx.request_timeout(Remind(note="x"), delay=timedelta(seconds=1))
+
+    harness = await Harness.create(backend, app)
+    await send(harness, saga, Open(ref="x"), "k1")
+    await harness.run_until_quiet()
+    [parked] = await harness.poison_messages(saga)
+    reason = parked["poison"]
+    assert isinstance(reason, dict)
+    assert reason["error_type"] == "NotASaga"
