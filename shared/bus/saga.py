@@ -1,11 +1,11 @@
 """Sagas: long-running processes whose instances start, complete and time out
 (``docs/sagas.md``).
 
-A saga is a token-mode endpoint whose partitions are its instances: a message reaches the
-instance named by its partition key, which each type takes from its correlation property
-(``Message.partition_by``) or, for a reply, from the instance that asked
+A saga is an endpoint (token or processed_messages mode) whose partitions are its instances:
+a message reaches the instance named by its partition key, which each type takes from its
+correlation property (``Message.partition_by``) or, for a reply, from the instance that asked
 (``REPLY_PARTITION_HEADER``). What the bus adds to an ordinary endpoint, all decided at the
-receiver inside the round that commits (``shared.bus.receiver``):
+receiver inside the round that commits (``Pipeline._run_at_state``):
 
 - **Starting.** Only the types declared in ``started_by`` create an instance. Any other
   message for an instance that does not exist runs the endpoint's not-found handler for its
