@@ -305,8 +305,9 @@ async def test_the_queue_functions_run_the_sample_order_flow(
         )
     )
 
-    # PlaceOrder, OrderPlaced x2, ChargePayment, its EffectRequest, ChargeAnswered, ShipOrder
-    assert await deliver_all(deployed) == 7
+    # PlaceOrder, OrderPlaced x2, ChargePayment, its EffectRequest, ChargeAnswered, ShipOrder,
+    # OrderShipped (which completes the order's checkout)
+    assert await deliver_all(deployed) == 8
     payments = deployed.table("payments")
     [state] = (await payments.query(partition_key="fa-1", row_keys=["state"])).entities
     assert json.loads(str(state["data"]))["amount_cents"] == 1250
@@ -387,7 +388,7 @@ async def test_the_cleanup_timer_function_runs_one_pass(deployed: AzureStorageAc
             idempotency_key="fa-2",
         )
     )
-    assert await deliver_all(deployed) == 7
+    assert await deliver_all(deployed) == 8
     orders = deployed.table("orders")
     assert [e async for e in orders.query_all(partition_key="fa-2", row_key_prefix="outbox|")]
     await SAMPLE.cleanup(grace_seconds=0)

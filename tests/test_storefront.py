@@ -82,6 +82,11 @@ async def place(
     return response.status_code, json.loads(response.get_body())
 
 
+MESSAGES_PER_ORDER = 8
+"""PlaceOrder, OrderPlaced twice, ChargePayment, its EffectRequest, ChargeAnswered, ShipOrder
+and OrderShipped (which completes the order's checkout)."""
+
+
 async def deliver_all(worker: runtime.Worker) -> int:
     """Every queued message to its endpoint's worker until the queues are quiet, as the queue
     functions would; how many were delivered."""
@@ -104,7 +109,8 @@ def new_order() -> dict[str, Any]:
     return {"order_id": unique_name("web-"), "customer": unique_name("c"), "amount_cents": 1250}
 
 
-async def order_state(worker: runtime.Worker, order_id: str) -> dict[str, Any]:
+async def checkout(worker: runtime.Worker, order_id: str) -> dict[str, Any]:
+    """The order's checkout, a saga instance of ``orders``, as stored ({}: none)."""
     rows = worker.bus().endpoint_state("orders").rows()
     found = await rows.read(order_id, ["state"])
     return dict(json.loads(str(found["state"]["data"]))) if found else {}
@@ -136,9 +142,8 @@ async def placed_once(worker: runtime.Worker) -> None:
     status, first = await place(worker, order, key)
     assert (status, first["deduplicated"], len(first["message_ids"])) == (202, False, 1)
     assert await order_rows(worker, order["order_id"]) == 1
-    # PlaceOrder, OrderPlaced x2, ChargePayment, its EffectRequest, ChargeAnswered, ShipOrder
-    assert await deliver_all(worker) == 7
-    assert (await order_state(worker, order["order_id"]))["status"] == "placed"
+    assert await deliver_all(worker) == MESSAGES_PER_ORDER
+    assert (await checkout(worker, order["order_id"]))["completed_at"]
     assert await customer_orders(worker, order["customer"]) == 1
 
     status, again = await place(worker, {**order, "amount_cents": 99}, key)
@@ -226,7 +231,7 @@ async def test_forged_identity_headers_do_not_make_a_retry_a_new_order(
     _, first = await place(on_tables, order, key)
     status, again = await place(on_tables, order, {**key, **FORGED})
     assert (status, again["message_ids"]) == (200, first["message_ids"])
-    assert await deliver_all(on_tables) == 7
+    assert await deliver_all(on_tables) == MESSAGES_PER_ORDER
 
 
 @pytest.fixture
@@ -264,4 +269,4 @@ async def test_one_callers_key_never_answers_another(entra_callers: runtime.Work
     assert first["message_ids"][0] not in json.dumps(other)
     status, unsigned = await place(entra_callers, order, key)
     assert status == 401, unsigned
-    assert await deliver_all(entra_callers) == 7
+    assert await deliver_all(entra_callers) == MESSAGES_PER_ORDER

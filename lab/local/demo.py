@@ -57,7 +57,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -103,9 +103,10 @@ RESEND_SECONDS = "5"
 cleanup within the run."""
 """The demo checks the sample app's business state, so it runs the sample whatever
 ``BUS_APP`` says."""
-DELIVERIES_PER_ORDER = 7
+DELIVERIES_PER_ORDER = 8
 """PlaceOrder, OrderPlaced to loyalty and shipping, ChargePayment, its EffectRequest to the
-performer, ChargeAnswered, ShipOrder."""
+performer, ChargeAnswered, ShipOrder, and OrderShipped, which completes the order's checkout
+(a saga instance of ``orders``)."""
 DELIVERIES_PER_SHOT = 2  # FireAt, then Hit or Missed to the leaderboard
 INGRESS_PATH = "/api/messages"
 ORDERS_PATH = "/api/orders"
@@ -376,24 +377,57 @@ async def pay_all(provider: Provider, payments: list[Request], options: Options)
         await asyncio.gather(*paid)
 
 
+def checkout_over(states: Mapping[str, Mapping[str, Any]], order_id: str) -> bool:
+    """Whether the order's checkout, its saga instance of ``orders``, has completed."""
+    return bool(states["orders"].get(order_id, {}).get("completed_at"))
+
+
 def check_pay_later(
     states: Mapping[str, Mapping[str, Any]], amounts: Mapping[str, int]
 ) -> tuple[list[str], Counter[str]]:
     """Each order paid later ends paid and shipped, or cancelled with its payment refunded
-    exactly once (which one depends on whether its payment beat its timeout)."""
+    exactly once (which one depends on whether its payment beat its timeout), and either way
+    its checkout completed."""
     errors, ends = [], Counter[str]()
     for order_id, amount in amounts.items():
-        status = states["orders"].get(order_id, {}).get("status")
         refunded = states["payments"].get(order_id, {}).get("refunded_cents", 0)
         shipped = bool(states["shipping"].get(order_id, {}).get("shipment_id"))
-        ends[str(status)] += 1
-        if status == "paid" and (not shipped or refunded):
-            errors.append(f"{order_id} is paid but shipped={shipped}, refunded {refunded}")
-        elif status == "cancelled" and (shipped or refunded != amount):
-            errors.append(f"{order_id} is cancelled but shipped={shipped}, refunded {refunded}")
-        elif status not in ("paid", "cancelled"):
-            errors.append(f"{order_id} is {status} after its payment window")
+        if not checkout_over(states, order_id):
+            errors.append(f"the checkout of {order_id} is still open after its payment window")
+        if shipped and not refunded:
+            ends["paid"] += 1
+        elif not shipped and refunded == amount:
+            ends["cancelled"] += 1
+        else:
+            errors.append(f"{order_id} ended shipped={shipped} with {refunded} refunded")
     return errors, ends
+
+
+def check_deadlines(
+    audit_rows: Iterable[Mapping[str, object]], amounts: Mapping[str, int]
+) -> tuple[list[str], Counter[str]]:
+    """Each pay-later order's payment deadline (the PaymentDue its checkout requested) ended
+    exactly once: cancelled by its payment, or fired (cancelling the order, or finding it paid
+    when its cancel lost the race). By the deadlines' audit rows in ``orders``."""
+    outcomes: dict[str, list[str]] = {order: [] for order in amounts}
+    for row in audit_rows:
+        order = str(row.get("pk", ""))
+        if row.get("message_type") == "PaymentDue" and order in outcomes:
+            outcome = str(row.get("outcome") or "processed")
+            outcomes[order].append("cancelled" if outcome == "cancelled" else "fired")
+    errors = [
+        f"the deadline of {order} ended {len(ends)} times ({ends})"
+        for order, ends in outcomes.items()
+        if len(ends) != 1
+    ]
+    return errors, Counter(end for ends in outcomes.values() for end in ends)
+
+
+def deadline_line(ends: Counter[str]) -> str:
+    return (
+        f"  payment deadlines: {ends['cancelled']} cancelled by their payment, "
+        f"{ends['fired']} fired, each exactly once"
+    )
 
 
 async def send_all(
@@ -677,14 +711,16 @@ def sessions_left_errors(left: SessionCounts) -> list[str]:
 
 
 def check_orders(states: Mapping[str, Mapping[str, Any]], orders: Mapping[str, int]) -> list[str]:
-    """Each order charged its amount and shipped, each customer's loyalty and pick list
-    counting their orders."""
+    """Each order charged its amount and shipped, its checkout completed, each customer's
+    loyalty and pick list counting their orders."""
     errors = []
     for order_id, amount in orders.items():
         if states["payments"].get(order_id, {}).get("amount_cents") != amount:
             errors.append(f"payment of {order_id} is not exactly {amount}")
         if not states["shipping"].get(order_id, {}).get("shipment_id"):
             errors.append(f"order {order_id} was not shipped")
+        if not checkout_over(states, order_id):
+            errors.append(f"the checkout of {order_id} did not complete")
     customers = Counter(f"cust{int(o[5:]) % 20}" for o in orders)
     for customer, count in customers.items():
         if states["loyalty"].get(customer, {}).get("orders") != count:
@@ -719,8 +755,11 @@ async def verify(
     audited: Counter[str] = Counter()
     expected = set(roots)
     outbox_left = 0
+    order_audits: list[Mapping[str, object]] = []
     for endpoint in endpoints:
         for row in await rows(account, endpoint, AUDIT_PREFIX, sql):
+            if endpoint == "orders":
+                order_audits.append(row)
             if processing(row):
                 audited[str(row["message_id"])] += 1
             expected |= {c["id"] for c in json.loads(str(row["caused"]))}
@@ -758,6 +797,9 @@ async def verify(
             f"  pay-later orders: {ends['paid']} paid and shipped, {ends['cancelled']} "
             "cancelled by their timeout with the late payment refunded"
         )
+        deadline_errors, deadlines = check_deadlines(order_audits, pay_later)
+        errors += deadline_errors
+        print(deadline_line(deadlines))
     checked = ledger_check(ledger, states, orders, pay_later)
     errors += checked.errors
     # Tokens and shared payloads: after the cleanup pass neither may be left.
@@ -791,7 +833,7 @@ def ledger_check(
     cancelled = {
         order: amount
         for order, amount in pay_later.items()
-        if states["orders"].get(order, {}).get("status") == "cancelled"
+        if not states["shipping"].get(order, {}).get("shipment_id")
     }
     return check_ledger(ledger, {**orders, **pay_later}, cancelled)
 

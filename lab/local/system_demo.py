@@ -395,6 +395,10 @@ async def verify_system(
         f"  pay-later orders: {ends['paid']} paid and shipped, {ends['cancelled']} "
         "cancelled by their timeout with the late payment refunded"
     )
+    order_audits = [row for row in audits["orders"] if row.get("endpoint") == "orders"]
+    deadline_errors, deadlines = demo.check_deadlines(order_audits, pay_later)
+    verdict.errors += deadline_errors
+    print(demo.deadline_line(deadlines))
     async with aiohttp.ClientSession() as session:
         ledger = await provider.ledger(session)
     checked = demo.ledger_check(ledger, states, orders, pay_later)

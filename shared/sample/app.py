@@ -55,6 +55,7 @@ from pydantic import BaseModel, Field
 from shared.bus import Bus, BusApp, Command, Event, HandlerContext
 from shared.bus.app import Store
 from shared.bus.effects import EffectAnswered
+from shared.bus.handles import MessageHandle
 from shared.clock import to_datetime
 from shared.sample.charges import PAYMENTS_STORE, PROVIDER
 from shared.sample.storefront import (
@@ -182,6 +183,13 @@ class ShipOrder(Command):
     order_id: str
 
 
+class OrderShipped(Command):
+    """From ``shipping`` to ``orders``: the order left the warehouse; its checkout is done."""
+
+    partition_by = "order_id"
+    order_id: str
+
+
 class OrderPlaced(Event):
     partition_by = "customer"
     order_id: str
@@ -190,12 +198,17 @@ class OrderPlaced(Event):
 
 
 class Order(BaseModel):
+    """The checkout of one order, a saga instance of ``orders`` (``add_checkout``)."""
+
     status: str = "new"
-    """new, placed, awaiting_payment, paid, declined or cancelled."""
+    """new, placed, awaiting_payment or paid while it lives; it completes when the order is
+    shipped, declined or cancelled."""
     amount_cents: int = 0
     payment_id: str | None = None
     refunded_payments: list[str] = []
     """The payments it sent back, so a payment reported again is not refunded twice."""
+    deadline: MessageHandle | None = None
+    """The payment window's timeout, cancelled when the payment comes first."""
 
 
 class Refund(BaseModel):
@@ -252,30 +265,36 @@ def place_order(ctx: HandlerContext[Order], cmd: PlaceOrder) -> None:
         ctx.send(ChargePayment(order_id=cmd.order_id, amount_cents=cmd.amount_cents), to="payments")
         return
     ctx.state.status = "awaiting_payment"
-    # The timeout: a message to this endpoint, not processed before the window closes.
-    ctx.send(
-        PaymentDue(order_id=cmd.order_id),
-        to="orders",
-        delay=timedelta(seconds=cmd.pay_within_seconds),
-    )
+    # The timeout: a message to this instance, not processed before the window closes, and
+    # cancelled if the payment comes first.
+    window = timedelta(seconds=cmd.pay_within_seconds)
+    ctx.state.deadline = ctx.request_timeout(PaymentDue(order_id=cmd.order_id), delay=window)
 
 
 def payment_due(ctx: HandlerContext[Order], cmd: PaymentDue) -> None:
     if ctx.state.status == "awaiting_payment":
-        ctx.state.status = "cancelled"  # not paid in time
-    # paid already (or never placed this way): the timeout has nothing to do
+        ctx.complete()  # not paid in time: the order is cancelled, its checkout over
+    # paid already, and the cancel of this timeout lost the race: nothing to do
 
 
 def payment_received(ctx: HandlerContext[Order], cmd: PaymentReceived) -> None:
     if ctx.state.status == "awaiting_payment":
         ctx.state.status = "paid"
         ctx.state.payment_id = cmd.payment_id
+        if ctx.state.deadline is not None:
+            ctx.cancel(ctx.state.deadline)
         ctx.send(ShipOrder(order_id=cmd.order_id), to="shipping")
         return
     if cmd.payment_id == ctx.state.payment_id or cmd.payment_id in ctx.state.refunded_payments:
         return  # the provider reported a payment again (under a new key): handled already
-    # Too late (cancelled), a second payment, or for an order we do not know: give it back.
+    # A second payment for an order being paid for or charged: give it back.
     ctx.state.refunded_payments.append(cmd.payment_id)
+    give_back(ctx, cmd)
+
+
+def give_back(ctx: HandlerContext[Order], cmd: PaymentReceived) -> None:
+    """A payment for an order whose checkout is over (cancelled, shipped, declined) or never
+    began: refunded. ``payments`` refunds each payment once, however often it is reported."""
     refund = RefundPayment(
         order_id=cmd.order_id, payment_id=cmd.payment_id, amount_cents=cmd.amount_cents
     )
@@ -284,7 +303,11 @@ def payment_received(ctx: HandlerContext[Order], cmd: PaymentReceived) -> None:
 
 def payment_declined(ctx: HandlerContext[Order], cmd: PaymentDeclined) -> None:
     if ctx.state.status == "placed":
-        ctx.state.status = "declined"
+        ctx.complete()  # declined: the customer places a new order
+
+
+def order_shipped(ctx: HandlerContext[Order], cmd: OrderShipped) -> None:
+    ctx.complete()
 
 
 def charge(ctx: HandlerContext[Payment], cmd: ChargePayment) -> None:
@@ -367,6 +390,7 @@ def prepare(ctx: HandlerContext[Shipping], event: OrderPlaced) -> None:
 
 def ship(ctx: HandlerContext[Shipping], cmd: ShipOrder) -> None:
     ctx.state.shipment_id = ctx.new_id()
+    ctx.send(OrderShipped(order_id=cmd.order_id), to="orders")
 
 
 def reward(ctx: HandlerContext[Customer], event: OrderPlaced) -> None:
@@ -397,11 +421,7 @@ def build_app() -> BusApp:
     leaderboard.handles(Hit)(count_hit)
     leaderboard.handles(Missed)(count_miss)
 
-    orders = app.endpoint("orders", state=Order)
-    orders.handles(PlaceOrder)(place_order)
-    orders.handles(PaymentDue)(payment_due)
-    orders.handles(PaymentReceived)(payment_received)
-    orders.handles(PaymentDeclined)(payment_declined)
+    add_checkout(app)
     # An unknown value is refused by the declaration itself (ConfigurationError naming it).
     store = cast(Store, os.environ.get(PAYMENTS_STORE, "table"))
     payments = app.endpoint("payments", state=Payment, store=store)
@@ -418,6 +438,30 @@ def build_app() -> BusApp:
     loyalty.handles(OrderPlaced)(reward)
     add_storefront(app)
     return app
+
+
+def add_checkout(app: BusApp) -> None:
+    """The saga ``orders``: one instance per order, started by PlaceOrder, waiting for its
+    payment with a cancellable deadline, completed when the order is shipped, declined or
+    cancelled; a payment that finds no checkout is given back (``docs/sagas.md``). Declared
+    once for the sample app and the sample system's ``orders`` app."""
+    orders = app.saga(
+        "orders",
+        Order,
+        started_by=[PlaceOrder],
+        correlate={
+            PlaceOrder: "order_id",
+            PaymentReceived: "order_id",
+            PaymentDeclined: "order_id",
+            OrderShipped: "order_id",
+        },
+    )
+    orders.handles(PlaceOrder)(place_order)
+    orders.handles(PaymentDue)(payment_due)
+    orders.handles(PaymentReceived)(payment_received)
+    orders.handles(PaymentDeclined)(payment_declined)
+    orders.handles(OrderShipped)(order_shipped)
+    orders.not_found(PaymentReceived)(give_back)
 
 
 def add_storefront(app: BusApp) -> None:

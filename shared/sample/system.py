@@ -4,7 +4,8 @@ The handlers and messages are the sample app's (``shared.sample.app``); here the
 the way ``infra/system.bicep`` deploys them (``infra/system.parameters.json``), each app its
 own Function App with its own state and identity, the three sharing one messaging account:
 
-* ``orders`` (``shared.sample.system:orders``): the endpoints ``orders`` and ``loyalty``; sends
+* ``orders`` (``shared.sample.system:orders``): the saga ``orders`` (each order's checkout,
+  ``add_checkout``) and the endpoint ``loyalty``; sends
   ChargePayment and RefundPayment to ``payments`` and ShipOrder to ``shipping``, and publishes
   OrderPlaced, which ``shipping`` subscribes to. It also serves the web's ``POST /api/orders``
   as the sample app does (the same declaration, ``add_storefront``): the order row and its
@@ -13,7 +14,8 @@ own Function App with its own state and identity, the three sharing one messagin
 * ``payments`` (``shared.sample.system:payments``): the endpoint ``payments``, its state in
   PostgreSQL, charging through the service ``provider`` (so the bus adds its performer); tells
   ``orders`` of a declined payment and sends ShipOrder to ``shipping``.
-* ``shipping`` (``shared.sample.system:shipping``): the endpoint ``shipping``; sends nothing.
+* ``shipping`` (``shared.sample.system:shipping``): the endpoint ``shipping``; tells ``orders``
+  that an order shipped, which completes its checkout.
 
 Every endpoint of another app that an app sends to, or that subscribes to its events, is
 declared with ``external_endpoint``: that list is also the queues of other apps the app's
@@ -30,11 +32,7 @@ from shared.sample.charges import PROVIDER
 def orders_app() -> BusApp:
     """Orders and the loyalty points each order earns."""
     app = BusApp()
-    orders = app.endpoint("orders", state=sample.Order)
-    orders.handles(sample.PlaceOrder)(sample.place_order)
-    orders.handles(sample.PaymentDue)(sample.payment_due)
-    orders.handles(sample.PaymentReceived)(sample.payment_received)
-    orders.handles(sample.PaymentDeclined)(sample.payment_declined)
+    sample.add_checkout(app)
     loyalty = app.endpoint("loyalty", state=sample.Customer)
     loyalty.handles(sample.OrderPlaced)(sample.reward)
     sample.add_storefront(app)
@@ -63,6 +61,7 @@ def shipping_app() -> BusApp:
     shipping = app.endpoint("shipping", state=sample.Shipping)
     shipping.handles(sample.OrderPlaced)(sample.prepare)
     shipping.handles(sample.ShipOrder)(sample.ship)
+    app.external_endpoint("orders", accepts=[sample.OrderShipped])
     return app
 
 

@@ -19,6 +19,7 @@ from shared.bus.modes.entity_outbox import StateEntity
 from shared.bus.modes.processed_table import PROCESSED_PREFIX, ProcessedRecord
 from shared.bus.modes.state_based import INDEX_PREFIX, IndexEntry
 from shared.bus.records import STATE_ROW, OutboxRecord, outbox_row
+from shared.bus.saga import SAGA_ROW_TYPE, SagaRow
 from shared.bus.state.base import EndpointState
 from shared.bus.state.connection import PostgresSettings
 from shared.bus.state.instrumented import InstrumentedSql
@@ -267,11 +268,26 @@ class Harness:
         return Ledger()
 
     async def applied_state(self, endpoint: str, partition: str, model: type[S]) -> S:
-        """The state of ``partition`` at ``endpoint`` as ``model`` (its default if none)."""
+        """The state of ``partition`` at ``endpoint`` as ``model`` (its default if none); at
+        a saga, the live instance's state (a completed one has none: ``saga_instance``)."""
+        async for row in self.rows(endpoint).states():
+            if row.partition_key != partition:
+                continue
+            if row.type != SAGA_ROW_TYPE:
+                return model.model_validate_json(row.data)
+            instance = SagaRow.model_validate_json(row.data)
+            if instance.completed:
+                raise AssertionError(f"{endpoint} instance {partition!r} is completed")
+            return model.model_validate(instance.state or {})
+        return model()
+
+    async def saga_instance(self, endpoint: str, partition: str) -> SagaRow | None:
+        """Saga ``endpoint``'s instance ``partition`` as stored (None: none)."""
         async for row in self.rows(endpoint).states():
             if row.partition_key == partition:
-                return model.model_validate_json(row.data)
-        return model()
+                assert row.type == SAGA_ROW_TYPE, row
+                return SagaRow.model_validate_json(row.data)
+        return None
 
     async def applied(self, endpoint: str) -> list[str]:
         """Every message id applied at ``endpoint``, across partitions (duplicates kept)."""

@@ -109,7 +109,7 @@ def test_generation_is_the_same_every_time() -> None:
     app = sample.build_app()
     first = [i.describe() for i in generated_inputs(app)]
     assert first == [i.describe() for i in generated_inputs(app)]
-    assert len(first) == 8  # every command the sample's endpoints handle, answers aside
+    assert len(first) == 9  # every command the sample's endpoints handle, answers aside
 
 
 def test_a_model_it_cannot_generate_says_what_to_declare() -> None:
