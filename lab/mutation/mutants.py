@@ -81,9 +81,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "receiver-state-without-etag",
         "shared/bus/receiver.py",
-        "None if stored is None else stored.version,",
-        "None if stored is None else (await self.state_store.read(envelope.partition_key, "
-        "envelope.id)).state.version,",
+        "write, outcome = self._state_write(envelope, turn, state, context, stored)",
+        # Guarded by whatever version is current just before the commit: a concurrent
+        # message's update since this one read the state is overwritten.
+        "write, outcome = self._state_write(envelope, turn, state, context, None if stored is "
+        "None else replace(stored, version=(await self.state_store.read("
+        "envelope.partition_key, envelope.id)).state.version))",
         "R5 writes the state without its ETag (lost update between messages of a partition)",
         first=("tests/sim/test_races.py",),
     ),
@@ -921,6 +924,45 @@ MUTANTS: tuple[Mutant, ...] = (
         "the sessions task retires an open O(s) before the grace period: a request still in "
         "its block is fenced",
         first=("tests/bus/test_sessions.py", "tests/sim/test_sessions.py"),
+    ),
+    # -- sagas (issue 46, shared/bus/saga.py and the saga branch of the receiver) -------------
+    Mutant(
+        "saga-any-type-starts",
+        "shared/bus/saga.py",
+        "    if row is None and type_name in spec.started_by:",
+        "    if row is None:",
+        "any message for an instance that does not exist starts it, not only the started_by "
+        "types: a late payment for an order never placed starts a checkout",
+        first=("tests/bus/test_sagas.py", "tests/sim/test_sagas.py"),
+    ),
+    Mutant(
+        "saga-marker-without-completed-at",
+        "shared/bus/saga.py",
+        "            return SagaRow(completed_at=completed_at, started_by=started_by)",
+        "            return SagaRow(started_by=started_by)",
+        "a completion writes an empty live row instead of its marker: the next message for "
+        "the instance, a second starting one too, finds it live",
+        first=("tests/bus/test_sagas.py", "tests/sim/test_sagas.py"),
+    ),
+    Mutant(
+        "saga-not-found-writes-state",
+        "shared/bus/receiver.py",
+        "            return None, Outcome.SAGA_NOT_FOUND",
+        "            return StateWrite(envelope.partition_key, SAGA_ROW_TYPE, turn.row_after("
+        "state, completed_at=None, message_id=envelope.id).to_json(), expected), "
+        "Outcome.SAGA_NOT_FOUND",
+        "a message that finds no instance writes the default state: an instance nobody "
+        "started, or a completed one made live again",
+        first=("tests/bus/test_sagas.py", "tests/sim/test_sagas.py"),
+    ),
+    Mutant(
+        "saga-reply-header-unset",
+        "shared/bus/context.py",
+        "        if self._saga is not None:\n            # A saga's messages name the instance",
+        "        if False:\n            # A saga's messages name the instance",
+        "a saga's messages do not name the instance that sent them: a reply goes to its own "
+        "type's partition, where no instance is, and is saga_not_found",
+        first=("tests/bus/test_sagas.py", "tests/sim/test_sagas.py"),
     ),
     # -- in-memory stores ---------------------------------------------------------------------
     Mutant(

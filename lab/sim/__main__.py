@@ -59,6 +59,13 @@ and, in token mode, with up to one deviation and one fault:
     (the cleanup's resend finishes it), one rolling back, beside a cleanup pass with the
     sessions task, on Table Storage and PostgreSQL, with up to one deviation and no fault,
     then no deviation and one fault;
+22. ``small-saga`` and ``small-saga-postgres``: a saga (``lab.sim.sagas``) whose instance
+    starts, takes a reply, completes and then meets a second starting message (a new id,
+    the same correlation), beside a message for an instance nobody starts, with copies, a
+    network duplicate, a late redelivery and a cleanup pass, on Table Storage and
+    PostgreSQL (NoResurrectedInstance, NoUnstartedInstance, NoProcessingAfterCompletion,
+    SagaNotFoundOnce), with up to one deviation and no fault, then no deviation and one
+    fault;
 and then seeded random search over larger configurations in every mode for the rest of the
 time budget. With two cores the phases are dealt to two processes (``DEFAULT_PLAN``), each
 then searching its own random seeds. ``--mode`` keeps the phases and random runs of one mode.
@@ -136,6 +143,8 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-state-outage", 1, 0),
         ("small-session", 1, 0),
         ("small-session-postgres", 0, 1),
+        ("small-saga", 1, 0),
+        ("small-saga-postgres", 0, 1),
     ),
     (
         ("small-sweep", 1, 1),
@@ -162,6 +171,8 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-state-outage", 0, 1),
         ("small-session", 0, 1),
         ("small-session-postgres", 1, 0),
+        ("small-saga", 0, 1),
+        ("small-saga-postgres", 1, 0),
     ),
 )
 """The phases explored exhaustively before the random search, dealt to two processes so

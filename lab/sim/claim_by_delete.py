@@ -156,7 +156,7 @@ class ClaimByDeleteReceiver(Receiver):
                 return Outcome.DUPLICATE
             progress.claimed = True
             envelope, message = await self._body(progress.incoming)
-            outbox = await self._run_and_commit(
+            outbox, outcome = await self._run_and_commit(
                 envelope,
                 message,
                 outbox,
@@ -164,7 +164,6 @@ class ClaimByDeleteReceiver(Receiver):
                 progress.abandoned,
                 progress.hints,
             )
-            outcome = Outcome.PROCESSED
         await send_signals(self.account, outbox.outgoing, progress.hints, config=self.config)  # R6
         return outcome
 

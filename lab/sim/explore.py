@@ -24,6 +24,7 @@ from lab.sim.invariants import Observation
 from lab.sim.model import SHAPES
 from lab.sim.parked import ParkedWorld
 from lab.sim.readings import WINDOW_MODES
+from lab.sim.sagas import SagaWorld
 from lab.sim.sessions import SessionWorld
 from lab.sim.variants import Variant
 from lab.sim.world import (
@@ -262,6 +263,27 @@ CONFIGS["small-session-unbounded"] = SimConfig(
     session=True,
 )
 
+# Sagas (issue 46, lab.sim.sagas): a saga instance started by m0, a reply that reaches it
+# through the reply header, a message to itself that completes it and then a second starting
+# message for it (a new id, the same correlation: a client's retry under a new key); m1 is
+# for an instance nobody starts. Two copies of each client message, two invocations at once,
+# a cleanup pass at any point, faults at every storage operation.
+CONFIGS["small-saga"] = SimConfig(
+    name="small-saga",
+    shape="single",
+    messages=2,
+    copies=2,
+    concurrency=2,
+    sweeps=1,
+    duplicates=1,
+    waits=1,
+    saga=True,
+)
+# The same with the endpoints' rows, the instances' included, in PostgreSQL (its model).
+CONFIGS["small-saga-postgres"] = replace(
+    CONFIGS["small-saga"], name="small-saga-postgres", store="postgres"
+)
+
 # The same small configurations for every window mode (``small-processed_messages``, ...):
 # bounded timing keeps the whole run inside the dedup window (``SimConfig.window``). The
 # unbounded one lets a stalled process wake up past the window: not part of the default
@@ -464,7 +486,17 @@ class Reduction:
 def _world_type(config: SimConfig) -> type[World]:
     if config.session:
         return SessionWorld
+    if config.saga:
+        return SagaWorld
     return ParkedWorld if config.parked else World
+
+
+def _reference_world(config: SimConfig) -> type[World] | None:
+    """The world of a fault-free run: the phase's own where its app is its own (sessions,
+    sagas), else ``World``'s (the parked phase's messages are simply processed there)."""
+    if config.session:
+        return SessionWorld
+    return SagaWorld if config.saga else None
 
 
 _references: dict[tuple[object, ...], Observation] = {}
@@ -482,10 +514,11 @@ async def reference_for(config: SimConfig) -> Observation:
         config.at_most_once,
         config.session,
         config.session_rollbacks,
+        config.saga,
     )
     if key not in _references:
         clock = ManualClock()
-        world_type = SessionWorld if config.session else None
+        world_type = _reference_world(config)
         _references[key] = await reference_run(
             config, MemoryStorageAccount(clock=clock), clock, world_type=world_type
         )
@@ -541,6 +574,7 @@ async def simulate(
         foreign_origins_own=variant is not None and variant.foreign_origins_own,
         covered=covered,
         **_session_parts(variant),
+        receiver_class=None if variant is None else variant.receiver,
         prepared=prepared,
     )
     if isinstance(world, ParkedWorld) and variant is not None and variant.poison_margin is not None:

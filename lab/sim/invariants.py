@@ -52,6 +52,15 @@ the entity-outbox map inside the ``state`` row) are read as well:
   it no token is left and the dedup data is down to what ``ModeReading.beyond_window`` allows:
   no ``processed|`` row, no entry in any entity-outbox map, and of each state-based stream
   only the head version with its index row.
+- The saga phase (``lab.sim.sagas``; ``check_sagas``), against the fault-free run's
+  instances and audit outcomes: NoResurrectedInstance, an instance the fault-free run
+  completed ends as its completed marker, started by the same message (not live again, not
+  completed a second time, not gone: nothing retires a marker within a run);
+  NoUnstartedInstance, no instance exists that no starting message started there;
+  NoProcessingAfterCompletion, no message for a completed instance is processed (its audit
+  row says ``processed``); SagaNotFoundOnce, every message the fault-free run acknowledged as
+  ``saga_not_found`` has exactly one audit row, with that outcome, and no message it
+  processed ends so. The saga's outputs are judged by ConsistentOutput as any handler's.
 """
 
 from __future__ import annotations
@@ -89,9 +98,16 @@ NO_PAYLOAD_READ_BY_COPIES = "NoPayloadReadByCopies"
 NO_MISREAD_MESSAGES = "NoMisreadMessages"
 EFFECTS_APPLIED_ONCE = "EffectsAppliedOnce"
 EFFECTS_AT_MOST_ONCE = "EffectsAppliedAtMostOnce"
+NO_RESURRECTED_INSTANCE = "NoResurrectedInstance"
+NO_UNSTARTED_INSTANCE = "NoUnstartedInstance"
+NO_PROCESSING_AFTER_COMPLETION = "NoProcessingAfterCompletion"
+SAGA_NOT_FOUND_ONCE = "SagaNotFoundOnce"
 UNEXPECTED_ERROR = "UnexpectedError"
 """Not an invariant of the design: a simulated process raised something other than the
 project's own errors, i.e. a bug in the code under test."""
+NOT_FOUND = "saga_not_found"
+PROCESSED = "processed"
+"""The outcome of an audit row that names none (``AuditRecord.outcome``)."""
 INVARIANTS = (
     NO_DUPLICATED_PROCESSING,
     NO_GHOST_MESSAGES,
@@ -108,6 +124,10 @@ INVARIANTS = (
     NO_MISREAD_MESSAGES,
     EFFECTS_APPLIED_ONCE,
     EFFECTS_AT_MOST_ONCE,
+    NO_RESURRECTED_INSTANCE,
+    NO_UNSTARTED_INSTANCE,
+    NO_PROCESSING_AFTER_COMPLETION,
+    SAGA_NOT_FOUND_ONCE,
 )
 
 
@@ -128,6 +148,24 @@ class Delivery:
     cause: str
     message_id: str
     destination: str | None
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A saga instance's row at the end of a run (``lab.sim.sagas``)."""
+
+    completed: bool
+    started_by: str
+    """The id of the message that started it (``SagaRow.started_by``)."""
+
+
+@dataclass(frozen=True)
+class Ended:
+    """One audit row of a saga's message: its instance and its outcome (``processed`` for a
+    row without one)."""
+
+    partition: str
+    outcome: str
 
 
 @dataclass
@@ -169,6 +207,10 @@ class Observation:
     """endpoint -> partition -> its state's data, for apps without journals (``observe``)."""
     requests: dict[str, list[str]] = field(default_factory=dict)
     """The session phase: how each send of each request ended (``lab.sim.sessions``)."""
+    instances: dict[str, dict[str, Instance]] = field(default_factory=dict)
+    """The saga phase: endpoint -> instance (partition) -> its row at the end."""
+    outcomes: dict[str, dict[str, list[Ended]]] = field(default_factory=dict)
+    """The saga phase: endpoint -> message id -> what each of its audit rows says."""
 
     def expected(self) -> dict[tuple[str, str], Applied]:
         """(endpoint, logical name) -> what the handler applied."""
@@ -471,6 +513,114 @@ def _at_most_once(run: Observation, ledger: list[tuple[str, str]]) -> list[Viola
 
 def _at_most_once_broken(detail: str) -> Violation:
     return Violation(EFFECTS_AT_MOST_ONCE, detail)
+
+
+def check_sagas(run: Observation, reference: Observation) -> list[Violation]:
+    """The saga phase's invariants: each endpoint's instances and its messages' audit
+    outcomes against the fault-free run's. Starting messages are named by their logical
+    names (``Observation.names``); the messages that found no instance, which no journal
+    records, by their ids, which a run draws as the fault-free one does."""
+    found: list[Violation] = []
+    for endpoint, wanted in sorted(reference.instances.items()):
+        got = run.instances.get(endpoint, {})
+        for partition in sorted(wanted.keys() | got.keys()):
+            found += _instance(
+                f"{endpoint} instance {partition!r}",
+                wanted.get(partition),
+                got.get(partition),
+                reference.names(),
+                run.names(),
+            )
+        found += _outcomes(
+            endpoint,
+            reference.outcomes.get(endpoint, {}),
+            run.outcomes.get(endpoint, {}),
+            {p for p, instance in wanted.items() if instance.completed},
+        )
+    return found
+
+
+def _instance(
+    where: str,
+    wanted: Instance | None,
+    got: Instance | None,
+    reference_names: Mapping[str, str],
+    names: Mapping[str, str],
+) -> list[Violation]:
+    """One instance's row at the end against the fault-free run's."""
+    if wanted is None:
+        if got is None:
+            return []
+        return [
+            Violation(
+                NO_UNSTARTED_INSTANCE,
+                f"{where} exists (started by {names.get(got.started_by, got.started_by)}), "
+                "though no starting message starts it",
+            )
+        ]
+    expected = reference_names.get(wanted.started_by, wanted.started_by)
+    starter = None if got is None else names.get(got.started_by, got.started_by)
+    if not wanted.completed:
+        if got is None or got.completed or starter != expected:
+            wrong = f"{where} is not the live instance {expected} started"
+            return [Violation(NO_LOST_MESSAGES, wrong)]
+        return []
+    if got is None:
+        # Nothing retires a completed marker within a run: the cleanup's retention of
+        # markers (BUS_SAGA_RETENTION_SECONDS) outlasts it.
+        return [Violation(NO_RESURRECTED_INSTANCE, f"{where}: its completed marker is gone")]
+    if not got.completed:
+        return [Violation(NO_RESURRECTED_INSTANCE, f"{where} is live again, started by {starter}")]
+    if starter != expected:
+        return [
+            Violation(
+                NO_RESURRECTED_INSTANCE,
+                f"{where} was started again by {starter} and completed again (the first "
+                f"instance was started by {expected})",
+            )
+        ]
+    return []
+
+
+def _outcomes(
+    endpoint: str,
+    wanted: Mapping[str, list[Ended]],
+    got: Mapping[str, list[Ended]],
+    completed: set[str],
+) -> list[Violation]:
+    """SagaNotFoundOnce and NoProcessingAfterCompletion, message by message."""
+    found: list[Violation] = []
+    for message_id in sorted(wanted.keys() | got.keys()):
+        outcomes = [e.outcome for e in got.get(message_id, [])]
+        expected = [e.outcome for e in wanted.get(message_id, [])]
+        if expected != [NOT_FOUND]:
+            if NOT_FOUND in outcomes:
+                found.append(
+                    Violation(
+                        SAGA_NOT_FOUND_ONCE,
+                        f"{endpoint} acknowledged {message_id} as {NOT_FOUND}; the fault-free "
+                        f"run's outcome is {expected or 'none'}",
+                    )
+                )
+            continue
+        partition = wanted[message_id][0].partition
+        if PROCESSED in outcomes and partition in completed:
+            found.append(
+                Violation(
+                    NO_PROCESSING_AFTER_COMPLETION,
+                    f"{endpoint} processed {message_id}, a message for completed instance "
+                    f"{partition!r}",
+                )
+            )
+        elif outcomes != [NOT_FOUND]:
+            found.append(
+                Violation(
+                    SAGA_NOT_FOUND_ONCE,
+                    f"{endpoint}'s audit rows of {message_id}, for no live instance "
+                    f"({partition!r}), say {outcomes or 'nothing'}: one {NOT_FOUND} is wanted",
+                )
+            )
+    return found
 
 
 def _root(name: str) -> str:

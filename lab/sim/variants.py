@@ -25,8 +25,11 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
+from pydantic import BaseModel
+
 from lab.sim.model import Version
 from shared.bus.app import Mode
+from shared.bus.context import HandlerContext
 from shared.bus.envelope import TOKEN_NAME, Envelope, token_prefix
 from shared.bus.ingress import INGRESS_ROW, SCOPE_SEPARATOR
 from shared.bus.modes.entity_outbox import StateEntity
@@ -34,10 +37,14 @@ from shared.bus.modes.processed_table import PROCESSED_PREFIX
 from shared.bus.modes.state_based import INDEX_PREFIX, VERSION_PREFIX
 from shared.bus.outgoing import CreatedTokens, send_signals
 from shared.bus.payloads import payload_name
+from shared.bus.pipeline import Outcome
 from shared.bus.poison import NEVER_EXPIRES
+from shared.bus.receiver import Receiver
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
+from shared.bus.saga import SAGA_ROW_TYPE, SagaRow, SagaTurn
 from shared.bus.session import Session
 from shared.bus.session_records import SESSION_PREFIX, SessionRecord
+from shared.bus.state.base import StateRow, StateWrite
 from shared.bus.state.rows import EndpointRows
 from shared.cleanup.base import CleanupContext, CleanupTask, clear_prefix
 from shared.cleanup.report import TaskReport
@@ -123,6 +130,9 @@ class Variant:
     production's (a subclass in the lab)."""
     session_task: Callable[[str], CleanupTask] | None = None
     """The session phase: the cleanup's sessions task instead of production's."""
+    receiver: type[Receiver] | None = None
+    """The saga phase: the saga endpoint's token-mode receiver instead of production's (a
+    subclass in the lab)."""
 
 
 class _Blobs(DelegatingBlobContainer):
@@ -1031,6 +1041,75 @@ SESSION_TOKENS_BEFORE_RECORD = Variant(
     session_task=_TokensBeforeRecord,
 )
 
+# -- sagas (the saga phase, lab.sim.sagas) ------------------------------------------------------
+
+
+def _marker_as_delete(op: TableOperation) -> TableOperation | None:
+    """A write of a saga instance's completed marker becomes the row's delete."""
+    if isinstance(op, Delete) or op.entity.row_key != STATE_ROW:
+        return op
+    entity = op.entity
+    if entity.get("type") != SAGA_ROW_TYPE:
+        return op
+    if not SagaRow.decode(str(entity["data"]), "a saga's commit").completed:
+        return op
+    etag = op.etag if isinstance(op, Update) else None
+    return Delete(entity.partition_key, STATE_ROW, etag)
+
+
+SAGA_COMPLETION_DELETES = Variant(
+    "saga-completion-deletes",
+    "saga: a completion replaces the instance's row by its completed marker, not by nothing",
+    wrap=lambda account: _Account(account, table=_rewriting(_marker_as_delete)),
+)
+
+
+class _MarkerIgnoredByStarters(Receiver):
+    """A starting message takes a completed marker for no instance and starts one over it."""
+
+    def _turn(self, envelope: Envelope, stored: StateRow | None) -> SagaTurn | None:
+        turn = super()._turn(envelope, stored)
+        saga = self.endpoint.saga
+        if turn is None or saga is None or turn.row is None or not turn.row.completed:
+            return turn
+        if self.endpoint.current_name(envelope.type) not in saga.started_by:
+            return turn
+        return SagaTurn("instance", None, self.endpoint.state_type())
+
+
+SAGA_MARKER_IGNORED = Variant(
+    "saga-marker-ignored",
+    "saga: a starting message for a completed instance is saga_not_found (the marker is an "
+    "instance, ended)",
+    receiver=_MarkerIgnoredByStarters,
+)
+
+
+class _NotFoundWritesState(Receiver):
+    """A message that found no instance writes the default state all the same."""
+
+    def _state_write(
+        self,
+        envelope: Envelope,
+        turn: SagaTurn | None,
+        state: BaseModel,
+        context: HandlerContext[Any] | None,
+        stored: StateRow | None,
+    ) -> tuple[StateWrite | None, Outcome]:
+        write, outcome = super()._state_write(envelope, turn, state, context, stored)
+        if turn is None or turn.role != "not_found":
+            return write, outcome
+        row = SagaRow(state=state.model_dump(mode="json"), started_by=envelope.id)
+        expected = None if stored is None else stored.version
+        return StateWrite(envelope.partition_key, SAGA_ROW_TYPE, row.to_json(), expected), outcome
+
+
+SAGA_NOT_FOUND_WRITES = Variant(
+    "saga-not-found-writes",
+    "saga: a message that finds no instance writes nothing of it",
+    receiver=_NotFoundWritesState,
+)
+
 VARIANTS = {
     v.name: v
     for v in (
@@ -1077,5 +1156,8 @@ VARIANTS = {
         SESSION_KEY_IGNORED,
         SESSION_NOT_RESENT,
         SESSION_TOKENS_BEFORE_RECORD,
+        SAGA_COMPLETION_DELETES,
+        SAGA_MARKER_IGNORED,
+        SAGA_NOT_FOUND_WRITES,
     )
 }

@@ -83,6 +83,7 @@ from shared.bus.ingress import INGRESS_ROW, record_key
 from shared.bus.origin import Origin
 from shared.bus.outgoing import ORIGIN_METADATA
 from shared.bus.poison import replay
+from shared.bus.receiver import Receiver
 from shared.bus.session import Session
 from shared.bus.state.base import EndpointState
 from shared.bus.state.instrumented import InstrumentedSql
@@ -255,6 +256,10 @@ class SimConfig:
     web requests, each committing a row of its own and the messages it sends through a
     transactional session of the first endpoint (``shared.bus.session``), under its
     idempotency key; the others are token-mode receivers."""
+    saga: bool = False
+    """The saga phase (``lab.sim.sagas.SagaWorld``): the first endpoint is a saga whose
+    instance starts, takes a reply, completes and then meets a second starting message; the
+    client's second message is for an instance nobody starts."""
     session_rollbacks: int = 0
     """The session phase: this many of the last requests fail inside their session's block
     (the request raises after its writes and sends), so it rolls back and sends nothing."""
@@ -284,6 +289,10 @@ class SimConfig:
             raise ConfigurationError("scheduled client sends queue no extra copies: copies=1")
         if self.session and (not self.client_sends or self.apps != 1):
             raise ConfigurationError("the session phase's requests are client sends: client_sends")
+        if self.saga and (self.client_sends or self.apps != 1 or self.mode != "token"):
+            raise ConfigurationError(
+                "the saga phase is one app in token mode whose client sends come before the run"
+            )
         if (self.shared_key or self.legacy_record) and not self.client_sends:
             raise ConfigurationError(
                 "shared_key and legacy_record are about scheduled client sends: client_sends"
@@ -453,6 +462,8 @@ class World:
     """The session phase: the transactional session the requests open (a variant's)."""
     session_task: Callable[[str], CleanupTask] = SessionRecords
     """The session phase: the cleanup's sessions task (a variant's)."""
+    receiver_class: type[Receiver] | None = None
+    """The saga phase: the saga endpoint's receiver, if not production's (a variant's)."""
     trace: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -1305,6 +1316,7 @@ async def reference_run(
         window=config.window,
         at_most_once=config.at_most_once,
         session=config.session,
+        saga=config.saga,
         client_sends=1 if config.session else 0,
         session_rollbacks=config.session_rollbacks,
     )
