@@ -80,13 +80,13 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "receiver-state-without-etag",
-        "shared/bus/receiver.py",
+        "shared/bus/pipeline.py",
         "write, outcome = self._state_write(envelope, turn, state, context, stored)",
         # Guarded by whatever version is current just before the commit: a concurrent
         # message's update since this one read the state is overwritten.
         "write, outcome = self._state_write(envelope, turn, state, context, None if stored is "
-        "None else replace(stored, version=(await self.state_store.read("
-        "envelope.partition_key, envelope.id)).state.version))",
+        "None else __import__('dataclasses').replace(stored, version=(await "
+        "self.state_store.read(envelope.partition_key, envelope.id)).state.version))",
         "R5 writes the state without its ETag (lost update between messages of a partition)",
         first=("tests/sim/test_races.py",),
     ),
@@ -589,8 +589,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "pipeline-payload-read-before-claim",
         "shared/bus/pipeline.py",
-        "        incoming = Incoming(signal.token, envelope, found[0], delivery)\n",
-        "        incoming = Incoming(signal.token, envelope, found[0], delivery)\n"
+        "        incoming = Incoming(signal.token, envelope, model, delivery)\n",
+        "        incoming = Incoming(signal.token, envelope, model, delivery)\n"
         "        await self._body(incoming)\n",
         "a shared payload is read with its token, before token mode's claim and a window "
         "mode's duplicate check: every copy of a processed message downloads the body",
@@ -946,7 +946,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "saga-not-found-writes-state",
-        "shared/bus/receiver.py",
+        "shared/bus/pipeline.py",
         "            return None, Outcome.SAGA_NOT_FOUND",
         "            return StateWrite(envelope.partition_key, SAGA_ROW_TYPE, turn.row_after("
         "state, completed_at=None, message_id=envelope.id).to_json(), expected), "
