@@ -30,6 +30,7 @@ from shared.audit.summary import (
     ThroughputPoint,
     verdict_of,
 )
+from shared.bus.records import AUDIT_OUTCOMES
 
 Progress = Callable[[str], None]
 
@@ -119,7 +120,11 @@ def run_audit(
         audit_seen, ingress_seen = Observation("audit rows"), Observation("ingress rows")
         observed = checks.reconcile(
             checks.sent_deliveries(
-                audit.observe(audit_seen, *_row_metrics(checks.AUDIT_REQUIRED, "caused")),
+                audit.observe(
+                    audit_seen,
+                    *_row_metrics(checks.AUDIT_REQUIRED, "caused"),
+                    *_outcome_metrics(),
+                ),
                 ingress.observe(ingress_seen, *_row_metrics(checks.INGRESS_REQUIRED, "outgoing")),
             ),
             audit,
@@ -128,10 +133,14 @@ def run_audit(
             poisoned=poisoned,
         )
         flow_rows = checks.flow_graph(observed).collect()
-        audit_rows, audit_invalid = _observed(audit_seen, audit, checks.AUDIT_REQUIRED, "caused")
-        ingress_rows, ingress_invalid = _observed(
-            ingress_seen, ingress, checks.INGRESS_REQUIRED, "outgoing"
+        audit_metrics = _observed(
+            audit_seen, audit, [*_row_metrics(checks.AUDIT_REQUIRED, "caused"), *_outcome_metrics()]
         )
+        audit_rows, audit_invalid = _counts(audit_metrics)
+        ingress_rows, ingress_invalid = _counts(
+            _observed(ingress_seen, ingress, _row_metrics(checks.INGRESS_REQUIRED, "outgoing"))
+        )
+        outcomes = {o: int(audit_metrics.get(o) or 0) for o in AUDIT_OUTCOMES}
         invalid_count = audit_invalid + ingress_invalid
         if invalid_count and limit:
             invalid = checks.invalid_rows(audit, ingress)
@@ -243,6 +252,7 @@ def run_audit(
         throughput=points,
         flow=edges,
         timings=stages.timings,
+        outcomes={o: n for o, n in outcomes.items() if n},
     )
     summary.next_steps = next_steps(summary)
     return summary
@@ -256,18 +266,26 @@ def _row_metrics(required: tuple[str, ...], deliveries: str) -> list[Column]:
     ]
 
 
-def _observed(
-    observation: Observation, df: DataFrame, required: tuple[str, ...], deliveries: str
-) -> tuple[int, int]:
-    """(rows, invalid rows) an observation counted. An input Spark knows to be empty (an
-    empty account, a table nobody wrote yet) is pruned from the plan, so its metrics never
-    arrive (the JVM fails an assertion): those are counted by a job of their own, which
-    costs nothing on an empty input."""
+def _outcome_metrics() -> list[Column]:
+    """How many audit rows say each outcome (``AUDIT_OUTCOMES``): messages cancelled, and
+    saga messages that found no instance. Each is still its message's one processing."""
+    return [F.sum((F.col("outcome") == o).cast("long")).alias(o) for o in AUDIT_OUTCOMES]
+
+
+def _observed(observation: Observation, df: DataFrame, metrics: list[Column]) -> dict[str, Any]:
+    """The ``metrics`` an observation counted. An input Spark knows to be empty (an empty
+    account, a table nobody wrote yet) is pruned from the plan, so its metrics never arrive
+    (the JVM fails an assertion): those are counted by a job of their own, which costs
+    nothing on an empty input."""
     try:
-        metrics = observation.get
+        return dict(observation.get)
     except (Py4JJavaError, PySparkException):
-        row = df.agg(*_row_metrics(required, deliveries)).first()
-        metrics = {} if row is None else row.asDict()
+        row = df.agg(*metrics).first()
+        return {} if row is None else row.asDict()
+
+
+def _counts(metrics: dict[str, Any]) -> tuple[int, int]:
+    """(rows, invalid rows) of an input's metrics."""
     return int(metrics.get("rows") or 0), int(metrics.get("invalid") or 0)
 
 

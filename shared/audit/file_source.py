@@ -17,7 +17,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from shared.audit.rows import DELIVERY_COLUMNS
+from shared.audit.rows import DELIVERY_COLUMNS, LATER_AUDIT_COLUMNS
 from shared.audit.schema import (
     AUDIT_SCHEMA,
     DELIVERIES_SCHEMA,
@@ -57,7 +57,7 @@ def _read(
             return spark.createDataFrame([], schema)
         raise ConfigurationError(f"cannot read {file_format} files at {location}: {e}") from e
     missing = [f.name for f in schema.fields if f.name not in df.columns]
-    if missing and not optional:
+    if set(missing) - LATER_AUDIT_COLUMNS and not optional:
         raise ConfigurationError(f"{location} lacks the columns {', '.join(missing)}")
     # An export from before the audit verified poison messages lacks their signal's columns:
     # those stay null, so none of its entries can cover a delivery.

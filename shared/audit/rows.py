@@ -36,7 +36,13 @@ AUDIT_COLUMNS = (
     "sent_at",
     "processed_at",
     "caused",
+    "outcome",
 )
+"""``outcome``: what became of a message whose handler did not simply run (``cancelled``,
+``saga_not_found``; ``AuditRecord.outcome``), None for one processed as usual. Last, so that
+the columns before it keep their places; an export from before it has none (read as None)."""
+LATER_AUDIT_COLUMNS = frozenset({"outcome"})
+"""Audit columns an older export may lack: read as None."""
 INGRESS_COLUMNS = (
     "table",
     "idempotency_key",
@@ -109,6 +115,7 @@ def audit_row(table: str, partition_key: str, properties: Mapping[str, object]) 
         _time(properties.get("sent_at")),
         _time(properties.get("processed_at")),
         deliveries_of_audit(properties.get("caused")),
+        _text(properties.get("outcome")),
     )
 
 

@@ -135,6 +135,10 @@ class AuditSummary:
     """Seconds spent in each stage of the run."""
     next_steps: list[str] = field(default_factory=list)
     """What the operator does next, most urgent first (``shared.audit.next_steps``)."""
+    outcomes: dict[str, int] = field(default_factory=dict)
+    """Audit rows by outcome, those that occur: ``cancelled`` (scheduled messages cancelled
+    before they were delivered) and ``saga_not_found`` (a saga's messages that found no
+    instance). Each is its message's one processing, counted in ``processed`` too."""
 
     @property
     def dropped_events(self) -> int:
@@ -155,5 +159,6 @@ class AuditSummary:
             f"unverifiable_poison={self.unverifiable_poison}"
             + (f" poison_cut={sum(self.poison_cut.values())}" if self.poison_cut else "")
             + (f" dropped={self.dropped_events}" if self.dropped else "")
+            + "".join(f" {outcome}={n}" for outcome, n in sorted(self.outcomes.items()))
             + f" verdict={self.verdict}"
         )

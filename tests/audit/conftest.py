@@ -58,6 +58,7 @@ def audit(
     partition: str = "p1",
     table: str | None = None,
     mode: str = "token",
+    outcome: str | None = None,
 ) -> tuple[object, ...]:
     """An audit row in the column order of ``shared.audit.rows.AUDIT_COLUMNS``."""
     return (
@@ -73,6 +74,7 @@ def audit(
         at(sent),
         at(processed),
         caused(*sends),
+        outcome,
     )
 
 

@@ -404,3 +404,42 @@ def test_histogram_and_throughput_in_one_scan_match_the_separate_checks(spark: A
     }
     assert sum(histogram.values()) == 4
     assert sum(throughput.values()) == 5
+
+
+def test_cancelled_and_saga_not_found_rows_are_counted_as_their_messages_processing(
+    spark: Any,
+) -> None:
+    """A cancelled message's row and a saga's not-found row are each the one processing of
+    their message (neither lost nor doubled), and the audit counts them by outcome."""
+    from shared.audit.compute import AuditOptions, run_audit
+
+    rows, sends = clean_flow()
+    deadline = ("m9", "PaymentDue", "orders")
+    rows[0] = audit(
+        "orders", "m1", message_type="PlaceOrder", processed=1.0, sends=(*ORDERS_SENDS, deadline)
+    )
+    rows.append(
+        audit("orders", "m9", message_type="PaymentDue", sent=1, processed=2, outcome="cancelled")
+    )
+    rows.append(
+        audit(
+            "loyalty",
+            "m5",
+            message_type="PaymentReceived",
+            source="client",
+            processed=3,
+            outcome="saga_not_found",
+        )
+    )
+    sends.append(ingress("pay-1", ("m5", "PaymentReceived", "loyalty")))
+    audit_df, ingress_df = frames(spark, rows, sends)
+
+    summary = run_audit(audit_df, ingress_df, AuditOptions(as_of=at(3600)))
+
+    assert (summary.sent, summary.processed, summary.verdict) == (7, 7, "PASS")
+    assert summary.outcomes == {"cancelled": 1, "saga_not_found": 1}
+    assert "cancelled=1 saga_not_found=1 verdict=PASS" in summary.one_line()
+    clean, clean_sends = clean_flow()
+    plain = run_audit(*frames(spark, clean, clean_sends), AuditOptions(as_of=at(3600)))
+    assert plain.outcomes == {}
+    assert "cancelled" not in plain.one_line()
