@@ -7,9 +7,9 @@ client sends m0, a Start for instance ``k0``, and m1, a Pay for ``k1``, an insta
 starts; each is queued ``SimConfig.copies`` times. Then, each step the cause of the next:
 
 1. Start (m0) creates ``k0`` and sends Charge to ``second``;
-2. ``second`` replies Charged, correlated by a card and not by the order, so that only the
+2. ``second`` replies CardCharged, correlated by a card and not by the order, so that only the
    reply header brings it back to ``k0`` (the second message for the instance);
-3. Charged sends Ship to the saga itself; Ship completes the instance (the completing
+3. CardCharged sends Ship to the saga itself; Ship completes the instance (the completing
    message) and sends Closed to ``second``, carrying the instance's journal, which the
    completion removes from its row;
 4. ``second`` keeps that journal and sends a Start for ``k0`` again: a new message id with
@@ -73,7 +73,7 @@ class Charge(Command):
     path: str
 
 
-class Charged(Command):
+class CardCharged(Command):  # not "Charged": the effect configurations' answer has that name
     """``second``'s reply to Charge: its own correlation property is the card, whose
     partition no instance is, so the reply header alone brings it to the instance."""
 
@@ -122,8 +122,8 @@ def build_saga_app(suffix: str = "") -> SimApp:
     def pay(ctx: HandlerContext[Journal], message: Pay) -> None:
         record(ctx, message.request)
 
-    @saga.handles(Charged)
-    def charged(ctx: HandlerContext[Journal], message: Charged) -> None:
+    @saga.handles(CardCharged)
+    def charged(ctx: HandlerContext[Journal], message: CardCharged) -> None:
         record(ctx, message.path)
         ctx.send(Ship(key=ctx.partition_key, path=f"{message.path}>ship"), to=saga.name)
 
@@ -140,7 +140,7 @@ def build_saga_app(suffix: str = "") -> SimApp:
     @second.handles(Charge)
     def charge(ctx: HandlerContext[Journal], message: Charge) -> None:
         record(ctx, message.path)
-        ctx.reply(Charged(card=f"card-{message.key}", path=f"{message.path}>charged"))
+        ctx.reply(CardCharged(card=f"card-{message.key}", path=f"{message.path}>charged"))
 
     @second.handles(Closed)
     def closed(ctx: HandlerContext[Journal], message: Closed) -> None:
