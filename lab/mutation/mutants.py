@@ -964,6 +964,68 @@ MUTANTS: tuple[Mutant, ...] = (
         "type's partition, where no instance is, and is saga_not_found",
         first=("tests/bus/test_sagas.py", "tests/sim/test_sagas.py"),
     ),
+    # -- cancellation (issue 46, shared/bus/cancel.py, the receiver's CancelScheduled branch,
+    # a saga's pending timeouts) -------------------------------------------------------------
+    Mutant(
+        "cancel-claim-skipped",
+        "shared/bus/cancel.py",
+        "            await self._claim(token, outbox)  # C4",
+        "            pass  # C4",
+        "the canceller commits O(t) without claiming t's token (C4): a canceller that read the "
+        "token and stalled commits a fresh O(t) as cancelled after t was processed and retired",
+        first=("tests/bus/test_cancel.py", "tests/sim/test_cancels.py"),
+    ),
+    Mutant(
+        "cancel-commit-skipped",
+        "shared/bus/cancel.py",
+        "            await self._commit(envelope, outbox)  # C5",
+        "            pass  # C5",
+        "the canceller answers cancelled without committing O(t) (C5): t is delivered later "
+        "and processed",
+        first=("tests/bus/test_cancel.py", "tests/sim/test_cancels.py"),
+    ),
+    Mutant(
+        "cancel-sender-unchecked",
+        "shared/bus/cancel.py",
+        "        if command.sender != source:",
+        "        if False:",
+        "a CancelScheduled naming another endpoint's message is carried out: any endpoint (or "
+        "a forged signal) cancels messages it did not send",
+        first=("tests/bus/test_cancel_hostile.py", "tests/bus/test_cancel.py"),
+    ),
+    Mutant(
+        "receiver-cancel-branch-skipped",
+        "shared/bus/receiver.py",
+        "            if isinstance(message, CancelScheduled):",
+        "            if False:",
+        "the receiver runs a CancelScheduled as an ordinary message: no handler takes it, and "
+        "the message it names is never cancelled",
+        first=("tests/bus/test_cancel.py", "tests/sim/test_cancels.py"),
+    ),
+    Mutant(
+        "saga-handled-timeout-kept",
+        "shared/bus/saga.py",
+        "        gone = {message_id, *cancelled}",
+        "        gone = set(cancelled)",
+        "a timeout the instance handled stays among its pending timeouts",
+        first=("tests/bus/test_sagas.py",),
+    ),
+    Mutant(
+        "saga-cancelled-timeout-kept",
+        "shared/bus/saga.py",
+        "        gone = {message_id, *cancelled}",
+        "        gone = {message_id}",
+        "a timeout the instance cancelled stays among its pending timeouts",
+        first=("tests/bus/test_sagas.py",),
+    ),
+    Mutant(
+        "saga-complete-keeps-timeouts",
+        "shared/bus/context.py",
+        "                self.cancel(MessageHandle.model_validate(pending.handle))",
+        "                pass",
+        "completing an instance leaves its pending timeouts to fire (and find it completed)",
+        first=("tests/bus/test_sagas.py", "tests/sim/test_cancels.py"),
+    ),
     # -- in-memory stores ---------------------------------------------------------------------
     Mutant(
         "memory-table-etag-ignored",

@@ -66,6 +66,14 @@ and, in token mode, with up to one deviation and one fault:
     PostgreSQL (NoResurrectedInstance, NoUnstartedInstance, NoProcessingAfterCompletion,
     SagaNotFoundOnce), with up to one deviation and no fault, then no deviation and one
     fault;
+23. ``small-cancel`` and ``small-cancel-postgres``: cancellable scheduled messages
+    (``lab.sim.cancels``) racing their delivery as time makes them due: a saga's timeout
+    cancelled by its completion, a delayed message cancelled by ``ctx.cancel`` (both through
+    ``bus.CancelScheduled``) and a client's delayed message cancelled by its key
+    (``cancel_by_key``), with copies, a network duplicate, a late redelivery, a cleanup pass
+    and faults at every storage operation the cancels make, on Table Storage and PostgreSQL
+    (CancelOrProcessedOnce), with up to one deviation and no fault, then no deviation and
+    one fault;
 and then seeded random search over larger configurations in every mode for the rest of the
 time budget. With two cores the phases are dealt to two processes (``DEFAULT_PLAN``), each
 then searching its own random seeds. ``--mode`` keeps the phases and random runs of one mode.
@@ -145,6 +153,8 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-session-postgres", 0, 1),
         ("small-saga", 1, 0),
         ("small-saga-postgres", 0, 1),
+        ("small-cancel", 1, 0),
+        ("small-cancel-postgres", 0, 1),
     ),
     (
         ("small-sweep", 1, 1),
@@ -173,6 +183,8 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-session-postgres", 1, 0),
         ("small-saga", 0, 1),
         ("small-saga-postgres", 1, 0),
+        ("small-cancel", 0, 1),
+        ("small-cancel-postgres", 1, 0),
     ),
 )
 """The phases explored exhaustively before the random search, dealt to two processes so

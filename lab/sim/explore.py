@@ -18,6 +18,7 @@ from collections.abc import Callable, Collection, Hashable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from lab.sim.cancels import CancelWorld
 from lab.sim.choices import Chooser, DepthFirst, Replay, Seeded
 from lab.sim.claim_by_delete import ClaimByDelete
 from lab.sim.invariants import Observation
@@ -284,6 +285,40 @@ CONFIGS["small-saga-postgres"] = replace(
     CONFIGS["small-saga"], name="small-saga-postgres", store="postgres"
 )
 
+# Cancellation (issue 46, lab.sim.cancels): a saga's timeout, a Remind the saga sends with a
+# delay and keeps the handle of, and the client's delayed m1, each racing its cancel (the
+# completion, ctx.cancel through bus.CancelScheduled, the client's cancel by key) while time
+# passes and makes each due; two copies of m0, a network duplicate, a late redelivery, a
+# cleanup pass at any point, faults at every storage operation, the cancel's included.
+CONFIGS["small-cancel"] = SimConfig(
+    name="small-cancel",
+    shape="single",
+    messages=2,
+    copies=2,
+    concurrency=2,
+    sweeps=1,
+    duplicates=1,
+    waits=1,
+    saga=True,
+    cancel=True,
+)
+# The same with the endpoints' rows in PostgreSQL (its model).
+CONFIGS["small-cancel-postgres"] = replace(
+    CONFIGS["small-cancel"], name="small-cancel-postgres", store="postgres"
+)
+# Outside the timing assumptions: a process (a canceller among them) may stall before any
+# operation until the grace period and the audit retention have passed and a cleanup pass
+# has run. Not in the default plan; it shows what the cancel's token claim (C4) protects.
+CONFIGS["small-cancel-unbounded"] = replace(
+    CONFIGS["small-cancel"],
+    name="small-cancel-unbounded",
+    copies=1,
+    duplicates=0,
+    waits=0,
+    faults=ALL_FAULTS,
+    timing="unbounded",
+)
+
 # The same small configurations for every window mode (``small-processed_messages``, ...):
 # bounded timing keeps the whole run inside the dedup window (``SimConfig.window``). The
 # unbounded one lets a stalled process wake up past the window: not part of the default
@@ -486,6 +521,8 @@ class Reduction:
 def _world_type(config: SimConfig) -> type[World]:
     if config.session:
         return SessionWorld
+    if config.cancel:
+        return CancelWorld
     if config.saga:
         return SagaWorld
     return ParkedWorld if config.parked else World
@@ -496,6 +533,8 @@ def _reference_world(config: SimConfig) -> type[World] | None:
     sagas), else ``World``'s (the parked phase's messages are simply processed there)."""
     if config.session:
         return SessionWorld
+    if config.cancel:
+        return CancelWorld
     return SagaWorld if config.saga else None
 
 
@@ -515,6 +554,7 @@ async def reference_for(config: SimConfig) -> Observation:
         config.session,
         config.session_rollbacks,
         config.saga,
+        config.cancel,
     )
     if key not in _references:
         clock = ManualClock()
@@ -575,6 +615,7 @@ async def simulate(
         covered=covered,
         **_session_parts(variant),
         receiver_class=None if variant is None else variant.receiver,
+        canceller_class=None if variant is None else variant.canceller,
         prepared=prepared,
     )
     if isinstance(world, ParkedWorld) and variant is not None and variant.poison_margin is not None:

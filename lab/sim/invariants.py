@@ -61,6 +61,16 @@ the entity-outbox map inside the ``state`` row) are read as well:
   row says ``processed``); SagaNotFoundOnce, every message the fault-free run acknowledged as
   ``saga_not_found`` has exactly one audit row, with that outcome, and no message it
   processed ends so. The saga's outputs are judged by ConsistentOutput as any handler's.
+- The cancel phase (``lab.sim.cancels``; ``check_cancels``): CancelOrProcessedOnce, every
+  scheduled message a cancel races (each the fault-free run sends) ends with exactly one
+  audit row, saying ``cancelled``, or that it was processed (``processed``; a saga's timeout
+  that found its instance completed: ``saga_not_found``), never both and never neither; none
+  that an invocation processed ends ``cancelled``; each answer of the client's cancel agrees
+  with its message's audit row (``cancelled`` with ``cancelled``, ``processed`` with a
+  processed one); and no saga instance keeps a timeout pending that has ended, nor a
+  completed one any. Where stalled processes woke after the audit retention (unbounded
+  timing) a missing audit row is no violation, and an answer is judged by what the
+  invocations processed alone.
 """
 
 from __future__ import annotations
@@ -102,10 +112,12 @@ NO_RESURRECTED_INSTANCE = "NoResurrectedInstance"
 NO_UNSTARTED_INSTANCE = "NoUnstartedInstance"
 NO_PROCESSING_AFTER_COMPLETION = "NoProcessingAfterCompletion"
 SAGA_NOT_FOUND_ONCE = "SagaNotFoundOnce"
+CANCEL_OR_PROCESSED_ONCE = "CancelOrProcessedOnce"
 UNEXPECTED_ERROR = "UnexpectedError"
 """Not an invariant of the design: a simulated process raised something other than the
 project's own errors, i.e. a bug in the code under test."""
 NOT_FOUND = "saga_not_found"
+CANCELLED = "cancelled"
 PROCESSED = "processed"
 """The outcome of an audit row that names none (``AuditRecord.outcome``)."""
 INVARIANTS = (
@@ -128,6 +140,7 @@ INVARIANTS = (
     NO_UNSTARTED_INSTANCE,
     NO_PROCESSING_AFTER_COMPLETION,
     SAGA_NOT_FOUND_ONCE,
+    CANCEL_OR_PROCESSED_ONCE,
 )
 
 
@@ -166,6 +179,15 @@ class Ended:
 
     partition: str
     outcome: str
+
+
+@dataclass
+class CancelEnd:
+    """The audit rows of a message a cancel races (``lab.sim.cancels``)."""
+
+    endpoint: str
+    source: str
+    outcomes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -211,6 +233,18 @@ class Observation:
     """The saga phase: endpoint -> instance (partition) -> its row at the end."""
     outcomes: dict[str, dict[str, list[Ended]]] = field(default_factory=dict)
     """The saga phase: endpoint -> message id -> what each of its audit rows says."""
+    cancellable: dict[str, CancelEnd] = field(default_factory=dict)
+    """The cancel phase: message id -> the audit rows of each message a cancel races."""
+    answers: list[str] = field(default_factory=list)
+    """The cancel phase: what each of the client's cancels answered, in order."""
+    seen_processed: list[str] = field(default_factory=list)
+    """The cancel phase: ids of the raced messages an invocation processed, once a time."""
+    pending: dict[str, list[str]] = field(default_factory=dict)
+    """The cancel phase: the saga's instance (partition) -> its pending timeouts' ids."""
+    cancel_commands: set[str] = field(default_factory=set)
+    """The cancel phase: ids of the ``bus.CancelScheduled`` commands that were processed."""
+    audit_kept: bool = True
+    """False when audit rows may have expired during the run (stalls past the retention)."""
 
     def expected(self) -> dict[tuple[str, str], Applied]:
         """(endpoint, logical name) -> what the handler applied."""
@@ -538,6 +572,75 @@ def check_sagas(run: Observation, reference: Observation) -> list[Violation]:
             {p for p, instance in wanted.items() if instance.completed},
         )
     return found
+
+
+def check_cancels(run: Observation, reference: Observation, *, client: str) -> list[Violation]:
+    """CancelOrProcessedOnce: each raced message against the fault-free run's, the client's
+    answers against its message's audit rows, and the saga's pending timeouts."""
+    found: list[Violation] = []
+    for message_id in sorted(reference.cancellable.keys() | run.cancellable.keys()):
+        found += _raced(message_id, message_id in reference.cancellable, run)
+    ours = [m for m, end in run.cancellable.items() if end.source == client]
+    wanted = [m for m, end in reference.cancellable.items() if end.source == client]
+    for answer in run.answers:
+        for message_id in ours or wanted:
+            found += _answer(message_id, answer, run)
+    instances = {p: i for each in run.instances.values() for p, i in each.items()}
+    for partition, pending in sorted(run.pending.items()):
+        instance = instances.get(partition)
+        if pending and instance is not None and instance.completed:
+            found.append(_cancel_broken(f"completed instance {partition!r} keeps {pending}"))
+        found += [
+            _cancel_broken(f"instance {partition!r} keeps {m} pending, which ended {outcomes}")
+            for m in pending
+            if (outcomes := _outcomes_of(run, m))
+        ]
+    return found
+
+
+def _outcomes_of(run: Observation, message_id: str) -> list[str]:
+    end = run.cancellable.get(message_id)
+    return [] if end is None else end.outcomes
+
+
+def _cancel_broken(detail: str) -> Violation:
+    return Violation(CANCEL_OR_PROCESSED_ONCE, detail)
+
+
+def _raced(message_id: str, sent: bool, run: Observation) -> list[Violation]:
+    """One raced message's audit rows and what the invocations processed of it."""
+    end = run.cancellable.get(message_id)
+    outcomes = [] if end is None else end.outcomes
+    times = run.seen_processed.count(message_id)
+    found: list[Violation] = []
+    if not sent:
+        found.append(_cancel_broken(f"{message_id} ended {outcomes}: no fault-free run sends it"))
+    if len(outcomes) > 1:
+        found.append(_cancel_broken(f"{message_id} has audit rows saying {outcomes}"))
+    elif not outcomes and run.audit_kept:
+        found.append(_cancel_broken(f"{message_id} was neither processed nor cancelled"))
+    if times and CANCELLED in outcomes:
+        found.append(
+            _cancel_broken(f"{message_id} was processed, yet its audit row says cancelled")
+        )
+    if times > 1:
+        found.append(_cancel_broken(f"{message_id} was processed {times} times"))
+    return found
+
+
+def _answer(message_id: str, answer: str, run: Observation) -> list[Violation]:
+    """One answer of the client's cancel against what became of its message."""
+    end = run.cancellable.get(message_id)
+    outcomes = [] if end is None else end.outcomes
+    processed = message_id in run.seen_processed or any(o != CANCELLED for o in outcomes)
+    if answer == CANCELLED and not processed and (outcomes or not run.audit_kept):
+        return []
+    if answer == PROCESSED and processed:
+        return []
+    if answer == "not_found" and not outcomes and not run.audit_kept:
+        return []
+    became = "processed" if processed else f"audit rows {outcomes}"
+    return [_cancel_broken(f"the client's cancel of {message_id} answered {answer}: {became}")]
 
 
 def _instance(

@@ -21,6 +21,8 @@ class Invocation:
     """The shared payloads this invocation read (their names, once per read)."""
     handled: bool = False
     """A handler of the simulated app ran in this invocation."""
+    ran: list[str] = field(default_factory=list)
+    """Ids of the messages whose handlers of the cancel phase ran (``lab.sim.cancels``)."""
     outcome: Outcome | None = None
     """What the pipeline returned; None if it raised or has not returned yet."""
 

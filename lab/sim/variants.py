@@ -29,6 +29,7 @@ from pydantic import BaseModel
 
 from lab.sim.model import Version
 from shared.bus.app import Mode
+from shared.bus.cancel import Canceller
 from shared.bus.context import HandlerContext
 from shared.bus.envelope import TOKEN_NAME, Envelope, token_prefix
 from shared.bus.ingress import INGRESS_ROW, SCOPE_SEPARATOR
@@ -37,10 +38,10 @@ from shared.bus.modes.processed_table import PROCESSED_PREFIX
 from shared.bus.modes.state_based import INDEX_PREFIX, VERSION_PREFIX
 from shared.bus.outgoing import CreatedTokens, send_signals
 from shared.bus.payloads import payload_name
-from shared.bus.pipeline import Outcome
+from shared.bus.pipeline import IncomingToken, Outcome
 from shared.bus.poison import NEVER_EXPIRES
 from shared.bus.receiver import Receiver
-from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
+from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW, OutboxRecord
 from shared.bus.saga import SAGA_ROW_TYPE, SagaRow, SagaTurn
 from shared.bus.session import Session
 from shared.bus.session_records import SESSION_PREFIX, SessionRecord
@@ -71,12 +72,16 @@ from shared.stores.queue import MessageQueue, QueueMessage
 from shared.stores.table import (
     Delete,
     Entity,
+    Page,
     Table,
     TableOperation,
     Update,
     normalise_entity,
     operation_key,
 )
+
+CANCELLED = "cancelled"
+"""The outcome of O(t) and the audit row a cancel commits."""
 
 AccountWrapper = Callable[[StorageAccount], StorageAccount]
 
@@ -133,6 +138,9 @@ class Variant:
     receiver: type[Receiver] | None = None
     """The saga phase: the saga endpoint's token-mode receiver instead of production's (a
     subclass in the lab)."""
+    canceller: type[Canceller] | None = None
+    """The cancel phase: the client's canceller instead of production's (a subclass in the
+    lab)."""
 
 
 class _Blobs(DelegatingBlobContainer):
@@ -1110,6 +1118,88 @@ SAGA_NOT_FOUND_WRITES = Variant(
     receiver=_NotFoundWritesState,
 )
 
+# -- cancellation (the cancel phase, lab.sim.cancels) -------------------------------------------
+
+
+def _cancels(operations: Sequence[TableOperation]) -> bool:
+    """Whether a transaction is a cancel's C5: it inserts an audit row saying cancelled."""
+    return any(
+        not isinstance(op, Delete)
+        and op.entity.row_key.startswith(AUDIT_PREFIX)
+        and op.entity.get("outcome") == CANCELLED
+        for op in operations
+    )
+
+
+class _CancelUncommitted(_Table):
+    """A cancel's commit of O(t) and its audit row is reported done and never written."""
+
+    async def transact(self, operations: Sequence[TableOperation]) -> list[str | None]:
+        if _cancels(operations):
+            return [None] * len(operations)
+        return await self.inner.transact(operations)
+
+
+CANCEL_UNCOMMITTED = Variant(
+    "cancel-uncommitted",
+    "cancel: the canceller answers cancelled only once O(t) is committed saying so (C5)",
+    wrap=lambda account: _Account(account, table=_CancelUncommitted),
+)
+
+
+class _ClaimlessCanceller(Canceller):
+    """Skips C4: commits O(t) without claiming t's token first."""
+
+    async def _claim(self, token: IncomingToken, outbox: OutboxRecord) -> None:
+        return
+
+
+CANCEL_WITHOUT_CLAIM = Variant(
+    "cancel-without-claim",
+    "cancel: the canceller claims t's token (C4) before it commits O(t)",
+    canceller=_ClaimlessCanceller,
+)
+
+
+def _cancel_unread(entity: Entity) -> Entity:
+    """O(t) committed by a cancel, as a reader that ignores the cancel sees it: claimed."""
+    if not entity.row_key.startswith(OUTBOX_PREFIX) or entity.get("outcome") != CANCELLED:
+        return entity
+    kept = {k: v for k, v in entity.properties.items() if k not in ("committed_at", "outcome")}
+    return Entity(entity.partition_key, entity.row_key, {**kept, "status": "claimed"})
+
+
+class _CancelIgnored(_Table):
+    """The receiver reads a committed cancelled O(t) as one still claimed, and so runs t."""
+
+    async def get(self, partition_key: str, row_key: str) -> Entity:
+        return _cancel_unread(await self.inner.get(partition_key, row_key))
+
+    async def query(
+        self,
+        *,
+        partition_key: str | None = None,
+        row_key_prefix: str | None = None,
+        row_keys: Sequence[str] | None = None,
+        page_size: int = 1000,
+        continuation: str | None = None,
+    ) -> Page:
+        page = await self.inner.query(
+            partition_key=partition_key,
+            row_key_prefix=row_key_prefix,
+            row_keys=row_keys,
+            page_size=page_size,
+            continuation=continuation,
+        )
+        return dataclasses.replace(page, entities=[_cancel_unread(e) for e in page.entities])
+
+
+RECEIVER_IGNORES_CANCEL = Variant(
+    "cancel-ignored-by-receiver",
+    "cancel: a receiver that finds O(t) committed as cancelled runs nothing of t",
+    wrap=lambda account: _Account(account, table=_CancelIgnored),
+)
+
 VARIANTS = {
     v.name: v
     for v in (
@@ -1159,5 +1249,8 @@ VARIANTS = {
         SAGA_COMPLETION_DELETES,
         SAGA_MARKER_IGNORED,
         SAGA_NOT_FOUND_WRITES,
+        CANCEL_UNCOMMITTED,
+        CANCEL_WITHOUT_CLAIM,
+        RECEIVER_IGNORES_CANCEL,
     )
 }

@@ -76,10 +76,11 @@ from lab.sim.scheduler import REAL_STORE_TIMEOUT, Process, Scheduler
 from lab.sim.variants import endpoint_modes, incoming_token
 from shared.bus import Bus, BusConfig, Command, Message, RetryPolicy
 from shared.bus.app import Mode, Store
+from shared.bus.cancel import Canceller
 from shared.bus.deliveries import decode_signals, first_format
 from shared.bus.effects import PERFORMER_ENDPOINT
 from shared.bus.envelope import Signal
-from shared.bus.ingress import INGRESS_ROW, record_key
+from shared.bus.ingress import INGRESS_ROW, IngressClient, record_key
 from shared.bus.origin import Origin
 from shared.bus.outgoing import ORIGIN_METADATA
 from shared.bus.poison import replay
@@ -260,6 +261,10 @@ class SimConfig:
     """The saga phase (``lab.sim.sagas.SagaWorld``): the first endpoint is a saga whose
     instance starts, takes a reply, completes and then meets a second starting message; the
     client's second message is for an instance nobody starts."""
+    cancel: bool = False
+    """The cancel phase (``lab.sim.cancels.CancelWorld``, with ``saga``): scheduled messages
+    (a saga's timeout, a handler's delayed send, a client's delayed send) race their cancels
+    (the saga's completion, ``ctx.cancel``, the client's cancel by key)."""
     session_rollbacks: int = 0
     """The session phase: this many of the last requests fail inside their session's block
     (the request raises after its writes and sends), so it rolls back and sends nothing."""
@@ -293,6 +298,8 @@ class SimConfig:
             raise ConfigurationError(
                 "the saga phase is one app in token mode whose client sends come before the run"
             )
+        if self.cancel and not self.saga:
+            raise ConfigurationError("the cancel phase's app is a saga's: saga=True")
         if (self.shared_key or self.legacy_record) and not self.client_sends:
             raise ConfigurationError(
                 "shared_key and legacy_record are about scheduled client sends: client_sends"
@@ -356,7 +363,9 @@ class RunResult:
 
 @dataclass(frozen=True)
 class Action:
-    kind: Literal["step", "start", "land", "tick", "sweep", "duplicate", "send", "operator"]
+    kind: Literal[
+        "step", "start", "land", "tick", "sweep", "duplicate", "send", "operator", "cancel"
+    ]
     weight: float
     process: Process | None = None
     queue: str = ""
@@ -464,6 +473,8 @@ class World:
     """The session phase: the cleanup's sessions task (a variant's)."""
     receiver_class: type[Receiver] | None = None
     """The saga phase: the saga endpoint's receiver, if not production's (a variant's)."""
+    canceller_class: type[Canceller] | None = None
+    """The cancel phase: the client's canceller, if not production's (a variant's)."""
     trace: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -670,8 +681,7 @@ class World:
             return  # the client sends are scheduled processes
         client = setup_bus.client(CLIENT)
         for number in range(self.config.messages):
-            message, to = self._initial(number)
-            await client.submit(message, to=to, idempotency_key=f"m{number}")
+            await self._send_initial(client, number)
         for endpoint in self.endpoints:
             queue = self.account.queue(endpoint)
             for signal in await queue.peek(32):
@@ -695,6 +705,11 @@ class World:
             metadata = (await tokens.get_properties(token)).metadata
             await tokens.set_metadata(token, {**metadata, ORIGIN_METADATA: origin})
         await self.account.queue(self.sim.entry).clear()
+
+    async def _send_initial(self, client: IngressClient, number: int) -> None:
+        """The client sends initial message ``number`` before the run."""
+        message, to = self._initial(number)
+        await client.submit(message, to=to, idempotency_key=f"m{number}")
 
     def after_setup(self) -> Prepared:
         """What ``setup`` left behind besides the account (call it right after ``setup``)."""
@@ -1317,6 +1332,7 @@ async def reference_run(
         at_most_once=config.at_most_once,
         session=config.session,
         saga=config.saga,
+        cancel=config.cancel,
         client_sends=1 if config.session else 0,
         session_rollbacks=config.session_rollbacks,
     )
