@@ -8,8 +8,8 @@ Start for instance ``k0``, and m1, a Remind to ``second`` due ``DELAY`` later (q
 1. Start (m0) creates ``k0``, requests a timeout (Deadline, due ``DELAY`` later, kept among
    the instance's pending timeouts), sends a Remind to ``second`` due as late, keeping its
    handle in its state, and sends Charge to ``second``;
-2. ``second`` replies Charged;
-3. Charged cancels the Remind by its handle (``ctx.cancel``: a ``bus.CancelScheduled`` to
+2. ``second`` replies CardCharged;
+3. CardCharged cancels the Remind by its handle (``ctx.cancel``: a ``bus.CancelScheduled`` to
    ``second``), completes the instance (which cancels the Deadline, another
    ``CancelScheduled``, to the saga itself) and sends Closed, carrying the instance's journal.
 
@@ -42,7 +42,7 @@ from lab.sim.invariants import (
     check_sagas,
 )
 from lab.sim.model import ENDPOINTS, Journal, SimApp, Start, Version, record
-from lab.sim.sagas import Charge, Charged, Closed, Ledger, SagaWorld
+from lab.sim.sagas import CardCharged, Charge, Closed, Ledger, SagaWorld
 from lab.sim.world import CLIENT, Action
 from shared.bus import BusApp, Command, HandlerContext
 from shared.bus.cancel import Canceller, Target
@@ -108,8 +108,8 @@ def build_cancel_app(suffix: str = "") -> SimApp:
             ctx.state.reminder = handle
         ctx.send(Charge(key=message.key, path=f"{message.request}>charge"), to=second.name)
 
-    @saga.handles(Charged)
-    def charged(ctx: HandlerContext[Journal], message: Charged) -> None:
+    @saga.handles(CardCharged)
+    def charged(ctx: HandlerContext[Journal], message: CardCharged) -> None:
         record(ctx, message.path)
         if isinstance(ctx.state, Reminders) and ctx.state.reminder is not None:
             ctx.cancel(ctx.state.reminder)
@@ -133,7 +133,7 @@ def build_cancel_app(suffix: str = "") -> SimApp:
     @second.handles(Charge)
     def charge(ctx: HandlerContext[Journal], message: Charge) -> None:
         record(ctx, message.path)
-        ctx.reply(Charged(card=f"card-{message.key}", path=f"{message.path}>charged"))
+        ctx.reply(CardCharged(card=f"card-{message.key}", path=f"{message.path}>charged"))
 
     @second.handles(Closed)
     def closed(ctx: HandlerContext[Journal], message: Closed) -> None:

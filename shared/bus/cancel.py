@@ -172,9 +172,14 @@ class Canceller:
         else:
             await self._commit(envelope, outbox)  # C5
             result = CancelResult.CANCELLED
-        if name != outbox.incoming_token:
+        if name != outbox.incoming_token or result is CancelResult.CANCELLED:
             # Another token of t (the receiver deletes such a copy after R6, as here): the
             # cleanup's R7 deletes only O(t)'s own, and a claimed one nobody deletes would stay.
+            # And t's own, once cancelled: R7 waits for nothing on a record with no outputs.
+            # The cleanup would delete it in its pass, but the sender's record is judged in the
+            # same pass, before or after, and a claimed token under the sender's prefix keeps
+            # that record one pass longer (an abandoned token of t the cancel claimed: the
+            # simulator's small-cancel with one fault).
             with contextlib.suppress(NotFound):
                 await self.tokens.delete(name)
         return result

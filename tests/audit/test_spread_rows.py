@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from shared.audit.rows import audit_row
+from shared.audit.rows import AUDIT_COLUMNS, audit_row
 from shared.bus.records import AuditRecord
 from shared.clock import to_datetime
 from shared.stores.spread import spread
@@ -40,10 +40,13 @@ def spread_audit_properties() -> dict[str, object]:
     return {"PartitionKey": "p1", "RowKey": entity.row_key, **written.properties}
 
 
+CAUSED = AUDIT_COLUMNS.index("caused")
+
+
 def test_a_spread_caused_list_is_read_whole() -> None:
     row = audit_row("orders", "p1", spread_audit_properties())
 
-    deliveries = row[-1]
+    deliveries = row[CAUSED]
     assert isinstance(deliveries, list)
     assert len(deliveries) == DELIVERIES
     assert deliveries[-1]["destination"] == f"subscriber{DELIVERIES - 1:03d}"
@@ -55,5 +58,5 @@ def test_a_caused_list_missing_a_part_reads_as_invalid_not_as_fewer_deliveries()
 
     row = audit_row("orders", "p1", properties)
 
-    assert row[-1] is None  # the audit reports the row invalid
+    assert row[CAUSED] is None  # the audit reports the row invalid
     assert row[3] == "m1"  # and still names it
