@@ -91,6 +91,15 @@ async def test_single_faults_keep_every_invariant() -> None:
         assert summary.schedules == BOUND
 
 
+async def test_a_cancelled_token_leaves_nothing_for_a_second_cleanup_pass() -> None:
+    """A schedule the exhaustive one-fault phase found: before a cancel deleted the token it
+    cancelled, the token and its record outlived the final cleanup pass (BoundedResidue),
+    the record waiting for the cleanup's R7 of a token nothing else would delete sooner."""
+    result = await replay("small-cancel:" + "0." * 31 + "1")
+
+    assert [str(v) for v in result.violations] == []
+
+
 async def test_a_message_due_before_its_cancel_is_processed_and_the_cancel_says_so() -> None:
     """Time passes before anything runs (m1 is due) and m1's invocation runs before the
     client's cancel: m1 is processed once, and the cancel answers processed."""
