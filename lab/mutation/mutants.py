@@ -104,9 +104,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "abandoned.extend(o.token for o in created.committed_candidates)\n        raise",
         "raise",
         "after a commit with an unknown outcome, its tokens are not recorded as abandoned",
-        equivalent="nothing reads O(m)'s abandoned list: the cleanup lists the message's "
-        "sender-scoped token prefix and judges every token by its origin row, so tokens of a "
-        "round that did not commit are removed after the grace period either way",
+        equivalent="the cleanup reads O(m)'s abandoned list only to choose whether to list "
+        "the message's sender-scoped token prefix when O(m) committed no output; listed or "
+        "not, every token is judged by its origin row (an O(m) gone proves it was never "
+        "committed), so tokens of a round that did not commit are removed after the grace "
+        "period either way",
         first=("tests/bus/test_round_commit.py",),
     ),
     Mutant(
@@ -434,6 +436,16 @@ MUTANTS: tuple[Mutant, ...] = (
         '        return "outbox_records"',
         "the cleanup deletes token(a) (R7) and retires O(m) before its outputs are received: "
         "a round that crashed before its signals loses them",
+    ),
+    Mutant(
+        "cleanup-outputs-unlisted",
+        "shared/cleanup/outbox_records.py",
+        "    return not record.outgoing and not record.abandoned",
+        "    return not record.abandoned",
+        "a committed O(m) is retired without listing its prefix although it committed "
+        "outputs: R7 and the retirement no longer wait for them to be received, and a round "
+        "that crashed before its signals loses them",
+        first=("tests/cleanup/test_cleanup_job.py", "tests/sim/test_races.py"),
     ),
     Mutant(
         "cleanup-retire-without-r7",

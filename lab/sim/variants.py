@@ -473,6 +473,26 @@ R7_BEFORE_OUTPUTS = Variant(
 )
 
 
+class _OutputsUnlisted(_Blobs):
+    """Listed under a sender's prefix (the cleanup's question whether O(m)'s outputs were
+    received), the container shows nothing: as if O(m) went unlisted even when it committed
+    outputs, where production skips the listing only for an O(m) that committed none."""
+
+    async def list(self, prefix: str = "") -> AsyncIterator[BlobProperties]:
+        if TOKEN_PREFIX.fullmatch(prefix):
+            return
+        async for blob in super().list(prefix):
+            yield blob
+
+
+OUTPUTS_UNLISTED = Variant(
+    "outputs-unlisted",
+    "cleanup: a committed O(m) is retired without listing its prefix only when it committed "
+    "no output",
+    wrap=lambda account: _Account(account, blobs=_OutputsUnlisted),
+)
+
+
 class _IncomingKept(_Blobs):
     """A batch delete of blobs whatever their ETag (the cleanup's R7) answers that each was
     deleted, and deletes none."""
@@ -1215,6 +1235,7 @@ VARIANTS = {
         NO_CLEANUP_FENCE,
         RETIRED_BEFORE_R7,
         R7_BEFORE_OUTPUTS,
+        OUTPUTS_UNLISTED,
         RETIRED_WITHOUT_R7,
         R7_SKIPS_WINDOW_SENDERS,
         NO_PROCESSED_ROW,

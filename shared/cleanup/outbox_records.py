@@ -2,6 +2,13 @@
 claimed and no abandoned one is left under its prefix, its incoming token deleted first (R7,
 which the receiver leaves to the cleanup); an uncommitted one only once its incoming token is
 gone.
+
+A committed O(m) that lists no outputs and no abandoned tokens (a handler that sent nothing,
+in a round that left nothing it knows of) is retired without listing its prefix: it has no
+output to wait for, and a token some other round of it left there unrecorded was never
+committed, which the tokens task (``shared.cleanup.abandoned_tokens``) proves by this very
+O(m)'s absence and deletes after the grace period. That saves a List Blobs, the dearest
+request the cleanup makes, for every such message.
 """
 
 from __future__ import annotations
@@ -109,12 +116,23 @@ class OutboxRecords(CleanupTask):
         if not context.is_old(record.committed_at):
             report.kept["young"] += 1
             return None
+        if _knows_no_tokens(record):
+            return "outbox_records"
         committed = {o.token for o in record.outgoing}
         prefix = token_prefix(self.endpoint, record.message_id)
         if await clear_prefix(context, prefix, committed, report):
             report.kept["outputs_in_flight"] += 1
             return None
         return "outbox_records"
+
+
+def _knows_no_tokens(record: OutboxRecord) -> bool:
+    """Whether a committed O(m) may go without listing its prefix: it committed no token, so
+    none of its outputs can still be in flight, and it records none abandoned (those it knows
+    of are cleared here, in the same pass, as before). Any token under its prefix is then one
+    no round committed, since the committing round's are in ``outgoing``: the tokens task
+    deletes it once O(m) is gone, whose absence proves that (``shared.cleanup.origins``)."""
+    return not record.outgoing and not record.abandoned
 
 
 @dataclass(frozen=True)

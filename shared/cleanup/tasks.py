@@ -9,8 +9,10 @@ signalled is deleted (design notes section 3):
 - a committed O(m) is retired once every token it committed is gone or claimed (consumed
   or received, so signalled) and no abandoned one is left under its prefix; its incoming
   token is deleted first (R7, which the receiver leaves to the cleanup:
-  ``shared.bus.receiver``). An uncommitted O(m) is retired only once its incoming token is
-  gone;
+  ``shared.bus.receiver``). One that committed no output and records no abandoned token
+  goes without looking under its prefix: nothing of it can be in flight, and its absence
+  then proves a token left there uncommitted. An uncommitted O(m) is retired only once its
+  incoming token is gone;
 - an ingress record is removed only after its window, and only once its tokens are gone;
   so is a transactional session's record O(s), once the cleanup has signalled what its
   request left unsignalled; an open one is removed after the grace period
@@ -60,8 +62,10 @@ def standard_tasks(
     completed instances' of the sagas in ``sagas``.
 
     The job runs them side by side; none waits on another, since the outbox and ingress
-    tasks delete the abandoned tokens under their own records' prefixes themselves. A sweep
-    (``lab.cleanup.sweep``) runs them in this order."""
+    tasks delete the abandoned tokens under their own records' prefixes themselves (but for
+    an O(m) that committed no output and knows of none abandoned, whose strays the tokens
+    task deletes, in the same pass or the next). A sweep (``lab.cleanup.sweep``)
+    runs them in this order."""
     modes = dict(endpoints) if isinstance(endpoints, Mapping) else dict.fromkeys(endpoints, "token")
     names = sorted(modes)
     tasks: list[CleanupTask] = [AbandonedTokens()]

@@ -19,6 +19,7 @@ from shared.bus.records import outbox_row
 from shared.cleanup.abandoned_tokens import AbandonedTokens
 from shared.cleanup.checkpoint import TASK_PARTITION, Checkpoints, LeaseLost
 from shared.cleanup.job import endpoint_modes, run_cleanup
+from shared.cleanup.outbox_records import OutboxRecords
 from shared.cleanup.report import CleanupReport
 from shared.cleanup.settings import CleanupSettings
 from shared.cleanup.tasks import standard_tasks
@@ -160,6 +161,81 @@ async def test_a_create_landing_after_its_record_retired_is_removed_after_the_gr
     old = await clean(harness, settings(grace_seconds=600), ahead=601)
     assert old.removed() == {"abandoned_tokens": 1}
     assert await harness.tokens() == []
+
+
+async def test_a_record_that_committed_no_output_goes_unlisted_and_a_stray_token_still_goes(
+    backend: Backend,
+) -> None:
+    """A handler that sends nothing commits an O(m) with no outputs and no abandoned tokens:
+    the outbox task retires it without listing its prefix (a List Blobs saved per message).
+    A token some other round of the message left there unrecorded (its create landed, its
+    round never committed) is then the tokens task's, which finds O(m) gone: proof it was
+    never committed."""
+    # Given a message whose handler sent nothing, and a stray token of another of its rounds
+    harness, names = await new_flow(backend, publish=False, charge=False)
+    await place_order(harness, names)
+    await harness.run_until_quiet()
+    [record] = await harness.outbox_records(names.orders)
+    assert (record.outgoing, record.abandoned) == ((), ())
+    stray = token_name(names.orders, record.message_id, fresh_id(), fresh_id(), b"{}")
+    origin = Origin(names.orders, record.partition_key, outbox_row(record.message_id))
+    await harness.raw.blob_container(harness.config.tokens_container).create(
+        stray, b"{}", {"claim": "", "origin": origin.encode()}
+    )
+    counting = InstrumentedAccount(harness.raw)
+
+    # When the outbox task alone runs
+    outbox = await run_cleanup(
+        counting,
+        endpoint_modes(harness.app),
+        rows=harness.cleanup_rows(counting),
+        config=replace(harness.config, clock=lambda: harness.config.clock() + 2),
+        settings=settings(),
+        tasks=[OutboxRecords(names.orders)],
+    )
+
+    # Then it retires O(m) and deletes its incoming token (R7) without a listing
+    assert outbox.removed() == {"incoming_tokens": 1, "outbox_records": 1}
+    assert "blob.list" not in counting.instrumentation.kinds_since(0)
+    assert await harness.tokens() == [stray]
+    # And the tokens task, finding O(m) gone, deletes the stray token
+    tokens = await clean(harness, settings())
+    assert tokens.removed() == {"abandoned_tokens": 1}
+    assert await residue(harness) == (0, 0)
+
+
+async def test_a_record_with_an_output_still_lists_its_prefix(backend: Backend) -> None:
+    """An O(m) that committed an output is retired only once that output is claimed or gone,
+    which a listing of its prefix shows; the listing also clears what other rounds left."""
+    harness, names = await new_flow(backend, publish=False)
+    await place_order(harness, names)
+    await harness.run_until_quiet()
+    [record] = await harness.outbox_records(names.orders)
+    stray = token_name(names.orders, record.message_id, fresh_id(), fresh_id(), b"{}")
+    origin = Origin(names.orders, record.partition_key, outbox_row(record.message_id))
+    await harness.raw.blob_container(harness.config.tokens_container).create(
+        stray, b"{}", {"claim": "", "origin": origin.encode()}
+    )
+    counting = InstrumentedAccount(harness.raw)
+
+    report = await run_cleanup(
+        counting,
+        endpoint_modes(harness.app),
+        rows=harness.cleanup_rows(counting),
+        config=replace(harness.config, clock=lambda: harness.config.clock() + 2),
+        settings=settings(),
+        tasks=[OutboxRecords(names.orders)],
+    )
+
+    prefix = f"{harness.config.tokens_container}/{token_prefix(names.orders, record.message_id)}"
+    listings = [op.target for op in counting.instrumentation.operations if op.kind == "blob.list"]
+    assert listings == [prefix]
+    assert report.removed() == {
+        "abandoned_tokens": 1,
+        "incoming_tokens": 1,
+        "outbox_records": 1,
+    }
+    assert stray not in await harness.tokens()
 
 
 async def test_tokens_of_a_client_that_crashed_before_its_record_are_removed(
@@ -595,7 +671,9 @@ async def test_the_heartbeat_keeps_a_lease_through_a_page_longer_than_the_lease(
 async def test_a_request_that_fails_leaves_its_record_for_the_next_pass_not_the_page(
     backend: Backend,
 ) -> None:
-    harness, names = await new_flow(backend, publish=False, charge=False)
+    # Orders charges a card for each order: its records have an output, so the task lists
+    # each one's prefix (a record that committed none is retired without a listing).
+    harness, names = await new_flow(backend, publish=False)
     for order in "abc":
         await place_order(harness, names, order)
     await harness.run_until_quiet()

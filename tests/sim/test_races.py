@@ -16,6 +16,7 @@ from lab.sim.variants import (
     INGRESS_ONE_NAMESPACE,
     LOST_UPDATE,
     NO_CLEANUP_FENCE,
+    OUTPUTS_UNLISTED,
     R7_BEFORE_OUTPUTS,
     RETIRED_BEFORE_R7,
     RETIRED_WITHOUT_R7,
@@ -248,6 +249,15 @@ async def test_r7_by_the_cleanup_before_the_outputs_are_received_is_caught() -> 
     that committed and crashed before its signals would otherwise have its token deleted and
     O(m) retired, and the redelivery acknowledge a message whose outputs nobody signals."""
     result = await first_violation("small-redelivery", R7_BEFORE_OUTPUTS, deviations=0, faults=1)
+
+    assert "NoLostMessages" in invariants(result)
+
+
+async def test_an_outbox_record_retired_unlisted_although_it_has_outputs_is_caught() -> None:
+    """The cleanup retires an O(m) without listing its prefix only when it committed no
+    output: one that has outputs and goes unlisted loses the output of a round that committed
+    and crashed before its signal (the redelivery after the pass is a duplicate)."""
+    result = await first_violation("small-redelivery", OUTPUTS_UNLISTED, deviations=0, faults=1)
 
     assert "NoLostMessages" in invariants(result)
 
