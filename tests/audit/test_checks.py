@@ -440,6 +440,7 @@ def test_cancelled_and_saga_not_found_rows_are_counted_as_their_messages_process
     assert summary.outcomes == {"cancelled": 1, "saga_not_found": 1}
     assert "cancelled=1 saga_not_found=1 verdict=PASS" in summary.one_line()
     clean, clean_sends = clean_flow()
-    plain = run_audit(*frames(spark, clean, clean_sends), AuditOptions(as_of=at(3600)))
+    clean_audit, clean_ingress = frames(spark, clean, clean_sends)
+    plain = run_audit(clean_audit, clean_ingress, AuditOptions(as_of=at(3600)))
     assert plain.outcomes == {}
     assert "cancelled" not in plain.one_line()
