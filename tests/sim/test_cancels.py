@@ -8,9 +8,9 @@ from __future__ import annotations
 from lab.sim.__main__ import DEFAULT_PLAN
 from lab.sim.explore import CONFIGS, exhaustive, replay
 from lab.sim.invariants import (
+    BOUNDED_RESIDUE,
     CANCEL_OR_PROCESSED_ONCE,
     CANCELLED,
-    NO_LOST_MESSAGES,
     CancelEnd,
     Instance,
     Observation,
@@ -136,21 +136,23 @@ async def caught(variant: Variant, config: str, invariant: str, faults: int = 0)
 
 
 async def test_a_cancel_answered_without_its_commit_is_caught() -> None:
-    """The client is told cancelled; the message is then delivered and processed."""
+    """The client is told cancelled, and the cancel deletes the token it believes it
+    cancelled: the message is then neither processed nor cancelled (lost)."""
     result = await caught(CANCEL_UNCOMMITTED, "small-cancel", CANCEL_OR_PROCESSED_ONCE)
 
     assert not any(result.decisions)  # the default schedule
     assert result.observation.answers == [CANCELLED]
-    assert result.observation.seen_processed
+    assert not result.observation.seen_processed
+    assert any("neither processed nor cancelled" in v.detail for v in result.violations)
 
 
 async def test_a_receiver_that_ignores_a_cancelled_record_is_caught() -> None:
-    """It runs the cancelled message, whose commit the cancel's audit row then refuses time
-    after time: the message is parked."""
-    result = await caught(RECEIVER_IGNORES_CANCEL, "small-cancel", NO_LOST_MESSAGES)
+    """Its reads show a cancelled O(t) as claimed and not committed, and so do the
+    cleanup's: the cancelled records are never retired."""
+    result = await caught(RECEIVER_IGNORES_CANCEL, "small-cancel", BOUNDED_RESIDUE)
 
     assert not any(result.decisions)
-    assert any("poison queue" in v.detail for v in result.violations)
+    assert any("outbox records left" in v.detail for v in result.violations)
 
 
 async def test_a_cancel_without_its_claim_is_caught_when_it_stalls() -> None:
