@@ -328,10 +328,15 @@ def plan_refused(options: Options, orders: Mapping[str, int]) -> list[Request]:
 async def send_refused(
     host: HostProcess, requests: list[Request], options: Options, clients: Clients
 ) -> None:
-    """Each request of ``plan_refused``, once answered below 500: its status recorded."""
+    """Each request of ``plan_refused``, once answered below 500: its status recorded. An
+    order sent again under another key is skipped when its own client gave up on it: it may
+    never have committed, and the second request would then place it (rightly) instead of
+    being refused."""
     deadline = time.monotonic() + options.timeout
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
         for request in requests:
+            if request.key.removeprefix("again-") in clients.abandoned:
+                continue
             answered = await answer(session, host, request, clients, deadline)
             clients.refused[request.key] = 0 if answered is None else answered[0]
 
