@@ -167,16 +167,9 @@ class HandlerContext(Generic[S]):
             raise TypeError(f"send() takes a Command; publish() events ({type(command)!r})")
         due = due_time(self._now, delay, deliver_at)
         to = check_endpoint_name(to)
-        # Its position among the outputs fixes its message id, as the planner derives it.
-        index = len(self.outputs)
+        handle = self._handle_of_next(to, command.partition_key())
         self._add(PendingOutput(command, to, dict(headers or {}), trace_headers(), due))
-        return MessageHandle(
-            destination=to,
-            partition_key=command.partition_key(),
-            message_id=derived_id(self.envelope.id, "out", index, to),
-            sender=self.endpoint,
-            incoming_id=self.envelope.id,
-        )
+        return handle
 
     def cancel(self, handle: MessageHandle) -> None:
         """Cancel the message ``handle`` names once this message's processing commits: it is
@@ -212,16 +205,9 @@ class HandlerContext(Generic[S]):
         if not isinstance(message, Command):
             raise TypeError(f"request_timeout() takes a Command ({type(message)!r})")
         due = due_time(self._now, delay, deliver_at)
-        index = len(self.outputs)
+        handle = self._handle_of_next(self.endpoint, self.partition_key)
         output = PendingOutput(message, self.endpoint, {}, trace_headers(), due, self.partition_key)
         self._add(output)
-        handle = MessageHandle(
-            destination=self.endpoint,
-            partition_key=self.partition_key,
-            message_id=derived_id(self.envelope.id, "out", index, self.endpoint),
-            sender=self.endpoint,
-            incoming_id=self.envelope.id,
-        )
         timeout = PendingTimeout(
             message_id=handle.message_id,
             type=message.type_name(),
@@ -277,6 +263,17 @@ class HandlerContext(Generic[S]):
         for pending in (*self._pending, *self.requested_timeouts):
             if pending.message_id not in self.cancelled and pending.message_id != self.message_id:
                 self.cancel(MessageHandle.model_validate(pending.handle))
+
+    def _handle_of_next(self, to: str, partition_key: str) -> MessageHandle:
+        """The handle of the output about to be added, sent to ``to`` in ``partition_key``:
+        its position among the outputs fixes its message id, as the planner derives it."""
+        return MessageHandle(
+            destination=to,
+            partition_key=partition_key,
+            message_id=derived_id(self.envelope.id, "out", len(self.outputs), to),
+            sender=self.endpoint,
+            incoming_id=self.envelope.id,
+        )
 
     def _instance_only(self, what: str) -> None:
         if self._saga != "instance":
