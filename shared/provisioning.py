@@ -39,4 +39,8 @@ async def provision(
             await accounts[role].blob_container(container).create_if_missing()
         for table in held.tables:
             await accounts[role].table(table).create_if_missing()
-    return ProvisionReport(resources.queue_names, resources.container_names, resources.table_names)
+    return ProvisionReport(
+        resources.queue_names,
+        [*resources.container_names, *resources.rows_containers],
+        resources.table_names,
+    )

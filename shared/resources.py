@@ -97,6 +97,13 @@ class Resources:
     containers: dict[str, str]
     tables: dict[str, str]
     endpoints: tuple[str, ...]
+    blob_endpoints: tuple[str, ...] = ()
+    """The endpoints that keep their rows as blob documents (``store="blob"``): each has its
+    rows container (``rows_container``) in the state account."""
+
+    @property
+    def rows_containers(self) -> list[str]:
+        return [rows_container(e) for e in self.blob_endpoints]
 
     @property
     def queue_names(self) -> list[str]:
@@ -114,7 +121,7 @@ class Resources:
             MESSAGING: RoleResources(
                 self.queue_names, self.container_names, list(self.tables.values())
             ),
-            STATE: RoleResources([], [], list(self.endpoints)),
+            STATE: RoleResources([], self.rows_containers, list(self.endpoints)),
         }
 
     @property
@@ -145,6 +152,15 @@ def check_endpoint_name(name: str) -> str:
     return name
 
 
+ROWS_SUFFIX = "-rows"
+
+
+def rows_container(endpoint: str) -> str:
+    """The container of a ``store="blob"`` endpoint's documents, in the state account, as its
+    table would be: ``<endpoint>-rows`` (no shared or app container ends so)."""
+    return check_container_name(f"{endpoint}{ROWS_SUFFIX}")
+
+
 def load_resources(path: Path = RESOURCES_FILE) -> Resources:
     if not path.exists():
         raise ConfigurationError(
@@ -156,11 +172,12 @@ def load_resources(path: Path = RESOURCES_FILE) -> Resources:
         containers = {str(k): check_container_name(str(v)) for k, v in raw["containers"].items()}
         tables = {str(k): check_table_name(str(v)) for k, v in raw["tables"].items()}
         endpoints = tuple(check_endpoint_name(str(e)) for e in raw["endpoints"])
+        blob_endpoints = tuple(check_endpoint_name(str(e)) for e in raw.get("blobEndpoints", []))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ConfigurationError(f"cannot read resource names from {path}: {e}") from e
     if len(set(endpoints)) != len(endpoints):
         raise ConfigurationError(f"{path}: endpoint names must be unique")
-    return Resources(containers, tables, endpoints)
+    return Resources(containers, tables, endpoints, _blob_endpoints(endpoints, blob_endpoints))
 
 
 def check_app_name(name: str | None) -> str | None:
@@ -200,9 +217,12 @@ def performer_endpoint(app_name: str | None) -> str:
     return check_endpoint_name((check_app_name(app_name) or "") + PERFORMER)
 
 
-def resources_for(endpoints: Iterable[str], app_name: str | None = None) -> Resources:
+def resources_for(
+    endpoints: Iterable[str], app_name: str | None = None, blob_endpoints: Iterable[str] = ()
+) -> Resources:
     """The resources of an app with these endpoint names (``BusApp.endpoints``) and this name
-    (``app_name_of``): the shared containers, and the app's own containers and tables."""
+    (``app_name_of``): the shared containers, and the app's own containers and tables;
+    ``blob_endpoints`` those of them that keep their rows as blob documents."""
     names = tuple(check_endpoint_name(e) for e in endpoints)
     tables = app_tables(app_name)
     clashing = sorted(set(names) & set(tables.values()))
@@ -210,7 +230,20 @@ def resources_for(endpoints: Iterable[str], app_name: str | None = None) -> Reso
         raise ConfigurationError(
             f"endpoints {clashing} have the names of the app's own tables: rename them"
         )
-    return Resources({**SHARED_CONTAINERS, **app_containers(app_name)}, tables, names)
+    return Resources(
+        {**SHARED_CONTAINERS, **app_containers(app_name)},
+        tables,
+        names,
+        _blob_endpoints(names, blob_endpoints),
+    )
+
+
+def _blob_endpoints(endpoints: tuple[str, ...], blob_endpoints: Iterable[str]) -> tuple[str, ...]:
+    chosen = tuple(sorted(set(blob_endpoints)))
+    unknown = sorted(set(chosen) - set(endpoints))
+    if unknown:
+        raise ConfigurationError(f"blob endpoints {unknown} are not endpoints of the app")
+    return chosen
 
 
 class NamedResources(Protocol):
@@ -235,9 +268,12 @@ class NamedResources(Protocol):
     def actions_table(self) -> str: ...
 
 
-def resources_of(config: NamedResources, endpoints: Iterable[str]) -> Resources:
+def resources_of(
+    config: NamedResources, endpoints: Iterable[str], blob_endpoints: Iterable[str] = ()
+) -> Resources:
     """The resources of a bus running on ``config``'s names with these endpoints' queues and
-    tables: what a test, a bench or the simulator provisions for the bus it builds."""
+    tables (and rows containers of ``blob_endpoints``): what a test, a bench or the simulator
+    provisions for the bus it builds."""
     containers = {
         "tokens": config.tokens_container,
         "topics": config.topics_container,
@@ -247,17 +283,20 @@ def resources_of(config: NamedResources, endpoints: Iterable[str]) -> Resources:
         "audits": config.audits_container,
     }
     tables = {"ingress": config.ingress_table, "actions": config.actions_table}
-    return Resources(containers, tables, tuple(endpoints))
+    names = tuple(endpoints)
+    return Resources(containers, tables, names, _blob_endpoints(names, blob_endpoints))
 
 
 def resources_json(resources: Resources) -> str:
     """The text of ``infra/resources.json`` for ``resources`` (what ``bus resources`` prints)."""
-    document = {
+    document: dict[str, object] = {
         "$comment": FILE_COMMENT,
         "containers": resources.containers,
         "tables": resources.tables,
         "endpoints": list(resources.endpoints),
     }
+    if resources.blob_endpoints:
+        document["blobEndpoints"] = list(resources.blob_endpoints)
     return json.dumps(document, indent=2) + "\n"
 
 
@@ -269,6 +308,7 @@ def check_resources_file(expected: Resources, path: Path = RESOURCES_FILE) -> No
         *_difference("endpoints", expected.endpoints, found.endpoints),
         *_difference("containers", expected.container_names, found.container_names),
         *_difference("tables", expected.table_names, found.table_names),
+        *_difference("blob endpoints", expected.blob_endpoints, found.blob_endpoints),
     ]
     if differences:
         raise ConfigurationError(

@@ -99,7 +99,11 @@ class Worker:
         self.http = wire_performer(app, self.app_config, self.state_account)
         """The session of the performer's calls to the app's services (None: it declares
         none); added before the resources, so its queue and table are provisioned too."""
-        self.resources: Resources = resources_for(app.endpoints, self.app_config.app_name)
+        self.resources: Resources = resources_for(
+            app.endpoints,
+            self.app_config.app_name,
+            [e.name for e in app.endpoints.values() if e.store == "blob"],
+        )
         self.wrappers = wrappers or Wrappers()
         self._given_account = account
         self._account: StorageAccount | None = None

@@ -37,7 +37,7 @@ stream and replays duplicates through the deterministic handler; ``entity_outbox
 outbox map inside the state entity; ``processed_messages`` inserts one row per processed
 message. All share the transport, the handler API and the outgoing side."""
 MODES: tuple[Mode, ...] = typing.get_args(Mode)
-Store = Literal["table", "postgres"]
+Store = Literal["table", "postgres", "cosmos", "blob"]
 """Where an endpoint keeps its state, outbox records and audit rows (``docs/postgres.md``):
 its Table Storage table, or PostgreSQL (in every mode, the window modes' rows too), committed
 in one SQL transaction that a handler's own writes can join. Tokens, signals and recipient

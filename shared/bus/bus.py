@@ -20,7 +20,7 @@ from shared.bus.pipeline import Outcome, Pipeline
 from shared.bus.receiver import Receiver
 from shared.bus.session import Session
 from shared.bus.state.base import EndpointState
-from shared.bus.state.stores import SqlDatabase, endpoint_state
+from shared.bus.state.stores import DocumentDatabase, SqlDatabase, endpoint_state
 from shared.bus.subscriptions import handled_topics
 from shared.bus.topics import RecipientLists
 from shared.stores.account import StorageAccount
@@ -42,6 +42,7 @@ class Bus:
         *,
         sql: SqlDatabase | None = None,
         state: StorageAccount | None = None,
+        cosmos: DocumentDatabase | None = None,
     ) -> None:
         self.app = app
         self.account = account
@@ -50,6 +51,8 @@ class Bus:
         """Where table endpoints keep their rows (default: the messaging account)."""
         self.sql = sql
         """Where ``store="postgres"`` endpoints keep their rows (None: no such endpoint)."""
+        self.cosmos = cosmos
+        """Where ``store="cosmos"`` endpoints keep their documents (None: no such endpoint)."""
         self.config = config or BusConfig()
         self.topics = RecipientLists(
             account.blob_container(self.config.topics_container),
@@ -84,7 +87,14 @@ class Bus:
     def endpoint_state(self, endpoint: str) -> EndpointState:
         """Where ``endpoint`` keeps its state, O(m) and audit rows."""
         declared = self.app.get(endpoint)
-        return endpoint_state(declared.name, declared.store, self.state, self.sql)
+        return endpoint_state(
+            declared.name,
+            declared.store,
+            self.state,
+            self.sql,
+            self.cosmos,
+            blob_max_bytes=self.config.max_payload_bytes,
+        )
 
     async def receive(
         self,

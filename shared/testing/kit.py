@@ -42,6 +42,7 @@ from shared.stores.instrumented import (
     no_faults,
 )
 from shared.stores.memory import MemoryStorageAccount
+from shared.stores.memory.documents import MemoryDocumentDatabase
 from shared.stores.queue import QueueMessage
 from shared.testing.app_copy import copied_app, with_memory_performer
 from shared.testing.records import AuditEntry, Delivered, audit_entry, delivered, token_message
@@ -81,10 +82,15 @@ class BusKit:
             max_dequeue_count=MAX_DEQUEUE_COUNT,
         )
         sql = MemorySqlDatabase()
+        cosmos = MemoryDocumentDatabase()
         self._bus = Bus(
-            self.app, processing, self.config, sql=InstrumentedSql(sql, self.instrumentation)
+            self.app,
+            processing,
+            self.config,
+            sql=InstrumentedSql(sql, self.instrumentation),
+            cosmos=cosmos,
         )
-        self._reader = Bus(self.app, self.account, self.config, sql=sql)
+        self._reader = Bus(self.app, self.account, self.config, sql=sql, cosmos=cosmos)
         settings = QueueSettings(max_dequeue_count=MAX_DEQUEUE_COUNT, lease_seconds=LEASE_SECONDS)
         self._workers = {
             name: QueueWorker(processing, name, self._receiver(name), settings)
@@ -111,7 +117,11 @@ class BusKit:
         config = self.config
         await provision(
             self.account,
-            resources_of(config, (*self.app.endpoints, *self.app.routes.external)),
+            resources_of(
+                config,
+                (*self.app.endpoints, *self.app.routes.external),
+                [e.name for e in self.app.endpoints.values() if e.store == "blob"],
+            ),
         )
         await self._reader.subscribe_all()
 

@@ -28,7 +28,7 @@ from shared.bus.origin import Origin
 from shared.bus.outgoing import ORIGIN_METADATA
 from shared.bus.records import OUTBOX_PREFIX, STATE_ROW, outbox_row
 from shared.bus.state.memory_sql import MemorySqlDatabase
-from shared.bus.state.postgres_rows import decode_properties, encode_properties
+from shared.bus.state.properties import decode_properties, encode_properties
 from shared.bus.state.schema import SCHEMA
 from shared.bus.state.stores import PostgresDatabase
 from shared.cleanup.job import endpoint_modes, run_cleanup

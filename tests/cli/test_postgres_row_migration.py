@@ -18,7 +18,7 @@ import pytest
 from shared.bus.records import AuditRecord, OutboxRecord, OutgoingSignal, outbox_row
 from shared.bus.state.base import EndpointState, StateWrite
 from shared.bus.state.connection import PostgresSettings
-from shared.bus.state.postgres_rows import encode_properties
+from shared.bus.state.properties import encode_properties
 from shared.bus.state.rows import EndpointRows
 from shared.bus.state.schema import MIGRATIONS, SCHEMA, migrate, schema_version
 from shared.bus.state.stores import PostgresDatabase

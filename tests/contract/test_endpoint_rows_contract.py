@@ -17,6 +17,7 @@ from shared.bus.records import AuditRecord, OutboxRecord
 from shared.bus.state import rows as rows_module
 from shared.bus.state.base import EndpointState, StateWrite
 from shared.bus.state.connection import PostgresSettings
+from shared.bus.state.document_rows import DocumentRows
 from shared.bus.state.instrumented import InstrumentedSql
 from shared.bus.state.memory_sql import MemorySqlDatabase
 from shared.bus.state.rows import EndpointRows, TableRows
@@ -31,8 +32,10 @@ from shared.errors import (
 )
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
+from shared.stores.blob_documents import BlobDocuments
 from shared.stores.instrumented import Instrumentation
 from shared.stores.memory import MemoryStorageAccount
+from shared.stores.memory.documents import MemoryDocumentDatabase
 from shared.stores.names import MAX_ENTITY_BYTES
 from shared.stores.table import Delete, Entity, Insert, TableValue, Update, Upsert
 from tests.conftest import unique_name
@@ -48,6 +51,9 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
         "memory-sql",
         "instrumented-sql",
         pytest.param("postgres", marks=pytest.mark.postgres),
+        "memory-cosmos",
+        "memory-blob",
+        pytest.param("azurite-blob", marks=pytest.mark.azurite),
     ],
 )
 async def any_store(request: pytest.FixtureRequest) -> AsyncIterator[EndpointState]:
@@ -68,6 +74,22 @@ async def any_store(request: pytest.FixtureRequest) -> AsyncIterator[EndpointSta
         await account.close()
     elif request.param == "memory-sql":
         yield MemorySqlDatabase().endpoint_state(name)
+    elif request.param == "memory-cosmos":
+        yield EndpointState(DocumentRows(MemoryDocumentDatabase().endpoint_documents(name)))
+    elif request.param == "memory-blob":
+        container = MemoryStorageAccount().blob_container("rows")
+        await container.create_if_missing()
+        yield EndpointState(DocumentRows(BlobDocuments(container, name, 16 * 1024 * 1024)))
+    elif request.param == "azurite-blob":
+        endpoints = request.getfixturevalue("azurite")
+        account = AzureStorageAccount(
+            StorageSettings(connection_string=endpoints.connection_string)
+        )
+        container = account.blob_container(unique_name("rows"))
+        await container.create_if_missing()
+        yield EndpointState(DocumentRows(BlobDocuments(container, name, 16 * 1024 * 1024)))
+        await container.delete_container()
+        await account.close()
     elif request.param == "instrumented-sql":
         yield InstrumentedSql(MemorySqlDatabase(), Instrumentation()).endpoint_state(name)
     else:

@@ -22,7 +22,7 @@ from shared.bus.deliveries import OutgoingSignal
 from shared.bus.formats import FIRST
 from shared.bus.ingress import INGRESS_ROW, IngressClient
 from shared.bus.records import OutboxRecord
-from shared.bus.state.postgres_rows import encode_properties
+from shared.bus.state.properties import encode_properties
 from shared.bus.topics import RecipientLists
 from shared.clock import ManualClock
 from shared.stores.memory import MemoryStorageAccount

@@ -21,7 +21,7 @@ from shared.bus.ingress import INGRESS_ROW, ingress_version
 from shared.bus.pipeline import IncomingToken
 from shared.bus.poison import read_poison, unwrap
 from shared.bus.records import OutboxRecord, outbox_row
-from shared.bus.state.postgres_rows import decode_properties, encode_properties
+from shared.bus.state.properties import decode_properties, encode_properties
 from shared.clock import ManualClock
 from shared.errors import BusError, CorruptRecord, MalformedSignal, NewerVersion
 from shared.resources import poison_queue

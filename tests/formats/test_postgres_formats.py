@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from shared.bus.records import OutboxRecord, outbox_row
-from shared.bus.state.postgres_rows import decode_properties, encode_properties
+from shared.bus.state.properties import decode_properties, encode_properties
 from shared.bus.state.schema import SCHEMA
 from shared.cleanup.job import endpoint_modes, run_cleanup
 from shared.cleanup.settings import CleanupSettings

@@ -9,7 +9,7 @@ from typing import Any
 
 from shared.bus.deliveries import decode_signals
 from shared.bus.records import OutboxRecord
-from shared.bus.state.postgres_rows import decode_properties
+from shared.bus.state.properties import decode_properties
 from shared.stores.table import Entity
 from tests.formats.stored_v1 import CLAIM, FIXTURE, LATER, SECOND, examples
 from tests.formats.wire_v1 import DUE, INCOMING, OUT

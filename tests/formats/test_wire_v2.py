@@ -12,7 +12,7 @@ from shared.bus.formats import FIRST, metadata_version
 from shared.bus.ingress import ingress_version
 from shared.bus.poison import read_poison, unwrap
 from shared.bus.records import OutboxRecord
-from shared.bus.state.postgres_rows import decode_properties
+from shared.bus.state.properties import decode_properties
 from shared.stores.table import Entity
 from tests.formats import stored_v1, wire_v1
 from tests.formats.test_stored_v1 import entity

@@ -39,8 +39,8 @@ from shared.bus.state.damaged import OnDamaged, read_each
 from shared.bus.state.rows import EndpointRows, RowsTransaction
 from shared.stores.table import Entity, Insert, TableOperation, Update
 
-StoreKind = Literal["table", "postgres"]
-STORES: tuple[StoreKind, ...] = ("table", "postgres")
+StoreKind = Literal["table", "postgres", "cosmos", "blob"]
+STORES: tuple[StoreKind, ...] = ("table", "postgres", "cosmos", "blob")
 
 
 @dataclass(frozen=True)

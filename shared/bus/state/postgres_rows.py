@@ -11,11 +11,8 @@ through ``ctx.sql`` land with them or not at all.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
-from collections.abc import AsyncIterator, Mapping, Sequence
-from datetime import datetime
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from shared.bus.records import AuditRecord
@@ -28,6 +25,7 @@ from shared.bus.state.postgres import (
     transaction_on,
     translated,
 )
+from shared.bus.state.properties import decode_properties, encode_properties
 from shared.bus.state.rows import (
     EndpointRows,
     RowsTransaction,
@@ -40,57 +38,13 @@ from shared.bus.state.rows import (
 from shared.bus.state.schema import SCHEMA
 from shared.errors import (
     AlreadyExists,
-    CorruptRecord,
     NotFound,
     PreconditionFailed,
     TransactionFailed,
 )
-from shared.stores.table import Entity, Insert, TableOperation, TableValue, normalise_entity
+from shared.stores.table import Entity, Insert, TableOperation, normalise_entity
 
 _TABLE = f"{SCHEMA}.mode_rows"
-
-
-def encode_properties(properties: Mapping[str, TableValue]) -> str:
-    """Each property as [type, value], so that a datetime, bytes or a float come back as
-    they went in (JSON alone would turn them into strings or lose NaN)."""
-    encoded: dict[str, list[Any]] = {}
-    for name, value in properties.items():
-        if isinstance(value, bool):
-            encoded[name] = ["bool", value]
-        elif isinstance(value, int):
-            encoded[name] = ["int", value]
-        elif isinstance(value, float):
-            encoded[name] = ["float", repr(value)]
-        elif isinstance(value, datetime):
-            encoded[name] = ["datetime", value.isoformat()]
-        elif isinstance(value, bytes):
-            encoded[name] = ["bytes", base64.b64encode(value).decode("ascii")]
-        else:
-            encoded[name] = ["str", value]
-    return json.dumps(encoded)
-
-
-def decode_properties(text: str) -> dict[str, TableValue]:
-    try:
-        return {name: _decode(tag, value) for name, (tag, value) in json.loads(text).items()}
-    except (ValueError, TypeError, AttributeError) as e:
-        raise CorruptRecord(f"malformed row properties: {e}") from e
-
-
-def _decode(tag: str, value: Any) -> TableValue:
-    if tag == "bool":
-        return bool(value)
-    if tag == "int":
-        return int(value)
-    if tag == "float":
-        return float(value)
-    if tag == "datetime":
-        return datetime.fromisoformat(value)
-    if tag == "bytes":
-        return base64.b64decode(value)
-    if tag == "str":
-        return str(value)
-    raise ValueError(f"unknown property type {tag!r}")
 
 
 def _entity(row: Any) -> Entity:

@@ -88,7 +88,7 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
         # ``audit|{m}``), so that one interface serves every mode and store. Each state and
         # O(m) row keeps its version (a round that read it still commits, or fails, as
         # before); audit rows had none and draw one. Times are ISO text in UTC, as
-        # ``postgres_rows.encode_properties`` writes them. The old tables are dropped, so
+        # ``properties.encode_properties`` writes them. The old tables are dropped, so
         # that an instance of the previous version still running fails loudly on them
         # rather than writing rows nobody reads any more. A token-mode state row that meets
         # a window mode's row of the same key stops the migration (nothing is applied).

@@ -1,5 +1,6 @@
-"""Which ``EndpointRows`` an endpoint gets: its table, or its rows in a SQL database; token
-mode reads them through ``EndpointState``.
+"""Which ``EndpointRows`` an endpoint gets: its table, its rows in a SQL database, or a
+document per partition in Cosmos DB or Blob Storage; token mode reads them through
+``EndpointState``.
 
 The one place an endpoint's table is opened: always in the app's *state* account (the
 account ``BUS_STATE_STORAGE_SETTING`` names, by default the messaging one), never in the
@@ -10,13 +11,18 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from shared.app_settings import MAX_PAYLOAD
 from shared.bus.state.base import EndpointState
 from shared.bus.state.connection import Pools, PostgresSettings, described
+from shared.bus.state.document_rows import DocumentRows
 from shared.bus.state.rows import EndpointRows, TableRows
 from shared.bus.state.schema import migrate, schema_version
 from shared.errors import ConfigurationError, OutcomeUnknown, StateUnreachable
+from shared.resources import rows_container
 from shared.stores.account import StorageAccount
+from shared.stores.blob_documents import BlobDocuments
 from shared.stores.delegating import DelegatingTable
+from shared.stores.documents import Documents
 
 T = TypeVar("T")
 
@@ -30,6 +36,14 @@ class SqlDatabase(Protocol):
     def endpoint_rows(self, endpoint: str) -> EndpointRows: ...
 
     def endpoint_state(self, endpoint: str) -> EndpointState: ...
+
+    async def close(self) -> None: ...
+
+
+class DocumentDatabase(Protocol):
+    """Where ``store="cosmos"`` endpoints keep their documents: Cosmos DB or its model."""
+
+    def endpoint_documents(self, endpoint: str) -> Documents: ...
 
     async def close(self) -> None: ...
 
@@ -84,12 +98,30 @@ class StateTable(DelegatingTable):
 
 
 def endpoint_rows(
-    endpoint: str, store: str, state: StorageAccount, sql: SqlDatabase | None
+    endpoint: str,
+    store: str,
+    state: StorageAccount,
+    sql: SqlDatabase | None,
+    cosmos: DocumentDatabase | None = None,
+    *,
+    blob_max_bytes: int = MAX_PAYLOAD.default,
 ) -> EndpointRows:
-    """The endpoint's rows in the store it names (``store="table"|"postgres"``): its table in
-    the ``state`` account, or its rows in ``sql``."""
+    """The endpoint's rows in the store it names: its table in the ``state`` account
+    (``"table"``), its rows in ``sql`` (``"postgres"``), its documents in ``cosmos``
+    (``"cosmos"``) or in its rows container of the ``state`` account (``"blob"``, each
+    document at most ``blob_max_bytes``)."""
     if store == "table":
         return TableRows(StateTable(state.table(endpoint)))
+    if store == "blob":
+        container = state.blob_container(rows_container(endpoint))
+        return DocumentRows(BlobDocuments(container, endpoint, blob_max_bytes))
+    if store == "cosmos":
+        if cosmos is None:
+            raise ConfigurationError(
+                f"endpoint {endpoint} keeps its state in Cosmos DB but the bus has no Cosmos "
+                "DB account: set BUS_COSMOS_ENDPOINT"
+            )
+        return DocumentRows(cosmos.endpoint_documents(endpoint))
     if sql is None:
         raise ConfigurationError(
             f"endpoint {endpoint} keeps its state in PostgreSQL but the bus has no database: "
@@ -99,15 +131,27 @@ def endpoint_rows(
 
 
 def endpoint_state(
-    endpoint: str, store: str, state: StorageAccount, sql: SqlDatabase | None
+    endpoint: str,
+    store: str,
+    state: StorageAccount,
+    sql: SqlDatabase | None,
+    cosmos: DocumentDatabase | None = None,
+    *,
+    blob_max_bytes: int = MAX_PAYLOAD.default,
 ) -> EndpointState:
     """Token mode's typed rows of the endpoint (``endpoint_rows``)."""
-    return EndpointState(endpoint_rows(endpoint, store, state, sql))
+    return EndpointState(
+        endpoint_rows(endpoint, store, state, sql, cosmos, blob_max_bytes=blob_max_bytes)
+    )
 
 
 def endpoints_rows(
-    endpoints: Iterable[Endpoint[Any]], state: StorageAccount, sql: SqlDatabase | None
+    endpoints: Iterable[Endpoint[Any]],
+    state: StorageAccount,
+    sql: SqlDatabase | None,
+    cosmos: DocumentDatabase | None = None,
 ) -> dict[str, EndpointRows]:
     """Each endpoint's rows in the store it declares (``endpoint_rows``), by name: what whoever
-    composes the cleanup gives it (``shared.cleanup``), table and PostgreSQL endpoints alike."""
-    return {e.name: endpoint_rows(e.name, e.store, state, sql) for e in endpoints}
+    composes the cleanup gives it (``shared.cleanup``), whatever the store. The cleanup only
+    removes rows, so the size of a blob document is no concern of it."""
+    return {e.name: endpoint_rows(e.name, e.store, state, sql, cosmos) for e in endpoints}
