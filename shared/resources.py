@@ -100,6 +100,9 @@ class Resources:
     blob_endpoints: tuple[str, ...] = ()
     """The endpoints that keep their rows as blob documents (``store="blob"``): each has its
     rows container (``rows_container``) in the state account."""
+    cosmos_endpoints: tuple[str, ...] = ()
+    """The endpoints that keep their rows in Cosmos DB (``store="cosmos"``): each has its
+    container, named after it, in the app's Cosmos DB database."""
 
     @property
     def rows_containers(self) -> list[str]:
@@ -173,11 +176,18 @@ def load_resources(path: Path = RESOURCES_FILE) -> Resources:
         tables = {str(k): check_table_name(str(v)) for k, v in raw["tables"].items()}
         endpoints = tuple(check_endpoint_name(str(e)) for e in raw["endpoints"])
         blob_endpoints = tuple(check_endpoint_name(str(e)) for e in raw.get("blobEndpoints", []))
+        cosmos = tuple(check_endpoint_name(str(e)) for e in raw.get("cosmosEndpoints", []))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ConfigurationError(f"cannot read resource names from {path}: {e}") from e
     if len(set(endpoints)) != len(endpoints):
         raise ConfigurationError(f"{path}: endpoint names must be unique")
-    return Resources(containers, tables, endpoints, _blob_endpoints(endpoints, blob_endpoints))
+    return Resources(
+        containers,
+        tables,
+        endpoints,
+        _among("blob", endpoints, blob_endpoints),
+        _among("cosmos", endpoints, cosmos),
+    )
 
 
 def check_app_name(name: str | None) -> str | None:
@@ -218,11 +228,15 @@ def performer_endpoint(app_name: str | None) -> str:
 
 
 def resources_for(
-    endpoints: Iterable[str], app_name: str | None = None, blob_endpoints: Iterable[str] = ()
+    endpoints: Iterable[str],
+    app_name: str | None = None,
+    blob_endpoints: Iterable[str] = (),
+    cosmos_endpoints: Iterable[str] = (),
 ) -> Resources:
     """The resources of an app with these endpoint names (``BusApp.endpoints``) and this name
     (``app_name_of``): the shared containers, and the app's own containers and tables;
-    ``blob_endpoints`` those of them that keep their rows as blob documents."""
+    ``blob_endpoints`` and ``cosmos_endpoints`` those of them that keep their rows as blob
+    documents or in Cosmos DB."""
     names = tuple(check_endpoint_name(e) for e in endpoints)
     tables = app_tables(app_name)
     clashing = sorted(set(names) & set(tables.values()))
@@ -234,16 +248,18 @@ def resources_for(
         {**SHARED_CONTAINERS, **app_containers(app_name)},
         tables,
         names,
-        _blob_endpoints(names, blob_endpoints),
+        _among("blob", names, blob_endpoints),
+        _among("cosmos", names, cosmos_endpoints),
     )
 
 
-def _blob_endpoints(endpoints: tuple[str, ...], blob_endpoints: Iterable[str]) -> tuple[str, ...]:
-    chosen = tuple(sorted(set(blob_endpoints)))
-    unknown = sorted(set(chosen) - set(endpoints))
+def _among(store: str, endpoints: tuple[str, ...], chosen: Iterable[str]) -> tuple[str, ...]:
+    """``chosen`` in order, refused unless each is one of ``endpoints``."""
+    found = tuple(sorted(set(chosen)))
+    unknown = sorted(set(found) - set(endpoints))
     if unknown:
-        raise ConfigurationError(f"blob endpoints {unknown} are not endpoints of the app")
-    return chosen
+        raise ConfigurationError(f"{store} endpoints {unknown} are not endpoints of the app")
+    return found
 
 
 class NamedResources(Protocol):
@@ -269,7 +285,10 @@ class NamedResources(Protocol):
 
 
 def resources_of(
-    config: NamedResources, endpoints: Iterable[str], blob_endpoints: Iterable[str] = ()
+    config: NamedResources,
+    endpoints: Iterable[str],
+    blob_endpoints: Iterable[str] = (),
+    cosmos_endpoints: Iterable[str] = (),
 ) -> Resources:
     """The resources of a bus running on ``config``'s names with these endpoints' queues and
     tables (and rows containers of ``blob_endpoints``): what a test, a bench or the simulator
@@ -284,7 +303,13 @@ def resources_of(
     }
     tables = {"ingress": config.ingress_table, "actions": config.actions_table}
     names = tuple(endpoints)
-    return Resources(containers, tables, names, _blob_endpoints(names, blob_endpoints))
+    return Resources(
+        containers,
+        tables,
+        names,
+        _among("blob", names, blob_endpoints),
+        _among("cosmos", names, cosmos_endpoints),
+    )
 
 
 def resources_json(resources: Resources) -> str:
@@ -297,6 +322,8 @@ def resources_json(resources: Resources) -> str:
     }
     if resources.blob_endpoints:
         document["blobEndpoints"] = list(resources.blob_endpoints)
+    if resources.cosmos_endpoints:
+        document["cosmosEndpoints"] = list(resources.cosmos_endpoints)
     return json.dumps(document, indent=2) + "\n"
 
 
@@ -309,6 +336,7 @@ def check_resources_file(expected: Resources, path: Path = RESOURCES_FILE) -> No
         *_difference("containers", expected.container_names, found.container_names),
         *_difference("tables", expected.table_names, found.table_names),
         *_difference("blob endpoints", expected.blob_endpoints, found.blob_endpoints),
+        *_difference("cosmos endpoints", expected.cosmos_endpoints, found.cosmos_endpoints),
     ]
     if differences:
         raise ConfigurationError(

@@ -103,6 +103,7 @@ class Worker:
             app.endpoints,
             self.app_config.app_name,
             [e.name for e in app.endpoints.values() if e.store == "blob"],
+            [e.name for e in app.endpoints.values() if e.store == "cosmos"],
         )
         self.wrappers = wrappers or Wrappers()
         self._given_account = account
