@@ -107,7 +107,9 @@ class BlobContainer(abc.ABC):
         """Replace the blob's content and metadata.
 
         With ``etag`` the write applies only if the blob still has that ETag (``If-Match``):
-        PreconditionFailed if it changed or is gone (Azure answers 412 in both cases).
+        PreconditionFailed if it changed or is gone (Azure answers 412 in both cases). Such a
+        write is sent once, without SDK retries, as ``create`` is: OutcomeUnknown when it
+        may or may not have landed.
         Without ``etag`` it creates or overwrites unconditionally.
         """
 

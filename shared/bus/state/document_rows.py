@@ -86,9 +86,11 @@ class _Partition:
     key: str
     rows: dict[str, list[Any]]
     etag: str | None
+    written_by: str | None = None
+    """The id of the write that wrote the document as read (``w``)."""
 
     def content(self) -> dict[str, Any]:
-        return {"f": FORMAT, "pk": self.partition_key, "rows": self.rows}
+        return {"f": FORMAT, "pk": self.partition_key, "w": self.written_by, "rows": self.rows}
 
     def entity(self, row_key: str) -> Entity:
         version, tagged = self.rows[row_key]
@@ -188,7 +190,14 @@ class DocumentRows(EndpointRows):
                     f"{self.kind} document {found.key!r} of {self.name}: row {row_key!r} "
                     "is not [version, properties]"
                 )
-        return _Partition(stored_key, found.key, rows, found.etag)
+        written_by = content.get("w")
+        return _Partition(
+            stored_key,
+            found.key,
+            rows,
+            found.etag,
+            written_by if isinstance(written_by, str) else None,
+        )
 
     async def write(
         self,
@@ -199,9 +208,15 @@ class DocumentRows(EndpointRows):
         """Read the partition's document, let ``apply`` check its conditions and change its
         rows, and write it back while unchanged; again from the read when another write
         changed it meanwhile. ``own`` are the rows this write brings (for its size verdict).
+        Each document names the write that wrote it, so that a try that landed but was
+        answered as a conflict (a store's retry of it met its own change) is known as landed.
         Returns the partition as written."""
-        for _ in range(MAX_ATTEMPTS):
+        write_id = uuid.uuid4().hex
+        for attempt in range(MAX_ATTEMPTS):
             partition = await self._partition(partition_key)
+            if attempt and partition.written_by == write_id:
+                return partition  # the last try landed though its answer said otherwise
+            partition.written_by = write_id
             before = dict(partition.rows)
             apply(partition)
             if partition.rows == before:

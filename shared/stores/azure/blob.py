@@ -209,9 +209,12 @@ class AzureBlobContainer(BlobContainer):
     ) -> str:
         check_blob_name(name)
         clean = check_metadata(metadata or {})
+        # A conditional write is sent once: a retry of one whose first try landed would
+        # answer 412 and hide that our own write succeeded (a lost answer is OutcomeUnknown).
+        once: dict[str, Any] = {} if etag is None else {"retry_total": 0}
         async with bounded(self._what(name), self._seconds):
             result = await self._client.get_blob_client(name).upload_blob(
-                data, metadata=clean, overwrite=True, **_conditions(etag)
+                data, metadata=clean, overwrite=True, **_conditions(etag), **once
             )
         return str(result["etag"])
 
