@@ -35,7 +35,12 @@ from shared.resources import poison_queue, resources_of
 from shared.settings import StorageSettings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
-from shared.stores.instrumented import Instrumentation, InstrumentedAccount, SimulatedCrash
+from shared.stores.instrumented import (
+    Instrumentation,
+    InstrumentedAccount,
+    Operation,
+    SimulatedCrash,
+)
 from shared.stores.memory import MemoryStorageAccount
 from shared.stores.memory.documents import MemoryDocumentDatabase
 from shared.stores.queue import QueueMessage
@@ -100,6 +105,14 @@ def rows_store(backend: Backend, mode: Mode) -> Store:
     return "table"
 
 
+def document_write(operation: Operation, store: Store) -> bool:
+    """A write of a partition document, where a test aims a fault: Cosmos DB's own
+    operations, or the blobs of a rows container (``blob.upload`` is a replace)."""
+    if store == "cosmos":
+        return operation.kind in ("cosmos.create", "cosmos.replace")
+    return operation.kind in ("blob.create", "blob.upload") and "-rows/" in operation.target
+
+
 def sql_modes(mode: str) -> tuple[Mode, ...]:
     """The modes a SQL or document backend parameter moves to its store: one, or ``all``."""
     return MODES if mode == "all" else (typing.cast(Mode, mode),)
@@ -110,7 +123,7 @@ def backend_modes(
     azurite: Iterable[Mode] = MODES,
     slow_azurite: Iterable[Mode] = (),
     sql: bool = True,
-    documents: bool = True,
+    documents: bool | None = None,
     azurite_blob: Iterable[Mode] = (),
     slow_azurite_blob: Iterable[Mode] = (),
 ) -> list[typing.Any]:
@@ -119,16 +132,17 @@ def backend_modes(
     PostgreSQL endpoints too: token mode in the model and a real server (``SQL_BACKENDS``),
     every window mode in the model, and on a real server the window modes that run on
     Azurite here (a real server is used with Azurite, and costs as much); with
-    ``documents``, every mode on the in-memory document stores, and ``azurite_blob`` modes
-    (``slow_azurite_blob`` ones under ``-m slow``) with their documents in blobs on Azurite
-    (``document_backends``)."""
+    ``documents`` (by default as ``sql``: a module whose tests count or fault table
+    requests, or build a bus of their own, runs on tables alone), every mode on the
+    in-memory document stores, and ``azurite_blob`` modes (``slow_azurite_blob`` ones under
+    ``-m slow``) with their documents in blobs on Azurite (``document_backends``)."""
     params = [pytest.param(("memory", m), id=f"memory-{m}") for m in MODES]
     fast, slow = set(azurite), set(slow_azurite)
     for m in MODES:
         if m in fast or m in slow:
             marks = [pytest.mark.azurite] + ([pytest.mark.slow] if m not in fast else [])
             params.append(pytest.param(("azurite", m), id=f"azurite-{m}", marks=marks))
-    if documents:
+    if sql if documents is None else documents:
         params += document_backends(MODES, real=azurite_blob, slow=slow_azurite_blob)
     if not sql:
         return params

@@ -27,6 +27,7 @@ from tests.bus.harness import (
     attempt_of,
     backend_modes,
     committed_attempts,
+    document_write,
     endpoint_mode,  # noqa: F401  (fixture "mode")
     per_mode_backend,  # noqa: F401  (fixture "backend": one per store and mode)
     rows_store,
@@ -233,14 +234,6 @@ async def check_every_fault(backend: Backend, flow_mode: Mode | list[Mode]) -> N
     else:
         assert "blob.delete" in kinds  # the window modes delete their token inline
     await fault_everywhere(backend, flow_mode, operations, first_ack)
-
-
-def document_write(operation: Operation, store: Store) -> bool:
-    """A write of a partition document (so the faults below reach them): Cosmos DB's own
-    operations, or the blobs of a rows container (``blob.upload`` is a replace)."""
-    if store == "cosmos":
-        return operation.kind in ("cosmos.create", "cosmos.replace")
-    return operation.kind in ("blob.create", "blob.upload") and "-rows/" in operation.target
 
 
 async def fault_everywhere(
