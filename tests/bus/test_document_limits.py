@@ -29,6 +29,7 @@ from tests.bus.harness import (
     document_backends,
     endpoint_mode,  # noqa: F401  (fixture "mode")
     per_mode_backend,  # noqa: F401  (fixture "backend": one per store and mode)
+    rows_store,
 )
 from tests.bus.test_retries import deliver_visible
 from tests.conftest import Backend, unique_name
@@ -110,7 +111,7 @@ async def test_a_message_whose_rows_cannot_fit_a_document_parks_at_once(
     assert isinstance(reason, dict)
     assert reason["error_type"] == "LimitExceeded"
     text = str(reason["reason"])
-    assert f"a {backend.store} document holds {LIMIT:,}" in text, text
+    assert f"a {rows_store(backend, mode)} document holds {LIMIT:,}" in text, text
     assert "(not retried)" in text
     # and nothing of it written: no state, no audit row; its token waits for a replay
     assert (await harness.applied_state(name, "k", Notes)).notes == []
