@@ -360,3 +360,44 @@ async def test_expired_audit_rows_go_one_write_per_document(documents: Documents
     assert removed == 3
     left, _ = await rows.page(row_key_prefix="audit|", page_size=10)
     assert [e.row_key for e in left] == [young[0].row_key]
+
+
+async def test_a_remembered_document_never_decides_a_write_alone(documents: Documents) -> None:
+    """Two workers' rows of one store: each remembers the documents it last read or wrote, and
+    the other's writes make that copy stale. A verdict reached on a stale copy (exists, changed,
+    nothing to delete) is reached again from a fresh read; only a write that lands counts."""
+    ours, theirs = DocumentRows(documents), DocumentRows(documents)
+    version = await ours.insert(row("processed|a"))
+    await ours.read("p1", ["processed|a"])
+
+    await theirs.delete("p1", "processed|a", etag=version)  # ours still remembers the row
+    again = await ours.insert(row("processed|a", text="again"))  # not AlreadyExists
+    await theirs.insert(row("processed|b"))  # ours does not remember it
+    await ours.delete("p1", "processed|b")  # not "nothing to delete"
+    newer = await theirs.update(row("processed|a", text="theirs"), again)
+
+    with pytest.raises(PreconditionFailed):
+        await ours.update(row("processed|a", text="ours"), again)  # really changed
+    assert await ours.read("p1", ["processed|b"]) == {}
+    assert (await ours.get("p1", "processed|a")).etag == newer
+
+
+async def test_a_message_reads_its_partition_once(documents: Documents) -> None:
+    """The rows' reads and writes of one message: R2's read, O(m)'s insert and the commit
+    make one read and two writes of the document, not a read before each write."""
+    counting = Interfering(documents)
+    reads = 0
+    inner_read = counting.read
+
+    async def counted_read(key: str) -> StoredDocument | None:
+        nonlocal reads
+        reads += 1
+        return await inner_read(key)
+
+    counting.read = counted_read  # type: ignore[method-assign]
+    rows = DocumentRows(counting)
+    await rows.read("p1", ["state", "outbox|m1"])
+    await rows.insert(row("processed|m1"))
+    await commit(rows, Insert(row("state")), message="m1")
+
+    assert (reads, counting.writes) == (1, 2)
