@@ -44,7 +44,7 @@ from shared.sample.app import app as sample_app
 from shared.settings import Settings, StorageSettings, resolve_settings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
-from shared.stores.cosmos import CosmosSettings
+from shared.stores.cosmos.settings import CosmosSettings
 from shared.stores.memory import MemoryStorageAccount
 
 UNDER_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")

@@ -11,7 +11,8 @@ from typing import Any
 from azure.cosmos.aio import CosmosClient
 
 from shared.settings import StorageTimeouts
-from shared.stores.cosmos import MAX_DOCUMENT_BYTES, CosmosDatabase, CosmosSettings
+from shared.stores.cosmos.database import MAX_DOCUMENT_BYTES, CosmosDatabase
+from shared.stores.cosmos.settings import CosmosSettings
 from tests.conftest import unique_name
 
 

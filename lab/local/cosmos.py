@@ -21,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 
 from shared.errors import ConfigurationError
-from shared.stores.cosmos import CosmosSettings
+from shared.stores.cosmos.settings import CosmosSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).with_name("cosmos_server.js")
@@ -47,7 +47,10 @@ def find_node() -> str:
 class CosmosServer:
     """One server process, its data in memory; readiness read from its own output."""
 
-    def __init__(self, startup_timeout: float = 30.0) -> None:
+    def __init__(self, port: int = 0, startup_timeout: float = 30.0) -> None:
+        """``port``: 0 for one the OS picks (the tests), 8081 where local.settings.json
+        expects it (the sample's BUS_COSMOS_ENDPOINT)."""
+        self.port = port
         self.startup_timeout = startup_timeout
         self.process: subprocess.Popen[str] | None = None
         self.endpoint: str | None = None
@@ -61,7 +64,7 @@ class CosmosServer:
     def start(self) -> str:
         """Start the server; returns its endpoint URL once it listens."""
         self.process = subprocess.Popen(
-            [find_node(), str(SCRIPT), "0", "127.0.0.1"],
+            [find_node(), str(SCRIPT), str(self.port), "127.0.0.1"],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

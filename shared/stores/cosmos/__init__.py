@@ -1,20 +1,3 @@
-"""Cosmos DB (NoSQL API) as a document store for endpoint rows (``store="cosmos"``)."""
-
-from shared.stores.cosmos.database import (
-    MAX_DOCUMENT_BYTES,
-    PARTITION_KEY_PATH,
-    CosmosDatabase,
-    CosmosSettings,
-    cosmos_client,
-)
-from shared.stores.cosmos.documents import COSMOS_KIND, CosmosDocuments
-
-__all__ = [
-    "COSMOS_KIND",
-    "MAX_DOCUMENT_BYTES",
-    "PARTITION_KEY_PATH",
-    "CosmosDatabase",
-    "CosmosDocuments",
-    "CosmosSettings",
-    "cosmos_client",
-]
+"""Cosmos DB (NoSQL API) as a document store for endpoint rows (``store="cosmos"``):
+``database`` (the account's database, a container per endpoint), ``documents`` (one
+endpoint's items), ``errors`` (the adapter edge) and ``settings`` (read without the SDK)."""

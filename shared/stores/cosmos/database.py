@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -18,22 +17,13 @@ from shared.errors import ConfigurationError
 from shared.settings import StorageTimeouts
 from shared.stores.cosmos.documents import CosmosDocuments
 from shared.stores.cosmos.errors import translated
+from shared.stores.cosmos.settings import CosmosSettings
 from shared.stores.documents import Documents
 from shared.stores.memory.documents import COSMOS_MAX_ITEM_BYTES, COSMOS_SYSTEM_BYTES
 
 PARTITION_KEY_PATH = "/id"
 MAX_DOCUMENT_BYTES = COSMOS_MAX_ITEM_BYTES - COSMOS_SYSTEM_BYTES
 _LOOPBACK_NAMES = {"localhost"}
-
-
-@dataclass(frozen=True)
-class CosmosSettings:
-    """``BUS_COSMOS_ENDPOINT`` (None: the app has no Cosmos DB account), ``BUS_COSMOS_KEY``
-    (None: sign in with the app's identity; never shown) and ``BUS_COSMOS_DATABASE``."""
-
-    endpoint: str | None = None
-    key: str | None = field(default=None, repr=False)
-    database: str = "bus"
 
 
 def is_loopback(endpoint: str) -> bool:
