@@ -47,10 +47,12 @@ def find_node() -> str:
 class CosmosServer:
     """One server process, its data in memory; readiness read from its own output."""
 
-    def __init__(self, port: int = 0, startup_timeout: float = 30.0) -> None:
+    def __init__(self, port: int = 0, startup_timeout: float = 30.0, *, fixed: bool = True) -> None:
         """``port``: 0 for one the OS picks (the tests), 8081 where local.settings.json
-        expects it (the sample's BUS_COSMOS_ENDPOINT)."""
+        expects it (the sample's BUS_COSMOS_ENDPOINT). ``fixed=False`` runs the package's own
+        command, without the fix (to show what the fix is for)."""
         self.port = port
+        self.fixed = fixed
         self.startup_timeout = startup_timeout
         self.process: subprocess.Popen[str] | None = None
         self.endpoint: str | None = None
@@ -64,7 +66,7 @@ class CosmosServer:
     def start(self) -> str:
         """Start the server; returns its endpoint URL once it listens."""
         self.process = subprocess.Popen(
-            [find_node(), str(SCRIPT), str(self.port), "127.0.0.1"],
+            self._command(),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -98,6 +100,12 @@ class CosmosServer:
             )
         self.endpoint = found[0]
         return self.endpoint
+
+    def _command(self) -> list[str]:
+        if self.fixed:
+            return [find_node(), str(SCRIPT), str(self.port), "127.0.0.1"]
+        packaged = str(PACKAGE / "lib/cli.js")
+        return [find_node(), packaged, "-p", str(self.port), "--host", "127.0.0.1"]
 
     def stop(self) -> None:
         process, self.process = self.process, None
