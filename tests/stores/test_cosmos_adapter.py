@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from typing import Any
 
 import aiohttp
 import pytest
@@ -66,15 +67,14 @@ def test_each_status_is_the_project_s_error(
 def test_a_lost_answer_is_unknown_for_a_write_and_a_failure_for_a_read() -> None:
     lost = ServiceResponseError("lost", error=aiohttp.ServerDisconnectedError())
     never_sent = ServiceRequestError("refused")
-    answered = exceptions.CosmosHttpResponseError(status_code=409, message="exists")
+    answered = exceptions.CosmosHttpResponseError(status_code=409, message="exists")  # type: ignore[no-untyped-call]
 
     assert type(translate(lost, "w", write=True)) is OutcomeUnknown
     assert type(translate(lost, "r", write=False)) is StorageError
     assert type(translate(never_sent, "w", write=True)) is StorageError
     assert type(translate(answered, "w", write=True)) is AlreadyExists
-    assert type(translate(exceptions.CosmosClientTimeoutError(), "w", write=True)) is (
-        OutcomeUnknown
-    )
+    timed_out = exceptions.CosmosClientTimeoutError()  # type: ignore[no-untyped-call]
+    assert type(translate(timed_out, "w", write=True)) is OutcomeUnknown
 
 
 async def test_a_call_past_its_deadline_is_unanswered() -> None:
@@ -147,12 +147,13 @@ async def test_items_someone_else_put_in_the_container_are_passed_over(
     name = unique_name("e")
     async with cosmos_database(cosmos, [name]) as database:
         container = database.client.get_database_client(database.name).get_container_client(name)
-        for item in [
+        foreign: list[dict[str, Any]] = [
             {"id": "a b", "pk": "a b", "rows": {}},
             {"id": "p1", "pk": "other", "rows": {}},
             {"id": "p2", "rows": "not rows"},
             {"id": "p3", "pk": "p3", "rows": {"r": ["not", "a", "row"]}},
-        ]:
+        ]
+        for item in foreign:
             await container.create_item(item)
         rows = DocumentRows(database.endpoint_documents(name))
         damaged: list[DamagedRow] = []
