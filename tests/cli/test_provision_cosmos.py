@@ -10,11 +10,13 @@ import pytest
 from azure.cosmos import PartitionKey
 
 from shared.bus import BusApp
+from shared.bus.state.document_rows import DocumentRows
 from shared.cli.commands import provision_command
 from shared.errors import ConfigurationError
 from shared.resources import resources_json
 from shared.runtime import Worker
 from shared.settings import Settings
+from shared.stores.cosmos.documents import CosmosDocuments
 from shared.stores.cosmos.settings import CosmosSettings
 from shared.stores.memory import MemoryStorageAccount
 from tests.conftest import unique_name
@@ -108,3 +110,20 @@ def test_bad_cosmos_settings_are_refused_by_name(name: str, value: str, problem:
     assert problem in str(refused.value)
     if name == "BUS_COSMOS_KEY":
         assert value not in str(refused.value)
+
+
+async def test_the_worker_gives_its_cosmos_database_to_the_bus_and_the_cleanup() -> None:
+    settings = CosmosSettings("https://127.0.0.1:1/", "a2V5", "bus")
+    worker = cosmos_worker(settings, "bus")
+
+    rows = worker.endpoint_rows()
+    bus = worker.bus()
+    database = worker.cosmos()
+
+    assert isinstance(rows["ledger"], DocumentRows)
+    assert isinstance(rows["ledger"].documents, CosmosDocuments)
+    assert bus.cosmos is database
+    assert database is not None
+    await worker.close()
+    assert worker.cosmos() is not database  # reopened on next use, the old one closed
+    await worker.close()
