@@ -215,8 +215,11 @@ var cosmosName = 'cosmos-${prefix}-${suffix}'
 // exists for them, and only when there is one. The file decides, not a parameter, because
 // the app cannot start without the account its endpoints declare, and an account no
 // endpoint uses would only cost.
-var resourceNames = loadJsonContent('resources.json')
-var cosmosContainerNames = contains(resourceNames, 'cosmosEndpoints') ? resourceNames.cosmosEndpoints : []
+// The file lists cosmosEndpoints only for an app that has some: the union gives the property
+// a default, so that reading it compiles whatever the file holds.
+var resourcesFile = loadJsonContent('resources.json')
+var resourceNames = union({ cosmosEndpoints: [] }, resourcesFile)
+var cosmosContainerNames = resourceNames.cosmosEndpoints
 var cosmosEnabled = !empty(cosmosContainerNames)
 
 module identity 'app/identity.bicep' = {

@@ -58,12 +58,15 @@ var noNames = {
   containers: {}
   tables: {}
   endpoints: []
+  blobEndpoints: []
 }
-var names = resourcesFromFile ? fileNames : noNames
+// The file lists blobEndpoints only for an app that has some: the union gives the property a
+// default, so that reading it compiles whatever the file holds.
+var names = resourcesFromFile ? union(noNames, fileNames) : noNames
 // The endpoints with store="blob" keep their rows as JSON documents in a container of their
 // own, <endpoint>-rows, in the account that holds the endpoint tables (this one for a single
 // app; a system's state-names.bicep creates them in each app's own account).
-var rowsEndpoints = contains(names, 'blobEndpoints') ? names.blobEndpoints : []
+var rowsEndpoints = names.blobEndpoints
 
 // Blob container that holds the Flex Consumption deployment package.
 var deploymentContainerName = 'deployments'

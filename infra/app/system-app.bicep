@@ -138,8 +138,13 @@ var isPostgres = store == 'postgres'
 // shared/system.py refuses an app whose cosmos endpoints and store disagree, so the store
 // alone decides here, as it does for PostgreSQL.
 var isCosmos = store == 'cosmos'
-var blobEndpoints = contains(resources, 'blobEndpoints') ? resources.blobEndpoints : []
-var cosmosEndpoints = contains(resources, 'cosmosEndpoints') ? resources.cosmosEndpoints : []
+// `bus resources` lists blobEndpoints and cosmosEndpoints only for an app that has some.
+var documentEndpoints = union({
+  blobEndpoints: []
+  cosmosEndpoints: []
+}, resources)
+var blobEndpoints = documentEndpoints.blobEndpoints
+var cosmosEndpoints = documentEndpoints.cosmosEndpoints
 
 // The names of the connection settings the bus reads (BUS_STORAGE_SETTING and
 // BUS_STATE_STORAGE_SETTING name them).

@@ -9,8 +9,9 @@ expressions that resource *names* are built from:
 * ``loadJsonContent('<path>')`` (resolved relative to the file that calls it),
 * property access (``names.endpoints``, ``item.value``) and ``items(object)``,
 * ``condition ? a : b`` over a bool parameter or variable,
-* ``a == b``, ``!x``, ``empty(x)`` and ``contains(object, 'key')`` (the optional lists of
-  ``resources.json``: ``blobEndpoints``, ``cosmosEndpoints``),
+* ``a == b``, ``!x``, ``empty(x)``, ``contains(object, 'key')`` and ``union()`` of
+  objects (the optional lists of ``resources.json``: ``blobEndpoints``,
+  ``cosmosEndpoints``),
 * ``[for x in <array>: {...}]`` resource loops.
 
 Anything else in a name raises :class:`UnsupportedExpression`, so a template
@@ -192,8 +193,10 @@ def evaluate(node: Any, env: Mapping[str, Any]) -> Any:
                     raise UnsupportedExpression(f"condition {operands['condition']!r} is no bool")
                 return evaluate(operands["true_value" if condition else "false_value"], env)
             if op.get("type") == "equals":
+                # The templates compare a name in scope with a literal: the left side must
+                # resolve, else a typo would compare two words and silently be false.
                 operands = op["operands"]
-                left = evaluate(operands["operand_1"], env)
+                left = evaluate(_known(operands["operand_1"], env), env)
                 return left == evaluate(operands["operand_2"], env)
             if op.get("type") == "not":
                 value = evaluate(op["operands"]["bool_value"], env)
@@ -211,11 +214,13 @@ def evaluate(node: Any, env: Mapping[str, Any]) -> Any:
                 return [{"key": k, "value": v} for k, v in sorted(obj.items())]
             if fn["type"] == "concat":
                 out: list[Any] = []
-                for key in sorted(params, key=lambda k: int(k.split("_")[-1])):
+                for key in _ordered(params):
                     out.extend(evaluate(params[key], env))
                 return out
+            if fn["type"] == "union":
+                return _union([evaluate(params[k], env) for k in _ordered(params)])
             if fn["type"] == "empty":
-                return _empty(evaluate(params["item_to_test"], env))
+                return _empty(evaluate(_known(params["item_to_test"], env), env))
             if fn["type"] == "contains":
                 return _contains(evaluate(params["container"], env), params["item_to_find"])
             raise UnsupportedExpression(f"unsupported function {fn['type']!r}")
@@ -223,6 +228,31 @@ def evaluate(node: Any, env: Mapping[str, Any]) -> Any:
             return list(_loop(node["loop_type"], node["config"], env))
         return {key: evaluate(value, env) for key, value in node.items()}
     raise UnsupportedExpression(f"unsupported node {node!r}")
+
+
+def _known(node: Any, env: Mapping[str, Any]) -> Any:
+    """``node``, refused when it is a bare word that names nothing in scope: pycep drops the
+    quotes of literals, and where a template means a name (``empty(x)``, ``x == 'y'``) a word
+    that names nothing is a name this evaluator could not bind."""
+    if isinstance(node, str) and node.isidentifier() and node not in env:
+        raise UnsupportedExpression(f"unknown identifier {node!r}")
+    return node
+
+
+def _ordered(params: Mapping[str, Any]) -> list[str]:
+    """pycep's ``arg_1``, ``arg_2``... in argument order."""
+    return sorted(params, key=lambda k: int(k.split("_")[-1]))
+
+
+def _union(objects: list[Any]) -> dict[str, Any]:
+    """``union()`` of objects: each later object's properties win (the templates merge flat
+    objects only)."""
+    merged: dict[str, Any] = {}
+    for value in objects:
+        if not isinstance(value, Mapping):
+            raise UnsupportedExpression(f"union() of a non-object {value!r}")
+        merged.update(value)
+    return merged
 
 
 def _empty(value: Any) -> bool:
@@ -386,7 +416,10 @@ def cosmos_provisioned(infra_dir: Path = INFRA_DIR) -> set[Resource]:
         loop, condition, body = unwrap(module["config"])
         if loop is not None:
             raise UnsupportedExpression(f"module {module_name} is a loop")
-        if condition is not None and evaluate(condition, env) is not True:
+        deployed = True if condition is None else evaluate(_known(condition, env), env)
+        if not isinstance(deployed, bool):
+            raise UnsupportedExpression(f"module {module_name}: condition {condition!r}")
+        if not deployed:
             continue
         named = {
             key: evaluate(body["params"][key], env)
