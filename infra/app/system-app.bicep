@@ -133,7 +133,8 @@ var functionAppName = 'func-${prefix}-${appName}-${suffix}'
 var planName = 'plan-${prefix}-${appName}-${suffix}'
 var identityName = 'id-${prefix}-${appName}-${suffix}'
 var postgresName = 'psql-${prefix}-${appName}-${suffix}'
-var cosmosName = 'cosmos-${prefix}-${appName}-${suffix}'
+// At most 44 characters: the suffix already hashes the app's name, 10 of its letters are for people.
+var cosmosName = 'cosmos-${prefix}-${take(appName, 10)}-${suffix}'
 var isPostgres = store == 'postgres'
 // shared/system.py refuses an app whose cosmos endpoints and store disagree, so the store
 // alone decides here, as it does for PostgreSQL.

@@ -566,8 +566,16 @@ def test_a_cosmos_app_signs_in_to_its_account_as_its_identity() -> None:
     params = body["params"]
     assert dotted(params["appPrincipalId"]) == "identity.outputs.principalId"
     assert "deployerPrincipalId" not in params  # a system has no deployer's roles
-    # Each app's account is its own: its name hashes the app's name.
-    assert "${appName}" in template["variables"]["cosmosName"]["value"]
+    # Each app's account is its own (its suffix hashes the app's name), and its name fits
+    # an account name (cosmos.bicep's maxLength) for the longest prefix and app name.
+    assert "appName" in template["variables"]["suffix"]["value"]["function"]["parameters"].values()
+    name = template["variables"]["cosmosName"]["value"]
+    assert name == "cosmos-${prefix}-${take(appName, 10)}-${suffix}"
+    longest = name.replace("${prefix}", "p" * 11).replace("${take(appName, 10)}", "a" * 10)
+    longest = longest.replace("${suffix}", "s" * 13)  # uniqueString()'s length
+    name_spec = load("app/cosmos.bicep")["parameters"]["name"]
+    limit = next(d["argument"] for d in name_spec["decorators"] if d["type"] == "max_length")
+    assert len(longest) <= limit == 44
     settings = template["variables"]["cosmosAppSettings"]["value"]["operator"]["operands"]
     assert settings["condition"] == "isCosmos"
     assert settings["false_value"] == {}
