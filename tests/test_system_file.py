@@ -119,6 +119,8 @@ def test_a_settings_file_is_read_relative_to_the_system_file(tmp_path: Path) -> 
         ({"apps": [orders(name="x" * 40)]}, "app 1: invalid app name"),
         ({"apps": [orders(), orders()]}, "app orders is listed twice"),
         ({"apps": [orders(store="mongo")]}, "store 'mongo' is not one of"),
+        ({"apps": [orders(store="Cosmos")]}, "store 'Cosmos' is not one of"),
+        ({"apps": [orders(store=["cosmos", "postgres"])]}, "store must be a non-empty string"),
         ({"apps": [orders(busApp=7)]}, "app orders: busApp must be a non-empty string"),
         ({"apps": [orders(settings={"BUS_X": 1})]}, "settings must be an object of string"),
         ({"apps": [orders(settings={"BUS_APP_NAME": "b"})]}, "settings sets BUS_APP_NAME"),
