@@ -1,5 +1,6 @@
 """The export reads the audit rows of endpoints that keep them off tables (PostgreSQL and its
-in-memory model, Cosmos DB's model, blob documents in memory and on Azurite) into the same
+in-memory model, Cosmos DB's model and the local server, blob documents in memory and on
+Azurite) into the same
 Parquet layout as table rows, resumably; the command line opens those stores as the app
 does, and a direct run, which reads tables only, refuses an app with such endpoints."""
 

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field, replace
 
 import pytest
+from azure.cosmos.exceptions import CosmosResourceNotFoundError
 from pydantic import BaseModel
 
 from shared.bus import Bus, BusApp, BusConfig, Outcome
@@ -35,6 +36,7 @@ from shared.resources import poison_queue, resources_of
 from shared.settings import StorageSettings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
+from shared.stores.cosmos.database import CosmosDatabase
 from shared.stores.instrumented import (
     Instrumentation,
     InstrumentedAccount,
@@ -48,6 +50,7 @@ from shared.stores.table import Entity
 from tests.bus.flow import Ledger
 from tests.bus.instrumented_documents import InstrumentedDocumentDatabase
 from tests.conftest import Backend, unique_name
+from tests.cosmos import local_client
 
 MODES: tuple[Mode, ...] = typing.get_args(Mode)
 S = typing.TypeVar("S", bound=BaseModel)
@@ -124,8 +127,8 @@ def backend_modes(
     slow_azurite: Iterable[Mode] = (),
     sql: bool = True,
     documents: bool | None = None,
-    azurite_blob: Iterable[Mode] = (),
-    slow_azurite_blob: Iterable[Mode] = (),
+    real_documents: Iterable[Mode] = (),
+    slow_real_documents: Iterable[Mode] = (),
 ) -> list[typing.Any]:
     """Parameters for the ``backend`` fixture below: every mode on the in-memory stores, and
     the given modes on Azurite (``slow_azurite`` ones only under ``-m slow``); with ``sql``,
@@ -134,8 +137,9 @@ def backend_modes(
     Azurite here (a real server is used with Azurite, and costs as much); with
     ``documents`` (by default as ``sql``: a module whose tests count or fault table
     requests, or build a bus of their own, runs on tables alone), every mode on the
-    in-memory document stores, and ``azurite_blob`` modes (``slow_azurite_blob`` ones under
-    ``-m slow``) with their documents in blobs on Azurite (``document_backends``)."""
+    in-memory document stores, and ``real_documents`` modes (``slow_real_documents`` ones
+    under ``-m slow``) with their documents in the real ones: blobs on Azurite and the local
+    Cosmos DB server (``document_backends``)."""
     params = [pytest.param(("memory", m), id=f"memory-{m}") for m in MODES]
     fast, slow = set(azurite), set(slow_azurite)
     for m in MODES:
@@ -143,7 +147,7 @@ def backend_modes(
             marks = [pytest.mark.azurite] + ([pytest.mark.slow] if m not in fast else [])
             params.append(pytest.param(("azurite", m), id=f"azurite-{m}", marks=marks))
     if sql if documents is None else documents:
-        params += document_backends(MODES, real=azurite_blob, slow=slow_azurite_blob)
+        params += document_backends(MODES, real=real_documents, slow=slow_real_documents)
     if not sql:
         return params
     params += SQL_BACKENDS
@@ -171,9 +175,12 @@ DOCUMENT_STORES: dict[str, DocumentStore] = {
     "memory-cosmos": DocumentStore("cosmos", in_memory=True),
     "memory-blob": DocumentStore("blob", in_memory=True),
     "azurite-blob": DocumentStore("blob", in_memory=False, marks=(pytest.mark.azurite,)),
+    "cosmos": DocumentStore(
+        "cosmos", in_memory=False, marks=(pytest.mark.azurite, pytest.mark.cosmos)
+    ),
 }
 """Every document store backend, by the name its parameters carry: the one place a new one
-(a real Cosmos DB server) is added, with its construction in ``document_backend``."""
+is added, with its construction in ``document_backend``."""
 
 
 def document_backends(
@@ -198,7 +205,7 @@ DOCUMENT_WINDOW_BACKENDS = document_backends(WINDOW_MODES)
 """The window modes with their endpoints' rows in each in-memory document store."""
 
 
-@pytest.fixture(name="backend", params=backend_modes(azurite_blob=["token"]))
+@pytest.fixture(name="backend", params=backend_modes(real_documents=["token"]))
 async def per_mode_backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
     """Overrides the suite's ``backend`` in modules that import it: one backend per (store,
     endpoint mode) pair; the ``mode`` fixture names the mode."""
@@ -243,15 +250,23 @@ async def document_backend(
     if kind.in_memory:
         clock = ManualClock()
         account = MemoryStorageAccount(clock=clock)
-        cosmos = MemoryDocumentDatabase() if kind.store == "cosmos" else None
-        yield DocumentBackend(name, account, clock, None, kind.store, modes, cosmos)
+        model = MemoryDocumentDatabase() if kind.store == "cosmos" else None
+        yield DocumentBackend(name, account, clock, None, kind.store, modes, model)
         return
     endpoints = request.getfixturevalue("azurite")
     azure = AzureStorageAccount(StorageSettings(connection_string=endpoints.connection_string))
+    server: CosmosDatabase | None = None
+    if kind.store == "cosmos":  # a database of its own on the session's local server
+        client = local_client(request.getfixturevalue("cosmos"))
+        server = CosmosDatabase(client, unique_name("db"))
     try:
-        yield DocumentBackend(name, azure, None, None, kind.store, modes)
+        yield DocumentBackend(name, azure, None, None, kind.store, modes, server)
     finally:
         await azure.close()
+        if server is not None:
+            with contextlib.suppress(CosmosResourceNotFoundError):  # no harness created it
+                await server.client.delete_database(server.name)
+            await server.close()
 
 
 @pytest.fixture(name="mode")
@@ -318,6 +333,8 @@ class Harness:
                     app.endpoints[name] = replace(endpoint, store=backend.store)
         harness = cls(backend, app, bus_config)
         stores = {name: e.store for name, e in app.endpoints.items()}
+        if isinstance(harness.cosmos, CosmosDatabase):  # the model needs no containers
+            await harness.cosmos.provision([n for n, store in stores.items() if store == "cosmos"])
         await provision(
             harness.raw,
             resources_of(

@@ -7,8 +7,9 @@ cleanup has not yet retired refuses the next message for now (``PartitionFull``)
 retried, not parked, and processed once the cleanup has retired them.
 
 The limits are made small through configuration: a blob document holds
-``BusConfig.max_payload_bytes``, an item of the Cosmos DB model ``MemoryDocumentDatabase
-.max_bytes``."""
+``BusConfig.max_payload_bytes``, a Cosmos DB item ``max_bytes`` of its database (the model's
+and the local server's alike: our own check refuses before anything is sent, as it does
+before the service's 2 MB refusal)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from shared.bus import BusApp, Command, HandlerContext, Outcome
 from shared.bus.app import Mode
 from shared.cleanup.job import endpoint_modes, run_cleanup
 from shared.cleanup.settings import CleanupSettings
+from shared.stores.cosmos.database import CosmosDatabase
 from shared.stores.memory.documents import MemoryDocumentDatabase
 from tests.bus.harness import (
     MODES,
@@ -80,8 +82,8 @@ def notes_app(name: str, mode: Mode, runs: Counter[str]) -> BusApp:
 async def limited(backend: Backend, mode: Mode) -> tuple[Harness, str, Counter[str]]:
     """A harness whose endpoint's documents hold ``LIMIT`` bytes, in the store's own way."""
     assert isinstance(backend, DocumentBackend)
-    if isinstance(backend.cosmos, MemoryDocumentDatabase):
-        backend.cosmos.max_bytes = LIMIT
+    if isinstance(backend.cosmos, MemoryDocumentDatabase | CosmosDatabase):
+        backend.cosmos.max_bytes = LIMIT  # read as each endpoint's documents are opened
     runs: Counter[str] = Counter()
     name = f"notes{unique_name('')[:8]}"
     config: dict[str, object] = {"max_payload_bytes": LIMIT} if backend.store == "blob" else {}

@@ -182,15 +182,6 @@ BUDGET: dict[Mode, int] = {
     "processed_messages": 5,
     "entity_outbox": 6,
 }
-DOCUMENT_WRITES: dict[Mode, int] = {
-    "token": 2,  # R3's O(m) insert and R6's commit
-    "state_based": 1,
-    "processed_messages": 1,
-    "entity_outbox": 2,  # the commit and the clear
-}
-"""Writes of the endpoint's partition document per message. A document store has no
-conditional write of one row: each write reads the document first (``DocumentRows.write``),
-one read more per write than the budget, which counts one read of the partition's rows."""
 DOCUMENT_STORES: tuple[Store, ...] = ("cosmos", "blob")
 MODES_BUT_TOKEN: list[Mode] = [m for m in BUDGET if m != "token"]
 FAULTS = [Fault.CRASH_BEFORE, Fault.CRASH_AFTER, Fault.ERROR_BEFORE, Fault.ERROR_AFTER]
@@ -281,7 +272,7 @@ async def fault_everywhere(
 
 @pytest.mark.parametrize(
     "backend",
-    backend_modes(azurite=["token"], slow_azurite=MODES_BUT_TOKEN, slow_azurite_blob=["token"]),
+    backend_modes(azurite=["token"], slow_azurite=MODES_BUT_TOKEN, slow_real_documents=["token"]),
     indirect=True,
 )
 async def test_a_fault_at_any_operation_then_redelivery_keeps_exactly_once(
@@ -293,7 +284,7 @@ async def test_a_fault_at_any_operation_then_redelivery_keeps_exactly_once(
     On Azurite, where each scenario costs real requests, the crashes cover R1-R9 of the first
     message (every operation up to its acknowledgement); the in-memory run covers them all.
     The other modes run on Azurite under ``-m slow``, and so does token mode with its documents
-    in blobs on Azurite (25 s)."""
+    in blobs on Azurite (25 s) and on the local Cosmos DB server."""
     await check_every_fault(backend, mode)
 
 
@@ -370,10 +361,7 @@ async def test_the_happy_path_costs_its_modes_budget_plus_two_per_output(
     await harness.deliver(names.orders, second)
     used = harness.instrumentation.kinds_since(mark)
 
-    clear_skipped = mode == "entity_outbox" and outputs == 0  # no clear needed
-    budget = BUDGET[mode] - clear_skipped
-    if rows_store(backend, mode) in DOCUMENT_STORES:
-        budget += DOCUMENT_WRITES[mode] - clear_skipped
+    budget = BUDGET[mode] - (mode == "entity_outbox" and outputs == 0)  # no clear needed
     assert sum(used.values()) == budget + 2 * outputs, used
     # The output tokens: blobs created outside the rows containers of blob documents.
     created = [

@@ -89,7 +89,7 @@ async def store_damaged(harness: Harness, backend: Backend, endpoint: str, mode:
             stored[key] = (data, backend.cosmos.new_etag())
         else:
             container = harness.raw.blob_container(rows_container(endpoint))
-            await container.create(f"{endpoint}/{key}", data)
+            await container.create(key, data)
 
 
 async def stored_damaged(harness: Harness, backend: Backend, endpoint: str) -> dict[str, bytes]:
@@ -102,7 +102,7 @@ async def stored_damaged(harness: Harness, backend: Backend, endpoint: str) -> d
             found[partition] = backend.cosmos.containers[endpoint][key][0]
         else:
             container = harness.raw.blob_container(rows_container(endpoint))
-            found[partition] = (await container.read(f"{endpoint}/{key}")).data
+            found[partition] = (await container.read(key)).data
     return found
 
 
@@ -138,7 +138,13 @@ def task(report: CleanupReport, task_id: str) -> TaskReport:
     return found
 
 
-@pytest.mark.parametrize("backend", document_backends(MODES, real=["token"]), indirect=True)
+WRITABLE = [p for p in document_backends(MODES, real=["token"]) if p.values[0][0] != "cosmos"]
+"""The stores a test can write any bytes into: a Cosmos DB server keeps JSON objects only, so
+what damage its items can carry (foreign or reserved properties) is checked at its adapter
+(``tests/stores/test_cosmos_adapter.py``); here the model stands for it."""
+
+
+@pytest.mark.parametrize("backend", WRITABLE, indirect=True)
 @pytest.mark.parametrize("page_size", [100, 2])
 async def test_damaged_documents_are_passed_over_and_the_rest_is_cleaned(
     backend: Backend, mode: Mode, page_size: int

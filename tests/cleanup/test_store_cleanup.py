@@ -1,5 +1,6 @@
 """The cleanup over endpoints that keep their rows off tables: in PostgreSQL (and its
-in-memory model), in Cosmos DB (its model) and in blob documents (in memory and on Azurite).
+in-memory model), in Cosmos DB (its model and the local server) and in blob documents (in
+memory and on Azurite).
 The same job retires their O(m), removes abandoned tokens by asking their O(m) in that
 store, and expires their audit rows; a committed token not consumed yet is never touched.
 For the window modes, it judges tokens by their rows in the store and expires those rows
