@@ -1,16 +1,19 @@
 """The operator's tools name each endpoint's store and read its rows there: ``bus status``
 (records and what is missing), ``bus state`` and the console's overview, on an app whose
-``notes`` endpoint keeps its rows in blob documents beside a table endpoint, in memory. (A
-Cosmos DB endpoint is read by the same code through the worker's database; its counts are
-checked through the pipeline in ``tests/cli/test_status_records.py``.)"""
+``notes`` endpoint keeps its rows in blob documents beside a table endpoint, in memory, and
+on the same app with ``notes`` in Cosmos DB on the local server (the worker opens it from
+``BUS_COSMOS_*`` as the tools do)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
+from azure.cosmos.exceptions import CosmosResourceNotFoundError
 from pydantic import BaseModel
 
 from shared.bus import BusApp, HandlerContext, Outcome
@@ -20,7 +23,9 @@ from shared.console.overview import overview
 from shared.provisioning import provision
 from shared.runtime import Worker
 from shared.settings import Settings
+from shared.stores.cosmos.settings import CosmosSettings
 from shared.stores.memory import MemoryStorageAccount
+from tests.conftest import unique_name
 from tests.test_storage_roles import PlaceOrder
 
 NOTES, TALLY = "notes", "tally"
@@ -55,9 +60,35 @@ async def worker() -> AsyncIterator[Worker]:
         await opened.close()
 
 
+@pytest.fixture
+async def cosmos_worker(cosmos: CosmosSettings) -> AsyncIterator[Worker]:
+    """The app with ``notes`` in Cosmos DB: a database of its own on the local server."""
+    app = notes_app()
+    app.endpoints[NOTES] = replace(app.endpoints[NOTES], store="cosmos")
+    assert cosmos.endpoint is not None  # the fixture sets both
+    assert cosmos.key is not None
+    database = unique_name("db")
+    values = {
+        "BUS_COSMOS_ENDPOINT": cosmos.endpoint,
+        "BUS_COSMOS_KEY": cosmos.key,
+        "BUS_COSMOS_DATABASE": database,
+    }
+    opened = Worker(app, Settings(values, {}), MemoryStorageAccount())
+    try:
+        yield opened
+    finally:
+        server = opened.cosmos()
+        assert server is not None
+        with contextlib.suppress(CosmosResourceNotFoundError):
+            await server.client.delete_database(database)
+        await opened.close()
+
+
 async def processed(worker: Worker) -> None:
     """Two orders at ``notes``, one at ``tally``, delivered as the queue trigger does."""
     await provision(worker.account(), worker.resources, state=worker.state_account())
+    if (server := worker.cosmos()) is not None:
+        await server.provision(worker.cosmos_endpoints())
     client = worker.bus().client()
     for key in ("o1", "o2"):
         await client.send(PlaceOrder(order=key, amount=5), to=NOTES, idempotency_key=key)
@@ -120,3 +151,25 @@ async def test_the_console_overview_names_the_store_and_reads_its_audit_rows(
     assert notes["store"] == "blob"
     assert notes["audit_rows_scanned"] == 2
     assert sum(m["count"] for m in notes["processed_last_minutes"]) == 2
+
+
+@pytest.mark.cosmos
+async def test_the_tools_name_and_read_a_cosmos_endpoint(
+    cosmos_worker: Worker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = await status_report(cosmos_worker, progress=False)
+    assert f"Cosmos DB container {NOTES}" in before["missing"]
+
+    await processed(cosmos_worker)
+    report = await status_report(cosmos_worker, progress=False)
+    seen = await overview(cosmos_worker, datetime.now(UTC), scan_limit=100)
+    assert await state_command(cosmos_worker, NOTES, "o1", as_json=False) == EXIT_OK
+
+    notes = report["endpoints"][NOTES]
+    assert (notes["store"], notes["outbox_committed"]) == ("cosmos", 2)
+    assert report["missing"] == []
+    [shown] = [e for e in seen["endpoints"] if e["name"] == NOTES]
+    assert (shown["store"], shown["audit_rows_scanned"]) == ("cosmos", 2)
+    assert (
+        "partition 'o1' of endpoint notes (cosmos), mode token: 3 rows" in capsys.readouterr().out
+    )
