@@ -18,9 +18,11 @@ from shared.audit.cli import EXIT_OK, EXIT_USAGE, main
 from shared.audit.export import export
 from shared.audit.store_rows import endpoint_states
 from shared.bus import BusApp
-from shared.bus.app import Mode
+from shared.bus.app import Mode, Store
 from shared.errors import ConfigurationError
 from shared.settings import Settings
+from shared.stores.cosmos.database import CosmosDatabase
+from shared.stores.cosmos.settings import CosmosSettings
 from tests.audit.orders import DELIVERIES_PER_ORDER, ORDERS, run_orders
 from tests.bus.flow import FlowNames, PlaceOrder, build_flow
 from tests.bus.harness import (  # noqa: F401  (fixtures "backend" and "mode")
@@ -118,44 +120,70 @@ async def test_the_stores_open_as_the_app_opens_them(backend: Backend, mode: Mod
             pass
 
 
-def blob_flow() -> tuple[FlowNames, BusApp]:
-    """The flow with every endpoint's rows in blob documents, for ``--app``."""
+def flow_in(store: Store) -> tuple[FlowNames, BusApp]:
+    """The flow with every endpoint's rows in ``store``, for ``--app``."""
     names = FlowNames.with_suffix(unique_name("")[:8])
     app = build_flow(names)
     for name, endpoint in app.endpoints.items():
-        app.endpoints[name] = replace(endpoint, store="blob")
+        app.endpoints[name] = replace(endpoint, store=store)
     return names, app
 
 
-BLOB_NAMES, BLOB_FLOW = blob_flow()
+BLOB_NAMES, BLOB_FLOW = flow_in("blob")
+COSMOS_NAMES, COSMOS_FLOW = flow_in("cosmos")
+FLOWS = {
+    "blob": ("BLOB_FLOW", BLOB_NAMES, BLOB_FLOW),
+    "cosmos": ("COSMOS_FLOW", COSMOS_NAMES, COSMOS_FLOW),
+}
+"""Per store: the attribute ``--app`` names, the flow's names and its app."""
 
 
 @pytest.mark.parametrize(
-    "backend",
-    [pytest.param(("azurite-blob", "token"), id="azurite-blob", marks=pytest.mark.azurite)],
-    indirect=True,
+    ("backend", "store"),
+    [
+        pytest.param(
+            ("azurite-blob", "token"), "blob", id="azurite-blob", marks=pytest.mark.azurite
+        ),
+        pytest.param(
+            ("cosmos", "token"),
+            "cosmos",
+            id="cosmos",
+            marks=[pytest.mark.azurite, pytest.mark.cosmos],
+        ),
+    ],
+    indirect=["backend"],
 )
-async def test_the_export_command_reads_blob_documents_on_azurite(
+async def test_the_export_command_reads_documents_where_the_app_keeps_them(
     backend: Backend,
     mode: Mode,
+    store: str,
     azurite: Any,
+    request: pytest.FixtureRequest,
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:
-    harness = await Harness.create(backend, BLOB_FLOW)
+    """The command opens the stores from the app's settings, as the app does: blob
+    documents in its account, Cosmos DB from ``BUS_COSMOS_*``."""
+    attribute, names, app = FLOWS[store]
+    harness = await Harness.create(backend, app)
     client = harness.setup_bus.client()
     for i in range(ORDERS):
         await client.send(
-            PlaceOrder(order_id=f"o{i}", amount=10), to=BLOB_NAMES.orders, idempotency_key=f"o{i}"
+            PlaceOrder(order_id=f"o{i}", amount=10), to=names.orders, idempotency_key=f"o{i}"
         )
     await harness.run_until_quiet()
     monkeypatch.setenv("AzureWebJobsStorage", azurite.connection_string)
+    if isinstance(harness.cosmos, CosmosDatabase):
+        cosmos: CosmosSettings = request.getfixturevalue("cosmos")
+        monkeypatch.setenv("BUS_COSMOS_ENDPOINT", str(cosmos.endpoint))
+        monkeypatch.setenv("BUS_COSMOS_KEY", str(cosmos.key))
+        monkeypatch.setenv("BUS_COSMOS_DATABASE", harness.cosmos.name)
     out = tmp_path / "export"
     options = [
         "--app",
-        f"{__name__}:BLOB_FLOW",
+        f"{__name__}:{attribute}",
         "--endpoints",
-        ",".join(BLOB_NAMES.all),
+        ",".join(names.all),
         "--ingress-tables",
         harness.config.ingress_table,
         "--quiet",
@@ -166,6 +194,6 @@ async def test_the_export_command_reads_blob_documents_on_azurite(
     assert code == EXIT_OK
     audit = rows_in(out / "audit")
     assert len(audit) == ORDERS * DELIVERIES_PER_ORDER
-    for endpoint in BLOB_NAMES.all:
+    for endpoint in names.all:
         exported = sorted(r["message_id"] for r in audit if r["table"] == endpoint)
         assert exported == sorted(await harness.audit_ids(endpoint))
