@@ -32,8 +32,10 @@ def translate(error: AzureError, what: str, *, write: bool) -> Exception:
     if isinstance(error, CosmosHttpResponseError):
         return from_status(int(error.status_code or 0), what, write=write)
     if isinstance(error, ServiceRequestError):
-        return StorageError(f"{what}: Cosmos DB could not be reached ({error})")
-    return unanswered(f"{what}: no answer from Cosmos DB ({type(error).__name__})", write)
+        # As the storage adapters say it: no answer, so the state store counts as down
+        # (``StateUnreachable``), whether or not the request left.
+        return OutcomeUnknown(f"{what}: Cosmos DB could not be reached ({error})")
+    return unanswered(f"{what}: no answer from Cosmos DB ({type(error).__name__})")
 
 
 def from_status(status: int, what: str, *, write: bool) -> Exception:
@@ -50,13 +52,15 @@ def from_status(status: int, what: str, *, write: bool) -> Exception:
     if status == THROTTLED:
         return StorageError(f"{what}: throttled by Cosmos DB (429): request units spent")
     if status == 408 or status >= 500:
-        return unanswered(f"{what}: Cosmos DB answered {status}", write)
+        return unanswered(f"{what}: Cosmos DB answered {status}")
     return StorageError(f"{what}: Cosmos DB refused the request ({status})")
 
 
-def unanswered(text: str, write: bool) -> Exception:
-    """A request without a definite answer: a write may still land, a read changed nothing."""
-    return OutcomeUnknown(text) if write else StorageError(text)
+def unanswered(text: str) -> Exception:
+    """A request without a definite answer: a write may still land, a read changed nothing;
+    both say the store did not answer (``OutcomeUnknown``, as the storage adapters' no-answer),
+    so that the bus waits for its state store rather than spending a message's tries."""
+    return OutcomeUnknown(text)
 
 
 @asynccontextmanager
@@ -69,4 +73,4 @@ async def translated(what: str, seconds: float, *, write: bool) -> AsyncIterator
     except AzureError as e:
         raise translate(e, what, write=write) from e
     except TimeoutError as e:
-        raise unanswered(f"{what}: no answer from Cosmos DB within {seconds:g} s", write) from e
+        raise unanswered(f"{what}: no answer from Cosmos DB within {seconds:g} s") from e
