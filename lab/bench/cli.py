@@ -24,8 +24,8 @@ from lab.bench.modes import (
     BenchMode,
     bench_modes,
     bus_modes,
-    postgres_modes,
     select,
+    store_modes,
 )
 from lab.bench.report import (
     detail_lines,
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         "bench/results-quick.json" if args.quick else "bench/results.json"
     )
     sizes = Sizes(args.roots or base.roots, args.scaling_roots or base.scaling_roots)
-    every = bench_modes() + postgres_modes()
+    every = bench_modes() + store_modes()
     modes = select(every, args.modes) if args.modes else every
     scaling_modes = select(every, args.scaling_modes)
     context: dict[str, Any] = {

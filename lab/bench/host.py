@@ -30,15 +30,17 @@ from lab.bench.timing import TimedInstrumentation
 from lab.bench.workload import Names, build_app
 from lab.local.azurite import REPO_ROOT
 from shared.bus import Bus, BusConfig
+from shared.bus.app import Store
 from shared.bus.state.connection import PostgresSettings
 from shared.bus.state.instrumented import InstrumentedSql
-from shared.bus.state.stores import PostgresDatabase
+from shared.bus.state.stores import DocumentDatabase, PostgresDatabase
 from shared.errors import InvalidValue
 from shared.host_json import QueueSettings
 from shared.queue_trigger import Handler, QueueWorker
 from shared.settings import StorageSettings
 from shared.stores.account import StorageAccount
 from shared.stores.instrumented import InstrumentedAccount
+from shared.stores.instrumented_documents import InstrumentedDocumentDatabase
 from shared.stores.queue import QueueMessage
 
 MAX_POLLING_INTERVAL = 0.25
@@ -58,7 +60,7 @@ class HostSpec:
     concurrency: int
     connection_string: str | None = None
     """Where the host process connects; None only for a host inside the caller's process."""
-    store: str = "table"
+    store: Store = "table"
     postgres_url: str | None = None
     """The database of ``store="postgres"`` endpoints."""
 
@@ -133,7 +135,12 @@ class _TimedWorker(QueueWorker):
 
 
 class BenchHost:
-    def __init__(self, spec: HostSpec, raw: StorageAccount) -> None:
+    """``cosmos``: the database of ``store="cosmos"`` endpoints, counted here; the host
+    closes it when its drain ends."""
+
+    def __init__(
+        self, spec: HostSpec, raw: StorageAccount, cosmos: DocumentDatabase | None = None
+    ) -> None:
         self.spec = spec
         self.raw = raw
         self.instrumentation = TimedInstrumentation()
@@ -141,6 +148,7 @@ class BenchHost:
         self.result = HostResult()
         self._outcomes: Counter[str] = Counter()
         self.database: PostgresDatabase | None = None
+        self.cosmos = cosmos
         names = spec.names
         settings = replace(
             QueueSettings.from_host_json(REPO_ROOT / "host.json"),
@@ -169,12 +177,19 @@ class BenchHost:
             # is measured.
             settings = PostgresSettings(url=spec.postgres_url, pool_size=2 * spec.concurrency)
             self.database = PostgresDatabase(settings)
-        app = build_app(spec.names, as_mode(bus_mode), "postgres" if self.database else "table")
+        if spec.store == "cosmos" and self.cosmos is None:
+            raise InvalidValue(f"{spec.label}: Cosmos DB endpoints need their database")
+        app = build_app(spec.names, as_mode(bus_mode), spec.store)
         sql = (
             None if self.database is None else InstrumentedSql(self.database, self.instrumentation)
         )
+        cosmos = (
+            None
+            if self.cosmos is None
+            else InstrumentedDocumentDatabase(self.cosmos, self.instrumentation)
+        )
         config = spec.bus_config()
-        bus = Bus(app, self.account, config, sql=sql)
+        bus = Bus(app, self.account, config, sql=sql, cosmos=cosmos)
 
         def handler(endpoint: str) -> Handler:
             async def handle(raw: str, dequeue_count: int) -> None:
@@ -216,8 +231,9 @@ class BenchHost:
         result.empty_polls = self.instrumentation.empty_receives
         result.operation_seconds = dict(self.instrumentation.seconds)
         result.outcomes = dict(self._outcomes)
-        if self.database is not None:
-            await self.database.close()
+        for database in (self.database, self.cosmos):
+            if database is not None:
+                await database.close()
         return result
 
 

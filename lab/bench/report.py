@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lab.bench.modes import AT_LEAST_ONCE, TOKEN, TOKEN_POSTGRES
+from lab.bench.modes import AT_LEAST_ONCE, STORES, TOKEN
 from lab.bench.prices import ACCOUNT, PRICES, READ_ON
 from lab.bench.runner import Measurement
 from shared.terminal import table
@@ -138,9 +138,9 @@ def whole_cost_table(measurements: Sequence[Measurement]) -> list[str]:
     return _table(WHOLE_COLUMNS, rows)
 
 
-COMPARED_APART = (AT_LEAST_ONCE, TOKEN, TOKEN_POSTGRES)
+COMPARED_APART = (AT_LEAST_ONCE, TOKEN, *STORES)
 """Not among the modes token mode's whole cost is held against: the floor (no exactly-once)
-and token mode itself, over either store."""
+and token mode itself, over any store."""
 
 
 def token_whole_verdict(measurements: Sequence[Measurement]) -> dict[str, Any] | None:

@@ -15,9 +15,10 @@ from lab.bench.modes import BenchMode
 from lab.bench.prices import by_class, usd_per_million
 from lab.bench.residue import Residue, measure_residue
 from lab.bench.seed import provision_run, seed
+from lab.bench.stores import BenchRows
 from lab.bench.timing import percentile
 from shared.bus.state.connection import PostgresSettings
-from shared.bus.state.stores import PostgresDatabase
+from shared.bus.state.stores import DocumentDatabase, PostgresDatabase
 from shared.errors import InvalidValue
 from shared.stores.account import StorageAccount
 
@@ -222,8 +223,10 @@ async def run_round(
     connection_string: str | None = None,
     emulator_cpu: Callable[[], float] | None = None,
     postgres_url: str | None = None,
+    cosmos: DocumentDatabase | None = None,
 ) -> Round:
-    """Provision fresh resources, enqueue ``roots`` roots, drain them, count the residue."""
+    """Provision fresh resources, enqueue ``roots`` roots, drain them, count the residue.
+    ``cosmos``: the document database of in-process hosts' Cosmos DB endpoints."""
     tag = uuid.uuid4().hex[:10]
     specs = [
         HostSpec(
@@ -238,29 +241,32 @@ async def run_round(
         for _ in range(plan.processes)
     ]
     names = specs[0].names
-    await provision_run(raw, names)
+    await provision_run(raw, names, mode.store)
     seed_ops = await seed(
         raw, names, mode.bus_mode, specs[0].bus_config(), roots, plan.partitions or roots
     )
     cpu_before = emulator_cpu() if emulator_cpu else None
-    launch = in_processes if separate_processes else in_process
-    go, hosts = await launch(specs, raw)
+    if separate_processes:
+        go, hosts = await in_processes(specs, raw)
+    else:
+        go, hosts = await in_process(specs, raw, cosmos)
     emulator_cpu_s = (
         emulator_cpu() - cpu_before if emulator_cpu and cpu_before is not None else None
     )
-    database = (
-        PostgresDatabase(PostgresSettings(url=postgres_url)) if mode.store == "postgres" else None
+    stores = BenchRows(
+        mode.store,
+        PostgresDatabase(PostgresSettings(url=postgres_url)) if mode.store == "postgres" else None,
+        cosmos if mode.store == "cosmos" else None,
     )
     try:
-        residue = await measure_residue(raw, names, database)
+        residue = await measure_residue(raw, names, stores)
         cleanup = (
             None
             if mode.bus_mode is None
-            else await clean_round(raw, names, mode.bus_mode, specs[0].bus_config(), database)
+            else await clean_round(raw, names, mode.bus_mode, specs[0].bus_config(), stores)
         )
     finally:
-        if database is not None:
-            await database.close()
+        await stores.close()
     return Round(roots, go, hosts, residue, seed_ops, emulator_cpu_s, cleanup)
 
 
@@ -282,6 +288,7 @@ async def measure_side_by_side(
     emulator_cpu: Callable[[], float] | None = None,
     progress: Callable[[BenchMode, Round | None, str | None], None] | None = None,
     postgres_url: str | None = None,
+    cosmos: DocumentDatabase | None = None,
 ) -> list[Measurement]:
     """Run ``modes`` in ``rounds`` interleaved rounds (forward, then backward, ...) that split
     ``plan.roots`` between them, so a machine that gets busier or quieter during the bench
@@ -303,6 +310,7 @@ async def measure_side_by_side(
                     connection_string=connection_string,
                     emulator_cpu=emulator_cpu,
                     postgres_url=postgres_url,
+                    cosmos=cosmos,
                 )
             except Exception as e:  # reported in the table; the other modes go on
                 errors[mode.label] = f"{type(e).__name__}: {e}"
@@ -335,6 +343,7 @@ async def measure(
     connection_string: str | None = None,
     emulator_cpu: Callable[[], float] | None = None,
     postgres_url: str | None = None,
+    cosmos: DocumentDatabase | None = None,
 ) -> Measurement:
     """One mode, one round."""
     (measurement,) = await measure_side_by_side(
@@ -345,5 +354,6 @@ async def measure(
         connection_string=connection_string,
         emulator_cpu=emulator_cpu,
         postgres_url=postgres_url,
+        cosmos=cosmos,
     )
     return measurement

@@ -1,0 +1,103 @@
+"""The bench's token mode over the document stores: each partition's rows in one JSON blob
+(``token_blob``) or one Cosmos DB item (``token_cosmos``), in memory with in-process hosts and
+on Azurite in a host process, with every document request counted and priced."""
+
+from __future__ import annotations
+
+import pytest
+
+from lab.bench.modes import TOKEN_BLOB, TOKEN_COSMOS, BenchMode, store_modes
+from lab.bench.prices import billing_class
+from lab.bench.runner import Measurement, Plan, measure
+from lab.local.azurite import AzuriteEndpoints
+from shared.settings import StorageSettings
+from shared.stores.azure import AzureStorageAccount
+from shared.stores.memory import MemoryStorageAccount
+from shared.stores.memory.documents import MemoryDocumentDatabase
+
+ROOTS = 5
+
+
+def mode(label: str) -> BenchMode:
+    return next(m for m in store_modes() if m.label == label)
+
+
+def assert_exactly_once_and_cleaned(result: Measurement, messages: int) -> None:
+    """Every message processed once; before the cleanup each partition holds its state, one
+    O(m) and one audit row per message (in its document); after it, only the state."""
+    assert result.ok, result.error
+    assert result.handled == messages
+    assert result.outcomes == {"processed": messages}
+    assert result.residue_kinds["state"] == messages  # one partition per root and endpoint
+    assert result.residue_kinds["outbox"] == result.residue_kinds["audit"] == messages
+    assert result.residue_after_cleanup == {"state": messages}
+    assert result.cleanup_ops_per_message > 0
+
+
+async def test_token_blob_keeps_every_row_in_blob_documents_and_counts_their_requests() -> None:
+    """Given token mode with its rows as blob documents, when the workload drains in memory,
+    then no endpoint row is in a table: each message reads its partition's document and
+    writes it back under its ETag (R2's O(m), R5's commit), all counted as blob requests."""
+    result = await measure(
+        MemoryStorageAccount(),
+        mode(TOKEN_BLOB),
+        Plan(ROOTS, concurrency=4, processes=2),
+        separate_processes=False,
+    )
+
+    messages = 2 * ROOTS
+    assert_exactly_once_and_cleaned(result, messages)
+    ops = result.operations
+    assert not [kind for kind in ops if kind.startswith(("table.", "sql.", "cosmos."))]
+    # Per message: the O(m) creates the partition's document or replaces it, the commit
+    # replaces it; the claim and the acknowledgement as in every token mode.
+    assert ops["blob.create"] + ops["blob.upload"] >= 2 * messages
+    assert ops["blob.set_metadata"] == ops["queue.delete"] == messages
+    assert result.usd_per_million_messages["whole"] > 0
+
+
+async def test_token_cosmos_counts_each_document_request_as_a_cosmos_request() -> None:
+    """Given token mode with its rows in (the in-memory model of) Cosmos DB, when the
+    workload drains, then every document read, write and page is a ``cosmos.*`` request,
+    priced in the Cosmos DB class at nothing per request (it bills request units)."""
+    result = await measure(
+        MemoryStorageAccount(),
+        mode(TOKEN_COSMOS),
+        Plan(ROOTS, concurrency=4),
+        separate_processes=False,
+        cosmos=MemoryDocumentDatabase(),
+    )
+
+    messages = 2 * ROOTS
+    assert_exactly_once_and_cleaned(result, messages)
+    ops = result.operations
+    assert not [kind for kind in ops if kind.startswith(("table.", "sql."))]
+    assert ops["cosmos.read"] >= 2 * messages  # the O(m) write and the commit each read first
+    assert ops["cosmos.create"] + ops["cosmos.replace"] >= 2 * messages
+    assert "cosmos.query" in result.cleanup_operations  # the cleanup pages the documents
+    assert {billing_class(k).key for k in ops if k.startswith("cosmos.")} == {"cosmos.request"}
+
+
+def test_the_document_modes_are_refused_where_the_bus_has_no_token_mode() -> None:
+    modes = store_modes(offered=("processed_messages",))
+    assert {m.label for m in modes} >= {TOKEN_BLOB, TOKEN_COSMOS}
+    assert not any(m.available for m in modes)
+
+
+@pytest.mark.azurite
+async def test_token_blob_drains_in_a_host_process_on_azurite(azurite: AzuriteEndpoints) -> None:
+    """Given Azurite, when token_blob runs in a host process, then it drains exactly once with
+    its documents in each endpoint's rows container, and the cleanup leaves only the state."""
+    connection = azurite.connection_string
+    async with AzureStorageAccount(StorageSettings(connection)) as raw:
+        result = await measure(
+            raw,
+            mode(TOKEN_BLOB),
+            Plan(4, concurrency=4),
+            separate_processes=True,
+            connection_string=connection,
+        )
+
+    assert_exactly_once_and_cleaned(result, 8)
+    assert "table.transact" not in result.operations
+    assert result.operation_ms["blob.upload"] > 0
