@@ -29,6 +29,7 @@ from lab.bench.modes import (
 )
 from lab.bench.report import (
     detail_lines,
+    merged_results,
     mode_table,
     results_document,
     scaling_table,
@@ -173,6 +174,12 @@ def main(argv: list[str] | None = None) -> int:
         help="modes of the scaling runs (none to skip them)",
     )
     parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the modes of the results file that this run does not measure (each "
+        "named with its own run under earlier_runs) instead of replacing the file",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         help="where to write the results (default bench/results.json, or "
@@ -240,7 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     if scaling:
         print()
         print("\n".join(scaling_table(scaling)))
-    document = results_document(main_runs, scaling, context)
+    document = (
+        merged_results(json.loads(out.read_text()), main_runs, scaling, context)
+        if args.merge and out.exists()
+        else results_document(main_runs, scaling, context)
+    )
     write_results(out, document)
     ratio = document["ratio_token_vs_at_least_once"]
     print()

@@ -124,12 +124,12 @@ BILLING: dict[str, str] = {
     # An entity group transaction is one request, counted here as one transaction.
     "table.transact": "table.transaction",
     # Cosmos DB endpoints' documents (shared/stores/instrumented_documents.py): point read,
-    # create, replace, delete, and a query for a page.
+    # create, replace, delete, and a page (a query).
     "cosmos.read": "cosmos.request",
     "cosmos.create": "cosmos.request",
     "cosmos.replace": "cosmos.request",
     "cosmos.delete": "cosmos.request",
-    "cosmos.query": "cosmos.request",
+    "cosmos.page": "cosmos.request",
     "sql.get": "sql.statement",
     "sql.query": "sql.statement",
     "sql.insert": "sql.statement",

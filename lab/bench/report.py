@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -260,6 +261,52 @@ def results_document(
             "scaling_ratio_token_vs_at_least_once": token_ratios,
         }
     )
+    return document
+
+
+RUN_KEYS = ("generated_at", "machine", "settings")
+"""What says under which conditions a run measured its modes."""
+
+
+def merged_results(
+    earlier: dict[str, Any],
+    modes: Sequence[Measurement],
+    scaling: Sequence[Measurement],
+    context: dict[str, Any],
+) -> dict[str, Any]:
+    """This run's results with the modes of an ``earlier`` results document it did not
+    measure kept, so that a run of a few modes adds them to the full figures rather than
+    replacing those. The document is this run's (its context, the ratios and verdict over all
+    the modes it holds); ``earlier_runs`` names the run each kept mode comes from, so that no
+    figure is read as measured beside the others when it was not."""
+    measured = {m.mode for m in modes}
+    known = {f.name for f in fields(Measurement)}
+    kept = [
+        # A figure the earlier run did not have is left at its default, one it had that
+        # the bench no longer reports is dropped.
+        Measurement(**{k: v for k, v in m.items() if k in known})
+        for m in earlier.get("modes", [])
+        if m["mode"] not in measured
+    ]
+    document = results_document([*kept, *modes], scaling, context)
+    kept_labels = {m.mode for m in kept}
+    runs = [
+        {**run, "modes": [label for label in run["modes"] if label in kept_labels]}
+        for run in earlier.get("earlier_runs", [])
+    ]
+    claimed = {label for run in runs for label in run["modes"]}
+    runs.append(
+        {
+            **{key: earlier.get(key) for key in RUN_KEYS},
+            "modes": sorted(kept_labels - claimed),
+        }
+    )
+    document["earlier_runs"] = [run for run in runs if run["modes"]]
+    if not scaling and earlier.get("scaling"):
+        document["scaling"] = earlier["scaling"]
+        document["scaling_ratio_token_vs_at_least_once"] = earlier.get(
+            "scaling_ratio_token_vs_at_least_once", {}
+        )
     return document
 
 

@@ -91,6 +91,7 @@ from shared.resources import poison_queue
 from shared.runtime import Worker
 from shared.sample.charges import PAYMENTS_STORE, SAMPLE_SCHEMA
 from shared.sample.storefront import ORDER_ROW, STOREFRONT, STOREFRONT_STORE
+from shared.sample.stores import LOYALTY_STORE, SHIPPING_STORE
 from shared.settings import DEFAULT_SETTING, StorageSettings, resolve_settings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
@@ -528,10 +529,22 @@ async def quiescent(
     return False
 
 
+def stored_states(worker: Worker) -> dict[str, EndpointState]:
+    """The rows of the worker's endpoints that are not in their table (PostgreSQL, blob
+    documents, Cosmos DB), by endpoint, read through the store each declares."""
+    declared = {e.name: e.store for e in worker.app.endpoints.values()}
+    return {
+        name: EndpointState(rows)
+        for name, rows in worker.endpoint_rows().items()
+        if declared.get(name, "table") != "table"
+    }
+
+
 async def rows(
     account: StorageAccount, table: str, prefix: str, sql: Mapping[str, EndpointState]
 ) -> list[dict[str, object]]:
-    """The endpoint's rows of one kind, from its table or from PostgreSQL."""
+    """The endpoint's rows of one kind, from its table or, for an endpoint in ``sql``
+    (``stored_states``), from the store it declares."""
     store = sql.get(table)
     if store is None:
         return [
@@ -750,7 +763,8 @@ async def verify(
 ) -> Verdict:
     """The invariants, from storage alone: every message sent (the clients' and every one a
     handler caused) has exactly one audit row, the business state is exact, nothing is left.
-    ``sql``: the rows of the endpoints that keep them in PostgreSQL (``postgres_url``).
+    ``sql``: the rows of the endpoints kept outside their tables (``stored_states``), those in
+    PostgreSQL in the database of ``postgres_url``.
     ``pay_later``: the amounts of the orders paid later (``check_pay_later``). ``ledger``:
     the payment provider's, checked against the orders (``check_ledger``). ``clients``: what
     they placed through ``POST /api/orders`` (``web_order_errors``)."""
@@ -853,10 +867,17 @@ def inherited_environ() -> dict[str, str]:
     }
 
 
+def outside_tables() -> list[str]:
+    """The sample's endpoints that keep their rows outside Table Storage (PostgreSQL, blob
+    documents, Cosmos DB): the Spark audit reads only tables, so their rows are exported."""
+    return [e.name for e in demo_app().endpoints.values() if e.store != "table"]
+
+
 def run_audit(connection_string: str, workdir: Path, postgres_url: str | None) -> int | None:
     """The Spark audit (``python -m shared.audit run``) over the same storage, in its own
-    process (it starts a JVM); None when PySpark is not installed. With PostgreSQL endpoints
-    the audit rows are exported first (``export`` reads them there) and the export audited."""
+    process (it starts a JVM); None when PySpark is not installed. With endpoints outside
+    Table Storage the audit rows are exported first (``export`` reads each endpoint's rows in
+    the store it declares) and the export audited."""
     if importlib.util.find_spec("pyspark") is None:
         return None
     started = time.monotonic()
@@ -877,6 +898,7 @@ def run_audit(connection_string: str, workdir: Path, postgres_url: str | None) -
     command += ["--master", "local[2]", "--splits", "2", "--quiet", *endpoints]
     if postgres_url is not None:
         env[URL_SETTING] = postgres_url
+    if outside_tables():
         exported = workdir / "audit-export"
         export = [sys.executable, "-m", "shared.audit", "export", "--out", str(exported)]
         export += endpoints
@@ -996,8 +1018,7 @@ async def drive(
         outcomes = read_outcomes(outcome_log)
         suppressed = outcomes[Outcome.DUPLICATE.value] + outcomes[Outcome.RESUMED.value]
         roots = {i for ids in clients.receipts.values() for i in ids}
-        db = worker.sql()
-        sql = {} if db is None else {e: db.endpoint_state(e) for e in worker.sql_endpoints()}
+        sql = stored_states(worker)
         async with aiohttp.ClientSession() as session:
             ledger = await provider.ledger(session)
         verdict = await verify(
@@ -1103,6 +1124,12 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="--single: keep payments on Table Storage too (no PostgreSQL server)",
     )
+    p.add_argument(
+        "--no-documents",
+        action="store_true",
+        help="--single: keep shipping and loyalty on Table Storage too (no blob documents, "
+        "no Cosmos DB server)",
+    )
     return p
 
 
@@ -1128,6 +1155,8 @@ def main(argv: list[str] | None = None) -> int:
     # Read when the sample app is imported, here and in the host and audit processes.
     os.environ[PAYMENTS_STORE] = "table" if args.no_postgres else "postgres"
     os.environ[STOREFRONT_STORE] = os.environ[PAYMENTS_STORE]
+    os.environ[SHIPPING_STORE] = "table" if args.no_documents else "blob"
+    os.environ[LOYALTY_STORE] = "table"
     print("demo: starting Azurite on free ports")
     with contextlib.ExitStack() as running:
         endpoints = running.enter_context(Azurite(location=str(workdir / "azurite")))

@@ -1,7 +1,7 @@
 """Counting and fault injection for a document database (``store="cosmos"`` endpoints), as
 ``shared.stores.instrumented`` does for the storage account and ``shared.bus.state.instrumented``
 for SQL: every read, create, replace, delete and page is one numbered operation
-(``cosmos.read``, ``cosmos.create``, ``cosmos.replace``, ``cosmos.delete``, ``cosmos.query``)
+(``cosmos.read``, ``cosmos.create``, ``cosmos.replace``, ``cosmos.delete``, ``cosmos.page``)
 of the same ``Instrumentation``, so the bench counts a Cosmos DB endpoint's requests beside the
 queue and blob requests of its messages, and a fault plan reaches its document writes. Blob
 documents need none of this: they are blobs of the instrumented account, counted as such.
@@ -63,5 +63,5 @@ class InstrumentedDocuments(Documents):
 
     async def page(self, continuation: str | None, page_size: int) -> DocumentPage:
         return await self._i.run(
-            "cosmos.query", self.name, lambda: self.inner.page(continuation, page_size)
+            "cosmos.page", self.name, lambda: self.inner.page(continuation, page_size)
         )

@@ -6,8 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from lab.bench.modes import TOKEN_BLOB, TOKEN_COSMOS, BenchMode, store_modes
+from lab.bench.modes import (
+    AT_LEAST_ONCE,
+    TOKEN,
+    TOKEN_BLOB,
+    TOKEN_COSMOS,
+    BenchMode,
+    store_modes,
+)
 from lab.bench.prices import billing_class
+from lab.bench.report import merged_results, results_document
 from lab.bench.runner import Measurement, Plan, measure
 from lab.local.azurite import AzuriteEndpoints
 from shared.settings import StorageSettings
@@ -74,7 +82,7 @@ async def test_token_cosmos_counts_each_document_request_as_a_cosmos_request() -
     assert not [kind for kind in ops if kind.startswith(("table.", "sql."))]
     assert ops["cosmos.read"] >= 2 * messages  # the O(m) write and the commit each read first
     assert ops["cosmos.create"] + ops["cosmos.replace"] >= 2 * messages
-    assert "cosmos.query" in result.cleanup_operations  # the cleanup pages the documents
+    assert "cosmos.page" in result.cleanup_operations  # the cleanup pages the documents
     assert {billing_class(k).key for k in ops if k.startswith("cosmos.")} == {"cosmos.request"}
 
 
@@ -101,3 +109,31 @@ async def test_token_blob_drains_in_a_host_process_on_azurite(azurite: AzuriteEn
     assert_exactly_once_and_cleaned(result, 8)
     assert "table.transact" not in result.operations
     assert result.operation_ms["blob.upload"] > 0
+
+
+async def test_a_run_of_some_modes_merges_into_the_results_of_a_full_run() -> None:
+    """Given the results of a run of the floor and token mode, when a later run of token mode
+    and token_blob is merged into them, then the floor is kept and named with its run, token
+    mode and token_blob are the later run's, and the ratio is recomputed over what is held."""
+
+    def measured(label: str, throughput: float) -> Measurement:
+        m = Measurement(label, True, 16, 1, ROOTS, handled=2 * ROOTS)
+        m.throughput_msgs_per_s = throughput
+        return m
+
+    first = {"generated_at": "first", "machine": {"cpu_count": 2}, "settings": {"roots": 500}}
+    earlier = results_document([measured(AT_LEAST_ONCE, 100.0), measured(TOKEN, 50.0)], [], first)
+    later = {"generated_at": "later", "machine": {}, "settings": {"roots": 100}}
+
+    merged = merged_results(earlier, [measured(TOKEN, 80.0), measured(TOKEN_BLOB, 40.0)], [], later)
+
+    assert [m["mode"] for m in merged["modes"]] == [AT_LEAST_ONCE, TOKEN, TOKEN_BLOB]
+    assert merged["generated_at"] == "later"
+    assert merged["earlier_runs"] == [{**first, "modes": [AT_LEAST_ONCE]}]
+    assert merged["ratio_token_vs_at_least_once"] == pytest.approx(0.8)
+    # Merged once more, the floor keeps naming its own run, not the one in between.
+    again = merged_results(merged, [measured(TOKEN_COSMOS, 30.0)], [], {"generated_at": "3"})
+    assert again["earlier_runs"] == [
+        {**first, "modes": [AT_LEAST_ONCE]},
+        {**later, "modes": [TOKEN, TOKEN_BLOB]},
+    ]

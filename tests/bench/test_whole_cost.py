@@ -59,7 +59,7 @@ def test_every_kind_the_instrumented_stores_count_has_a_billing_class() -> None:
     # The scan finds the blob, table, queue, SQL and Cosmos DB kinds, so it cannot pass by
     # finding none.
     assert {"blob.delete_batch", "table.transact", "queue.receive", "sql.transact"} <= kinds
-    assert {"cosmos.read", "cosmos.replace", "cosmos.query"} <= kinds
+    assert {"cosmos.read", "cosmos.replace", "cosmos.page"} <= kinds
     assert sorted(kinds - BILLING.keys()) == []
     assert sorted(BILLING.keys() - kinds) == []
     assert all(billing_class(kind).key in PRICES for kind in kinds)
