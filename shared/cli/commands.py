@@ -82,13 +82,18 @@ async def resources_command(worker: Worker) -> int:
 async def provision_command(worker: Worker, resources_file: Path = RESOURCES_FILE) -> int:
     """Create the app's resources, once ``infra/resources.json`` (what Bicep provisions in
     Azure) matches the app: each endpoint's table in the state account, the rest in the
-    messaging account (``shared.provisioning``)."""
+    messaging account (``shared.provisioning``), the PostgreSQL schema and the Cosmos DB
+    database and containers of the endpoints kept there."""
     check_resources_file(worker.resources, resources_file)
     report = await provision(worker.account(), worker.resources, state=worker.state_account())
     say(report.summary())
     sql = worker.sql()
     if sql is not None:  # the schema of endpoints that keep their state in PostgreSQL
         for line in await sql.migrate(worker.sql_endpoints()):
+            say(line)
+    cosmos = worker.cosmos()
+    if cosmos is not None:  # the database and containers of store="cosmos" endpoints
+        for line in await cosmos.provision(worker.cosmos_endpoints()):
             say(line)
     return EXIT_OK
 
