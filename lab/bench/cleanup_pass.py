@@ -49,6 +49,8 @@ class CleanupCount:
     """What the pass removed, by what it was (its tasks' report)."""
     residue_after: Residue = field(default_factory=Residue)
     """What is left once it ran (uncounted): the business state rows only, if it did all."""
+    request_units: float | None = None
+    """What the Cosmos DB account charged the pass (None: the rows are elsewhere)."""
 
 
 def past_every_window(config: BusConfig, settings: CleanupSettings) -> float:
@@ -88,8 +90,14 @@ async def clean_round(
     rows: dict[str, EndpointRows] = {
         e: stores.rows(e, counted, instrumentation) for e in names.endpoints
     }
+    charged_before = None if stores.charges is None else stores.charges.units
     report = await run_cleanup(
         counted, endpoint_modes(app), rows=rows, config=moved, settings=settings
+    )
+    charged = (
+        None
+        if stores.charges is None or charged_before is None
+        else stores.charges.units - charged_before
     )
     unfinished = [f"{t.task} ({t.skipped})" for t in report.tasks if not t.finished]
     if unfinished:
@@ -99,6 +107,7 @@ async def clean_round(
         operations=dict(sorted(kinds.items())),
         removed=dict(sorted(report.removed().items())),
         residue_after=await measure_residue(raw, names, stores),
+        request_units=charged,
     )
 
 

@@ -1,6 +1,6 @@
 """``python -m lab.bench`` (``make bench``): start Azurite (and PostgreSQL for the
-``token_postgres`` mode), measure every mode side by side, then the scaling runs; print the
-tables and write ``bench/results.json``."""
+``token_postgres`` mode, the local Cosmos DB server for ``token_cosmos``), measure every mode
+side by side, then the scaling runs; print the tables and write ``bench/results.json``."""
 
 from __future__ import annotations
 
@@ -41,10 +41,12 @@ from lab.bench.report import (
 from lab.bench.runner import Measurement, Plan, Round, measure_side_by_side
 from lab.bench.workload import PAYLOAD_BYTES
 from lab.local.azurite import REPO_ROOT, Azurite
+from lab.local.cosmos import CosmosServer
 from lab.local.postgres import PostgresServer
 from shared.bus.state.schema import migrate
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
+from shared.stores.cosmos.settings import CosmosSettings
 from shared.terminal import StageLog
 
 
@@ -66,17 +68,21 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def package_version(name: str) -> str:
+    """The version of an npm package installed into the repository."""
+    package = REPO_ROOT / "node_modules" / name / "package.json"
+    if not package.exists():
+        return "unknown"
+    return str(json.loads(package.read_text()).get("version", "unknown"))
+
+
 def machine() -> dict[str, Any]:
-    azurite_version = "unknown"
-    package = REPO_ROOT / "node_modules/azurite/package.json"
-    if package.exists():
-        azurite_version = str(json.loads(package.read_text()).get("version", "unknown"))
     return {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
-        "azurite": azurite_version,
+        "azurite": package_version("azurite"),
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
     }
 
@@ -91,6 +97,7 @@ async def run_all(
     partitions: int | None,
     rounds: int,
     postgres_url: str | None,
+    cosmos: CosmosSettings | None,
 ) -> tuple[list[Measurement], list[Measurement]]:
     cpu = None if emulator_pid is None else functools.partial(process_cpu_seconds, emulator_pid)
     log = StageLog(sys.stdout)  # one line per round, with the time since the start
@@ -117,6 +124,7 @@ async def run_all(
                 emulator_cpu=cpu,
                 progress=progress,
                 postgres_url=postgres_url,
+                cosmos_settings=cosmos,
             )
 
         print(
@@ -154,6 +162,16 @@ def start_postgres(server: PostgresServer, context: dict[str, Any]) -> str:
 
     context["machine"]["postgres"] = asyncio.run(prepare())
     return url
+
+
+def start_cosmos(server: CosmosServer, context: dict[str, Any]) -> CosmosSettings:
+    """The local Cosmos DB server, as the tests start it; its account's settings."""
+    print("bench: starting the local Cosmos DB server on a free port (token_cosmos)")
+    server.start()
+    context["machine"]["cosmos_server"] = (
+        f"@vercel/cosmosdb-server {package_version('@vercel/cosmosdb-server')}"
+    )
+    return server.settings()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,8 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     emulator = Azurite()
     endpoints = emulator.start()
     server = PostgresServer() if any(m.store == "postgres" for m in modes) else None
+    cosmos_server = CosmosServer() if any(m.store == "cosmos" for m in modes) else None
     try:
         postgres_url = None if server is None else start_postgres(server, context)
+        cosmos = None if cosmos_server is None else start_cosmos(cosmos_server, context)
         pid = emulator.process.pid if emulator.process is not None else None
         main_runs, scaling = asyncio.run(
             run_all(
@@ -229,12 +249,15 @@ def main(argv: list[str] | None = None) -> int:
                 args.partitions,
                 args.rounds,
                 postgres_url,
+                cosmos,
             )
         )
     finally:
         emulator.stop()
         if server is not None:
             server.stop()
+        if cosmos_server is not None:
+            cosmos_server.stop()
     context["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     print()
     print("\n".join(mode_table(main_runs)))

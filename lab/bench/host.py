@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lab.bench.floor import floor_handlers
 from lab.bench.modes import as_mode
@@ -39,9 +40,13 @@ from shared.host_json import QueueSettings
 from shared.queue_trigger import Handler, QueueWorker
 from shared.settings import StorageSettings
 from shared.stores.account import StorageAccount
+from shared.stores.cosmos.settings import CosmosSettings
 from shared.stores.instrumented import InstrumentedAccount
 from shared.stores.instrumented_documents import InstrumentedDocumentDatabase
 from shared.stores.queue import QueueMessage
+
+if TYPE_CHECKING:
+    from lab.bench.request_units import RequestCharges
 
 MAX_POLLING_INTERVAL = 0.25
 """host.json says 2 s; capped so an idle sink queue is picked up quickly once the first
@@ -63,6 +68,8 @@ class HostSpec:
     store: Store = "table"
     postgres_url: str | None = None
     """The database of ``store="postgres"`` endpoints."""
+    cosmos: CosmosSettings | None = None
+    """The account of ``store="cosmos"`` endpoints, for a host in its own process."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.concurrency <= 32:
@@ -99,6 +106,8 @@ class HostResult:
     cpu_seconds: float = 0.0
     peak_rss_kb: int = 0
     rss_before_kb: int = 0
+    request_units: float | None = None
+    """What the Cosmos DB account charged this host (None: it has no Cosmos DB endpoint)."""
 
 
 class _TimedWorker(QueueWorker):
@@ -242,12 +251,25 @@ async def _serve(spec: HostSpec, conn: Connection) -> HostResult:
 
     if spec.connection_string is None:
         raise InvalidValue("a host process needs a connection string")
+    charges: RequestCharges | None = None
+    cosmos = None
+    if spec.store == "cosmos":
+        # Imported for Cosmos DB hosts alone: the SDK would weigh on every mode's peak memory.
+        from lab.bench.request_units import RequestCharges, charged_database
+
+        if spec.cosmos is None:
+            raise InvalidValue(f"{spec.label}: Cosmos DB endpoints need their account")
+        charges = RequestCharges()
+        cosmos = charged_database(spec.cosmos, charges)
     async with AzureStorageAccount(StorageSettings(spec.connection_string)) as raw:
-        host = BenchHost(spec, raw)
+        host = BenchHost(spec, raw, cosmos)
         conn.send(READY)
         if conn.recv() != GO:  # blocks this process only, and nothing else runs yet
             raise InvalidValue("the bench did not say GO")
-        return await host.drain()
+        result = await host.drain()
+    if charges is not None:
+        result.request_units = charges.units
+    return result
 
 
 def process_main(spec: HostSpec, conn: Connection) -> None:

@@ -90,6 +90,12 @@ def detail_lines(measurements: Sequence[Measurement]) -> list[str]:
             + ", ".join(f"{kind} {ms:.1f}" for kind, ms in m.operation_ms.items()),
             f"  rows and blobs after the run: {residue}; ingress rows {m.ingress_rows}",
         ]
+        if m.request_units_per_message is not None:
+            lines.append(
+                "  Cosmos DB request units per message, as the server charged them: "
+                f"hot path {m.request_units_per_message:.2f}, cleanup "
+                f"{_num(m.cleanup_request_units_per_message, 2)}"
+            )
         if m.cleanup_operations:
             cleanup = ", ".join(
                 f"{kind} {n / max(m.handled, 1):.3f}" for kind, n in m.cleanup_operations.items()

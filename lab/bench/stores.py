@@ -5,6 +5,8 @@ new one without a branch of their own."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from shared.bus.app import Store
 from shared.bus.state.document_rows import DocumentRows
 from shared.bus.state.instrumented import InstrumentedSql
@@ -14,6 +16,9 @@ from shared.errors import InvalidValue
 from shared.stores.account import StorageAccount
 from shared.stores.instrumented import Instrumentation
 from shared.stores.instrumented_documents import InstrumentedDocuments
+
+if TYPE_CHECKING:
+    from lab.bench.request_units import RequestCharges
 
 
 class BenchRows:
@@ -25,7 +30,10 @@ class BenchRows:
         store: Store,
         sql: SqlDatabase | None = None,
         cosmos: DocumentDatabase | None = None,
+        charges: RequestCharges | None = None,
     ) -> None:
+        """``charges``: what ``cosmos`` reports it charged (a Cosmos DB account's request
+        units), read around the cleanup pass; None where the database reports none."""
         if store == "postgres" and sql is None:
             raise InvalidValue("PostgreSQL endpoints need their database")
         if store == "cosmos" and cosmos is None:
@@ -33,6 +41,7 @@ class BenchRows:
         self.store = store
         self.sql = sql
         self.cosmos = cosmos
+        self.charges = charges
 
     @property
     def in_tables(self) -> bool:

@@ -5,8 +5,10 @@ By default it runs the sample system, three apps in three hosts (``lab.local.sys
 
 It starts the emulator on free ports and a private PostgreSQL server (``payments`` keeps its
 state, outbox records and audit rows there, and writes each charge to the app's own table in
-the same transaction, while the other endpoints use Table Storage and talk to it through the
-same queues and blobs), provisions every resource of the sample app, and starts the local
+the same transaction, while the other endpoints talk to it through the same queues and
+blobs), and the local Cosmos DB server: ``shipping`` keeps its rows as blob documents and
+``loyalty`` in Cosmos DB (``shared.sample.stores``), the others in Table Storage, so every
+store runs here. It provisions every resource of the sample app, and starts the local
 Functions host (``python -m lab.host``, reading ``function_app.py``) as a separate process.
 Clients then post about 275 orders and shots to the HTTP ingress (``POST /api/messages`` with
 an Idempotency-Key; about 30% of requests are repeated, and every failed request is retried
@@ -26,7 +28,8 @@ signals (``SessionWatch``: with ``BUS_SESSION_RESEND_SECONDS`` at 5 s the demo r
 cleanup, as the timer would, to send a stopped request's), the host is stopped gracefully,
 one cleanup pass runs, and the outcome is checked from the business state, the charge rows,
 the order rows and the audit rows, with no session left waiting or open. ``--no-postgres``
-keeps every endpoint on Table Storage.
+keeps ``payments`` and ``storefront`` on Table Storage, ``--no-documents`` ``shipping`` and
+``loyalty``.
 
 ``payments`` charges and refunds through the local payment provider (``python -m
 lab.provider``), run as its own process with its books in the work folder's ``ledger.json``
@@ -69,6 +72,7 @@ import asyncpg
 from lab.host.chaos import CRASH_RATE, DUPLICATE_RATE, SEED
 from lab.host.process import HostProcess
 from lab.local.azurite import REPO_ROOT, Azurite
+from lab.local.cosmos import CosmosServer
 from lab.local.ledger_check import LedgerCheck, check_ledger
 from lab.local.outcome_log import OUTCOME_LOG_SETTING
 from lab.local.payments import Provider, pay_at_provider, provider_args
@@ -76,7 +80,7 @@ from lab.local.postgres import PostgresServer
 from lab.provider.book import Ledger
 from lab.provider.process import provider_process
 from shared.app_loader import APP_SETTING, load_app
-from shared.app_settings import SESSION_RESEND
+from shared.app_settings import COSMOS_DATABASE, COSMOS_ENDPOINT, COSMOS_KEY, SESSION_RESEND
 from shared.bus import BusApp, Outcome
 from shared.bus.config import BusConfig
 from shared.bus.effects import PERFORMER_ENDPOINT
@@ -873,11 +877,17 @@ def outside_tables() -> list[str]:
     return [e.name for e in demo_app().endpoints.values() if e.store != "table"]
 
 
-def run_audit(connection_string: str, workdir: Path, postgres_url: str | None) -> int | None:
+def run_audit(
+    connection_string: str,
+    workdir: Path,
+    postgres_url: str | None,
+    cosmos: Mapping[str, str] | None = None,
+) -> int | None:
     """The Spark audit (``python -m shared.audit run``) over the same storage, in its own
     process (it starts a JVM); None when PySpark is not installed. With endpoints outside
     Table Storage the audit rows are exported first (``export`` reads each endpoint's rows in
-    the store it declares) and the export audited."""
+    the store it declares) and the export audited. ``cosmos``: the settings naming the Cosmos
+    DB account of cosmos endpoints (``cosmos_settings``)."""
     if importlib.util.find_spec("pyspark") is None:
         return None
     started = time.monotonic()
@@ -898,6 +908,7 @@ def run_audit(connection_string: str, workdir: Path, postgres_url: str | None) -
     command += ["--master", "local[2]", "--splits", "2", "--quiet", *endpoints]
     if postgres_url is not None:
         env[URL_SETTING] = postgres_url
+    env.update(cosmos or {})
     if outside_tables():
         exported = workdir / "audit-export"
         export = [sys.executable, "-m", "shared.audit", "export", "--out", str(exported)]
@@ -933,15 +944,30 @@ def run_audit(connection_string: str, workdir: Path, postgres_url: str | None) -
     return result.returncode
 
 
+def cosmos_settings(server: CosmosServer | None) -> dict[str, str]:
+    """The app settings that name the local Cosmos DB server's account (none without one)."""
+    if server is None:
+        return {}
+    settings = server.settings()
+    return {
+        COSMOS_ENDPOINT.name: str(settings.endpoint),
+        COSMOS_KEY.name: str(settings.key),
+        COSMOS_DATABASE.name: settings.database,
+    }
+
+
 async def drive(
     connection_string: str,
     options: Options,
     workdir: Path,
     postgres_url: str | None,
     provider: Provider,
+    cosmos: Mapping[str, str] | None = None,
 ) -> Verdict:
+    """``cosmos``: the settings of the Cosmos DB account (``cosmos_settings``)."""
     outcome_log = workdir / "outcomes.jsonl"
     database = {} if postgres_url is None else {URL_SETTING: postgres_url}
+    database |= cosmos or {}
     host = HostProcess(
         REPO_ROOT / "function_app.py",
         {
@@ -970,6 +996,7 @@ async def drive(
         worker = Worker(demo_app(), settings, raw)
         print(f"  {(await provision(raw, worker.resources)).summary()}")
         await provision_postgres(worker, postgres_url)
+        await provision_cosmos(worker)
         await worker.bus().subscribe_all()
         requests, orders, shots = plan_requests(options)
         refused = plan_refused(options, orders)
@@ -1080,6 +1107,14 @@ async def provision_postgres(worker: Worker, url: str | None) -> None:
         await connection.close()
 
 
+async def provision_cosmos(worker: Worker) -> None:
+    """The database and containers of the cosmos endpoints (``bus provision`` does the same)."""
+    cosmos = worker.cosmos()
+    if cosmos is not None:
+        for line in await cosmos.provision(worker.cosmos_endpoints()):
+            print(f"  {line}")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m lab.local.demo",
@@ -1156,7 +1191,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ[PAYMENTS_STORE] = "table" if args.no_postgres else "postgres"
     os.environ[STOREFRONT_STORE] = os.environ[PAYMENTS_STORE]
     os.environ[SHIPPING_STORE] = "table" if args.no_documents else "blob"
-    os.environ[LOYALTY_STORE] = "table"
+    os.environ[LOYALTY_STORE] = "table" if args.no_documents else "cosmos"
     print("demo: starting Azurite on free ports")
     with contextlib.ExitStack() as running:
         endpoints = running.enter_context(Azurite(location=str(workdir / "azurite")))
@@ -1164,16 +1199,26 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_postgres:
             print("demo: starting PostgreSQL on a free port (payments keeps its state there)")
             postgres_url = running.enter_context(PostgresServer())
+        cosmos_server = None
+        if not args.no_documents:
+            print("demo: starting the local Cosmos DB server on a free port (loyalty's state)")
+            cosmos_server = CosmosServer()
+            running.enter_context(cosmos_server)
+        cosmos = cosmos_settings(cosmos_server)
         print("demo: starting the payment provider on a free port (its faults on)")
         credential = secrets.token_urlsafe(24)
         faults = provider_args(options.provider_faults, options.provider_late_seconds, options.seed)
         url = running.enter_context(provider_process(workdir, credential=credential, args=faults))
         provider = Provider(url, credential)
         verdict = asyncio.run(
-            drive(endpoints.connection_string, options, workdir, postgres_url, provider)
+            drive(endpoints.connection_string, options, workdir, postgres_url, provider, cosmos)
         )
         wanted = verdict.passed and not args.no_audit
-        audit = run_audit(endpoints.connection_string, workdir, postgres_url) if wanted else None
+        audit = (
+            run_audit(endpoints.connection_string, workdir, postgres_url, cosmos)
+            if wanted
+            else None
+        )
     if audit is not None and audit != 0:
         verdict.state_errors.append(f"the Spark audit failed (exit code {audit})")
     print(f"  total {time.monotonic() - started:.0f}s")

@@ -4,6 +4,9 @@ on Azurite in a host process, with every document request counted and priced."""
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import replace
+
 import pytest
 
 from lab.bench.modes import (
@@ -20,6 +23,7 @@ from lab.bench.runner import Measurement, Plan, measure
 from lab.local.azurite import AzuriteEndpoints
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
+from shared.stores.cosmos.settings import CosmosSettings
 from shared.stores.memory import MemoryStorageAccount
 from shared.stores.memory.documents import MemoryDocumentDatabase
 
@@ -139,3 +143,59 @@ async def test_a_run_of_some_modes_merges_into_the_results_of_a_full_run() -> No
         {**first, "modes": [AT_LEAST_ONCE]},
         {**later, "modes": [TOKEN, TOKEN_BLOB]},
     ]
+
+
+@pytest.mark.azurite
+@pytest.mark.cosmos
+async def test_token_cosmos_drains_in_a_host_process_on_the_local_server(
+    azurite: AzuriteEndpoints, cosmos: CosmosSettings
+) -> None:
+    """Given Azurite and the local Cosmos DB server, when token_cosmos runs in a host process,
+    then it drains exactly once with each partition's rows in an item of the endpoint's
+    container (created by the round), its document requests counted, and the request units
+    the server charged are reported: the hosts' and the cleanup's, one per response here."""
+    connection = azurite.connection_string
+    settings = replace(cosmos, database=f"bench{uuid.uuid4().hex[:8]}")
+    async with AzureStorageAccount(StorageSettings(connection)) as raw:
+        result = await measure(
+            raw,
+            mode(TOKEN_COSMOS),
+            Plan(4, concurrency=4),
+            separate_processes=True,
+            connection_string=connection,
+            cosmos_settings=settings,
+        )
+
+    assert_exactly_once_and_cleaned(result, 8)
+    ops = result.operations
+    assert ops["cosmos.read"] == ops["cosmos.create"] == ops["cosmos.replace"] == 8
+    documents = sum(n for kind, n in ops.items() if kind.startswith("cosmos."))
+    # The local server charges 1 per response: at least one per document request, plus the
+    # SDK's own reads of the account and the containers.
+    assert result.request_units_per_message is not None
+    assert result.request_units_per_message * result.handled >= documents
+    assert result.cleanup_request_units_per_message is not None
+    assert result.cleanup_request_units_per_message > 0
+
+
+def test_a_charge_is_read_from_each_response_and_none_is_made_up() -> None:
+    """The request units hook adds each response's x-ms-request-charge, and counts apart a
+    response that has none or an unreadable one."""
+    from lab.bench.request_units import RequestCharges
+
+    class Response:
+        def __init__(self, headers: dict[str, str]) -> None:
+            self.http_response = self
+            self.headers = headers
+
+    charges = RequestCharges()
+    for headers in (
+        {"x-ms-request-charge": "5.71"},
+        {"x-ms-request-charge": "1"},
+        {},
+        {"x-ms-request-charge": "lots"},
+    ):
+        charges(Response(headers))
+
+    assert charges.units == pytest.approx(6.71)
+    assert (charges.responses, charges.uncharged) == (4, 2)
