@@ -294,7 +294,11 @@ def merged_results(
         for m in earlier.get("modes", [])
         if m["mode"] not in measured
     ]
-    document = results_document([*kept, *modes], scaling, context)
+    # In the earlier run's order, the modes it did not have after them, as the bench lists
+    # them: a mode keeps its place in the table whichever run measured it last.
+    place = {m["mode"]: i for i, m in enumerate(earlier.get("modes", []))}
+    ordered = sorted([*kept, *modes], key=lambda m: place.get(m.mode, len(place)))
+    document = results_document(ordered, scaling, context)
     kept_labels = {m.mode for m in kept}
     runs = [
         {**run, "modes": [label for label in run["modes"] if label in kept_labels]}
@@ -309,6 +313,10 @@ def merged_results(
     )
     document["earlier_runs"] = [run for run in runs if run["modes"]]
     if not scaling and earlier.get("scaling"):
+        # Kept with the run that measured them, which is not this one.
+        document["scaling_generated_at"] = earlier.get(
+            "scaling_generated_at", earlier.get("generated_at")
+        )
         document["scaling"] = earlier["scaling"]
         document["scaling_ratio_token_vs_at_least_once"] = earlier.get(
             "scaling_ratio_token_vs_at_least_once", {}

@@ -131,8 +131,9 @@ async def test_a_run_of_some_modes_merges_into_the_results_of_a_full_run() -> No
     earlier = results_document([measured(AT_LEAST_ONCE, 100.0), measured(TOKEN, 50.0)], [], first)
     later = {"generated_at": "later", "machine": {}, "settings": {"roots": 100}}
 
-    merged = merged_results(earlier, [measured(TOKEN, 80.0), measured(TOKEN_BLOB, 40.0)], [], later)
+    merged = merged_results(earlier, [measured(TOKEN_BLOB, 40.0), measured(TOKEN, 80.0)], [], later)
 
+    # In the earlier run's order, the new mode after them.
     assert [m["mode"] for m in merged["modes"]] == [AT_LEAST_ONCE, TOKEN, TOKEN_BLOB]
     assert merged["generated_at"] == "later"
     assert merged["earlier_runs"] == [{**first, "modes": [AT_LEAST_ONCE]}]
