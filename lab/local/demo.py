@@ -6,8 +6,8 @@ By default it runs the sample system, three apps in three hosts (``lab.local.sys
 It starts the emulator on free ports and a private PostgreSQL server (``payments`` keeps its
 state, outbox records and audit rows there, and writes each charge to the app's own table in
 the same transaction, while the other endpoints talk to it through the same queues and
-blobs), and the local Cosmos DB server: ``shipping`` keeps its rows as blob documents and
-``loyalty`` in Cosmos DB (``shared.sample.stores``), the others in Table Storage, so every
+blobs), and the local Cosmos DB server: ``loyalty`` keeps its rows as blob documents and
+``shipping`` in Cosmos DB (``shared.sample.stores``), the others in Table Storage, so every
 store runs here. It provisions every resource of the sample app, and starts the local
 Functions host (``python -m lab.host``, reading ``function_app.py``) as a separate process.
 Clients then post about 275 orders and shots to the HTTP ingress (``POST /api/messages`` with
@@ -28,8 +28,8 @@ signals (``SessionWatch``: with ``BUS_SESSION_RESEND_SECONDS`` at 5 s the demo r
 cleanup, as the timer would, to send a stopped request's), the host is stopped gracefully,
 one cleanup pass runs, and the outcome is checked from the business state, the charge rows,
 the order rows and the audit rows, with no session left waiting or open. ``--no-postgres``
-keeps ``payments`` and ``storefront`` on Table Storage, ``--no-documents`` ``shipping`` and
-``loyalty``.
+keeps ``payments`` and ``storefront`` on Table Storage, ``--no-documents`` ``loyalty`` and
+``shipping``.
 
 ``payments`` charges and refunds through the local payment provider (``python -m
 lab.provider``), run as its own process with its books in the work folder's ``ledger.json``
@@ -1162,8 +1162,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-documents",
         action="store_true",
-        help="--single: keep shipping and loyalty on Table Storage too (no blob documents, "
-        "no Cosmos DB server)",
+        help="keep loyalty and shipping on Table Storage (no blob documents, no Cosmos DB server)",
     )
     return p
 
@@ -1190,8 +1189,8 @@ def main(argv: list[str] | None = None) -> int:
     # Read when the sample app is imported, here and in the host and audit processes.
     os.environ[PAYMENTS_STORE] = "table" if args.no_postgres else "postgres"
     os.environ[STOREFRONT_STORE] = os.environ[PAYMENTS_STORE]
-    os.environ[SHIPPING_STORE] = "table" if args.no_documents else "blob"
-    os.environ[LOYALTY_STORE] = "table" if args.no_documents else "cosmos"
+    os.environ[LOYALTY_STORE] = "table" if args.no_documents else "blob"
+    os.environ[SHIPPING_STORE] = "table" if args.no_documents else "cosmos"
     print("demo: starting Azurite on free ports")
     with contextlib.ExitStack() as running:
         endpoints = running.enter_context(Azurite(location=str(workdir / "azurite")))
@@ -1201,7 +1200,7 @@ def main(argv: list[str] | None = None) -> int:
             postgres_url = running.enter_context(PostgresServer())
         cosmos_server = None
         if not args.no_documents:
-            print("demo: starting the local Cosmos DB server on a free port (loyalty's state)")
+            print("demo: starting the local Cosmos DB server on a free port (shipping's rows)")
             cosmos_server = CosmosServer()
             running.enter_context(cosmos_server)
         cosmos = cosmos_settings(cosmos_server)

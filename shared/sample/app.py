@@ -45,7 +45,7 @@ row exists once per charged order or not at all.
 
 ``shipping`` and ``loyalty`` keep their rows in Table Storage, or in the document store that
 ``SAMPLE_SHIPPING_STORE`` and ``SAMPLE_LOYALTY_STORE`` name (``shared.sample.stores``;
-``make demo`` keeps shipping's as blob documents and loyalty's in Cosmos DB).
+``make demo`` keeps loyalty's as blob documents and shipping's in Cosmos DB).
 """
 
 from __future__ import annotations

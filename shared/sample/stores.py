@@ -1,8 +1,8 @@
 """Where the sample's ``shipping`` and ``loyalty`` endpoints keep their rows: Table Storage
 by default, or the store an environment variable names (``blob``: one JSON document per
 partition in the app's state account; ``cosmos``: one Cosmos DB item per partition;
-``docs/stores.md``). ``make demo`` moves one to each document store, so that every store the
-bus offers runs in the demo.
+``docs/stores.md``). ``make demo`` keeps ``loyalty``'s as blob documents and ``shipping``'s
+in Cosmos DB, so that every store the bus offers runs in the demo.
 
 Apart from ``shared.sample.app`` so that the demo can read these before the app is imported
 (the app reads them when it declares its endpoints), as ``PAYMENTS_STORE`` is.
