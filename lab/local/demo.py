@@ -882,12 +882,15 @@ def run_audit(
     workdir: Path,
     postgres_url: str | None,
     cosmos: Mapping[str, str] | None = None,
+    provider: Provider | None = None,
 ) -> int | None:
     """The Spark audit (``python -m shared.audit run``) over the same storage, in its own
     process (it starts a JVM); None when PySpark is not installed. With endpoints outside
     Table Storage the audit rows are exported first (``export`` reads each endpoint's rows in
     the store it declares) and the export audited. ``cosmos``: the settings naming the Cosmos
-    DB account of cosmos endpoints (``cosmos_settings``)."""
+    DB account of cosmos endpoints (``cosmos_settings``); ``provider``: the payment provider,
+    whose settings an app that declares it needs to be loaded with a worker (the export
+    opens the endpoints' stores through one)."""
     if importlib.util.find_spec("pyspark") is None:
         return None
     started = time.monotonic()
@@ -909,6 +912,7 @@ def run_audit(
     if postgres_url is not None:
         env[URL_SETTING] = postgres_url
     env.update(cosmos or {})
+    env.update({} if provider is None else provider.app_settings())
     if outside_tables():
         exported = workdir / "audit-export"
         export = [sys.executable, "-m", "shared.audit", "export", "--out", str(exported)]
@@ -1214,7 +1218,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         wanted = verdict.passed and not args.no_audit
         audit = (
-            run_audit(endpoints.connection_string, workdir, postgres_url, cosmos)
+            run_audit(endpoints.connection_string, workdir, postgres_url, cosmos, provider)
             if wanted
             else None
         )
