@@ -21,11 +21,14 @@ from shared.bus.state.document_rows import (
     PartitionBusy,
     PartitionFull,
 )
+from shared.bus.state.stores import endpoint_rows
 from shared.errors import (
     AlreadyExists,
     CorruptRecord,
     NotFound,
+    OutcomeUnknown,
     PreconditionFailed,
+    StateUnreachable,
     TooLarge,
     TransactionFailed,
 )
@@ -401,3 +404,32 @@ async def test_a_message_reads_its_partition_once(documents: Documents) -> None:
     await commit(rows, Insert(row("state")), message="m1")
 
     assert (reads, counting.writes) == (1, 2)
+
+
+class Unanswering(Interfering):
+    """Documents that never answer, as a store that is down."""
+
+    async def read(self, key: str) -> StoredDocument | None:
+        raise OutcomeUnknown("no answer")
+
+
+class UnansweringDatabase:
+    def __init__(self, inner: MemoryDocumentDatabase) -> None:
+        self.inner = inner
+
+    def endpoint_documents(self, endpoint: str) -> Documents:
+        return Unanswering(self.inner.endpoint_documents(endpoint))
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_a_document_store_that_does_not_answer_is_the_state_store_down() -> None:
+    """As for a table endpoint: the failure table lets the message wait for its store."""
+    account = MemoryStorageAccount()
+    cosmos = endpoint_rows(
+        "orders", "cosmos", account, None, UnansweringDatabase(MemoryDocumentDatabase())
+    )
+
+    with pytest.raises(StateUnreachable, match="the state store did not answer"):
+        await cosmos.read("p1", ["state"])
