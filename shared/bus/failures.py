@@ -13,8 +13,9 @@ host's last try. A delayed retry that could not be sent falls on to the rows bel
 
 The app's state store not answering (``StateUnreachable``: its table in the state account, its
 PostgreSQL database or its Cosmos DB or blob documents timed out, lost its connection or
-answered 5xx) is no failure of the message's: the message waits, sent again unchanged and hidden for a growing, capped, jittered
-wait (``BUS_STATE_WAIT_MAX_SECONDS``), and this copy is acknowledged, as a postponed one is.
+answered 5xx) is no failure of the message's: the message waits, sent again unchanged and
+hidden for a growing, capped, jittered wait (``BUS_STATE_WAIT_MAX_SECONDS``), and this copy is
+acknowledged, as a postponed one is.
 No try is spent, the retry policy is not used, and it is never parked for this, however long
 the outage: a separate state account leaves the queue trigger delivering while the state is
 down, and without this each delivery would spend one of the host's ``maxDequeueCount`` tries.
