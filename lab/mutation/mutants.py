@@ -1042,10 +1042,22 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "docrows-write-id-ignored",
         "shared/bus/state/document_rows.py",
-        "            if attempt and partition.written_by == write_id:",
+        "            if attempt and _landed(partition, write_id, sent):",
         "            if False:",
         "a document write that landed but was answered as a conflict (the store client's resend "
         "met its own change) is tried again as if it had not landed",
+        first=("tests/sim/test_documents.py",),
+    ),
+    Mutant(
+        "docrows-landed-by-write-id-only",
+        "shared/bus/state/document_rows.py",
+        """    return partition.written_by == write_id or any(
+        row[0] in sent for row in partition.rows.values()
+    )""",
+        "    return partition.written_by == write_id",
+        "a landed write answered as a conflict is known as landed only while the document names "
+        "it: another write of the partition in between makes it be taken for a lost race (the "
+        "finding of small-partition-cosmos, fixed)",
         first=("tests/sim/test_documents.py",),
     ),
     Mutant(

@@ -173,10 +173,6 @@ def _versions_unchecked(content: dict[str, Any]) -> dict[str, Any]:
     return {**content, "rows": changed}
 
 
-def _writer_forgotten(content: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in content.items() if k != "w"}
-
-
 class _ReadRewritten(DelegatingDocuments):
     """Every document read or listed is shown changed by ``change``."""
 
@@ -198,10 +194,3 @@ class RowVersionsUnchecked(_ReadRewritten):
     over (a lost update, a second commit over the first)."""
 
     change = staticmethod(_versions_unchecked)
-
-
-class WriteIdsIgnored(_ReadRewritten):
-    """Documents are read without the id of the write that wrote them: a write that landed but
-    was answered as a conflict is tried again as if it had not landed."""
-
-    change = staticmethod(_writer_forgotten)

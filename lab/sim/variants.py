@@ -31,7 +31,6 @@ from lab.sim.documents import (
     DocumentsWrapper,
     RowVersionsUnchecked,
     UnconditionalDocuments,
-    WriteIdsIgnored,
 )
 from lab.sim.model import Version
 from shared.bus.app import Mode
@@ -1243,12 +1242,6 @@ ROW_VERSION_IGNORED = Variant(
     "document's ETag",
     documents=RowVersionsUnchecked,
 )
-WRITE_ID_IGNORED = Variant(
-    "write-id-ignored",
-    "document stores: a write answered as a conflict after it landed is known as landed by "
-    "the write id its document names",
-    documents=WriteIdsIgnored,
-)
 
 VARIANTS = {
     v.name: v
@@ -1305,6 +1298,5 @@ VARIANTS = {
         RECEIVER_IGNORES_CANCEL,
         DOCUMENT_UNCONDITIONAL,
         ROW_VERSION_IGNORED,
-        WRITE_ID_IGNORED,
     )
 }
