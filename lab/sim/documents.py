@@ -67,12 +67,11 @@ class InstrumentedDocuments(Documents):
 
     async def _write(self, kind: str, key: str, call: Callable[[], Awaitable[T]]) -> T:
         """A write; after a lost answer, the client's one resend of the same request."""
-        mark = len(self._i.injected)
+        index = self._i.count  # the number ``run`` gives this operation
         try:
             return await self._i.run(kind, f"{self.name}/{key}", call)
         except OutcomeUnknown:
-            injected = self._i.injected[mark:]
-            if not (injected and injected[-1][1] is Fault.ERROR_AFTER):
+            if (index, Fault.ERROR_AFTER) not in ((o.index, f) for o, f in self._i.injected):
                 raise
         return await call()  # meets the landed write's own change: a conflict
 
