@@ -98,8 +98,10 @@ async def test_the_schedules_that_found_it_keep_every_invariant() -> None:
 def test_the_default_simulation_explores_both_document_stores() -> None:
     planned = {name for plan in DEFAULT_PLAN for name, _, _ in plan}
 
+    assert {"small-partition-cosmos", "small-cosmos-entity_outbox"} <= planned
     for store in STORES:
-        assert {f"small-{store}", f"small-sweep-{store}", f"small-partition-{store}"} <= planned
+        assert {f"small-{store}", f"small-sweep-{store}"} <= planned
+        assert f"small-partition-{store}" in CONFIGS
         for mode in WINDOW_MODES:
             assert f"small-{store}-{mode}" in CONFIGS
             assert f"small-partition-{store}-{mode}" in CONFIGS
