@@ -98,6 +98,10 @@ def test_time_passing_orders_against_everything() -> None:
         ("small-redelivery", 1, 0),
         # The cleanup's SQL outbox pages are read outside any scheduled operation.
         ("small-sweep-postgres", 1, 0),
+        # Rows in one document per partition: in the Cosmos DB model (doc.* operations) and
+        # as blobs of the account.
+        ("small-sweep-cosmos", 1, 0),
+        ("small-partition-blob", 1, 0),
         ("small-unbounded-sweep", 1, 0),
         # Two versions serving one queue: the old instance's invocations are actions too.
         ("small-rolling", 2, 0),
@@ -130,6 +134,8 @@ VARIANT_SEARCHES = [
     ("ingress-double-send", "small-ingress", 1, 0),
     ("give-back-parks-at-once", "small-rolling", 1, 0),
     ("give-back-misreads", "small-rolling", 1, 0),
+    ("document-unconditional", "small-partition-cosmos", 1, 0),
+    ("row-version-ignored", "small-partition-cosmos", 1, 0),
 ]
 """Known-bad variants with a search, with deviations, in which the full search catches them
 and that is fast enough for ``make test``."""
