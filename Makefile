@@ -1,5 +1,5 @@
 # Two commands matter: `make demo` (the main job) and `make test`. Both install what is missing
-# first: the Python virtual environment, Azurite (npm, into this repository), Java (for
+# first: the Python virtual environment, Azurite and a local Cosmos DB server (npm, into this repository), Java (for
 # PySpark) and PostgreSQL (for endpoints that keep their state there). Re-running is fast because every step is skipped when its stamp is up to date.
 
 SHELL := /bin/bash

@@ -12,6 +12,9 @@
 //                      for endpoints with store="postgres" (postgresEnabled); the
 //                      app identity is a plain database role, created by a
 //                      deployment script (postgres-app-role.sh/.sql)
+//   cosmos.bicep       Cosmos DB account (NoSQL, serverless, no keys), its database and
+//                      one container per endpoint with store="cosmos"; deployed when
+//                      resources.json lists such endpoints (cosmosEndpoints)
 //   alerts.bicep       log search alert rules over Application Insights: parked
 //                      messages, a message waiting too long, no cleanup pass, ingress
 //                      5xx (docs/alerts.md), notifying alertActionGroupId if given
@@ -143,6 +146,19 @@ param postgresSkuTier string = 'Burstable'
 @description('Optional. Display name of deployerPrincipalId, registered as a second Entra principal of the PostgreSQL server when both are set (for psql); leave empty to skip.')
 param deployerPrincipalName string = ''
 
+@description('Optional. Name of the SQL database of the Cosmos DB account (BUS_COSMOS_DATABASE); the account is deployed only when resources.json lists cosmosEndpoints.')
+param cosmosDatabaseName string = 'bus'
+
+@description('Optional. Whether the Cosmos DB account\'s public endpoint accepts traffic (access still needs an Entra ID token and the data role).')
+@allowed([
+  'Enabled'
+  'Disabled'
+])
+param cosmosPublicNetworkAccess string = 'Enabled'
+
+@description('Optional. Create the Cosmos DB account zone-redundant. Fixed when the account is created; false only where the region has no availability zones.')
+param cosmosZoneRedundant bool = true
+
 @description('Optional. Resource id of an existing action group the alert rules notify (docs/alerts.md); empty: the rules are deployed and fire in the portal, notifying nobody.')
 param alertActionGroupId string = ''
 
@@ -193,6 +209,18 @@ var appInsightsName = 'appi-${prefix}-${suffix}'
 var logAnalyticsName = 'log-${prefix}-${suffix}'
 var postgresName = 'psql-${prefix}-${suffix}'
 var alertNamePrefix = 'alert-${prefix}-${suffix}'
+var cosmosName = 'cosmos-${prefix}-${suffix}'
+
+// The app's endpoints with store="cosmos" (bus resources lists them): the Cosmos DB account
+// exists for them, and only when there is one. The file decides, not a parameter, because
+// the app cannot start without the account its endpoints declare, and an account no
+// endpoint uses would only cost.
+// The file lists cosmosEndpoints only for an app that has some: the union gives the property
+// a default, so that reading it compiles whatever the file holds.
+var resourcesFile = loadJsonContent('resources.json')
+var resourceNames = union({ cosmosEndpoints: [] }, resourcesFile)
+var cosmosContainerNames = resourceNames.cosmosEndpoints
+var cosmosEnabled = !empty(cosmosContainerNames)
 
 module identity 'app/identity.bicep' = {
   name: 'identity'
@@ -283,6 +311,29 @@ module postgres 'app/postgres.bicep' = if (postgresEnabled) {
   }
 }
 
+module cosmos 'app/cosmos.bicep' = if (cosmosEnabled) {
+  name: 'cosmos'
+  params: {
+    name: cosmosName
+    location: location
+    tags: tags
+    databaseName: cosmosDatabaseName
+    containerNames: cosmosContainerNames
+    appPrincipalId: identity.outputs.principalId
+    deployerPrincipalId: deployerPrincipalId
+    publicNetworkAccess: cosmosPublicNetworkAccess
+    zoneRedundant: cosmosZoneRedundant
+  }
+}
+
+// The app reaches Cosmos DB as its identity: no BUS_COSMOS_KEY, so the library asks for an
+// Entra token (for AZURE_CLIENT_ID).
+var cosmosAppSettings = cosmosEnabled ? {
+  BUS_COSMOS_ENDPOINT: cosmos.outputs.endpoint
+  BUS_COSMOS_DATABASE: cosmos.outputs.databaseName
+  AZURE_CLIENT_ID: identity.outputs.clientId
+} : {}
+
 // The app reaches PostgreSQL as its identity: an Entra token (for AZURE_CLIENT_ID) is the
 // password of every new connection.
 var postgresAppSettings = postgresEnabled ? {
@@ -320,7 +371,7 @@ module functionApp 'app/function-app.bicep' = {
     // name trusted, and required. Without it the console's own secret is its credential.
     consoleIdentity: entraAuthEnabled ? 'entra' : 'secret'
     consoleSecret: consoleSecret
-    additionalAppSettings: union(postgresAppSettings, ingressAuthAppSettings, additionalAppSettings)
+    additionalAppSettings: union(postgresAppSettings, cosmosAppSettings, ingressAuthAppSettings, additionalAppSettings)
   }
   // The host must be able to read its storage from its first start.
   dependsOn: [
@@ -371,6 +422,9 @@ output identityResourceId string = identity.outputs.id
 
 @description('Host name of the PostgreSQL server; empty when postgresEnabled is false.')
 output postgresHostName string = postgresEnabled ? postgres.outputs.fqdn : ''
+
+@description('Document endpoint of the Cosmos DB account; empty when resources.json lists no cosmosEndpoints.')
+output cosmosEndpoint string = cosmosEnabled ? cosmos.outputs.endpoint : ''
 
 @description('Name of the Application Insights component.')
 output appInsightsName string = monitoring.outputs.appInsightsName

@@ -12,12 +12,13 @@
 //                            app at a time
 //   system-app.bicep         per app: identity, own storage account (state and
 //                            host), Function App, PostgreSQL for a postgres app,
+//                            a Cosmos DB account for a cosmos app,
 //                            and its roles: roles.bicep on its own account only,
 //                            messaging-roles.bicep (queue, container and table
 //                            scopes) in the messaging account
 //
-// Each entry of apps gives name, busApp (package.module:attribute), store (table
-// or postgres), resources (what `bus resources` prints for that app, without
+// Each entry of apps gives name, busApp (package.module:attribute), store (table,
+// blob, postgres or cosmos), resources (what `bus resources` prints for that app, without
 // its $comment), sendsTo (the other apps' endpoints it sends to or that
 // subscribe to its events: its external_endpoint declarations) and optionally
 // appSettings (extra, non-secret settings).
@@ -32,7 +33,7 @@ targetScope = 'resourceGroup'
 @maxLength(11)
 param namePrefix string
 
-@description('Required. The apps of the system: each an object with name, busApp, store (table or postgres), resources (as `bus resources` prints them), sendsTo (array) and optionally appSettings (object).')
+@description('Required. The apps of the system: each an object with name, busApp, store (table, blob, postgres or cosmos), resources (as `bus resources` prints them), sendsTo (array) and optionally appSettings (object).')
 @minLength(1)
 param apps array
 
@@ -101,6 +102,16 @@ param postgresSkuName string = 'Standard_B1ms'
   'MemoryOptimized'
 ])
 param postgresSkuTier string = 'Burstable'
+
+@description('Optional. Whether the public endpoint of each cosmos app\'s Cosmos DB account accepts traffic (access still needs an Entra ID token and the data role).')
+@allowed([
+  'Enabled'
+  'Disabled'
+])
+param cosmosPublicNetworkAccess string = 'Enabled'
+
+@description('Optional. Create each cosmos app\'s Cosmos DB account zone-redundant (fixed at creation; false only where the region has no zones).')
+param cosmosZoneRedundant bool = true
 
 @description('Optional. Resource id of an existing action group the alert rules notify; empty: the rules fire in the portal only.')
 param alertActionGroupId string = ''
@@ -182,6 +193,8 @@ module systemApps 'app/system-app.bicep' = [for app in apps: {
     cleanupSchedule: cleanupSchedule
     postgresSkuName: postgresSkuName
     postgresSkuTier: postgresSkuTier
+    cosmosPublicNetworkAccess: cosmosPublicNetworkAccess
+    cosmosZoneRedundant: cosmosZoneRedundant
   }
   // Role assignments name the queues, containers and tables they cover.
   dependsOn: [
@@ -192,13 +205,14 @@ module systemApps 'app/system-app.bicep' = [for app in apps: {
 @description('Name of the messaging storage account the apps share.')
 output messagingAccountName string = messaging.outputs.name
 
-@description('Per app, in the order of apps: name, Function App, its host name, its own storage account and PostgreSQL host (empty for a table app).')
+@description('Per app, in the order of apps: name, Function App, its host name, its own storage account, PostgreSQL host (empty unless a postgres app) and Cosmos DB endpoint (empty unless a cosmos app).')
 output apps array = [for (app, i) in apps: {
   name: systemApps[i].outputs.appName
   functionAppName: systemApps[i].outputs.functionAppName
   functionAppHostName: systemApps[i].outputs.functionAppHostName
   storageAccountName: systemApps[i].outputs.storageAccountName
   postgresHostName: systemApps[i].outputs.postgresHostName
+  cosmosEndpoint: systemApps[i].outputs.cosmosEndpoint
 }]
 
 @description('Name of the Application Insights component of the system.')

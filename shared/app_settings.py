@@ -168,6 +168,7 @@ APP = "app and storage"
 TIMEOUTS = "storage timeouts"
 BUS = "bus"
 POSTGRES = "PostgreSQL"
+COSMOS = "Cosmos DB"
 CLEANUP = "cleanup"
 EFFECTS = "effects"
 CONSOLE = "console"
@@ -517,6 +518,33 @@ POSTGRES_ENTRA = flag(
     group=POSTGRES,
 )
 
+COSMOS_ENDPOINT = text(
+    "BUS_COSMOS_ENDPOINT",
+    None,
+    "the account's https:// URL, https://<account>.documents.azure.com:443/",
+    'the Cosmos DB account of `store="cosmos"` endpoints; required when the app has such '
+    "endpoints. A loopback address (the local server) is reached without checking its "
+    "self-signed certificate (docs/stores.md)",
+    group=COSMOS,
+)
+COSMOS_KEY = text(
+    "BUS_COSMOS_KEY",
+    None,
+    "the account key (base64)",
+    "sign in with the account key (the local server, key auth; a Key Vault reference is "
+    "resolved by the platform first); unset: with the app's identity (azure-identity), which "
+    "needs a Cosmos DB data role on the account. Never logged or shown",
+    group=COSMOS,
+)
+COSMOS_DATABASE = text(
+    "BUS_COSMOS_DATABASE",
+    "bus",
+    "a Cosmos DB database name (no /, \\, # or ?)",
+    "the database holding a container per cosmos endpoint, named as the endpoint "
+    "(`bus provision` creates both)",
+    group=COSMOS,
+)
+
 SERVICE_URL = text(
     "BUS_SERVICE_<NAME>_URL",
     None,
@@ -759,6 +787,9 @@ SETTINGS: tuple[Setting[Any], ...] = (
     POSTGRES_ENDPOINT_URL,
     POSTGRES_POOL_SIZE,
     POSTGRES_ENTRA,
+    COSMOS_ENDPOINT,
+    COSMOS_KEY,
+    COSMOS_DATABASE,
     SERVICE_URL,
     SERVICE_CREDENTIAL,
     EFFECT_ANSWER_MAX_BYTES,

@@ -19,8 +19,10 @@ there the queue settings are the Functions host's defaults.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from shared import app_settings as s
 from shared.bus.config import BusConfig
@@ -50,6 +52,7 @@ from shared.settings import (
     load_storage_timeouts,
     resolve_settings,
 )
+from shared.stores.cosmos.settings import CosmosSettings
 
 HOST_JSON = "host.json"
 
@@ -75,6 +78,8 @@ class AppConfig:
     (``settings.separate_state``), else the messaging account's settings."""
     timeouts: StorageTimeouts
     postgres: PostgresSettings
+    cosmos: CosmosSettings
+    """The Cosmos DB account of ``store="cosmos"`` endpoints (``BUS_COSMOS_*``)."""
     app_name: str | None
     """The app's name (``BUS_APP_NAME``, else ``BusApp.name``; None: an unnamed app), after
     which its own tables, containers and performer are named (``shared.resources``)."""
@@ -141,6 +146,40 @@ def _postgres(settings: Settings) -> PostgresSettings:
         entra=_value(settings, s.POSTGRES_ENTRA),
         pool_size=_value(settings, s.POSTGRES_POOL_SIZE),
     )
+
+
+def _cosmos(settings: Settings) -> CosmosSettings:
+    """BUS_COSMOS_*, checked; the key is never quoted in an error."""
+    endpoint = _value(settings, s.COSMOS_ENDPOINT)
+    if endpoint is not None:
+        parts = urlsplit(endpoint)
+        if parts.scheme != "https" or not parts.hostname or parts.username or parts.query:
+            raise ConfigurationError(
+                f"app setting {s.COSMOS_ENDPOINT.name}={endpoint[:80]!r} (from the "
+                f"{settings.origin(s.COSMOS_ENDPOINT.name)}) is not accepted: it must be "
+                f"{s.COSMOS_ENDPOINT.accepts}"
+            )
+    key = _value(settings, s.COSMOS_KEY)
+    if key is not None and not _is_base64(key):
+        raise ConfigurationError(
+            f"app setting {s.COSMOS_KEY.name} (from the {settings.origin(s.COSMOS_KEY.name)}) "
+            f"is not accepted: it must be {s.COSMOS_KEY.accepts} (the value is not shown)"
+        )
+    database = _value(settings, s.COSMOS_DATABASE) or s.COSMOS_DATABASE.default or "bus"
+    if set(database) & set("/\\#?") or len(database) > 255:
+        raise ConfigurationError(
+            f"app setting {s.COSMOS_DATABASE.name}={database[:80]!r} is not accepted: it "
+            f"must be {s.COSMOS_DATABASE.accepts}"
+        )
+    return CosmosSettings(endpoint=endpoint, key=key, database=database)
+
+
+def _is_base64(text: str) -> bool:
+    try:
+        base64.b64decode(text, validate=True)
+    except ValueError:
+        return False
+    return True
 
 
 def _cleanup(settings: Settings, app_name: str | None) -> CleanupSettings:
@@ -285,6 +324,7 @@ def build_config(
         state_storage=state_storage,
         timeouts=timeouts,
         postgres=_postgres(settings),
+        cosmos=_cosmos(settings),
         app_name=name,
         cleanup=_cleanup(settings, name),
         queues=queues,

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shared import http_cancel, http_ingress, observability, web_serving
 from shared.app_loader import configured_app
@@ -37,6 +37,9 @@ from shared.startup_subscription import StartupSubscription
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
 from shared.web import WebRequest, WebResponse
+
+if TYPE_CHECKING:
+    from shared.stores.cosmos.database import CosmosDatabase
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,8 @@ class Worker:
         self._state: StorageAccount | None = None
         self._bus: Bus | None = None
         self._sql: PostgresDatabase | None = None
+        self._cosmos: CosmosDatabase | None = None
+        self._check_cosmos()
         self.subscription = StartupSubscription(self.app_config.auto_subscribe, self.config.clock)
         """The app's own functions subscribe its endpoints on their first invocation
         (``serving``); the CLI and the tools never do."""
@@ -173,6 +178,32 @@ class Worker:
             self._sql = PostgresDatabase(self.app_config.postgres)
         return self._sql
 
+    def cosmos_endpoints(self) -> list[str]:
+        """The app's endpoints that keep their rows in Cosmos DB (``store="cosmos"``)."""
+        return [e.name for e in self.app.endpoints.values() if e.store == "cosmos"]
+
+    def _check_cosmos(self) -> None:
+        """Refuse at start-up an app with cosmos endpoints and no account to keep them in."""
+        endpoints = self.cosmos_endpoints()
+        if endpoints and self.app_config.cosmos.endpoint is None:
+            raise ConfigurationError(
+                f"endpoint(s) {', '.join(endpoints)} keep their state in Cosmos DB "
+                '(store="cosmos") but no account is configured: set BUS_COSMOS_ENDPOINT '
+                "(and BUS_COSMOS_KEY, or give the app's identity a Cosmos DB data role)"
+            )
+
+    def cosmos(self) -> CosmosDatabase | None:
+        """The Cosmos DB database of the app's ``store="cosmos"`` endpoints (None if it has
+        none), from ``BUS_COSMOS_*``, opened on first use."""
+        if self._cosmos is None and self.cosmos_endpoints():
+            # Imported here: an app without cosmos endpoints never loads the SDK.
+            from shared.stores.cosmos.database import CosmosDatabase
+
+            self._cosmos = CosmosDatabase.from_settings(
+                self.app_config.cosmos, self.app_config.timeouts
+            )
+        return self._cosmos
+
     def sql_endpoints(self) -> list[str]:
         """The app's endpoints that keep their rows in PostgreSQL (``store="postgres"``)."""
         return [e.name for e in self.app.endpoints.values() if e.store == "postgres"]
@@ -181,7 +212,9 @@ class Worker:
         """Every endpoint's rows, by name, in the store it declares (its table in the state
         account, or the database of ``sql``): what the cleanup is given. On the worker's
         accounts and database, not the bus's: ``Wrappers.bus`` does not reach the cleanup."""
-        return endpoints_rows(self.app.endpoints.values(), self.state_account(), self.sql())
+        return endpoints_rows(
+            self.app.endpoints.values(), self.state_account(), self.sql(), self.cosmos()
+        )
 
     def bus(self) -> Bus:
         """The bus of queue-triggered processing and HTTP ingress."""
@@ -195,7 +228,9 @@ class Worker:
                 state = self.state_account()
                 if self.wrappers.bus is not None:
                     state, _ = self.wrappers.bus(state, None)
-            self._bus = Bus(self.app, account, self.config, sql=sql, state=state)
+            self._bus = Bus(
+                self.app, account, self.config, sql=sql, state=state, cosmos=self.cosmos()
+            )
         return self._bus
 
     async def serving(self, within: float | None = None) -> None:
@@ -315,6 +350,9 @@ class Worker:
         sql, self._sql = self._sql, None
         if sql is not None:
             await sql.close()
+        cosmos, self._cosmos = self._cosmos, None
+        if cosmos is not None:
+            await cosmos.close()
         if self.http is not None:
             await self.http.close()
         if account is not None and self._given_account is None:

@@ -1,7 +1,8 @@
 """The system file: the apps of a system of services, for tools that look at them all.
 
 A system file lists the apps that share one messaging account, each with its name, its
-``busApp`` (``package.module:attribute``) and its store (``table`` or ``postgres``). It is
+``busApp`` (``package.module:attribute``) and its store (``table``, ``blob``, ``postgres`` or
+``cosmos``: what the system template deploys for the app, ``store_fault``). It is
 either the system template's parameters file (``parameters.apps.value``: so
 infra/system.parameters.json is one) or a plain ``{"apps": [...]}``. For tools run outside
 Azure, an app may carry ``settings`` (the connection settings of its messaging and state
@@ -92,27 +93,50 @@ class System:
         return loaded
 
 
+DATABASES = {"postgres": "PostgreSQL", "cosmos": "Cosmos DB"}
+"""The stores an app of a system keeps in a database of its own, which the system template
+deploys for an app of that store only (``infra/app/system-app.bicep``)."""
+STORE_NAMES = {"table": "tables", "blob": "blob documents", **DATABASES}
+
+
+def store_fault(store: str, endpoint_stores: Mapping[str, str], bus_app: str) -> str | None:
+    """Why an app (``bus_app``, for the message) of store ``store`` cannot keep its
+    endpoints' rows where they declare (``endpoint_stores``: endpoint to store), or None when
+    it can.
+
+    Every app has a state account of its own, which holds ``table`` rows and ``blob``
+    documents (its ``<endpoint>-rows`` containers); ``postgres`` and ``cosmos`` add a database,
+    one per app. So an endpoint in a database needs the app's store to be that database (no
+    other app's is deployed for it), and a store other than ``table`` needs one endpoint
+    there at least (else the database is for nothing, or the name says what is not so), the
+    others keeping their rows in the state account: an app of a team's tables beside a web
+    request's sessions in its own database, as the sample's ``orders`` with
+    ``SAMPLE_STOREFRONT_STORE=postgres``."""
+    for database, name in DATABASES.items():
+        there = sorted(e for e, s in endpoint_stores.items() if s == database)
+        if there and store != database:
+            return (
+                f"store is {store}, but endpoint(s) {', '.join(there)} of {bus_app} keep "
+                f"their rows in {name} (give the app store {database}; an app of a system "
+                "has one database beside its state account)"
+            )
+    if store != "table" and store not in endpoint_stores.values():
+        where = STORE_NAMES.get(store, store)
+        return (
+            f"store is {store}, but endpoint(s) {', '.join(sorted(endpoint_stores))} of "
+            f"{bus_app} keep their rows in another store (none in {where})"
+        )
+    return None
+
+
 def _check_store(entry: SystemApp, app: BusApp, performer: str, where: str) -> None:
-    """The store the file deploys for the app is where its endpoints keep their rows. Every
-    app has a state account of its own; ``postgres`` adds a database. So a ``table`` app may
-    have no endpoint in PostgreSQL (it would have no database), and a ``postgres`` app needs one
-    endpoint there at least (else the database is for nothing), its others keeping their rows
-    in its state account (an app of a team's tables beside a web request's sessions in its own
-    database, as the sample's ``orders`` with ``SAMPLE_STOREFRONT_STORE=postgres``). The
-    effects performer, which the runtime adds to an app that declares services, is left out:
-    its markers are table rows wherever the app's state is."""
+    """The store the file deploys for the app is where its endpoints keep their rows
+    (``store_fault``). The effects performer, which the runtime adds to an app that declares
+    services, is left out: its markers are table rows wherever the app's state is."""
     stores = {name: e.store for name, e in app.endpoints.items() if name != performer}
-    in_postgres = sorted(name for name, store in stores.items() if store == "postgres")
-    if entry.store == "table" and in_postgres:
-        raise ConfigurationError(
-            f"{where}: store is table, but endpoint(s) {', '.join(in_postgres)} of "
-            f"{entry.bus_app} keep their rows in PostgreSQL (give the app store postgres)"
-        )
-    if entry.store == "postgres" and not in_postgres:
-        raise ConfigurationError(
-            f"{where}: store is postgres, but endpoint(s) {', '.join(sorted(stores))} of "
-            f"{entry.bus_app} keep their rows in another store (none in PostgreSQL)"
-        )
+    fault = store_fault(entry.store, stores, entry.bus_app)
+    if fault is not None:
+        raise ConfigurationError(f"{where}: {fault}")
 
 
 def load_system(path: Path, environ: Mapping[str, str] | None = None) -> System:

@@ -29,6 +29,7 @@ import asyncpg
 import pytest
 
 from lab.local.azurite import Azurite, AzuriteEndpoints
+from lab.local.cosmos import CosmosServer
 from lab.local.payments import Provider
 from lab.local.postgres import PostgresServer
 from lab.provider.process import provider_process
@@ -43,6 +44,7 @@ from shared.sample.app import app as sample_app
 from shared.settings import Settings, StorageSettings, resolve_settings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
+from shared.stores.cosmos.settings import CosmosSettings
 from shared.stores.memory import MemoryStorageAccount
 
 UNDER_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -156,6 +158,22 @@ def started_azurite() -> Iterator[AzuriteEndpoints]:
         pytest.skip(f"Azurite unavailable (run `make deps`): {e}")
     yield endpoints
     emulator.stop()
+
+
+@pytest.fixture(scope="session")
+def cosmos() -> Iterator[CosmosSettings]:
+    """A local Cosmos DB server for the session (``lab.local.cosmos``): the settings that
+    reach it. Tests use databases or containers of their own. Under CI a failure to start
+    fails the test instead of skipping it."""
+    server = CosmosServer()
+    try:
+        server.start()
+    except ConfigurationError as e:
+        if UNDER_CI:
+            pytest.fail(f"the local Cosmos DB server is required under CI and could not start: {e}")
+        pytest.skip(f"the local Cosmos DB server is unavailable (run `make deps`): {e}")
+    yield server.settings()
+    server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -89,9 +89,13 @@ AZURE_SETTINGS = {
     # infra/main.bicep's, for endpoints declared with store="postgres".
     "BUS_POSTGRES_URL": "postgresql://bus@127.0.0.1:9/bus",
     "BUS_POSTGRES_ENTRA": "true",
-    # The sample app, with ``payments`` in PostgreSQL: the database driver is loaded too.
+    # infra/main.bicep's, for endpoints declared with store="cosmos" (no key: the identity).
+    "BUS_COSMOS_ENDPOINT": "https://bus.documents.azure.com:443/",
+    # The sample app, with ``payments`` in PostgreSQL and ``shipping`` in Cosmos DB, as the
+    # demo runs it: the database driver and the Cosmos DB SDK are loaded too.
     "BUS_APP": "shared.sample.app:app",
     "SAMPLE_PAYMENTS_STORE": "postgres",
+    "SAMPLE_SHIPPING_STORE": "cosmos",
     # Its payment provider, as a deployment names it (additionalAppSettings); nothing calls it.
     url_setting(PROVIDER): "https://payments.example.com",
 }
@@ -113,6 +117,7 @@ def test_function_app_loads_nothing_of_the_lab_or_the_tools(
     assert not tools, f"function_app.py loads tool-only packages: {tools}"
     assert "shared.runtime" in loaded  # it did load the app
     assert "asyncpg" in loaded
+    assert "azure.cosmos" in loaded
 
 
 def pinned(path: Path) -> set[str]:

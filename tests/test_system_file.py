@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from shared.bus import BusApp
+from shared.bus.app import Store
 from shared.errors import ConfigurationError
 from shared.sample import app as sample
 from shared.system import load_system
@@ -30,6 +31,26 @@ def mixed_app() -> BusApp:
 
 mixed = mixed_app()
 MIXED = "tests.test_system_file:mixed"
+
+
+def documents_app(loyalty_store: Store, storefront_store: Store = "table") -> BusApp:
+    """The sample system's orders with its loyalty points in ``loyalty_store`` (and, when
+    asked, the storefront's sessions in PostgreSQL)."""
+    app = BusApp()
+    app.endpoint("orders", state=sample.Order).handles(sample.PlaceOrder)(sample.place_order)
+    loyalty = app.endpoint("loyalty", state=sample.Customer, store=loyalty_store)
+    loyalty.handles(sample.OrderPlaced)(sample.reward)
+    if storefront_store != "table":
+        app.endpoint("storefront", store=storefront_store, sessions=True)
+    return app
+
+
+in_cosmos = documents_app("cosmos")
+in_blobs = documents_app("blob")
+in_two_databases = documents_app("cosmos", storefront_store="postgres")
+IN_COSMOS = "tests.test_system_file:in_cosmos"
+IN_BLOBS = "tests.test_system_file:in_blobs"
+IN_TWO_DATABASES = "tests.test_system_file:in_two_databases"
 
 
 def orders(**extra: Any) -> dict[str, Any]:
@@ -97,7 +118,9 @@ def test_a_settings_file_is_read_relative_to_the_system_file(tmp_path: Path) -> 
         ({"apps": [orders(name="Orders")]}, "app 1: invalid app name 'Orders'"),
         ({"apps": [orders(name="x" * 40)]}, "app 1: invalid app name"),
         ({"apps": [orders(), orders()]}, "app orders is listed twice"),
-        ({"apps": [orders(store="cosmos")]}, "store 'cosmos' is not one of"),
+        ({"apps": [orders(store="mongo")]}, "store 'mongo' is not one of"),
+        ({"apps": [orders(store="Cosmos")]}, "store 'Cosmos' is not one of"),
+        ({"apps": [orders(store=["cosmos", "postgres"])]}, "store must be a non-empty string"),
         ({"apps": [orders(busApp=7)]}, "app orders: busApp must be a non-empty string"),
         ({"apps": [orders(settings={"BUS_X": 1})]}, "settings must be an object of string"),
         ({"apps": [orders(settings={"BUS_APP_NAME": "b"})]}, "settings sets BUS_APP_NAME"),
@@ -133,6 +156,25 @@ def test_a_file_that_is_not_json_is_refused(tmp_path: Path) -> None:
         # A database none was deployed for.
         ([orders(busApp=MIXED)], "store is table, but endpoint(s) storefront of "),
         ([orders(settings={"CLEANUP_GRACE_SECONDS": "soon"})], "app orders: "),
+        # Cosmos DB endpoints in an app whose account none was deployed for.
+        (
+            [orders(busApp=IN_COSMOS)],
+            f"store is table, but endpoint(s) loyalty of {IN_COSMOS} keep their rows in "
+            "Cosmos DB (give the app store cosmos",
+        ),
+        ([orders(busApp=IN_COSMOS, store="postgres")], "keep their rows in Cosmos DB"),
+        ([orders(busApp=IN_COSMOS, store="blob")], "keep their rows in Cosmos DB"),
+        # A store whose database (or documents) none of the app's endpoints uses.
+        (
+            [orders(busApp=IN_BLOBS, store="cosmos")],
+            "store is cosmos, but endpoint(s) loyalty, orders of "
+            f"{IN_BLOBS} keep their rows in another store (none in Cosmos DB)",
+        ),
+        ([orders(store="blob")], "store is blob, but endpoint(s) "),
+        ([orders(store="blob")], "(none in blob documents)"),
+        # One database beside the state account per app of a system, whichever is named.
+        ([orders(busApp=IN_TWO_DATABASES, store="cosmos")], "storefront of "),
+        ([orders(busApp=IN_TWO_DATABASES, store="postgres")], "one database beside its state"),
     ],
 )
 def test_apps_that_cannot_run_side_by_side_are_refused_when_loaded(
@@ -151,3 +193,21 @@ def test_a_postgres_app_may_keep_some_endpoints_in_its_state_account(tmp_path: P
     (loaded,) = load_system(written(tmp_path, {"apps": [entry]}), environ={}).load()
     stores = {name: e.store for name, e in loaded.app.endpoints.items()}
     assert stores == {"orders": "table", "loyalty": "table", "storefront": "postgres"}
+
+
+@pytest.mark.parametrize(
+    ("bus_app", "store", "where"),
+    [
+        (IN_COSMOS, "cosmos", {"orders": "table", "loyalty": "cosmos"}),
+        (IN_BLOBS, "blob", {"orders": "table", "loyalty": "blob"}),
+        # Blob documents and tables both live in the app's own state account.
+        (IN_BLOBS, "table", {"orders": "table", "loyalty": "blob"}),
+    ],
+)
+def test_an_app_keeps_its_rows_in_the_store_deployed_for_it(
+    tmp_path: Path, bus_app: str, store: str, where: dict[str, str]
+) -> None:
+    entry = orders(busApp=bus_app, store=store)
+    (loaded,) = load_system(written(tmp_path, {"apps": [entry]}), environ={}).load()
+    assert loaded.entry.store == store
+    assert {name: e.store for name, e in loaded.app.endpoints.items()} == where

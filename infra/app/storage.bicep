@@ -58,8 +58,15 @@ var noNames = {
   containers: {}
   tables: {}
   endpoints: []
+  blobEndpoints: []
 }
-var names = resourcesFromFile ? fileNames : noNames
+// The file lists blobEndpoints only for an app that has some: the union gives the property a
+// default, so that reading it compiles whatever the file holds.
+var names = resourcesFromFile ? union(noNames, fileNames) : noNames
+// The endpoints with store="blob" keep their rows as JSON documents in a container of their
+// own, <endpoint>-rows, in the account that holds the endpoint tables (this one for a single
+// app; a system's state-names.bicep creates them in each app's own account).
+var rowsEndpoints = names.blobEndpoints
 
 // Blob container that holds the Flex Consumption deployment package.
 var deploymentContainerName = 'deployments'
@@ -135,6 +142,14 @@ resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01'
 resource dataContainers 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = [for container in items(names.containers): {
   parent: blobService
   name: container.value
+  properties: {
+    publicAccess: 'None'
+  }
+}]
+
+resource rowsContainers 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = [for endpoint in rowsEndpoints: {
+  parent: blobService
+  name: '${endpoint}-rows'
   properties: {
     publicAccess: 'None'
   }

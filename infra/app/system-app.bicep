@@ -1,9 +1,10 @@
 // One app of a system of services (../system.bicep): its identity, its own
-// storage account, its Function App, its rights, and PostgreSQL when its store
-// is postgres.
+// storage account, its Function App, its rights, PostgreSQL when its store is
+// postgres and a Cosmos DB account when its store is cosmos.
 //
 // The app's own account is its *state* account (the table of each endpoint:
-// state, outbox records, audit rows) and the Functions host's storage
+// state, outbox records, audit rows; the rows containers of its blob endpoints)
+// and the Functions host's storage
 // (AzureWebJobsStorage: host locks, keys, the deployment package). The app's
 // identity gets the data roles of roles.bicep there, on that account only; in
 // the shared *messaging* account it gets only what messaging-roles.bicep lists,
@@ -26,14 +27,16 @@ param appName string
 @description('Required. The app to run, as package.module:attribute naming a BusApp (BUS_APP).')
 param appModule string
 
-@description('Required. Where the endpoints keep their state: table (the app\'s own storage account) or postgres (a PostgreSQL server of its own).')
+@description('Required. Where the endpoints keep their state: table or blob (tables, or JSON documents in rows containers, of the app\'s own storage account), postgres (a PostgreSQL server of its own) or cosmos (a Cosmos DB account of its own).')
 @allowed([
   'table'
   'postgres'
+  'cosmos'
+  'blob'
 ])
 param store string
 
-@description('Required. The app\'s resource names as `bus resources` prints them: containers (object), tables (object) and endpoints (array).')
+@description('Required. The app\'s resource names as `bus resources` prints them: containers (object), tables (object), endpoints (array) and, when it has such endpoints, blobEndpoints and cosmosEndpoints (arrays).')
 param resources object
 
 @description('Optional. Endpoints of other apps whose queues the app sends to (its external_endpoint declarations).')
@@ -113,6 +116,16 @@ param postgresSkuName string = 'Standard_B1ms'
 ])
 param postgresSkuTier string = 'Burstable'
 
+@description('Optional. Whether the public endpoint of a cosmos app\'s Cosmos DB account accepts traffic.')
+@allowed([
+  'Enabled'
+  'Disabled'
+])
+param cosmosPublicNetworkAccess string = 'Enabled'
+
+@description('Optional. Create a cosmos app\'s Cosmos DB account zone-redundant (fixed at creation; false only where the region has no zones).')
+param cosmosZoneRedundant bool = true
+
 var prefix = toLower(namePrefix)
 var suffix = uniqueString(subscription().id, resourceGroup().id, prefix, appName)
 var storageAccountName = take('st${prefix}${suffix}', 24)
@@ -120,7 +133,19 @@ var functionAppName = 'func-${prefix}-${appName}-${suffix}'
 var planName = 'plan-${prefix}-${appName}-${suffix}'
 var identityName = 'id-${prefix}-${appName}-${suffix}'
 var postgresName = 'psql-${prefix}-${appName}-${suffix}'
+// At most 44 characters: the suffix already hashes the app's name, 10 of its letters are for people.
+var cosmosName = 'cosmos-${prefix}-${take(appName, 10)}-${suffix}'
 var isPostgres = store == 'postgres'
+// shared/system.py refuses an app whose cosmos endpoints and store disagree, so the store
+// alone decides here, as it does for PostgreSQL.
+var isCosmos = store == 'cosmos'
+// `bus resources` lists blobEndpoints and cosmosEndpoints only for an app that has some.
+var documentEndpoints = union({
+  blobEndpoints: []
+  cosmosEndpoints: []
+}, resources)
+var blobEndpoints = documentEndpoints.blobEndpoints
+var cosmosEndpoints = documentEndpoints.cosmosEndpoints
 
 // The names of the connection settings the bus reads (BUS_STORAGE_SETTING and
 // BUS_STATE_STORAGE_SETTING name them).
@@ -158,6 +183,7 @@ module stateNames 'state-names.bicep' = {
   params: {
     storageAccountName: storage.outputs.name
     endpoints: resources.endpoints
+    blobEndpoints: blobEndpoints
   }
 }
 
@@ -201,6 +227,25 @@ module postgres 'postgres.bicep' = if (isPostgres) {
   }
 }
 
+module cosmos 'cosmos.bicep' = if (isCosmos) {
+  name: '${appName}-cosmos'
+  params: {
+    name: cosmosName
+    location: location
+    tags: tags
+    containerNames: cosmosEndpoints
+    appPrincipalId: identity.outputs.principalId
+    publicNetworkAccess: cosmosPublicNetworkAccess
+    zoneRedundant: cosmosZoneRedundant
+  }
+}
+
+var cosmosAppSettings = isCosmos ? {
+  BUS_COSMOS_ENDPOINT: cosmos.outputs.endpoint
+  BUS_COSMOS_DATABASE: cosmos.outputs.databaseName
+  AZURE_CLIENT_ID: identity.outputs.clientId
+} : {}
+
 var postgresAppSettings = isPostgres ? {
   BUS_POSTGRES_URL: postgres.outputs.url
   BUS_POSTGRES_ENTRA: 'true'
@@ -241,7 +286,7 @@ module functionApp 'function-app.bicep' = {
     instanceMemoryMB: instanceMemoryMB
     cleanupSchedule: cleanupSchedule
     appModule: appModule
-    additionalAppSettings: union(postgresAppSettings, additionalAppSettings, busConnectionSettings)
+    additionalAppSettings: union(postgresAppSettings, cosmosAppSettings, additionalAppSettings, busConnectionSettings)
   }
   // The host must be able to read its storage, and the bus the messaging
   // account, from the first start.
@@ -269,3 +314,6 @@ output identityPrincipalId string = identity.outputs.principalId
 
 @description('Host name of the app\'s PostgreSQL server; empty unless its store is postgres.')
 output postgresHostName string = isPostgres ? postgres.outputs.fqdn : ''
+
+@description('Document endpoint of the app\'s Cosmos DB account; empty unless its store is cosmos.')
+output cosmosEndpoint string = isCosmos ? cosmos.outputs.endpoint : ''

@@ -20,11 +20,10 @@ from dataclasses import dataclass, field, replace
 
 from lab.bench.modes import as_mode
 from lab.bench.residue import Residue, measure_residue
+from lab.bench.stores import BenchRows
 from lab.bench.workload import Names, build_app
 from shared.bus.config import BusConfig
-from shared.bus.state.instrumented import InstrumentedSql
-from shared.bus.state.rows import EndpointRows, TableRows
-from shared.bus.state.stores import SqlDatabase
+from shared.bus.state.rows import EndpointRows
 from shared.cleanup.job import endpoint_modes, run_cleanup
 from shared.cleanup.settings import CleanupSettings
 from shared.errors import BusError
@@ -50,6 +49,8 @@ class CleanupCount:
     """What the pass removed, by what it was (its tasks' report)."""
     residue_after: Residue = field(default_factory=Residue)
     """What is left once it ran (uncounted): the business state rows only, if it did all."""
+    request_units: float | None = None
+    """What the Cosmos DB account charged the pass (None: the rows are elsewhere)."""
 
 
 def past_every_window(config: BusConfig, settings: CleanupSettings) -> float:
@@ -69,10 +70,11 @@ async def clean_round(
     names: Names,
     bus_mode: str,
     config: BusConfig,
-    sql: SqlDatabase | None = None,
+    stores: BenchRows | None = None,
 ) -> CleanupCount:
     """One counted cleanup pass over round ``names``, whose endpoints are in ``bus_mode``
-    with their rows in ``sql`` if given, else in their tables."""
+    with their rows in ``stores`` (None: their tables)."""
+    stores = stores or BenchRows("table")
     settings = CleanupSettings(
         checkpoint_table=f"ck{names.tag}",
         lease_seconds=PASS_SECONDS,
@@ -84,15 +86,18 @@ async def clean_round(
     await _provision_cleanup_containers(raw, moved)
     instrumentation = Instrumentation()
     counted = InstrumentedAccount(raw, instrumentation)
-    app = build_app(names, as_mode(bus_mode), "table" if sql is None else "postgres")
+    app = build_app(names, as_mode(bus_mode), stores.store)
     rows: dict[str, EndpointRows] = {
-        e: TableRows(counted.table(e))
-        if sql is None
-        else InstrumentedSql(sql, instrumentation).endpoint_rows(e)
-        for e in names.endpoints
+        e: stores.rows(e, counted, instrumentation) for e in names.endpoints
     }
+    charged_before = None if stores.charges is None else stores.charges.units
     report = await run_cleanup(
         counted, endpoint_modes(app), rows=rows, config=moved, settings=settings
+    )
+    charged = (
+        None
+        if stores.charges is None or charged_before is None
+        else stores.charges.units - charged_before
     )
     unfinished = [f"{t.task} ({t.skipped})" for t in report.tasks if not t.finished]
     if unfinished:
@@ -101,7 +106,8 @@ async def clean_round(
     return CleanupCount(
         operations=dict(sorted(kinds.items())),
         removed=dict(sorted(report.removed().items())),
-        residue_after=await measure_residue(raw, names, sql),
+        residue_after=await measure_residue(raw, names, stores),
+        request_units=charged,
     )
 
 

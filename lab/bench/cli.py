@@ -1,6 +1,6 @@
 """``python -m lab.bench`` (``make bench``): start Azurite (and PostgreSQL for the
-``token_postgres`` mode), measure every mode side by side, then the scaling runs; print the
-tables and write ``bench/results.json``."""
+``token_postgres`` mode, the local Cosmos DB server for ``token_cosmos``), measure every mode
+side by side, then the scaling runs; print the tables and write ``bench/results.json``."""
 
 from __future__ import annotations
 
@@ -24,11 +24,12 @@ from lab.bench.modes import (
     BenchMode,
     bench_modes,
     bus_modes,
-    postgres_modes,
     select,
+    store_modes,
 )
 from lab.bench.report import (
     detail_lines,
+    merged_results,
     mode_table,
     results_document,
     scaling_table,
@@ -40,10 +41,12 @@ from lab.bench.report import (
 from lab.bench.runner import Measurement, Plan, Round, measure_side_by_side
 from lab.bench.workload import PAYLOAD_BYTES
 from lab.local.azurite import REPO_ROOT, Azurite
+from lab.local.cosmos import CosmosServer
 from lab.local.postgres import PostgresServer
 from shared.bus.state.schema import migrate
 from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
+from shared.stores.cosmos.settings import CosmosSettings
 from shared.terminal import StageLog
 
 
@@ -65,17 +68,21 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def package_version(name: str) -> str:
+    """The version of an npm package installed into the repository."""
+    package = REPO_ROOT / "node_modules" / name / "package.json"
+    if not package.exists():
+        return "unknown"
+    return str(json.loads(package.read_text()).get("version", "unknown"))
+
+
 def machine() -> dict[str, Any]:
-    azurite_version = "unknown"
-    package = REPO_ROOT / "node_modules/azurite/package.json"
-    if package.exists():
-        azurite_version = str(json.loads(package.read_text()).get("version", "unknown"))
     return {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
-        "azurite": azurite_version,
+        "azurite": package_version("azurite"),
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
     }
 
@@ -90,6 +97,7 @@ async def run_all(
     partitions: int | None,
     rounds: int,
     postgres_url: str | None,
+    cosmos: CosmosSettings | None,
 ) -> tuple[list[Measurement], list[Measurement]]:
     cpu = None if emulator_pid is None else functools.partial(process_cpu_seconds, emulator_pid)
     log = StageLog(sys.stdout)  # one line per round, with the time since the start
@@ -116,6 +124,7 @@ async def run_all(
                 emulator_cpu=cpu,
                 progress=progress,
                 postgres_url=postgres_url,
+                cosmos_settings=cosmos,
             )
 
         print(
@@ -155,6 +164,16 @@ def start_postgres(server: PostgresServer, context: dict[str, Any]) -> str:
     return url
 
 
+def start_cosmos(server: CosmosServer, context: dict[str, Any]) -> CosmosSettings:
+    """The local Cosmos DB server, as the tests start it; its account's settings."""
+    print("bench: starting the local Cosmos DB server on a free port (token_cosmos)")
+    server.start()
+    context["machine"]["cosmos_server"] = (
+        f"@vercel/cosmosdb-server {package_version('@vercel/cosmosdb-server')}"
+    )
+    return server.settings()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, under a minute")
@@ -173,6 +192,12 @@ def main(argv: list[str] | None = None) -> int:
         help="modes of the scaling runs (none to skip them)",
     )
     parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the modes of the results file that this run does not measure (each "
+        "named with its own run under earlier_runs) instead of replacing the file",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         help="where to write the results (default bench/results.json, or "
@@ -184,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         "bench/results-quick.json" if args.quick else "bench/results.json"
     )
     sizes = Sizes(args.roots or base.roots, args.scaling_roots or base.scaling_roots)
-    every = bench_modes() + postgres_modes()
+    every = bench_modes() + store_modes()
     modes = select(every, args.modes) if args.modes else every
     scaling_modes = select(every, args.scaling_modes)
     context: dict[str, Any] = {
@@ -208,8 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     emulator = Azurite()
     endpoints = emulator.start()
     server = PostgresServer() if any(m.store == "postgres" for m in modes) else None
+    cosmos_server = CosmosServer() if any(m.store == "cosmos" for m in modes) else None
     try:
         postgres_url = None if server is None else start_postgres(server, context)
+        cosmos = None if cosmos_server is None else start_cosmos(cosmos_server, context)
         pid = emulator.process.pid if emulator.process is not None else None
         main_runs, scaling = asyncio.run(
             run_all(
@@ -222,12 +249,15 @@ def main(argv: list[str] | None = None) -> int:
                 args.partitions,
                 args.rounds,
                 postgres_url,
+                cosmos,
             )
         )
     finally:
         emulator.stop()
         if server is not None:
             server.stop()
+        if cosmos_server is not None:
+            cosmos_server.stop()
     context["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     print()
     print("\n".join(mode_table(main_runs)))
@@ -240,7 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     if scaling:
         print()
         print("\n".join(scaling_table(scaling)))
-    document = results_document(main_runs, scaling, context)
+    document = (
+        merged_results(json.loads(out.read_text()), main_runs, scaling, context)
+        if args.merge and out.exists()
+        else results_document(main_runs, scaling, context)
+    )
     write_results(out, document)
     ratio = document["ratio_token_vs_at_least_once"]
     print()

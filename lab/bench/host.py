@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lab.bench.floor import floor_handlers
 from lab.bench.modes import as_mode
@@ -30,16 +31,22 @@ from lab.bench.timing import TimedInstrumentation
 from lab.bench.workload import Names, build_app
 from lab.local.azurite import REPO_ROOT
 from shared.bus import Bus, BusConfig
+from shared.bus.app import Store
 from shared.bus.state.connection import PostgresSettings
 from shared.bus.state.instrumented import InstrumentedSql
-from shared.bus.state.stores import PostgresDatabase
+from shared.bus.state.stores import DocumentDatabase, PostgresDatabase
 from shared.errors import InvalidValue
 from shared.host_json import QueueSettings
 from shared.queue_trigger import Handler, QueueWorker
 from shared.settings import StorageSettings
 from shared.stores.account import StorageAccount
+from shared.stores.cosmos.settings import CosmosSettings
 from shared.stores.instrumented import InstrumentedAccount
+from shared.stores.instrumented_documents import InstrumentedDocumentDatabase
 from shared.stores.queue import QueueMessage
+
+if TYPE_CHECKING:
+    from lab.bench.request_units import RequestCharges
 
 MAX_POLLING_INTERVAL = 0.25
 """host.json says 2 s; capped so an idle sink queue is picked up quickly once the first
@@ -58,9 +65,11 @@ class HostSpec:
     concurrency: int
     connection_string: str | None = None
     """Where the host process connects; None only for a host inside the caller's process."""
-    store: str = "table"
+    store: Store = "table"
     postgres_url: str | None = None
     """The database of ``store="postgres"`` endpoints."""
+    cosmos: CosmosSettings | None = None
+    """The account of ``store="cosmos"`` endpoints, for a host in its own process."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.concurrency <= 32:
@@ -97,6 +106,8 @@ class HostResult:
     cpu_seconds: float = 0.0
     peak_rss_kb: int = 0
     rss_before_kb: int = 0
+    request_units: float | None = None
+    """What the Cosmos DB account charged this host (None: it has no Cosmos DB endpoint)."""
 
 
 class _TimedWorker(QueueWorker):
@@ -133,7 +144,12 @@ class _TimedWorker(QueueWorker):
 
 
 class BenchHost:
-    def __init__(self, spec: HostSpec, raw: StorageAccount) -> None:
+    """``cosmos``: the database of ``store="cosmos"`` endpoints, counted here; the host
+    closes it when its drain ends."""
+
+    def __init__(
+        self, spec: HostSpec, raw: StorageAccount, cosmos: DocumentDatabase | None = None
+    ) -> None:
         self.spec = spec
         self.raw = raw
         self.instrumentation = TimedInstrumentation()
@@ -141,6 +157,7 @@ class BenchHost:
         self.result = HostResult()
         self._outcomes: Counter[str] = Counter()
         self.database: PostgresDatabase | None = None
+        self.cosmos = cosmos
         names = spec.names
         settings = replace(
             QueueSettings.from_host_json(REPO_ROOT / "host.json"),
@@ -169,12 +186,19 @@ class BenchHost:
             # is measured.
             settings = PostgresSettings(url=spec.postgres_url, pool_size=2 * spec.concurrency)
             self.database = PostgresDatabase(settings)
-        app = build_app(spec.names, as_mode(bus_mode), "postgres" if self.database else "table")
+        if spec.store == "cosmos" and self.cosmos is None:
+            raise InvalidValue(f"{spec.label}: Cosmos DB endpoints need their database")
+        app = build_app(spec.names, as_mode(bus_mode), spec.store)
         sql = (
             None if self.database is None else InstrumentedSql(self.database, self.instrumentation)
         )
+        cosmos = (
+            None
+            if self.cosmos is None
+            else InstrumentedDocumentDatabase(self.cosmos, self.instrumentation)
+        )
         config = spec.bus_config()
-        bus = Bus(app, self.account, config, sql=sql)
+        bus = Bus(app, self.account, config, sql=sql, cosmos=cosmos)
 
         def handler(endpoint: str) -> Handler:
             async def handle(raw: str, dequeue_count: int) -> None:
@@ -216,8 +240,9 @@ class BenchHost:
         result.empty_polls = self.instrumentation.empty_receives
         result.operation_seconds = dict(self.instrumentation.seconds)
         result.outcomes = dict(self._outcomes)
-        if self.database is not None:
-            await self.database.close()
+        for database in (self.database, self.cosmos):
+            if database is not None:
+                await database.close()
         return result
 
 
@@ -226,12 +251,25 @@ async def _serve(spec: HostSpec, conn: Connection) -> HostResult:
 
     if spec.connection_string is None:
         raise InvalidValue("a host process needs a connection string")
+    charges: RequestCharges | None = None
+    cosmos = None
+    if spec.store == "cosmos":
+        # Imported for Cosmos DB hosts alone: the SDK would weigh on every mode's peak memory.
+        from lab.bench.request_units import RequestCharges, charged_database
+
+        if spec.cosmos is None:
+            raise InvalidValue(f"{spec.label}: Cosmos DB endpoints need their account")
+        charges = RequestCharges()
+        cosmos = charged_database(spec.cosmos, charges)
     async with AzureStorageAccount(StorageSettings(spec.connection_string)) as raw:
-        host = BenchHost(spec, raw)
+        host = BenchHost(spec, raw, cosmos)
         conn.send(READY)
         if conn.recv() != GO:  # blocks this process only, and nothing else runs yet
             raise InvalidValue("the bench did not say GO")
-        return await host.drain()
+        result = await host.drain()
+    if charges is not None:
+        result.request_units = charges.units
+    return result
 
 
 def process_main(spec: HostSpec, conn: Connection) -> None:

@@ -11,13 +11,17 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
 from lab.bench.host import GO, READY, BenchHost, HostResult, HostSpec, process_main
+from shared.bus.state.stores import DocumentDatabase
 from shared.errors import InvalidValue
 from shared.stores.account import StorageAccount
 
 
-async def in_process(specs: list[HostSpec], raw: StorageAccount) -> tuple[float, list[HostResult]]:
-    """Hosts as tasks of this event loop over the caller's account (the in-memory backend)."""
-    hosts = [BenchHost(spec, raw) for spec in specs]
+async def in_process(
+    specs: list[HostSpec], raw: StorageAccount, cosmos: DocumentDatabase | None = None
+) -> tuple[float, list[HostResult]]:
+    """Hosts as tasks of this event loop over the caller's account (the in-memory backend),
+    and over its document database for Cosmos DB endpoints."""
+    hosts = [BenchHost(spec, raw, cosmos) for spec in specs]
     go = time.time()
     return go, list(await asyncio.gather(*(h.drain() for h in hosts)))
 

@@ -9,13 +9,19 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass
 
-from shared.bus.app import Mode
+from shared.bus.app import Mode, Store
 from shared.errors import InvalidValue
 
 AT_LEAST_ONCE = "at_least_once"
 TOKEN = "token"
 TOKEN_POSTGRES = "token_postgres"
 """Token mode with both endpoints' state, O(m) and audit rows in PostgreSQL."""
+TOKEN_BLOB = "token_blob"
+"""Token mode with each partition's rows in one JSON blob document (``store="blob"``)."""
+TOKEN_COSMOS = "token_cosmos"
+"""Token mode with each partition's rows in one Cosmos DB item (``store="cosmos"``)."""
+STORES: dict[str, Store] = {TOKEN_POSTGRES: "postgres", TOKEN_BLOB: "blob", TOKEN_COSMOS: "cosmos"}
+"""Token mode measured beside the Table Storage one on each other store, by bench label."""
 
 # Bench labels of the modes the issue asks for, with the names the bus may give them.
 _WANTED: dict[str, tuple[str, ...]] = {
@@ -32,9 +38,9 @@ class BenchMode:
     bus_mode: str | None
     """The endpoint mode passed to ``app.endpoint``; None for the floor."""
     available: bool = True
-    store: str = "table"
-    """Where the endpoints keep their rows: ``table`` or ``postgres`` (a server the bench
-    starts)."""
+    store: Store = "table"
+    """Where the endpoints keep their rows: ``table``, ``postgres`` or ``cosmos`` (a server the
+    bench starts) or ``blob`` (documents in the bench's Azurite)."""
 
     @property
     def is_floor(self) -> bool:
@@ -71,8 +77,17 @@ def bench_modes(offered: tuple[str, ...] | None = None) -> list[BenchMode]:
 def postgres_modes(offered: tuple[str, ...] | None = None) -> list[BenchMode]:
     """Token mode over PostgreSQL, measured beside the Table Storage token mode (``make
     bench`` starts a private server for it; the in-memory tests have none)."""
+    return [m for m in store_modes(offered) if m.store == "postgres"]
+
+
+def store_modes(offered: tuple[str, ...] | None = None) -> list[BenchMode]:
+    """Token mode on every store but Table Storage (``STORES``): PostgreSQL, blob documents
+    and Cosmos DB, measured beside the Table Storage token mode."""
     offered = bus_modes() if offered is None else offered
-    return [BenchMode(TOKEN_POSTGRES, TOKEN, available=TOKEN in offered, store="postgres")]
+    return [
+        BenchMode(label, TOKEN, available=TOKEN in offered, store=store)
+        for label, store in STORES.items()
+    ]
 
 
 def select(modes: list[BenchMode], labels: list[str] | None) -> list[BenchMode]:

@@ -5,7 +5,8 @@ One table, ``PRICES``, for one account kind and region. Azure bills requests per
 class: blob storage by write, read, list-and-create-container and other operations (deletes
 free), queue storage by class 1 and class 2 operations, table storage by transactions. SQL
 statements (token mode's rows in PostgreSQL) are billed by the server's hour, not per
-statement, so they have a class of their own at no price per request.
+statement, and Cosmos DB requests by the request units they consume, so each has a class of
+its own at no price per request.
 
     .venv/bin/python -m lab.bench.prices   # the price table as docs/benchmarks.md shows it
 """
@@ -75,6 +76,15 @@ PRICES: dict[str, BillingClass] = {
             _NOT_FOUND.format(page="tables"),
         ),
         BillingClass(
+            "cosmos.request",
+            "Cosmos DB",
+            "requests (billed by the request units they consume, not per request)",
+            0.0,
+            "Azure Cosmos DB bills request units (serverless: per million consumed), not "
+            "requests: learn.microsoft.com/azure/cosmos-db/request-units; the bench reports "
+            "the request units apart",
+        ),
+        BillingClass(
             "sql.statement",
             "PostgreSQL",
             "statements (billed by the server's hour, not per request)",
@@ -113,6 +123,13 @@ BILLING: dict[str, str] = {
     "table.delete": "table.transaction",
     # An entity group transaction is one request, counted here as one transaction.
     "table.transact": "table.transaction",
+    # Cosmos DB endpoints' documents (shared/stores/instrumented_documents.py): point read,
+    # create, replace, delete, and a page (a query).
+    "cosmos.read": "cosmos.request",
+    "cosmos.create": "cosmos.request",
+    "cosmos.replace": "cosmos.request",
+    "cosmos.delete": "cosmos.request",
+    "cosmos.page": "cosmos.request",
     "sql.get": "sql.statement",
     "sql.query": "sql.statement",
     "sql.insert": "sql.statement",

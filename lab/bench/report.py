@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from lab.bench.modes import AT_LEAST_ONCE, TOKEN, TOKEN_POSTGRES
+from lab.bench.modes import AT_LEAST_ONCE, STORES, TOKEN
 from lab.bench.prices import ACCOUNT, PRICES, READ_ON
 from lab.bench.runner import Measurement
 from shared.terminal import table
@@ -89,6 +90,12 @@ def detail_lines(measurements: Sequence[Measurement]) -> list[str]:
             + ", ".join(f"{kind} {ms:.1f}" for kind, ms in m.operation_ms.items()),
             f"  rows and blobs after the run: {residue}; ingress rows {m.ingress_rows}",
         ]
+        if m.request_units_per_message is not None:
+            lines.append(
+                "  Cosmos DB request units per message, as the server charged them: "
+                f"hot path {m.request_units_per_message:.2f}, cleanup "
+                f"{_num(m.cleanup_request_units_per_message, 2)}"
+            )
         if m.cleanup_operations:
             cleanup = ", ".join(
                 f"{kind} {n / max(m.handled, 1):.3f}" for kind, n in m.cleanup_operations.items()
@@ -138,9 +145,9 @@ def whole_cost_table(measurements: Sequence[Measurement]) -> list[str]:
     return _table(WHOLE_COLUMNS, rows)
 
 
-COMPARED_APART = (AT_LEAST_ONCE, TOKEN, TOKEN_POSTGRES)
+COMPARED_APART = (AT_LEAST_ONCE, TOKEN, *STORES)
 """Not among the modes token mode's whole cost is held against: the floor (no exactly-once)
-and token mode itself, over either store."""
+and token mode itself, over any store."""
 
 
 def token_whole_verdict(measurements: Sequence[Measurement]) -> dict[str, Any] | None:
@@ -260,6 +267,60 @@ def results_document(
             "scaling_ratio_token_vs_at_least_once": token_ratios,
         }
     )
+    return document
+
+
+RUN_KEYS = ("generated_at", "machine", "settings")
+"""What says under which conditions a run measured its modes."""
+
+
+def merged_results(
+    earlier: dict[str, Any],
+    modes: Sequence[Measurement],
+    scaling: Sequence[Measurement],
+    context: dict[str, Any],
+) -> dict[str, Any]:
+    """This run's results with the modes of an ``earlier`` results document it did not
+    measure kept, so that a run of a few modes adds them to the full figures rather than
+    replacing those. The document is this run's (its context, the ratios and verdict over all
+    the modes it holds); ``earlier_runs`` names the run each kept mode comes from, so that no
+    figure is read as measured beside the others when it was not."""
+    measured = {m.mode for m in modes}
+    known = {f.name for f in fields(Measurement)}
+    kept = [
+        # A figure the earlier run did not have is left at its default, one it had that
+        # the bench no longer reports is dropped.
+        Measurement(**{k: v for k, v in m.items() if k in known})
+        for m in earlier.get("modes", [])
+        if m["mode"] not in measured
+    ]
+    # In the earlier run's order, the modes it did not have after them, as the bench lists
+    # them: a mode keeps its place in the table whichever run measured it last.
+    place = {m["mode"]: i for i, m in enumerate(earlier.get("modes", []))}
+    ordered = sorted([*kept, *modes], key=lambda m: place.get(m.mode, len(place)))
+    document = results_document(ordered, scaling, context)
+    kept_labels = {m.mode for m in kept}
+    runs = [
+        {**run, "modes": [label for label in run["modes"] if label in kept_labels]}
+        for run in earlier.get("earlier_runs", [])
+    ]
+    claimed = {label for run in runs for label in run["modes"]}
+    runs.append(
+        {
+            **{key: earlier.get(key) for key in RUN_KEYS},
+            "modes": sorted(kept_labels - claimed),
+        }
+    )
+    document["earlier_runs"] = [run for run in runs if run["modes"]]
+    if not scaling and earlier.get("scaling"):
+        # Kept with the run that measured them, which is not this one.
+        document["scaling_generated_at"] = earlier.get(
+            "scaling_generated_at", earlier.get("generated_at")
+        )
+        document["scaling"] = earlier["scaling"]
+        document["scaling_ratio_token_vs_at_least_once"] = earlier.get(
+            "scaling_ratio_token_vs_at_least_once", {}
+        )
     return document
 
 

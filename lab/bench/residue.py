@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from lab.bench.stores import BenchRows
 from lab.bench.workload import Names
 from shared.bus.records import STATE_ROW
-from shared.bus.state.base import EndpointState
-from shared.bus.state.stores import SqlDatabase
+from shared.bus.state.rows import EndpointRows
 from shared.errors import NotFound
 from shared.resources import poison_queue
 from shared.stores.account import StorageAccount
@@ -42,21 +42,21 @@ async def _rows(account: StorageAccount, table: str) -> list[str]:
         return []
 
 
-async def _sql_rows(store: EndpointState) -> list[str]:
-    """The row keys of an endpoint's rows in SQL (every mode's, as in its table)."""
-    return [e.row_key async for e in store.rows().every()]
+async def _stored_rows(rows: EndpointRows) -> list[str]:
+    """The row keys of an endpoint's rows in another store (every mode's, as in its table)."""
+    return [e.row_key async for e in rows.every()]
 
 
 async def measure_residue(
-    account: StorageAccount, names: Names, sql: SqlDatabase | None = None
+    account: StorageAccount, names: Names, stores: BenchRows | None = None
 ) -> Residue:
-    """``sql``: where the endpoints keep their rows when they are PostgreSQL endpoints."""
+    """``stores``: where the endpoints keep their rows (None: their tables)."""
     residue = Residue()
     for endpoint in names.endpoints:
         rows = (
             await _rows(account, endpoint)
-            if sql is None
-            else await _sql_rows(sql.endpoint_state(endpoint))
+            if stores is None or stores.in_tables
+            else await _stored_rows(stores.rows(endpoint, account))
         )
         for row_key in rows:
             residue.kinds[row_key.split("|", 1)[0]] += 1

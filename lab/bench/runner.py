@@ -15,11 +15,14 @@ from lab.bench.modes import BenchMode
 from lab.bench.prices import by_class, usd_per_million
 from lab.bench.residue import Residue, measure_residue
 from lab.bench.seed import provision_run, seed
+from lab.bench.stores import BenchRows
 from lab.bench.timing import percentile
+from lab.bench.workload import Names
 from shared.bus.state.connection import PostgresSettings
-from shared.bus.state.stores import PostgresDatabase
+from shared.bus.state.stores import DocumentDatabase, PostgresDatabase
 from shared.errors import InvalidValue
 from shared.stores.account import StorageAccount
+from shared.stores.cosmos.settings import CosmosSettings
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,11 @@ class Measurement:
     cleanup_ops_per_message: float = 0.0
     whole_ops_per_message: float = 0.0
     """The hot path's and the cleanup's requests per handled message, together."""
+    request_units_per_message: float | None = None
+    """Cosmos DB request units the hosts were charged per handled message, as the account
+    reported them (None: the mode has no Cosmos DB endpoint; the local server charges 1 per
+    request, see ``lab.bench.request_units``)."""
+    cleanup_request_units_per_message: float | None = None
     usd_per_million_messages: dict[str, float] = field(default_factory=dict)
     """``hot_path``, ``cleanup`` and ``whole`` at ``lab.bench.prices.PRICES``."""
     requests_by_class: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -174,6 +182,14 @@ def summarise(mode: BenchMode, plan: Plan, rounds: list[Round], isolated: bool) 
     m.ingress_rows = sum(r.residue.ingress_rows for r in rounds)
     m.poisoned = sum(r.residue.poisoned for r in rounds)
     _whole_cost(m, rounds, operations)
+    charged = [h.request_units for h in hosts]
+    if hosts and all(units is not None for units in charged):
+        m.request_units_per_message = sum(u or 0.0 for u in charged) / max(m.handled, 1)
+    cleanup_charged = [r.cleanup.request_units for r in rounds if r.cleanup is not None]
+    if cleanup_charged and all(units is not None for units in cleanup_charged):
+        m.cleanup_request_units_per_message = sum(u or 0.0 for u in cleanup_charged) / max(
+            m.handled, 1
+        )
     left = sum(r.residue.left_in_queues for r in rounds)
     if m.handled != plan.messages or m.poisoned or left:
         m.error = (
@@ -222,8 +238,12 @@ async def run_round(
     connection_string: str | None = None,
     emulator_cpu: Callable[[], float] | None = None,
     postgres_url: str | None = None,
+    cosmos: DocumentDatabase | None = None,
+    cosmos_settings: CosmosSettings | None = None,
 ) -> Round:
-    """Provision fresh resources, enqueue ``roots`` roots, drain them, count the residue."""
+    """Provision fresh resources, enqueue ``roots`` roots, drain them, count the residue.
+    Cosmos DB endpoints are on ``cosmos`` for in-process hosts (a database of the caller's)
+    or on the account of ``cosmos_settings`` for host processes."""
     tag = uuid.uuid4().hex[:10]
     specs = [
         HostSpec(
@@ -234,34 +254,62 @@ async def run_round(
             connection_string,
             mode.store,
             postgres_url,
+            cosmos_settings,
         )
         for _ in range(plan.processes)
     ]
     names = specs[0].names
-    await provision_run(raw, names)
-    seed_ops = await seed(
-        raw, names, mode.bus_mode, specs[0].bus_config(), roots, plan.partitions or roots
-    )
-    cpu_before = emulator_cpu() if emulator_cpu else None
-    launch = in_processes if separate_processes else in_process
-    go, hosts = await launch(specs, raw)
-    emulator_cpu_s = (
-        emulator_cpu() - cpu_before if emulator_cpu and cpu_before is not None else None
-    )
-    database = (
-        PostgresDatabase(PostgresSettings(url=postgres_url)) if mode.store == "postgres" else None
-    )
+    await provision_run(raw, names, mode.store)
+    stores = await _round_stores(mode, names, postgres_url, cosmos, cosmos_settings)
     try:
-        residue = await measure_residue(raw, names, database)
+        seed_ops = await seed(
+            raw, names, mode.bus_mode, specs[0].bus_config(), roots, plan.partitions or roots
+        )
+        cpu_before = emulator_cpu() if emulator_cpu else None
+        if separate_processes:
+            go, hosts = await in_processes(specs, raw)
+        else:
+            go, hosts = await in_process(specs, raw, cosmos)
+        emulator_cpu_s = (
+            emulator_cpu() - cpu_before if emulator_cpu and cpu_before is not None else None
+        )
+        residue = await measure_residue(raw, names, stores)
         cleanup = (
             None
             if mode.bus_mode is None
-            else await clean_round(raw, names, mode.bus_mode, specs[0].bus_config(), database)
+            else await clean_round(raw, names, mode.bus_mode, specs[0].bus_config(), stores)
         )
     finally:
-        if database is not None:
-            await database.close()
+        await stores.close()
     return Round(roots, go, hosts, residue, seed_ops, emulator_cpu_s, cleanup)
+
+
+async def _round_stores(
+    mode: BenchMode,
+    names: Names,
+    postgres_url: str | None,
+    cosmos: DocumentDatabase | None,
+    cosmos_settings: CosmosSettings | None,
+) -> BenchRows:
+    """The round's rows as the bench reads and cleans them, their Cosmos DB containers
+    created (uncounted, as the round's other resources)."""
+    if mode.store == "postgres":
+        return BenchRows(mode.store, PostgresDatabase(PostgresSettings(url=postgres_url)))
+    if mode.store != "cosmos" or cosmos is not None:
+        return BenchRows(mode.store, cosmos=cosmos)
+    if cosmos_settings is None:
+        raise InvalidValue(f"{mode.label}: Cosmos DB endpoints need their account")
+    # Imported for Cosmos DB rounds alone, as in the host processes.
+    from lab.bench.request_units import RequestCharges, charged_database
+
+    charges = RequestCharges()
+    database = charged_database(cosmos_settings, charges)
+    try:
+        await database.provision(names.endpoints)
+    except BaseException:
+        await database.close()
+        raise
+    return BenchRows(mode.store, cosmos=database, charges=charges)
 
 
 def split(total: int, parts: int) -> list[int]:
@@ -282,6 +330,8 @@ async def measure_side_by_side(
     emulator_cpu: Callable[[], float] | None = None,
     progress: Callable[[BenchMode, Round | None, str | None], None] | None = None,
     postgres_url: str | None = None,
+    cosmos: DocumentDatabase | None = None,
+    cosmos_settings: CosmosSettings | None = None,
 ) -> list[Measurement]:
     """Run ``modes`` in ``rounds`` interleaved rounds (forward, then backward, ...) that split
     ``plan.roots`` between them, so a machine that gets busier or quieter during the bench
@@ -303,6 +353,8 @@ async def measure_side_by_side(
                     connection_string=connection_string,
                     emulator_cpu=emulator_cpu,
                     postgres_url=postgres_url,
+                    cosmos=cosmos,
+                    cosmos_settings=cosmos_settings,
                 )
             except Exception as e:  # reported in the table; the other modes go on
                 errors[mode.label] = f"{type(e).__name__}: {e}"
@@ -335,6 +387,8 @@ async def measure(
     connection_string: str | None = None,
     emulator_cpu: Callable[[], float] | None = None,
     postgres_url: str | None = None,
+    cosmos: DocumentDatabase | None = None,
+    cosmos_settings: CosmosSettings | None = None,
 ) -> Measurement:
     """One mode, one round."""
     (measurement,) = await measure_side_by_side(
@@ -345,5 +399,7 @@ async def measure(
         connection_string=connection_string,
         emulator_cpu=emulator_cpu,
         postgres_url=postgres_url,
+        cosmos=cosmos,
+        cosmos_settings=cosmos_settings,
     )
     return measurement

@@ -12,6 +12,7 @@ import asyncio
 from lab.bench.modes import as_mode
 from lab.bench.workload import Names, build_app, plain_body, root
 from shared.bus import Bus, BusConfig
+from shared.bus.app import Store
 from shared.provisioning import provision
 from shared.resources import Resources
 from shared.stores.account import StorageAccount
@@ -20,13 +21,16 @@ from shared.stores.instrumented import Instrumentation, InstrumentedAccount
 SEED_CONCURRENCY = 16
 
 
-async def provision_run(raw: StorageAccount, names: Names) -> None:
+async def provision_run(raw: StorageAccount, names: Names, store: Store = "table") -> None:
+    """The round's queues, containers and tables, and the rows containers of blob endpoints
+    (a Cosmos DB endpoint's container is its database's: ``lab.bench.stores``)."""
     await provision(
         raw,
         Resources(
             containers={"tokens": names.tokens, "topics": names.topics},
             tables={"ingress": names.ingress},
             endpoints=names.endpoints,
+            blob_endpoints=names.endpoints if store == "blob" else (),
         ),
     )
 

@@ -5,8 +5,10 @@ By default it runs the sample system, three apps in three hosts (``lab.local.sys
 
 It starts the emulator on free ports and a private PostgreSQL server (``payments`` keeps its
 state, outbox records and audit rows there, and writes each charge to the app's own table in
-the same transaction, while the other endpoints use Table Storage and talk to it through the
-same queues and blobs), provisions every resource of the sample app, and starts the local
+the same transaction, while the other endpoints talk to it through the same queues and
+blobs), and the local Cosmos DB server: ``loyalty`` keeps its rows as blob documents and
+``shipping`` in Cosmos DB (``shared.sample.stores``), the others in Table Storage, so every
+store runs here. It provisions every resource of the sample app, and starts the local
 Functions host (``python -m lab.host``, reading ``function_app.py``) as a separate process.
 Clients then post about 275 orders and shots to the HTTP ingress (``POST /api/messages`` with
 an Idempotency-Key; about 30% of requests are repeated, and every failed request is retried
@@ -26,7 +28,8 @@ signals (``SessionWatch``: with ``BUS_SESSION_RESEND_SECONDS`` at 5 s the demo r
 cleanup, as the timer would, to send a stopped request's), the host is stopped gracefully,
 one cleanup pass runs, and the outcome is checked from the business state, the charge rows,
 the order rows and the audit rows, with no session left waiting or open. ``--no-postgres``
-keeps every endpoint on Table Storage.
+keeps ``payments`` and ``storefront`` on Table Storage, ``--no-documents`` ``loyalty`` and
+``shipping``.
 
 ``payments`` charges and refunds through the local payment provider (``python -m
 lab.provider``), run as its own process with its books in the work folder's ``ledger.json``
@@ -69,6 +72,7 @@ import asyncpg
 from lab.host.chaos import CRASH_RATE, DUPLICATE_RATE, SEED
 from lab.host.process import HostProcess
 from lab.local.azurite import REPO_ROOT, Azurite
+from lab.local.cosmos import CosmosServer
 from lab.local.ledger_check import LedgerCheck, check_ledger
 from lab.local.outcome_log import OUTCOME_LOG_SETTING
 from lab.local.payments import Provider, pay_at_provider, provider_args
@@ -76,7 +80,7 @@ from lab.local.postgres import PostgresServer
 from lab.provider.book import Ledger
 from lab.provider.process import provider_process
 from shared.app_loader import APP_SETTING, load_app
-from shared.app_settings import SESSION_RESEND
+from shared.app_settings import COSMOS_DATABASE, COSMOS_ENDPOINT, COSMOS_KEY, SESSION_RESEND
 from shared.bus import BusApp, Outcome
 from shared.bus.config import BusConfig
 from shared.bus.effects import PERFORMER_ENDPOINT
@@ -91,6 +95,7 @@ from shared.resources import poison_queue
 from shared.runtime import Worker
 from shared.sample.charges import PAYMENTS_STORE, SAMPLE_SCHEMA
 from shared.sample.storefront import ORDER_ROW, STOREFRONT, STOREFRONT_STORE
+from shared.sample.stores import LOYALTY_STORE, SHIPPING_STORE
 from shared.settings import DEFAULT_SETTING, StorageSettings, resolve_settings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
@@ -528,10 +533,22 @@ async def quiescent(
     return False
 
 
+def stored_states(worker: Worker) -> dict[str, EndpointState]:
+    """The rows of the worker's endpoints that are not in their table (PostgreSQL, blob
+    documents, Cosmos DB), by endpoint, read through the store each declares."""
+    declared = {e.name: e.store for e in worker.app.endpoints.values()}
+    return {
+        name: EndpointState(rows)
+        for name, rows in worker.endpoint_rows().items()
+        if declared.get(name, "table") != "table"
+    }
+
+
 async def rows(
     account: StorageAccount, table: str, prefix: str, sql: Mapping[str, EndpointState]
 ) -> list[dict[str, object]]:
-    """The endpoint's rows of one kind, from its table or from PostgreSQL."""
+    """The endpoint's rows of one kind, from its table or, for an endpoint in ``sql``
+    (``stored_states``), from the store it declares."""
     store = sql.get(table)
     if store is None:
         return [
@@ -750,7 +767,8 @@ async def verify(
 ) -> Verdict:
     """The invariants, from storage alone: every message sent (the clients' and every one a
     handler caused) has exactly one audit row, the business state is exact, nothing is left.
-    ``sql``: the rows of the endpoints that keep them in PostgreSQL (``postgres_url``).
+    ``sql``: the rows of the endpoints kept outside their tables (``stored_states``), those in
+    PostgreSQL in the database of ``postgres_url``.
     ``pay_later``: the amounts of the orders paid later (``check_pay_later``). ``ledger``:
     the payment provider's, checked against the orders (``check_ledger``). ``clients``: what
     they placed through ``POST /api/orders`` (``web_order_errors``)."""
@@ -853,10 +871,26 @@ def inherited_environ() -> dict[str, str]:
     }
 
 
-def run_audit(connection_string: str, workdir: Path, postgres_url: str | None) -> int | None:
+def outside_tables() -> list[str]:
+    """The sample's endpoints that keep their rows outside Table Storage (PostgreSQL, blob
+    documents, Cosmos DB): the Spark audit reads only tables, so their rows are exported."""
+    return [e.name for e in demo_app().endpoints.values() if e.store != "table"]
+
+
+def run_audit(
+    connection_string: str,
+    workdir: Path,
+    postgres_url: str | None,
+    cosmos: Mapping[str, str] | None = None,
+    provider: Provider | None = None,
+) -> int | None:
     """The Spark audit (``python -m shared.audit run``) over the same storage, in its own
-    process (it starts a JVM); None when PySpark is not installed. With PostgreSQL endpoints
-    the audit rows are exported first (``export`` reads them there) and the export audited."""
+    process (it starts a JVM); None when PySpark is not installed. With endpoints outside
+    Table Storage the audit rows are exported first (``export`` reads each endpoint's rows in
+    the store it declares) and the export audited. ``cosmos``: the settings naming the Cosmos
+    DB account of cosmos endpoints (``cosmos_settings``); ``provider``: the payment provider,
+    whose settings an app that declares it needs to be loaded with a worker (the export
+    opens the endpoints' stores through one)."""
     if importlib.util.find_spec("pyspark") is None:
         return None
     started = time.monotonic()
@@ -877,6 +911,9 @@ def run_audit(connection_string: str, workdir: Path, postgres_url: str | None) -
     command += ["--master", "local[2]", "--splits", "2", "--quiet", *endpoints]
     if postgres_url is not None:
         env[URL_SETTING] = postgres_url
+    env.update(cosmos or {})
+    env.update({} if provider is None else provider.app_settings())
+    if outside_tables():
         exported = workdir / "audit-export"
         export = [sys.executable, "-m", "shared.audit", "export", "--out", str(exported)]
         export += endpoints
@@ -911,15 +948,30 @@ def run_audit(connection_string: str, workdir: Path, postgres_url: str | None) -
     return result.returncode
 
 
+def cosmos_settings(server: CosmosServer | None) -> dict[str, str]:
+    """The app settings that name the local Cosmos DB server's account (none without one)."""
+    if server is None:
+        return {}
+    settings = server.settings()
+    return {
+        COSMOS_ENDPOINT.name: str(settings.endpoint),
+        COSMOS_KEY.name: str(settings.key),
+        COSMOS_DATABASE.name: settings.database,
+    }
+
+
 async def drive(
     connection_string: str,
     options: Options,
     workdir: Path,
     postgres_url: str | None,
     provider: Provider,
+    cosmos: Mapping[str, str] | None = None,
 ) -> Verdict:
+    """``cosmos``: the settings of the Cosmos DB account (``cosmos_settings``)."""
     outcome_log = workdir / "outcomes.jsonl"
     database = {} if postgres_url is None else {URL_SETTING: postgres_url}
+    database |= cosmos or {}
     host = HostProcess(
         REPO_ROOT / "function_app.py",
         {
@@ -948,6 +1000,7 @@ async def drive(
         worker = Worker(demo_app(), settings, raw)
         print(f"  {(await provision(raw, worker.resources)).summary()}")
         await provision_postgres(worker, postgres_url)
+        await provision_cosmos(worker)
         await worker.bus().subscribe_all()
         requests, orders, shots = plan_requests(options)
         refused = plan_refused(options, orders)
@@ -996,8 +1049,7 @@ async def drive(
         outcomes = read_outcomes(outcome_log)
         suppressed = outcomes[Outcome.DUPLICATE.value] + outcomes[Outcome.RESUMED.value]
         roots = {i for ids in clients.receipts.values() for i in ids}
-        db = worker.sql()
-        sql = {} if db is None else {e: db.endpoint_state(e) for e in worker.sql_endpoints()}
+        sql = stored_states(worker)
         async with aiohttp.ClientSession() as session:
             ledger = await provider.ledger(session)
         verdict = await verify(
@@ -1059,6 +1111,14 @@ async def provision_postgres(worker: Worker, url: str | None) -> None:
         await connection.close()
 
 
+async def provision_cosmos(worker: Worker) -> None:
+    """The database and containers of the cosmos endpoints (``bus provision`` does the same)."""
+    cosmos = worker.cosmos()
+    if cosmos is not None:
+        for line in await cosmos.provision(worker.cosmos_endpoints()):
+            print(f"  {line}")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m lab.local.demo",
@@ -1103,6 +1163,11 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="--single: keep payments on Table Storage too (no PostgreSQL server)",
     )
+    p.add_argument(
+        "--no-documents",
+        action="store_true",
+        help="keep loyalty and shipping on Table Storage (no blob documents, no Cosmos DB server)",
+    )
     return p
 
 
@@ -1128,6 +1193,8 @@ def main(argv: list[str] | None = None) -> int:
     # Read when the sample app is imported, here and in the host and audit processes.
     os.environ[PAYMENTS_STORE] = "table" if args.no_postgres else "postgres"
     os.environ[STOREFRONT_STORE] = os.environ[PAYMENTS_STORE]
+    os.environ[LOYALTY_STORE] = "table" if args.no_documents else "blob"
+    os.environ[SHIPPING_STORE] = "table" if args.no_documents else "cosmos"
     print("demo: starting Azurite on free ports")
     with contextlib.ExitStack() as running:
         endpoints = running.enter_context(Azurite(location=str(workdir / "azurite")))
@@ -1135,16 +1202,26 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_postgres:
             print("demo: starting PostgreSQL on a free port (payments keeps its state there)")
             postgres_url = running.enter_context(PostgresServer())
+        cosmos_server = None
+        if not args.no_documents:
+            print("demo: starting the local Cosmos DB server on a free port (shipping's rows)")
+            cosmos_server = CosmosServer()
+            running.enter_context(cosmos_server)
+        cosmos = cosmos_settings(cosmos_server)
         print("demo: starting the payment provider on a free port (its faults on)")
         credential = secrets.token_urlsafe(24)
         faults = provider_args(options.provider_faults, options.provider_late_seconds, options.seed)
         url = running.enter_context(provider_process(workdir, credential=credential, args=faults))
         provider = Provider(url, credential)
         verdict = asyncio.run(
-            drive(endpoints.connection_string, options, workdir, postgres_url, provider)
+            drive(endpoints.connection_string, options, workdir, postgres_url, provider, cosmos)
         )
         wanted = verdict.passed and not args.no_audit
-        audit = run_audit(endpoints.connection_string, workdir, postgres_url) if wanted else None
+        audit = (
+            run_audit(endpoints.connection_string, workdir, postgres_url, cosmos, provider)
+            if wanted
+            else None
+        )
     if audit is not None and audit != 0:
         verdict.state_errors.append(f"the Spark audit failed (exit code {audit})")
     print(f"  total {time.monotonic() - started:.0f}s")

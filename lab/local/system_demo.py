@@ -1,10 +1,12 @@
 """``make demo`` as a system of services: the sample system (``shared.sample.system``) in three
 local hosts over one messaging emulator.
 
-``orders`` (orders and loyalty, their rows in an Azurite of its own; the storefront's
-sessions in a PostgreSQL database of its own), ``payments`` (its rows in PostgreSQL, charging
-through the payment provider) and ``shipping`` (its rows in another Azurite of its own) each
-run in their own ``python -m lab.host`` process, with their app name (``BUS_APP_NAME``) and
+``orders`` (orders and loyalty, their rows in an Azurite of its own, loyalty's as blob
+documents there; the storefront's sessions in a PostgreSQL database of its own),
+``payments`` (its rows in PostgreSQL, charging through the payment provider) and ``shipping``
+(its rows in the local Cosmos DB server, its other state in another Azurite of its own; with
+``--no-documents`` loyalty and shipping keep theirs in tables) each run in their own
+``python -m lab.host`` process, with their app name (``BUS_APP_NAME``) and
 their state connection (``BUS_STATE_STORAGE_SETTING``), over one messaging Azurite where every
 queue, token, payload and topic lives. Clients post the orders to ``orders``' HTTP ingress as
 in the single-app demo, except every second order paid at once, which they place through
@@ -18,8 +20,9 @@ under another key (409). Every host has today's faults: its
 signals sent twice at random, crashes at random storage and SQL operations (HTTP invocations
 included: a session may stop anywhere between its first read and its signals), and its own
 SIGKILL and restart once 40% of its deliveries are processed. Mid-run, two outages on top:
-``payments``' host is killed and stays down for a while, and ``shipping``'s state emulator is
-frozen (SIGSTOP, an account that stops answering) for a while, then resumed; the other apps
+``payments``' host is killed and stays down for a while, and the server of ``shipping``'s rows
+(the Cosmos DB server, or its state emulator with ``--no-documents``) is frozen (SIGSTOP, a
+store that stops answering) for a while, then resumed; the other apps
 keep going and the waiting messages are processed once it is back.
 
 The hosts run with ``BUS_SESSION_RESEND_SECONDS`` at 5 s. A session whose request stopped
@@ -38,8 +41,8 @@ its PlaceOrder processed once, and no other order has a row; an order given up b
 is carried through the whole flow if its session committed (its row exists), and has no state
 anywhere if not. Then the Spark audit reads the
 whole system (``python -m shared.audit run --system``, from a system file of the three apps
-written in the work folder, ``orders`` and ``payments`` as postgres apps), each app's rows
-from its own store, and must pass (``--no-audit`` skips it).
+written in the work folder, ``orders`` and ``payments`` as postgres apps, ``shipping`` as a
+cosmos app), each app's rows from its own stores, and must pass (``--no-audit`` skips it).
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ from lab.host.chaos import CRASH_RATE, DUPLICATE_RATE, SEED
 from lab.host.process import HostProcess
 from lab.local import demo
 from lab.local.azurite import REPO_ROOT, Azurite
+from lab.local.cosmos import CosmosServer
 from lab.local.outcome_log import OUTCOME_LOG_SETTING
 from lab.local.payments import Provider, provider_args
 from lab.local.postgres import PostgresServer
@@ -77,13 +81,13 @@ from shared.app_loader import APP_SETTING
 from shared.app_settings import APP_NAME, SESSION_RESEND
 from shared.bus import Outcome
 from shared.bus.records import AUDIT_PREFIX, OUTBOX_PREFIX, STATE_ROW
-from shared.bus.state.base import EndpointState
 from shared.bus.state.connection import URL_SETTING
 from shared.provisioning import provision
 from shared.resources import poison_queue
 from shared.runtime import Worker
 from shared.sample.charges import PAYMENTS_STORE
 from shared.sample.storefront import STOREFRONT_STORE
+from shared.sample.stores import LOYALTY_STORE, SHIPPING_STORE
 from shared.settings import DEFAULT_SETTING, STATE_STORAGE_SETTING_NAME, resolve_settings
 from shared.stores.account import StorageAccount
 
@@ -109,6 +113,15 @@ class SystemOptions(demo.Options):
     """How long the one host stays down and the one state account stops answering."""
     outage_at: float = 0.2
     """Share of every expected delivery processed when both outages begin."""
+    documents: bool = True
+    """``loyalty`` as blob documents in ``orders``' state account and ``shipping`` in Cosmos
+    DB (``shared.sample.stores``); False: both on Table Storage."""
+
+
+COSMOS_APP = "shipping"
+"""The app whose endpoint keeps its rows in Cosmos DB (a system's app keeps them in one
+database at most: ``orders`` has its PostgreSQL database, so the Cosmos DB endpoint is
+``shipping``'s); ``loyalty``, ``orders``' other endpoint, keeps its as blob documents."""
 
 
 @dataclass
@@ -137,6 +150,9 @@ class SystemApp:
     outcome_log: Path
     state: Azurite | None = None
     """Its state emulator (None: its rows are in PostgreSQL)."""
+    rows_server: subprocess.Popen[str] | None = None
+    """The server its rows are on when that is not its state emulator (the local Cosmos DB
+    server): what its state outage stops."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held while its host is down, so that its own kill does not restart it early."""
     host_down_seconds: float = 0.0
@@ -158,8 +174,10 @@ def app_environ(
     provider: Provider,
     outcome_log: Path,
     options: SystemOptions,
+    cosmos: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """What the app's host is started with: its app, its name, both connections, its faults."""
+    """What the app's host is started with: its app, its name, both connections, its faults;
+    ``cosmos``: the settings of its Cosmos DB account (``demo.cosmos_settings``)."""
     environ = {
         **demo.inherited_environ(),
         DEFAULT_SETTING: messaging,
@@ -179,7 +197,7 @@ def app_environ(
         environ |= {URL_SETTING: postgres_url}
     if name == "payments":
         environ |= provider.app_settings()
-    return environ
+    return environ | dict(cosmos or {})
 
 
 def expected_deliveries(app: str, options: SystemOptions) -> int:
@@ -235,7 +253,9 @@ async def host_outage(app: SystemApp, options: SystemOptions) -> None:
 
 
 async def state_outage(app: SystemApp, options: SystemOptions) -> None:
-    process = None if app.state is None else app.state.process
+    """The server of the app's rows frozen: its Cosmos DB server when it has one, else its
+    state emulator."""
+    process = app.rows_server or (None if app.state is None else app.state.process)
     if process is None:
         return
     started = time.monotonic()
@@ -295,15 +315,10 @@ class SystemVerdict:
         )
 
 
-def sql_states(worker: Worker) -> dict[str, EndpointState]:
-    """The rows of the worker's endpoints that keep them in PostgreSQL, by endpoint."""
-    db = worker.sql()
-    return {} if db is None else {e: db.endpoint_state(e) for e in worker.sql_endpoints()}
-
-
 async def endpoint_rows(app: SystemApp, prefix: str) -> dict[str, list[dict[str, object]]]:
-    """Each of the app's endpoints' rows of one kind, from its state account or PostgreSQL."""
-    account, sql = app.worker.state_account(), sql_states(app.worker)
+    """Each of the app's endpoints' rows of one kind, from its state account's tables or the
+    store the endpoint declares (``demo.stored_states``)."""
+    account, sql = app.worker.state_account(), demo.stored_states(app.worker)
     return {e: await demo.rows(account, e, prefix, sql) for e in app.endpoints()}
 
 
@@ -378,7 +393,7 @@ async def verify_system(
     audited = count_audits(audits, owner, roots, verdict)
     front = apps["orders"].worker
     committed = await demo.order_rows(
-        front.state_account(), sql_states(front), databases.get("orders")
+        front.state_account(), demo.stored_states(front), databases.get("orders")
     )
     verdict.errors += demo.web_order_errors(committed, clients, audited)
     orders = demo.placed_orders(orders, clients, committed)
@@ -387,7 +402,7 @@ async def verify_system(
     verdict.errors += demo.check_orders(states, orders)
     verdict.web_orders = len(clients.web_orders)
     postgres_url = databases.get("payments")
-    charges = await demo.charge_rows(sql_states(apps["payments"].worker), postgres_url)
+    charges = await demo.charge_rows(demo.stored_states(apps["payments"].worker), postgres_url)
     verdict.errors += [f"order {o} has {charges[o]} charge rows" for o in orders if charges[o] != 1]
     late_errors, ends = demo.check_pay_later(states, pay_later)
     verdict.errors += late_errors
@@ -414,11 +429,13 @@ async def start_apps(
     provider: Provider,
     options: SystemOptions,
     workdir: Path,
+    cosmos: CosmosServer | None = None,
 ) -> dict[str, SystemApp]:
-    """Each app provisioned in its accounts (and payments' database), subscribed, and its
-    host started."""
+    """Each app provisioned in its accounts (and payments' database, shipping's Cosmos DB
+    container), subscribed, and its host started."""
     apps = {}
     for name in DELIVERIES:
+        on_cosmos = cosmos if name == COSMOS_APP else None
         state = states.get(name)
         log = workdir / f"{name}-outcomes.jsonl"
         connection = None if state is None or state.endpoints is None else state.endpoints
@@ -430,6 +447,7 @@ async def start_apps(
             provider,
             log,
             options,
+            demo.cosmos_settings(on_cosmos),
         )
         settings = resolve_settings(environ=environ, local_file=None)
         worker = Worker.from_settings(settings, root=REPO_ROOT)
@@ -437,6 +455,7 @@ async def start_apps(
         report = await provision(worker.account(), worker.resources, state=separate)
         print(f"  {name}: {report.summary()}")
         await demo.provision_postgres(worker, databases.get(name))
+        await demo.provision_cosmos(worker)
         await worker.bus().subscribe_all()
         host = HostProcess(
             REPO_ROOT / "function_app.py",
@@ -444,7 +463,8 @@ async def start_apps(
             workdir / f"{name}-host.log",
             args=["--lease-seconds", str(options.lease_seconds)],
         )
-        apps[name] = SystemApp(name, worker, host, log, state)
+        rows_server = None if on_cosmos is None else on_cosmos.process
+        apps[name] = SystemApp(name, worker, host, log, state, rows_server)
     for app in apps.values():
         await asyncio.to_thread(app.host.start)
         print(f"  {app.name}: local host started on {app.host.url}")
@@ -494,8 +514,9 @@ async def drive_system(
     provider: Provider,
     options: SystemOptions,
     workdir: Path,
+    cosmos: CosmosServer | None = None,
 ) -> SystemVerdict:
-    apps = await start_apps(messaging, states, databases, provider, options, workdir)
+    apps = await start_apps(messaging, states, databases, provider, options, workdir, cosmos)
     orders_host = apps["orders"].host
     queues = [e for a in apps.values() for e in a.endpoints()]
     account = apps["orders"].worker.account()
@@ -595,6 +616,7 @@ def options_from(args: argparse.Namespace) -> SystemOptions:
         kill_at=args.kill_at,
         seed=args.seed,
         provider_faults=args.provider_faults,
+        documents=not args.no_documents,
     )
     if args.down_seconds is not None:
         options.down_seconds = args.down_seconds
@@ -607,10 +629,12 @@ def system_file(
     states: Mapping[str, Azurite],
     databases: Mapping[str, str],
     provider: Provider,
+    cosmos: CosmosServer | None = None,
 ) -> Path:
     """The system file of the demo's three apps (``shared.system``), each with the settings
     that reach its accounts, for the Spark audit: ``orders`` and ``payments`` are postgres
-    apps (their database holds the storefront's sessions and payments' rows)."""
+    apps (their database holds the storefront's sessions and payments' rows), ``shipping`` a
+    cosmos app with ``cosmos`` (its rows in the local Cosmos DB server)."""
     apps = []
     for name in DELIVERIES:
         settings = {DEFAULT_SETTING: messaging}
@@ -625,6 +649,9 @@ def system_file(
         if name == "payments":
             settings |= provider.app_settings()
         store = "postgres" if name in databases else "table"
+        if cosmos is not None and name == COSMOS_APP:
+            store = "cosmos"
+            settings |= demo.cosmos_settings(cosmos)
         bus_app = f"{SYSTEM_MODULE}:{name}"
         apps.append({"name": name, "busApp": bus_app, "store": store, "settings": settings})
     path = workdir / "system.json"
@@ -681,6 +708,8 @@ def run(options: SystemOptions, *, keep: bool = False, audit: bool = True) -> in
     os.environ[PAYMENTS_STORE] = "postgres"
     # Read when the sample system is imported, here and in the hosts and the audit.
     os.environ[STOREFRONT_STORE] = "postgres"
+    os.environ[LOYALTY_STORE] = "blob" if options.documents else "table"
+    os.environ[SHIPPING_STORE] = "cosmos" if options.documents else "table"
     print("demo: a system of three apps (orders, payments, shipping) over one messaging Azurite")
     with contextlib.ExitStack() as running:
         messaging = running.enter_context(Azurite(location=str(workdir / "messaging")))
@@ -689,20 +718,33 @@ def run(options: SystemOptions, *, keep: bool = False, audit: bool = True) -> in
             states[name] = Azurite(location=str(workdir / f"{name}-state"))
             running.enter_context(states[name])
         print(
-            "demo: orders and shipping keep their rows in an Azurite each; payments in "
-            "PostgreSQL, and orders' storefront its sessions and orders in a database of its own"
+            "demo: orders and shipping have a state account in an Azurite each; payments keeps "
+            "its rows in PostgreSQL, and orders' storefront its sessions and orders in a "
+            "database of its own"
         )
         server = running.enter_context(PostgresServer())
         databases = asyncio.run(demo_databases(server))
+        cosmos = None
+        if options.documents:
+            print(
+                "demo: loyalty keeps its rows as blob documents in orders' Azurite, shipping "
+                "in Cosmos DB (the local server, on a free port)"
+            )
+            cosmos = CosmosServer()
+            running.enter_context(cosmos)
         credential = secrets.token_urlsafe(24)
         faults = provider_args(options.provider_faults, options.provider_late_seconds, options.seed)
         url = running.enter_context(provider_process(workdir, credential=credential, args=faults))
         provider = Provider(url, credential)
         verdict = asyncio.run(
-            drive_system(messaging.connection_string, states, databases, provider, options, workdir)
+            drive_system(
+                messaging.connection_string, states, databases, provider, options, workdir, cosmos
+            )
         )
         if verdict.passed and audit:
-            path = system_file(workdir, messaging.connection_string, states, databases, provider)
+            path = system_file(
+                workdir, messaging.connection_string, states, databases, provider, cosmos
+            )
             code = run_system_audit(path, workdir)
             if code is not None and code != 0:
                 verdict.errors.append(f"the Spark audit of the system failed (exit code {code})")

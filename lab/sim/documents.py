@@ -1,17 +1,19 @@
 """The in-memory Cosmos DB model (``MemoryDocumentDatabase``) as the simulator sees it: every
-document request one numbered operation of the run's ``Instrumentation`` (``doc.read``,
-``doc.create``, ``doc.replace``, ``doc.delete``, ``doc.page``), so the scheduler can stop a
-process between any two of them and the fault plan reaches each.
+document request one numbered operation of the run's ``Instrumentation`` (``cosmos.read``,
+``cosmos.create``, ``cosmos.replace``, ``cosmos.delete``, ``cosmos.page``: the counting of
+``shared.stores.instrumented_documents``), so the scheduler can stop a process between any two
+of them and the fault plan reaches each.
 
 A lost answer of a write (``Fault.ERROR_AFTER``: the write landed, its answer did not come back)
-is what a store client with retries makes of it: it sends the same conditional request again,
-and that copy meets the write's own change (``AlreadyExists`` for a create, ``PreconditionFailed``
-for a replace or delete). The caller hears a conflict for a write that landed, which is the case
-the partition documents' write ids are for (``shared.bus.state.document_rows``). A timeout the
-client gives up on is ``Fault.ERROR_BEFORE`` (not applied) or ``Fault.LATE`` (applied later, at a
-point the schedule chooses, or at once: a landed write answered ``OutcomeUnknown``).
-
-Blob documents (``store="blob"``) need none of this: they are blobs of the instrumented account.
+is what a store client that resends makes of it: it sends the same conditional request again,
+and that copy meets the write's own change (``AlreadyExists`` for a create,
+``PreconditionFailed`` for a replace or delete). The caller hears a conflict for a write that
+landed, the case the partition documents' write ids are for (``shared.bus.state.document_rows``).
+The project's Cosmos DB adapter sends each write once (``docs/stores.md``), so its lost answer is
+``OutcomeUnknown``: that is what a blob document's lost answer is in the simulator (blobs of the
+instrumented account), and what ``Fault.LATE`` gives here (a write answered ``OutcomeUnknown``
+that lands at once or at a point the schedule chooses). A timeout before a write is applied is
+``Fault.ERROR_BEFORE``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from shared.bus.state.stores import DocumentDatabase
 from shared.errors import OutcomeUnknown
 from shared.stores.documents import DocumentPage, Documents, StoredDocument
 from shared.stores.instrumented import Fault, Instrumentation
+from shared.stores.instrumented_documents import InstrumentedDocuments
 
 T = TypeVar("T")
 
@@ -30,10 +33,10 @@ DocumentsWrapper = Callable[[Documents], Documents]
 """How a known-bad variant changes an endpoint's documents (``lab.sim.variants``)."""
 
 
-class InstrumentedDocumentDatabase:
+class SimulatedDocumentDatabase:
     """``inner``'s endpoints' documents, each request counted and faulted by
-    ``instrumentation``, and changed by ``wrap`` (a variant's) below the instrumentation: the
-    variant is the store, the faults are the network's."""
+    ``instrumentation`` (``ResendingDocuments``), and changed by ``wrap`` (a variant's) below
+    the instrumentation: the variant is the store, the faults are the network's."""
 
     def __init__(
         self,
@@ -49,47 +52,45 @@ class InstrumentedDocumentDatabase:
         documents = self.inner.endpoint_documents(endpoint)
         if self.wrap is not None:
             documents = self.wrap(documents)
-        return InstrumentedDocuments(documents, self.instrumentation)
+        return ResendingDocuments(documents, self.instrumentation)
 
     async def close(self) -> None:
         await self.inner.close()
 
 
-class InstrumentedDocuments(Documents):
-    """One endpoint's documents, each call one numbered operation."""
+class ResendingDocuments(InstrumentedDocuments):
+    """One endpoint's documents, each call one numbered operation; a write whose answer was
+    lost is sent once more, as by a client that resends."""
 
-    def __init__(self, inner: Documents, instrumentation: Instrumentation) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.kind = inner.kind
-        self.max_bytes = inner.max_bytes
-        self._i = instrumentation
-
-    async def _write(self, kind: str, key: str, call: Callable[[], Awaitable[T]]) -> T:
-        """A write; after a lost answer, the client's one resend of the same request."""
+    async def _resent(
+        self, write: Callable[[], Awaitable[T]], again: Callable[[], Awaitable[T]]
+    ) -> T:
+        """``write`` (counted); after the lost answer of that very operation, ``again`` (the
+        same request, uncounted), which meets the landed write's own change: a conflict."""
         index = self._i.count  # the number ``run`` gives this operation
         try:
-            return await self._i.run(kind, f"{self.name}/{key}", call)
+            return await write()
         except OutcomeUnknown:
             if (index, Fault.ERROR_AFTER) not in ((o.index, f) for o, f in self._i.injected):
                 raise
-        return await call()  # meets the landed write's own change: a conflict
-
-    async def read(self, key: str) -> StoredDocument | None:
-        return await self._i.run("doc.read", f"{self.name}/{key}", lambda: self.inner.read(key))
+        return await again()
 
     async def create(self, key: str, content: dict[str, Any]) -> str:
-        return await self._write("doc.create", key, lambda: self.inner.create(key, content))
+        return await self._resent(
+            lambda: super(ResendingDocuments, self).create(key, content),
+            lambda: self.inner.create(key, content),
+        )
 
     async def replace(self, key: str, content: dict[str, Any], etag: str) -> str:
-        return await self._write("doc.replace", key, lambda: self.inner.replace(key, content, etag))
+        return await self._resent(
+            lambda: super(ResendingDocuments, self).replace(key, content, etag),
+            lambda: self.inner.replace(key, content, etag),
+        )
 
     async def delete(self, key: str, etag: str) -> None:
-        await self._write("doc.delete", key, lambda: self.inner.delete(key, etag))
-
-    async def page(self, continuation: str | None, page_size: int) -> DocumentPage:
-        return await self._i.run(
-            "doc.page", self.name, lambda: self.inner.page(continuation, page_size)
+        await self._resent(
+            lambda: super(ResendingDocuments, self).delete(key, etag),
+            lambda: self.inner.delete(key, etag),
         )
 
 

@@ -54,7 +54,7 @@ from lab.sim.claim_by_delete import (
     KeptEnvelopes,
 )
 from lab.sim.cleanup import cleanup_to_completion, expire_audit_rows
-from lab.sim.documents import DocumentsWrapper, InstrumentedDocumentDatabase
+from lab.sim.documents import DocumentsWrapper, SimulatedDocumentDatabase
 from lab.sim.fingerprint import TraceFingerprint, locations
 from lab.sim.invariants import (
     NO_LOST_MESSAGES,
@@ -120,7 +120,7 @@ SCOPED_FIELDS = frozenset({"scope", "key", "fingerprint"})
 """What the previous version's ingress records did not hold."""
 READS = frozenset(
     {"blob.read", "blob.get_properties", "blob.list", "table.get", "table.query", "sql.query"}
-    | {"queue.peek", "queue.count", "doc.read", "doc.page"}
+    | {"queue.peek", "queue.count", "cosmos.read", "cosmos.page"}
 )
 """Operations that change nothing: a fault after them is the same as a fault before."""
 ALL_FAULTS = (Fault.CRASH_BEFORE, Fault.CRASH_AFTER, Fault.ERROR_BEFORE, Fault.ERROR_AFTER)
@@ -509,7 +509,7 @@ class World:
         self.counted_documents = (
             None
             if self.documents is None
-            else InstrumentedDocumentDatabase(
+            else SimulatedDocumentDatabase(
                 self.documents, self.instrumentation, self.documents_wrap
             )
         )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 import traceback
 from collections.abc import Sequence
@@ -24,10 +25,10 @@ from shared.account_in_use import announce_account
 from shared.app_loader import APP_SETTING, configured_app
 from shared.audit.dropped import Takers
 from shared.audit.poisoned import DEFAULT_POISON_CAP
+from shared.audit.store_rows import described, endpoint_states, off_tables
 from shared.audit.summary import FAIL, WARN
+from shared.bus.app import Store
 from shared.bus.state.base import EndpointState
-from shared.bus.state.stores import PostgresDatabase
-from shared.config import build_config
 from shared.errors import BusError, ConfigurationError
 from shared.resources import CONTAINERS, app_containers, app_name_of, app_tables
 from shared.settings import (
@@ -38,6 +39,7 @@ from shared.settings import (
     StorageSettings,
     resolve_settings,
 )
+from shared.stores.account import StorageAccount
 from shared.system import load_system
 from shared.terminal import Counters
 
@@ -245,12 +247,12 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.system is not None:
         return _run_system(args)
-    if not args.input and (in_postgres := _in_postgres(args, _tables(args)[0])):
+    if not args.input and (elsewhere := _off_tables(args, _tables(args)[0])):
         # Spark reads tables through the storage SDK; these rows are not in any table.
         raise ConfigurationError(
-            f"endpoints {in_postgres} keep their audit rows in PostgreSQL: export first "
-            "(`python -m shared.audit export --out DIR`, which reads them there) and audit "
-            "the export with `run --input DIR`"
+            f"endpoints {described(elsewhere)} keep their audit rows off tables: export "
+            "first (`python -m shared.audit export --out DIR`, which reads them there) and "
+            "audit the export with `run --input DIR`"
         )
     job = AuditJob(
         input_path=args.input,
@@ -336,28 +338,26 @@ def _export(args: argparse.Namespace) -> int:
         counters.update(table, state.rows, note=note, done=state.done)
 
     async def go() -> ExportResult:
-        database, sql = _postgres_endpoints(args, endpoint_tables)
-        try:
-            async with AzureStorageAccount(settings) as account:
-                return await export(
-                    account,
-                    args.out,
-                    endpoint_tables=endpoint_tables,
-                    ingress_tables=ingress_tables,
-                    checkpoint_path=args.checkpoint,
-                    page_size=args.page_size,
-                    file_format=args.format,
-                    restart=args.restart,
-                    max_pages=args.max_pages,
-                    progress=progress,
-                    sql=sql,
-                    poison_cap=args.poison_cap,
-                    tokens_container=args.tokens_container,
-                    topics_container=args.topics_container,
-                )
-        finally:
-            if database is not None:
-                await database.close()
+        async with (
+            AzureStorageAccount(settings) as account,
+            _store_endpoints(args, endpoint_tables, account) as elsewhere,
+        ):
+            return await export(
+                account,
+                args.out,
+                endpoint_tables=endpoint_tables,
+                ingress_tables=ingress_tables,
+                checkpoint_path=args.checkpoint,
+                page_size=args.page_size,
+                file_format=args.format,
+                restart=args.restart,
+                max_pages=args.max_pages,
+                progress=progress,
+                sql=elsewhere,
+                poison_cap=args.poison_cap,
+                tokens_container=args.tokens_container,
+                topics_container=args.topics_container,
+            )
 
     with Counters("rows", enabled=False if args.quiet else None) as counters:
         result = asyncio.run(go())
@@ -369,25 +369,24 @@ def _export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _in_postgres(args: argparse.Namespace, endpoints: list[str]) -> list[str]:
-    """Those of ``endpoints`` the configured app declares with ``store="postgres"``."""
+def _off_tables(args: argparse.Namespace, endpoints: list[str]) -> dict[str, Store]:
+    """Those of ``endpoints`` the configured app declares with a store other than tables
+    (``shared.audit.store_rows``), and their store."""
     settings = _settings(args)
     if not settings.get(APP_SETTING):
-        return []
-    declared = configured_app(settings).endpoints
-    return [e for e in endpoints if e in declared and declared[e].store == "postgres"]
+        return {}
+    return off_tables(configured_app(settings), endpoints)
 
 
-def _postgres_endpoints(
-    args: argparse.Namespace, endpoints: list[str]
-) -> tuple[PostgresDatabase | None, dict[str, EndpointState]]:
-    """The database and rows of the exported endpoints that keep their audit rows in
-    PostgreSQL (``store="postgres"`` in the configured app, ``BUS_POSTGRES_URL``)."""
-    names = _in_postgres(args, endpoints)
-    if not names:
-        return None, {}
-    database = PostgresDatabase(build_config(_settings(args)).postgres)
-    return database, {name: database.endpoint_state(name) for name in names}
+def _store_endpoints(
+    args: argparse.Namespace, endpoints: list[str], account: StorageAccount
+) -> contextlib.AbstractAsyncContextManager[dict[str, EndpointState]]:
+    """The rows of the exported endpoints that keep their audit rows off tables
+    (PostgreSQL, Cosmos DB, blob documents), opened as the configured app opens them."""
+    settings = _settings(args)
+    if not _off_tables(args, endpoints):
+        return contextlib.nullcontext({})
+    return endpoint_states(configured_app(settings), settings, endpoints, account)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,12 +1,13 @@
 """Reads a system of services for the audit: every app's rows where that app keeps them.
 
 Each app's endpoints keep their audit rows in the app's own state store (its state account's
-tables, or PostgreSQL for ``store="postgres"`` endpoints), its ingress records are in its own
+tables, or for endpoints of another store PostgreSQL, Cosmos DB or blob documents in its
+state account: ``shared.audit.store_rows``), its ingress records are in its own
 ingress table in the messaging account, and its poison queues are in the messaging account.
 The union of every app's rows goes through the one-app audit's checks, so that a send
 recorded in one app's state store is matched with its processing in another's.
 
-PostgreSQL rows are not in any table Spark tasks could read with the storage SDK: they are
+Rows off tables are not in any table Spark tasks could read with the storage SDK: they are
 read by the driver, page by page, as the export reads them.
 """
 
@@ -21,9 +22,11 @@ from pyspark.sql import DataFrame, SparkSession
 
 from shared.audit.rows import Row, audit_row
 from shared.audit.schema import AUDIT_SCHEMA
+from shared.audit.store_rows import described, endpoint_states, off_tables
 from shared.audit.table_source import read_poisoned, read_tables
-from shared.bus.state.connection import PostgresSettings
-from shared.bus.state.stores import PostgresDatabase
+from shared.bus import BusApp
+from shared.bus.app import Store
+from shared.config import AppConfig
 from shared.settings import StorageSettings
 from shared.system import LoadedApp
 
@@ -37,15 +40,17 @@ class AppSource:
     state: StorageSettings
     state_tables: list[str]
     """Endpoints whose audit rows are in the state account's tables."""
-    postgres_endpoints: list[str]
-    """Endpoints whose audit rows are in PostgreSQL (read by the driver)."""
-    postgres: PostgresSettings
+    elsewhere: dict[str, Store]
+    """Endpoints whose audit rows are off tables, and their store (read by the driver)."""
+    app: BusApp
+    config: AppConfig
+    """The app and its configuration, which open the stores of ``elsewhere``."""
     ingress_tables: list[str]
     """In the messaging account."""
 
     @property
     def endpoints(self) -> list[str]:
-        return [*self.state_tables, *self.postgres_endpoints]
+        return [*self.state_tables, *self.elsewhere]
 
     def describe(self) -> str:
         """What is read where, for the progress lines (no secret: ``describe`` names the
@@ -54,8 +59,8 @@ class AppSource:
             f"app {self.name}: audit rows of {', '.join(self.state_tables) or 'no endpoint'} "
             f"from {self.state.describe()}"
         ]
-        if self.postgres_endpoints:
-            parts.append(f"of {', '.join(self.postgres_endpoints)} from PostgreSQL")
+        if self.elsewhere:
+            parts.append(f"of {described(self.elsewhere)}")
         parts.append(
             f"ingress records ({', '.join(self.ingress_tables)}) and poison queues from "
             f"{self.messaging.describe()}"
@@ -67,15 +72,15 @@ def app_source(loaded: LoadedApp) -> AppSource:
     """The audit's view of one loaded app of a system file."""
     settings, app = loaded.entry.settings, loaded.app
     endpoints = app.running_endpoints(loaded.config.app_name)
-    declared = app.endpoints
-    in_postgres = [e for e in endpoints if e in declared and declared[e].store == "postgres"]
+    elsewhere = off_tables(app, endpoints)
     return AppSource(
         name=loaded.name,
         messaging=settings.storage(),
         state=settings.state_storage(),
-        state_tables=[e for e in endpoints if e not in in_postgres],
-        postgres_endpoints=in_postgres,
-        postgres=loaded.config.postgres,
+        state_tables=[e for e in endpoints if e not in elsewhere],
+        elsewhere=elsewhere,
+        app=app,
+        config=loaded.config,
         ingress_tables=[loaded.config.bus.ingress_table],
     )
 
@@ -113,8 +118,8 @@ def read_system(
         audit, _ = read(app.state, endpoint_tables=app.state_tables, ingress_tables=[])
         _, ingress = read(app.messaging, endpoint_tables=[], ingress_tables=app.ingress_tables)
         audits.append(audit)
-        if app.postgres_endpoints:
-            rows = asyncio.run(_postgres_rows(app.postgres, app.postgres_endpoints))
+        if app.elsewhere:
+            rows = asyncio.run(store_rows(app))
             audits.append(spark.createDataFrame(rows, AUDIT_SCHEMA))
         ingresses.append(ingress)
         poisons.append(
@@ -129,13 +134,12 @@ def _union(frames: list[DataFrame]) -> DataFrame:
     return reduce(lambda a, b: a.unionByName(b), frames)
 
 
-async def _postgres_rows(settings: PostgresSettings, endpoints: Sequence[str]) -> list[Row]:
-    database = PostgresDatabase(settings)
-    try:
-        rows: list[Row] = []
-        for name in endpoints:
-            async for entity in database.endpoint_state(name).audit_entities():
+async def store_rows(app: AppSource) -> list[Row]:
+    """Every audit row of the app's endpoints that keep them off tables, where it keeps
+    them."""
+    rows: list[Row] = []
+    async with endpoint_states(app.app, app.config, app.elsewhere) as states:
+        for name, state in states.items():
+            async for entity in state.audit_entities():
                 rows.append(audit_row(name, entity.partition_key, entity.properties))
-        return rows
-    finally:
-        await database.close()
+    return rows

@@ -11,9 +11,9 @@ answers (a send that failed). A failure is parked at once when retrying cannot h
 (``shared.bus.retries``), else raised to the host, which delivers it again, and parked on the
 host's last try. A delayed retry that could not be sent falls on to the rows below it.
 
-The app's state store not answering (``StateUnreachable``: its table in the state account or
-its PostgreSQL database timed out, lost its connection or answered 5xx) is no failure of the
-message's: the message waits, sent again unchanged and hidden for a growing, capped, jittered
+The app's state store not answering (``StateUnreachable``: its table in the state account, its
+PostgreSQL database or its Cosmos DB or blob documents timed out, lost its connection or
+answered 5xx) is no failure of the message's: the message waits, sent again unchanged and hidden for a growing, capped, jittered
 wait (``BUS_STATE_WAIT_MAX_SECONDS``), and this copy is acknowledged, as a postponed one is.
 No try is spent, the retry policy is not used, and it is never parked for this, however long
 the outage: a separate state account leaves the queue trigger delivering while the state is

@@ -16,6 +16,7 @@ from typing import Any
 
 from shared.account_in_use import AccountInUse
 from shared.bus import Command
+from shared.bus.app import Store
 from shared.bus.client_cancel import cancel_by_key
 from shared.bus.subscriptions import MissingSubscription, missing_subscriptions
 from shared.bus.unsubscribed import unsubscribed_counts
@@ -27,7 +28,13 @@ from shared.errors import NotFound
 from shared.http_ingress import BadRequest, build_message
 from shared.logsafe import shown
 from shared.provisioning import provision
-from shared.resources import RESOURCES_FILE, check_resources_file, poison_queue, resources_json
+from shared.resources import (
+    RESOURCES_FILE,
+    check_resources_file,
+    poison_queue,
+    resources_json,
+    rows_container,
+)
 from shared.runtime import Worker
 from shared.terminal import ProgressBar, table
 
@@ -82,13 +89,18 @@ async def resources_command(worker: Worker) -> int:
 async def provision_command(worker: Worker, resources_file: Path = RESOURCES_FILE) -> int:
     """Create the app's resources, once ``infra/resources.json`` (what Bicep provisions in
     Azure) matches the app: each endpoint's table in the state account, the rest in the
-    messaging account (``shared.provisioning``)."""
+    messaging account (``shared.provisioning``), the PostgreSQL schema and the Cosmos DB
+    database and containers of the endpoints kept there."""
     check_resources_file(worker.resources, resources_file)
     report = await provision(worker.account(), worker.resources, state=worker.state_account())
     say(report.summary())
     sql = worker.sql()
     if sql is not None:  # the schema of endpoints that keep their state in PostgreSQL
         for line in await sql.migrate(worker.sql_endpoints()):
+            say(line)
+    cosmos = worker.cosmos()
+    if cosmos is not None:  # the database and containers of store="cosmos" endpoints
+        for line in await cosmos.provision(worker.cosmos_endpoints()):
             say(line)
     return EXIT_OK
 
@@ -163,7 +175,7 @@ async def status_report(worker: Worker, progress: bool | None) -> dict[str, Any]
     missing: list[str] = []
     with ProgressBar("status", len(endpoints) + 1, enabled=progress) as bar:
         for endpoint in endpoints:
-            row: dict[str, Any] = {"mode": endpoint.mode}
+            row: dict[str, Any] = {"mode": endpoint.mode, "store": endpoint.store}
             for label, queue in (("queue", endpoint.name), ("poison", poison_queue(endpoint.name))):
                 try:
                     row[label] = await account.queue(queue).approximate_count()
@@ -174,9 +186,7 @@ async def status_report(worker: Worker, progress: bool | None) -> dict[str, Any]
                 rows_of = worker.bus().endpoint_state(endpoint.name)
                 row.update(await count_records(endpoint, rows_of))
             except NotFound:
-                store = endpoint.store
-                table = f"table {endpoint.name}{_in_state(worker)}"
-                missing.append(table if store == "table" else "the bus schema")
+                missing.append(_rows_missing(worker, endpoint.name, endpoint.store))
             rows[endpoint.name] = row
             bar.advance(note=endpoint.name)
         now = to_datetime(worker.config.clock())
@@ -213,8 +223,20 @@ def _in_state(worker: Worker) -> str:
     return " in the state account" if worker.separate_state else ""
 
 
+def _rows_missing(worker: Worker, endpoint: str, store: Store) -> str:
+    """What is missing when an endpoint's rows cannot be found, in the store it declares:
+    what ``bus provision`` creates for it."""
+    if store == "postgres":
+        return "the bus schema"
+    if store == "cosmos":
+        return f"Cosmos DB container {endpoint}"
+    if store == "blob":
+        return f"container {rows_container(endpoint)}{_in_state(worker)}"
+    return f"table {endpoint}{_in_state(worker)}"
+
+
 def _records_of(row: dict[str, Any]) -> Counts | None:
-    counts = {k: v for k, v in row.items() if k not in ("mode", "queue", "poison")}
+    counts = {k: v for k, v in row.items() if k not in ("mode", "store", "queue", "poison")}
     return counts or None
 
 
@@ -239,9 +261,16 @@ def say_status(report: dict[str, Any]) -> None:
     """One app's status as text."""
     say(
         table(
-            ("endpoint", "mode", "queue", "poison", "records"),
+            ("endpoint", "mode", "store", "queue", "poison", "records"),
             (
-                (name, row["mode"], row["queue"], row["poison"], describe(_records_of(row)))
+                (
+                    name,
+                    row["mode"],
+                    row["store"],
+                    row["queue"],
+                    row["poison"],
+                    describe(_records_of(row)),
+                )
                 for name, row in report["endpoints"].items()
             ),
             right=("queue", "poison"),

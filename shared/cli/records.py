@@ -29,8 +29,9 @@ Counts = dict[str, int | str | None]
 
 async def count_records(endpoint: Endpoint[Any], state: EndpointState) -> Counts:
     """The endpoint's record counts, keyed as ``bus status --json`` reports them. ``state`` is
-    where the endpoint keeps its rows: its table, or PostgreSQL (``store="postgres"``).
-    Raises NotFound when the table (or the bus schema) is missing."""
+    where the endpoint keeps its rows, in whichever store it declares: its table,
+    PostgreSQL, Cosmos DB or blob documents. Raises NotFound when what holds them (the
+    table, the bus schema, the container) is missing."""
     counts: Counts = {**await _mode_records(endpoint, state)}
     if endpoint.sessions:
         counts.update((await count_sessions(state.rows())).as_status())

@@ -1,7 +1,8 @@
 """``bus state ENDPOINT PARTITION``: an endpoint's rows of one partition, read, never written.
 
 Whatever the endpoint's mode and store, its rows are read through its ``EndpointRows``
-(``shared.bus.state.rows``), the one seam over Table Storage and PostgreSQL: token mode's
+(``shared.bus.state.rows``), the one seam over Table Storage, PostgreSQL, Cosmos DB and blob
+documents (a document's rows are shown one by one, as a table's): token mode's
 state row, outbox records O(m) and audit rows; the entity-outbox mode's state row with its
 outbox map; the processed-messages mode's rows; the state-based mode's versions and message
 index (``docs/modes.md``). A saga's partition is an instance: its status, what started it

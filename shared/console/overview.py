@@ -91,6 +91,7 @@ async def _endpoint(
     return {
         "name": name,
         "mode": declared.mode,
+        "store": declared.store,
         "queue_depth": depth,
         "poison_count": poisoned,
         **_sent(name, sent or SenderTokens(), now),

@@ -42,6 +42,10 @@ naming its server). There each charge is also a row of the app's own ``sample_ch
 table (``shared.sample.charges``), written through ``ctx.sql`` when the charge's answer is
 processed, in the transaction that commits the endpoint's state and outbox record: the charge
 row exists once per charged order or not at all.
+
+``shipping`` and ``loyalty`` keep their rows in Table Storage, or in the document store that
+``SAMPLE_SHIPPING_STORE`` and ``SAMPLE_LOYALTY_STORE`` name (``shared.sample.stores``;
+``make demo`` keeps loyalty's as blob documents and shipping's in Cosmos DB).
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ from shared.sample.storefront import (
     order_answer,
     record_order,
 )
+from shared.sample.stores import LOYALTY_STORE, SHIPPING_STORE, store_named_by
 from shared.web import WebRequest, WebResponse
 
 CURRENCY = "eur"
@@ -431,10 +436,10 @@ def build_app() -> BusApp:
     payments.handles(RefundAnswered)(refund_answered)
     app.service(PROVIDER, operations={"charge": "/v1/charges", "refund": "/v1/refunds"})
 
-    shipping = app.endpoint("shipping", state=Shipping)
+    shipping = app.endpoint("shipping", state=Shipping, store=store_named_by(SHIPPING_STORE))
     shipping.handles(OrderPlaced)(prepare)
     shipping.handles(ShipOrder)(ship)
-    loyalty = app.endpoint("loyalty", state=Customer)
+    loyalty = app.endpoint("loyalty", state=Customer, store=store_named_by(LOYALTY_STORE))
     loyalty.handles(OrderPlaced)(reward)
     add_storefront(app)
     return app

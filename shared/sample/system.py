@@ -27,13 +27,14 @@ from __future__ import annotations
 from shared.bus import BusApp
 from shared.sample import app as sample
 from shared.sample.charges import PROVIDER
+from shared.sample.stores import LOYALTY_STORE, SHIPPING_STORE, store_named_by
 
 
 def orders_app() -> BusApp:
     """Orders and the loyalty points each order earns."""
     app = BusApp()
     sample.add_checkout(app)
-    loyalty = app.endpoint("loyalty", state=sample.Customer)
+    loyalty = app.endpoint("loyalty", state=sample.Customer, store=store_named_by(LOYALTY_STORE))
     loyalty.handles(sample.OrderPlaced)(sample.reward)
     sample.add_storefront(app)
     app.external_endpoint("payments", accepts=[sample.ChargePayment, sample.RefundPayment])
@@ -58,7 +59,7 @@ def payments_app() -> BusApp:
 def shipping_app() -> BusApp:
     """Pick lists and shipments."""
     app = BusApp()
-    shipping = app.endpoint("shipping", state=sample.Shipping)
+    shipping = app.endpoint("shipping", state=sample.Shipping, store=store_named_by(SHIPPING_STORE))
     shipping.handles(sample.OrderPlaced)(sample.prepare)
     shipping.handles(sample.ShipOrder)(sample.ship)
     app.external_endpoint("orders", accepts=[sample.OrderShipped])

@@ -1,7 +1,8 @@
 """Documents (``shared.stores.documents``) as JSON blobs: one blob per document, named by its
-key under the endpoint's folder of one container, written with ``If-None-Match: *`` or
-``If-Match``. The container is in the app's state account (``store="blob"`` endpoints), on
-Azurite locally; any ``BlobContainer`` serves, the in-memory one included."""
+key, in the endpoint's own container, written with ``If-None-Match: *`` or ``If-Match``. The
+container is the endpoint's rows container in the app's state account (``store="blob"``
+endpoints: ``shared.resources.rows_container``), on Azurite locally; any ``BlobContainer``
+serves, the in-memory one included."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ BLOB_KIND = "blob"
 
 
 class BlobDocuments(Documents):
-    """One endpoint's documents: the blobs ``<endpoint>/<key>`` of ``container``. A document
+    """One endpoint's documents: the blobs of ``container``, its own. A document
     holds at most ``max_bytes`` (the bus gives the largest body it sends,
     ``BUS_MAX_PAYLOAD_BYTES``)."""
 
@@ -31,10 +32,9 @@ class BlobDocuments(Documents):
         self.container = container
         self.name = endpoint
         self.max_bytes = max_bytes
-        self._folder = f"{endpoint}/"
 
     def _blob(self, key: str) -> str:
-        return self._folder + check_document_key(key)
+        return check_document_key(key)
 
     async def read(self, key: str) -> StoredDocument | None:
         try:
@@ -63,12 +63,10 @@ class BlobDocuments(Documents):
     async def page(self, continuation: str | None, page_size: int) -> DocumentPage:
         if page_size < 1:
             raise InvalidValue("page_size must be at least 1")
-        listed = await self.container.list_page(
-            self._folder, page_size=page_size, continuation=continuation
-        )
+        listed = await self.container.list_page(page_size=page_size, continuation=continuation)
         documents: list[StoredDocument] = []
         for properties in listed.items:
-            key = properties.name[len(self._folder) :]
+            key = properties.name
             try:
                 blob = await self.container.read(properties.name)
             except NotFound:

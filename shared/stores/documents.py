@@ -78,6 +78,8 @@ class StoredDocument:
     content: dict[str, Any] | None
     etag: str
     damage: str | None = None
+    size: int | None = None
+    """Its size as stored, in bytes, where the store says (None: unknown)."""
 
 
 def parsed_document(key: str, data: bytes, etag: str) -> StoredDocument:
@@ -85,10 +87,10 @@ def parsed_document(key: str, data: bytes, etag: str) -> StoredDocument:
     try:
         content = json.loads(data)
     except (ValueError, UnicodeDecodeError) as e:
-        return StoredDocument(key, None, etag, f"not JSON: {e}")
+        return StoredDocument(key, None, etag, f"not JSON: {e}", len(data))
     if not isinstance(content, dict):
-        return StoredDocument(key, None, etag, "not a JSON object")
-    return StoredDocument(key, content, etag)
+        return StoredDocument(key, None, etag, "not a JSON object", len(data))
+    return StoredDocument(key, content, etag, size=len(data))
 
 
 @dataclass(frozen=True)

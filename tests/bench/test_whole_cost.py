@@ -23,7 +23,7 @@ from shared.stores.instrumented import Fault, Instrumentation, InstrumentedAccou
 from shared.stores.memory import MemoryStorageAccount
 
 REPO = Path(__file__).resolve().parents[2]
-KIND = re.compile(r"(blob|table|queue|sql)\.[a-z_]+")
+KIND = re.compile(r"(blob|table|queue|sql|cosmos)\.[a-z_]+")
 ROOTS = 6
 
 
@@ -56,8 +56,10 @@ def test_every_kind_the_instrumented_stores_count_has_a_billing_class() -> None:
     class, and the price table names no kind the stores do not make."""
     kinds = kinds_the_stores_count()
 
-    # The scan finds the blob, table, queue and SQL kinds, so it cannot pass by finding none.
+    # The scan finds the blob, table, queue, SQL and Cosmos DB kinds, so it cannot pass by
+    # finding none.
     assert {"blob.delete_batch", "table.transact", "queue.receive", "sql.transact"} <= kinds
+    assert {"cosmos.read", "cosmos.replace", "cosmos.page"} <= kinds
     assert sorted(kinds - BILLING.keys()) == []
     assert sorted(BILLING.keys() - kinds) == []
     assert all(billing_class(kind).key in PRICES for kind in kinds)

@@ -10,10 +10,11 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field, replace
 
 import pytest
+from azure.cosmos.exceptions import CosmosResourceNotFoundError
 from pydantic import BaseModel
 
 from shared.bus import Bus, BusApp, BusConfig, Outcome
-from shared.bus.app import Mode
+from shared.bus.app import Mode, Store
 from shared.bus.envelope import TOKEN_NAME
 from shared.bus.modes.entity_outbox import StateEntity
 from shared.bus.modes.processed_table import PROCESSED_PREFIX, ProcessedRecord
@@ -25,7 +26,7 @@ from shared.bus.state.connection import PostgresSettings
 from shared.bus.state.instrumented import InstrumentedSql
 from shared.bus.state.memory_sql import MemorySqlDatabase
 from shared.bus.state.rows import EndpointRows
-from shared.bus.state.stores import PostgresDatabase, endpoints_rows
+from shared.bus.state.stores import DocumentDatabase, PostgresDatabase, endpoints_rows
 from shared.clock import ManualClock
 from shared.errors import NotFound
 from shared.host_json import QueueSettings
@@ -35,12 +36,21 @@ from shared.resources import poison_queue, resources_of
 from shared.settings import StorageSettings
 from shared.stores.account import StorageAccount
 from shared.stores.azure import AzureStorageAccount
-from shared.stores.instrumented import Instrumentation, InstrumentedAccount, SimulatedCrash
+from shared.stores.cosmos.database import CosmosDatabase
+from shared.stores.instrumented import (
+    Instrumentation,
+    InstrumentedAccount,
+    Operation,
+    SimulatedCrash,
+)
 from shared.stores.memory import MemoryStorageAccount
+from shared.stores.memory.documents import MemoryDocumentDatabase
 from shared.stores.queue import QueueMessage
 from shared.stores.table import Entity
 from tests.bus.flow import Ledger
+from tests.bus.instrumented_documents import InstrumentedDocumentDatabase
 from tests.conftest import Backend, unique_name
+from tests.cosmos import local_client
 
 MODES: tuple[Mode, ...] = typing.get_args(Mode)
 S = typing.TypeVar("S", bound=BaseModel)
@@ -78,25 +88,66 @@ class SqlBackend(Backend):
     sql_modes: tuple[Mode, ...] = ("token",)
 
 
+@dataclass
+class DocumentBackend(Backend):
+    """A backend whose endpoints of ``store_modes`` keep their rows in the document store
+    ``store``: blobs of ``account`` (``"blob"``) or ``cosmos``; endpoints of other modes stay
+    on tables."""
+
+    store: Store = "blob"
+    store_modes: tuple[Mode, ...] = ("token",)
+    cosmos: DocumentDatabase | None = None
+
+
+def rows_store(backend: Backend, mode: Mode) -> Store:
+    """Where an endpoint of ``mode`` keeps its rows on ``backend``."""
+    if isinstance(backend, SqlBackend) and mode in backend.sql_modes:
+        return "postgres"
+    if isinstance(backend, DocumentBackend) and mode in backend.store_modes:
+        return backend.store
+    return "table"
+
+
+def document_write(operation: Operation, store: Store) -> bool:
+    """A write of a partition document, where a test aims a fault: Cosmos DB's own
+    operations, or the blobs of a rows container (``blob.upload`` is a replace)."""
+    if store == "cosmos":
+        return operation.kind in ("cosmos.create", "cosmos.replace")
+    return operation.kind in ("blob.create", "blob.upload") and "-rows/" in operation.target
+
+
 def sql_modes(mode: str) -> tuple[Mode, ...]:
-    """The modes a SQL backend parameter moves to the database: one, or ``all``."""
+    """The modes a SQL or document backend parameter moves to its store: one, or ``all``."""
     return MODES if mode == "all" else (typing.cast(Mode, mode),)
 
 
 def backend_modes(
-    *, azurite: Iterable[Mode] = MODES, slow_azurite: Iterable[Mode] = (), sql: bool = True
+    *,
+    azurite: Iterable[Mode] = MODES,
+    slow_azurite: Iterable[Mode] = (),
+    sql: bool = True,
+    documents: bool | None = None,
+    real_documents: Iterable[Mode] = (),
+    slow_real_documents: Iterable[Mode] = (),
 ) -> list[typing.Any]:
     """Parameters for the ``backend`` fixture below: every mode on the in-memory stores, and
     the given modes on Azurite (``slow_azurite`` ones only under ``-m slow``); with ``sql``,
     PostgreSQL endpoints too: token mode in the model and a real server (``SQL_BACKENDS``),
     every window mode in the model, and on a real server the window modes that run on
-    Azurite here (a real server is used with Azurite, and costs as much)."""
+    Azurite here (a real server is used with Azurite, and costs as much); with
+    ``documents`` (by default as ``sql``: a module whose tests count or fault table
+    requests, or build a bus of their own, runs on tables alone), every mode on the
+    in-memory document stores, and ``real_documents`` modes (``slow_real_documents`` ones
+    under ``-m slow``) with their documents in the real ones: blobs on Azurite and the local
+    Cosmos DB server (``document_backends``)."""
     params = [pytest.param(("memory", m), id=f"memory-{m}") for m in MODES]
     fast, slow = set(azurite), set(slow_azurite)
     for m in MODES:
         if m in fast or m in slow:
             marks = [pytest.mark.azurite] + ([pytest.mark.slow] if m not in fast else [])
             params.append(pytest.param(("azurite", m), id=f"azurite-{m}", marks=marks))
+    if sql if documents is None else documents:
+        params += document_backends(MODES, real=real_documents, slow=slow_real_documents)
     if not sql:
         return params
     params += SQL_BACKENDS
@@ -109,11 +160,60 @@ def backend_modes(
     return params
 
 
-@pytest.fixture(name="backend", params=backend_modes())
+@dataclass(frozen=True)
+class DocumentStore:
+    """A document store the pipeline tests run endpoints on: which ``store`` its endpoints
+    declare, whether it is an in-memory model (run everywhere) or a real service (run for
+    the modes a module names, with ``marks``)."""
+
+    store: Store
+    in_memory: bool
+    marks: tuple[pytest.MarkDecorator, ...] = ()
+
+
+DOCUMENT_STORES: dict[str, DocumentStore] = {
+    "memory-cosmos": DocumentStore("cosmos", in_memory=True),
+    "memory-blob": DocumentStore("blob", in_memory=True),
+    "azurite-blob": DocumentStore("blob", in_memory=False, marks=(pytest.mark.azurite,)),
+    "cosmos": DocumentStore(
+        "cosmos", in_memory=False, marks=(pytest.mark.azurite, pytest.mark.cosmos)
+    ),
+}
+"""Every document store backend, by the name its parameters carry: the one place a new one
+is added, with its construction in ``document_backend``."""
+
+
+def document_backends(
+    modes: Iterable[Mode], *, real: Iterable[Mode] = (), slow: Iterable[Mode] = ()
+) -> list[typing.Any]:
+    """These modes with their endpoints' rows in each in-memory document store, and the
+    ``real`` ones (among ``modes``) in each real one; the ``slow`` ones there under
+    ``-m slow``."""
+    chosen, fast, long = tuple(modes), set(real), set(slow)
+    params = []
+    for name, kind in DOCUMENT_STORES.items():
+        for m in chosen:
+            if kind.in_memory or m in fast or m in long:
+                marks = [*kind.marks] + ([pytest.mark.slow] if m in long - fast else [])
+                params.append(pytest.param((name, m), id=f"{name}-{m}", marks=marks))
+    return params
+
+
+DOCUMENT_BACKENDS = document_backends(["token"], real=["token"])
+"""Token mode with its endpoints' rows in each document store, a real one included."""
+DOCUMENT_WINDOW_BACKENDS = document_backends(WINDOW_MODES)
+"""The window modes with their endpoints' rows in each in-memory document store."""
+
+
+@pytest.fixture(name="backend", params=backend_modes(real_documents=["token"]))
 async def per_mode_backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
     """Overrides the suite's ``backend`` in modules that import it: one backend per (store,
     endpoint mode) pair; the ``mode`` fixture names the mode."""
     name, mode = request.param
+    if name in DOCUMENT_STORES:
+        async with document_backend(request, name, mode) as chosen:
+            yield chosen
+        return
     if name == "memory":
         clock = ManualClock()
         yield Backend(name, MemoryStorageAccount(clock=clock), clock)
@@ -139,6 +239,36 @@ async def per_mode_backend(request: pytest.FixtureRequest) -> AsyncIterator[Back
             await database.close()
 
 
+@contextlib.asynccontextmanager
+async def document_backend(
+    request: pytest.FixtureRequest, name: str, mode: str
+) -> AsyncIterator[DocumentBackend]:
+    """The backend ``DOCUMENT_STORES`` names: the in-memory ones on a manual clock, the real
+    ones on Azurite (and, for Cosmos DB, its server)."""
+    kind = DOCUMENT_STORES[name]
+    modes = sql_modes(mode)
+    if kind.in_memory:
+        clock = ManualClock()
+        account = MemoryStorageAccount(clock=clock)
+        model = MemoryDocumentDatabase() if kind.store == "cosmos" else None
+        yield DocumentBackend(name, account, clock, None, kind.store, modes, model)
+        return
+    endpoints = request.getfixturevalue("azurite")
+    azure = AzureStorageAccount(StorageSettings(connection_string=endpoints.connection_string))
+    server: CosmosDatabase | None = None
+    if kind.store == "cosmos":  # a database of its own on the session's local server
+        client = local_client(request.getfixturevalue("cosmos"))
+        server = CosmosDatabase(client, unique_name("db"))
+    try:
+        yield DocumentBackend(name, azure, None, None, kind.store, modes, server)
+    finally:
+        await azure.close()
+        if server is not None:
+            with contextlib.suppress(CosmosResourceNotFoundError):  # no harness created it
+                await server.client.delete_database(server.name)
+            await server.close()
+
+
 @pytest.fixture(name="mode")
 def endpoint_mode(request: pytest.FixtureRequest, backend: Backend) -> Mode:
     chosen: Mode = request.node.callspec.params["backend"][1]
@@ -159,10 +289,16 @@ class Harness:
         self.account = InstrumentedAccount(self.raw, self.instrumentation)
         sql = self.backend.sql
         counted = None if sql is None else InstrumentedSql(sql, self.instrumentation)
+        self.cosmos = self.backend.cosmos if isinstance(self.backend, DocumentBackend) else None
+        documents = (
+            None
+            if self.cosmos is None
+            else InstrumentedDocumentDatabase(self.cosmos, self.instrumentation)
+        )
         # instrumented: processing
-        self.bus = Bus(self.app, self.account, self.config, sql=counted)
+        self.bus = Bus(self.app, self.account, self.config, sql=counted, cosmos=documents)
         # uncounted: setup, sends and reading the outcome
-        self.setup_bus = Bus(self.app, self.raw, self.config, sql=sql)
+        self.setup_bus = Bus(self.app, self.raw, self.config, sql=sql, cosmos=self.cosmos)
         settings = QueueSettings(max_dequeue_count=20, lease_seconds=30)
         self.workers = {
             name: QueueWorker(self.account, name, self._handler(name), settings)
@@ -190,10 +326,23 @@ class Harness:
             for name, endpoint in app.endpoints.items():
                 if endpoint.mode in backend.sql_modes:
                     app.endpoints[name] = replace(endpoint, store="postgres")
+        if isinstance(backend, DocumentBackend):
+            # Likewise with their rows in documents, a document per partition.
+            for name, endpoint in app.endpoints.items():
+                if endpoint.mode in backend.store_modes:
+                    app.endpoints[name] = replace(endpoint, store=backend.store)
         harness = cls(backend, app, bus_config)
+        stores = {name: e.store for name, e in app.endpoints.items()}
+        if isinstance(harness.cosmos, CosmosDatabase):  # the model needs no containers
+            await harness.cosmos.provision([n for n, store in stores.items() if store == "cosmos"])
         await provision(
             harness.raw,
-            resources_of(bus_config, tuple(app.endpoints)),
+            resources_of(
+                bus_config,
+                tuple(app.endpoints),
+                [name for name, store in stores.items() if store == "blob"],
+                [name for name, store in stores.items() if store == "cosmos"],
+            ),
         )
         await harness.setup_bus.subscribe_all()
         return harness
@@ -239,17 +388,21 @@ class Harness:
         raise AssertionError("queues did not drain")
 
     def rows(self, endpoint: str) -> EndpointState:
-        """Where ``endpoint`` keeps state, O(m) and audit rows (its table or the database)."""
+        """Where ``endpoint`` keeps state, O(m) and audit rows (its table, the database or its
+        documents)."""
         return self.setup_bus.endpoint_state(endpoint)
 
     def cleanup_rows(self, account: StorageAccount | None = None) -> dict[str, EndpointRows]:
         """Every endpoint's rows as a cleanup is given them: in the store it declares, its
-        table on ``account`` (default: the uncounted one) or the uncounted database."""
-        return endpoints_rows(self.app.endpoints.values(), account or self.raw, self.backend.sql)
+        table or blob documents on ``account`` (default: the uncounted one), or the uncounted
+        database or document database."""
+        return endpoints_rows(
+            self.app.endpoints.values(), account or self.raw, self.backend.sql, self.cosmos
+        )
 
     async def row_keys(self, endpoint: str) -> list[tuple[str, str]]:
-        """(partition, row) of every row ``endpoint`` keeps, whichever its store; SQL rows are
-        named as their Table Storage counterparts would be."""
+        """(partition, row) of every row ``endpoint`` keeps, whichever its store; SQL rows and
+        rows in documents are named as their Table Storage counterparts would be."""
         if self.app.get(endpoint).store == "table":
             return [
                 (e.partition_key, e.row_key) async for e in self.raw.table(endpoint).query_all()

@@ -16,16 +16,24 @@ import pytest
 from pydantic import BaseModel
 
 from shared.bus import BusApp, Command, HandlerContext, Outcome
+from shared.bus.app import Store
 from shared.bus.cancel import CancelResult
 from shared.bus.client_cancel import CancelReceipt, cancel_by_key
 from shared.bus.handles import MessageHandle
 from shared.bus.records import OutboxRecord
 from shared.cleanup.job import endpoint_modes, run_cleanup
 from shared.cleanup.settings import CleanupSettings
-from shared.stores.instrumented import Fault, Operation, SimulatedCrash, fault_at_first
+from shared.stores.instrumented import (
+    Fault,
+    FaultPlan,
+    Operation,
+    SimulatedCrash,
+    fault_at_first,
+)
 from tests.bus.harness import (
     Harness,
     backend_modes,
+    document_write,
     endpoint_mode,  # noqa: F401  (fixture "mode")
     per_mode_backend,  # noqa: F401  (fixture "backend": one per store and mode)
 )
@@ -226,7 +234,7 @@ async def test_a_cancel_of_an_unknown_key_finds_nothing(backend: Backend) -> Non
     assert await cancel_by_key(harness.bus, "never-sent", sender="ingress") is None
 
 
-RACES = {"memory": 40, "memory-sql": 40}
+RACES = {"memory": 40, "memory-sql": 40, "memory-cosmos": 40, "memory-blob": 40}
 """Races per test on the in-memory stores; the real stores run fewer, each being slower."""
 
 
@@ -323,6 +331,26 @@ async def test_a_handler_s_cancel_racing_the_delivery_ends_with_exactly_one(
         assert set(answers) == {True, False}
 
 
+def first_step(store: Store, kind: str) -> FaultPlan:
+    """A crash right after the first ``kind`` request: O(t)'s insert in the endpoint's
+    store (on a document store, the first write of a partition document), or the claim."""
+    if kind != "insert":
+        return fault_at_first(kind, Fault.CRASH_AFTER)
+    if store in ("table", "postgres"):
+        return fault_at_first(
+            "sql.insert" if store == "postgres" else "table.insert", Fault.CRASH_AFTER
+        )
+    crashed: list[Operation] = []
+
+    def plan(operation: Operation) -> Fault | None:
+        if crashed or not document_write(operation, store):
+            return None
+        crashed.append(operation)
+        return Fault.CRASH_AFTER
+
+    return plan
+
+
 @pytest.mark.parametrize(
     ("kind", "then_cancel_first"),
     [
@@ -341,9 +369,7 @@ async def test_a_cancel_stopped_after_a_step_still_ends_with_exactly_one(
     [message_id] = receipt.message_ids
 
     # When a cancel stops right after inserting O(t) (C3) or after claiming the token (C4)
-    store = "sql" if harness.app.get(name).store == "postgres" else "table"
-    step = f"{store}.insert" if kind == "insert" else kind
-    harness.instrumentation.plan = fault_at_first(step, Fault.CRASH_AFTER)
+    harness.instrumentation.plan = first_step(harness.app.get(name).store, kind)
     with pytest.raises(SimulatedCrash):
         await cancel_by_key(harness.bus, "r", sender="ingress")
     harness.instrumentation.plan = lambda op: None

@@ -20,6 +20,7 @@ from shared.errors import InvalidValue
 from shared.stores.table import Entity
 from tests.bus.harness import (
     Harness,
+    document_backends,
     endpoint_mode,  # noqa: F401  (fixture "mode")
     per_mode_backend,  # noqa: F401  (fixture "backend": one per store and mode)
     sql_backends,
@@ -43,6 +44,7 @@ pytestmark = pytest.mark.parametrize(
             for m in SAGA_MODES
         ),
         *sql_backends(SAGA_MODES),
+        *document_backends(SAGA_MODES, real=["token"]),
     ],
     indirect=True,
 )

@@ -27,6 +27,7 @@ from shared.cli.records import count_records
 from shared.errors import ConfigurationError
 from tests.bus.harness import (
     Harness,
+    document_backends,
     endpoint_mode,  # noqa: F401  (fixture "mode")
     per_mode_backend,  # noqa: F401  (fixture "backend": one per store and mode)
     sql_backends,
@@ -44,6 +45,7 @@ pytestmark = pytest.mark.parametrize(
             for m in SAGA_MODES
         ),
         *sql_backends(SAGA_MODES),
+        *document_backends(SAGA_MODES, real=["token"]),
     ],
     indirect=True,
 )

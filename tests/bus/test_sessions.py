@@ -26,7 +26,7 @@ from shared.cli.records import count_records, describe
 from shared.errors import ConfigurationError, InvalidName, InvalidValue, SessionConflict
 from shared.stores.instrumented import Fault, SimulatedCrash, fault_at_first
 from shared.stores.table import Entity
-from tests.bus.harness import SQL_BACKENDS, Harness, per_mode_backend
+from tests.bus.harness import DOCUMENT_BACKENDS, SQL_BACKENDS, Harness, per_mode_backend
 from tests.conftest import Backend, unique_name
 
 __all__ = ["per_mode_backend"]
@@ -61,6 +61,7 @@ BACKENDS = [
     pytest.param(("memory", "token"), id="memory"),
     pytest.param(("azurite", "token"), id="azurite", marks=pytest.mark.azurite),
     *SQL_BACKENDS,
+    *DOCUMENT_BACKENDS,
 ]
 
 

@@ -250,6 +250,7 @@ def test_poison_shows_in_status_and_replay_moves_it_back(
     assert bus("status")[1].splitlines()[0].split() == [
         "endpoint",
         "mode",
+        "store",
         "queue",
         "poison",
         "records",

@@ -331,6 +331,7 @@ def test_status_shows_the_records_of_each_endpoints_mode(bus: Run) -> None:
     # The sample's orders is a saga (each order's checkout): its instances are counted too.
     assert set(orders) == {
         "mode",
+        "store",
         "queue",
         "poison",
         "outbox_claimed",
@@ -344,7 +345,7 @@ def test_status_shows_the_records_of_each_endpoints_mode(bus: Run) -> None:
     }
     code, out, _ = bus("status")
     header, _, first = out.splitlines()[:3]
-    assert header.split() == ["endpoint", "mode", "queue", "poison", "records"]
+    assert header.split() == ["endpoint", "mode", "store", "queue", "poison", "records"]
     assert first.split()[1] == "token"
     assert "outbox: 0 open" in first
 

@@ -16,6 +16,7 @@ from shared.stores.documents import Documents, document_key
 from shared.stores.memory import MemoryStorageAccount
 from shared.stores.memory.documents import MemoryDocumentDatabase
 from tests.conftest import unique_name
+from tests.cosmos import cosmos_database
 
 SMALL = 4096
 """The document size the stores under test are given, where the test chooses it."""
@@ -27,6 +28,7 @@ SMALL = 4096
         "memory",
         "memory-blob",
         pytest.param("azurite-blob", marks=pytest.mark.azurite),
+        pytest.param("cosmos", marks=pytest.mark.cosmos),
     ],
 )
 async def any_documents(request: pytest.FixtureRequest) -> AsyncIterator[Documents]:
@@ -38,6 +40,10 @@ async def any_documents(request: pytest.FixtureRequest) -> AsyncIterator[Documen
         container = MemoryStorageAccount().blob_container("rows")
         await container.create_if_missing()
         yield BlobDocuments(container, name, SMALL)
+    elif request.param == "cosmos":
+        settings = request.getfixturevalue("cosmos")
+        async with cosmos_database(settings, [name], max_bytes=SMALL) as database:
+            yield database.endpoint_documents(name)
     else:
         endpoints = request.getfixturevalue("azurite")
         account = AzureStorageAccount(

@@ -39,6 +39,7 @@ from shared.stores.memory.documents import MemoryDocumentDatabase
 from shared.stores.names import MAX_ENTITY_BYTES
 from shared.stores.table import Delete, Entity, Insert, TableValue, Update, Upsert
 from tests.conftest import unique_name
+from tests.cosmos import cosmos_database
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -54,6 +55,7 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
         "memory-cosmos",
         "memory-blob",
         pytest.param("azurite-blob", marks=pytest.mark.azurite),
+        pytest.param("cosmos", marks=pytest.mark.cosmos),
     ],
 )
 async def any_store(request: pytest.FixtureRequest) -> AsyncIterator[EndpointState]:
@@ -90,6 +92,9 @@ async def any_store(request: pytest.FixtureRequest) -> AsyncIterator[EndpointSta
         yield EndpointState(DocumentRows(BlobDocuments(container, name, 16 * 1024 * 1024)))
         await container.delete_container()
         await account.close()
+    elif request.param == "cosmos":
+        async with cosmos_database(request.getfixturevalue("cosmos"), [name]) as cosmos:
+            yield EndpointState(DocumentRows(cosmos.endpoint_documents(name)))
     elif request.param == "instrumented-sql":
         yield InstrumentedSql(MemorySqlDatabase(), Instrumentation()).endpoint_state(name)
     else:

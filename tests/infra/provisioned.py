@@ -9,6 +9,9 @@ expressions that resource *names* are built from:
 * ``loadJsonContent('<path>')`` (resolved relative to the file that calls it),
 * property access (``names.endpoints``, ``item.value``) and ``items(object)``,
 * ``condition ? a : b`` over a bool parameter or variable,
+* ``a == b``, ``!x``, ``empty(x)``, ``contains(object, 'key')`` and ``union()`` of
+  objects (the optional lists of ``resources.json``: ``blobEndpoints``,
+  ``cosmosEndpoints``),
 * ``[for x in <array>: {...}]`` resource loops.
 
 Anything else in a name raises :class:`UnsupportedExpression`, so a template
@@ -23,7 +26,8 @@ Usage from other tests::
 
 ``provisioned_resources()`` starts at ``infra/main.bicep`` and follows its
 unconditional local modules, so a module file that main.bicep does not deploy
-does not count.
+does not count. ``cosmos_provisioned()`` follows the one conditional module
+whose condition the resources file decides: the Cosmos DB account.
 """
 
 from __future__ import annotations
@@ -55,6 +59,16 @@ POISON_SUFFIX = "-poison"
 
 #: Container the Flex Consumption deployment package is uploaded to.
 DEPLOYMENT_CONTAINER = "deployments"
+
+#: Suffix of the container that holds a ``store="blob"`` endpoint's documents.
+ROWS_SUFFIX = "-rows"
+
+#: Resource kinds reported by :func:`cosmos_provisioned`, keyed by ARM type.
+COSMOS_KIND_BY_TYPE = {
+    "Microsoft.DocumentDB/databaseAccounts": "account",
+    "Microsoft.DocumentDB/databaseAccounts/sqlDatabases": "database",
+    "Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers": "container",
+}
 
 Resource = tuple[str, str]
 
@@ -178,6 +192,17 @@ def evaluate(node: Any, env: Mapping[str, Any]) -> Any:
                 if not isinstance(condition, bool):
                     raise UnsupportedExpression(f"condition {operands['condition']!r} is no bool")
                 return evaluate(operands["true_value" if condition else "false_value"], env)
+            if op.get("type") == "equals":
+                # The templates compare a name in scope with a literal: the left side must
+                # resolve, else a typo would compare two words and silently be false.
+                operands = op["operands"]
+                left = evaluate(_known(operands["operand_1"], env), env)
+                return left == evaluate(operands["operand_2"], env)
+            if op.get("type") == "not":
+                value = evaluate(op["operands"]["bool_value"], env)
+                if not isinstance(value, bool):
+                    raise UnsupportedExpression(f"! of a non-bool {value!r}")
+                return not value
             raise UnsupportedExpression(f"unsupported operator {op.get('type')!r}")
         if "function" in node:
             fn = node["function"]
@@ -189,14 +214,59 @@ def evaluate(node: Any, env: Mapping[str, Any]) -> Any:
                 return [{"key": k, "value": v} for k, v in sorted(obj.items())]
             if fn["type"] == "concat":
                 out: list[Any] = []
-                for key in sorted(params, key=lambda k: int(k.split("_")[-1])):
+                for key in _ordered(params):
                     out.extend(evaluate(params[key], env))
                 return out
+            if fn["type"] == "union":
+                return _union([evaluate(params[k], env) for k in _ordered(params)])
+            if fn["type"] == "empty":
+                return _empty(evaluate(_known(params["item_to_test"], env), env))
+            if fn["type"] == "contains":
+                return _contains(evaluate(params["container"], env), params["item_to_find"])
             raise UnsupportedExpression(f"unsupported function {fn['type']!r}")
         if "loop_type" in node:
             return list(_loop(node["loop_type"], node["config"], env))
         return {key: evaluate(value, env) for key, value in node.items()}
     raise UnsupportedExpression(f"unsupported node {node!r}")
+
+
+def _known(node: Any, env: Mapping[str, Any]) -> Any:
+    """``node``, refused when it is a bare word that names nothing in scope: pycep drops the
+    quotes of literals, and where a template means a name (``empty(x)``, ``x == 'y'``) a word
+    that names nothing is a name this evaluator could not bind."""
+    if isinstance(node, str) and node.isidentifier() and node not in env:
+        raise UnsupportedExpression(f"unknown identifier {node!r}")
+    return node
+
+
+def _ordered(params: Mapping[str, Any]) -> list[str]:
+    """pycep's ``arg_1``, ``arg_2``... in argument order."""
+    return sorted(params, key=lambda k: int(k.split("_")[-1]))
+
+
+def _union(objects: list[Any]) -> dict[str, Any]:
+    """``union()`` of objects: each later object's properties win (the templates merge flat
+    objects only)."""
+    merged: dict[str, Any] = {}
+    for value in objects:
+        if not isinstance(value, Mapping):
+            raise UnsupportedExpression(f"union() of a non-object {value!r}")
+        merged.update(value)
+    return merged
+
+
+def _empty(value: Any) -> bool:
+    if not isinstance(value, (str, list, Mapping)):
+        raise UnsupportedExpression(f"empty() of {value!r}")
+    return not value
+
+
+def _contains(container: Any, item: Any) -> bool:
+    # Only the form the templates use: a literal key of an object (pycep drops the quotes, so
+    # the item is taken as written, not looked up).
+    if not isinstance(container, Mapping) or not isinstance(item, str):
+        raise UnsupportedExpression(f"contains({container!r}, {item!r})")
+    return item in container
 
 
 def _loop(loop: Mapping[str, Any], body: Any, env: Mapping[str, Any]) -> Iterator[Any]:
@@ -319,18 +389,82 @@ def expected_resources(resources_json: Path = RESOURCES_JSON) -> set[Resource]:
         expected.add(("table", table))
     for container in names["containers"].values():
         expected.add(("container", container))
+    for endpoint in names.get("blobEndpoints", []):
+        expected.add(("container", endpoint + ROWS_SUFFIX))
     return expected
 
 
+def cosmos_provisioned(infra_dir: Path = INFRA_DIR) -> set[Resource]:
+    """(kind, name) of the Cosmos DB resources ``<infra_dir>/main.bicep`` deploys with its
+    parameters' defaults: ``("account", <module>)``, ``("database", name)`` and
+    ``("container", name)``; empty when the module's condition is false.
+
+    The condition and the module parameters that name things (the database, the
+    containers) must evaluate from the resources file and parameter defaults; the others
+    (identities, endpoints) are not followed.
+    """
+    main_path = Path(infra_dir) / "main.bicep"
+    main = parse_bicep(main_path)
+    env = file_environment(main_path, main)
+    found: set[Resource] = set()
+    for module_name, module in main.get("modules", {}).items():
+        path = (main_path.parent / module["detail"]["path"]).resolve()
+        template = parse_bicep(path)
+        types = {r["type"] for r in template.get("resources", {}).values()}
+        if "Microsoft.DocumentDB/databaseAccounts" not in types:
+            continue
+        loop, condition, body = unwrap(module["config"])
+        if loop is not None:
+            raise UnsupportedExpression(f"module {module_name} is a loop")
+        deployed = True if condition is None else evaluate(_known(condition, env), env)
+        if not isinstance(deployed, bool):
+            raise UnsupportedExpression(f"module {module_name}: condition {condition!r}")
+        if not deployed:
+            continue
+        named = {
+            key: evaluate(body["params"][key], env)
+            for key in ("databaseName", "containerNames")
+            if key in body["params"]
+        }
+        found.add(("account", module_name))
+        found |= cosmos_resources_in_file(path, named)
+    return found
+
+
+def cosmos_resources_in_file(path: Path, params: Mapping[str, Any]) -> set[Resource]:
+    """(kind, name) of the databases and containers a Cosmos DB template declares with
+    these parameters (``account``s are left out: their names hash the deployment)."""
+    template = parse_bicep(path)
+    env = file_environment(path, template, params)
+    found: set[Resource] = set()
+    for resource in template.get("resources", {}).values():
+        kind = COSMOS_KIND_BY_TYPE.get(resource["type"])
+        if kind in (None, "account") or resource.get("existing"):
+            continue
+        loop, condition, body = unwrap(resource["config"])
+        if condition is not None:
+            continue
+        names = [evaluate(body["name"], env)] if loop is None else _loop(loop, body["name"], env)
+        for name in names:
+            if not isinstance(name, str):
+                raise UnsupportedExpression(f"{path}: name evaluated to {name!r}")
+            found.add((str(kind), name))
+    return found
+
+
 __all__ = [
+    "COSMOS_KIND_BY_TYPE",
     "DEPLOYMENT_CONTAINER",
     "INFRA_DIR",
     "KIND_BY_TYPE",
     "POISON_SUFFIX",
     "REPO_ROOT",
     "RESOURCES_JSON",
+    "ROWS_SUFFIX",
     "UnsupportedExpression",
     "bicep_files",
+    "cosmos_provisioned",
+    "cosmos_resources_in_file",
     "deployed_module_files",
     "dotted",
     "evaluate",

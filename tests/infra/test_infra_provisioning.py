@@ -142,6 +142,7 @@ def test_names_the_library_uses_are_provisioned() -> None:
         {("queue", name) for name in used.queue_names}
         | {("table", name) for name in used.table_names}
         | {("container", name) for name in used.container_names}
+        | {("container", name) for name in used.rows_containers}
     )
     assert wanted
     missing = wanted - provisioned_resources()

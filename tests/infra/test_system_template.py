@@ -19,13 +19,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from provisioned import INFRA_DIR, dotted, evaluate, file_environment, parse_bicep, unwrap
+from provisioned import (
+    INFRA_DIR,
+    cosmos_resources_in_file,
+    dotted,
+    evaluate,
+    file_environment,
+    parse_bicep,
+    unwrap,
+)
 
 from shared.app_loader import load_app
-from shared.bus.app import BusApp
-from shared.resources import resources_json
+from shared.bus.app import STORES, BusApp
+from shared.resources import Resources, resources_for, resources_json
 from shared.runtime import Worker
 from shared.settings import load_storage_settings, resolve_settings
+from shared.system import store_fault
 
 SYSTEM = INFRA_DIR / "system.bicep"
 PARAMETERS = INFRA_DIR / "system.parameters.json"
@@ -165,7 +174,9 @@ def test_the_example_is_orders_payments_and_shipping_each_described_whole() -> N
         assert set(app) <= {"name", "busApp", "store", "sendsTo", "resources", "appSettings"}
         assert {"name", "busApp", "store", "sendsTo", "resources"} <= set(app), app["name"]
         assert re.fullmatch(r"[a-z][a-z0-9]{2,19}", app["name"]), app["name"]
-        assert set(app["resources"]) == {"containers", "tables", "endpoints"}, app["name"]
+        listed = set(app["resources"])
+        assert {"containers", "tables", "endpoints"} <= listed, app["name"]
+        assert listed <= {"containers", "tables", "endpoints", "blobEndpoints", "cosmosEndpoints"}
 
 
 @pytest.mark.parametrize("app", example_apps(), ids=lambda a: a["name"])
@@ -177,8 +188,8 @@ def test_each_apps_resources_are_what_bus_resources_prints_for_it(app: dict[str,
         f"{app['name']}: regenerate its resources with BUS_APP={app['busApp']} "
         f"BUS_APP_NAME={app['name']} bus resources"
     )
-    stores = {endpoint.store for endpoint in loaded.endpoints.values()}
-    assert app["store"] == ("postgres" if "postgres" in stores else "table"), stores
+    stores = {name: endpoint.store for name, endpoint in loaded.endpoints.items()}
+    assert store_fault(app["store"], stores, app["busApp"]) is None
     # sendsTo is what the app declares of other apps: the queues it may add messages to.
     assert sorted(app["sendsTo"]) == sorted(loaded.routes.external)
 
@@ -478,3 +489,102 @@ def test_deploy_md_says_how_to_deploy_a_system_and_what_each_identity_may_do() -
         assert role in section, role
     for setting in ("BUS_APP_NAME", "BUS_STORAGE_SETTING", "BUS_STATE_STORAGE_SETTING"):
         assert setting in section, setting
+
+
+# --------------------------------------------------------------------------
+# apps whose endpoints keep their rows as documents
+
+
+def system_app(store: str, resources: Resources) -> dict[str, Any]:
+    """What system-app.bicep is given for an app of this store, with what `bus resources`
+    prints for these resources (without the comment)."""
+    printed = json.loads(resources_json(resources))
+    printed.pop("$comment")
+    return {"appName": "shop", "store": store, "resources": printed, "sendsTo": []}
+
+
+def deployed_for(params: Mapping[str, Any]) -> dict[str, set[tuple[str, str]]]:
+    """What system-app.bicep deploys for ``params``, followed into its modules: the names in
+    the app's own (state) account and, when its cosmos module is deployed, in its Cosmos DB
+    account."""
+    path = APP / "system-app.bicep"
+    template = parse_bicep(path)
+    env = file_environment(path, template, params)
+    _, _, state = module(template, "state-names.bicep")
+    named = {k: evaluate(state["params"][k], env) for k in ("endpoints", "blobEndpoints")}
+    found = {"state": names_created("app/state-names.bicep", named), "cosmos": set()}
+    _, condition, cosmos = module(template, "cosmos.bicep")
+    if evaluate(condition, env) is True:
+        containers = evaluate(cosmos["params"]["containerNames"], env)
+        found["cosmos"] = cosmos_resources_in_file(
+            APP / "cosmos.bicep", {"containerNames": containers}
+        )
+    return found
+
+
+def test_the_system_templates_accept_every_store_the_library_has() -> None:
+    spec = load("app/system-app.bicep")["parameters"]["store"]
+    allowed = next(d["argument"] for d in spec["decorators"] if d["type"] == "allowed")
+    assert sorted(allowed) == sorted(STORES)
+
+
+def test_a_blob_app_gets_each_blob_endpoints_rows_container_in_its_own_account() -> None:
+    resources = resources_for(["orders", "loyalty", "ledger"], "shop", blob_endpoints=["loyalty"])
+    for store in ("blob", "table"):
+        found = deployed_for(system_app(store, resources))
+        assert found["state"] == {
+            ("table", "orders"),
+            ("table", "loyalty"),
+            ("table", "ledger"),
+            ("container", "loyalty-rows"),
+        }
+        assert found["cosmos"] == set()
+    # The app's account-wide Blob Data Contributor covers them; no other app has a role there.
+    assert Grant("own", "account", "own", BLOB_DATA_CONTRIBUTOR) in set(own_account_grants())
+
+
+def test_a_cosmos_app_gets_an_account_of_its_own_with_a_container_per_cosmos_endpoint() -> None:
+    resources = resources_for(["orders", "ledger"], "shop", cosmos_endpoints=["ledger"])
+    found = deployed_for(system_app("cosmos", resources))
+    assert found["cosmos"] == {("database", "bus"), ("container", "ledger")}
+    assert found["state"] == {("table", "orders"), ("table", "ledger")}
+
+
+def test_an_app_of_another_store_gets_no_cosmos_account() -> None:
+    resources = resources_for(["orders", "payments"], "shop")
+    for store in ("table", "postgres", "blob"):
+        assert deployed_for(system_app(store, resources))["cosmos"] == set(), store
+
+
+def test_a_cosmos_app_signs_in_to_its_account_as_its_identity() -> None:
+    template = load("app/system-app.bicep")
+    _, condition, body = module(template, "cosmos.bicep")
+    assert condition == "isCosmos"
+    is_cosmos = template["variables"]["isCosmos"]["value"]["operator"]
+    assert is_cosmos["type"] == "equals"
+    assert set(is_cosmos["operands"].values()) == {"store", "cosmos"}
+    params = body["params"]
+    assert dotted(params["appPrincipalId"]) == "identity.outputs.principalId"
+    assert "deployerPrincipalId" not in params  # a system has no deployer's roles
+    # Each app's account is its own (its suffix hashes the app's name), and its name fits
+    # an account name (cosmos.bicep's maxLength) for the longest prefix and app name.
+    assert "appName" in template["variables"]["suffix"]["value"]["function"]["parameters"].values()
+    name = template["variables"]["cosmosName"]["value"]
+    assert name == "cosmos-${prefix}-${take(appName, 10)}-${suffix}"
+    longest = name.replace("${prefix}", "p" * 11).replace("${take(appName, 10)}", "a" * 10)
+    longest = longest.replace("${suffix}", "s" * 13)  # uniqueString()'s length
+    name_spec = load("app/cosmos.bicep")["parameters"]["name"]
+    limit = next(d["argument"] for d in name_spec["decorators"] if d["type"] == "max_length")
+    assert len(longest) <= limit == 44
+    settings = template["variables"]["cosmosAppSettings"]["value"]["operator"]["operands"]
+    assert settings["condition"] == "isCosmos"
+    assert settings["false_value"] == {}
+    chosen = settings["true_value"]
+    assert set(chosen) == {"BUS_COSMOS_ENDPOINT", "BUS_COSMOS_DATABASE", "AZURE_CLIENT_ID"}
+    assert dotted(chosen["BUS_COSMOS_ENDPOINT"]) == "cosmos.outputs.endpoint"
+    _, _, function_app = module(template, "function-app.bicep")
+    union = function_app["params"]["additionalAppSettings"]["function"]["parameters"]
+    assert "cosmosAppSettings" in union.values()
+    _, _, apps = module(load("system.bicep"), "app/system-app.bicep")
+    for name in ("cosmosPublicNetworkAccess", "cosmosZoneRedundant"):
+        assert apps["params"][name] == name

@@ -136,6 +136,8 @@ def test_a_small_system_demo_passes_with_one_host_down_and_one_state_account_fro
     printed = capsys.readouterr().out
     assert "payments: host killed with SIGKILL, down for 4s" in printed
     assert "shipping: state storage stopped (SIGSTOP) for 4s" in printed
+    # loyalty's rows as blob documents, shipping's in Cosmos DB: the server frozen above.
+    assert "Cosmos DB container bus/shipping (partition key /id)" in printed
     # The Spark audit of the whole system read every app and matched its messages.
     for app in ("orders", "payments", "shipping"):
         assert f"app {app}: read " in printed

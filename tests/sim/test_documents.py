@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from lab.sim.__main__ import DEFAULT_PLAN
-from lab.sim.documents import InstrumentedDocumentDatabase
+from lab.sim.documents import SimulatedDocumentDatabase
 from lab.sim.explore import CONFIGS, exhaustive, replay
 from lab.sim.invariants import NO_LOST_MESSAGES
 from lab.sim.readings import WINDOW_MODES
@@ -32,7 +32,7 @@ def _rows(kind: str, fault: Fault) -> DocumentRows:
     """An endpoint's rows in the Cosmos DB model, ``fault`` at the first document write of
     ``kind``."""
     instrumentation = Instrumentation(plan=fault_at_first(kind, fault))
-    database = InstrumentedDocumentDatabase(MemoryDocumentDatabase(), instrumentation)
+    database = SimulatedDocumentDatabase(MemoryDocumentDatabase(), instrumentation)
     return DocumentRows(database.endpoint_documents("first"))
 
 
@@ -40,7 +40,7 @@ async def test_an_update_whose_answer_was_lost_is_known_as_landed() -> None:
     """The store client sends the lost write again, which meets the write's own change (412):
     the partition's document names the write that wrote it, so the update is answered as
     done, once."""
-    rows = _rows("doc.replace", Fault.ERROR_AFTER)
+    rows = _rows("cosmos.replace", Fault.ERROR_AFTER)
     version = await rows.insert(Entity("k0", "state", {"n": 1}))
 
     updated = await rows.update(Entity("k0", "state", {"n": 2}), version)
@@ -50,7 +50,7 @@ async def test_an_update_whose_answer_was_lost_is_known_as_landed() -> None:
 
 
 async def test_an_insert_whose_answer_was_lost_is_known_as_landed() -> None:
-    rows = _rows("doc.create", Fault.ERROR_AFTER)
+    rows = _rows("cosmos.create", Fault.ERROR_AFTER)
 
     version = await rows.insert(Entity("k0", "outbox|m", {"n": 1}))
 
@@ -62,14 +62,14 @@ async def test_a_landed_write_is_known_as_landed_after_another_write_of_its_part
     the document names that write: the rows this write gave its versions show it landed
     (found by ``small-partition-cosmos`` and ``small-cosmos-entity_outbox``)."""
     database = MemoryDocumentDatabase()
-    instrumentation = Instrumentation(plan=fault_at_first("doc.replace", Fault.ERROR_AFTER))
+    instrumentation = Instrumentation(plan=fault_at_first("cosmos.replace", Fault.ERROR_AFTER))
     rows = DocumentRows(
-        InstrumentedDocumentDatabase(database, instrumentation).endpoint_documents("first")
+        SimulatedDocumentDatabase(database, instrumentation).endpoint_documents("first")
     )
     other = DocumentRows(database.endpoint_documents("first"))
 
     async def another_write_first(operation: Operation) -> None:
-        if instrumentation.injected and operation.kind == "doc.read":
+        if instrumentation.injected and operation.kind == "cosmos.read":
             instrumentation.on_operation = None
             await other.insert(Entity("k0", "audit|m1", {"n": 1}))
 
@@ -83,16 +83,14 @@ async def test_a_landed_write_is_known_as_landed_after_another_write_of_its_part
     assert (await rows.get("k0", "audit|m1"))["n"] == 1
 
 
-async def test_the_schedules_that_found_it_keep_every_invariant() -> None:
-    for seed in (
-        "small-partition-cosmos:" + "0." * 15 + "4.1",
-        "small-partition-cosmos:" + "0." * 36 + "4.1",
-        "small-cosmos-entity_outbox:" + "0." * 11 + "4.1",
-    ):
-        result = await replay(seed)
+async def test_the_schedule_that_found_it_keeps_every_invariant() -> None:
+    """Without the versions' check (only the write id), this schedule loses m0's output: its
+    commit lands, the resend answers 412, the other copy writes the document, the commit is
+    taken for a lost race."""
+    result = await replay("small-cosmos-entity_outbox:" + "0." * 9 + "4.1")
 
-        assert result.faults == 1
-        assert result.ok, (seed, result.violations)
+    assert result.faults == 1
+    assert result.ok, result.violations
 
 
 def test_the_default_simulation_explores_both_document_stores() -> None:

@@ -29,8 +29,9 @@ import contextlib
 import json
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -160,6 +161,7 @@ class DocumentRows(EndpointRows):
         self.documents = documents
         self.name = documents.name
         self.kind = documents.kind
+        self._remembered = _Remembered()
 
     def where(self, partition_key: str, row_key: str) -> str:
         return f"{self.kind} document of {self.name} {partition_key!r}/{row_key!r}"
@@ -173,8 +175,13 @@ class DocumentRows(EndpointRows):
         key = document_key(partition_key)
         found = await self.documents.read(key)
         if found is None:
-            return _Partition(partition_key, key, {}, None)
-        return self._parsed(found, partition_key)
+            absent = _Partition(partition_key, key, {}, None)
+            self._remembered.keep(absent, 0)  # a write from it creates: only if still absent
+            return absent
+        partition = self._parsed(found, partition_key)
+        if found.size is not None:
+            self._remembered.keep(partition, found.size)
+        return partition
 
     def _parsed(self, found: StoredDocument, partition_key: str | None = None) -> _Partition:
         """A document's rows; CorruptRecord if it is not one this store wrote."""
@@ -220,34 +227,40 @@ class DocumentRows(EndpointRows):
         its own change) is known as landed when the document read again names this write or
         still holds a row version the try wrote: versions are never handed out twice, and
         another write of the partition may have come between (then the document names that
-        one). Returns the partition as written."""
+        one).
+
+        The first try starts from the document as this object last read or wrote it, when it
+        remembers it (``_Remembered``): a message's reads and writes of its partition follow
+        each other, and this saves a read before each write. Only a write that lands proves
+        such a copy current; any other verdict on it (a condition failed, nothing to change,
+        too large) is reached again from a fresh read. Returns the partition as written."""
         write_id = uuid.uuid4().hex
         sent: set[str] = set()
         """The row versions of the last try sent."""
         for attempt in range(MAX_ATTEMPTS):
-            partition = await self._partition(partition_key)
+            remembered = self._remembered.take(partition_key) if attempt == 0 else None
+            partition = remembered or await self._partition(partition_key)
             if attempt and _landed(partition, write_id, sent):
                 return partition  # the last try landed though its answer said otherwise
             partition.written_by = write_id
             before = dict(partition.rows)
-            apply(partition)
-            if partition.rows == before:
-                return partition  # nothing to change: no write
-            if own:  # a write that only removes rows is never refused for size
-                self._check_size(partition, own)
+            try:
+                apply(partition)
+                if partition.rows == before:
+                    if remembered is not None:
+                        continue  # "nothing to change" must hold on the stored document
+                    return partition  # nothing to change: no write
+                if own:  # a write that only removes rows is never refused for size
+                    self._check_size(partition, own)
+            except (StorageError, CorruptRecord):
+                if remembered is not None:
+                    continue  # a verdict on a remembered copy: reach it again from a read
+                raise
             sent = {
                 str(row[0]) for key, row in partition.rows.items() if before.get(key) is not row
             }
             try:
-                if not partition.rows:
-                    if partition.etag is not None:
-                        await self.documents.delete(partition.key, partition.etag)
-                elif partition.etag is None:
-                    partition.etag = await self.documents.create(partition.key, partition.content())
-                else:
-                    partition.etag = await self.documents.replace(
-                        partition.key, partition.content(), partition.etag
-                    )
+                await self._store(partition)
             except (AlreadyExists, PreconditionFailed):
                 continue  # another write of the partition came first: check again
             return partition
@@ -255,6 +268,19 @@ class DocumentRows(EndpointRows):
             f"{self.kind} document of {self.name} {partition_key!r} changed under "
             f"{MAX_ATTEMPTS} writes in a row"
         )
+
+    async def _store(self, partition: _Partition) -> None:
+        """Write the partition's document under its condition, and remember it as written."""
+        if not partition.rows:
+            if partition.etag is not None:
+                await self.documents.delete(partition.key, partition.etag)
+            return
+        content = partition.content()
+        if partition.etag is None:
+            partition.etag = await self.documents.create(partition.key, content)
+        else:
+            partition.etag = await self.documents.replace(partition.key, content, partition.etag)
+        self._remembered.keep(partition, len(document_bytes(content)))
 
     def _check_size(self, partition: _Partition, own: Sequence[Entity]) -> None:
         size = len(document_bytes(partition.content()))
@@ -488,6 +514,36 @@ class DocumentRows(EndpointRows):
                 "connection"
             )
         yield DocumentRowsTransaction(self)
+
+
+class _Remembered:
+    """The documents of the partitions last read or written, small ones only, so that a write
+    can start from one without reading it first (``DocumentRows.write``). A copy may be stale
+    (another worker wrote since): the store's ETag condition refuses a write from it."""
+
+    ENTRIES = 256
+    MAX_BYTES = 64 * 1024
+    """A larger document is not remembered: it costs more memory than its read saves."""
+
+    def __init__(self) -> None:
+        self._partitions: OrderedDict[str, _Partition] = OrderedDict()
+
+    def keep(self, partition: _Partition, size: int) -> None:
+        self._partitions.pop(partition.partition_key, None)
+        if size > self.MAX_BYTES:
+            return
+        self._partitions[partition.partition_key] = _copy(partition)
+        while len(self._partitions) > self.ENTRIES:
+            self._partitions.popitem(last=False)
+
+    def take(self, partition_key: str) -> _Partition | None:
+        """The remembered copy, forgotten: a write that lands remembers what it wrote."""
+        return self._partitions.pop(partition_key, None)
+
+
+def _copy(partition: _Partition) -> _Partition:
+    # Writes replace or remove a row's entry, never change it in place: a new dict suffices.
+    return replace(partition, rows=dict(partition.rows))
 
 
 @dataclass(frozen=True)

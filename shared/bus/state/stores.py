@@ -22,7 +22,7 @@ from shared.resources import rows_container
 from shared.stores.account import StorageAccount
 from shared.stores.blob_documents import BlobDocuments
 from shared.stores.delegating import DelegatingTable
-from shared.stores.documents import Documents
+from shared.stores.documents import DocumentPage, Documents, StoredDocument
 
 T = TypeVar("T")
 
@@ -97,6 +97,40 @@ class StateTable(DelegatingTable):
             raise StateUnreachable(f"the state store did not answer: {e}") from e
 
 
+class StateDocuments(Documents):
+    """An endpoint's documents (Cosmos DB or Blob Storage) whose requests that get no answer
+    (``OutcomeUnknown`` from the adapter) raise ``StateUnreachable``, as ``StateTable`` does
+    for a table: the failure table then knows the state store is what is down."""
+
+    def __init__(self, inner: Documents) -> None:
+        self.inner = inner
+        self.name, self.kind, self.max_bytes = inner.name, inner.kind, inner.max_bytes
+
+    async def read(self, key: str) -> StoredDocument | None:
+        return await _reached(self.inner.read(key))
+
+    async def create(self, key: str, content: dict[str, Any]) -> str:
+        return await _reached(self.inner.create(key, content))
+
+    async def replace(self, key: str, content: dict[str, Any], etag: str) -> str:
+        return await _reached(self.inner.replace(key, content, etag))
+
+    async def delete(self, key: str, etag: str) -> None:
+        await _reached(self.inner.delete(key, etag))
+
+    async def page(self, continuation: str | None, page_size: int) -> DocumentPage:
+        return await _reached(self.inner.page(continuation, page_size))
+
+
+async def _reached(call: Awaitable[T]) -> T:
+    try:
+        return await call
+    except StateUnreachable:
+        raise
+    except OutcomeUnknown as e:
+        raise StateUnreachable(f"the state store did not answer: {e}") from e
+
+
 def endpoint_rows(
     endpoint: str,
     store: str,
@@ -114,14 +148,14 @@ def endpoint_rows(
         return TableRows(StateTable(state.table(endpoint)))
     if store == "blob":
         container = state.blob_container(rows_container(endpoint))
-        return DocumentRows(BlobDocuments(container, endpoint, blob_max_bytes))
+        return DocumentRows(StateDocuments(BlobDocuments(container, endpoint, blob_max_bytes)))
     if store == "cosmos":
         if cosmos is None:
             raise ConfigurationError(
                 f"endpoint {endpoint} keeps its state in Cosmos DB but the bus has no Cosmos "
                 "DB account: set BUS_COSMOS_ENDPOINT"
             )
-        return DocumentRows(cosmos.endpoint_documents(endpoint))
+        return DocumentRows(StateDocuments(cosmos.endpoint_documents(endpoint)))
     if sql is None:
         raise ConfigurationError(
             f"endpoint {endpoint} keeps its state in PostgreSQL but the bus has no database: "

@@ -386,6 +386,7 @@ function endpointRow(endpoint) {
   return el("tr", { "data-endpoint": endpoint.name },
     el("th", { scope: "row" }, endpoint.name),
     el("td", {}, endpoint.mode),
+    el("td", { "data-figure": "store" }, endpoint.store),
     el("td", { class: "num", "data-figure": "queue_depth" }, String(endpoint.queue_depth)),
     el("td", { class: "num", "data-figure": "poison_count" }, parked),
     el("td", { class: "num", "data-figure": "tokens_in_flight" },
@@ -569,7 +570,7 @@ async function overviewView(view) {
   const overview = await api("overview");
   const withSessions = overview.endpoints.filter((e) => e.sessions);
   const withSagas = overview.endpoints.filter((e) => e.saga);
-  const columns = ["Endpoint", "Mode", "Queue", "Parked", "In flight", "Oldest token",
+  const columns = ["Endpoint", "Mode", "Store", "Queue", "Parked", "In flight", "Oldest token",
     "Delayed", "Next due", "Processed / min", "p50", "p95"];
   view.append(
     el("section", { id: "endpoints" },

@@ -1,7 +1,10 @@
-"""The cleanup over endpoints that keep their rows in PostgreSQL (and its in-memory model):
-the same job retires their O(m), removes abandoned tokens by asking their O(m) in SQL, and
-expires their audit rows; a committed token not consumed yet is never touched. For the window
-modes, it judges tokens by their rows in SQL and expires those rows after their window."""
+"""The cleanup over endpoints that keep their rows off tables: in PostgreSQL (and its
+in-memory model), in Cosmos DB (its model and the local server) and in blob documents (in
+memory and on Azurite).
+The same job retires their O(m), removes abandoned tokens by asking their O(m) in that
+store, and expires their audit rows; a committed token not consumed yet is never touched.
+For the window modes, it judges tokens by their rows in the store and expires those rows
+after their window."""
 
 from __future__ import annotations
 
@@ -17,25 +20,50 @@ from shared.bus.records import STATE_ROW
 from shared.cleanup.job import endpoint_modes, run_cleanup
 from shared.cleanup.report import CleanupReport
 from shared.cleanup.settings import CleanupSettings
-from shared.stores.instrumented import Fault, fault_at_first
+from shared.stores.instrumented import Fault, FaultPlan, Operation, fault_at_first
 from tests.bus.flow import FlowNames, PlaceOrder, build_flow
 from tests.bus.harness import (
+    DOCUMENT_BACKENDS,
+    DOCUMENT_WINDOW_BACKENDS,
     SQL_BACKENDS,
     SQL_WINDOW_BACKENDS,
     Harness,
+    document_write,
     endpoint_mode,  # noqa: F401  (fixture "mode")
     mode_rows_of,
     per_mode_backend,  # noqa: F401  (fixture "backend")
 )
 from tests.conftest import Backend, unique_name
 
-token_mode = pytest.mark.parametrize("backend", SQL_BACKENDS, indirect=True)
-window_modes = pytest.mark.parametrize("backend", SQL_WINDOW_BACKENDS, indirect=True)
+token_mode = pytest.mark.parametrize("backend", SQL_BACKENDS + DOCUMENT_BACKENDS, indirect=True)
+window_modes = pytest.mark.parametrize(
+    "backend", SQL_WINDOW_BACKENDS + DOCUMENT_WINDOW_BACKENDS, indirect=True
+)
 DAY = 86_400.0
 
 
-def sql_endpoints(harness: Harness) -> set[str]:
-    return {name for name, e in harness.app.endpoints.items() if e.store == "postgres"}
+def store_endpoints(harness: Harness) -> set[str]:
+    """The endpoints whose rows are off tables (every one, with these backends)."""
+    return {name for name, e in harness.app.endpoints.items() if e.store != "table"}
+
+
+def crash_before_the_first_commit(harness: Harness, mode: Mode) -> FaultPlan:
+    """A crash just before the first message's commit: in SQL its transaction; in a document
+    store the write of the partition's document that commits (token mode writes the O(m)
+    record first, R3, so its second write)."""
+    store = harness.app.get(next(iter(harness.app.endpoints))).store
+    if store == "postgres":
+        return fault_at_first("sql.transact", Fault.CRASH_BEFORE)
+    writes: list[Operation] = []
+    commit = 2 if mode == "token" else 1
+
+    def plan(operation: Operation) -> Fault | None:
+        if len(writes) >= commit or not document_write(operation, store):
+            return None
+        writes.append(operation)
+        return Fault.CRASH_BEFORE if len(writes) == commit else None
+
+    return plan
 
 
 async def cleanup(harness: Harness, later: float, **settings: float) -> CleanupReport:
@@ -59,7 +87,7 @@ async def cleanup(harness: Harness, later: float, **settings: float) -> CleanupR
 async def start(backend: Backend, mode: Mode = "token") -> tuple[Harness, FlowNames]:
     names = FlowNames.with_suffix(unique_name("")[:8])
     harness = await Harness.create(backend, build_flow(names, mode=mode))
-    assert sql_endpoints(harness) == set(names.all)
+    assert store_endpoints(harness) == set(names.all)
     for order in ("o1", "o2", "o3"):
         await harness.setup_bus.client().send(
             PlaceOrder(order_id=order, amount=5), to=names.orders, idempotency_key=order
@@ -70,7 +98,7 @@ async def start(backend: Backend, mode: Mode = "token") -> tuple[Harness, FlowNa
 @token_mode
 async def test_one_run_after_quiet_leaves_no_dedup_data(backend: Backend) -> None:
     harness, names = await start(backend)
-    harness.instrumentation.plan = fault_at_first("sql.transact", Fault.CRASH_BEFORE)
+    harness.instrumentation.plan = crash_before_the_first_commit(harness, "token")
     await harness.run_until_quiet()
     assert harness.crashes == 1
     assert await harness.tokens()  # the crashed round's tokens were never committed
@@ -121,7 +149,7 @@ async def test_audit_rows_expire_in_the_same_job(backend: Backend) -> None:
 
 async def window_rows(harness: Harness) -> tuple[int, int]:
     """(dedup records, state streams) over every endpoint: processed rows, state-stream
-    index rows and entity-outbox entries, all read in SQL."""
+    index rows and entity-outbox entries, all read in the endpoints' store."""
     records = streams = 0
     for endpoint in harness.app.endpoints:
         async for entity in mode_rows_of(harness.rows(endpoint).rows()):
@@ -135,7 +163,7 @@ async def window_rows(harness: Harness) -> tuple[int, int]:
 
 
 @window_modes
-async def test_window_rows_in_sql_judge_tokens_and_expire_after_their_window(
+async def test_window_rows_in_the_store_judge_tokens_and_expire_after_their_window(
     backend: Backend, mode: Mode
 ) -> None:
     harness, names = await start(backend, mode)
@@ -143,7 +171,7 @@ async def test_window_rows_in_sql_judge_tokens_and_expire_after_their_window(
     await harness.setup_bus.client().send(
         PlaceOrder(order_id="o1", amount=6), to=names.orders, idempotency_key="o1-again"
     )
-    harness.instrumentation.plan = fault_at_first("sql.transact", Fault.CRASH_BEFORE)
+    harness.instrumentation.plan = crash_before_the_first_commit(harness, mode)
     await harness.run_until_quiet()
     assert harness.crashes == 1
     assert await harness.tokens()  # the crashed round's tokens were never committed
@@ -157,7 +185,7 @@ async def test_window_rows_in_sql_judge_tokens_and_expire_after_their_window(
 
     within = await cleanup(harness, later=3600)
 
-    assert await harness.tokens() == []  # judged by the rows in SQL: not committed
+    assert await harness.tokens() == []  # judged by the rows in the store: not committed
     assert within.to_dict()["removed"].get(kind, 0) == 0
     assert await window_rows(harness) == (records, streams)
 
@@ -174,7 +202,7 @@ async def test_window_rows_in_sql_judge_tokens_and_expire_after_their_window(
 
 
 @window_modes
-async def test_a_committed_token_of_a_window_mode_in_sql_is_kept(
+async def test_a_committed_token_of_a_window_mode_off_tables_is_kept(
     backend: Backend, mode: Mode
 ) -> None:
     harness, names = await start(backend, mode)
