@@ -1038,6 +1038,102 @@ MUTANTS: tuple[Mutant, ...] = (
         "completing an instance leaves its pending timeouts to fire (and find it completed)",
         first=("tests/bus/test_sagas.py", "tests/sim/test_cancels.py"),
     ),
+    # -- document stores: a partition's rows in one document (issue 47) ------------------------
+    Mutant(
+        "docrows-write-id-ignored",
+        "shared/bus/state/document_rows.py",
+        "            if attempt and _landed(partition, write_id, sent):",
+        "            if False:",
+        "a document write that landed but was answered as a conflict (the store client's resend "
+        "met its own change) is tried again as if it had not landed",
+        first=("tests/sim/test_documents.py",),
+    ),
+    Mutant(
+        "docrows-landed-by-write-id-only",
+        "shared/bus/state/document_rows.py",
+        """    return partition.written_by == write_id or any(
+        row[0] in sent for row in partition.rows.values()
+    )""",
+        "    return partition.written_by == write_id",
+        "a landed write answered as a conflict is known as landed only while the document names "
+        "it: another write of the partition in between makes it be taken for a lost race (the "
+        "finding of small-partition-cosmos, fixed)",
+        first=("tests/sim/test_documents.py",),
+    ),
+    Mutant(
+        "docrows-conflict-surfaced",
+        "shared/bus/state/document_rows.py",
+        "                continue  # another write of the partition came first: check again",
+        "                raise",
+        "a document changed by a write of another row of the partition fails this write too, "
+        "instead of being read and checked again",
+        first=("tests/sim/test_documents.py",),
+    ),
+    Mutant(
+        "docrows-insert-overwrites",
+        "shared/bus/state/document_rows.py",
+        "            if row.row_key in partition.rows:",
+        "            if False:",
+        "a row inserted into a partition's document replaces one already there",
+        first=("tests/contract/test_endpoint_rows_contract.py", "tests/sim/test_documents.py"),
+    ),
+    Mutant(
+        "docrows-update-version-unchecked",
+        "shared/bus/state/document_rows.py",
+        "            if stored[0] != etag:",
+        "            if False:",
+        "a row's update is not checked against the row's own version inside the document",
+        first=("tests/contract/test_endpoint_rows_contract.py", "tests/sim/test_documents.py"),
+    ),
+    Mutant(
+        "docrows-commit-version-unchecked",
+        "shared/bus/state/document_rows.py",
+        "if not isinstance(write, Insert) and (stored is None or stored[0] != write.etag):",
+        "if not isinstance(write, Insert) and stored is None:",
+        "a commit's guarded updates are not checked against the rows' own versions inside the "
+        "document (a second round commits over the first, a lost update)",
+        first=("tests/contract/test_endpoint_rows_contract.py", "tests/sim/test_documents.py"),
+    ),
+    Mutant(
+        "docrows-commit-audit-unchecked",
+        "shared/bus/state/document_rows.py",
+        "            if audit_entity.row_key in partition.rows:",
+        "            if False:",
+        "a commit whose message already has its audit row in the document is not refused",
+        first=("tests/contract/test_endpoint_rows_contract.py",),
+    ),
+    Mutant(
+        "docrows-delete-unchanged-unguarded",
+        "shared/bus/state/document_rows.py",
+        "if stored is not None and stored[0] == entity.etag:",
+        "if stored is not None:",
+        "the cleanup's deletes of rows it judged remove them whatever they became meanwhile",
+        first=("tests/contract/test_endpoint_rows_contract.py",),
+    ),
+    Mutant(
+        "memory-documents-etag-ignored",
+        "shared/stores/memory/documents.py",
+        "found = self._stored.get(key)\n        if found is None or found[1] != etag:",
+        "found = self._stored.get(key)\n        if found is None:",
+        "the Cosmos DB model replaces a document whatever its ETag",
+        first=("tests/contract/test_documents_contract.py", "tests/sim/test_documents.py"),
+    ),
+    Mutant(
+        "memory-documents-create-overwrites",
+        "shared/stores/memory/documents.py",
+        "        if key in self._stored:",
+        "        if False:",
+        "the Cosmos DB model's create replaces a document that exists",
+        first=("tests/contract/test_documents_contract.py", "tests/sim/test_documents.py"),
+    ),
+    Mutant(
+        "blob-documents-replace-unconditional",
+        "shared/stores/blob_documents.py",
+        "return await self.container.upload(self._blob(key), data, etag=etag)",
+        "return await self.container.upload(self._blob(key), data)",
+        "a blob document is replaced without If-Match: the last writer wins",
+        first=("tests/contract/test_documents_contract.py", "tests/sim/test_documents.py"),
+    ),
     # -- in-memory stores ---------------------------------------------------------------------
     Mutant(
         "memory-table-etag-ignored",

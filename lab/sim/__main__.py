@@ -74,6 +74,15 @@ and, in token mode, with up to one deviation and one fault:
     and faults at every storage operation the cancels make, on Table Storage and PostgreSQL
     (CancelOrProcessedOnce), with up to one deviation and no fault, then no deviation and
     one fault;
+24. ``small-cosmos``, ``small-sweep-cosmos``, ``small-partition-cosmos``,
+    ``small-cosmos-entity_outbox``, ``small-blob`` and ``small-sweep-blob``: the endpoints'
+    rows in a document store (issue 47), one JSON document per partition under its ETag, in
+    the Cosmos DB model (``lab.sim.documents``: every document request scheduled and faulted,
+    a lost write answered as its client's resend sees it) or as blobs of the account, with up
+    to one deviation and one fault (``small-partition-blob``, the other window modes'
+    ``small-<store>-<mode>``, ``small-sweep-<store>-<mode>`` and
+    ``small-partition-<store>-<mode>`` and the session, saga and cancel phases'
+    ``small-<phase>-<store>`` are configurations outside the plan);
 and then seeded random search over larger configurations in every mode for the rest of the
 time budget. With two cores the phases are dealt to two processes (``DEFAULT_PLAN``), each
 then searching its own random seeds. ``--mode`` keeps the phases and random runs of one mode.
@@ -155,6 +164,8 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-saga-postgres", 0, 1),
         ("small-cancel", 1, 0),
         ("small-cancel-postgres", 0, 1),
+        ("small-cosmos", 1, 1),
+        ("small-partition-cosmos", 1, 1),
     ),
     (
         ("small-sweep", 1, 1),
@@ -185,6 +196,10 @@ DEFAULT_PLAN: tuple[Plan, Plan] = (
         ("small-saga-postgres", 1, 0),
         ("small-cancel", 0, 1),
         ("small-cancel-postgres", 1, 0),
+        ("small-blob", 1, 1),
+        ("small-sweep-cosmos", 1, 1),
+        ("small-sweep-blob", 1, 1),
+        ("small-cosmos-entity_outbox", 1, 1),
     ),
 )
 """The phases explored exhaustively before the random search, dealt to two processes so

@@ -37,7 +37,7 @@ from lab.sim.world import (
     quiet_logs,
     reference_run,
 )
-from shared.bus.app import MODES, Mode
+from shared.bus.app import MODES, Mode, Store
 from shared.bus.retries import RetryPolicy
 from shared.clock import ManualClock
 from shared.errors import ConfigurationError
@@ -352,6 +352,24 @@ for _base in ("small", "small-sweep", "small-partition"):
         )
         CONFIGS[_config.name] = _config
 
+# The endpoints' rows in the document stores (issue 47): one JSON document per partition,
+# written under its ETag, in the Cosmos DB model (``-cosmos``) or as blobs of the account
+# (``-blob``); the configurations PostgreSQL's model runs, and token mode's small-partition
+# (messages of one partition, where the rows' own versions inside the document decide).
+DOCUMENT_STORES: tuple[Store, ...] = ("cosmos", "blob")
+for _store in DOCUMENT_STORES:
+    for _base in ("small", "small-sweep", "small-partition"):
+        _config = replace(CONFIGS[_base], name=f"{_base}-{_store}", store=_store)
+        CONFIGS[_config.name] = _config
+        for _mode in WINDOW_MODES:
+            _config = replace(
+                CONFIGS[f"{_base}-{_mode}"], name=f"{_base}-{_store}-{_mode}", store=_store
+            )
+            CONFIGS[_config.name] = _config
+    for _phase in ("session", "saga", "cancel"):
+        _config = replace(CONFIGS[f"small-{_phase}"], name=f"small-{_phase}-{_store}", store=_store)
+        CONFIGS[_config.name] = _config
+
 
 # Mixed-mode apps (issue 42): the first endpoint sends in one mode to a receiver in another,
 # every pairing of two different modes (``pair-<sender>-<receiver>``; a mode paired with
@@ -616,6 +634,7 @@ async def simulate(
         **_session_parts(variant),
         receiver_class=None if variant is None else variant.receiver,
         canceller_class=None if variant is None else variant.canceller,
+        documents_wrap=None if variant is None else variant.documents,
         prepared=prepared,
     )
     if isinstance(world, ParkedWorld) and variant is not None and variant.poison_margin is not None:

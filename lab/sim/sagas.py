@@ -50,7 +50,7 @@ from shared.bus.pipeline import Pipeline
 from shared.bus.receiver import Receiver
 from shared.bus.records import AUDIT_PREFIX, STATE_ROW
 from shared.bus.saga import SagaRow
-from shared.bus.state.stores import SqlDatabase
+from shared.bus.state.stores import DocumentDatabase, SqlDatabase
 from shared.stores.account import StorageAccount
 
 STARTED = "k0"
@@ -164,9 +164,10 @@ class SagaVariantBus(Bus):
         config: BusConfig,
         *,
         sql: SqlDatabase | None,
+        cosmos: DocumentDatabase | None = None,
         receiver: type[Receiver],
     ) -> None:
-        super().__init__(app, account, config, sql=sql)
+        super().__init__(app, account, config, sql=sql, cosmos=cosmos)
         self._variant = receiver
         self._variant_receivers: dict[str, Pipeline] = {}
 
@@ -202,6 +203,7 @@ class SagaWorld(World):
             self.watch,
             self.bus_config,
             sql=self.counted_sql,
+            cosmos=self.counted_documents,
             receiver=self.receiver_class,
         )
 

@@ -27,6 +27,11 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from lab.sim.documents import (
+    DocumentsWrapper,
+    RowVersionsUnchecked,
+    UnconditionalDocuments,
+)
 from lab.sim.model import Version
 from shared.bus.app import Mode
 from shared.bus.cancel import Canceller
@@ -141,6 +146,9 @@ class Variant:
     canceller: type[Canceller] | None = None
     """The cancel phase: the client's canceller instead of production's (a subclass in the
     lab)."""
+    documents: DocumentsWrapper | None = None
+    """The document stores: wraps each endpoint's documents in the Cosmos DB model (the
+    ``-cosmos`` configurations), below the fault injection."""
 
 
 class _Blobs(DelegatingBlobContainer):
@@ -1220,6 +1228,21 @@ RECEIVER_IGNORES_CANCEL = Variant(
     wrap=lambda account: _Account(account, table=_CancelIgnored),
 )
 
+# -- document stores (the -cosmos configurations, lab.sim.documents) ----------------------------
+
+DOCUMENT_UNCONDITIONAL = Variant(
+    "document-unconditional",
+    "document stores: a partition's document is written only while unchanged (If-Match, "
+    "If-None-Match), so no write of the partition is lost",
+    documents=UnconditionalDocuments,
+)
+ROW_VERSION_IGNORED = Variant(
+    "row-version-ignored",
+    "document stores: a row's own version is checked inside the document, not only the "
+    "document's ETag",
+    documents=RowVersionsUnchecked,
+)
+
 VARIANTS = {
     v.name: v
     for v in (
@@ -1273,5 +1296,7 @@ VARIANTS = {
         CANCEL_UNCOMMITTED,
         CANCEL_WITHOUT_CLAIM,
         RECEIVER_IGNORES_CANCEL,
+        DOCUMENT_UNCONDITIONAL,
+        ROW_VERSION_IGNORED,
     )
 }

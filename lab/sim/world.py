@@ -54,6 +54,7 @@ from lab.sim.claim_by_delete import (
     KeptEnvelopes,
 )
 from lab.sim.cleanup import cleanup_to_completion, expire_audit_rows
+from lab.sim.documents import DocumentsWrapper, SimulatedDocumentDatabase
 from lab.sim.fingerprint import TraceFingerprint, locations
 from lab.sim.invariants import (
     NO_LOST_MESSAGES,
@@ -90,7 +91,7 @@ from shared.bus.state.base import EndpointState
 from shared.bus.state.instrumented import InstrumentedSql
 from shared.bus.state.memory_sql import MemorySqlDatabase
 from shared.bus.state.rows import EndpointRows
-from shared.bus.state.stores import endpoints_rows
+from shared.bus.state.stores import endpoint_state, endpoints_rows
 from shared.cleanup.base import CleanupTask
 from shared.cleanup.sessions import SessionRecords
 from shared.clock import ManualClock
@@ -109,6 +110,7 @@ from shared.stores.instrumented import (
     InstrumentedAccount,
     Operation,
 )
+from shared.stores.memory.documents import MemoryDocumentDatabase
 from shared.stores.queue import MessageQueue
 from shared.stores.table import Entity
 
@@ -118,7 +120,7 @@ SCOPED_FIELDS = frozenset({"scope", "key", "fingerprint"})
 """What the previous version's ingress records did not hold."""
 READS = frozenset(
     {"blob.read", "blob.get_properties", "blob.list", "table.get", "table.query", "sql.query"}
-    | {"queue.peek", "queue.count"}
+    | {"queue.peek", "queue.count", "cosmos.read", "cosmos.page"}
 )
 """Operations that change nothing: a fault after them is the same as a fault before."""
 ALL_FAULTS = (Fault.CRASH_BEFORE, Fault.CRASH_AFTER, Fault.ERROR_BEFORE, Fault.ERROR_AFTER)
@@ -149,9 +151,10 @@ class SimConfig:
     mixed-mode app, whose first endpoint sends in ``mode`` to receivers in this one (the
     pairings, ``pair-<sender>-<receiver>``). None: ``mode`` too."""
     store: Store = "table"
-    """Where the endpoints keep state, O(m) and audit rows: their tables, or PostgreSQL
-    through its in-memory model (token mode), whose operations are scheduled and faulted
-    like storage operations."""
+    """Where the endpoints keep state, O(m) and audit rows: their tables, PostgreSQL through
+    its in-memory model, Cosmos DB through its in-memory model (``MemoryDocumentDatabase``,
+    ``lab.sim.documents``) or JSON documents in the account's blobs (``BlobDocuments``);
+    every request to them is scheduled and faulted like any storage operation."""
     apps: Literal[1, 2] = 1
     """2: a system of two apps over one messaging store (queues, tokens, topics, payloads;
     ``docs/adopting.md``). The first endpoint and the client are app ``A``'s, with its rows
@@ -411,6 +414,9 @@ class Prepared:
 
     ids: dict[int, int]
     jitter: tuple[Any, ...]
+    documents: MemoryDocumentDatabase | None = None
+    """The Cosmos DB model as setup left it (``store="cosmos"``): each world works on a copy,
+    as it does on a copy of the account."""
 
 
 async def _queue_state(queue: MessageQueue) -> tuple[bool, bool]:
@@ -475,6 +481,8 @@ class World:
     """The saga phase: the saga endpoint's receiver, if not production's (a variant's)."""
     canceller_class: type[Canceller] | None = None
     """The cancel phase: the client's canceller, if not production's (a variant's)."""
+    documents_wrap: DocumentsWrapper | None = None
+    """Changes every endpoint's documents in the Cosmos DB model (a variant's store)."""
     trace: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -497,10 +505,20 @@ class World:
         self.instrumented = instrumented
         self.sim = self._build_app(instrumented)
         self.sql = self._sql_database()
+        self.documents = self._document_database()
+        self.counted_documents = (
+            None
+            if self.documents is None
+            else SimulatedDocumentDatabase(
+                self.documents, self.instrumentation, self.documents_wrap
+            )
+        )
         declared = self.sim.app.endpoints
         for number, (name, endpoint) in enumerate(declared.items()):
-            if config.store == "postgres" or (config.apps == 2 and number > 0):
+            if config.apps == 2 and number > 0:
                 declared[name] = replace(endpoint, store="postgres")
+            elif config.store != "table":
+                declared[name] = replace(endpoint, store=config.store)
         self.endpoints = list(self.sim.app.endpoints)
         self.app_of = {
             name: APPS[config.apps == 2 and number > 0] for number, name in enumerate(declared)
@@ -591,7 +609,13 @@ class World:
         delete (``SimConfig.claim_by_delete``)."""
         protocol = self.config.claim_by_delete
         if protocol is None:
-            return Bus(self.sim.app, self.watch, self.bus_config, sql=self.counted_sql)
+            return Bus(
+                self.sim.app,
+                self.watch,
+                self.bus_config,
+                sql=self.counted_sql,
+                cosmos=self.counted_documents,
+            )
         return ClaimByDeleteBus(
             self.sim.app,
             self.watch,
@@ -623,6 +647,15 @@ class World:
         """The in-memory model of PostgreSQL the endpoints' rows are kept in, if any."""
         wanted = self.config.store == "postgres" or self.config.apps == 2
         return MemorySqlDatabase() if wanted else None
+
+    def _document_database(self) -> MemoryDocumentDatabase | None:
+        """The in-memory model of Cosmos DB the endpoints' documents are kept in, if any: a
+        copy of the one setup left (``Prepared``), or a new one."""
+        if self.config.store != "cosmos":
+            return None
+        if self.prepared is not None and self.prepared.documents is not None:
+            return self.prepared.documents.copy()
+        return MemoryDocumentDatabase()
 
     # -- the bus as the Functions host would run it ------------------------------------------
 
@@ -660,7 +693,9 @@ class World:
         settings = self.bus_config
         if self.old_window is not None:
             settings = replace(settings, give_back_seconds=self.old_window)
-        bus = Bus(old.app, self.watch, settings, sql=self.counted_sql)
+        bus = Bus(
+            old.app, self.watch, settings, sql=self.counted_sql, cosmos=self.counted_documents
+        )
         second = self.endpoints[1]
         worker = QueueWorker(self.instrumented, second, self._handler(second, bus), queue_settings)
         return {second: worker}
@@ -669,11 +704,14 @@ class World:
         return self.bus_config.clock()
 
     async def setup(self) -> None:
+        blob = tuple(self.endpoints) if self.config.store == "blob" else ()
         await provision(
             self.account,
-            resources_of(self.bus_config, tuple(self.endpoints)),
+            resources_of(self.bus_config, tuple(self.endpoints), blob_endpoints=blob),
         )
-        setup_bus = Bus(self.sim.app, self.account, self.bus_config, sql=self.sql)
+        setup_bus = Bus(
+            self.sim.app, self.account, self.bus_config, sql=self.sql, cosmos=self.documents
+        )
         await setup_bus.subscribe_all()
         if self.config.legacy_record:
             await self._previous_version_sent(setup_bus)
@@ -713,7 +751,7 @@ class World:
 
     def after_setup(self) -> Prepared:
         """What ``setup`` left behind besides the account (call it right after ``setup``)."""
-        return Prepared(dict(self.ids.drawn), self.bus_config.jitter.getstate())
+        return Prepared(dict(self.ids.drawn), self.bus_config.jitter.getstate(), self.documents)
 
     def _initial(self, number: int) -> tuple[Message, str | None]:
         """Initial message ``number`` and where the client sends it (None: published)."""
@@ -1033,18 +1071,25 @@ class World:
         return [p for p in self.scheduler.live() if p.stalled]
 
     def _sql_rows(self, counted: bool) -> dict[str, EndpointState]:
-        """Each endpoint's rows when they are in SQL (counted: through the instrumentation)."""
+        """Each endpoint's rows when they are not in its table: in SQL or in documents
+        (counted: through the instrumentation)."""
+        account = self.instrumented if counted else self.account
         sql = self.counted_sql if counted else self.sql
-        if sql is None:
-            return {}
-        declared = self.sim.app.endpoints.items()
-        return {e: sql.endpoint_state(e) for e, d in declared if d.store == "postgres"}
+        documents = self.counted_documents if counted else self.documents
+        return {
+            e.name: endpoint_state(e.name, e.store, account, sql, documents)
+            for e in self.sim.app.endpoints.values()
+            if e.store != "table"
+        }
 
     def _endpoint_rows(self, account: StorageAccount) -> dict[str, EndpointRows]:
         """Each endpoint's rows for a pass on ``account``, in the store it declares: its table
-        there, or its rows in SQL, counted when ``account`` is the instrumented one."""
-        sql = self.counted_sql if account is self.instrumented else self.sql
-        return endpoints_rows(self.sim.app.endpoints.values(), account, sql)
+        there, its rows in SQL or its documents, counted when ``account`` is the instrumented
+        one."""
+        counted = account is self.instrumented
+        sql = self.counted_sql if counted else self.sql
+        documents = self.counted_documents if counted else self.documents
+        return endpoints_rows(self.sim.app.endpoints.values(), account, sql, documents)
 
     async def _cleanup(
         self, account: StorageAccount, grace: float, window: float, app: str | None = None

@@ -16,6 +16,8 @@ CONFIGURATIONS = [
     "small-retry",  # a chain with a retry policy
     "small-partition-postgres-state_based",  # rows in SQL, three messages
     "small-sweep-processed_messages",
+    "small-sweep-cosmos",  # rows in the Cosmos DB model, copied with the account
+    "small-partition-blob-state_based",  # rows in blob documents of the account
 ]
 
 

@@ -102,6 +102,14 @@ def _new_version() -> str:
     return uuid.uuid4().hex
 
 
+def _landed(partition: _Partition, write_id: str, sent: set[str]) -> bool:
+    """Whether the partition's document, read again, shows the last try of write
+    ``write_id`` (whose rows had the versions ``sent``) landed."""
+    return partition.written_by == write_id or any(
+        row[0] in sent for row in partition.rows.values()
+    )
+
+
 def _stored_row(entity: Entity, version: str) -> list[Any]:
     return [version, tagged_properties(entity.properties)]
 
@@ -215,8 +223,11 @@ class DocumentRows(EndpointRows):
         """Read the partition's document, let ``apply`` check its conditions and change its
         rows, and write it back while unchanged; again from the read when another write
         changed it meanwhile. ``own`` are the rows this write brings (for its size verdict).
-        Each document names the write that wrote it, so that a try that landed but was
-        answered as a conflict (a store's retry of it met its own change) is known as landed.
+        A try that landed but was answered as a conflict (a store client's resend of it met
+        its own change) is known as landed when the document read again names this write or
+        still holds a row version the try wrote: versions are never handed out twice, and
+        another write of the partition may have come between (then the document names that
+        one).
 
         The first try starts from the document as this object last read or wrote it, when it
         remembers it (``_Remembered``): a message's reads and writes of its partition follow
@@ -224,10 +235,12 @@ class DocumentRows(EndpointRows):
         such a copy current; any other verdict on it (a condition failed, nothing to change,
         too large) is reached again from a fresh read. Returns the partition as written."""
         write_id = uuid.uuid4().hex
+        sent: set[str] = set()
+        """The row versions of the last try sent."""
         for attempt in range(MAX_ATTEMPTS):
             remembered = self._remembered.take(partition_key) if attempt == 0 else None
             partition = remembered or await self._partition(partition_key)
-            if attempt and partition.written_by == write_id:
+            if attempt and _landed(partition, write_id, sent):
                 return partition  # the last try landed though its answer said otherwise
             partition.written_by = write_id
             before = dict(partition.rows)
@@ -243,6 +256,9 @@ class DocumentRows(EndpointRows):
                 if remembered is not None:
                     continue  # a verdict on a remembered copy: reach it again from a read
                 raise
+            sent = {
+                str(row[0]) for key, row in partition.rows.items() if before.get(key) is not row
+            }
             try:
                 await self._store(partition)
             except (AlreadyExists, PreconditionFailed):
