@@ -433,3 +433,28 @@ async def test_a_document_store_that_does_not_answer_is_the_state_store_down() -
 
     with pytest.raises(StateUnreachable, match="the state store did not answer"):
         await cosmos.read("p1", ["state"])
+
+
+async def test_rows_deleted_from_a_listed_page_need_no_read_first(documents: Documents) -> None:
+    """The cleanup lists documents, then deletes rows of them: the listed copy starts the
+    delete, as a read one would."""
+    counting = Interfering(documents)
+    reads = 0
+    inner_read = counting.read
+
+    async def counted_read(key: str) -> StoredDocument | None:
+        nonlocal reads
+        reads += 1
+        return await inner_read(key)
+
+    rows = DocumentRows(counting)
+    for partition in ("p1", "p2"):
+        await rows.insert(row(partition=partition))
+    cleanup = DocumentRows(counting)
+    counting.read = counted_read  # type: ignore[method-assign]
+
+    page, _ = await cleanup.page(row_key_prefix="processed|", page_size=10)
+    deleted = [await cleanup.delete_unchanged([entity]) for entity in page]
+
+    assert [len(d) for d in deleted] == [1, 1]
+    assert reads == 0

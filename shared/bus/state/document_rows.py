@@ -419,15 +419,21 @@ class DocumentRows(EndpointRows):
 
     def _listed(self, found: StoredDocument, on_damaged: OnDamaged | None) -> _Partition | None:
         """A listed document's partition, or None (told to ``on_damaged``) if it cannot be
-        read."""
+        read. Remembered like a read one: the cleanup deletes rows of the documents it has
+        just listed, and starts those writes from the listed copy."""
         try:
-            return self._parsed(found)
+            partition = self._parsed(found)
         except CorruptRecord as e:
             at = (found.key, "")
             pass_over(
                 on_damaged, DamagedRow(f"{self.kind} document of {self.name} {found.key!r}", at, e)
             )
             return None
+        size = found.size
+        if size is None:
+            size = len(document_bytes(partition.content()))
+        self._remembered.keep(partition, size)
+        return partition
 
     async def page(
         self,
