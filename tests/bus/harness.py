@@ -43,12 +43,12 @@ from shared.stores.instrumented import (
     Operation,
     SimulatedCrash,
 )
+from shared.stores.instrumented_documents import InstrumentedDocumentDatabase
 from shared.stores.memory import MemoryStorageAccount
 from shared.stores.memory.documents import MemoryDocumentDatabase
 from shared.stores.queue import QueueMessage
 from shared.stores.table import Entity
 from tests.bus.flow import Ledger
-from tests.bus.instrumented_documents import InstrumentedDocumentDatabase
 from tests.conftest import Backend, unique_name
 from tests.cosmos import local_client
 
