@@ -6,11 +6,9 @@ Used by the test suite and the local demo. Azurite is installed into the reposit
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
@@ -19,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from lab.local.processes import stop_group
 from shared.errors import ConfigurationError
 from shared.settings import DEV_ACCOUNT, DEV_KEY
 
@@ -132,14 +131,7 @@ class Azurite:
 
     def stop(self) -> None:
         process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            try:
-                os.killpg(process.pid, signal.SIGTERM)
-                process.wait(timeout=10)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=5)
+        stop_group(process)
         if self._own_location:
             shutil.rmtree(self.location, ignore_errors=True)
 

@@ -9,17 +9,15 @@ certificate on 127.0.0.1 (the client does not verify a loopback account's certif
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import shutil
-import signal
 import subprocess
 import threading
 import time
 from pathlib import Path
 from types import TracebackType
 
+from lab.local.processes import stop_group
 from shared.errors import ConfigurationError
 from shared.stores.cosmos.settings import CosmosSettings
 
@@ -109,14 +107,7 @@ class CosmosServer:
 
     def stop(self) -> None:
         process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            try:
-                os.killpg(process.pid, signal.SIGTERM)
-                process.wait(timeout=10)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=5)
+        stop_group(process)
 
     def __enter__(self) -> str:
         return self.start()
