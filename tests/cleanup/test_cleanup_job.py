@@ -15,7 +15,7 @@ from shared.bus.ids import fresh_id
 from shared.bus.ingress import INGRESS_ROW, IngressClient
 from shared.bus.modes.processed_table import processed_row
 from shared.bus.origin import Origin
-from shared.bus.records import outbox_row
+from shared.bus.records import OutboxRecord, outbox_row
 from shared.cleanup.abandoned_tokens import AbandonedTokens
 from shared.cleanup.checkpoint import TASK_PARTITION, Checkpoints, LeaseLost
 from shared.cleanup.job import endpoint_modes, run_cleanup
@@ -163,6 +163,31 @@ async def test_a_create_landing_after_its_record_retired_is_removed_after_the_gr
     assert await harness.tokens() == []
 
 
+async def leave_stray_token(harness: Harness, names: FlowNames, record: OutboxRecord) -> str:
+    """A token another round of ``record``'s message left under its prefix, unrecorded (its
+    create landed, its round never committed); returns its name."""
+    stray = token_name(names.orders, record.message_id, fresh_id(), fresh_id(), b"{}")
+    origin = Origin(names.orders, record.partition_key, outbox_row(record.message_id))
+    await harness.raw.blob_container(harness.config.tokens_container).create(
+        stray, b"{}", {"claim": "", "origin": origin.encode()}
+    )
+    return stray
+
+
+async def outbox_pass(
+    harness: Harness, names: FlowNames, counting: InstrumentedAccount
+) -> CleanupReport:
+    """The outbox task of orders alone, its requests counted, just past the commit."""
+    return await run_cleanup(
+        counting,
+        endpoint_modes(harness.app),
+        rows=harness.cleanup_rows(counting),
+        config=replace(harness.config, clock=lambda: harness.config.clock() + 2),
+        settings=settings(),
+        tasks=[OutboxRecords(names.orders)],
+    )
+
+
 async def test_a_record_that_committed_no_output_goes_unlisted_and_a_stray_token_still_goes(
     backend: Backend,
 ) -> None:
@@ -177,22 +202,11 @@ async def test_a_record_that_committed_no_output_goes_unlisted_and_a_stray_token
     await harness.run_until_quiet()
     [record] = await harness.outbox_records(names.orders)
     assert (record.outgoing, record.abandoned) == ((), ())
-    stray = token_name(names.orders, record.message_id, fresh_id(), fresh_id(), b"{}")
-    origin = Origin(names.orders, record.partition_key, outbox_row(record.message_id))
-    await harness.raw.blob_container(harness.config.tokens_container).create(
-        stray, b"{}", {"claim": "", "origin": origin.encode()}
-    )
+    stray = await leave_stray_token(harness, names, record)
     counting = InstrumentedAccount(harness.raw)
 
     # When the outbox task alone runs
-    outbox = await run_cleanup(
-        counting,
-        endpoint_modes(harness.app),
-        rows=harness.cleanup_rows(counting),
-        config=replace(harness.config, clock=lambda: harness.config.clock() + 2),
-        settings=settings(),
-        tasks=[OutboxRecords(names.orders)],
-    )
+    outbox = await outbox_pass(harness, names, counting)
 
     # Then it retires O(m) and deletes its incoming token (R7) without a listing
     assert outbox.removed() == {"incoming_tokens": 1, "outbox_records": 1}
@@ -211,21 +225,10 @@ async def test_a_record_with_an_output_still_lists_its_prefix(backend: Backend) 
     await place_order(harness, names)
     await harness.run_until_quiet()
     [record] = await harness.outbox_records(names.orders)
-    stray = token_name(names.orders, record.message_id, fresh_id(), fresh_id(), b"{}")
-    origin = Origin(names.orders, record.partition_key, outbox_row(record.message_id))
-    await harness.raw.blob_container(harness.config.tokens_container).create(
-        stray, b"{}", {"claim": "", "origin": origin.encode()}
-    )
+    stray = await leave_stray_token(harness, names, record)
     counting = InstrumentedAccount(harness.raw)
 
-    report = await run_cleanup(
-        counting,
-        endpoint_modes(harness.app),
-        rows=harness.cleanup_rows(counting),
-        config=replace(harness.config, clock=lambda: harness.config.clock() + 2),
-        settings=settings(),
-        tasks=[OutboxRecords(names.orders)],
-    )
+    report = await outbox_pass(harness, names, counting)
 
     prefix = f"{harness.config.tokens_container}/{token_prefix(names.orders, record.message_id)}"
     listings = [op.target for op in counting.instrumentation.operations if op.kind == "blob.list"]
