@@ -5,7 +5,6 @@ rows for ``run --system`` (``shared.audit.system_source``), without Spark."""
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +16,8 @@ from shared.audit.system_source import app_source, store_rows
 from shared.bus import BusApp, HandlerContext, Outcome
 from shared.cli.opened import opened_worker
 from shared.provisioning import provision
-from shared.runtime import Worker
 from shared.system import load_system
+from tests.audit.test_system_audit import drain
 from tests.conftest import unique_name
 from tests.test_storage_roles import PlaceOrder
 
@@ -62,17 +61,6 @@ def system_file(folder: Path, connection: str) -> Path:
     }
     path.write_text(json.dumps({"apps": [app]}))
     return path
-
-
-async def drain(worker: Worker, endpoint: str) -> Counter[Outcome]:
-    outcomes: Counter[Outcome] = Counter()
-    queue = worker.account().queue(endpoint)
-    while signals := await queue.receive(16, visibility_timeout=30):
-        for signal in signals:
-            outcome = await worker.receive(endpoint, signal.content.encode(), signal.dequeue_count)
-            await queue.delete(signal.id, signal.pop_receipt)
-            outcomes[outcome] += 1
-    return outcomes
 
 
 async def test_the_driver_reads_blob_document_rows_where_the_app_keeps_them(
