@@ -250,8 +250,9 @@ class DocumentRows(EndpointRows):
                     if remembered is not None:
                         continue  # "nothing to change" must hold on the stored document
                     return partition  # nothing to change: no write
+                size = len(document_bytes(partition.content()))
                 if own:  # a write that only removes rows is never refused for size
-                    self._check_size(partition, own)
+                    self._check_size(partition, own, size)
             except (StorageError, CorruptRecord):
                 if remembered is not None:
                     continue  # a verdict on a remembered copy: reach it again from a read
@@ -260,7 +261,7 @@ class DocumentRows(EndpointRows):
                 str(row[0]) for key, row in partition.rows.items() if before.get(key) is not row
             }
             try:
-                await self._store(partition)
+                await self._store(partition, size)
             except (AlreadyExists, PreconditionFailed):
                 continue  # another write of the partition came first: check again
             return partition
@@ -269,8 +270,9 @@ class DocumentRows(EndpointRows):
             f"{MAX_ATTEMPTS} writes in a row"
         )
 
-    async def _store(self, partition: _Partition) -> None:
-        """Write the partition's document under its condition, and remember it as written."""
+    async def _store(self, partition: _Partition, size: int) -> None:
+        """Write the partition's document under its condition, and remember it as written
+        (``size``: its bytes as stored)."""
         if not partition.rows:
             if partition.etag is not None:
                 await self.documents.delete(partition.key, partition.etag)
@@ -280,10 +282,10 @@ class DocumentRows(EndpointRows):
             partition.etag = await self.documents.create(partition.key, content)
         else:
             partition.etag = await self.documents.replace(partition.key, content, partition.etag)
-        self._remembered.keep(partition, len(document_bytes(content)))
+        self._remembered.keep(partition, size)
 
-    def _check_size(self, partition: _Partition, own: Sequence[Entity]) -> None:
-        size = len(document_bytes(partition.content()))
+    def _check_size(self, partition: _Partition, own: Sequence[Entity], size: int) -> None:
+        """Refuse a document of ``size`` bytes over the store's limit, before it is sent."""
         limit = self.documents.max_bytes
         if size <= limit:
             return
