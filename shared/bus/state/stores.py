@@ -89,12 +89,7 @@ class StateTable(DelegatingTable):
     ``StateUnreachable``, so that the failure table knows the state store is what is down."""
 
     async def _call(self, kind: str, target: str, call: Callable[[], Awaitable[T]]) -> T:
-        try:
-            return await call()
-        except StateUnreachable:
-            raise
-        except OutcomeUnknown as e:
-            raise StateUnreachable(f"the state store did not answer: {e}") from e
+        return await _reached(call())
 
 
 class StateDocuments(Documents):
@@ -123,6 +118,7 @@ class StateDocuments(Documents):
 
 
 async def _reached(call: Awaitable[T]) -> T:
+    """``call``'s answer; no answer (``OutcomeUnknown``) is the state store down."""
     try:
         return await call
     except StateUnreachable:
