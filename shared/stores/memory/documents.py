@@ -73,7 +73,7 @@ class MemoryDocuments(Documents):
 
     async def read(self, key: str) -> StoredDocument | None:
         found = self._stored.get(check_document_key(key))
-        return None if found is None else _document(key, *found)
+        return None if found is None else parsed_document(key, *found)
 
     async def create(self, key: str, content: dict[str, Any]) -> str:
         data = self.encoded(key, content)
@@ -102,10 +102,6 @@ class MemoryDocuments(Documents):
         if page_size < 1:
             raise InvalidValue("page_size must be at least 1")
         keys = sorted(k for k in self._stored if continuation is None or k > continuation)
-        documents = [_document(key, *self._stored[key]) for key in keys[:page_size]]
+        documents = [parsed_document(key, *self._stored[key]) for key in keys[:page_size]]
         following = keys[page_size - 1] if len(keys) > page_size else None
         return DocumentPage(documents, following)
-
-
-def _document(key: str, data: bytes, etag: str) -> StoredDocument:
-    return parsed_document(key, data, etag)
