@@ -36,6 +36,12 @@ LOCAL_CONF: dict[str, str] = {
     # small. The default 200 would mostly be empty tasks on a few local cores.
     "spark.sql.shuffle.partitions": "16",
     "spark.sql.adaptive.enabled": "true",
+    # The throughput collector instead of the JVM's default G1: a local audit is one batch
+    # job on a 1 GiB heap, where G1's concurrent work competes with the tasks for the same
+    # cores. Measured at 10M audit rows on local[2], quiet machine: 32.7 s against 36.3 s,
+    # the same peak memory (docs/audit.md). Starting the JVM is the only moment it can be
+    # chosen: a session already running keeps its collector.
+    "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
 }
 """Defaults for a local master only: under ``spark-submit`` the cluster's own settings (its
 spark-defaults, ``--conf``) stay in force. ``conf`` given to ``get_session`` overrides both."""

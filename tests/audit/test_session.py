@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import pytest
 
@@ -18,10 +19,12 @@ def test_local_masters_get_few_shuffle_partitions_and_a_cluster_keeps_its_own(
     local = session_conf("local[2]")
     assert local["spark.sql.shuffle.partitions"] == "16"
     assert local["spark.sql.session.timeZone"] == "UTC"
+    assert local["spark.driver.extraJavaOptions"] == "-XX:+UseParallelGC"
 
     submitted = session_conf(None)  # spark-submit chose the master and the settings
     assert "spark.sql.shuffle.partitions" not in submitted
     assert "spark.ui.enabled" not in submitted
+    assert "spark.driver.extraJavaOptions" not in submitted
     assert submitted["spark.sql.session.timeZone"] == "UTC"
 
     assert "spark.pyspark.python" not in submitted  # spark-submit's own choice stands
@@ -42,3 +45,11 @@ def test_executors_run_this_interpreter_on_any_master_unless_told(
     assert session_conf("yarn", packed)["spark.pyspark.python"] == "./environment/bin/python"
     monkeypatch.setenv("PYSPARK_PYTHON", "/opt/python/bin/python3")
     assert session_conf("spark://h:7077")["spark.pyspark.python"] == "/opt/python/bin/python3"
+
+
+def test_a_local_session_runs_the_throughput_collector(spark: Any) -> None:
+    """The setting reaches the JVM: the session the audit tests run in (started by
+    ``get_session`` on a local master) collects with the parallel collector's pair."""
+    beans = spark.sparkContext._jvm.java.lang.management.ManagementFactory
+    names = {str(bean.getName()) for bean in beans.getGarbageCollectorMXBeans()}
+    assert names == {"PS Scavenge", "PS MarkSweep"}
