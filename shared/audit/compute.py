@@ -19,13 +19,12 @@ from pyspark.sql import functions as F
 
 from shared.audit import checks
 from shared.audit.dropped import Takers, dropped_events
+from shared.audit.latency import LatencyBucket, latency_figures
 from shared.audit.next_steps import next_steps
 from shared.audit.summary import (
     SAMPLE_LIMIT,
     AuditSummary,
-    EndpointLatency,
     FlowEdge,
-    HistogramBucket,
     Invariants,
     ThroughputPoint,
     verdict_of,
@@ -116,15 +115,16 @@ def run_audit(
     with stages.stage("reconciling sent and processed, checking rows"):
         # One pass over the inputs serves three checks: the row counts and the invalid rows
         # are observed on the rows as they stream into the reconciliation, instead of scans
-        # of their own.
+        # of their own; so is the span of processing times the throughput buckets divide.
+        audit_checks = [
+            *_row_metrics(checks.AUDIT_REQUIRED, "caused"),
+            *_outcome_metrics(),
+            *_span_metrics(),
+        ]
         audit_seen, ingress_seen = Observation("audit rows"), Observation("ingress rows")
         observed = checks.reconcile(
             checks.sent_deliveries(
-                audit.observe(
-                    audit_seen,
-                    *_row_metrics(checks.AUDIT_REQUIRED, "caused"),
-                    *_outcome_metrics(),
-                ),
+                audit.observe(audit_seen, *audit_checks),
                 ingress.observe(ingress_seen, *_row_metrics(checks.INGRESS_REQUIRED, "outgoing")),
             ),
             audit,
@@ -133,9 +133,7 @@ def run_audit(
             poisoned=poisoned,
         )
         flow_rows = checks.flow_graph(observed).collect()
-        audit_metrics = _observed(
-            audit_seen, audit, [*_row_metrics(checks.AUDIT_REQUIRED, "caused"), *_outcome_metrics()]
-        )
+        audit_metrics = _observed(audit_seen, audit, audit_checks)
         audit_rows, audit_invalid = _counts(audit_metrics)
         ingress_rows, ingress_invalid = _counts(
             _observed(ingress_seen, ingress, _row_metrics(checks.INGRESS_REQUIRED, "outgoing"))
@@ -145,20 +143,19 @@ def run_audit(
         if invalid_count and limit:
             invalid = checks.invalid_rows(audit, ingress)
             samples["invalid_rows"] = [_plain(r) for r in invalid.limit(limit).collect()]
-        # Naming edges and sampling offenders run further jobs: they use the plain frames,
-        # an observation reports one run only.
+    bucket_seconds = checks.choose_bucket_seconds(_span_seconds(audit_metrics))
+    with stages.stage("latency, throughput and edge names"):
+        digest = checks.latency_digest(audit, bucket_seconds).collect() if audit_rows else []
+    latency, histogram = latency_figures(
+        (str(r["endpoint"]), _latency_bucket(r))
+        for r in digest
+        if not r["traffic"] and r["code"] is not None
+    )
+    traffic = [r for r in digest if r["traffic"]]
+    points = _throughput(traffic)
+    with stages.stage("naming edges, sampling offenders"):
         sent = checks.sent_deliveries(audit, ingress)
-        reconciled = checks.reconcile(
-            sent, audit, as_of=options.as_of, lost_after=options.lost_after, poisoned=poisoned
-        )
-        names = (
-            {
-                int(r["edge"]): (str(r["sender"]), str(r["message_type"]))
-                for r in checks.edge_names(audit, ingress).collect()
-            }
-            if flow_rows
-            else {}
-        )
+        names = _processed_edge_names(audit, traffic) if flow_rows else {}
         unnamed = [int(r["edge"]) for r in flow_rows if r["edge"] not in names]
         if unnamed:  # edges none of whose deliveries was processed
             names.update(
@@ -171,6 +168,11 @@ def run_audit(
         )
         totals = {k: sum(getattr(e, k) for e in edges) for k in _COUNTS}
         if limit and (totals["duplicate"] or totals["lost"] or totals["ghost"]):
+            # Sampling offenders runs further jobs on the plain frames: an observation
+            # reports one run only.
+            reconciled = checks.reconcile(
+                sent, audit, as_of=options.as_of, lost_after=options.lost_after, poisoned=poisoned
+            )
             names_frame = audit.sparkSession.createDataFrame(
                 [(edge, sender, kind) for edge, (sender, kind) in names.items()],
                 "edge long, sender string, message_type string",
@@ -181,46 +183,6 @@ def run_audit(
         )
         if poisoned is not None:
             poisoned.unpersist()
-    with stages.stage("latency percentiles"):
-        latency_rows = (
-            checks.latency_percentiles(audit).orderBy("endpoint").collect() if audit_rows else []
-        )
-    latency = [
-        EndpointLatency(
-            endpoint=str(r["endpoint"]),
-            count=int(r["count"]),
-            mean_ms=float(r["mean_ms"]),
-            p50_ms=float(r["p50_ms"]),
-            p90_ms=float(r["p90_ms"]),
-            p99_ms=float(r["p99_ms"]),
-            max_ms=float(r["max_ms"]),
-        )
-        for r in latency_rows
-    ]
-    firsts = [r["first_processed_at"] for r in latency_rows if r["first_processed_at"]]
-    lasts = [r["last_processed_at"] for r in latency_rows if r["last_processed_at"]]
-    span = (max(lasts) - min(firsts)).total_seconds() if firsts else 0.0
-    bucket_seconds = checks.choose_bucket_seconds(span)
-    with stages.stage("latency histogram and throughput"):
-        # One scan and one job for both: a first run pays for compiling one query less.
-        counted = (
-            checks.histogram_and_throughput(audit, bucket_seconds).collect() if audit_rows else []
-        )
-    histogram_counts: dict[tuple[str, int], int] = defaultdict(int)
-    throughput_counts: dict[tuple[datetime, str], int] = defaultdict(int)
-    for r in counted:
-        endpoint, n = str(r["endpoint"]), int(r["count"])
-        if r["bucket"] is not None:
-            histogram_counts[(endpoint, int(r["bucket"]))] += n
-        throughput_counts[(r["bucket_start"], endpoint)] += n
-    histogram = [
-        HistogramBucket(endpoint, *checks.bucket_bounds(bucket), n)
-        for (endpoint, bucket), n in sorted(histogram_counts.items())
-    ]
-    points = [
-        ThroughputPoint(start.astimezone(UTC).isoformat(), endpoint, n)
-        for (start, endpoint), n in sorted(throughput_counts.items())
-    ]
 
     invariants = Invariants(
         duplicates=totals["duplicate"],
@@ -287,6 +249,58 @@ def _observed(observation: Observation, df: DataFrame, metrics: list[Column]) ->
 def _counts(metrics: dict[str, Any]) -> tuple[int, int]:
     """(rows, invalid rows) of an input's metrics."""
     return int(metrics.get("rows") or 0), int(metrics.get("invalid") or 0)
+
+
+def _span_metrics() -> list[Column]:
+    """The first and last processing time of the processing rows (sessions' rows left out)."""
+    processed_at = F.when(~checks.is_session(F.col("mode")), F.col("processed_at"))
+    return [
+        F.min(processed_at).alias("first_processed_at"),
+        F.max(processed_at).alias("last_processed_at"),
+    ]
+
+
+def _span_seconds(metrics: dict[str, Any]) -> float:
+    first, last = metrics.get("first_processed_at"), metrics.get("last_processed_at")
+    return (last - first).total_seconds() if first is not None and last is not None else 0.0
+
+
+def _latency_bucket(row: Row) -> LatencyBucket:
+    return LatencyBucket(
+        code=int(row["code"]),
+        count=int(row["count"]),
+        sum_us=int(row["sum_us"]),
+        min_us=int(row["min_us"]),
+        max_us=int(row["max_us"]),
+    )
+
+
+def _throughput(traffic: list[Row]) -> list[ThroughputPoint]:
+    """Processings per throughput bucket and endpoint, from the digest's traffic rows."""
+    counts: dict[tuple[datetime, str], int] = defaultdict(int)
+    for r in traffic:
+        if r["bucket_start"] is not None:
+            counts[(r["bucket_start"], str(r["endpoint"]))] += int(r["count"])
+    return [
+        ThroughputPoint(start.astimezone(UTC).isoformat(), endpoint, n)
+        for (start, endpoint), n in sorted(counts.items())
+    ]
+
+
+def _processed_edge_names(audit: DataFrame, traffic: list[Row]) -> dict[int, tuple[str, str]]:
+    """Edge code -> (sender, message type) of every edge the processing rows name: their
+    few distinct pairs, coded by Spark (``checks.edge_code`` is Spark's hash) in a job over
+    those pairs alone."""
+    pairs = sorted({(str(r["source"]), str(r["message_type"])) for r in traffic})
+    if not pairs:
+        return {}
+    frame = audit.sparkSession.createDataFrame(pairs, "sender string, message_type string")
+    coded = frame.select(
+        checks.edge_code(F.col("sender"), F.col("message_type")).alias("edge"),
+        "sender",
+        "message_type",
+    )
+    return {int(r["edge"]): (str(r["sender"]), str(r["message_type"])) for r in coded.collect()}
 
 
 def _poison_queues(

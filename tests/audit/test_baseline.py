@@ -62,8 +62,9 @@ def test_spark_and_the_baseline_agree_on_synthetic_data(spark: Any, synthetic: P
         exact = baseline.latency[endpoint.endpoint]
         assert endpoint.count == exact["count"]
         assert endpoint.max_ms == pytest.approx(exact["max_ms"])
-        assert endpoint.p99_ms == pytest.approx(exact["p99_ms"])
-        assert endpoint.p50_ms == pytest.approx(exact["p50_ms"])
+        # Spark's percentiles are the middle of a fine bucket: within 0.14% (1 ms and up).
+        assert endpoint.p99_ms == pytest.approx(exact["p99_ms"], rel=0.0014)
+        assert endpoint.p50_ms == pytest.approx(exact["p50_ms"], rel=0.0014)
     assert {(h.endpoint, h.count) for h in summary.histogram} == {
         (endpoint, count) for (endpoint, _), count in baseline.histogram.items()
     }

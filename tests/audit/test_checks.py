@@ -59,7 +59,12 @@ def verdicts(
         sent, audit_df, as_of=at(as_of_seconds), lost_after=timedelta(minutes=5)
     )
     names = (
-        checks.edge_names(audit_df, ingress_df)
+        checks.processing_rows(audit_df)
+        .select(
+            checks.edge_code(F.col("source"), F.col("message_type")).alias("edge"),
+            F.col("source").alias("sender"),
+            "message_type",
+        )
         .unionByName(
             sent.select(
                 checks.edge_code(F.col("sender"), F.col("message_type")).alias("edge"),
@@ -247,22 +252,63 @@ def test_the_flow_graph_counts_each_edge(spark: Any) -> None:
     }
 
 
-def test_latency_percentiles_per_endpoint(spark: Any) -> None:
+def latency_of(spark: Any, rows: list[tuple[object, ...]]) -> Any:
+    """The summary's latency rows and histogram of ``rows``, through the digest."""
     from shared.audit import checks
+    from shared.audit.latency import LatencyBucket, latency_figures
 
+    audit_df, _ = frames(spark, rows, [])
+    digest = checks.latency_digest(audit_df, 60).collect()
+    return latency_figures(
+        (
+            r["endpoint"],
+            LatencyBucket(r["code"], r["count"], r["sum_us"], r["min_us"], r["max_us"]),
+        )
+        for r in digest
+        if r["traffic"] == 0 and r["code"] is not None
+    )
+
+
+def test_latency_percentiles_per_endpoint(spark: Any) -> None:
     rows = [audit("orders", f"m{i}", sent=0, processed=i / 1000) for i in range(1, 101)]
     rows.append(audit("payments", "x", sent=10, processed=10.25))
-    audit_df, _ = frames(spark, rows, [])
 
-    result = {r["endpoint"]: r for r in checks.latency_percentiles(audit_df).collect()}
+    latency, _ = latency_of(spark, rows)
 
-    orders = result["orders"]
-    assert orders["count"] == 100
-    assert (orders["p50_ms"], orders["p90_ms"], orders["p99_ms"]) == pytest.approx((50, 90, 99))
-    assert orders["max_ms"] == pytest.approx(100)
-    assert orders["mean_ms"] == pytest.approx(50.5)
-    assert result["payments"]["p50_ms"] == pytest.approx(250)
-    assert utc(result["payments"]["last_processed_at"]) == at(10.25)
+    orders, payments = latency
+    assert (orders.endpoint, orders.count) == ("orders", 100)
+    # Each latency has a bucket of its own here: the percentiles are exact.
+    assert (orders.p50_ms, orders.p90_ms, orders.p99_ms) == pytest.approx((50, 90, 99))
+    assert orders.max_ms == pytest.approx(100)
+    assert orders.mean_ms == pytest.approx(50.5)
+    assert (payments.endpoint, payments.p50_ms, payments.max_ms) == ("payments", 250, 250)
+
+
+def test_percentiles_are_within_their_stated_error_of_the_exact_ones(spark: Any) -> None:
+    """Latencies of every size, sub-millisecond and negative ones included, many to a
+    bucket: each percentile is within half a bucket (0.14%, or a few microseconds under
+    1 ms) of the exact nearest-rank one."""
+    import math
+    import random
+
+    from lab.audit.baseline import nearest_rank
+
+    draw = random.Random(48)
+    micros = [draw.choice([-3_000, 0, 400, 999, 1_000, 250_000]) for _ in range(50)]
+    micros += [int(draw.lognormvariate(9, 2.5)) - 2_000 for _ in range(3_000)]
+    rows = [audit("orders", f"m{i}", sent=0, processed=us / 1e6) for i, us in enumerate(micros)]
+
+    [orders], _ = latency_of(spark, rows)
+
+    exact = sorted(us / 1000 for us in micros)
+    for p, found in zip(
+        (0.5, 0.9, 0.99), (orders.p50_ms, orders.p90_ms, orders.p99_ms), strict=True
+    ):
+        want = nearest_rank(exact, p)
+        tolerance = 0.0014 * abs(want) if want >= 1 else 0.0014 * (1 - want) + 1e-9
+        assert math.isclose(found, want, abs_tol=tolerance), (p, found, want)
+    assert orders.max_ms == max(exact)
+    assert orders.mean_ms == pytest.approx(sum(exact) / len(exact))
 
 
 def test_the_latency_histogram_uses_quarter_doublings(spark: Any) -> None:
@@ -273,15 +319,25 @@ def test_the_latency_histogram_uses_quarter_doublings(spark: Any) -> None:
         audit("orders", "b", sent=1, processed=0.999),  # negative (clock skew): bucket 0
         audit("orders", "c", sent=0, processed=0.1),  # 100 ms: floor(4 * log2(100)) = 26
         audit("orders", "d", sent=0, processed=0.105),
+        audit("orders", "e", sent=0, processed=0.002),  # 2 ms, a bucket's lower bound: 4
     ]
-    audit_df, _ = frames(spark, rows, [])
 
-    buckets = {r["bucket"]: r["count"] for r in checks.latency_histogram(audit_df).collect()}
+    _, histogram = latency_of(spark, rows)
 
-    assert buckets == {0: 2, 26: 2}
     lower, upper = checks.bucket_bounds(26)
+    assert [(h.lower_ms, h.upper_ms, h.count) for h in histogram] == [
+        (0.0, 2**0.25, 2),
+        (2.0, 2**1.25, 1),
+        (lower, upper, 2),
+    ]
     assert lower <= 100 < 105 < upper
-    assert checks.bucket_bounds(0) == pytest.approx((0.0, 2**0.25))
+    assert [checks.histogram_bucket_of(c) for c in (-5, 0, 63, 64, 26 * 64 + 63)] == [
+        0,
+        0,
+        0,
+        1,
+        26,
+    ]
 
 
 def test_throughput_counts_processings_per_bucket_and_endpoint(spark: Any) -> None:
@@ -295,14 +351,15 @@ def test_throughput_counts_processings_per_bucket_and_endpoint(spark: Any) -> No
     ]
     audit_df, _ = frames(spark, rows, [])
 
-    points = sorted(
-        (utc(r["bucket_start"]), r["endpoint"], r["count"])
-        for r in checks.throughput(audit_df, 60).collect()
-    )
+    traffic = [r for r in checks.latency_digest(audit_df, 60).collect() if r["traffic"]]
 
-    assert points == [(at(0), "orders", 2), (at(0), "payments", 1), (at(60), "orders", 1)]
+    assert sorted((utc(r["bucket_start"]), r["endpoint"], r["count"]) for r in traffic) == [
+        (at(0), "orders", 2),
+        (at(0), "payments", 1),
+        (at(60), "orders", 1),
+    ]
     with pytest.raises(ValueError, match="at least 1"):
-        checks.throughput(audit_df, 0)
+        checks.latency_digest(audit_df, 0)
 
 
 def spoiled(row: Any, index: int, value: object) -> tuple[Any, ...]:
@@ -372,7 +429,7 @@ def test_run_audit_counts_rows_and_invalid_rows_in_its_one_pass(spark: Any) -> N
     ]
 
 
-def test_histogram_and_throughput_in_one_scan_match_the_separate_checks(spark: Any) -> None:
+def test_the_digest_counts_latencies_traffic_and_edges_in_one_scan(spark: Any) -> None:
     from collections import Counter
 
     from shared.audit import checks
@@ -381,29 +438,29 @@ def test_histogram_and_throughput_in_one_scan_match_the_separate_checks(spark: A
         audit("orders", "a", sent=0, processed=0.0005),
         audit("orders", "b", sent=0, processed=0.1),
         audit("orders", "c", sent=0, processed=61),
-        audit("payments", "d", sent=1, processed=2),
+        audit("payments", "d", source="orders", message_type="Pay", sent=1, processed=2),
         spoiled(audit("payments", "e", processed=3), 9, None),  # no send time: no latency
+        audit("web", "s", mode="session", processed=4),  # a session's row: no processing
     ]
     audit_df, _ = frames(spark, rows, [])
 
-    both = checks.histogram_and_throughput(audit_df, 60).collect()
+    digest = checks.latency_digest(audit_df, 60).collect()
 
-    histogram: Counter[tuple[str, int]] = Counter()
-    throughput: Counter[tuple[Any, str]] = Counter()
-    for r in both:
-        if r["bucket"] is not None:
-            histogram[(r["endpoint"], r["bucket"])] += r["count"]
-        throughput[(utc(r["bucket_start"]), r["endpoint"])] += r["count"]
-    assert histogram == {
-        (r["endpoint"], r["bucket"]): r["count"]
-        for r in checks.latency_histogram(audit_df).collect()
+    timed = Counter(
+        {r["endpoint"]: 0 for r in digest if not r["traffic"] and r["code"] is not None}
+    )
+    traffic: Counter[tuple[Any, str]] = Counter()
+    for r in digest:
+        if not r["traffic"] and r["code"] is not None:
+            timed[r["endpoint"]] += r["count"]
+        if r["traffic"]:
+            traffic[(utc(r["bucket_start"]), r["endpoint"])] += r["count"]
+    assert timed == {"orders": 3, "payments": 1}
+    assert traffic == {(at(0), "orders"): 2, (at(60), "orders"): 1, (at(0), "payments"): 2}
+    assert {(r["source"], r["message_type"]) for r in digest if r["traffic"]} == {
+        ("client", "Cmd"),
+        ("orders", "Pay"),
     }
-    assert throughput == {
-        (utc(r["bucket_start"]), r["endpoint"]): r["count"]
-        for r in checks.throughput(audit_df, 60).collect()
-    }
-    assert sum(histogram.values()) == 4
-    assert sum(throughput.values()) == 5
 
 
 def test_cancelled_and_saga_not_found_rows_are_counted_as_their_messages_processing(
