@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from lab.local.azurite import AzuriteEndpoints
-from shared.bus import parked_pass
 from shared.bus.discard import (
     Discard,
     DiscardFilter,
@@ -22,6 +21,7 @@ from shared.bus.discard import (
     discard_parked,
 )
 from shared.bus.journal import Journal
+from shared.bus.parked_pass import LOOK_SECONDS
 from shared.bus.poison import Reason, poison_body
 from shared.resources import CONTAINERS, TABLES, poison_queue
 from shared.settings import StorageSettings
@@ -303,16 +303,9 @@ def test_the_bus_command_discards_in_a_subprocess(
     assert waiting(emulator) == 0
 
 
-CRASHED_HOLD = 5
-"""Seconds a pass hides what it receives, in the crash test: the crashed pass's hold on its
-message must run out before the next discard finds it, and on Azurite that is a real wait
-(``LOOK_SECONDS``, 30, in production). A pass over these 40 messages ends well within it."""
-
-
 async def test_a_crash_between_archive_and_delete_loses_nothing_and_the_next_discard_finishes(
-    backend: Backend, monkeypatch: pytest.MonkeyPatch
+    backend: Backend,
 ) -> None:
-    monkeypatch.setattr(parked_pass, "LOOK_SECONDS", CRASHED_HOLD)
     endpoint = unique_name("discard")[:40]
     poison = backend.account.queue(poison_queue(endpoint))
     await poison.create_if_missing()
@@ -334,7 +327,7 @@ async def test_a_crash_between_archive_and_delete_loses_nothing_and_the_next_dis
     assert await poison.approximate_count() == 40  # still parked...
     names = [b.name async for b in archive.list()]
     assert len(names) == 1  # ...and archived
-    await backend.elapse(CRASHED_HOLD + 1)  # the crashed pass's hold runs out
+    await backend.elapse(LOOK_SECONDS + 1)  # the crashed pass's hold runs out
     second = Discard("second try", "ops", _now(), _days(90))
     report = await discard_parked(poison, endpoint, DiscardFilter("m-39"), places, second)
     [done] = report.discarded
