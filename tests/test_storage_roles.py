@@ -45,8 +45,11 @@ SHORT_TIMEOUTS = {
     "BUS_INGRESS_TIMEOUT": "6",
 }
 """A call to a frozen account gives up after 3 s rather than the default 8."""
-HOST_TRIES = 5
-"""host.json's maxDequeueCount: the delivery on which the host would give a failing message up."""
+HOST_TRIES = 2
+"""The test host.json's maxDequeueCount (``few_tries``; the repository's is 5): the delivery on
+which the host would give a failing message up. Each delivery to an app whose state store is
+down waits for a call to time out and for the message to come back, so the fewer tries the
+deliveries must outlast, the shorter the test; two are enough to show none is spent."""
 DOWN_DELIVERIES = HOST_TRIES + 2
 """Deliveries of a message while its state account is down: more than the host's tries, so
 a message that spent one try on each would have been parked."""
@@ -110,9 +113,21 @@ def worker(
     *,
     account: StorageAccount | None = None,
     state_account: StorageAccount | None = None,
+    root: Path = REPO,
 ) -> Worker:
-    config = build_config(resolve_settings(environ=values, local_file=None), root=REPO)
+    """A worker of ``app`` on ``values``, host.json from ``root``."""
+    config = build_config(resolve_settings(environ=values, local_file=None), root=root)
     return Worker(app, config, account, state_account=state_account)
+
+
+@pytest.fixture(scope="module")
+def few_tries(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder whose host.json is the repository's with ``HOST_TRIES`` as maxDequeueCount."""
+    host = json.loads((REPO / "host.json").read_text())
+    host["extensions"]["queues"]["maxDequeueCount"] = HOST_TRIES
+    folder = tmp_path_factory.mktemp("few-tries")
+    (folder / "host.json").write_text(json.dumps(host))
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -316,6 +331,7 @@ async def test_an_app_whose_state_account_is_down_waits_while_the_other_app_work
     azurite: AzuriteEndpoints,
     state_azurite: AzuriteEndpoints,
     frozen_state: FreezableAzurite,
+    few_tries: Path,
 ) -> None:
     down_names, up_names = shop_names(), shop_names()
     down = worker(
@@ -326,6 +342,7 @@ async def test_an_app_whose_state_account_is_down_waits_while_the_other_app_work
             **SHORT_TIMEOUTS,
             **SHORT_WAITS,
         ),
+        root=few_tries,
     )
     up = worker(
         shop(*up_names), settings_for(azurite.connection_string, state_azurite.connection_string)
@@ -389,7 +406,7 @@ def ledger_app(endpoint: str) -> BusApp:
 
 
 async def test_an_app_whose_database_is_down_waits_for_it_too(
-    azurite: AzuriteEndpoints, postgres: str
+    azurite: AzuriteEndpoints, postgres: str, few_tries: Path
 ) -> None:
     # PostgreSQL is the app's state store as its state account is: a refused connection
     # gives the message back to wait, past the host's tries, never parked.
@@ -399,12 +416,14 @@ async def test_an_app_whose_database_is_down_waits_for_it_too(
     down = worker(
         ledger_app(name),
         settings_for(azurite.connection_string, None, BUS_POSTGRES_URL=down_url, **SHORT_WAITS),
+        root=few_tries,
     )
     up = worker(
         ledger_app(name), settings_for(azurite.connection_string, None, BUS_POSTGRES_URL=postgres)
     )
     try:
         await provision(down.account(), down.resources)
+        assert down.config.max_dequeue_count == HOST_TRIES
         client = down.bus().client()
         await client.send(Bill(order="o1", amount=9), to=name, idempotency_key=unique_name("key"))
         waits = [await deliver_once(down, name) for _ in range(DOWN_DELIVERIES)]

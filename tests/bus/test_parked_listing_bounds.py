@@ -110,7 +110,8 @@ async def test_a_pass_stops_at_its_limit_and_says_it_is_incomplete(backend: Back
 
     assert not page.complete
     assert len(page.entries) == 64
-    await backend.elapse(LOOK_SECONDS + 1)
+    # No wait for the holds to run out: the pass made the 64 it hid visible again as it
+    # ended, so the next pass lists all of them at once.
     whole = await parked_page(queue, endpoint, limit=100)
     assert whole.complete
     assert len(whole.entries) == 100
