@@ -403,10 +403,12 @@ def latency_digest(audit: DataFrame, bucket_seconds: int) -> DataFrame:
       for the rows without both times), ``count, sum_us, min_us, max_us`` of the latencies:
       about 2,500 rows per endpoint for latencies from 1 ms to an hour. The percentiles, mean,
       maximum and histogram are read from them (``shared.audit.latency``).
-    - ``traffic`` 1: per ``endpoint``, ``source``, ``message_type`` and ``bucket_start`` (the
-      start of the row's ``bucket_seconds`` throughput bucket; null without a processing
-      time), ``count``: the throughput, and the names of the flow's edges (``edge_code`` of
-      ``source`` and ``message_type``) as the processing side knows them.
+    - ``traffic`` 1: per ``endpoint``, ``source``, ``message_type``, their ``edge`` code
+      (``edge_code``) and ``bucket_start`` (the start of the row's ``bucket_seconds``
+      throughput bucket; null without a processing time), ``count``: the throughput, and the
+      names of the flow's edges as the processing side knows them. The code is computed here,
+      beside the names, rather than by a job of its own over the few pairs: such a job on
+      rows made in Python starts a Python worker (seconds, in a small audit).
 
     One job instead of one per figure: each scan and each job costs its own start, and a
     per-row quantile sketch (``percentile_approx``) costs more than counting into fixed
@@ -420,16 +422,18 @@ def latency_digest(audit: DataFrame, bucket_seconds: int) -> DataFrame:
         "endpoint",
         "source",
         "message_type",
+        edge_code(F.col("source"), F.col("message_type")).alias("edge"),
         latency_code(micros).alias("code"),
         micros.alias("us"),
         start.alias("bucket_start"),
     )
     return rows.groupingSets(
-        [["endpoint", "code"], ["endpoint", "source", "message_type", "bucket_start"]],
+        [["endpoint", "code"], ["endpoint", "source", "message_type", "edge", "bucket_start"]],
         "endpoint",
         "code",
         "source",
         "message_type",
+        "edge",
         "bucket_start",
     ).agg(
         F.grouping("code").alias("traffic"),

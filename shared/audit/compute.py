@@ -155,7 +155,7 @@ def run_audit(
     points = _throughput(traffic)
     with stages.stage("naming edges, sampling offenders"):
         sent = checks.sent_deliveries(audit, ingress)
-        names = _processed_edge_names(audit, traffic) if flow_rows else {}
+        names = _processed_edge_names(traffic)
         unnamed = [int(r["edge"]) for r in flow_rows if r["edge"] not in names]
         if unnamed:  # edges none of whose deliveries was processed
             names.update(
@@ -287,20 +287,9 @@ def _throughput(traffic: list[Row]) -> list[ThroughputPoint]:
     ]
 
 
-def _processed_edge_names(audit: DataFrame, traffic: list[Row]) -> dict[int, tuple[str, str]]:
-    """Edge code -> (sender, message type) of every edge the processing rows name: their
-    few distinct pairs, coded by Spark (``checks.edge_code`` is Spark's hash) in a job over
-    those pairs alone."""
-    pairs = sorted({(str(r["source"]), str(r["message_type"])) for r in traffic})
-    if not pairs:
-        return {}
-    frame = audit.sparkSession.createDataFrame(pairs, "sender string, message_type string")
-    coded = frame.select(
-        checks.edge_code(F.col("sender"), F.col("message_type")).alias("edge"),
-        "sender",
-        "message_type",
-    )
-    return {int(r["edge"]): (str(r["sender"]), str(r["message_type"])) for r in coded.collect()}
+def _processed_edge_names(traffic: list[Row]) -> dict[int, tuple[str, str]]:
+    """Edge code -> (sender, message type) of every edge the processing rows name."""
+    return {int(r["edge"]): (str(r["source"]), str(r["message_type"])) for r in traffic}
 
 
 def _poison_queues(

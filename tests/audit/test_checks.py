@@ -432,6 +432,8 @@ def test_run_audit_counts_rows_and_invalid_rows_in_its_one_pass(spark: Any) -> N
 def test_the_digest_counts_latencies_traffic_and_edges_in_one_scan(spark: Any) -> None:
     from collections import Counter
 
+    from pyspark.sql import functions as F
+
     from shared.audit import checks
 
     rows = [
@@ -457,6 +459,14 @@ def test_the_digest_counts_latencies_traffic_and_edges_in_one_scan(spark: Any) -
             traffic[(utc(r["bucket_start"]), r["endpoint"])] += r["count"]
     assert timed == {"orders": 3, "payments": 1}
     assert traffic == {(at(0), "orders"): 2, (at(60), "orders"): 1, (at(0), "payments"): 2}
+    coded = audit_df.select(
+        checks.edge_code(F.col("source"), F.col("message_type")).alias("edge"),
+        "source",
+        "message_type",
+    ).where(F.col("endpoint") != "web")
+    assert {(r["edge"], r["source"], r["message_type"]) for r in digest if r["traffic"]} == {
+        (r["edge"], r["source"], r["message_type"]) for r in coded.collect()
+    }
     assert {(r["source"], r["message_type"]) for r in digest if r["traffic"]} == {
         ("client", "Cmd"),
         ("orders", "Pay"),
