@@ -33,7 +33,6 @@ from pyspark.sql import functions as F
 
 from shared.bus.session_records import SESSION_MODE
 
-DEFAULT_PERCENTILES = (0.5, 0.9, 0.99)
 HISTOGRAM_STEPS_PER_DOUBLING = 4
 """Latency histogram buckets grow by 2**(1/4) (about 19%): fine enough to read p50 and p99
 off the plot, few enough (about 80 buckets from 1 ms to an hour) to collect."""

@@ -9,8 +9,11 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from shared.audit.checks import DEFAULT_PERCENTILES, bucket_bounds, histogram_bucket_of
+from shared.audit.checks import bucket_bounds, histogram_bucket_of
 from shared.audit.summary import EndpointLatency, HistogramBucket
+
+PERCENTILES = (0.5, 0.9, 0.99)
+"""The percentiles the summary holds: p50, p90 and p99."""
 
 
 @dataclass(frozen=True)
@@ -43,13 +46,11 @@ def nearest_rank_us(buckets: Sequence[LatencyBucket], p: float) -> float:
     raise AssertionError("unreachable: the ranks end at the total")
 
 
-def endpoint_latency(
-    endpoint: str, buckets: Iterable[LatencyBucket], percentiles: Sequence[float]
-) -> EndpointLatency:
-    """The summary's latency row of one endpoint (``percentiles``: p50, p90 and p99)."""
+def endpoint_latency(endpoint: str, buckets: Iterable[LatencyBucket]) -> EndpointLatency:
+    """The summary's latency row of one endpoint."""
     ordered = sorted(buckets, key=lambda b: b.code)
     count = sum(b.count for b in ordered)
-    p50, p90, p99 = (nearest_rank_us(ordered, p) / 1000 for p in percentiles)
+    p50, p90, p99 = (nearest_rank_us(ordered, p) / 1000 for p in PERCENTILES)
     return EndpointLatency(
         endpoint=endpoint,
         count=count,
@@ -63,18 +64,15 @@ def endpoint_latency(
 
 def latency_figures(
     buckets: Iterable[tuple[str, LatencyBucket]],
-    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
 ) -> tuple[list[EndpointLatency], list[HistogramBucket]]:
     """Per endpoint (sorted) its latency row, and the histogram's buckets, from every
     ``(endpoint, bucket)`` of the digest."""
-    if len(percentiles) != 3:
-        raise ValueError("the summary holds three percentiles: p50, p90, p99")
     by_endpoint: dict[str, list[LatencyBucket]] = defaultdict(list)
     histogram: dict[tuple[str, int], int] = defaultdict(int)
     for endpoint, bucket in buckets:
         by_endpoint[endpoint].append(bucket)
         histogram[(endpoint, histogram_bucket_of(bucket.code))] += bucket.count
-    latency = [endpoint_latency(e, by_endpoint[e], percentiles) for e in sorted(by_endpoint)]
+    latency = [endpoint_latency(e, by_endpoint[e]) for e in sorted(by_endpoint)]
     return latency, [
         HistogramBucket(endpoint, *bucket_bounds(bucket), n)
         for (endpoint, bucket), n in sorted(histogram.items())
