@@ -31,6 +31,8 @@ from datetime import UTC, datetime, timedelta
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from shared.audit.rows import DELIVERY_FIELDS
+from shared.audit.schema import DELIVERIES_SCHEMA
 from shared.bus.session_records import SESSION_MODE
 
 HISTOGRAM_STEPS_PER_DOUBLING = 4
@@ -56,28 +58,36 @@ def processing_rows(audit: DataFrame) -> DataFrame:
     return audit.where(~is_session(F.col("mode")))
 
 
-def sent_deliveries(audit: DataFrame, ingress: DataFrame) -> DataFrame:
+def sent_deliveries(
+    audit: DataFrame, ingress: DataFrame, *, mark_invalid_rows: bool = False
+) -> DataFrame:
     """One row per delivery sent: ``sender, destination, message_id, message_type, sent_at,
     origin`` (``client`` for ingress sends, ``handler`` for messages a handler sent,
     ``session`` for those a transactional session sent: its sender is its endpoint) and
     ``incoming_id``, the message whose processing (or the client send, or the session) sent
     it: the second segment of its token's name. A message sent twice (its sender was
     processed twice) appears twice. ``caused`` and ``outgoing`` are typed lists already
-    (``shared.audit.schema.DELIVERIES_SCHEMA``): nothing is parsed."""
+    (``shared.audit.schema.DELIVERIES_SCHEMA``): nothing is parsed.
+
+    With ``mark_invalid_rows``, every invalid row (``row_problems``) adds one more row, with
+    no destination, id or type and ``invalid_row`` true (false on every real delivery):
+    ``reconcile`` counts those rows as ``invalid_rows`` and as nothing else. The rows are
+    checked in the scan that reads their lists anyway, instead of in one of their own."""
     by_handlers = audit.select(
         F.col("endpoint").alias("sender"),
         F.col("message_id").alias("incoming_id"),
         F.col("processed_at").alias("sent_at"),
-        F.explode("caused").alias("m"),
+        *_entries("caused", AUDIT_REQUIRED, mark_invalid_rows),
         F.when(is_session(F.col("mode")), F.lit("session")).otherwise("handler").alias("origin"),
     )
     by_clients = ingress.select(
         F.col("sender"),
         F.col("incoming_id"),
         F.col("created_at").alias("sent_at"),
-        F.explode("outgoing").alias("m"),
+        *_entries("outgoing", INGRESS_REQUIRED, mark_invalid_rows),
         F.lit("client").alias("origin"),
     )
+    marked = [F.col("position") >= F.col("listed")] if mark_invalid_rows else []
     return by_handlers.unionByName(by_clients).select(
         "sender",
         F.col("m.destination").alias("destination"),
@@ -86,7 +96,22 @@ def sent_deliveries(audit: DataFrame, ingress: DataFrame) -> DataFrame:
         "sent_at",
         "origin",
         "incoming_id",
+        *(c.alias("invalid_row") for c in marked),
     )
+
+
+def _entries(deliveries: str, required: tuple[str, ...], mark_invalid: bool) -> list[Column]:
+    """The columns that explode a row's ``deliveries`` list into ``m``. Marking invalid rows
+    appends an empty entry to an invalid row's list (an absent list counts as empty) and
+    keeps each entry's ``position`` and the real entries' count ``listed``: the marker is the
+    entry at a position past them, which no stored entry can forge."""
+    no_delivery = F.struct(*(F.lit(None).cast("string").alias(f) for f in DELIVERY_FIELDS))
+    if not mark_invalid:
+        return [F.explode(deliveries).alias("m")]
+    listed = F.coalesce(F.col(deliveries), F.array().cast(DELIVERIES_SCHEMA))
+    bad = is_invalid(row_problems(required, deliveries))
+    marked = F.when(bad, F.concat(listed, F.array(no_delivery))).otherwise(listed)
+    return [F.posexplode(marked).alias("position", "m"), F.size(listed).alias("listed")]
 
 
 POISON_KEY = ("destination", "message_id", "sender", "incoming_id")
@@ -175,6 +200,10 @@ def edge_code(sender: Column, message_type: Column) -> Column:
     return F.xxhash64(sender, message_type)
 
 
+_PROCESSING, _SEND, _PARKED, _INVALID_ROW = 0, 1, 2, 3
+"""What a row of the reconciliation's shuffle is: one column instead of a flag per kind."""
+
+
 def reconcile(
     sent: DataFrame,
     audit: DataFrame,
@@ -187,46 +216,48 @@ def reconcile(
 
     One shuffle: the sent and the processed deliveries are unioned and grouped by
     ``(destination, message_id)``. Columns: ``destination, message_id, sends, processings,
-    sent_at`` (earliest send), ``sent_edge`` / ``processed_edge`` (``edge_code`` of the sender
-    and type as the sending side and as the audit row name them; ``latency_digest`` and
-    ``sent_edge_names`` turn them back into names), and the flags ``duplicate`` (processed more
-    than once), ``ghost`` (processed, never sent), ``lost`` (sent before ``as_of - lost_after``
-    and never processed) and ``in_flight`` (sent since then and not processed yet: not a
-    violation, the message may still be on its way), and ``poisoned`` (not processed, and
-    waiting in a poison queue: ``poisoned`` has a row ``endpoint, message_id`` per verified
-    poison entry, those ``verify_poisoned`` left without a problem; neither lost nor in flight,
-    an operator replays it). An entry with a problem is ignored here: it cannot turn lost into
-    poisoned.
+    sent_at`` (earliest send), ``first_processed_at`` and ``last_processed_at``,
+    ``sent_edge`` / ``processed_edge`` (``edge_code`` of the sender and type as the sending
+    side and as the audit row name them; ``latency_digest`` and ``sent_edge_names`` turn them
+    back into names), and the flags ``duplicate`` (processed more than once), ``ghost``
+    (processed, never sent), ``lost`` (sent before ``as_of - lost_after`` and never
+    processed) and ``in_flight`` (sent since then and not processed yet: not a violation, the
+    message may still be on its way), and ``poisoned`` (not processed, and waiting in a
+    poison queue: ``poisoned`` has a row ``endpoint, message_id`` per verified poison entry,
+    those ``verify_poisoned`` left without a problem; neither lost nor in flight, an operator
+    replays it). An entry with a problem is ignored here: it cannot turn lost into poisoned.
+    ``invalid_rows`` counts the marks of ``sent_deliveries(..., mark_invalid_rows=True)``
+    (all under the key with neither part), which are no send.
     """
+    marked = F.col("invalid_row") if "invalid_row" in sent.columns else F.lit(False)
     sends = sent.select(
         "destination",
         "message_id",
         edge_code(F.col("sender"), F.col("message_type")).alias("edge"),
-        F.lit(1).alias("is_send"),
-        F.lit(0).alias("is_parked"),
-        F.unix_micros("sent_at").alias("sent_us"),
+        F.when(marked, _INVALID_ROW).otherwise(_SEND).alias("kind"),
+        F.unix_micros("sent_at").alias("at_us"),
     )
     processed = processing_rows(audit).select(
         F.col("endpoint").alias("destination"),
         "message_id",
         edge_code(F.col("source"), F.col("message_type")).alias("edge"),
-        F.lit(0).alias("is_send"),
-        F.lit(0).alias("is_parked"),
-        F.lit(None).cast("long").alias("sent_us"),
+        F.lit(_PROCESSING).alias("kind"),
+        F.unix_micros("processed_at").alias("at_us"),
     )
+    kind = F.col("kind")
+    is_send, is_processing = kind == _SEND, kind == _PROCESSING
+    parked_column: list[Column] = []
     if poisoned is not None:
         verified = F.col("problem").isNull() & F.col("message_id").isNotNull()
         waiting = poisoned.where(verified).select(
             F.col("endpoint").alias("destination"),
             "message_id",
             F.lit(None).cast("long").alias("edge"),
-            F.lit(0).alias("is_send"),
-            F.lit(1).alias("is_parked"),
-            F.lit(None).cast("long").alias("sent_us"),
+            F.lit(_PARKED).alias("kind"),
+            F.lit(None).cast("long").alias("at_us"),
         )
         processed = processed.unionByName(waiting)
-    is_send = F.col("is_send") == 1
-    is_processing = (F.col("is_send") == 0) & (F.col("is_parked") == 0)
+        parked_column = [F.max(kind == _PARKED).alias("parked")]
     # Nearly every key is unique on each side of the shuffle (a delivery's send and its
     # processing come from different rows), so a map-side partial aggregation would hash
     # every row only to pass it on unreduced. Shuffling by the key first lets Spark plan a
@@ -236,10 +267,13 @@ def reconcile(
         .repartition("destination", "message_id")
         .groupBy("destination", "message_id")
         .agg(
-            F.sum("is_send").alias("sends"),
+            F.sum(is_send.cast("int")).alias("sends"),
             F.sum(is_processing.cast("int")).alias("processings"),
-            F.max("is_parked").alias("parked"),
-            F.min("sent_us").alias("sent_us"),
+            F.sum((kind == _INVALID_ROW).cast("int")).alias("invalid_rows"),
+            *parked_column,
+            F.min(F.when(is_send, F.col("at_us"))).alias("sent_us"),
+            F.min(F.when(is_processing, F.col("at_us"))).alias("first_processed_us"),
+            F.max(F.when(is_processing, F.col("at_us"))).alias("last_processed_us"),
             F.min(F.when(is_send, F.col("edge"))).alias("sent_edge"),
             F.min(F.when(is_processing, F.col("edge"))).alias("processed_edge"),
         )
@@ -248,14 +282,17 @@ def reconcile(
     processings: Column = F.col("processings")
     was_sent: Column = F.col("sends") > 0
     unprocessed: Column = was_sent & (processings == 0)
-    parked: Column = F.col("parked") == 1
+    parked: Column = F.col("parked") if parked_column else F.lit(False)
     overdue: Column = F.coalesce(F.col("sent_us") < F.lit(cutoff), F.lit(True))
     return per_delivery.select(
         "destination",
         "message_id",
         "sends",
         "processings",
+        "invalid_rows",
         F.timestamp_micros("sent_us").alias("sent_at"),
+        F.timestamp_micros("first_processed_us").alias("first_processed_at"),
+        F.timestamp_micros("last_processed_us").alias("last_processed_at"),
         "sent_edge",
         "processed_edge",
         (processings > 1).alias("duplicate"),
@@ -300,14 +337,20 @@ def ghost_messages(sent: DataFrame, audit: DataFrame) -> DataFrame:
 def flow_graph(reconciled: DataFrame) -> DataFrame:
     """Who sends which message types to whom: one row per ``(edge, destination)`` with how
     many deliveries were sent, processed, duplicated, lost, in flight and made up (ghosts).
-    Join with the edges' names for the sender and type (``shared.audit.compute`` does)."""
+    Join with the edges' names for the sender and type (``shared.audit.compute`` does).
+
+    The same job also carries what the whole audit needs of every delivery: the marked
+    ``invalid_rows`` (a row that sent and processed nothing, edge and destination null,
+    holds those no delivery shares a key with) and each edge's first and last processing
+    time, whose extremes are the span of all processings."""
 
     def count_of(flag: str) -> Column:
         return F.sum(F.col(flag).cast("long")).alias(flag)
 
     edge = F.coalesce("sent_edge", "processed_edge").alias("edge")
-    # A poison message naming a delivery nobody sent or processed belongs to no edge.
-    seen = (F.col("sends") > 0) | (F.col("processings") > 0)
+    # A poison message naming a delivery nobody sent or processed belongs to no edge; the
+    # marks of invalid rows stay for their count.
+    seen = (F.col("sends") > 0) | (F.col("processings") > 0) | (F.col("invalid_rows") > 0)
     return (
         reconciled.where(seen)
         .groupBy(edge, "destination")
@@ -319,6 +362,9 @@ def flow_graph(reconciled: DataFrame) -> DataFrame:
             count_of("in_flight"),
             count_of("ghost"),
             count_of("poisoned"),
+            F.sum("invalid_rows").alias("invalid_rows"),
+            F.min("first_processed_at").alias("first_processed_at"),
+            F.max("last_processed_at").alias("last_processed_at"),
         )
     )
 
@@ -395,45 +441,54 @@ def bucket_bounds(bucket: int) -> tuple[float, float]:
 
 
 def latency_digest(audit: DataFrame, bucket_seconds: int) -> DataFrame:
-    """Everything the report needs of the processing rows besides the reconciliation, in one
+    """Everything the report needs of the audit rows besides the reconciliation, in one
     scan and one job, small enough to collect. Two kinds of row, told apart by ``traffic``:
 
-    - ``traffic`` 0: per ``endpoint`` and fine latency bucket ``code`` (``latency_code``; null
-      for the rows without both times), ``count, sum_us, min_us, max_us`` of the latencies:
-      about 2,500 rows per endpoint for latencies from 1 ms to an hour. The percentiles, mean,
-      maximum and histogram are read from them (``shared.audit.latency``).
+    - ``traffic`` 0: per ``endpoint`` and fine latency bucket ``code`` (``latency_code``;
+      null for the rows without both times, and for sessions' rows, which are no
+      processing), ``count, sum_us, min_us, max_us`` of the latencies: about 2,500 rows per
+      endpoint for latencies from 1 ms to an hour. The percentiles, mean, maximum and
+      histogram are read from them (``shared.audit.latency``). Every audit row is counted in
+      one of them.
     - ``traffic`` 1: per ``endpoint``, ``source``, ``message_type``, their ``edge`` code
-      (``edge_code``) and ``bucket_start`` (the start of the row's ``bucket_seconds``
-      throughput bucket; null without a processing time), ``count``: the throughput, and the
-      names of the flow's edges as the processing side knows them. The code is computed here,
-      beside the names, rather than by a job of its own over the few pairs: such a job on
-      rows made in Python starts a Python worker (seconds, in a small audit).
+      (``edge_code``), ``bucket_start`` (the start of the row's ``bucket_seconds``
+      throughput bucket; null without a processing time) and ``outcome`` (null for most
+      rows), ``count``: the throughput, the outcomes, and the names of the flow's edges as
+      the processing side knows them. Sessions' rows have no edge and no bucket. The code is
+      computed here, beside the names, rather than by a job of its own over the few pairs:
+      such a job on rows made in Python starts a Python worker (seconds, in a small audit).
 
     One job instead of one per figure: each scan and each job costs its own start, and a
     per-row quantile sketch (``percentile_approx``) costs more than counting into fixed
     buckets."""
     if bucket_seconds < 1:
         raise ValueError("bucket_seconds must be at least 1")
+    processing = ~is_session(F.col("mode"))
     micros = F.unix_micros(F.col("processed_at")) - F.unix_micros(F.col("sent_at"))
     seconds = F.unix_seconds(F.col("processed_at"))
     start = F.timestamp_seconds(F.floor(seconds / bucket_seconds) * bucket_seconds)
-    rows = processing_rows(audit).select(
+    rows = audit.select(
         "endpoint",
         "source",
         "message_type",
-        edge_code(F.col("source"), F.col("message_type")).alias("edge"),
-        latency_code(micros).alias("code"),
-        micros.alias("us"),
-        start.alias("bucket_start"),
+        "outcome",
+        F.when(processing, edge_code(F.col("source"), F.col("message_type"))).alias("edge"),
+        F.when(processing, latency_code(micros)).alias("code"),
+        F.when(processing, micros).alias("us"),
+        F.when(processing, start).alias("bucket_start"),
     )
     return rows.groupingSets(
-        [["endpoint", "code"], ["endpoint", "source", "message_type", "edge", "bucket_start"]],
+        [
+            ["endpoint", "code"],
+            ["endpoint", "source", "message_type", "edge", "bucket_start", "outcome"],
+        ],
         "endpoint",
         "code",
         "source",
         "message_type",
         "edge",
         "bucket_start",
+        "outcome",
     ).agg(
         F.grouping("code").alias("traffic"),
         F.count(F.lit(1)).alias("count"),

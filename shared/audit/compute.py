@@ -12,9 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from py4j.protocol import Py4JJavaError
-from pyspark.errors import PySparkException
-from pyspark.sql import Column, DataFrame, Observation, Row, Window
+from pyspark.sql import DataFrame, Row, Window
 from pyspark.sql import functions as F
 
 from shared.audit import checks
@@ -113,49 +111,43 @@ def run_audit(
             ).cache()
 
     with stages.stage("reconciling sent and processed, checking rows"):
-        # One pass over the inputs serves three checks: the row counts and the invalid rows
-        # are observed on the rows as they stream into the reconciliation, instead of scans
-        # of their own; so is the span of processing times the throughput buckets divide.
-        audit_checks = [
-            *_row_metrics(checks.AUDIT_REQUIRED, "caused"),
-            *_outcome_metrics(),
-            *_span_metrics(),
-        ]
-        audit_seen, ingress_seen = Observation("audit rows"), Observation("ingress rows")
-        observed = checks.reconcile(
-            checks.sent_deliveries(
-                audit.observe(audit_seen, *audit_checks),
-                ingress.observe(ingress_seen, *_row_metrics(checks.INGRESS_REQUIRED, "outgoing")),
-            ),
+        # One pass over the inputs also checks their rows: an invalid row adds a marked
+        # delivery to the shuffle the reconciliation makes anyway (``mark_invalid_rows``),
+        # instead of a scan of its own or an observation, whose operator runs row by row
+        # outside Spark's generated code (4 s of 27 at 10M rows, docs/audit.md). The same
+        # job carries the span of processing times the throughput buckets divide.
+        reconciled = checks.reconcile(
+            checks.sent_deliveries(audit, ingress, mark_invalid_rows=True),
             audit,
             as_of=options.as_of,
             lost_after=options.lost_after,
             poisoned=poisoned,
         )
-        flow_rows = checks.flow_graph(observed).collect()
-        audit_metrics = _observed(audit_seen, audit, audit_checks)
-        audit_rows, audit_invalid = _counts(audit_metrics)
-        ingress_rows, ingress_invalid = _counts(
-            _observed(ingress_seen, ingress, _row_metrics(checks.INGRESS_REQUIRED, "outgoing"))
-        )
-        outcomes = {o: int(audit_metrics.get(o) or 0) for o in AUDIT_OUTCOMES}
-        invalid_count = audit_invalid + ingress_invalid
+        flow_rows = checks.flow_graph(reconciled).collect()
+        ingress_rows = ingress.count()
+        invalid_count = sum(int(r["invalid_rows"]) for r in flow_rows)
         if invalid_count and limit:
             invalid = checks.invalid_rows(audit, ingress)
             samples["invalid_rows"] = [_plain(r) for r in invalid.limit(limit).collect()]
-    bucket_seconds = checks.choose_bucket_seconds(_span_seconds(audit_metrics))
-    with stages.stage("latency, throughput and edge names"):
-        digest = checks.latency_digest(audit, bucket_seconds).collect() if audit_rows else []
+    bucket_seconds = checks.choose_bucket_seconds(_span_seconds(flow_rows))
+    with stages.stage("latency, throughput, edge names, outcomes"):
+        digest = checks.latency_digest(audit, bucket_seconds).collect()
     latency, histogram = latency_figures(
         (str(r["endpoint"]), _latency_bucket(r))
         for r in digest
         if not r["traffic"] and r["code"] is not None
     )
-    traffic = [r for r in digest if r["traffic"]]
+    audit_rows = sum(int(r["count"]) for r in digest if not r["traffic"])
+    outcomes = dict.fromkeys(AUDIT_OUTCOMES, 0)
+    for r in digest:
+        if r["traffic"] and r["outcome"] in outcomes:
+            outcomes[r["outcome"]] += int(r["count"])
+    traffic = [r for r in digest if r["traffic"] and r["edge"] is not None]
     points = _throughput(traffic)
     with stages.stage("naming edges, sampling offenders"):
         sent = checks.sent_deliveries(audit, ingress)
         names = _processed_edge_names(traffic)
+        flow_rows = [r for r in flow_rows if r["sent"] or r["processed"]]
         unnamed = [int(r["edge"]) for r in flow_rows if r["edge"] not in names]
         if unnamed:  # edges none of whose deliveries was processed
             names.update(
@@ -220,49 +212,11 @@ def run_audit(
     return summary
 
 
-def _row_metrics(required: tuple[str, ...], deliveries: str) -> list[Column]:
-    problems = checks.row_problems(required, deliveries)
-    return [
-        F.count(F.lit(1)).alias("rows"),
-        F.sum(checks.is_invalid(problems).cast("long")).alias("invalid"),
-    ]
-
-
-def _outcome_metrics() -> list[Column]:
-    """How many audit rows say each outcome (``AUDIT_OUTCOMES``): messages cancelled, and
-    saga messages that found no instance. Each is still its message's one processing."""
-    return [F.sum((F.col("outcome") == o).cast("long")).alias(o) for o in AUDIT_OUTCOMES]
-
-
-def _observed(observation: Observation, df: DataFrame, metrics: list[Column]) -> dict[str, Any]:
-    """The ``metrics`` an observation counted. An input Spark knows to be empty (an empty
-    account, a table nobody wrote yet) is pruned from the plan, so its metrics never arrive
-    (the JVM fails an assertion): those are counted by a job of their own, which costs
-    nothing on an empty input."""
-    try:
-        return dict(observation.get)
-    except (Py4JJavaError, PySparkException):
-        row = df.agg(*metrics).first()
-        return {} if row is None else row.asDict()
-
-
-def _counts(metrics: dict[str, Any]) -> tuple[int, int]:
-    """(rows, invalid rows) of an input's metrics."""
-    return int(metrics.get("rows") or 0), int(metrics.get("invalid") or 0)
-
-
-def _span_metrics() -> list[Column]:
-    """The first and last processing time of the processing rows (sessions' rows left out)."""
-    processed_at = F.when(~checks.is_session(F.col("mode")), F.col("processed_at"))
-    return [
-        F.min(processed_at).alias("first_processed_at"),
-        F.max(processed_at).alias("last_processed_at"),
-    ]
-
-
-def _span_seconds(metrics: dict[str, Any]) -> float:
-    first, last = metrics.get("first_processed_at"), metrics.get("last_processed_at")
-    return (last - first).total_seconds() if first is not None and last is not None else 0.0
+def _span_seconds(flow_rows: list[Row]) -> float:
+    """From the first processing to the last, over every edge (0 without a processing)."""
+    firsts = [r["first_processed_at"] for r in flow_rows if r["first_processed_at"] is not None]
+    lasts = [r["last_processed_at"] for r in flow_rows if r["last_processed_at"] is not None]
+    return (max(lasts) - min(firsts)).total_seconds() if firsts and lasts else 0.0
 
 
 def _latency_bucket(row: Row) -> LatencyBucket:

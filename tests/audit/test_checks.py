@@ -409,24 +409,45 @@ def test_throughput_buckets_are_round_and_few(span: float, width: int) -> None:
 
 
 def test_run_audit_counts_rows_and_invalid_rows_in_its_one_pass(spark: Any) -> None:
+    from shared.audit import checks
     from shared.audit.compute import AuditOptions, run_audit
 
     rows, sends = clean_flow()
     broken = spoiled(audit("orders", "m8", partition="p8"), 11, None)
     no_time = spoiled(audit("orders", "m9", partition="p9"), 10, None)
+    # Entries with nothing in them, as the marks of invalid rows are: still one row.
+    empty = {"id": None, "type": None, "destination": None}
+    hollow = spoiled(audit("orders", "m10", partition="p10"), 11, [empty, empty, empty])
     bad_ingress = spoiled(ingress("k2", ("m11", "T", "orders")), 6, None)
-    audit_df, ingress_df = frames(spark, [*rows, broken, no_time], [*sends, bad_ingress])
+    invalid = [broken, no_time, hollow]
+    audit_df, ingress_df = frames(spark, [*rows, *invalid], [*sends, bad_ingress])
 
     summary = run_audit(audit_df, ingress_df, AuditOptions(as_of=at(3600)))
 
-    assert (summary.audit_rows, summary.ingress_rows) == (len(rows) + 2, len(sends) + 1)
-    assert summary.invariants.invalid_rows == 3
+    assert (summary.audit_rows, summary.ingress_rows) == (len(rows) + 3, len(sends) + 1)
+    assert summary.invariants.invalid_rows == 4
     assert summary.verdict == "FAIL"
     assert sorted(s["partition_key"] for s in summary.samples["invalid_rows"]) == [
         "k2",
+        "p10",
         "p8",
         "p9",
     ]
+    # The marks count as invalid rows and as nothing else: every delivery's verdict is
+    # what the reconciliation of the unmarked deliveries says.
+    unmarked = checks.flow_graph(
+        checks.reconcile(
+            checks.sent_deliveries(audit_df, ingress_df),
+            audit_df,
+            as_of=at(3600),
+            lost_after=timedelta(minutes=5),
+        )
+    ).collect()
+    inv = summary.invariants
+    assert (summary.sent, summary.processed, inv.lost, inv.ghosts, inv.duplicates) == tuple(
+        sum(r[k] for r in unmarked) for k in ("sent", "processed", "lost", "ghost", "duplicate")
+    )
+    assert sum(e.sent for e in summary.flow) == summary.sent
 
 
 def test_the_digest_counts_latencies_traffic_and_edges_in_one_scan(spark: Any) -> None:
@@ -448,29 +469,34 @@ def test_the_digest_counts_latencies_traffic_and_edges_in_one_scan(spark: Any) -
 
     digest = checks.latency_digest(audit_df, 60).collect()
 
-    timed = Counter(
-        {r["endpoint"]: 0 for r in digest if not r["traffic"] and r["code"] is not None}
-    )
-    traffic: Counter[tuple[Any, str]] = Counter()
-    for r in digest:
-        if not r["traffic"] and r["code"] is not None:
-            timed[r["endpoint"]] += r["count"]
-        if r["traffic"]:
-            traffic[(utc(r["bucket_start"]), r["endpoint"])] += r["count"]
+    # Every row is counted once in the latency rows, a session's too (with no latency).
+    assert sum(r["count"] for r in digest if not r["traffic"]) == len(rows)
+    latencies = [r for r in digest if not r["traffic"] and r["code"] is not None]
+    timed = Counter({r["endpoint"]: 0 for r in latencies})
+    for r in latencies:
+        timed[r["endpoint"]] += r["count"]
     assert timed == {"orders": 3, "payments": 1}
+    # The session's row is counted, with neither an edge nor a throughput bucket.
+    processings = [r for r in digest if r["traffic"] and r["edge"] is not None]
+    sessions = [r for r in digest if r["traffic"] and r["edge"] is None]
+    assert [(r["endpoint"], r["bucket_start"], r["count"]) for r in sessions] == [("web", None, 1)]
+    traffic: Counter[tuple[Any, str]] = Counter()
+    for r in processings:
+        traffic[(utc(r["bucket_start"]), r["endpoint"])] += r["count"]
     assert traffic == {(at(0), "orders"): 2, (at(60), "orders"): 1, (at(0), "payments"): 2}
     coded = audit_df.select(
         checks.edge_code(F.col("source"), F.col("message_type")).alias("edge"),
         "source",
         "message_type",
     ).where(F.col("endpoint") != "web")
-    assert {(r["edge"], r["source"], r["message_type"]) for r in digest if r["traffic"]} == {
+    assert {(r["edge"], r["source"], r["message_type"]) for r in processings} == {
         (r["edge"], r["source"], r["message_type"]) for r in coded.collect()
     }
-    assert {(r["source"], r["message_type"]) for r in digest if r["traffic"]} == {
+    assert {(r["source"], r["message_type"]) for r in processings} == {
         ("client", "Cmd"),
         ("orders", "Pay"),
     }
+    assert {r["outcome"] for r in digest if r["traffic"]} == {None}
 
 
 def test_cancelled_and_saga_not_found_rows_are_counted_as_their_messages_processing(
