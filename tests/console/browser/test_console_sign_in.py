@@ -76,6 +76,9 @@ def test_a_wrong_secret_is_asked_for_again_and_the_right_one_signs_in(
     tab.page.goto(f"{console_url}#/failed")
 
     sign_in(tab, SECRET[:-1] + "x")
+    # Until the answer comes, the old form and the banner's old text stay (the banner hidden):
+    # the banner shown again is the answer, and the form is redrawn in the same step.
+    expect(tab.page.locator("#banner")).to_be_visible()
     expect(tab.page.locator("#banner-text")).to_contain_text("console secret")
     expect(tab.page.locator("#sign-in")).to_be_visible()
     assert tab.page.evaluate("() => sessionStorage.getItem('bus-console-secret')") is None
