@@ -114,8 +114,9 @@ def run_audit(
         # One pass over the inputs also checks their rows: an invalid row adds a marked
         # delivery to the shuffle the reconciliation makes anyway (``mark_invalid_rows``),
         # instead of a scan of its own or an observation, whose operator runs row by row
-        # outside Spark's generated code (4 s of 27 at 10M rows, docs/audit.md). The same
-        # job carries the span of processing times the throughput buckets divide.
+        # outside Spark's generated code (about 4 s of a 25 s pass at 10M rows,
+        # docs/audit.md). The same job carries the span of processing times the throughput
+        # buckets divide.
         reconciled = checks.reconcile(
             checks.sent_deliveries(audit, ingress, mark_invalid_rows=True),
             audit,
