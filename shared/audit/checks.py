@@ -87,7 +87,10 @@ def sent_deliveries(
         *_entries("outgoing", INGRESS_REQUIRED, mark_invalid_rows),
         F.lit("client").alias("origin"),
     )
-    marked = [F.col("position") >= F.col("listed")] if mark_invalid_rows else []
+    # The mark is the entry past the list's real ones (``_entries``).
+    mark = (
+        [(F.col("position") >= F.col("listed")).alias("invalid_row")] if mark_invalid_rows else []
+    )
     return by_handlers.unionByName(by_clients).select(
         "sender",
         F.col("m.destination").alias("destination"),
@@ -96,7 +99,7 @@ def sent_deliveries(
         "sent_at",
         "origin",
         "incoming_id",
-        *(c.alias("invalid_row") for c in marked),
+        *mark,
     )
 
 
@@ -105,9 +108,9 @@ def _entries(deliveries: str, required: tuple[str, ...], mark_invalid: bool) -> 
     appends an empty entry to an invalid row's list (an absent list counts as empty) and
     keeps each entry's ``position`` and the real entries' count ``listed``: the marker is the
     entry at a position past them, which no stored entry can forge."""
-    no_delivery = F.struct(*(F.lit(None).cast("string").alias(f) for f in DELIVERY_FIELDS))
     if not mark_invalid:
         return [F.explode(deliveries).alias("m")]
+    no_delivery = F.struct(*(F.lit(None).cast("string").alias(f) for f in DELIVERY_FIELDS))
     listed = F.coalesce(F.col(deliveries), F.array().cast(DELIVERIES_SCHEMA))
     bad = is_invalid(row_problems(required, deliveries))
     marked = F.when(bad, F.concat(listed, F.array(no_delivery))).otherwise(listed)

@@ -148,15 +148,16 @@ def run_audit(
     with stages.stage("naming edges, sampling offenders"):
         sent = checks.sent_deliveries(audit, ingress)
         names = _processed_edge_names(traffic)
-        flow_rows = [r for r in flow_rows if r["sent"] or r["processed"]]
-        unnamed = [int(r["edge"]) for r in flow_rows if r["edge"] not in names]
+        # Only marks of invalid rows make a row that sent and processed nothing: no edge.
+        edge_rows = [r for r in flow_rows if r["sent"] or r["processed"]]
+        unnamed = [int(r["edge"]) for r in edge_rows if r["edge"] not in names]
         if unnamed:  # edges none of whose deliveries was processed
             names.update(
                 (int(r["edge"]), (str(r["sender"]), str(r["message_type"])))
                 for r in checks.sent_edge_names(sent, unnamed).collect()
             )
         edges = sorted(
-            (_edge(r, names) for r in flow_rows),
+            (_edge(r, names) for r in edge_rows),
             key=lambda e: (e.sender, e.destination, e.message_type),
         )
         totals = {k: sum(getattr(e, k) for e in edges) for k in _COUNTS}
