@@ -132,11 +132,10 @@ cleanup-bench: deps
 	$(PY) -m lab.cleanup.bench $(if $(N),--n $(N))
 
 # The audit on a real Spark standalone cluster (a master and two workers from the pyspark
-# installation, on free ports) against local mode, alone; about a minute (docs/audit.md).
-# `make test` runs it too.
+# installation, on free ports) against local mode; about a minute (docs/audit.md).
 .PHONY: audit-cluster-test
 audit-cluster-test: deps
-	$(PY) -m pytest tests/audit/test_cluster.py $(PYTEST_ARGS)
+	$(PY) -m pytest tests/audit/test_cluster.py -m slow $(PYTEST_ARGS)
 
 # Bulk sends through Spark on Azurite: 10,000 and 100,000 rows on local[2] (docs/bulk.md;
 # `make bulk-bench ROWS=10000` for one size). Prints rows/s and requests per row; not a timed test.

@@ -2,8 +2,7 @@
 pyspark installation on free ports, the audit run there from an export and straight from
 Table Storage on Azurite, checked against the same audit in local mode.
 
-In ``make test``: with the tests' JVM options (``tests.spark.QUICK_JVM``) on the daemons, the
-drivers and the executors it takes about a minute (docs/testing.md)."""
+Slow (each run on the cluster starts its own driver and executors): run with -m slow."""
 
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ from tests.audit.orders import DELIVERIES_PER_ORDER, ORDERS, run_orders
 from tests.conftest import UNDER_CI, Backend
 from tests.spark import QUICK_JVM
 
-pytestmark = [pytest.mark.spark, pytest.mark.azurite]
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.azurite]
 
 REPO = Path(__file__).resolve().parents[2]
 COMPARED = ("verdict", "audit_rows", "ingress_rows", "sent", "processed", "in_flight", "poisoned")
