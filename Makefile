@@ -132,7 +132,7 @@ cleanup-bench: deps
 	$(PY) -m lab.cleanup.bench $(if $(N),--n $(N))
 
 # The audit on a real Spark standalone cluster (a master and two workers from the pyspark
-# installation, on free ports) against local mode; about 4 minutes (docs/audit.md).
+# installation, on free ports) against local mode; about a minute (docs/audit.md).
 .PHONY: audit-cluster-test
 audit-cluster-test: deps
 	$(PY) -m pytest tests/audit/test_cluster.py -m slow $(PYTEST_ARGS)

@@ -27,6 +27,13 @@ PAGE = REPO_ROOT / "docs" / "deploy.md"
 SECTION = "## Deploying your own app"
 
 
+NOTIFIER_PROCESSED = (
+    "2026-11-25 23:58:10,514 INFO shared.bus.receiver: endpoint=notifier type=ParcelShipped "
+    "message_id=3c9d1e2f-4a5b-5c6d-9e8f-1a2b3c4d5e6f outcome=processed duration_ms=38.2 try=1"
+)
+"""The notifier's log line for the event, in the page's form (the matcher learns its id)."""
+
+
 def section_blocks() -> list[Block]:
     """The fenced blocks of the page's section on deploying one's own app."""
     section = PAGE.read_text().split(SECTION, 1)[1].split("\n## ", 1)[0]
@@ -58,6 +65,9 @@ def test_the_users_app_deployed_as_the_page_says_delivers_the_first_event(
     project = Project(tmp_path, own_azurite)
     try:
         project.follow(section_blocks())
+        # The page shows the invoicing endpoint's processing; the notifier's may come later
+        # (the two run side by side), and stopping the host first would leave it undone.
+        project.wait_for_log([NOTIFIER_PROCESSED])
         project.stop_host()
     finally:
         project.kill_host()

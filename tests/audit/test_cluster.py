@@ -23,6 +23,7 @@ import pytest
 from shared.audit.cli import EXIT_OK, main
 from tests.audit.orders import DELIVERIES_PER_ORDER, ORDERS, run_orders
 from tests.conftest import UNDER_CI, Backend
+from tests.spark import QUICK_JVM
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.azurite]
 
@@ -48,7 +49,12 @@ class Cluster:
         self.port = free_port()
         self.url = f"spark://127.0.0.1:{self.port}"
         self.processes: list[subprocess.Popen[bytes]] = []
-        self.env = {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1"}
+        self.env = {
+            **os.environ,
+            "SPARK_HOME": str(spark_home()),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_DAEMON_JAVA_OPTS": QUICK_JVM,
+        }
         # The workers must not hand the executors this test's Python: the driver tells them.
         self.env.pop("PYSPARK_PYTHON", None)
 
@@ -117,10 +123,13 @@ def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clu
 def run_on_cluster(cluster: Cluster, out: Path, *args: str, env: dict[str, str]) -> dict[str, Any]:
     """``python -m shared.audit run`` in a fresh driver process on the cluster."""
     command = [sys.executable, "-m", "shared.audit", "run", "--master", cluster.url, *args]
+    quick = " ".join(
+        f"--conf spark.{side}.extraJavaOptions='{QUICK_JVM}'" for side in ("driver", "executor")
+    )
     done = subprocess.run(
         [*command, "--out", str(out), "--quiet"],
         cwd=REPO,
-        env={**env, "PYTHONPATH": str(REPO)},
+        env={**env, "PYTHONPATH": str(REPO), "PYSPARK_SUBMIT_ARGS": f"{quick} pyspark-shell"},
         capture_output=True,
         text=True,
         timeout=600,

@@ -47,9 +47,15 @@ def test_executors_run_this_interpreter_on_any_master_unless_told(
     assert session_conf("spark://h:7077")["spark.pyspark.python"] == "/opt/python/bin/python3"
 
 
-def test_a_local_session_runs_the_throughput_collector(spark: Any) -> None:
-    """The setting reaches the JVM: the session the audit tests run in (started by
-    ``get_session`` on a local master) collects with the parallel collector's pair."""
-    beans = spark.sparkContext._jvm.java.lang.management.ManagementFactory
-    names = {str(bean.getName()) for bean in beans.getGarbageCollectorMXBeans()}
-    assert names == {"PS Scavenge", "PS MarkSweep"}
+def test_a_local_session_starts_its_jvm_with_the_options_asked_for(spark: Any) -> None:
+    """The JVM options reach the JVM: the session the audit tests run in (started by
+    ``get_session`` on a local master, as the audit's own is) asked for ``QUICK_JVM``, and
+    its JVM runs with those flags and the serial collector's pair, not the throughput
+    collector's that it would run by default (above)."""
+    from tests.spark import QUICK_JVM
+
+    jvm = spark.sparkContext._jvm.java.lang.management.ManagementFactory
+    names = {str(bean.getName()) for bean in jvm.getGarbageCollectorMXBeans()}
+    assert names == {"Copy", "MarkSweepCompact"}
+    arguments = {str(a) for a in jvm.getRuntimeMXBean().getInputArguments()}
+    assert set(QUICK_JVM.split()) <= arguments
