@@ -26,7 +26,9 @@ against 99 s, the same wall time (docs/testing.md)."""
 
 
 def spark_session(master: str, app_name: str, conf: dict[str, str]) -> Any:
-    """The active session if it runs on ``master``, else a new one (the other stopped)."""
+    """The active session if it runs on ``master``, else a new one (the other stopped), its
+    JVM started with ``QUICK_JVM`` unless ``conf`` names its own options."""
+    conf = {"spark.driver.extraJavaOptions": QUICK_JVM, **conf}
     try:
         from pyspark.sql import SparkSession
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.spark import QUICK_JVM, spark_session
+from tests.spark import spark_session
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -27,7 +27,6 @@ def spark() -> Any:
             "spark.sql.shuffle.partitions": "2",
             "spark.sql.codegen.wholeStage": "false",
             "spark.sql.adaptive.enabled": "false",
-            "spark.driver.extraJavaOptions": QUICK_JVM,
         },
     )
 

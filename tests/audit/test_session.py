@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from tests.spark import QUICK_JVM
+
 pytest.importorskip("pyspark")
 
 
@@ -49,11 +51,9 @@ def test_executors_run_this_interpreter_on_any_master_unless_told(
 
 def test_a_local_session_starts_its_jvm_with_the_options_asked_for(spark: Any) -> None:
     """The JVM options reach the JVM: the session the audit tests run in (started by
-    ``get_session`` on a local master, as the audit's own is) asked for ``QUICK_JVM``, and
-    its JVM runs with those flags and the serial collector's pair, not the throughput
-    collector's that it would run by default (above)."""
-    from tests.spark import QUICK_JVM
-
+    ``get_session`` on a local master, as the audit's own is) asked for ``QUICK_JVM``
+    (``tests.spark`` adds it), and its JVM runs with those flags and the serial collector's
+    pair, not the throughput collector's that it would run by default (above)."""
     jvm = spark.sparkContext._jvm.java.lang.management.ManagementFactory
     names = {str(bean.getName()) for bean in jvm.getGarbageCollectorMXBeans()}
     assert names == {"Copy", "MarkSweepCompact"}

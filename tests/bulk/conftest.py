@@ -18,7 +18,7 @@ from shared.settings import StorageSettings
 from shared.stores.azure import AzureStorageAccount
 from tests.bulk.bus import provision_sample
 from tests.conftest import started_azurite
-from tests.spark import QUICK_JVM, spark_session
+from tests.spark import spark_session
 
 MASTER = "local[2,4]"
 
@@ -28,11 +28,7 @@ def spark() -> Any:
     return spark_session(
         MASTER,
         app_name="bus-bulk-tests",
-        conf={
-            "spark.sql.shuffle.partitions": "2",
-            "spark.sql.codegen.wholeStage": "false",
-            "spark.driver.extraJavaOptions": QUICK_JVM,
-        },
+        conf={"spark.sql.shuffle.partitions": "2", "spark.sql.codegen.wholeStage": "false"},
     )
 
 
